@@ -1,0 +1,164 @@
+"""The `mcp-oauth-gateway` command: `serve` and `check`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Sequence
+from typing import TextIO
+
+from .controlplane import ControlPlane, Snapshot, build_snapshot
+from .controlplane.fetch import FetchError
+from .controlplane.jwks import RemoteKeyset
+from .resources import load_paths
+
+EXIT_INVALID = 2
+TRUST_ENV = "MCP_OAUTH_GATEWAY_TRUST_FORWARDED"
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mcp-oauth-gateway",
+        description="OAuth 2.0 gateway for MCP servers (resources: Gateway, HTTPRoute, "
+                    "GatewayBackend, GatewayPolicy, Service).")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="serve the gateway described by the resources")
+    serve.add_argument("-f", "--file", dest="files", action="append", required=True,
+                       metavar="PATH", help="YAML file or directory of resources (repeatable)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--trust-forwarded-headers", action="store_true",
+                       default=_env_flag(TRUST_ENV),
+                       help="take scheme and host from X-Forwarded-Proto/X-Forwarded-Host "
+                            f"(only behind a proxy you control; env {TRUST_ENV}=1)")
+    serve.add_argument("--grace-period", type=float, default=30.0, metavar="SECONDS",
+                       help="on SIGTERM, how long in-flight requests may run (default 30)")
+    serve.add_argument("--log-level", default="info",
+                       choices=["debug", "info", "warning", "error"])
+
+    check = commands.add_parser(
+        "check", help="validate resources, fetch keysets and discovery, print policy conditions")
+    check.add_argument("-f", "--file", dest="files", action="append", required=True,
+                       metavar="PATH", help="YAML file or directory of resources (repeatable)")
+    check.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                       help="time limit for each fetch (default 10)")
+    check.add_argument("--output", choices=["text", "json"], default="text")
+    return parser
+
+
+def _load(files: Sequence[str]) -> Snapshot:
+    return build_snapshot(load_paths(files))
+
+
+def _print_problems(snapshot: Snapshot, stream: TextIO = sys.stderr) -> None:
+    for error in snapshot.errors:
+        print(f"error: {error}", file=stream)
+    for report in snapshot.policies:
+        for condition in report.conditions:
+            if not condition.status:
+                print(f"error: {report.source}: GatewayPolicy {report.key}: {condition.type}="
+                      f"False ({condition.reason}): {condition.message}", file=stream)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Validate, then serve until SIGTERM."""
+    from . import logs, server
+
+    logs.configure(args.log_level)
+    snapshot = _load(args.files)
+    if not snapshot.ok:
+        _print_problems(snapshot)
+        print("error: not starting: fix the resources above and run again", file=sys.stderr)
+        return EXIT_INVALID
+    if not snapshot.listeners:
+        print("error: no Gateway listener to serve; add a Gateway with spec.listeners",
+              file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        server.serve(snapshot, args.host, args.trust_forwarded_headers, args.grace_period)
+    except OSError as exc:
+        print(f"error: {exc} (is another process using the port? change the Gateway listener "
+              f"port)", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _check_fetches(control: ControlPlane, limit: float) -> dict[str, str | None]:
+    await control.start()
+    results: dict[str, str | None] = {}
+
+    async def fetch(url: str, coro: Awaitable[object]) -> None:
+        try:
+            await asyncio.wait_for(coro, limit + 1)
+            results[url] = None
+        except (FetchError, TimeoutError) as exc:
+            results[url] = str(exc) or "timed out"
+
+    try:
+        jobs = [fetch(url, h.fetch_once(control.session))  # type: ignore[arg-type]
+                for url, h in control.keysets.items() if isinstance(h, RemoteKeyset)]
+        jobs += [fetch(url, d.fetch_now()) for url, d in control.discoveries.items()]
+        await asyncio.gather(*jobs)
+    finally:
+        await control.stop()
+    return results
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Print every policy's conditions; exit 0 only when all are True and keysets fetched."""
+    # The table below reports every fetch failure; the fetchers' own log lines would repeat it.
+    logging.getLogger("mcp_oauth_gateway").setLevel(logging.ERROR)
+    snapshot = _load(args.files)
+    control = ControlPlane(snapshot)
+    fetches = asyncio.run(_check_fetches(control, args.timeout))
+    ok = not snapshot.errors
+    policies = []
+    for report in snapshot.policies:
+        conditions = control.conditions(report)
+        ok = ok and all(c.status for c in conditions)
+        discovery = [{"url": url, "error": fetches.get(url)} for url in report.discovery_urls]
+        policies.append({"policy": report.key, "source": report.source,
+                         "conditions": [c.as_dict() for c in conditions],
+                         "discovery": discovery})
+    if not snapshot.policies and not snapshot.errors:
+        print("warning: no GatewayPolicy found: every route would be served without "
+              "authentication", file=sys.stderr)
+    if args.output == "json":
+        json.dump({"ok": ok, "errors": list(snapshot.errors), "policies": policies},
+                  sys.stdout, indent=2)
+        print()
+    else:
+        for error in snapshot.errors:
+            print(f"error: {error}")
+        for entry in policies:
+            print(f"GatewayPolicy {entry['policy']} ({entry['source']})")
+            for c in entry["conditions"]:
+                print(f"  {c['type']:<13} {c['status']:<6} {c['reason']:<18} {c['message']}")
+            for d in entry["discovery"]:
+                state = "ok" if d["error"] is None else f"FAILED: {d['error']}"
+                print(f"  discovery     {d['url']}: {state}")
+        print("OK" if ok else "NOT OK")
+    if not snapshot.ok:
+        return EXIT_INVALID
+    return 0 if ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return cmd_serve(args)
+    return cmd_check(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

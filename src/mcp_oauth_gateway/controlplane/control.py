@@ -1,0 +1,101 @@
+"""The control plane at run time: the current snapshot and the fetchers it needs.
+
+Fetchers (JWKS, discovery) are keyed by URL and outlive snapshots, so installing a new
+configuration keeps every keyset that is still referenced instead of fetching it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import aiohttp
+
+from . import status
+from .discovery import DiscoveryCache
+from .fetch import new_session
+from .jwks import InlineKeyset, RemoteKeyset
+from .snapshot import PolicyReport, Snapshot
+
+Keyholder = RemoteKeyset | InlineKeyset
+
+
+class ControlPlane:
+    """Owns the snapshot; data-plane listeners are told when a new one is installed."""
+
+    def __init__(self, snapshot: Snapshot):
+        self.snapshot = snapshot
+        self.keysets: dict[str, Keyholder] = {}
+        self.discoveries: dict[str, DiscoveryCache] = {}
+        self.session: aiohttp.ClientSession | None = None
+        self._subscribers: list[Callable[[Snapshot], None]] = []
+        self._stopping: set[asyncio.Future[None]] = set()
+        self._sync()
+
+    def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
+        """Call `callback` now and whenever a snapshot is installed."""
+        self._subscribers.append(callback)
+        callback(self.snapshot)
+
+    async def start(self) -> None:
+        """Open the fetch session and start every fetcher."""
+        if self.session is None:
+            self.session = new_session()
+        for holder in self.keysets.values():
+            holder.start(self.session)
+        for cache in self.discoveries.values():
+            cache.start(self.session)
+
+    async def stop(self) -> None:
+        """Stop fetchers and close the session."""
+        await asyncio.gather(*(h.stop() for h in self.keysets.values()),
+                             *(d.stop() for d in self.discoveries.values()))
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    def install(self, snapshot: Snapshot) -> None:
+        """Swap in a new snapshot atomically and reconcile fetchers."""
+        self.snapshot = snapshot
+        stale = self._sync()
+        for holder in stale:
+            task = asyncio.ensure_future(holder.stop())
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+        for callback in self._subscribers:
+            callback(snapshot)
+
+    def _sync(self) -> list[Keyholder]:
+        for url, source in self.snapshot.keysets.items():
+            if url not in self.keysets:
+                holder: Keyholder = (InlineKeyset(source.inline) if source.inline is not None
+                                     else RemoteKeyset(url, source.refresh))
+                self.keysets[url] = holder
+                if self.session is not None:
+                    holder.start(self.session)
+        for url in self.snapshot.discovery_urls:
+            if url not in self.discoveries:
+                self.discoveries[url] = DiscoveryCache(url)
+                if self.session is not None:
+                    self.discoveries[url].start(self.session)
+        stale = [h for url, h in self.keysets.items() if url not in self.snapshot.keysets]
+        for url in [u for u in self.keysets if u not in self.snapshot.keysets]:
+            del self.keysets[url]
+        for url in [u for u in self.discoveries if u not in self.snapshot.discovery_urls]:
+            del self.discoveries[url]
+        return stale
+
+    def conditions(self, report: PolicyReport) -> list[status.Condition]:
+        """The policy's conditions including the live `ResolvedRefs` keyset state."""
+        conditions = list(report.conditions)
+        if not report.keyset_urls or not report.ok:
+            return conditions
+        unavailable = []
+        for url in report.keyset_urls:
+            holder = self.keysets.get(url)
+            if holder is None or not holder.available:
+                why = holder.last_error if holder and holder.last_error else "not yet fetched"
+                unavailable.append(f"keyset {url} is not available: {why}")
+        conditions.append(status.resolved_refs(unavailable, report.generation,
+                                               report.conditions[0].last_transition_time))
+        return conditions

@@ -1,0 +1,141 @@
+"""Remote JWKS: fetched in the background, refreshed periodically, refetched on an unknown `kid`.
+
+The last good keyset is kept when a refresh fails. Until the first fetch succeeds `keyset` is None
+and routes that depend on it fail closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import aiohttp
+
+from .fetch import FetchError, fetch_json
+from .keys import Keyset, parse_jwks
+
+log = logging.getLogger("mcp_oauth_gateway.jwks")
+
+FIRST_RETRY = 0.2
+MAX_RETRY = 15.0
+# Unknown-kid refetches are capped so a flood of forged kids cannot become a flood of fetches.
+UNKNOWN_KID_INTERVAL = 10.0
+
+
+class RemoteKeyset:
+    """One JWKS URL: its current keyset, its fetch loop and its state for status reporting."""
+
+    def __init__(
+        self, url: str, refresh: float, unknown_kid_interval: float = UNKNOWN_KID_INTERVAL
+    ):
+        self.url = url
+        self.refresh = refresh
+        self.unknown_kid_interval = min(unknown_kid_interval, refresh)
+        self.keyset: Keyset | None = None
+        self.last_error: str | None = None
+        self.fetches = 0
+        self._version = 0
+        self._last_content: object = None
+        self._last_on_demand = float("-inf")
+        self._inflight: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def available(self) -> bool:
+        """Whether a keyset has been fetched at least once."""
+        return self.keyset is not None
+
+    def start(self, session: aiohttp.ClientSession) -> None:
+        """Start the background fetch loop (idempotent)."""
+        self._session = session
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(session), name=f"jwks {self.url}")
+
+    async def stop(self) -> None:
+        """Stop the background loop."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def fetch_once(self, session: aiohttp.ClientSession) -> None:
+        """Fetch now, sharing one in-flight request among concurrent callers."""
+        if self._inflight is None:
+            self._inflight = asyncio.ensure_future(self._fetch(session))
+            self._inflight.add_done_callback(lambda _: setattr(self, "_inflight", None))
+        await asyncio.shield(self._inflight)
+
+    async def refetch_for_unknown_kid(self) -> bool:
+        """Refetch because a token named an unknown kid; False when rate limited."""
+        session = self._session
+        now = time.monotonic()
+        if session is None:
+            return False
+        if self._inflight is None and now - self._last_on_demand < self.unknown_kid_interval:
+            return False
+        if self._inflight is None:
+            self._last_on_demand = now
+        try:
+            await self.fetch_once(session)
+        except FetchError:
+            return True
+        return True
+
+    async def _fetch(self, session: aiohttp.ClientSession) -> None:
+        self.fetches += 1
+        try:
+            document = await fetch_json(session, self.url)
+            if document == self._last_content and self.keyset is not None:
+                self.last_error = None
+                return
+            self._version += 1
+            keyset = parse_jwks(document, self._version)
+        except (FetchError, ValueError) as exc:
+            self.last_error = str(exc)
+            if self.keyset is None:
+                log.warning("keyset %s is not yet available: %s", self.url, exc)
+            else:
+                log.warning("JWKS refresh from %s failed, keeping the last good keyset: %s",
+                            self.url, exc)
+            raise FetchError(str(exc)) from exc
+        first = self.keyset is None
+        self.keyset, self._last_content, self.last_error = keyset, document, None
+        for reason in keyset.skipped:
+            log.warning("JWKS %s: skipped %s", self.url, reason)
+        log.info("JWKS %s %s: %d key(s) %s", self.url, "fetched" if first else "changed",
+                 len(keyset.by_kid), sorted(str(k) for k in keyset.by_kid))
+
+    async def _run(self, session: aiohttp.ClientSession) -> None:
+        delay = FIRST_RETRY
+        while True:
+            try:
+                await self.fetch_once(session)
+            except FetchError:
+                wait = delay
+                delay = min(delay * 2, MAX_RETRY, self.refresh)
+            else:
+                wait = self.refresh
+                delay = FIRST_RETRY
+            await asyncio.sleep(wait)
+
+
+class InlineKeyset:
+    """A JWKS given in the policy itself: parsed at load, never fetched."""
+
+    def __init__(self, keyset: Keyset):
+        self.url = "inline"
+        self.keyset: Keyset | None = keyset
+        self.last_error: str | None = None
+        self.available = True
+
+    def start(self, session: aiohttp.ClientSession) -> None:
+        """Nothing to fetch."""
+
+    async def stop(self) -> None:
+        """Nothing to stop."""
+
+    async def refetch_for_unknown_kid(self) -> bool:
+        """An inline keyset never changes."""
+        return False

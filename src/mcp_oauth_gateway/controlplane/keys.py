@@ -1,0 +1,98 @@
+"""Turn a JWKS document into an immutable keyset: `kid` → parsed key + the algorithms it may verify.
+
+Keys are parsed here, once per fetch, so the request path only looks them up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from joserfc.errors import JoseError
+from joserfc.jwk import JWKRegistry, Key
+
+# Asymmetric signature algorithms only: `none` and HMAC can never verify a token here.
+RSA_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"})
+EC_ALGORITHMS = {"P-256": frozenset({"ES256"}), "P-384": frozenset({"ES384"})}
+OKP_ALGORITHMS = {"Ed25519": frozenset({"EdDSA"})}
+ALLOWED_ALGORITHMS = RSA_ALGORITHMS | {"ES256", "ES384", "EdDSA"}
+
+
+@dataclass(frozen=True, slots=True)
+class VerificationKey:
+    kid: str | None
+    key: Key
+    algorithms: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Keyset:
+    """Verification keys by `kid`; `version` changes whenever the fetched content changes."""
+
+    by_kid: Mapping[str | None, VerificationKey]
+    version: int
+    skipped: tuple[str, ...] = field(default=())
+
+    def find(self, kid: str | None) -> VerificationKey | None:
+        """The key for `kid`; a token without `kid` matches only a keyset of exactly one key."""
+        if kid is None and len(self.by_kid) == 1:
+            return next(iter(self.by_kid.values()))
+        return self.by_kid.get(kid)
+
+
+def _algorithms_for(jwk: Mapping[str, object]) -> frozenset[str]:
+    kty = jwk.get("kty")
+    if kty == "RSA":
+        family = RSA_ALGORITHMS
+    elif kty == "EC":
+        family = EC_ALGORITHMS.get(str(jwk.get("crv")), frozenset())
+    elif kty == "OKP":
+        family = OKP_ALGORITHMS.get(str(jwk.get("crv")), frozenset())
+    else:
+        family = frozenset()
+    alg = jwk.get("alg")
+    if isinstance(alg, str):
+        return family & {alg}
+    return family
+
+
+def parse_jwks(document: object, version: int) -> Keyset:
+    """Parse a JWKS; unusable keys are skipped (and reported), never fatal for the others."""
+    if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
+        raise ValueError('a JWKS must be a JSON object with a "keys" array')
+    keys: dict[str | None, VerificationKey] = {}
+    skipped: list[str] = []
+    for index, jwk in enumerate(document["keys"]):
+        label = f"key {index}"
+        if not isinstance(jwk, dict):
+            skipped.append(f"{label}: not an object")
+            continue
+        kid = jwk.get("kid")
+        if kid is not None and not isinstance(kid, str):
+            skipped.append(f"{label}: kid is not a string")
+            continue
+        label = f"key {kid!r}" if kid else label
+        if jwk.get("use") not in (None, "sig"):
+            skipped.append(f"{label}: use={jwk.get('use')!r} is not a signature key")
+            continue
+        algorithms = _algorithms_for(jwk)
+        if not algorithms:
+            skipped.append(f"{label}: kty={jwk.get('kty')!r} alg={jwk.get('alg')!r} cannot verify "
+                           f"any allowed algorithm")
+            continue
+        if "d" in jwk:
+            skipped.append(f"{label}: holds private key material; a JWKS must be public")
+            continue
+        try:
+            key = JWKRegistry.import_key(dict(jwk))
+        except (JoseError, ValueError, TypeError) as exc:
+            skipped.append(f"{label}: {exc}")
+            continue
+        if kid in keys:
+            skipped.append(f"{label}: duplicate kid, first one kept")
+            continue
+        keys[kid] = VerificationKey(kid=kid, key=key, algorithms=algorithms)
+    if not keys:
+        detail = "; ".join(skipped) or "the keys array is empty"
+        raise ValueError(f"the JWKS holds no usable signature key ({detail})")
+    return Keyset(by_kid=keys, version=version, skipped=tuple(skipped))

@@ -1,0 +1,57 @@
+"""Policy status conditions (`Accepted`, `Attached`, `ResolvedRefs`) as DESIGN §3 defines them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    type: str
+    status: bool
+    reason: str
+    message: str
+    observed_generation: int
+    last_transition_time: str
+
+    def as_dict(self) -> dict[str, object]:
+        """The Kubernetes-style representation (status as the strings True/False)."""
+        return {
+            "type": self.type,
+            "status": "True" if self.status else "False",
+            "reason": self.reason,
+            "message": self.message,
+            "observedGeneration": self.observed_generation,
+            "lastTransitionTime": self.last_transition_time,
+        }
+
+
+def accepted(problems: list[str], generation: int, at: str) -> Condition:
+    """`Accepted=True reason=Valid`, or `False reason=Invalid` naming every problem."""
+    if problems:
+        return Condition("Accepted", False, "Invalid", "; ".join(problems), generation, at)
+    return Condition("Accepted", True, "Valid", "Policy accepted", generation, at)
+
+
+def attached(
+    valid: bool, missing: list[str], conflicts: list[str], generation: int, at: str
+) -> Condition:
+    """`Attached=True reason=Attached`, or why the policy is not attached."""
+    if not valid:
+        return Condition("Attached", False, "Pending",
+                         "Policy is not attached due to invalid status", generation, at)
+    if missing:
+        return Condition("Attached", False, "TargetNotFound",
+                         "Policy is not attached: " + "; ".join(missing), generation, at)
+    if conflicts:
+        return Condition("Attached", False, "Conflicted",
+                         "Policy is not attached: " + "; ".join(conflicts), generation, at)
+    return Condition("Attached", True, "Attached", "Attached to all targets", generation, at)
+
+
+def resolved_refs(unavailable: list[str], generation: int, at: str) -> Condition:
+    """`ResolvedRefs=True`, or `False reason=KeysetUnavailable` naming the URLs and errors."""
+    if unavailable:
+        return Condition("ResolvedRefs", False, "KeysetUnavailable",
+                         "; ".join(unavailable), generation, at)
+    return Condition("ResolvedRefs", True, "ResolvedRefs", "Keyset fetched", generation, at)

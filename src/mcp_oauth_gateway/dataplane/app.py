@@ -1,0 +1,87 @@
+"""The gateway's ASGI entry point: pick the route table by listener port, the route by host and
+path, run its prebuilt pipeline, and write one access-log line."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..controlplane.control import ControlPlane
+from ..controlplane.snapshot import Snapshot
+from ..proxy.upstream import AiohttpUpstream, Upstream
+from .asgi import CLAIMS_KEY, Message, Receive, Scope, Send, header
+from .pipeline import build_tables
+from .responses import send_error
+from .routing import RouteTable
+
+access_log = logging.getLogger("mcp_oauth_gateway.access")
+log = logging.getLogger("mcp_oauth_gateway")
+
+
+class GatewayApp:
+    """ASGI app; rebuilds its route tables whenever the control plane installs a snapshot."""
+
+    def __init__(self, control: ControlPlane, trust_forwarded: bool = False,
+                 upstream: Upstream | None = None):
+        self.control = control
+        self.trust_forwarded = trust_forwarded
+        self.upstream = upstream or AiohttpUpstream()
+        self.tables: dict[int, RouteTable] = {}
+        control.subscribe(self._install)
+
+    def _install(self, snapshot: Snapshot) -> None:
+        # One assignment: requests in flight keep the tables they started with.
+        self.tables = build_tables(snapshot, self.control, self.upstream, self.trust_forwarded)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.control.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.control.stop()
+                await self.upstream.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        status = 0
+
+        async def send_logged(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            port = (scope.get("server") or (None, None))[1]
+            table = self.tables.get(port) if port is not None else None
+            if table is None and len(self.tables) == 1:
+                table = next(iter(self.tables.values()))
+            host = header(scope, b"host")
+            entry = table.match(host.decode("latin-1") if host else "", scope["path"]) if table \
+                else None
+            if entry is None:
+                await send_error(send_logged, 404, "not_found",
+                                 f"no HTTPRoute matches {scope['path']} on this listener")
+            else:
+                await entry.app(scope, receive, send_logged)
+        except Exception:
+            log.exception("unhandled error serving %s %s", scope["method"], scope["path"])
+            if status == 0:
+                await send_error(send_logged, 500, "server_error",
+                                 "the gateway failed to handle this request; see its log")
+        finally:
+            claims = scope.get(CLAIMS_KEY)
+            sub = claims.get("sub") if isinstance(claims, dict) else None
+            access_log.info("%s %s %d %.1fms sub=%s", scope["method"], scope["path"], status,
+                            (time.perf_counter() - started) * 1000, sub if sub else "-")

@@ -1,0 +1,100 @@
+"""JWT authentication stage (Strict mode): 401 with a `WWW-Authenticate` challenge, or claims."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..controlplane.control import Keyholder
+from ..controlplane.snapshot import CompiledMcp, CompiledProvider
+from .asgi import CLAIMS_KEY, ASGIApp, Headers, Receive, Scope, Send
+from .origin import request_origin
+from .responses import send_error
+from .tokens import TokenError, TokenRules, UnknownKeyId, verify_token
+
+log = logging.getLogger("mcp_oauth_gateway.authn")
+
+CACHE_SIZE = 10_000
+_BEARER = b"bearer "
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def challenge(resource_metadata: str | None, scope: str | None, error: str | None) -> bytes:
+    """RFC 6750 challenge: `Bearer` first (TS clients read only the first token)."""
+    params = []
+    if error:
+        params.append(f'error="invalid_token", error_description="{_quote(error)}"')
+    if resource_metadata:
+        params.append(f'resource_metadata="{resource_metadata}"')
+    if scope:
+        params.append(f'scope="{scope}"')
+    return ("Bearer " + ", ".join(params)).strip().encode("latin-1", "replace")
+
+
+class JwtAuthentication:
+    """Verifies the bearer token; on success the claims go to `scope[CLAIMS_KEY]`."""
+
+    def __init__(self, app: ASGIApp, provider: CompiledProvider, keys: Keyholder,
+                 mcp: CompiledMcp | None, forward_token: bool, trust_forwarded: bool):
+        self.app = app
+        self.keys = keys
+        self.rules = TokenRules(issuer=provider.issuer, audiences=provider.audiences)
+        self.prm_path = mcp.prm_path if mcp is not None else None
+        self.scope_hint = " ".join(mcp.scopes_supported) if mcp and mcp.scopes_supported else None
+        self.forward_token = forward_token
+        self.trust_forwarded = trust_forwarded
+        # token → (claims, exp, keyset version); bounded, insertion-ordered for cheap eviction.
+        self._cache: dict[str, tuple[dict[str, object], float, int]] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = None
+        others: Headers = []
+        for name, value in scope["headers"]:
+            if name == b"authorization" and raw is None:
+                raw = value
+                if self.forward_token:
+                    others.append((name, value))
+            else:
+                others.append((name, value))
+        if raw is None or raw[:7].lower() != _BEARER or not raw[7:].strip():
+            await self._deny(scope, send, "missing bearer token", token_sent=False)
+            return
+        try:
+            claims = await self._verify(raw[7:].strip().decode("latin-1"))
+        except TokenError as exc:
+            await self._deny(scope, send, str(exc), token_sent=True)
+            return
+        scope[CLAIMS_KEY] = claims
+        scope["headers"] = others
+        await self.app(scope, receive, send)
+
+    async def _verify(self, token: str) -> dict[str, object]:
+        keyset = self.keys.keyset
+        if keyset is None:
+            raise TokenError(f"the signing keyset ({self.keys.url}) is not yet available; "
+                             f"requests fail closed until it is fetched")
+        now = time.time()
+        hit = self._cache.get(token)
+        if hit is not None and hit[2] == keyset.version and now <= hit[1] + self.rules.leeway:
+            return hit[0]
+        try:
+            claims = verify_token(token, keyset, self.rules, now)
+        except UnknownKeyId:
+            if not await self.keys.refetch_for_unknown_kid() or self.keys.keyset is None:
+                raise
+            keyset = self.keys.keyset
+            claims = verify_token(token, keyset, self.rules, now)
+        if len(self._cache) >= CACHE_SIZE:
+            del self._cache[next(iter(self._cache))]
+        self._cache[token] = (claims, float(claims["exp"]), keyset.version)  # type: ignore[arg-type]
+        return claims
+
+    async def _deny(self, scope: Scope, send: Send, why: str, token_sent: bool) -> None:
+        metadata = None
+        if self.prm_path is not None:
+            metadata = request_origin(scope, self.trust_forwarded) + self.prm_path
+        value = challenge(metadata, self.scope_hint, why if token_sent else None)
+        await send_error(send, 401, "invalid_token", why, [(b"www-authenticate", value)])

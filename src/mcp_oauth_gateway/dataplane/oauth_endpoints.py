@@ -1,0 +1,193 @@
+"""The MCP OAuth endpoints the gateway answers itself, never proxied: protected resource metadata
+(RFC 9728), authorization server metadata (RFC 8414, built from the provider's discovery
+document) and the client-registration shim (RFC 7591)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+import aiohttp
+import orjson
+
+from ..controlplane.discovery import DiscoveryCache
+from ..controlplane.fetch import FetchError
+from ..controlplane.snapshot import PRM_PREFIX, CompiledMcp, CompiledProvider
+from ..providers import ProviderAdapter, RegistrationError
+from .asgi import ASGIApp, Receive, Scope, Send
+from .origin import request_origin
+from .responses import send_error, send_json
+
+log = logging.getLogger("mcp_oauth_gateway.oauth")
+
+MCP_PROTOCOL_VERSION = "2025-06-18"
+MAX_REGISTRATION_BODY = 64 * 1024
+_FORBIDDEN_SCHEMES = frozenset({"javascript", "data", "file", "vbscript", "about", "blob"})
+
+
+def validate_redirect_uri(uri: object) -> str | None:
+    """Why `uri` is not an acceptable absolute redirect URI, or None when it is."""
+    if not isinstance(uri, str) or not uri:
+        return "redirect_uris entries must be non-empty strings"
+    parts = urlsplit(uri)
+    if not parts.scheme:
+        return f"redirect URI {uri!r} is not an absolute URL"
+    if parts.scheme.lower() in _FORBIDDEN_SCHEMES:
+        return f"redirect URI {uri!r} uses the forbidden scheme {parts.scheme}:"
+    if parts.scheme.lower() in ("http", "https") and not parts.hostname:
+        return f"redirect URI {uri!r} has no host"
+    if parts.fragment:
+        return f"redirect URI {uri!r} must not contain a fragment"
+    return None
+
+
+def parse_registration(raw: bytes) -> dict[str, object]:
+    """Validate an RFC 7591 registration body; raise RegistrationError (400) when it is not."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise RegistrationError(400, "invalid_client_metadata",
+                                "the registration body is not valid JSON") from exc
+    if not isinstance(body, dict):
+        raise RegistrationError(400, "invalid_client_metadata",
+                                "the registration body must be a JSON object")
+    uris = body.get("redirect_uris")
+    if not isinstance(uris, list) or not uris:
+        raise RegistrationError(400, "invalid_redirect_uri",
+                                "redirect_uris must be a non-empty array of absolute URLs")
+    for uri in uris:
+        problem = validate_redirect_uri(uri)
+        if problem:
+            raise RegistrationError(400, "invalid_redirect_uri", problem)
+    for name in ("client_name", "scope", "token_endpoint_auth_method"):
+        if name in body and not isinstance(body[name], str):
+            raise RegistrationError(400, "invalid_client_metadata", f"{name} must be a string")
+    return body
+
+
+def protected_resource_metadata(mcp: CompiledMcp, origin: str, issuer: str) -> dict[str, object]:
+    """The RFC 9728 document: the gateway is the AS when a provider is set, else the issuer."""
+    document: dict[str, object] = {
+        "resource": mcp.resource or origin + mcp.mcp_path,
+        "authorization_servers": [origin + mcp.mcp_path] if mcp.provider else [issuer],
+        "mcp_protocol_version": MCP_PROTOCOL_VERSION,
+        "resource_type": "mcp-server",
+        "bearer_methods_supported": list(mcp.bearer_methods_supported),
+        "scopes_supported": list(mcp.scopes_supported),
+    }
+    document.update(mcp.extra_metadata)
+    return document
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, or None when it exceeds `limit` bytes."""
+    chunks = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b""
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+class OAuthEndpoints:
+    """Answers the three MCP OAuth paths of the policy; everything else goes on down the line."""
+
+    def __init__(self, app: ASGIApp, mcp: CompiledMcp, provider: CompiledProvider,
+                 adapter: ProviderAdapter | None, discovery: DiscoveryCache | None,
+                 session: Callable[[], aiohttp.ClientSession | None], trust_forwarded: bool):
+        self.app = app
+        self.mcp = mcp
+        self.issuer = provider.issuer
+        self.adapter = adapter
+        self.discovery = discovery
+        self.session = session
+        self.trust_forwarded = trust_forwarded
+        self.paths = {
+            mcp.prm_path: self._prm,
+            PRM_PREFIX: self._prm,
+            mcp.asm_path: self._asm,
+            mcp.registration_path: self._register,
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        handler = self.paths.get(scope["path"].rstrip("/") or "/")
+        if handler is None:
+            await self.app(scope, receive, send)
+            return
+        await handler(scope, receive, send)
+
+    @staticmethod
+    async def _method_not_allowed(send: Send, allowed: str, method: str) -> None:
+        await send_error(send, 405, "invalid_request", f"{method} is not allowed here; use "
+                         f"{allowed}", [(b"allow", allowed.encode())])
+
+    async def _prm(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] not in ("GET", "HEAD"):
+            await self._method_not_allowed(send, "GET", scope["method"])
+            return
+        origin = request_origin(scope, self.trust_forwarded)
+        await send_json(send, 200, protected_resource_metadata(self.mcp, origin, self.issuer))
+
+    async def _asm(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] not in ("GET", "HEAD"):
+            await self._method_not_allowed(send, "GET", scope["method"])
+            return
+        if self.adapter is None or self.discovery is None:
+            await send_error(send, 404, "not_found",
+                             "this gateway does not front an authorization server for this "
+                             "route (mcp.provider is not set); use the issuer named in the "
+                             "protected resource metadata")
+            return
+        try:
+            discovery = await self.discovery.get()
+        except FetchError as exc:
+            await send_error(send, 502, "temporarily_unavailable",
+                             f"the provider's discovery document could not be fetched: {exc}")
+            return
+        origin = request_origin(scope, self.trust_forwarded)
+        document = self.adapter.authorization_server_metadata(
+            discovery, origin + self.mcp.registration_path)
+        await send_json(send, 200, document)
+
+    async def _register(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            await self._method_not_allowed(send, "POST", scope["method"])
+            return
+        if self.adapter is None:
+            await send_error(send, 404, "not_found",
+                             "client registration is not offered here (mcp.provider is not set)")
+            return
+        raw = await read_body(receive, MAX_REGISTRATION_BODY)
+        if raw is None:
+            await send_error(send, 413, "invalid_client_metadata",
+                             f"registration body larger than {MAX_REGISTRATION_BODY} bytes")
+            return
+        try:
+            metadata = parse_registration(raw)
+            discovery = None
+            if self.discovery is not None and self.adapter.name == "Keycloak":
+                discovery = await self.discovery.get()
+            result = await self.adapter.register(metadata, raw, discovery, self.session())
+        except RegistrationError as exc:
+            await send_error(send, exc.status, exc.error, exc.description)
+            return
+        except FetchError as exc:
+            await send_error(send, 502, "server_error",
+                             f"the provider's discovery document could not be fetched: {exc}")
+            return
+        await send({
+            "type": "http.response.start",
+            "status": result.status,
+            "headers": [(b"content-type", result.content_type),
+                        (b"content-length", str(len(result.body)).encode()),
+                        (b"cache-control", b"no-store")],
+        })
+        await send({"type": "http.response.body", "body": result.body})

@@ -1,0 +1,73 @@
+"""Assemble one route rule's pipeline from the snapshot, once per configuration:
+CORS → MCP OAuth endpoints → JWT authentication → CEL authorization → reverse proxy."""
+
+from __future__ import annotations
+
+from ..controlplane.control import ControlPlane
+from ..controlplane.snapshot import CompiledRoute, Snapshot
+from ..providers import adapter_for
+from ..proxy.reverse_proxy import ReverseProxy
+from ..proxy.upstream import Upstream
+from .asgi import ASGIApp, Receive, Scope, Send
+from .authn import JwtAuthentication
+from .authz import CelAuthorization
+from .cors import CorsFilter
+from .oauth_endpoints import OAuthEndpoints
+from .responses import send_error
+from .routing import RouteEntry, RouteTable
+
+
+class FailClosed:
+    """Answers every request with an error: the route cannot be served safely."""
+
+    def __init__(self, status: int, error: str, description: str):
+        self.status = status
+        self.error = error
+        self.description = description
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_error(send, self.status, self.error, self.description)
+
+
+def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstream,
+                    trust_forwarded: bool) -> ASGIApp:
+    """The stages for one route rule, innermost first."""
+    policy = route.policy
+    app: ASGIApp
+    if route.broken is not None or route.target is None:
+        app = FailClosed(503, "backend_unavailable", route.broken or "route has no backend")
+    elif policy is not None and policy.invalid is not None:
+        app = FailClosed(503, "policy_invalid", policy.invalid)
+    else:
+        app = ReverseProxy(route.target, upstream, route.backend_timeout, trust_forwarded)
+        if policy is not None:
+            if policy.authorization is not None:
+                app = CelAuthorization(app, policy.authorization, policy.key)
+            if policy.provider is not None:
+                keys = control.keysets[policy.provider.keyset.url]
+                app = JwtAuthentication(app, policy.provider, keys, policy.mcp,
+                                        policy.forward_token, trust_forwarded)
+                if policy.mcp is not None:
+                    adapter = adapter_for(policy.mcp.provider, policy.mcp.client_id)
+                    discovery = control.discoveries.get(policy.provider.discovery_url)
+                    app = OAuthEndpoints(app, policy.mcp, policy.provider, adapter, discovery,
+                                         lambda: control.session, trust_forwarded)
+    if route.cors is not None:
+        app = CorsFilter(app, route.cors)
+    return app
+
+
+def build_tables(snapshot: Snapshot, control: ControlPlane, upstream: Upstream,
+                 trust_forwarded: bool) -> dict[int, RouteTable]:
+    """A route table per listener port; pipelines are shared by the routes' matches."""
+    built: dict[tuple[str, int], ASGIApp] = {}
+    tables = {}
+    for port, routes in snapshot.listeners.items():
+        entries = []
+        for route in routes:
+            key = (route.route, route.rule)
+            if key not in built:
+                built[key] = build_route_app(route, control, upstream, trust_forwarded)
+            entries.append(RouteEntry(route, built[key]))
+        tables[port] = RouteTable(entries)
+    return tables

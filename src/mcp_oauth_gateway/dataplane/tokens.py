@@ -1,0 +1,125 @@
+"""Bearer JWT verification as pure functions: is this token valid for these rules, and why not."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import orjson
+from joserfc import jws
+from joserfc.errors import JoseError
+
+from ..controlplane.keys import ALLOWED_ALGORITHMS, Keyset
+
+LEEWAY = 60
+MAX_TOKEN_BYTES = 8192
+_TYPES = frozenset({"jwt", "at+jwt", "application/jwt", "application/at+jwt"})
+_ALLOWED_TEXT = ", ".join(sorted(ALLOWED_ALGORITHMS))
+
+
+class TokenError(Exception):
+    """The token is not acceptable; the message is safe to show the client."""
+
+
+class UnknownKeyId(TokenError):
+    """No key in the keyset has the token's `kid` (a refetch may help)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRules:
+    issuer: str
+    audiences: frozenset[str] | None
+    leeway: int = LEEWAY
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_claims(claims: Mapping[str, object], rules: TokenRules, now: float) -> None:
+    """Check iss, aud, exp, nbf and iat; raise TokenError naming the first failure."""
+    iss = claims.get("iss")
+    if iss != rules.issuer:
+        hint = ""
+        if isinstance(iss, str) and iss.rstrip("/") == rules.issuer.rstrip("/"):
+            hint = " (a trailing slash matters)"
+        raise TokenError(f"iss {iss!r} is not the expected issuer {rules.issuer!r}{hint}")
+    if rules.audiences is not None:
+        aud = claims.get("aud")
+        values = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else None
+        if values is None:
+            raise TokenError("token has no aud claim")
+        if not any(isinstance(v, str) and v in rules.audiences for v in values):
+            raise TokenError(f"aud {aud!r} does not include any accepted audience "
+                             f"{sorted(rules.audiences)!r}")
+    exp = claims.get("exp")
+    if not _is_number(exp):
+        raise TokenError("token has no numeric exp claim")
+    if now > exp + rules.leeway:  # type: ignore[operator]
+        raise TokenError("token has expired")
+    nbf = claims.get("nbf")
+    if nbf is not None:
+        if not _is_number(nbf):
+            raise TokenError("nbf claim is not a number")
+        if now + rules.leeway < nbf:  # type: ignore[operator]
+            raise TokenError("token is not yet valid (nbf is in the future)")
+    iat = claims.get("iat")
+    if iat is not None:
+        if not _is_number(iat):
+            raise TokenError("iat claim is not a number")
+        if iat > now + rules.leeway:  # type: ignore[operator]
+            raise TokenError("token was issued in the future (iat)")
+
+
+def parse_token(token: str) -> tuple[jws.CompactSignature, dict[str, object]]:
+    """Split and decode the token header; raise TokenError when it is malformed."""
+    if len(token) > MAX_TOKEN_BYTES:
+        raise TokenError(f"token is longer than {MAX_TOKEN_BYTES} bytes")
+    if token.count(".") != 2:
+        raise TokenError("malformed token: expected three dot-separated parts "
+                         "(header.payload.signature)")
+    try:
+        compact = jws.extract_compact(token.encode("ascii"))
+        header = compact.headers()
+    except (JoseError, ValueError, UnicodeError, TypeError) as exc:
+        raise TokenError(f"malformed token: {getattr(exc, 'description', None) or exc}") from exc
+    if not isinstance(header, dict):
+        raise TokenError("malformed token: header is not a JSON object")
+    return compact, header
+
+
+def verify_token(token: str, keyset: Keyset, rules: TokenRules, now: float) -> dict[str, object]:
+    """Verify signature and claims; return the claims or raise TokenError / UnknownKeyId."""
+    compact, header = parse_token(token)
+    alg = header.get("alg")
+    if alg not in ALLOWED_ALGORITHMS:
+        raise TokenError(f"alg {alg!r} is not accepted (accepted: {_ALLOWED_TEXT})")
+    typ = header.get("typ")
+    if typ is not None and (not isinstance(typ, str) or typ.lower() not in _TYPES):
+        raise TokenError(f"typ {typ!r} is not a JWT access token type")
+    if "crit" in header:
+        raise TokenError("token header has crit parameters, none of which are supported")
+    kid = header.get("kid")
+    if kid is not None and not isinstance(kid, str):
+        raise TokenError("kid is not a string")
+    key = keyset.find(kid)
+    if key is None:
+        raise UnknownKeyId(f"no key with kid {kid!r} in the issuer's keyset" if kid
+                           else "token header has no kid")
+    if alg not in key.algorithms:
+        raise TokenError(f"alg {alg} cannot be verified with key {kid!r} "
+                         f"(it allows {', '.join(sorted(key.algorithms))})")
+    try:
+        valid = jws.validate_compact(compact, key.key, [alg])  # type: ignore[arg-type]
+    except (JoseError, ValueError, TypeError) as exc:
+        raise TokenError(f"signature check failed: {exc}") from exc
+    if not valid:
+        raise TokenError(f"signature does not verify with key {kid!r}")
+    try:
+        claims = orjson.loads(compact.payload)
+    except orjson.JSONDecodeError as exc:
+        raise TokenError("malformed token: payload is not JSON") from exc
+    if not isinstance(claims, dict):
+        raise TokenError("malformed token: payload is not a JSON object")
+    check_claims(claims, rules, now)
+    return claims

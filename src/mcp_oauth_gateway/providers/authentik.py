@@ -1,0 +1,42 @@
+"""Provider B (authentik): no Dynamic Client Registration, so the gateway answers it itself with
+the pre-registered public client `mcp.clientId`. Registration is never forwarded."""
+
+from __future__ import annotations
+
+import time
+
+import aiohttp
+import orjson
+
+from .base import RegistrationResult, with_defaults
+
+
+class AuthentikAdapter:
+    name = "ProviderB"
+
+    def __init__(self, client_id: str):
+        self.client_id = client_id
+
+    def authorization_server_metadata(
+        self, discovery: dict[str, object], registration_endpoint: str
+    ) -> dict[str, object]:
+        """The provider's discovery document with `registration_endpoint` injected."""
+        return with_defaults(discovery, registration_endpoint)
+
+    async def register(
+        self, metadata: dict[str, object], raw_body: bytes, discovery: dict[str, object] | None,
+        session: aiohttp.ClientSession | None,
+    ) -> RegistrationResult:
+        """RFC 7591 response naming the pre-registered public client."""
+        response = {
+            "client_id": self.client_id,
+            "client_id_issued_at": int(time.time()),
+            "token_endpoint_auth_method": "none",
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "redirect_uris": metadata.get("redirect_uris", []),
+        }
+        for field in ("client_name", "scope", "application_type"):
+            if isinstance(metadata.get(field), str):
+                response[field] = metadata[field]
+        return RegistrationResult(201, orjson.dumps(response))

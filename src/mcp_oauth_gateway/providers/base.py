@@ -1,0 +1,50 @@
+"""What a provider adapter answers: how to build AS metadata and how to handle registration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import aiohttp
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationResult:
+    status: int
+    body: bytes
+    content_type: bytes = b"application/json"
+
+
+class RegistrationError(Exception):
+    """Registration cannot be completed; carries an RFC 7591 error code and a description."""
+
+    def __init__(self, status: int, error: str, description: str):
+        super().__init__(description)
+        self.status = status
+        self.error = error
+        self.description = description
+
+
+class ProviderAdapter(Protocol):
+    name: str
+
+    def authorization_server_metadata(
+        self, discovery: dict[str, object], registration_endpoint: str
+    ) -> dict[str, object]:
+        """The AS metadata document served to MCP clients."""
+        ...
+
+    async def register(
+        self, metadata: dict[str, object], raw_body: bytes, discovery: dict[str, object] | None,
+        session: aiohttp.ClientSession | None,
+    ) -> RegistrationResult:
+        """Answer a validated registration request."""
+        ...
+
+
+def with_defaults(document: dict[str, object], registration_endpoint: str) -> dict[str, object]:
+    """Copy the discovery document with our registration endpoint and S256 PKCE advertised."""
+    out = dict(document)
+    out["registration_endpoint"] = registration_endpoint
+    out.setdefault("code_challenge_methods_supported", ["S256"])
+    return out

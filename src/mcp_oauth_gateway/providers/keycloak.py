@@ -1,0 +1,50 @@
+"""Provider A (Keycloak): it has DCR but no CORS on it, so registration is forwarded through the
+gateway (which adds CORS) to the provider's own registration endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+from .base import RegistrationError, RegistrationResult, with_defaults
+
+FORWARD_TIMEOUT = 15.0
+MAX_RESPONSE = 256 * 1024
+
+
+class KeycloakAdapter:
+    name = "Keycloak"
+
+    def authorization_server_metadata(
+        self, discovery: dict[str, object], registration_endpoint: str
+    ) -> dict[str, object]:
+        """The provider's discovery document with `registration_endpoint` replaced."""
+        return with_defaults(discovery, registration_endpoint)
+
+    async def register(
+        self, metadata: dict[str, object], raw_body: bytes, discovery: dict[str, object] | None,
+        session: aiohttp.ClientSession | None,
+    ) -> RegistrationResult:
+        """POST the request body to the provider's registration endpoint and relay the answer."""
+        target = (discovery or {}).get("registration_endpoint")
+        if not isinstance(target, str) or session is None:
+            raise RegistrationError(502, "server_error",
+                                    "the provider's discovery document has no "
+                                    "registration_endpoint to forward registration to")
+        try:
+            async with asyncio.timeout(FORWARD_TIMEOUT):
+                async with session.post(target, data=raw_body, allow_redirects=False,
+                                        headers={"Content-Type": "application/json",
+                                                 "Accept": "application/json"}) as response:
+                    body = await response.content.read(MAX_RESPONSE)
+                    content_type = response.headers.get("Content-Type", "application/json")
+                    return RegistrationResult(response.status, body, content_type.encode())
+        except TimeoutError as exc:
+            raise RegistrationError(504, "server_error",
+                                    f"the provider's registration endpoint {target} did not "
+                                    f"answer within {FORWARD_TIMEOUT:g}s") from exc
+        except aiohttp.ClientError as exc:
+            raise RegistrationError(502, "server_error",
+                                    f"the provider's registration endpoint {target} is "
+                                    f"unreachable: {exc}") from exc

@@ -1,0 +1,151 @@
+"""Streaming reverse proxy stage: request and response bodies flow through without buffering.
+
+MCP headers (`Mcp-Session-Id`, `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`,
+`Last-Event-ID`) pass untouched because only hop-by-hop headers are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+from ..controlplane.snapshot import CompiledTarget
+from ..dataplane.asgi import Headers, Receive, Scope, Send
+from ..dataplane.responses import send_error
+from .upstream import Upstream, UpstreamError, UpstreamResponse
+
+log = logging.getLogger("mcp_oauth_gateway.proxy")
+
+HOP_BY_HOP = frozenset({
+    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te",
+    b"trailer", b"trailers", b"transfer-encoding", b"upgrade", b"proxy-connection",
+})
+_FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host",
+                        b"forwarded"})
+
+
+def _connection_tokens(headers: Headers) -> frozenset[bytes]:
+    tokens: set[bytes] = set()
+    for name, value in headers:
+        if name == b"connection":
+            tokens.update(t.strip().lower() for t in value.split(b","))
+    return frozenset(tokens)
+
+
+def upstream_request_headers(scope: Scope, authority: bytes, trust_forwarded: bool) -> Headers:
+    """Headers for the backend: hop-by-hop and Host replaced, X-Forwarded-* set."""
+    incoming: Headers = scope["headers"]
+    drop = HOP_BY_HOP | _connection_tokens(incoming) | {b"host"}
+    if not trust_forwarded:
+        drop |= _FORWARDED
+    out: Headers = [(name, value) for name, value in incoming if name not in drop]
+    client = scope.get("client")
+    client_ip = client[0].encode() if client else b"unknown"
+    host = next((v for k, v in incoming if k == b"host"), b"")
+    previous = next((v for k, v in out if k == b"x-forwarded-for"), None)
+    out = [(k, v) for k, v in out if k != b"x-forwarded-for"]
+    out.append((b"x-forwarded-for", previous + b", " + client_ip if previous else client_ip))
+    if not trust_forwarded:
+        out.append((b"x-forwarded-proto", scope.get("scheme", "http").encode()))
+        if host:
+            out.append((b"x-forwarded-host", host))
+    out.append((b"host", authority))
+    return out
+
+
+def downstream_response_headers(headers: Headers) -> Headers:
+    """Response headers for the client, hop-by-hop removed."""
+    drop = HOP_BY_HOP | _connection_tokens(headers)
+    return [(name.lower(), value) for name, value in headers if name.lower() not in drop]
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class ReverseProxy:
+    """The last stage: forwards to the GatewayBackend target."""
+
+    def __init__(self, target: CompiledTarget, upstream: Upstream, timeout: float,
+                 trust_forwarded: bool):
+        self.base = f"http://{target.authority}{target.path}"
+        self.authority = target.authority.encode()
+        self.upstream = upstream
+        self.timeout = timeout
+        self.trust_forwarded = trust_forwarded
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        query = scope.get("query_string", b"")
+        url = self.base + ("?" + query.decode("latin-1") if query else "")
+        headers = upstream_request_headers(scope, self.authority, self.trust_forwarded)
+        first = await receive()
+        body: bytes | AsyncIterator[bytes]
+        if first["type"] == "http.disconnect":
+            return
+        if first.get("more_body", False):
+            body = self._stream_body(first.get("body", b""), receive)
+        else:
+            body = first.get("body", b"")
+        try:
+            async with asyncio.timeout(self.timeout):
+                response = await self.upstream.request(scope["method"], url, headers, body)
+        except TimeoutError:
+            await send_error(send, 504, "gateway_timeout",
+                             f"the MCP backend {self.authority.decode()} did not answer within "
+                             f"{self.timeout:g}s")
+            return
+        except UpstreamError as exc:
+            log.warning("backend %s unreachable: %s", self.authority.decode(), exc)
+            await send_error(send, 502, "bad_gateway",
+                             f"the MCP backend {self.authority.decode()} is unreachable")
+            return
+        try:
+            response_headers = downstream_response_headers(response.headers)
+            await send({"type": "http.response.start", "status": response.status,
+                        "headers": response_headers})
+            streaming = any(name == b"content-type" and value.startswith(b"text/event-stream")
+                            for name, value in response_headers)
+            if streaming:
+                await self._relay_until_disconnect(response, receive, send)
+            else:
+                await self._relay(response, send)
+        finally:
+            response.release()
+
+    @staticmethod
+    async def _stream_body(first: bytes, receive: Receive) -> AsyncIterator[bytes]:
+        if first:
+            yield first
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            if chunk:
+                yield chunk
+            if not message.get("more_body", False):
+                return
+
+    @staticmethod
+    async def _relay(response: UpstreamResponse, send: Send) -> None:
+        try:
+            async for chunk in response.chunks():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except UpstreamError as exc:
+            log.warning("%s", exc)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _relay_until_disconnect(
+        self, response: UpstreamResponse, receive: Receive, send: Send
+    ) -> None:
+        # A stream may run for hours: when the client goes away, stop reading the backend.
+        relay = asyncio.ensure_future(self._relay(response, send))
+        watcher = asyncio.ensure_future(_wait_for_disconnect(receive))
+        try:
+            await asyncio.wait({relay, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (relay, watcher):
+                task.cancel()
+            await asyncio.gather(relay, watcher, return_exceptions=True)

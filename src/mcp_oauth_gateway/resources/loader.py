@@ -1,0 +1,164 @@
+"""Load resources from YAML files and directories; errors name file, resource and field."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from .models import KINDS, Resource
+
+YAML_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a resource came from: the file and the document's position in it."""
+
+    path: str
+    document: int
+
+    def __str__(self) -> str:
+        return self.path if self.document == 0 else f"{self.path} (document {self.document + 1})"
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    resource: Resource
+    source: Source
+
+    @property
+    def label(self) -> str:
+        """`Kind namespace/name`, used at the start of every message about this resource."""
+        return f"{self.resource.kind} {self.resource.metadata.key}"
+
+
+@dataclass(slots=True)
+class LoadResult:
+    resources: list[Loaded] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+
+    def of_kind(self, kind: str) -> list[Loaded]:
+        """The loaded resources of one kind, in load order."""
+        return [item for item in self.resources if item.resource.kind == kind]
+
+
+def field_path(loc: Iterable[int | str]) -> str:
+    """Render a pydantic error location as `spec.rules[0].filters[1].cors`."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.startswith(("function-after", "function-before", "function-wrap")):
+            continue
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def _message(error: dict) -> str:
+    kind = error["type"]
+    msg = str(error["msg"])
+    if kind == "extra_forbidden":
+        return "unknown field; remove it or check its spelling"
+    if kind == "missing":
+        return "required field is missing"
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            return msg[len(prefix) :]
+    return msg
+
+
+def describe_validation_error(label: str, source: Source, exc: ValidationError) -> list[str]:
+    """One line per problem: `file: Kind ns/name: field.path: what is wrong`."""
+    lines = []
+    for error in exc.errors():
+        path = field_path(error["loc"])
+        where = f"{path}: " if path else ""
+        lines.append(f"{source}: {label}: {where}{_message(error)}")
+    return lines
+
+
+def expand_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
+    """Turn files and directories into the sorted list of YAML files they hold."""
+    files: list[Path] = []
+    errors: list[str] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = sorted(
+                p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in YAML_SUFFIXES
+            )
+            if not found:
+                errors.append(f"{path}: directory holds no .yaml, .yml or .json files")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            errors.append(f"{path}: no such file or directory (pass a YAML file or a directory)")
+    return files, errors
+
+
+def _documents(path: Path) -> Iterable[tuple[int, object]]:
+    with path.open(encoding="utf-8") as handle:
+        yield from enumerate(yaml.safe_load_all(handle))
+
+
+def _parse_document(doc: object, source: Source) -> Loaded | list[str]:
+    if not isinstance(doc, dict):
+        return [f"{source}: expected a mapping with apiVersion and kind, got {type(doc).__name__}"]
+    api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    name = f"{metadata.get('namespace', 'default')}/{metadata.get('name', '<unnamed>')}"
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        return [f"{source}: {name}: apiVersion and kind are required strings"]
+    model = KINDS.get((api_version, kind))
+    if model is None:
+        known = ", ".join(f"{k} ({v})" for v, k in KINDS)
+        return [f"{source}: {kind} {name}: unsupported apiVersion/kind {api_version}/{kind}; "
+                f"supported: {known}"]
+    label = f"{kind} {name}"
+    try:
+        resource = model.model_validate(doc)
+    except ValidationError as exc:
+        return describe_validation_error(label, source, exc)
+    return Loaded(resource, source)
+
+
+def load_paths(paths: Sequence[str | Path]) -> LoadResult:
+    """Load every resource under `paths`; problems are collected, never raised."""
+    files, errors = expand_paths(paths)
+    result = LoadResult(errors=errors, files=files)
+    seen: dict[tuple[str, str], Source] = {}
+    for path in files:
+        try:
+            documents = list(_documents(path))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+            problem = getattr(exc, "problem", None) or str(exc)
+            result.errors.append(f"{where}: invalid YAML: {problem}")
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            result.errors.append(f"{path}: cannot read: {exc}")
+            continue
+        for index, doc in documents:
+            if doc is None:  # an empty document between `---` separators
+                continue
+            parsed = _parse_document(doc, Source(str(path), index))
+            if isinstance(parsed, list):
+                result.errors.extend(parsed)
+                continue
+            identity = (parsed.resource.kind, parsed.resource.metadata.key)
+            if identity in seen:
+                result.errors.append(
+                    f"{parsed.source}: {parsed.label}: defined twice (first in {seen[identity]})"
+                )
+                continue
+            seen[identity] = parsed.source
+            result.resources.append(parsed)
+    return result

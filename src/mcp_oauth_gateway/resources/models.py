@@ -1,0 +1,421 @@
+"""Typed models of the resources the gateway reads, mirroring the YAML field for field.
+
+Unknown fields are rejected (like `kubectl apply --validate=strict`) so a typo in a policy is an
+error that names the field instead of a setting that silently does nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+POLICY_API_GROUP = "mcp-oauth-gateway.dev"
+POLICY_API_VERSION = f"{POLICY_API_GROUP}/v1alpha1"
+GATEWAY_API_GROUP = "gateway.networking.k8s.io"
+GATEWAY_API_VERSION = f"{GATEWAY_API_GROUP}/v1"
+
+_DURATION = re.compile(r"^(?:(\d{1,5})h)?(?:(\d{1,5})m(?!s))?(?:(\d{1,5})s)?(?:(\d{1,5})ms)?$")
+
+
+def parse_duration(text: str) -> float:
+    """Parse a Gateway API duration such as `5m`, `1h30m`, `500ms` into seconds."""
+    match = _DURATION.match(text)
+    if not text or match is None or not any(match.groups()):
+        raise ValueError(f"{text!r} is not a duration; write it like 30s, 5m, 1h30m or 500ms")
+    hours, minutes, seconds, millis = (int(g) if g else 0 for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds + millis / 1000
+
+
+def _absolute_http_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{value!r} is not an absolute http(s) URL")
+    return value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, alias_generator=to_camel
+    )
+
+
+NonEmpty = Annotated[str, Field(min_length=1)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+Duration = Annotated[str, Field(min_length=1)]
+
+
+class ObjectMeta(_Model):
+    name: NonEmpty
+    namespace: NonEmpty = "default"
+    generation: int = 1
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`, the identity used in references and messages."""
+        return f"{self.namespace}/{self.name}"
+
+
+# --- Gateway (gateway.networking.k8s.io/v1) -------------------------------------------------
+
+
+class Listener(_Model):
+    name: NonEmpty
+    port: Port
+    protocol: Literal["HTTP"] = "HTTP"
+    hostname: str | None = None
+
+
+class GatewaySpec(_Model):
+    gateway_class_name: str | None = None
+    listeners: Annotated[list[Listener], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _unique_listener_names(self) -> GatewaySpec:
+        names = [listener.name for listener in self.listeners]
+        if len(names) != len(set(names)):
+            raise ValueError("listener names must be unique")
+        return self
+
+
+class Gateway(_Model):
+    api_version: Literal["gateway.networking.k8s.io/v1"]
+    kind: Literal["Gateway"]
+    metadata: ObjectMeta
+    spec: GatewaySpec
+
+
+# --- HTTPRoute (gateway.networking.k8s.io/v1) ----------------------------------------------
+
+
+class ParentRef(_Model):
+    group: Literal["gateway.networking.k8s.io"] = GATEWAY_API_GROUP
+    kind: Literal["Gateway"] = "Gateway"
+    name: NonEmpty
+    namespace: str | None = None
+    section_name: str | None = None
+    port: Port | None = None
+
+
+class PathMatch(_Model):
+    type: Literal["PathPrefix", "Exact"] = "PathPrefix"
+    value: str = "/"
+
+    @field_validator("value")
+    @classmethod
+    def _starts_with_slash(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"path {value!r} must start with '/'")
+        return value
+
+
+class RouteMatch(_Model):
+    path: PathMatch = PathMatch()
+
+
+class CorsPolicy(_Model):
+    allow_credentials: bool = False
+    allow_headers: list[NonEmpty] = []
+    allow_methods: list[NonEmpty] = []
+    allow_origins: list[NonEmpty] = []
+    expose_headers: list[NonEmpty] = []
+    max_age: Annotated[int, Field(ge=0)] = 5
+
+
+class RouteFilter(_Model):
+    type: Literal["CORS"]
+    cors: CorsPolicy
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cors_needs_settings(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("type") == "CORS" and "cors" not in data:
+            raise ValueError("a filter of type CORS needs a `cors` object")
+        return data
+
+
+class RouteBackendRef(_Model):
+    group: Literal["mcp-oauth-gateway.dev"] = POLICY_API_GROUP
+    kind: Literal["GatewayBackend"] = "GatewayBackend"
+    name: NonEmpty
+    namespace: str | None = None
+    weight: int | None = None
+
+
+class RouteTimeouts(_Model):
+    # `backendRequest` bounds the wait for the backend's response headers; a streamed body may
+    # then run as long as it needs (MCP SSE streams are long-lived by design).
+    request: Duration | None = None
+    backend_request: Duration | None = None
+
+    @field_validator("request", "backend_request")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_duration(value)
+        return value
+
+
+class RouteRule(_Model):
+    matches: list[RouteMatch] = [RouteMatch()]
+    filters: list[RouteFilter] = []
+    backend_refs: Annotated[list[RouteBackendRef], Field(min_length=1)]
+    timeouts: RouteTimeouts | None = None
+
+    @field_validator("filters")
+    @classmethod
+    def _one_cors_filter(cls, filters: list[RouteFilter]) -> list[RouteFilter]:
+        if sum(1 for f in filters if f.type == "CORS") > 1:
+            raise ValueError("at most one CORS filter per rule")
+        return filters
+
+
+class HTTPRouteSpec(_Model):
+    parent_refs: Annotated[list[ParentRef], Field(min_length=1)]
+    hostnames: list[NonEmpty] = []
+    rules: Annotated[list[RouteRule], Field(min_length=1)]
+
+
+class HTTPRoute(_Model):
+    api_version: Literal["gateway.networking.k8s.io/v1"]
+    kind: Literal["HTTPRoute"]
+    metadata: ObjectMeta
+    spec: HTTPRouteSpec
+
+
+# --- GatewayBackend (mcp-oauth-gateway.dev/v1alpha1) ---------------------------------------
+
+
+class StaticTarget(_Model):
+    host: NonEmpty
+    port: Port
+    path: str = "/mcp"
+    protocol: Literal["StreamableHTTP"] = "StreamableHTTP"
+
+    @field_validator("path")
+    @classmethod
+    def _starts_with_slash(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"path {value!r} must start with '/'")
+        return value
+
+
+class McpTarget(_Model):
+    name: NonEmpty
+    static: StaticTarget
+
+
+class McpBackend(_Model):
+    # One target is what the data plane serves today; the list keeps the resource shape stable.
+    targets: Annotated[list[McpTarget], Field(min_length=1, max_length=1)]
+
+
+class GatewayBackendSpec(_Model):
+    mcp: McpBackend
+
+
+class GatewayBackend(_Model):
+    api_version: Literal["mcp-oauth-gateway.dev/v1alpha1"]
+    kind: Literal["GatewayBackend"]
+    metadata: ObjectMeta
+    spec: GatewayBackendSpec
+
+
+# --- GatewayPolicy (mcp-oauth-gateway.dev/v1alpha1) ----------------------------------------
+
+
+class PolicyTargetRef(_Model):
+    group: Literal["gateway.networking.k8s.io"] = GATEWAY_API_GROUP
+    kind: Literal["HTTPRoute"] = "HTTPRoute"
+    name: NonEmpty
+    section_name: str | None = None
+
+
+class ServiceBackendRef(_Model):
+    group: Literal[""] = ""
+    kind: Literal["Service"] = "Service"
+    name: NonEmpty
+    namespace: str | None = None
+    port: Port
+
+
+class RemoteJwks(_Model):
+    backend_ref: ServiceBackendRef | None = None
+    jwks_path: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    url: str | None = None
+    cache_duration: Duration = "5m"
+
+    @field_validator("cache_duration")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if parse_duration(value) < 1:
+            raise ValueError("cacheDuration must be at least 1s")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        return None if value is None else _absolute_http_url(value)
+
+    @field_validator("jwks_path")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"jwksPath {value!r} must start with '/'")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RemoteJwks:
+        if (self.backend_ref is None) == (self.url is None):
+            raise ValueError("set exactly one of backendRef or url")
+        if self.backend_ref is not None and self.jwks_path is None:
+            raise ValueError(
+                "jwksPath is required with backendRef (the path of the JWKS document on that "
+                "service, e.g. /application/o/<slug>/jwks/ for authentik)"
+            )
+        if self.url is not None and self.jwks_path is not None:
+            raise ValueError("jwksPath cannot be combined with url; put the path in the url")
+        return self
+
+
+class Jwks(_Model):
+    remote: RemoteJwks | None = None
+    inline: Annotated[str, Field(min_length=2, max_length=65536)] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Jwks:
+        if (self.remote is None) == (self.inline is None):
+            raise ValueError("set exactly one of remote or inline")
+        return self
+
+
+class JwtProvider(_Model):
+    issuer: Annotated[str, Field(min_length=1, max_length=256)]
+    audiences: Annotated[list[NonEmpty], Field(min_length=1, max_length=64)] | None = None
+    jwks: Jwks
+
+
+class ResourceMetadata(_Model):
+    resource: str | None = None
+    scopes_supported: list[NonEmpty] = []
+    bearer_methods_supported: list[Literal["header"]] = ["header"]
+    resource_name: str | None = None
+    resource_documentation: str | None = None
+    resource_policy_uri: str | None = None
+    resource_tos_uri: str | None = None
+
+    @field_validator("resource")
+    @classmethod
+    def _resource(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        _absolute_http_url(value)
+        if urlsplit(value).fragment:
+            raise ValueError("resource must not have a fragment")
+        return value
+
+
+PROVIDER_ALIASES = {"ProviderB": "ProviderB", "Authentik": "ProviderB", "Keycloak": "Keycloak"}
+
+
+class McpAuthentication(_Model):
+    provider: str | None = None
+    client_id: NonEmpty | None = None
+    resource_metadata: ResourceMetadata = ResourceMetadata()
+
+    @field_validator("provider")
+    @classmethod
+    def _known_provider(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if value not in PROVIDER_ALIASES:
+            allowed = ", ".join(PROVIDER_ALIASES)
+            raise ValueError(f"unknown provider {value!r}; allowed values: {allowed}")
+        return PROVIDER_ALIASES[value]
+
+
+class JwtAuthentication(_Model):
+    mode: Literal["Strict"] = "Strict"
+    providers: Annotated[list[JwtProvider], Field(min_length=1, max_length=64)]
+    mcp: McpAuthentication | None = None
+    # Not in the reference API: the bearer token is stripped before proxying (MCP forbids token
+    # passthrough); set this only for a backend that validates the same token itself.
+    forward_token: bool = False
+
+
+class AuthorizationRules(_Model):
+    match_expressions: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=16384)]],
+        Field(min_length=1, max_length=256),
+    ]
+
+
+class Authorization(_Model):
+    action: Literal["Allow", "Deny", "Require"] = "Allow"
+    policy: AuthorizationRules
+
+
+class Traffic(_Model):
+    jwt_authentication: JwtAuthentication | None = None
+    authorization: Authorization | None = None
+
+
+class GatewayPolicySpec(_Model):
+    target_refs: Annotated[list[PolicyTargetRef], Field(min_length=1, max_length=16)]
+    traffic: Traffic
+
+
+class GatewayPolicy(_Model):
+    api_version: Literal["mcp-oauth-gateway.dev/v1alpha1"]
+    kind: Literal["GatewayPolicy"]
+    metadata: ObjectMeta
+    spec: GatewayPolicySpec
+
+
+# --- Service (v1) --------------------------------------------------------------------------
+
+
+class ServicePort(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+    port: Port
+    name: str | None = None
+
+
+class ServiceSpec(BaseModel):
+    # Core Services carry many fields the gateway has no use for (selector, clusterIP, ...);
+    # they are accepted and ignored so real manifests load unchanged.
+    model_config = ConfigDict(
+        extra="allow", frozen=True, populate_by_name=True, alias_generator=to_camel
+    )
+    type: Literal["ExternalName", "ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+    external_name: str | None = None
+    ports: list[ServicePort] = []
+
+    @model_validator(mode="after")
+    def _external_name(self) -> ServiceSpec:
+        if self.type == "ExternalName" and not self.external_name:
+            raise ValueError("externalName is required when type is ExternalName")
+        return self
+
+
+class Service(_Model):
+    api_version: Literal["v1"]
+    kind: Literal["Service"]
+    metadata: ObjectMeta
+    spec: ServiceSpec
+
+
+Resource = Gateway | HTTPRoute | GatewayBackend | GatewayPolicy | Service
+
+KINDS: dict[tuple[str, str], type[Resource]] = {
+    (GATEWAY_API_VERSION, "Gateway"): Gateway,
+    (GATEWAY_API_VERSION, "HTTPRoute"): HTTPRoute,
+    (POLICY_API_VERSION, "GatewayBackend"): GatewayBackend,
+    (POLICY_API_VERSION, "GatewayPolicy"): GatewayPolicy,
+    ("v1", "Service"): Service,
+}

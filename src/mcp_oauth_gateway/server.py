@@ -1,0 +1,46 @@
+"""Run the gateway: bind every listener port, serve with uvicorn (uvloop + httptools), drain on
+SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import uvicorn
+
+from .controlplane import ControlPlane, Snapshot
+from .dataplane import GatewayApp
+
+log = logging.getLogger("mcp_oauth_gateway")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket; raises OSError with the address when the port is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: float) -> None:
+    """Serve until SIGTERM/SIGINT; in-flight requests get `grace_period` seconds to finish."""
+    sockets = [bind(host, port) for port in sorted(snapshot.listeners)]
+    control = ControlPlane(snapshot)
+    app = GatewayApp(control, trust_forwarded=trust_forwarded)
+    config = uvicorn.Config(
+        app, loop="uvloop", http="httptools", lifespan="on", access_log=False,
+        server_header=False, log_config=None, timeout_graceful_shutdown=grace_period,
+        timeout_keep_alive=30,
+    )
+    for sock in sockets:
+        address = sock.getsockname()
+        log.info("listening on http://%s:%d", address[0], address[1])
+    uvicorn.Server(config).run(sockets=sockets)
+    log.info("stopped")
