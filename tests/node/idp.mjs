@@ -1,0 +1,76 @@
+// An independent OpenID provider (panva/oidc-provider) for the gateway's end-to-end tests.
+//
+// FLAVOUR=authentik : issuer http://127.0.0.1:PORT/application/o/<SLUG>/, JWKS <issuer>jwks/,
+//                     no DCR, aud = client id (like provider B).
+// FLAVOUR=keycloak  : issuer http://127.0.0.1:PORT/realms/master, Keycloak paths, DCR enabled,
+//                     aud = the MCP resource URL (RESOURCE) (like provider A).
+// KEY_FILE: a JSON private JWK (RS256) shared with the tests so they can mint edge-case tokens.
+// Users: alice (GROUPS_ALICE, comma separated) and bob (no groups). Any password is accepted.
+import express from 'express';
+import Provider from 'oidc-provider';
+import { readFileSync } from 'node:fs';
+
+const PORT = Number(process.env.IDP_PORT);
+const FLAVOUR = process.env.FLAVOUR ?? 'authentik';
+const SLUG = process.env.SLUG ?? 'mcp';
+const CLIENT_ID = process.env.CLIENT_ID ?? 'mcp-public';
+const RESOURCE = process.env.RESOURCE ?? 'http://127.0.0.1/mcp';
+const GROUPS = {
+  alice: (process.env.GROUPS_ALICE ?? 'mcp-agent,users').split(',').filter(Boolean),
+  bob: [],
+};
+const jwk = JSON.parse(readFileSync(process.env.KEY_FILE, 'utf8'));
+
+const keycloak = FLAVOUR === 'keycloak';
+const PREFIX = keycloak ? '/realms/master' : `/application/o/${SLUG}`;
+const ISSUER = `http://127.0.0.1:${PORT}${PREFIX}${keycloak ? '' : '/'}`;
+const routes = keycloak
+  ? { jwks: '/protocol/openid-connect/certs', authorization: '/protocol/openid-connect/auth',
+      token: '/protocol/openid-connect/token', userinfo: '/protocol/openid-connect/userinfo',
+      registration: '/clients-registrations/openid-connect' }
+  : { jwks: '/jwks/', authorization: '/authorize/', token: '/token/', userinfo: '/userinfo/' };
+
+const provider = new Provider(ISSUER, {
+  jwks: { keys: [jwk] },
+  clients: [{
+    client_id: CLIENT_ID, application_type: 'native', token_endpoint_auth_method: 'none',
+    grant_types: ['authorization_code', 'refresh_token', 'client_credentials'], response_types: ['code'],
+    redirect_uris: ['http://127.0.0.1/callback', 'http://localhost/callback'],
+  }],
+  findAccount: async (ctx, id) => ({
+    accountId: id,
+    claims: async () => ({ sub: id, email: `${id}@example.com`, groups: GROUPS[id] ?? [] }),
+  }),
+  claims: { openid: ['sub'], email: ['email'], profile: ['groups'] },
+  scopes: ['openid', 'profile', 'email', 'offline_access'],
+  routes,
+  pkce: { required: () => true },
+  features: {
+    devInteractions: { enabled: true },
+    clientCredentials: { enabled: true },
+    registration: { enabled: keycloak },
+    resourceIndicators: {
+      enabled: true,
+      defaultResource: async (ctx, client, oneOf) => (oneOf ? oneOf[0] : RESOURCE),
+      useGrantedResource: async () => true,
+      getResourceServerInfo: async (ctx, resource, client) => ({
+        scope: 'openid profile email offline_access',
+        audience: keycloak ? RESOURCE : CLIENT_ID,
+        accessTokenTTL: 3600, accessTokenFormat: 'jwt', jwt: { sign: { alg: 'RS256' } },
+      }),
+    },
+  },
+  extraTokenClaims: async (ctx, token) => (token.accountId
+    ? { groups: GROUPS[token.accountId] ?? [], email: `${token.accountId}@example.com` }
+    : { sub: token.clientId, azp: token.clientId }),
+});
+provider.use(async (ctx, next) => {
+  // Clients that send no scope would end in access_denied ("no scope was granted").
+  if (ctx.method === 'GET' && ctx.path.startsWith(routes.authorization) && !ctx.query.scope) {
+    ctx.query = { ...ctx.query, scope: 'openid profile' };
+  }
+  await next();
+});
+const app = express();
+app.use(PREFIX, provider.callback());
+app.listen(PORT, '127.0.0.1', () => console.log(`idp ${FLAVOUR} listening ${ISSUER}`));

@@ -1,0 +1,102 @@
+// Drives the whole MCP OAuth flow through the gateway with the TypeScript SDK 1.x client:
+// discovery → registration shim → login (headless, against oidc-provider's dev interactions)
+// → token → initialize → tools/list → tools/call (incl. SSE progress) → DELETE session.
+// Usage: node ts_client.mjs <mcp url> <username>. Prints one JSON object on stdout.
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
+
+const [url, username = 'alice'] = process.argv.slice(2);
+const REDIRECT = 'http://127.0.0.1:53682/callback';
+const trace = [];
+
+class MemoryProvider {
+  constructor() { this.store = {}; this.authorizationUrl = null; }
+  get redirectUrl() { return REDIRECT; }
+  get clientMetadata() {
+    return { client_name: 'gateway-e2e-ts', redirect_uris: [REDIRECT],
+             grant_types: ['authorization_code', 'refresh_token'], response_types: ['code'],
+             token_endpoint_auth_method: 'none' };
+  }
+  clientInformation() { return this.store.client; }
+  saveClientInformation(info) { this.store.client = info; trace.push(['registered', info.client_id]); }
+  tokens() { return this.store.tokens; }
+  saveTokens(tokens) { this.store.tokens = tokens; trace.push(['tokens']); }
+  redirectToAuthorization(authorizationUrl) { this.authorizationUrl = authorizationUrl.toString(); }
+  saveCodeVerifier(v) { this.store.verifier = v; }
+  codeVerifier() { return this.store.verifier; }
+}
+
+// Complete oidc-provider's login and consent pages with plain HTTP, keeping cookies.
+async function login(start, user) {
+  const jar = new Map();
+  const cookieHeader = () => [...jar].map(([k, v]) => `${k}=${v}`).join('; ');
+  const remember = (res) => {
+    for (const c of res.headers.getSetCookie()) {
+      const [pair] = c.split(';'); const i = pair.indexOf('=');
+      jar.set(pair.slice(0, i), pair.slice(i + 1));
+    }
+  };
+  let next = start;
+  for (let i = 0; i < 20; i += 1) {
+    if (next.startsWith(REDIRECT.split('/callback')[0])) {
+      return Object.fromEntries(new URL(next).searchParams);
+    }
+    let res = await fetch(next, { redirect: 'manual', headers: { cookie: cookieHeader() } });
+    remember(res);
+    if (res.status >= 300 && res.status < 400) { next = new URL(res.headers.get('location'), next).toString(); continue; }
+    const html = await res.text();
+    const action = html.match(/action="([^"]+)"/)?.[1];
+    if (!action) throw new Error(`login page without form (HTTP ${res.status}): ${html.slice(0, 300)}`);
+    const form = html.includes('value="login"')
+      ? { prompt: 'login', login: user, password: 'x' } : { prompt: 'consent' };
+    res = await fetch(new URL(action, next), {
+      method: 'POST', redirect: 'manual', body: new URLSearchParams(form),
+      headers: { cookie: cookieHeader(), 'content-type': 'application/x-www-form-urlencoded' },
+    });
+    remember(res);
+    next = new URL(res.headers.get('location'), next).toString();
+  }
+  throw new Error('login did not reach the redirect URI');
+}
+
+const provider = new MemoryProvider();
+const out = { trace };
+try {
+  let transport = new StreamableHTTPClientTransport(new URL(url), { authProvider: provider });
+  let client = new Client({ name: 'gateway-e2e-ts', version: '1.0.0' });
+  try {
+    await client.connect(transport);
+    throw new Error('connected without signing in: the gateway did not ask for a token');
+  } catch (error) {
+    if (!(error instanceof UnauthorizedError)) throw error;
+  }
+  out.authorizationUrl = provider.authorizationUrl;
+  const callback = await login(provider.authorizationUrl, username);
+  out.callback = { state: callback.state, iss: callback.iss, hasCode: Boolean(callback.code) };
+  await transport.finishAuth(callback.code);
+  out.clientId = provider.store.client?.client_id;
+  out.accessToken = provider.store.tokens?.access_token;
+
+  transport = new StreamableHTTPClientTransport(new URL(url), { authProvider: provider });
+  client = new Client({ name: 'gateway-e2e-ts', version: '1.0.0' });
+  await client.connect(transport);
+  out.sessionId = transport.sessionId;
+  out.serverName = client.getServerVersion()?.name;
+  out.tools = (await client.listTools()).tools.map((t) => t.name).sort();
+  out.add = await client.callTool({ name: 'add', arguments: { a: 2, b: 3 } });
+  const progress = [];
+  out.count = await client.callTool({ name: 'count', arguments: { n: 3 } }, undefined, {
+    onprogress: (p) => progress.push(p.progress),
+  });
+  out.progress = progress;
+  await transport.terminateSession();
+  out.terminated = transport.sessionId === undefined;
+  await client.close();
+  out.ok = true;
+} catch (error) {
+  out.ok = false;
+  out.error = `${error?.name}: ${error?.message}`;
+  out.status = error?.code;
+}
+console.log(JSON.stringify(out));
