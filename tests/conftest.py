@@ -1,0 +1,147 @@
+"""Session fixtures: real processes on free loopback ports, always stopped at the end.
+
+- `backend`: a real MCP server from the `mcp` SDK.
+- `idp_b` / `idp_a`: the npm `oidc-provider`, set up like provider B (authentik layout, no DCR,
+  aud = client id) and like provider A (Keycloak realm layout, DCR, aud = resource URL).
+- `stack_b` / `stack_a`: the gateway serving `examples/provider-b` / `examples/provider-a` with
+  the example's addresses replaced by the test ports.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from joserfc.jwk import RSAKey
+
+from support import (
+    EXAMPLES,
+    NODE_DIR,
+    PEERS,
+    Process,
+    claims_for,
+    free_port,
+    gateway_cmd,
+    mint,
+    new_key,
+    node,
+    wait_for_keyset,
+    wait_for_port,
+)
+
+
+CLIENT_ID = "mcp-public"
+
+
+@pytest.fixture(scope="session")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where every process of the session writes its log."""
+    return tmp_path_factory.mktemp("logs")
+
+
+@pytest.fixture(scope="session")
+def idp_key(tmp_path_factory: pytest.TempPathFactory) -> tuple[RSAKey, Path]:
+    """The identity providers' signing key, shared with tests that mint edge-case tokens."""
+    key = new_key("idp-key-1")
+    path = tmp_path_factory.mktemp("keys") / "idp-key.json"
+    path.write_text(json.dumps(key.as_dict(private=True)))
+    return key, path
+
+
+@pytest.fixture(scope="session")
+def backend(logs: Path) -> Iterator[str]:
+    """`host:port` of a real MCP SDK server."""
+    port = free_port()
+    proc = Process("mcp-backend", [sys.executable, str(PEERS / "mcp_backend.py"), str(port)], logs)
+    try:
+        wait_for_port(port, proc)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.stop()
+
+
+@dataclass
+class Stack:
+    """A gateway in front of the backend with an identity provider."""
+
+    gateway: str
+    idp: str
+    issuer: str
+    audience: str
+    key: RSAKey
+    config_dir: Path
+    process: Process
+    backend: str
+
+    @property
+    def mcp(self) -> str:
+        """The protected MCP URL."""
+        return f"{self.gateway}/mcp"
+
+    def token(self, **overrides: object) -> str:
+        """A valid access token for this stack (claims overridable)."""
+        claims = claims_for(self.issuer, self.audience)
+        claims.update(overrides)
+        return mint(self.key, claims)
+
+
+def write_example(name: str, target: Path, ports: dict[str, int]) -> Path:
+    """Copy an example with its documented ports replaced by the test's ports."""
+    target.mkdir(parents=True, exist_ok=True)
+    for source in sorted((EXAMPLES / name).glob("*.yaml")):
+        text = source.read_text()
+        for old, new in ports.items():
+            text = text.replace(old, str(new))
+        (target / source.name).write_text(text)
+    return target
+
+
+def _start_stack(flavour: str, example: str, idp_port_in_example: str, logs: Path,
+                 tmp: Path, key: tuple[RSAKey, Path], backend: str) -> Iterator[Stack]:
+    gw_port, idp_port = free_port(), free_port()
+    backend_port = backend.rsplit(":", 1)[1]
+    gateway = f"http://127.0.0.1:{gw_port}"
+    resource = f"{gateway}/mcp"
+    idp_env = {"IDP_PORT": str(idp_port), "FLAVOUR": flavour, "KEY_FILE": str(key[1]),
+               "CLIENT_ID": CLIENT_ID, "RESOURCE": resource, "SLUG": "mcp"}
+    idp = Process(f"idp-{flavour}", [node(), str(NODE_DIR / "idp.mjs")], logs, env=idp_env)
+    config = write_example(example, tmp / example,
+                           {"8080": str(gw_port), idp_port_in_example: str(idp_port),
+                            "8000": backend_port})
+    gw = None
+    try:
+        wait_for_port(idp_port, idp)
+        gw = Process(f"gateway-{flavour}", gateway_cmd(config), logs)
+        wait_for_port(gw_port, gw)
+        if flavour == "keycloak":
+            issuer, audience = f"http://127.0.0.1:{idp_port}/realms/master", resource
+        else:
+            issuer, audience = f"http://127.0.0.1:{idp_port}/application/o/mcp/", CLIENT_ID
+        stack = Stack(gateway, f"http://127.0.0.1:{idp_port}", issuer, audience, key[0], config,
+                      gw, backend)
+        wait_for_keyset(gateway, stack.token())
+        yield stack
+    finally:
+        if gw is not None:
+            gw.stop()
+        idp.stop()
+
+
+@pytest.fixture(scope="session")
+def stack_b(logs: Path, tmp_path_factory: pytest.TempPathFactory,
+            idp_key: tuple[RSAKey, Path], backend: str) -> Iterator[Stack]:
+    """Provider B: examples/provider-b against oidc-provider in the authentik layout."""
+    yield from _start_stack("authentik", "provider-b", "9000", logs,
+                            tmp_path_factory.mktemp("stack-b"), idp_key, backend)
+
+
+@pytest.fixture(scope="session")
+def stack_a(logs: Path, tmp_path_factory: pytest.TempPathFactory,
+            idp_key: tuple[RSAKey, Path], backend: str) -> Iterator[Stack]:
+    """Provider A: examples/provider-a against oidc-provider in the Keycloak layout."""
+    yield from _start_stack("keycloak", "provider-a", "8180", logs,
+                            tmp_path_factory.mktemp("stack-a"), idp_key, backend)

@@ -1,0 +1,157 @@
+"""Helpers for tests that start real processes on loopback: ports, processes, keys, tokens."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import httpx
+from joserfc import jwt
+from joserfc.jwk import RSAKey
+
+ROOT = Path(__file__).resolve().parent.parent
+NODE_DIR = ROOT / "tests" / "node"
+PEERS = ROOT / "tests" / "peers"
+EXAMPLES = ROOT / "examples"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: Process | None = None, timeout: float = 30.0) -> None:
+    """Block until 127.0.0.1:port accepts connections (or fail with the process log)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.popen.poll() is not None:
+            raise AssertionError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    log = proc.log() if proc else ""
+    raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {timeout}s\n{log}")
+
+
+class Process:
+    """A child process whose output goes to a log file; always stopped by the fixture."""
+
+    def __init__(self, name: str, cmd: Sequence[str], log_dir: Path,
+                 env: Mapping[str, str] | None = None, cwd: Path | None = None):
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log = self.log_path.open("wb")
+        self.popen = subprocess.Popen(
+            list(cmd), stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd,
+            env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
+        )
+
+    def log(self) -> str:
+        """Everything the process printed so far."""
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGTERM, then SIGKILL after `timeout`; returns the exit code."""
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+        self._log.close()
+        return self.popen.returncode
+
+
+def node() -> str:
+    """The node binary; the test command installs the node peers first."""
+    binary = shutil.which("node")
+    assert binary, "node is required for the end-to-end tests (install Node.js 20+)"
+    assert (NODE_DIR / "node_modules").is_dir(), (
+        "tests/node/node_modules is missing: run `make test` (it runs `npm ci` in tests/node)")
+    return binary
+
+
+def gateway_cmd(*paths: Path | str) -> list[str]:
+    """The command line for `mcp-oauth-gateway serve -f PATH…`."""
+    cmd = [sys.executable, "-m", "mcp_oauth_gateway", "serve"]
+    for path in paths:
+        cmd += ["-f", str(path)]
+    return cmd
+
+
+def new_key(kid: str) -> RSAKey:
+    """A fresh RS256 signing key."""
+    return RSAKey.generate_key(2048, parameters={"kid": kid, "alg": "RS256", "use": "sig"})
+
+
+def jwks_of(*keys: RSAKey) -> dict[str, object]:
+    """The public JWKS of these keys."""
+    return {"keys": [k.as_dict(private=False) for k in keys]}
+
+
+def mint(key: RSAKey, claims: Mapping[str, object], header: Mapping[str, object] | None = None,
+         alg: str = "RS256") -> str:
+    """Sign `claims` with `key` (kid from the key unless the header says otherwise)."""
+    head = {"alg": alg, "kid": key.kid, "typ": "at+jwt", **(header or {})}
+    return jwt.encode(head, dict(claims), key)
+
+
+def b64url(data: bytes) -> str:
+    """Unpadded base64url."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def unsigned(header: Mapping[str, object], claims: Mapping[str, object], sig: bytes = b"") -> str:
+    """A token assembled by hand (for malformed and `alg: none` cases)."""
+    return ".".join([b64url(json.dumps(header).encode()), b64url(json.dumps(claims).encode()),
+                     b64url(sig)])
+
+
+def claims_for(issuer: str, audience: str, sub: str = "alice",
+               groups: Sequence[str] = ("mcp-agent", "users"), ttl: int = 600,
+               **extra: object) -> dict[str, object]:
+    """A valid claim set for `issuer` and `audience`."""
+    now = int(time.time())
+    return {"iss": issuer, "aud": audience, "sub": sub, "iat": now, "exp": now + ttl,
+            "groups": list(groups), **extra}
+
+
+def wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> None:  # noqa: ANN001
+    """Poll `predicate` until it returns true."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_for_keyset(base: str, token: str, timeout: float = 30.0) -> None:
+    """Until the gateway has fetched its keyset (a valid token is no longer refused for it)."""
+
+    def ready() -> bool:
+        response = httpx.post(f"{base}/mcp", headers={"Authorization": f"Bearer {token}"},
+                              json={}, timeout=5)
+        return "not yet available" not in response.text
+
+    wait_until(ready, timeout, "the gateway to fetch its keyset")
+
+
+def unverified_claims(token: str) -> dict[str, object]:
+    """The payload of a token, without verification (for assertions only)."""
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
