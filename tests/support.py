@@ -60,7 +60,8 @@ class Process:
 
     def log(self) -> str:
         """Everything the process printed so far."""
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def stop(self, timeout: float = 10.0) -> int:

@@ -3,8 +3,11 @@ SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import socket
+from collections.abc import Iterator
 
 import uvicorn
 
@@ -12,6 +15,20 @@ from .controlplane import ControlPlane, Snapshot
 from .dataplane import GatewayApp
 
 log = logging.getLogger("mcp_oauth_gateway")
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn re-raises the captured signal once drained, which would end the process with
+        # -15; a drained shutdown is a clean exit, so only trigger the shutdown here.
+        previous = {sig: signal.signal(sig, self.handle_exit)
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -42,5 +59,5 @@ def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: fl
     for sock in sockets:
         address = sock.getsockname()
         log.info("listening on http://%s:%d", address[0], address[1])
-    uvicorn.Server(config).run(sockets=sockets)
+    _Server(config).run(sockets=sockets)
     log.info("stopped")
