@@ -33,7 +33,6 @@ from support import (
     wait_for_port,
 )
 
-
 CLIENT_ID = "mcp-public"
 
 

@@ -131,7 +131,7 @@ def claims_for(issuer: str, audience: str, sub: str = "alice",
             "groups": list(groups), **extra}
 
 
-def wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> None:  # noqa: ANN001
+def wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> None:
     """Poll `predicate` until it returns true."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

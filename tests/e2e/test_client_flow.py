@@ -8,7 +8,6 @@ import subprocess
 
 import httpx
 
-
 from support import NODE_DIR, node, unverified_claims
 
 
@@ -39,7 +38,8 @@ def test_ts_client_full_flow_provider_b(stack_b):
     assert report["add"]["structuredContent"] == {"result": 5}
     assert report["count"]["content"][0]["text"] == "counted to 3"
     assert report["progress"] == [1, 2, 3], "progress notifications must stream over SSE"
-    assert report["sessionId"] and report["terminated"]
+    assert report["sessionId"]
+    assert report["terminated"]
 
 
 def test_ts_client_session_wire_reaches_backend_untouched(stack_b):
@@ -59,7 +59,8 @@ def test_ts_client_full_flow_provider_a(stack_a):
     report = run_ts_client(stack_a.mcp, "alice")
     assert report["ok"], report
     # Keycloak has DCR: the gateway forwarded registration, so the id is the provider's own
-    assert report["clientId"] and report["clientId"] != "mcp-public"
+    assert report["clientId"]
+    assert report["clientId"] != "mcp-public"
     claims = unverified_claims(report["accessToken"])
     assert claims["aud"] == stack_a.mcp
     assert claims["iss"] == stack_a.issuer

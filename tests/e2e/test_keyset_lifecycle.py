@@ -44,7 +44,7 @@ class JwksServer:
         state = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 with state.lock:
                     state.fetches += 1
                     up, body = state.up, json.dumps(jwks_of(*state.keys)).encode()

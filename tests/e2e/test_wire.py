@@ -80,12 +80,11 @@ def test_stateless_wire_headers_pass_untouched(stack_b):
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_python_sdk_client_over_both_wires(stack_b, mode):
     token = stack_b.token()
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
-                                  timeout=20) as http:
-        async with Client(streamable_http_client(stack_b.mcp, http_client=http),
-                          mode=mode) as client:
-            tools = await client.list_tools()
-            result = await client.call_tool("add", {"a": 4, "b": 5})
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=20)
+    transport = streamable_http_client(stack_b.mcp, http_client=http)
+    async with http, Client(transport, mode=mode) as client:
+        tools = await client.list_tools()
+        result = await client.call_tool("add", {"a": 4, "b": 5})
     assert sorted(t.name for t in tools.tools) == ["add", "count"]
     assert result.structured_content == {"result": 9}
     assert unverified_claims(token)["sub"] == "alice"

@@ -34,7 +34,7 @@ async def count(n: int, ctx: Context) -> str:
 mcp_app = server.streamable_http_app()
 
 
-async def app(scope, receive, send):  # noqa: ANN001
+async def app(scope, receive, send):
     """Record requests, answer the debug endpoint, hand the rest to the MCP app."""
     if scope["type"] == "http" and scope["path"] == "/debug/requests":
         import json
