@@ -1,0 +1,41 @@
+# `make demo` installs the gateway and serves examples/provider-b.
+# `make test` installs everything the tests need (Python packages, the node test peers) and runs
+# lint plus the whole test suite.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+NODE_PEERS := tests/node
+
+.PHONY: install install-test node-peers demo test lint clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+$(NODE_PEERS)/node_modules/.installed: $(NODE_PEERS)/package-lock.json
+	cd $(NODE_PEERS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+node-peers: $(NODE_PEERS)/node_modules/.installed
+
+demo: install
+	$(VENV)/bin/mcp-oauth-gateway serve -f examples/provider-b
+
+lint: install-test
+	$(VENV)/bin/ruff check .
+
+test: install-test node-peers lint
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) $(NODE_PEERS)/node_modules .pytest_cache .ruff_cache
