@@ -108,7 +108,7 @@ def mint(key: RSAKey, claims: Mapping[str, object], header: Mapping[str, object]
          alg: str = "RS256") -> str:
     """Sign `claims` with `key` (kid from the key unless the header says otherwise)."""
     head = {"alg": alg, "kid": key.kid, "typ": "at+jwt", **(header or {})}
-    return jwt.encode(head, dict(claims), key)
+    return jwt.encode(head, dict(claims), key, algorithms=[alg])
 
 
 def b64url(data: bytes) -> str:

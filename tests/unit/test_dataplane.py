@@ -1,0 +1,94 @@
+"""The data plane in process (no network): CORS, fail-closed answers, metadata documents."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
+from mcp_oauth_gateway.dataplane import GatewayApp
+from mcp_oauth_gateway.resources import load_paths
+
+from .resources_fixture import BASE, policy, write
+
+ORIGIN = "http://inspector.local:6274"
+
+
+def client_for(tmp_path, text: str) -> httpx.AsyncClient:
+    app = GatewayApp(ControlPlane(build_snapshot(load_paths([write(tmp_path, text)]))))
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                             base_url="http://gw.example:8080")
+
+
+async def test_preflight_is_answered_before_authentication(tmp_path):
+    async with client_for(tmp_path, BASE + policy()) as client:
+        response = await client.options("/mcp", headers={
+            "Origin": ORIGIN, "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})
+    assert response.status_code == 204
+    assert response.headers["access-control-allow-origin"] == ORIGIN  # echoed: credentials
+    assert response.headers["access-control-allow-credentials"] == "true"
+    assert response.headers["access-control-allow-methods"] == "POST"
+    assert response.headers["access-control-allow-headers"] == "Origin, Authorization, Content-Type"
+    assert response.headers["access-control-max-age"] == "86400"
+
+
+async def test_cors_headers_on_401_and_fail_closed_before_keyset(tmp_path):
+    async with client_for(tmp_path, BASE + policy()) as client:
+        response = await client.post("/mcp", json={}, headers={
+            "Origin": ORIGIN, "Authorization": "Bearer a.b.c"})
+    assert response.status_code == 401
+    assert "not yet available" in response.json()["error_description"]
+    assert response.headers["access-control-allow-origin"] == ORIGIN
+    assert response.headers["access-control-expose-headers"] == "Origin, Mcp-Session-Id"
+    assert response.headers["www-authenticate"].startswith(
+        'Bearer error="invalid_token"')
+
+
+async def test_protected_resource_metadata_document(tmp_path):
+    async with client_for(tmp_path, BASE + policy()) as client:
+        response = await client.get("/.well-known/oauth-protected-resource/mcp")
+    assert response.status_code == 200
+    assert response.json() == {
+        "resource": "http://gw.example/mcp",
+        "authorization_servers": ["http://gw.example:8080/mcp"],
+        "mcp_protocol_version": "2025-06-18",
+        "resource_type": "mcp-server",
+        "bearer_methods_supported": ["header"],
+        "scopes_supported": ["openid", "profile"],
+    }
+
+
+async def test_as_metadata_502_when_discovery_was_never_fetched(tmp_path):
+    async with client_for(tmp_path, BASE + policy()) as client:
+        response = await client.get("/.well-known/oauth-authorization-server/mcp")
+    assert response.status_code == 502
+    assert "discovery document could not be fetched" in response.json()["error_description"]
+
+
+@pytest.mark.parametrize("path", [
+    "/mcp", "/.well-known/oauth-authorization-server/mcp/client-registration"])
+async def test_invalid_policy_fails_closed_with_503(tmp_path, path):
+    async with client_for(tmp_path, BASE + policy(client_id=None)) as client:
+        response = await client.post(path, json={"redirect_uris": ["http://127.0.0.1/cb"]})
+    assert response.status_code == 503
+    body = response.json()
+    assert body["error"] == "policy_invalid"
+    assert "mcp.clientId is required" in body["error_description"]
+
+
+async def test_unrouted_path_is_404_json(tmp_path):
+    async with client_for(tmp_path, BASE + policy()) as client:
+        response = await client.get("/elsewhere")
+    assert response.status_code == 404
+    assert response.json()["error"] == "not_found"
+
+
+async def test_disallowed_origin_gets_no_cors_headers(tmp_path):
+    text = BASE.replace('allowOrigins: ["*"]', "allowOrigins: [https://app.example]")
+    async with client_for(tmp_path, text + policy()) as client:
+        simple = await client.post("/mcp", json={}, headers={"Origin": "https://evil.example"})
+        preflight = await client.options("/mcp", headers={
+            "Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
+    assert "access-control-allow-origin" not in simple.headers
+    assert preflight.status_code == 403

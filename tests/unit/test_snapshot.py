@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
+from mcp_oauth_gateway.resources import load_paths
+
+from .resources_fixture import BASE, policy, write
+
+
+def build(tmp_path, text):  # noqa: ANN001, ANN201
+    return build_snapshot(load_paths([write(tmp_path, text)]))
+
+
+def conditions(report) -> dict[str, tuple[bool, str, str]]:  # noqa: ANN001
+    return {c.type: (c.status, c.reason, c.message) for c in report.conditions}
+
+
+def test_valid_policy_is_accepted_and_attached(tmp_path):
+    snapshot = build(tmp_path, BASE + policy())
+    assert snapshot.ok
+    cond = conditions(snapshot.policies[0])
+    assert cond["Accepted"][:2] == (True, "Valid")
+    assert cond["Attached"][:2] == (True, "Attached")
+    assert snapshot.keysets.keys() == {"http://idp.internal:9000/application/o/mcp/jwks/"}
+    assert snapshot.discovery_urls == {
+        "http://idp.internal:9000/application/o/mcp/.well-known/openid-configuration"}
+    routes = snapshot.listeners[8080]
+    assert [r.match_value for r in routes][0] == "/.well-known/oauth-authorization-server/mcp"
+    assert routes[0].target.authority == "127.0.0.1:9"
+
+
+def test_keyset_unavailable_until_fetched(tmp_path):
+    snapshot = build(tmp_path, BASE + policy())
+    control = ControlPlane(snapshot)
+    resolved = {c.type: c for c in control.conditions(snapshot.policies[0])}["ResolvedRefs"]
+    assert not resolved.status
+    assert resolved.reason == "KeysetUnavailable"
+    assert "not yet fetched" in resolved.message
+
+
+def test_bad_cel_and_missing_client_id_make_policy_invalid(tmp_path):
+    snapshot = build(tmp_path, BASE + policy(client_id=None, rules=("jwt.groups.contanis(1)",)))
+    cond = conditions(snapshot.policies[0])
+    assert cond["Accepted"][:2] == (False, "Invalid")
+    assert "mcp.clientId is required when provider is ProviderB" in cond["Accepted"][2]
+    assert "matchExpressions[0]: invalid CEL" in cond["Accepted"][2]
+    assert "contanis" in cond["Accepted"][2]
+    assert cond["Attached"][:2] == (False, "Pending")
+    # the route stays governed by the invalid policy, so it fails closed
+    assert snapshot.listeners[8080][0].policy.invalid
+
+
+def test_provider_b_audience_and_issuer_rules(tmp_path):
+    snapshot = build(tmp_path, BASE + policy(audiences="[other]",
+                                             issuer="http://idp/application/o/mcp"))
+    message = conditions(snapshot.policies[0])["Accepted"][2]
+    assert "audiences must contain mcp.clientId 'mcp-public'" in message
+    assert "must end with '/'" in message
+
+
+def test_missing_target_route(tmp_path):
+    snapshot = build(tmp_path, BASE + policy(target="nope"))
+    cond = conditions(snapshot.policies[0])
+    assert cond["Accepted"][0]
+    assert cond["Attached"][:2] == (False, "TargetNotFound")
+    assert "HTTPRoute default/nope not found" in cond["Attached"][2]
+    assert snapshot.listeners[8080][0].policy is None
+
+
+def test_second_policy_on_same_route_conflicts(tmp_path):
+    snapshot = build(tmp_path, BASE + policy(name="a") + policy(name="b"))
+    by_name = {p.key: conditions(p) for p in snapshot.policies}
+    assert by_name["default/a"]["Attached"][0]
+    assert by_name["default/b"]["Attached"][:2] == (False, "Conflicted")
+
+
+def test_route_without_gateway_and_missing_backend(tmp_path):
+    text = (BASE.replace("parentRefs: [{name: gw}]", "parentRefs: [{name: other}]")
+            .replace("backendRefs: [{name: backend}]", "backendRefs: [{name: missing}]"))
+    snapshot = build(tmp_path, text + policy())
+    assert any("Gateway default/other not found" in e for e in snapshot.errors)
+    assert any("GatewayBackend default/missing not found" in e for e in snapshot.errors)
+    assert conditions(snapshot.policies[0])["Attached"][1] == "TargetNotFound"
+
+
+def test_service_must_be_external_name_in_standalone(tmp_path):
+    text = BASE.replace("spec: {type: ExternalName, externalName: idp.internal}",
+                        "spec: {type: ClusterIP, selector: {app: x}}")
+    message = conditions(build(tmp_path, text + policy()).policies[0])["Accepted"][2]
+    assert "standalone mode resolves only type ExternalName" in message
