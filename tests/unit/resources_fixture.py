@@ -74,7 +74,7 @@ spec:
 """
 
 
-def write(tmp_path, text: str):  # noqa: ANN001, ANN201
+def write(tmp_path, text: str):
     path = tmp_path / "resources.yaml"
     path.write_text(text)
     return path

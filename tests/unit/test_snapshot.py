@@ -6,11 +6,11 @@ from mcp_oauth_gateway.resources import load_paths
 from .resources_fixture import BASE, policy, write
 
 
-def build(tmp_path, text):  # noqa: ANN001, ANN201
+def build(tmp_path, text):
     return build_snapshot(load_paths([write(tmp_path, text)]))
 
 
-def conditions(report) -> dict[str, tuple[bool, str, str]]:  # noqa: ANN001
+def conditions(report) -> dict[str, tuple[bool, str, str]]:
     return {c.type: (c.status, c.reason, c.message) for c in report.conditions}
 
 
@@ -24,7 +24,7 @@ def test_valid_policy_is_accepted_and_attached(tmp_path):
     assert snapshot.discovery_urls == {
         "http://idp.internal:9000/application/o/mcp/.well-known/openid-configuration"}
     routes = snapshot.listeners[8080]
-    assert [r.match_value for r in routes][0] == "/.well-known/oauth-authorization-server/mcp"
+    assert routes[0].match_value == "/.well-known/oauth-authorization-server/mcp"
     assert routes[0].target.authority == "127.0.0.1:9"
 
 
