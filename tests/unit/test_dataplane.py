@@ -92,3 +92,20 @@ async def test_disallowed_origin_gets_no_cors_headers(tmp_path):
             "Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
     assert "access-control-allow-origin" not in simple.headers
     assert preflight.status_code == 403
+
+
+@pytest.mark.parametrize(("trust", "expected"), [
+    (True, "https://mcp.example.com/mcp"),
+    (False, "http://gw.example:8080/mcp"),
+])
+async def test_forwarded_headers_only_when_trusted(tmp_path, trust, expected):
+    snapshot = build_snapshot(load_paths([write(tmp_path, BASE + policy())]))
+    app = GatewayApp(ControlPlane(snapshot), trust_forwarded=trust)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw.example:8080") as client:
+        response = await client.get("/.well-known/oauth-protected-resource/mcp", headers={
+            "X-Forwarded-Proto": "https", "X-Forwarded-Host": "mcp.example.com"})
+        challenge = (await client.post("/mcp", headers={
+            "X-Forwarded-Proto": "https", "X-Forwarded-Host": "mcp.example.com"})).headers
+    assert response.json()["authorization_servers"] == [expected]
+    assert f'resource_metadata="{expected.removesuffix("/mcp")}' in challenge["www-authenticate"]

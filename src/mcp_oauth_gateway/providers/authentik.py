@@ -8,20 +8,14 @@ import time
 import aiohttp
 import orjson
 
-from .base import RegistrationResult, with_defaults
+from .base import DiscoveryFacade, RegistrationResult
 
 
-class AuthentikAdapter:
+class AuthentikAdapter(DiscoveryFacade):
     name = "ProviderB"
 
     def __init__(self, client_id: str):
         self.client_id = client_id
-
-    def authorization_server_metadata(
-        self, discovery: dict[str, object], registration_endpoint: str
-    ) -> dict[str, object]:
-        """The provider's discovery document with `registration_endpoint` injected."""
-        return with_defaults(discovery, registration_endpoint)
 
     async def register(
         self, metadata: dict[str, object], raw_body: bytes, discovery: dict[str, object] | None,

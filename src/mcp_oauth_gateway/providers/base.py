@@ -42,9 +42,15 @@ class ProviderAdapter(Protocol):
         ...
 
 
-def with_defaults(document: dict[str, object], registration_endpoint: str) -> dict[str, object]:
-    """Copy the discovery document with our registration endpoint and S256 PKCE advertised."""
-    out = dict(document)
-    out["registration_endpoint"] = registration_endpoint
-    out.setdefault("code_challenge_methods_supported", ["S256"])
-    return out
+class DiscoveryFacade:
+    """AS metadata = the provider's discovery document with the gateway's registration endpoint
+    (injected when the provider has none, replaced when it has one) and S256 PKCE advertised."""
+
+    def authorization_server_metadata(
+        self, discovery: dict[str, object], registration_endpoint: str
+    ) -> dict[str, object]:
+        """The AS metadata document served to MCP clients."""
+        out = dict(discovery)
+        out["registration_endpoint"] = registration_endpoint
+        out.setdefault("code_challenge_methods_supported", ["S256"])
+        return out

@@ -7,20 +7,14 @@ import asyncio
 
 import aiohttp
 
-from .base import RegistrationError, RegistrationResult, with_defaults
+from .base import DiscoveryFacade, RegistrationError, RegistrationResult
 
 FORWARD_TIMEOUT = 15.0
 MAX_RESPONSE = 256 * 1024
 
 
-class KeycloakAdapter:
+class KeycloakAdapter(DiscoveryFacade):
     name = "Keycloak"
-
-    def authorization_server_metadata(
-        self, discovery: dict[str, object], registration_endpoint: str
-    ) -> dict[str, object]:
-        """The provider's discovery document with `registration_endpoint` replaced."""
-        return with_defaults(discovery, registration_endpoint)
 
     async def register(
         self, metadata: dict[str, object], raw_body: bytes, discovery: dict[str, object] | None,

@@ -10,7 +10,7 @@ import re
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 POLICY_API_GROUP = "mcp-oauth-gateway.dev"
@@ -35,6 +35,15 @@ def _absolute_http_url(value: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"{value!r} is not an absolute http(s) URL")
     return value
+
+
+def _starts_with_slash(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError(f"path {value!r} must start with '/'")
+    return value
+
+
+AbsolutePath = Annotated[str, AfterValidator(_starts_with_slash)]
 
 
 class _Model(BaseModel):
@@ -104,14 +113,7 @@ class ParentRef(_Model):
 
 class PathMatch(_Model):
     type: Literal["PathPrefix", "Exact"] = "PathPrefix"
-    value: str = "/"
-
-    @field_validator("value")
-    @classmethod
-    def _starts_with_slash(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError(f"path {value!r} must start with '/'")
-        return value
+    value: AbsolutePath = "/"
 
 
 class RouteMatch(_Model):
@@ -194,15 +196,8 @@ class HTTPRoute(_Model):
 class StaticTarget(_Model):
     host: NonEmpty
     port: Port
-    path: str = "/mcp"
+    path: AbsolutePath = "/mcp"
     protocol: Literal["StreamableHTTP"] = "StreamableHTTP"
-
-    @field_validator("path")
-    @classmethod
-    def _starts_with_slash(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError(f"path {value!r} must start with '/'")
-        return value
 
 
 class McpTarget(_Model):
@@ -246,7 +241,7 @@ class ServiceBackendRef(_Model):
 
 class RemoteJwks(_Model):
     backend_ref: ServiceBackendRef | None = None
-    jwks_path: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    jwks_path: Annotated[AbsolutePath, Field(max_length=1024)] | None = None
     url: str | None = None
     cache_duration: Duration = "5m"
 
@@ -261,13 +256,6 @@ class RemoteJwks(_Model):
     @classmethod
     def _url(cls, value: str | None) -> str | None:
         return None if value is None else _absolute_http_url(value)
-
-    @field_validator("jwks_path")
-    @classmethod
-    def _path(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith("/"):
-            raise ValueError(f"jwksPath {value!r} must start with '/'")
-        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> RemoteJwks:
