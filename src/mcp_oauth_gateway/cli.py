@@ -83,6 +83,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("error: no Gateway listener to serve; add a Gateway with spec.listeners",
               file=sys.stderr)
         return EXIT_INVALID
+    unprotected = sorted({route.route for routes in snapshot.listeners.values()
+                          for route in routes if route.policy is None})
+    for route in unprotected:
+        logging.getLogger("mcp_oauth_gateway").warning(
+            "HTTPRoute %s is served without authentication: no GatewayPolicy targets it", route)
     try:
         server.serve(snapshot, args.host, args.trust_forwarded_headers, args.grace_period)
     except OSError as exc:
