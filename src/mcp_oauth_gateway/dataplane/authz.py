@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from ..controlplane.cel import holds
 from ..controlplane.snapshot import CompiledAuthorization
 from .asgi import CLAIMS_KEY, ASGIApp, Receive, Scope, Send, header
@@ -22,10 +20,9 @@ def request_variables(scope: Scope) -> dict[str, object]:
     }
 
 
-def decide(rules: CompiledAuthorization, activation: Mapping[str, object]) -> bool:
+def decide(rules: CompiledAuthorization, activation: dict[str, object]) -> bool:
     """Whether the request is allowed by the rules."""
-    data = dict(activation)
-    results = (holds(expression, data) for expression in rules.expressions)
+    results = (holds(expression, activation) for expression in rules.expressions)
     if rules.action == "Allow":
         return any(results)
     if rules.action == "Deny":

@@ -33,12 +33,18 @@ def _connection_tokens(headers: Headers) -> frozenset[bytes]:
     return frozenset(tokens)
 
 
-def upstream_request_headers(scope: Scope, authority: bytes, trust_forwarded: bool) -> Headers:
+def dropped_request_headers(trust_forwarded: bool) -> frozenset[bytes]:
+    """Request headers never forwarded as they came (decided once per route)."""
+    return HOP_BY_HOP | {b"host"} | (frozenset() if trust_forwarded else _FORWARDED)
+
+
+def upstream_request_headers(scope: Scope, authority: bytes, trust_forwarded: bool,
+                             drop: frozenset[bytes]) -> Headers:
     """Headers for the backend: hop-by-hop and Host replaced, X-Forwarded-* set."""
     incoming: Headers = scope["headers"]
-    drop = HOP_BY_HOP | _connection_tokens(incoming) | {b"host"}
-    if not trust_forwarded:
-        drop |= _FORWARDED
+    tokens = _connection_tokens(incoming)
+    if tokens:
+        drop = drop | tokens
     out: Headers = [(name, value) for name, value in incoming if name not in drop]
     client = scope.get("client")
     client_ip = client[0].encode() if client else b"unknown"
@@ -75,11 +81,12 @@ class ReverseProxy:
         self.upstream = upstream
         self.timeout = timeout
         self.trust_forwarded = trust_forwarded
+        self.drop = dropped_request_headers(trust_forwarded)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         query = scope.get("query_string", b"")
         url = self.base + ("?" + query.decode("latin-1") if query else "")
-        headers = upstream_request_headers(scope, self.authority, self.trust_forwarded)
+        headers = upstream_request_headers(scope, self.authority, self.trust_forwarded, self.drop)
         first = await receive()
         body: bytes | AsyncIterator[bytes]
         if first["type"] == "http.disconnect":
