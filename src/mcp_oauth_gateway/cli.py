@@ -52,6 +52,32 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                        help="time limit for each fetch (default 10)")
     check.add_argument("--output", choices=["text", "json"], default="text")
+
+    from .idp.cli import add_parsers
+
+    add_parsers(commands)
+
+    dev = commands.add_parser(
+        "dev-idp", help="run the embedded dev identity provider (development and tests only)",
+        description="An OpenID provider that speaks the Keycloak or authentik admin API, for "
+                    "development and tests ONLY: weak default credentials, no hardening. "
+                    "Keycloak admin: admin / $DEV_IDP_ADMIN_PASSWORD (default admin); "
+                    "authentik bootstrap token: $DEV_IDP_BOOTSTRAP_TOKEN; authentik seed users' "
+                    "password: $DEV_IDP_USER_PASSWORD.")
+    dev.add_argument("--flavor", "--flavour", dest="flavour", required=True,
+                     choices=["keycloak", "authentik"])
+    dev.add_argument("--host", default="127.0.0.1")
+    dev.add_argument("--port", type=int, default=None,
+                     help="default 8180 (keycloak) or 9000 (authentik)")
+    dev.add_argument("--state", metavar="FILE", help="persist state to this JSON file")
+    dev.add_argument("--user", dest="seed_users", action="append", default=[], metavar="NAME",
+                     help="authentik: a user that exists before provisioning (repeatable)")
+    dev.add_argument("--access-token-ttl", type=int, default=None, metavar="SECONDS",
+                     help="access-token lifetime (keycloak default 60, authentik 3600)")
+    dev.add_argument("--migrations-delay", type=float, default=0.0, metavar="SECONDS",
+                     help="authentik: answer 503 (Retry-After) this long after start")
+    dev.add_argument("--worker-delay", type=float, default=0.0, metavar="SECONDS",
+                     help="authentik: lookups stay empty this long after migrations")
     return parser
 
 
@@ -157,12 +183,38 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_dev_idp(args: argparse.Namespace) -> int:
+    """Run the dev identity provider until interrupted."""
+    from pathlib import Path
+
+    import uvicorn
+
+    from . import logs
+    from .devidp import BANNER, DevIdpSettings, create_app
+
+    logs.configure("info")
+    keycloak = args.flavour == "keycloak"
+    port = args.port if args.port is not None else (8180 if keycloak else 9000)
+    settings = DevIdpSettings(
+        flavour=args.flavour, host=args.host, port=port,
+        state=Path(args.state) if args.state else None, seed_users=args.seed_users,
+        access_token_ttl=args.access_token_ttl or (60 if keycloak else 3600),
+        migrations_seconds=args.migrations_delay, worker_seconds=args.worker_delay)
+    app = create_app(settings)
+    print(BANNER.format(flavour=args.flavour, url=f"http://{args.host}:{port}"),
+          file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=port, log_config=None, access_log=False,
+                server_header=False)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     args = _parser().parse_args(argv)
-    if args.command == "serve":
-        return cmd_serve(args)
-    return cmd_check(args)
+    from .idp.cli import run as cmd_idp
+
+    commands = {"serve": cmd_serve, "check": cmd_check, "dev-idp": cmd_dev_idp, "idp": cmd_idp}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
 // Drives the whole MCP OAuth flow through the gateway with the TypeScript SDK 1.x client:
 // discovery → registration shim → login (headless, against oidc-provider's dev interactions)
 // → token → initialize → tools/list → tools/call (incl. SSE progress) → DELETE session.
-// Usage: node ts_client.mjs <mcp url> <username>. Prints one JSON object on stdout.
+// Usage: node ts_client.mjs <mcp url> <username> [password]. Prints one JSON object on stdout.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 
-const [url, username = 'alice'] = process.argv.slice(2);
+const [url, username = 'alice', password = 'x'] = process.argv.slice(2);
 const REDIRECT = 'http://127.0.0.1:53682/callback';
 const trace = [];
 
@@ -49,7 +49,7 @@ async function login(start, user) {
     const action = html.match(/action="([^"]+)"/)?.[1];
     if (!action) throw new Error(`login page without form (HTTP ${res.status}): ${html.slice(0, 300)}`);
     const form = html.includes('value="login"')
-      ? { prompt: 'login', login: user, password: 'x' } : { prompt: 'consent' };
+      ? { prompt: 'login', login: user, password } : { prompt: 'consent' };
     res = await fetch(new URL(action, next), {
       method: 'POST', redirect: 'manual', body: new URLSearchParams(form),
       headers: { cookie: cookieHeader(), 'content-type': 'application/x-www-form-urlencoded' },

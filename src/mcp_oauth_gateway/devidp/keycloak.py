@@ -1,0 +1,581 @@
+"""Keycloak flavour of the dev identity provider: the `master` realm's OpenID endpoints, Dynamic
+Client Registration guarded by the default registration policies, and the admin REST subset the
+provisioning tool uses, answering with Keycloak's status codes and bodies (201 + `Location`,
+409 `errorMessage`, 401 `HTTP 401 Unauthorized` for expired 60 s admin tokens)."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from typing import Any
+
+import orjson
+from joserfc.jwk import RSAKey
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .oidc import OAuthClient, OpenIdProvider, Subject
+from .settings import DevIdpSettings
+from .store import Record, Store, check_password, hash_password, new_id, new_signing_key
+
+REALM = "master"
+REALM_ID = "master-realm-id"
+POLICY_TYPE = "org.keycloak.services.clientregistration.policy.ClientRegistrationPolicy"
+OIDC = f"/realms/{REALM}/protocol/openid-connect"
+ADMIN = f"/admin/realms/{REALM}"
+
+_BUILTIN_SCOPES = {  # name → default-default?
+    "profile": True, "email": True, "roles": True, "web-origins": True, "acr": True,
+    "basic": True, "offline_access": False, "address": False, "phone": False,
+    "microprofile-jwt": False, "organization": False,
+}
+_DEFAULT_POLICIES = [
+    ("Trusted Hosts", "trusted-hosts", "anonymous",
+     {"trusted-hosts": [], "host-sending-registration-request-must-match": ["true"],
+      "client-uris-must-match": ["true"]}),
+    ("Consent Required", "consent-required", "anonymous", {}),
+    ("Full Scope Disabled", "scope", "anonymous", {}),
+    ("Max Clients Limit", "max-clients", "anonymous", {"max-clients": ["200"]}),
+    ("Allowed Protocol Mapper Types", "allowed-protocol-mappers", "anonymous", {}),
+    ("Allowed Client Scopes", "allowed-client-templates", "anonymous",
+     {"allowed-client-scopes": [], "allow-default-scopes": ["true"]}),
+    ("Allowed Registration Web Origins", "registration-web-origins", "anonymous",
+     {"web-origins": []}),
+    ("Allowed Protocol Mapper Types", "allowed-protocol-mappers", "authenticated", {}),
+    ("Allowed Client Scopes", "allowed-client-templates", "authenticated",
+     {"allowed-client-scopes": [], "allow-default-scopes": ["true"]}),
+    ("Allowed Registration Web Origins", "registration-web-origins", "authenticated",
+     {"web-origins": []}),
+]
+
+
+def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, headers=headers,
+                    media_type="application/json")
+
+
+def _error(status: int, message: str) -> Response:
+    """Keycloak's `ErrorRepresentation` (business errors)."""
+    return _json({"errorMessage": message}, status)
+
+
+def _not_found(message: str) -> Response:
+    return _json({"error": message}, 404)
+
+
+def _created(request: Request, collection: str, new: str) -> Response:
+    base = str(request.base_url).rstrip("/")
+    return Response(status_code=201, headers={"Location": f"{base}{ADMIN}/{collection}/{new}"})
+
+
+class KeycloakFlavour:
+    """Realm state, the admin API and the token contents of a Keycloak `master` realm."""
+
+    name = "keycloak"
+    interaction_prefix = f"/realms/{REALM}/login-actions"
+    grant_not_allowed_error = (400, "unauthorized_client")
+
+    def __init__(self, store: Store, settings: DevIdpSettings):
+        self.store = store
+        self.settings = settings
+        self.provider = OpenIdProvider(self)
+        one = "([^/]+)"
+        self._admin_routes = [(method, re.compile(pattern.replace("{id}", one)), handler)
+                              for method, pattern, handler in (
+            ("GET", "client-scopes", self._list_scopes),
+            ("POST", "client-scopes", self._create_scope),
+            ("GET", "client-scopes/{id}", self._get_scope),
+            ("GET", "client-scopes/{id}/protocol-mappers/models", self._list_mappers),
+            ("POST", "client-scopes/{id}/protocol-mappers/models", self._add_mapper),
+            ("GET", "default-default-client-scopes", self._list_default_default),
+            ("PUT", "default-default-client-scopes/{id}", self._add_default_default),
+            ("GET", "groups", self._list_groups),
+            ("POST", "groups", self._create_group),
+            ("GET", "users", self._list_users),
+            ("POST", "users", self._create_user),
+            ("GET", "users/{id}/groups", self._user_groups),
+            ("PUT", "users/{id}/groups/{id}", self._join_group),
+            ("GET", "components", self._list_components),
+            ("DELETE", "components/{id}", self._delete_component),
+        )]
+        self._seed()
+        self._key = RSAKey.import_key(self.store.value("kc_key"))
+
+    # --- state ----------------------------------------------------------------------------
+
+    def _seed(self) -> None:
+        store = self.store
+        if store.value("kc_key") is None:
+            store.data["kc_key"] = new_signing_key("kc")
+        users = store.collection("kc_users")
+        admin = self.settings.admin_username.lower()
+        if not any(u["username"] == admin for u in users):
+            users.append({"id": new_id(), "username": admin, "enabled": True,
+                          "emailVerified": False, "createdTimestamp": int(time.time() * 1000),
+                          "password": hash_password(self.settings.admin_password),
+                          "groups": [], "admin": True})
+        scopes = store.collection("kc_scopes")
+        if not scopes:
+            for name, default in _BUILTIN_SCOPES.items():
+                scope = {"id": new_id(), "name": name, "protocol": "openid-connect",
+                         "attributes": {"include.in.token.scope": "true"},
+                         "protocolMappers": []}
+                scopes.append(scope)
+                if default:
+                    store.collection("kc_default_default").append(scope["id"])
+        if not store.collection("kc_components"):
+            for name, provider, sub, config in _DEFAULT_POLICIES:
+                store.collection("kc_components").append({
+                    "id": new_id(), "name": name, "providerId": provider,
+                    "providerType": POLICY_TYPE, "parentId": REALM_ID, "subType": sub,
+                    "config": config})
+        clients = store.collection("kc_clients")
+        if not any(c["clientId"] == "admin-cli" for c in clients):
+            clients.append({"id": new_id(), "clientId": "admin-cli", "name": "admin-cli",
+                            "publicClient": True, "secret": None, "redirectUris": [],
+                            "grantTypes": ["password", "refresh_token"],
+                            "consentRequired": False})
+        store.save()
+
+    def _user(self, **match: str) -> Record | None:
+        for user in self.store.collection("kc_users"):
+            if all(str(user.get(k, "")).lower() == v.lower() for k, v in match.items()):
+                return user
+        return None
+
+    def _group(self, group_id: str) -> Record | None:
+        return next((g for g in self.store.collection("kc_groups") if g["id"] == group_id), None)
+
+    def _scope(self, scope_id: str) -> Record | None:
+        return next((s for s in self.store.collection("kc_scopes") if s["id"] == scope_id), None)
+
+    # --- Flavour protocol (token contents) ------------------------------------------------
+
+    def issuer(self, base: str, client: OAuthClient) -> str:
+        """`<base>/realms/master` (no trailing slash)."""
+        return f"{base}/realms/{REALM}"
+
+    def find_client(self, client_id: str) -> OAuthClient | None:
+        """A client of the realm (admin-cli or dynamically registered)."""
+        record = next((c for c in self.store.collection("kc_clients")
+                       if c["clientId"] == client_id), None)
+        if record is None:
+            return None
+        uris = tuple(("wildcard" if u.endswith("*") else "strict", u)
+                     for u in record["redirectUris"])
+        return OAuthClient(client_id=record["clientId"], public=record["publicClient"],
+                           secret=record["secret"], redirect_uris=uris,
+                           grant_types=frozenset(record["grantTypes"]),
+                           consent=record.get("consentRequired", False),
+                           name=record.get("name") or record["clientId"])
+
+    def _subject(self, user: Record) -> Subject:
+        names = [g["name"] for gid in user.get("groups", []) if (g := self._group(gid))]
+        full = " ".join(filter(None, [user.get("firstName"), user.get("lastName")])) or None
+        return Subject(id=user["id"], username=user["username"], email=user.get("email"),
+                       name=full, groups=tuple(names),
+                       service_account=user.get("serviceAccountClientId") is not None)
+
+    def authenticate(self, username: str, password: str) -> Subject | None:
+        """The enabled user with these credentials."""
+        user = self._user(username=username)
+        if user is None or not user.get("enabled", True):
+            return None
+        if not check_password(password, user.get("password")):
+            return None
+        return self._subject(user)
+
+    def subject_by_id(self, subject_id: str) -> Subject | None:
+        """Reload a user."""
+        user = self._user(id=subject_id)
+        return self._subject(user) if user else None
+
+    def service_subject(self, client: OAuthClient) -> Subject:
+        """The client's service-account user (created on first use, as Keycloak does)."""
+        username = f"service-account-{client.client_id}".lower()
+        user = self._user(username=username)
+        if user is None:
+            user = {"id": new_id(), "username": username, "enabled": True, "groups": [],
+                    "serviceAccountClientId": client.client_id,
+                    "createdTimestamp": int(time.time() * 1000)}
+            self.store.collection("kc_users").append(user)
+            self.store.save()
+        return self._subject(user)
+
+    def signing_key(self, client: OAuthClient) -> RSAKey:
+        """The realm's RS256 key."""
+        return self._key
+
+    def access_token_ttl(self, client: OAuthClient) -> int:
+        """The master realm's access-token lifespan (60 s unless configured)."""
+        return self.settings.access_token_ttl
+
+    def _applied_scopes(self, requested: list[str]) -> list[Record]:
+        defaults = set(self.store.collection("kc_default_default"))
+        return [s for s in self.store.collection("kc_scopes")
+                if s["id"] in defaults or s["name"] in requested]
+
+    def token_claims(self, client: OAuthClient, subject: Subject, scopes: list[str],
+                     resource: str | None) -> dict[str, Any]:
+        """Claims from the applied client scopes' mappers (audience, group membership)."""
+        applied = self._applied_scopes(scopes)
+        names = [s["name"] for s in applied]
+        claims: dict[str, Any] = {"sub": subject.id, "typ": "Bearer", "azp": client.client_id,
+                                  "sid": new_id(), "scope": " ".join(["openid", *names])
+                                  if "openid" in scopes else " ".join(names)}
+        if "profile" in names:
+            claims["preferred_username"] = subject.username
+            if subject.name:
+                claims["name"] = subject.name
+        if "email" in names and subject.email:
+            claims["email"] = subject.email
+            claims["email_verified"] = False
+        audiences: list[str] = []
+        for scope in applied:
+            for mapper in scope.get("protocolMappers", []):
+                config = mapper.get("config", {})
+                if config.get("access.token.claim", "true") != "true":
+                    continue
+                if mapper.get("protocolMapper") == "oidc-audience-mapper":
+                    value = config.get("included.client.audience") or \
+                        config.get("included.custom.audience")
+                    if value and value not in audiences:
+                        audiences.append(value)
+                elif mapper.get("protocolMapper") == "oidc-group-membership-mapper":
+                    full = config.get("full.path", "true") == "true"
+                    claims[config.get("claim.name", "groups")] = [
+                        f"/{g}" if full else g for g in subject.groups]
+        if audiences:
+            claims["aud"] = audiences[0] if len(audiences) == 1 else audiences
+        return claims
+
+    # --- admin authentication -------------------------------------------------------------
+
+    def _admin(self, request: Request) -> Response | None:
+        claims = self.provider.bearer_claims(request, self._key)
+        if claims is None:
+            return _json({"error": "HTTP 401 Unauthorized"}, 401)
+        user = self._user(id=str(claims.get("sub", "")))
+        if user is None or not user.get("admin"):
+            return _json({"error": "unknown_error"}, 403)
+        return None
+
+    # --- admin API ------------------------------------------------------------------------
+
+    async def _body(self, request: Request) -> Record | Response:
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            return _error(400, "Unrecognized field or malformed JSON")
+        if not isinstance(body, dict):
+            return _error(400, "Unrecognized field or malformed JSON")
+        return body
+
+    async def admin(self, request: Request) -> Response:
+        """Dispatch `/admin/realms/{realm}/…`."""
+        realm = request.path_params["realm"]
+        if realm != REALM:
+            return _not_found("Realm not found.")
+        denied = self._admin(request)
+        if denied is not None:
+            return denied
+        rest = request.path_params["rest"].strip("/")
+        for method, pattern, handler in self._admin_routes:
+            match = pattern.fullmatch(rest)
+            if match and method == request.method:
+                return await handler(request, list(match.groups()))
+        return _not_found("HTTP 404 Not Found")
+
+    async def _list_scopes(self, request: Request, parts: list[str]) -> Response:
+        return _json(self.store.collection("kc_scopes"))
+
+    async def _get_scope(self, request: Request, parts: list[str]) -> Response:
+        scope = self._scope(parts[0])
+        return _json(scope) if scope else _not_found("Could not find client scope")
+
+    async def _create_scope(self, request: Request, parts: list[str]) -> Response:
+        body = await self._body(request)
+        if isinstance(body, Response):
+            return body
+        name = body.get("name")
+        if not isinstance(name, str) or not name or not name.isascii() or " " in name:
+            return _error(400, f'Unexpected name "{name}" for ClientScope')
+        if any(s["name"] == name for s in self.store.collection("kc_scopes")):
+            return _error(409, f"Client Scope {name} already exists")
+        mappers = []
+        for mapper in body.get("protocolMappers") or []:
+            mappers.append({**mapper, "id": new_id()})
+        scope = {"id": new_id(), "name": name, "protocol": body.get("protocol", "openid-connect"),
+                 "attributes": body.get("attributes") or {"include.in.token.scope": "true"},
+                 "protocolMappers": mappers}
+        if body.get("description"):
+            scope["description"] = body["description"]
+        self.store.collection("kc_scopes").append(scope)
+        self.store.save()
+        return _created(request, "client-scopes", scope["id"])
+
+    async def _list_mappers(self, request: Request, parts: list[str]) -> Response:
+        scope = self._scope(parts[0])
+        return _json(scope["protocolMappers"]) if scope else \
+            _not_found("Could not find client scope")
+
+    async def _add_mapper(self, request: Request, parts: list[str]) -> Response:
+        scope = self._scope(parts[0])
+        if scope is None:
+            return _not_found("Could not find client scope")
+        body = await self._body(request)
+        if isinstance(body, Response):
+            return body
+        if any(m.get("name") == body.get("name") for m in scope["protocolMappers"]):
+            return _error(409, "Protocol mapper exists with same name")
+        mapper = {**body, "id": new_id()}
+        scope["protocolMappers"].append(mapper)
+        self.store.save()
+        return _created(request, f"client-scopes/{scope['id']}/protocol-mappers/models",
+                        mapper["id"])
+
+    async def _list_default_default(self, request: Request, parts: list[str]) -> Response:
+        out = []
+        for scope_id in self.store.collection("kc_default_default"):
+            scope = self._scope(scope_id)
+            if scope:
+                out.append({"id": scope["id"], "name": scope["name"]})
+        return _json(out)
+
+    async def _add_default_default(self, request: Request, parts: list[str]) -> Response:
+        scope = self._scope(parts[0])
+        if scope is None:
+            return _not_found("Client scope not found")
+        defaults = self.store.collection("kc_default_default")
+        if scope["id"] in defaults:
+            # The JPA adapter inserts a second mapping row: a duplicate-key conflict.
+            return _json({"error": "conflict", "error_description":
+                          "Conflict detected. See logs for details"}, 409)
+        defaults.append(scope["id"])
+        self.store.save()
+        return Response(status_code=204)
+
+    def _group_rep(self, group: Record) -> Record:
+        return {"id": group["id"], "name": group["name"], "path": f"/{group['name']}",
+                "subGroupCount": 0, "subGroups": [], "attributes": {}, "realmRoles": [],
+                "clientRoles": {}, "access": {"view": True, "manage": True}}
+
+    async def _list_groups(self, request: Request, parts: list[str]) -> Response:
+        search = request.query_params.get("search")
+        exact = request.query_params.get("exact", "false") == "true"
+        groups = self.store.collection("kc_groups")
+        if search is not None:
+            groups = [g for g in groups if (g["name"] == search if exact
+                                            else search.lower() in g["name"].lower())]
+        return _json([self._group_rep(g) for g in groups])
+
+    async def _create_group(self, request: Request, parts: list[str]) -> Response:
+        body = await self._body(request)
+        if isinstance(body, Response):
+            return body
+        name = body.get("name")
+        if not isinstance(name, str) or not name.strip():
+            return _error(400, "Group name is missing")
+        if any(g["name"] == name for g in self.store.collection("kc_groups")):
+            return _error(409, f"Top level group named '{name}' already exists.")
+        group = {"id": new_id(), "name": name}
+        self.store.collection("kc_groups").append(group)
+        self.store.save()
+        return _created(request, "groups", group["id"])
+
+    def _user_rep(self, user: Record) -> Record:
+        keep = ("id", "username", "enabled", "emailVerified", "createdTimestamp", "firstName",
+                "lastName", "email")
+        rep = {k: user[k] for k in keep if k in user}
+        rep.setdefault("emailVerified", False)
+        rep["totp"] = False
+        rep["access"] = {"manage": True}
+        return rep
+
+    async def _list_users(self, request: Request, parts: list[str]) -> Response:
+        username = request.query_params.get("username")
+        exact = request.query_params.get("exact", "false") == "true"
+        users = [u for u in self.store.collection("kc_users")
+                 if not u.get("serviceAccountClientId")]
+        if username is not None:
+            wanted = username.lower()
+            users = [u for u in users
+                     if (u["username"] == wanted if exact else wanted in u["username"])]
+        return _json([self._user_rep(u) for u in users])
+
+    async def _create_user(self, request: Request, parts: list[str]) -> Response:
+        body = await self._body(request)
+        if isinstance(body, Response):
+            return body
+        username = body.get("username")
+        if not isinstance(username, str) or not username.strip():
+            return _error(400, "User name is missing")
+        username = username.lower()
+        if self._user(username=username):
+            return _error(409, "User exists with same username")
+        email = body.get("email")
+        if email and self._user(email=email):
+            return _error(409, "User exists with same email")
+        user: Record = {"id": new_id(), "username": username,
+                        "enabled": bool(body.get("enabled", False)),
+                        "emailVerified": bool(body.get("emailVerified", False)),
+                        "createdTimestamp": int(time.time() * 1000), "groups": []}
+        for name in ("email", "firstName", "lastName"):
+            if isinstance(body.get(name), str):
+                user[name] = body[name]
+        for credential in body.get("credentials") or []:
+            if credential.get("type") == "password" and isinstance(credential.get("value"), str):
+                user["password"] = hash_password(credential["value"])
+        self.store.collection("kc_users").append(user)
+        self.store.save()
+        return _created(request, "users", user["id"])
+
+    async def _user_groups(self, request: Request, parts: list[str]) -> Response:
+        user = self._user(id=parts[0])
+        if user is None:
+            return _not_found("User not found")
+        return _json([{"id": g["id"], "name": g["name"], "path": f"/{g['name']}"}
+                      for gid in user["groups"] if (g := self._group(gid))])
+
+    async def _join_group(self, request: Request, parts: list[str]) -> Response:
+        user = self._user(id=parts[0])
+        if user is None:
+            return _not_found("User not found")
+        group = self._group(parts[1])
+        if group is None:
+            return _not_found("Group not found")
+        if group["id"] not in user["groups"]:
+            user["groups"].append(group["id"])
+            self.store.save()
+        return Response(status_code=204)
+
+    async def _list_components(self, request: Request, parts: list[str]) -> Response:
+        kind = request.query_params.get("type")
+        name = request.query_params.get("name")
+        items = [c for c in self.store.collection("kc_components")
+                 if (kind is None or c["providerType"] == kind)
+                 and (name is None or c["name"] == name)]
+        return _json(items)
+
+    async def _delete_component(self, request: Request, parts: list[str]) -> Response:
+        components = self.store.collection("kc_components")
+        target = next((c for c in components if c["id"] == parts[0]), None)
+        if target is None:
+            return _not_found("Could not find component")
+        components.remove(target)
+        self.store.save()
+        return Response(status_code=204)
+
+    # --- OpenID endpoints -----------------------------------------------------------------
+
+    async def discovery(self, request: Request) -> Response:
+        """The realm's OpenID configuration, with `registration_endpoint`."""
+        base = str(request.base_url).rstrip("/")
+        issuer = f"{base}/realms/{REALM}"
+        return _json({
+            "issuer": issuer,
+            "authorization_endpoint": f"{base}{OIDC}/auth",
+            "token_endpoint": f"{base}{OIDC}/token",
+            "userinfo_endpoint": f"{base}{OIDC}/userinfo",
+            "jwks_uri": f"{base}{OIDC}/certs",
+            "registration_endpoint": f"{base}/realms/{REALM}/clients-registrations/openid-connect",
+            "grant_types_supported": ["authorization_code", "refresh_token", "password",
+                                      "client_credentials"],
+            "response_types_supported": ["code"],
+            "response_modes_supported": ["query"],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["RS256"],
+            "token_endpoint_auth_methods_supported": ["client_secret_basic",
+                                                      "client_secret_post", "none"],
+            "code_challenge_methods_supported": ["S256"],
+            "scopes_supported": ["openid", *[s["name"] for s in
+                                             self.store.collection("kc_scopes")]],
+            "claims_supported": ["sub", "iss", "aud", "exp", "iat", "preferred_username",
+                                 "email", "groups"],
+            "authorization_response_iss_parameter_supported": True,
+        })
+
+    async def jwks(self, request: Request) -> Response:
+        """The realm's public keys."""
+        return _json({"keys": [self._key.as_dict(private=False)]})
+
+    async def userinfo(self, request: Request) -> Response:
+        """Claims of the bearer token's user."""
+        claims = self.provider.bearer_claims(request, self._key)
+        if claims is None:
+            return _json({"error": "invalid_token"}, 401)
+        keep = ("sub", "preferred_username", "email", "email_verified", "groups", "name")
+        return _json({k: claims[k] for k in keep if k in claims})
+
+    def _policy(self, provider_id: str) -> Record | None:
+        return next((c for c in self.store.collection("kc_components")
+                     if c["providerId"] == provider_id and c["subType"] == "anonymous"), None)
+
+    async def register(self, request: Request) -> Response:
+        """Anonymous Dynamic Client Registration (RFC 7591), subject to the realm's policies."""
+        if self._policy("trusted-hosts") is not None:
+            return _json({"error": "insufficient_scope", "error_description":
+                          "Policy 'Trusted Hosts' rejected request to client-registration "
+                          "service. Details: Host not trusted."}, 403)
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            return _json({"error": "invalid_client_metadata",
+                          "error_description": "Failed to parse client metadata"}, 400)
+        if not isinstance(body, dict):
+            return _json({"error": "invalid_client_metadata",
+                          "error_description": "Failed to parse client metadata"}, 400)
+        templates = self._policy("allowed-client-templates")
+        if templates is not None and isinstance(body.get("scope"), str):
+            allowed = {s["name"] for s in self.store.collection("kc_scopes")
+                       if s["id"] in self.store.collection("kc_default_default")}
+            allowed |= set(templates["config"].get("allowed-client-scopes", []))
+            known = {s["name"] for s in self.store.collection("kc_scopes")}
+            if any(s in known and s not in allowed for s in body["scope"].split()):
+                return _json({"error": "insufficient_scope", "error_description":
+                              "Policy 'Allowed Client Scopes' rejected request to "
+                              "client-registration service. Details: Not permitted to use "
+                              "specified clientScope"}, 403)
+        method = body.get("token_endpoint_auth_method", "client_secret_basic")
+        public = method == "none"
+        grants = body.get("grant_types") or ["authorization_code", "refresh_token"]
+        uris = body.get("redirect_uris") or []
+        if not isinstance(uris, list) or not all(isinstance(u, str) for u in uris):
+            return _json({"error": "invalid_redirect_uri",
+                          "error_description": "redirect_uris must be an array"}, 400)
+        record = {"id": new_id(), "clientId": new_id(), "name": body.get("client_name"),
+                  "publicClient": public, "secret": None if public else secrets.token_urlsafe(24),
+                  "redirectUris": uris, "grantTypes": [g for g in grants if isinstance(g, str)],
+                  "consentRequired": self._policy("consent-required") is not None}
+        self.store.collection("kc_clients").append(record)
+        self.store.save()
+        base = str(request.base_url).rstrip("/")
+        out = {"client_id": record["clientId"], "client_name": record["name"],
+               "redirect_uris": uris, "token_endpoint_auth_method": method,
+               "grant_types": record["grantTypes"], "response_types": ["code", "none"],
+               "client_id_issued_at": int(time.time()), "client_secret_expires_at": 0,
+               "registration_client_uri": f"{base}/realms/{REALM}/clients-registrations/"
+                                          f"openid-connect/{record['clientId']}",
+               "registration_access_token": secrets.token_urlsafe(32)}
+        if record["secret"]:
+            out["client_secret"] = record["secret"]
+        return _json(out, 201)
+
+    def routes(self) -> list[Route]:
+        """The Starlette routes of this flavour."""
+        provider = self.provider
+        return [
+            Route(f"/realms/{REALM}/.well-known/openid-configuration", self.discovery),
+            Route(f"{OIDC}/certs", self.jwks),
+            Route(f"{OIDC}/auth", provider.authorize),
+            Route(f"{OIDC}/token", provider.token, methods=["POST"]),
+            Route(f"{OIDC}/userinfo", self.userinfo, methods=["GET", "POST"]),
+            Route(f"/realms/{REALM}/clients-registrations/openid-connect", self.register,
+                  methods=["POST"]),
+            Route(f"{self.interaction_prefix}/{{uid}}", provider.interaction,
+                  methods=["GET", "POST"]),
+            Route("/admin/realms/{realm}/{rest:path}", self.admin,
+                  methods=["GET", "POST", "PUT", "DELETE"]),
+        ]

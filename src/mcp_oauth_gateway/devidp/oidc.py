@@ -1,0 +1,407 @@
+"""The OpenID provider half of the dev identity provider, shared by both flavours.
+
+Authorization code with PKCE (S256 only), a login form and a consent page, RFC 9207 `iss` in
+authorization responses, refresh tokens, client credentials, discovery and JWKS. Tokens are RS256
+JWTs signed with joserfc; what goes into them is decided by the flavour (`Flavour`), from what the
+provisioning tools configured.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+
+from joserfc import jwt
+from joserfc.jwk import RSAKey
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+
+from . import pages
+
+CODE_TTL = 60
+INTERACTION_TTL = 600
+SESSION_COOKIE = "devidp_session"
+
+
+@dataclass(frozen=True)
+class OAuthClient:
+    client_id: str
+    public: bool
+    secret: str | None
+    redirect_uris: tuple[tuple[str, str], ...]  # (matching mode, value)
+    grant_types: frozenset[str]
+    consent: bool
+    name: str = ""
+    context: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Subject:
+    id: str
+    username: str
+    email: str | None = None
+    name: str | None = None
+    groups: tuple[str, ...] = ()
+    service_account: bool = False
+
+
+class OAuthError(Exception):
+    """An RFC 6749 error response."""
+
+    def __init__(self, status: int, error: str, description: str):
+        super().__init__(description)
+        self.status = status
+        self.error = error
+        self.description = description
+
+
+class Flavour(Protocol):
+    name: str
+    interaction_prefix: str
+    grant_not_allowed_error: tuple[int, str]
+
+    def issuer(self, base: str, client: OAuthClient) -> str:
+        """The issuer for tokens of `client`."""
+        ...
+
+    def find_client(self, client_id: str) -> OAuthClient | None:
+        """A registered client."""
+        ...
+
+    def authenticate(self, username: str, password: str) -> Subject | None:
+        """A user whose credentials match."""
+        ...
+
+    def service_subject(self, client: OAuthClient) -> Subject:
+        """The service account a client-credentials token stands for."""
+        ...
+
+    def token_claims(self, client: OAuthClient, subject: Subject, scopes: list[str],
+                     resource: str | None) -> dict[str, Any]:
+        """Claims of the access token (beyond iss, iat, exp, jti)."""
+        ...
+
+    def signing_key(self, client: OAuthClient) -> RSAKey:
+        """The key that signs `client`'s tokens."""
+        ...
+
+    def access_token_ttl(self, client: OAuthClient) -> int:
+        """Access-token lifetime in seconds."""
+        ...
+
+    def subject_by_id(self, subject_id: str) -> Subject | None:
+        """Reload a subject (for refresh tokens)."""
+        ...
+
+
+def redirect_allowed(client: OAuthClient, uri: str) -> bool:
+    """Whether `uri` is a registered redirect URI of `client` (strict, regex or wildcard)."""
+    for mode, value in client.redirect_uris:
+        if mode == "strict" and uri == value:
+            return True
+        if mode == "regex":
+            try:
+                if re.fullmatch(value, uri):
+                    return True
+            except re.error:
+                continue
+        if mode == "wildcard" and value.endswith("*") and uri.startswith(value[:-1]):
+            return True
+    return False
+
+
+def s256(verifier: str) -> str:
+    """The PKCE S256 challenge of a verifier."""
+    digest = hashlib.sha256(verifier.encode("ascii")).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """An `application/x-www-form-urlencoded` body as a dict (the last value of a key wins)."""
+    body = await request.body()
+    return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+
+
+def token_response(payload: dict[str, Any], status: int = 200) -> JSONResponse:
+    """A token-endpoint JSON response (never cached)."""
+    return JSONResponse(payload, status_code=status,
+                        headers={"Cache-Control": "no-store", "Pragma": "no-cache"})
+
+
+def oauth_error(exc: OAuthError) -> JSONResponse:
+    """The JSON form of an OAuth error."""
+    return token_response({"error": exc.error, "error_description": exc.description},
+                          exc.status)
+
+
+class OpenIdProvider:
+    """Authorization, token, userinfo endpoints and the interaction pages for one flavour."""
+
+    def __init__(self, flavour: Flavour):
+        self.flavour = flavour
+        self.interactions: dict[str, dict[str, Any]] = {}
+        self.codes: dict[str, dict[str, Any]] = {}
+        self.refresh_tokens: dict[str, dict[str, Any]] = {}
+        self.sessions: dict[str, str] = {}  # session cookie → subject id
+        self.consents: set[tuple[str, str]] = set()
+        self.access_tokens: dict[str, dict[str, Any]] = {}
+
+    # --- tokens ---------------------------------------------------------------------------
+
+    def mint(self, base: str, client: OAuthClient, subject: Subject, scopes: list[str],
+             resource: str | None, nonce: str | None = None,
+             refresh: bool = True) -> dict[str, Any]:
+        """Issue access (and id, refresh) tokens for `subject`."""
+        flavour = self.flavour
+        now = int(time.time())
+        ttl = flavour.access_token_ttl(client)
+        issuer = flavour.issuer(base, client)
+        key = flavour.signing_key(client)
+        claims = {"iss": issuer, "iat": now, "exp": now + ttl, "jti": secrets.token_urlsafe(16),
+                  **flavour.token_claims(client, subject, scopes, resource)}
+        header = {"alg": "RS256", "kid": key.kid, "typ": "JWT"}
+        access = jwt.encode(header, claims, key)
+        self.access_tokens[claims["jti"]] = {"subject": subject.id, "exp": now + ttl}
+        out: dict[str, Any] = {"access_token": access, "token_type": "Bearer", "expires_in": ttl,
+                               "scope": " ".join(scopes)}
+        if "openid" in scopes and not subject.service_account:
+            id_claims = {"iss": issuer, "sub": claims.get("sub", subject.id),
+                         "aud": client.client_id, "iat": now, "exp": now + ttl,
+                         "auth_time": now, "azp": client.client_id}
+            if nonce:
+                id_claims["nonce"] = nonce
+            for name in ("email", "groups", "preferred_username", "name"):
+                if name in claims:
+                    id_claims[name] = claims[name]
+            out["id_token"] = jwt.encode(header, id_claims, key)
+        if refresh and "refresh_token" in client.grant_types and not subject.service_account:
+            token = secrets.token_urlsafe(32)
+            self.refresh_tokens[token] = {"client_id": client.client_id, "subject": subject.id,
+                                          "scopes": scopes, "resource": resource,
+                                          "exp": now + 1800}
+            out["refresh_token"] = token
+            out["refresh_expires_in"] = 1800
+        return out
+
+    # --- authorization --------------------------------------------------------------------
+
+    async def authorize(self, request: Request) -> Response:
+        """Validate the authorization request and send the browser to the login page."""
+        params = dict(request.query_params)
+        client = self.flavour.find_client(params.get("client_id", ""))
+        if client is None:
+            return pages.error_page("Unknown client", f"client_id {params.get('client_id')!r} is "
+                                    "not registered with this provider.", 400)
+        redirect_uri = params.get("redirect_uri", "")
+        if not redirect_allowed(client, redirect_uri):
+            return pages.error_page("Invalid redirect URI", f"{redirect_uri!r} is not a "
+                                    f"registered redirect URI of client {client.client_id}.", 400)
+        base = str(request.base_url).rstrip("/")
+        issuer = self.flavour.issuer(base, client)
+
+        def fail(error: str, description: str) -> Response:
+            query = {"error": error, "error_description": description, "iss": issuer}
+            if "state" in params:
+                query["state"] = params["state"]
+            return RedirectResponse(_append_query(redirect_uri, query), status_code=302)
+
+        if params.get("response_type") != "code":
+            return fail("unsupported_response_type", "only response_type=code is supported")
+        if "authorization_code" not in client.grant_types:
+            return fail("unauthorized_client", "the client may not use the authorization code "
+                        "grant")
+        challenge = params.get("code_challenge")
+        method = params.get("code_challenge_method", "plain")
+        if client.public and not challenge:
+            return fail("invalid_request", "PKCE code_challenge is required for public clients")
+        if challenge and method != "S256":
+            return fail("invalid_request", "code_challenge_method must be S256")
+        uid = secrets.token_urlsafe(16)
+        self.interactions[uid] = {"params": params, "client_id": client.client_id,
+                                  "base": base, "exp": time.time() + INTERACTION_TTL}
+        return RedirectResponse(f"{base}{self.flavour.interaction_prefix}/{uid}",
+                                status_code=303)
+
+    def _interaction(self, uid: str) -> dict[str, Any] | None:
+        item = self.interactions.get(uid)
+        if item is None or item["exp"] < time.time():
+            self.interactions.pop(uid, None)
+            return None
+        return item
+
+    async def interaction(self, request: Request) -> Response:
+        """The login form, then the consent page, then the redirect back to the client."""
+        uid = request.path_params["uid"]
+        item = self._interaction(uid)
+        if item is None:
+            return pages.error_page("Sign-in expired", "Start the sign-in again from your "
+                                    "application.", 400)
+        client = self.flavour.find_client(item["client_id"])
+        assert client is not None
+        action = f"{self.flavour.interaction_prefix}/{uid}"
+        if request.method == "POST":
+            form = await read_form(request)
+            if form.get("prompt") == "login":
+                subject = self.flavour.authenticate(form.get("login", ""),
+                                                    form.get("password", ""))
+                if subject is None:
+                    return pages.login_page(action, client.name or client.client_id,
+                                            "Invalid username or password.", 401)
+                item["subject"] = subject.id
+            elif form.get("prompt") == "consent" and "subject" in item:
+                if form.get("decision", "allow") != "allow":
+                    return self._finish_error(item, "access_denied", "the user denied access")
+                self.consents.add((item["subject"], client.client_id))
+            return RedirectResponse(str(request.url), status_code=303)
+        if "subject" not in item:
+            return pages.login_page(action, client.name or client.client_id)
+        if client.consent and (item["subject"], client.client_id) not in self.consents:
+            scopes = item["params"].get("scope", "").split()
+            return pages.consent_page(action, client.name or client.client_id, scopes,
+                                      urlsplit(item["params"]["redirect_uri"]).netloc)
+        return self._finish(uid, item, client)
+
+    def _finish_error(self, item: dict[str, Any], error: str, description: str) -> Response:
+        params = item["params"]
+        client = self.flavour.find_client(item["client_id"])
+        assert client is not None
+        query = {"error": error, "error_description": description,
+                 "iss": self.flavour.issuer(item["base"], client)}
+        if "state" in params:
+            query["state"] = params["state"]
+        return RedirectResponse(_append_query(params["redirect_uri"], query), status_code=303)
+
+    def _finish(self, uid: str, item: dict[str, Any], client: OAuthClient) -> Response:
+        params = item["params"]
+        self.interactions.pop(uid, None)
+        code = secrets.token_urlsafe(32)
+        self.codes[code] = {
+            "client_id": client.client_id, "redirect_uri": params["redirect_uri"],
+            "subject": item["subject"], "scopes": params.get("scope", "").split(),
+            "challenge": params.get("code_challenge"), "resource": params.get("resource"),
+            "nonce": params.get("nonce"), "exp": time.time() + CODE_TTL, "base": item["base"],
+        }
+        query = {"code": code, "iss": self.flavour.issuer(item["base"], client)}
+        if "state" in params:
+            query["state"] = params["state"]
+        return RedirectResponse(_append_query(params["redirect_uri"], query), status_code=303)
+
+    # --- token endpoint -------------------------------------------------------------------
+
+    def _client_from_request(self, request: Request, form: dict[str, str]) -> OAuthClient:
+        client_id, secret = form.get("client_id"), form.get("client_secret")
+        auth = request.headers.get("authorization", "")
+        if auth.lower().startswith("basic "):
+            try:
+                decoded = base64.b64decode(auth[6:]).decode()
+                basic_id, _, basic_secret = decoded.partition(":")
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise OAuthError(401, "invalid_client", "malformed Basic credentials") from exc
+            client_id, secret = unquote(basic_id), unquote(basic_secret)
+        client = self.flavour.find_client(client_id or "")
+        if client is None:
+            raise OAuthError(401, "invalid_client", "Invalid client or Invalid client credentials")
+        if secret is not None and client.secret is not None:
+            if not hmac.compare_digest(secret, client.secret):
+                raise OAuthError(401, "invalid_client", "Invalid client credentials")
+        elif not client.public:
+            raise OAuthError(401, "invalid_client", "client authentication required")
+        return client
+
+    async def token(self, request: Request) -> Response:
+        """The token endpoint: authorization_code, refresh_token, client_credentials, password."""
+        form = await read_form(request)
+        try:
+            client = self._client_from_request(request, form)
+            grant = form.get("grant_type", "")
+            if grant not in ("authorization_code", "refresh_token", "client_credentials",
+                             "password"):
+                raise OAuthError(400, "unsupported_grant_type",
+                                 f"grant_type {grant!r} is not supported")
+            if grant not in client.grant_types:
+                status, error = self.flavour.grant_not_allowed_error
+                raise OAuthError(status, error,
+                                 f"the {grant} grant is not allowed for client "
+                                 f"{client.client_id}")
+            base = str(request.base_url).rstrip("/")
+            handler = {"authorization_code": self._code_grant,
+                       "refresh_token": self._refresh_grant,
+                       "client_credentials": self._client_credentials_grant,
+                       "password": self._password_grant}[grant]
+            return token_response(handler(base, client, form))
+        except OAuthError as exc:
+            return oauth_error(exc)
+
+    def _code_grant(self, base: str, client: OAuthClient, form: dict[str, str]) -> dict:
+        record = self.codes.pop(form.get("code", ""), None)
+        invalid = OAuthError(400, "invalid_grant", "The provided authorization grant or refresh "
+                             "token is invalid, expired, revoked, does not match the redirection "
+                             "URI used in the authorization request, or was issued to another "
+                             "client")
+        if record is None or record["exp"] < time.time():
+            raise invalid
+        if record["client_id"] != client.client_id:
+            raise invalid
+        if record["redirect_uri"] != form.get("redirect_uri"):
+            raise invalid
+        if record["challenge"]:
+            verifier = form.get("code_verifier", "")
+            if not verifier or not hmac.compare_digest(s256(verifier), record["challenge"]):
+                raise OAuthError(400, "invalid_grant", "PKCE verification failed")
+        subject = self.flavour.subject_by_id(record["subject"])
+        if subject is None:
+            raise invalid
+        return self.mint(record["base"], client, subject, record["scopes"],
+                         form.get("resource") or record["resource"], record["nonce"])
+
+    def _refresh_grant(self, base: str, client: OAuthClient, form: dict[str, str]) -> dict:
+        record = self.refresh_tokens.pop(form.get("refresh_token", ""), None)
+        if record is None or record["exp"] < time.time() or \
+                record["client_id"] != client.client_id:
+            raise OAuthError(400, "invalid_grant", "Token is not active")
+        subject = self.flavour.subject_by_id(record["subject"])
+        if subject is None:
+            raise OAuthError(400, "invalid_grant", "Session not active")
+        return self.mint(base, client, subject, record["scopes"], record["resource"])
+
+    def _client_credentials_grant(self, base: str, client: OAuthClient,
+                                  form: dict[str, str]) -> dict:
+        if client.public and client.secret is None:
+            raise OAuthError(401, "unauthorized_client",
+                             "public clients cannot use client_credentials")
+        scopes = form.get("scope", "").split()
+        return self.mint(base, client, self.flavour.service_subject(client), scopes,
+                         form.get("resource"), refresh=False)
+
+    def _password_grant(self, base: str, client: OAuthClient, form: dict[str, str]) -> dict:
+        subject = self.flavour.authenticate(form.get("username", ""), form.get("password", ""))
+        if subject is None:
+            raise OAuthError(401, "invalid_grant", "Invalid user credentials")
+        scopes = form.get("scope", "email profile").split()
+        return self.mint(base, client, subject, scopes, None)
+
+    # --- userinfo -------------------------------------------------------------------------
+
+    def bearer_claims(self, request: Request, key: RSAKey) -> dict[str, Any] | None:
+        """The claims of a valid access token in the Authorization header."""
+        auth = request.headers.get("authorization", "")
+        if not auth.lower().startswith("bearer "):
+            return None
+        try:
+            token = jwt.decode(auth[7:].strip(), key, algorithms=["RS256"])
+        except Exception:  # any decoding failure means "not a valid token"
+            return None
+        if token.claims.get("exp", 0) < time.time():
+            return None
+        return token.claims
+
+
+def _append_query(uri: str, query: dict[str, str]) -> str:
+    return uri + ("&" if urlsplit(uri).query else "?") + urlencode(query)

@@ -1,0 +1,1 @@
+"""Provisioning tools for the two identity providers (Keycloak = A, authentik = B)."""

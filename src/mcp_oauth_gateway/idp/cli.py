@@ -1,0 +1,144 @@
+"""`mcp-oauth-gateway idp keycloak|authentik`: arguments, secrets, output."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import httpx
+
+from . import authentik, keycloak, resources
+from .steps import Progress, StepError
+
+EXIT_USAGE = 2
+KEYCLOAK_ADMIN_PASSWORD = "KEYCLOAK_ADMIN_PASSWORD"
+KEYCLOAK_USER_PASSWORD = "KEYCLOAK_USER_PASSWORD"
+AUTHENTIK_TOKEN = "AUTHENTIK_TOKEN"
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    """Register `idp keycloak` and `idp authentik`."""
+    idp = commands.add_parser("idp", help="provision an identity provider for the gateway")
+    tools = idp.add_subparsers(dest="idp", required=True)
+
+    kc = tools.add_parser(
+        "keycloak", help="set up Keycloak (provider A) through its admin REST API",
+        description="Creates the client scope with the audience and group mappers, makes it a "
+                    "default scope, creates the group and users, adds them to the group, reads "
+                    "issuer and JWKS path, and writes ready-to-apply gateway resources. "
+                    f"Secrets: admin password from ${KEYCLOAK_ADMIN_PASSWORD} or stdin "
+                    f"(--password-stdin); user password from ${KEYCLOAK_USER_PASSWORD}.")
+    kc.add_argument("--url", required=True, help="Keycloak base URL, e.g. http://127.0.0.1:8180")
+    kc.add_argument("--admin-user", default="admin")
+    kc.add_argument("--password-stdin", action="store_true",
+                    help="read the admin password from the first line of stdin")
+    kc.add_argument("--resource", required=True,
+                    help="the MCP resource URL clients connect to (the token audience)")
+    kc.add_argument("--user", dest="users", action="append", default=[], metavar="NAME[:EMAIL]",
+                    help="a user to create (if missing) and add to the group (repeatable)")
+    kc.add_argument("--group", default="users")
+    kc.add_argument("--scope", default="mcp", help="name of the client scope (default mcp)")
+    kc.add_argument("--allow-anonymous-dcr", action="store_true",
+                    help="local tests only: delete the trusted-hosts and anonymous "
+                         "allowed-client-templates registration policies so MCP clients can "
+                         "register without a token")
+    _common(kc)
+
+    ak = tools.add_parser(
+        "authentik", help="set up authentik (provider B) through its API v3",
+        description="Waits for the API, resolves flows, signing key and the openid/profile/"
+                    "email scope mappings, creates the public OAuth2 provider, the application "
+                    "and the group, adds the users, and writes ready-to-apply gateway "
+                    f"resources. Secret: API token from ${AUTHENTIK_TOKEN} or stdin "
+                    "(--token-stdin).")
+    ak.add_argument("--url", required=True, help="authentik base URL, e.g. http://127.0.0.1:9000")
+    ak.add_argument("--token-stdin", action="store_true",
+                    help="read the API token from the first line of stdin")
+    ak.add_argument("--slug", default="mcp", help="application slug (part of the issuer)")
+    ak.add_argument("--name", default=None, help="provider and application name (default: slug)")
+    ak.add_argument("--group", default="mcp-agent")
+    ak.add_argument("--user", dest="users", action="append", default=[], metavar="NAME",
+                    help="an existing user to add to the group (repeatable)")
+    ak.add_argument("--redirect-uri", dest="redirect_uris", action="append", default=[],
+                    metavar="MODE:URL",
+                    help="allowed callback, MODE strict or regex (repeatable; default: any "
+                         "loopback callback, as native MCP clients use)")
+    ak.add_argument("--resource", default="http://127.0.0.1:8080/mcp",
+                    help="the MCP resource URL clients connect to")
+    ak.add_argument("--wait", type=float, default=300.0, metavar="SECONDS",
+                    help="how long to wait for start-up and blueprints (default 300)")
+    _common(ak)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", default="http://127.0.0.1:8000/mcp",
+                        help="the MCP server behind the gateway (for the GatewayBackend)")
+    parser.add_argument("--output-dir", required=True, metavar="DIR",
+                        help="where to write the gateway resources (gateway.yaml)")
+    parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="time limit of each HTTP request (default 30)")
+
+
+def _secret(env: str, from_stdin: bool, flag: str) -> str | None:
+    if from_stdin:
+        line = sys.stdin.readline().rstrip("\n")
+        return line or None
+    return os.environ.get(env) or None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen provisioning tool."""
+    if args.idp == "keycloak":
+        password = _secret(KEYCLOAK_ADMIN_PASSWORD, args.password_stdin, "--password-stdin")
+        if not password:
+            print(f"error: no admin password: set {KEYCLOAK_ADMIN_PASSWORD} or pass "
+                  "--password-stdin and write it to stdin", file=sys.stderr)
+            return EXIT_USAGE
+        users = [(u.split(":", 1)[0], u.split(":", 1)[1] if ":" in u else None)
+                 for u in args.users]
+        options = keycloak.KeycloakOptions(
+            url=args.url, admin_user=args.admin_user, admin_password=password,
+            resource=args.resource, users=users,
+            user_password=os.environ.get(KEYCLOAK_USER_PASSWORD) or None, scope=args.scope,
+            group=args.group, allow_anonymous_dcr=args.allow_anonymous_dcr,
+            backend=args.backend)
+        progress = Progress("keycloak", len(keycloak.STEPS))
+        tool = lambda http: keycloak.provision(options, http, progress)  # noqa: E731
+    else:
+        token = _secret(AUTHENTIK_TOKEN, args.token_stdin, "--token-stdin")
+        if not token:
+            print(f"error: no API token: set {AUTHENTIK_TOKEN} or pass --token-stdin and write "
+                  "it to stdin", file=sys.stderr)
+            return EXIT_USAGE
+        redirects = []
+        for item in args.redirect_uris:
+            mode, _, url = item.partition(":")
+            if mode not in ("strict", "regex") or not url:
+                print(f"error: --redirect-uri {item!r}: write MODE:URL with MODE strict or "
+                      "regex, e.g. strict:http://127.0.0.1:33418/callback", file=sys.stderr)
+                return EXIT_USAGE
+            redirects.append((mode, url))
+        options_ak = authentik.AuthentikOptions(
+            url=args.url, token=token, slug=args.slug, name=args.name or args.slug,
+            group=args.group, users=args.users, resource=args.resource, backend=args.backend,
+            wait=args.wait, redirect_uris=tuple(redirects) or authentik.DEFAULT_REDIRECTS)
+        progress = Progress("authentik", len(authentik.STEPS))
+        tool = lambda http: authentik.provision(options_ak, http, progress)  # noqa: E731
+    try:
+        with httpx.Client(timeout=args.timeout, follow_redirects=False) as http:
+            values = tool(http)
+    except StepError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except httpx.HTTPError as exc:
+        print(f"error: {progress.tool} step {progress.current}/{progress.total} "
+              f"({progress.step}) failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    target = resources.write(values, Path(args.output_dir))
+    print(f"issuer: {values.issuer}")
+    print(f"jwks_path: {values.jwks_path}")
+    print(f"client_id: {values.client_id or '(registered by each MCP client through DCR)'}")
+    print(f"resources: {target}")
+    return 0
