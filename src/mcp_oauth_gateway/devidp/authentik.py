@@ -374,7 +374,7 @@ class AuthentikFlavour:
                 "provider_obj": self._provider_brief(provider) if provider else None,
                 "backchannel_providers": [], "backchannel_providers_obj": [],
                 "launch_url": None, "open_in_new_tab": False, "meta_launch_url": "",
-                "meta_icon": None, "meta_icon_url": None, "meta_icon_themed_urls": None,
+                "meta_icon": "", "meta_icon_url": None, "meta_icon_themed_urls": None,
                 "meta_description": "", "meta_publisher": "", "policy_engine_mode": "any",
                 "group": "", "meta_hide": False}
 

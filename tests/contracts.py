@@ -1,0 +1,117 @@
+"""Validate HTTP exchanges against the providers' official OpenAPI documents
+(`../shared/contracts/`), with openapi-core."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl
+
+import httpx
+import yaml
+from openapi_core import Config, OpenAPI
+from openapi_core.testing import MockRequest, MockResponse
+
+from support import ROOT
+
+CONTRACTS = ROOT.parent / "shared" / "contracts"
+AUTHENTIK = CONTRACTS / "authentik-2026.5.6-schema.yml"
+KEYCLOAK = CONTRACTS / "keycloak-26.6-admin-rest-openapi.json"
+
+
+@functools.cache
+def openapi(path: str) -> OpenAPI:
+    """The parsed document (cached: the authentik one is 1.7 MB)."""
+    assert CONTRACTS.is_dir(), f"{CONTRACTS} is missing: the contracts live in ../shared"
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    with open(path, encoding="utf-8") as handle:
+        document = yaml.load(handle, Loader=loader)
+    _fix_document(document)
+    return OpenAPI.from_dict(document, config=Config(spec_validator_cls=None))
+
+
+def _fix_document(node: object) -> None:
+    """Two readings the validator gets wrong, made explicit without changing what is allowed:
+    the Keycloak document writes some boolean defaults as strings (`default: "true"`), which
+    would be applied to requests that omit the parameter; and the authentik document marks
+    `allOf: [$ref]` wrappers `nullable`, which the OpenAPI 3.0 validator ignores without a
+    `type`, so null is spelled out as an alternative."""
+    if isinstance(node, dict):
+        schema_type, default = node.get("type"), node.get("default")
+        if schema_type == "boolean" and default in ("true", "false"):
+            node["default"] = default == "true"
+        elif schema_type == "integer" and isinstance(default, str) and default.isdigit():
+            node["default"] = int(default)
+        if node.get("nullable") is True and "type" not in node and \
+                len(node.get("allOf", ())) == 1:
+            node["anyOf"] = [node.pop("allOf")[0],
+                             {"type": "string", "nullable": True, "enum": [None]}]
+        for value in node.values():
+            _fix_document(value)
+    elif isinstance(node, list):
+        for value in node:
+            _fix_document(value)
+
+
+@dataclass
+class Recorder:
+    """An httpx event hook pair that keeps every exchange."""
+
+    exchanges: list[tuple[httpx.Request, httpx.Response]] = field(default_factory=list)
+
+    def hooks(self) -> dict[str, list]:
+        """`event_hooks=` for an httpx.Client."""
+        return {"response": [self._keep]}
+
+    def _keep(self, response: httpx.Response) -> None:
+        response.read()
+        self.exchanges.append((response.request, response))
+
+
+def _mock_request(request: httpx.Request, prefix_strip: str = "") -> MockRequest:
+    url = request.url
+    return MockRequest(
+        host_url=f"{url.scheme}://{url.netloc.decode()}", method=request.method.lower(),
+        path=url.path, args=dict(parse_qsl(url.query.decode())),
+        headers=dict(request.headers.items()),
+        data=request.content or None,
+        content_type=request.headers.get("content-type", "application/json").split(";")[0])
+
+
+def validate(document: str, request: httpx.Request, response: httpx.Response,
+             documented_only: bool = True) -> list[str]:
+    """Problems with this exchange: the request always; the response when its status is
+    documented for the operation (the Keycloak document lists few error statuses)."""
+    api = openapi(document)
+    problems: list[str] = []
+    mock = _mock_request(request)
+    try:
+        api.validate_request(mock)
+    except Exception as exc:  # the validator's own exception hierarchy
+        problems.append(f"request {request.method} {request.url.path}: {_reason(exc)}")
+        return problems
+    content_type = response.headers.get("content-type", "application/json").split(";")[0]
+    mock_response = MockResponse(data=response.content or b"", status_code=response.status_code,
+                                 content_type=content_type if response.content else None)
+    try:
+        api.validate_response(mock, mock_response)
+    except Exception as exc:
+        reason = _reason(exc)
+        if documented_only and ("Unknown response http status" in reason or
+                                "ResponseNotFound" in reason):
+            return problems
+        problems.append(f"response {response.status_code} to {request.method} "
+                        f"{request.url.path}: {reason}")
+    return problems
+
+
+def _reason(exc: Exception) -> str:
+    parts = [f"{type(exc).__name__}: {exc}"]
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and len(parts) < 4:
+        parts.append(f"{type(cause).__name__}: {cause}")
+        details = getattr(cause, "schema_errors", None)
+        if details:
+            parts.extend(str(e.message)[:300] for e in list(details)[:3])
+        cause = cause.__cause__ or cause.__context__
+    return " <- ".join(parts)
