@@ -21,7 +21,7 @@ AK = "http://ak.test"
 REDIRECT = "http://127.0.0.1:5555/callback"
 
 
-def make(app, base: str, recorder: Recorder | None = None) -> TestClient:  # noqa: ANN001
+def make(app, base: str, recorder: Recorder | None = None) -> TestClient:
     http = TestClient(app, base_url=base, follow_redirects=False)
     if recorder is not None:
         http.event_hooks = recorder.hooks()
@@ -61,7 +61,7 @@ def sign_in(http: TestClient, authorize: str, client_id: str, username: str, pas
 
 
 @pytest.fixture
-def kc():  # noqa: ANN201
+def kc():
     app = create_app(DevIdpSettings(flavour="keycloak", admin_password="pw"))
     recorder = Recorder()
     with make(app, KC, recorder) as http:
@@ -229,7 +229,7 @@ def test_keycloak_pkce_is_verified(kc):
 # --- authentik flavour ----------------------------------------------------------------------
 
 
-def ak_app(**settings: object):  # noqa: ANN201
+def ak_app(**settings: object):
     return create_app(DevIdpSettings(flavour="authentik", bootstrap_token="tok",
                                      seed_users=["alice", "bob"], access_token_ttl=3600,
                                      **settings))  # type: ignore[arg-type]

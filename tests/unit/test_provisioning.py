@@ -22,7 +22,7 @@ AK_URL = "http://ak.test:9000"
 RESOURCE = "http://127.0.0.1:8080/mcp"
 
 
-def client(app, recorder: Recorder, base: str) -> TestClient:  # noqa: ANN001
+def client(app, recorder: Recorder, base: str) -> TestClient:
     http = TestClient(app, base_url=base, follow_redirects=False)
     http.event_hooks = recorder.hooks()
     return http
@@ -37,13 +37,13 @@ def kc_options(**overrides: object) -> keycloak.KeycloakOptions:
 
 
 @pytest.fixture
-def kc_app(tmp_path: Path):  # noqa: ANN201
+def kc_app(tmp_path: Path):
     settings = DevIdpSettings(flavour="keycloak", admin_password="admin-pw",
                               state=tmp_path / "kc.json")
     return create_app(settings), settings
 
 
-def run_kc(app, options: keycloak.KeycloakOptions, recorder: Recorder) -> tuple:  # noqa: ANN001
+def run_kc(app, options: keycloak.KeycloakOptions, recorder: Recorder) -> tuple:
     stream = io.StringIO()
     with client(app, recorder, KC_URL) as http:
         values = keycloak.provision(options, http, Progress("keycloak", 8, stream))
@@ -105,7 +105,7 @@ def ak_options(**overrides: object) -> authentik.AuthentikOptions:
     return authentik.AuthentikOptions(**base)  # type: ignore[arg-type]
 
 
-def ak_app(tmp_path: Path, migrations: float = 0.0, worker: float = 0.0):  # noqa: ANN201
+def ak_app(tmp_path: Path, migrations: float = 0.0, worker: float = 0.0):
     settings = DevIdpSettings(flavour="authentik", bootstrap_token="test-token",
                               seed_users=["alice", "bob"], state=tmp_path / "ak.json",
                               access_token_ttl=3600, migrations_seconds=migrations,
@@ -113,7 +113,7 @@ def ak_app(tmp_path: Path, migrations: float = 0.0, worker: float = 0.0):  # noq
     return create_app(settings), settings
 
 
-def run_ak(app, options: authentik.AuthentikOptions, recorder: Recorder) -> tuple:  # noqa: ANN001
+def run_ak(app, options: authentik.AuthentikOptions, recorder: Recorder) -> tuple:
     stream = io.StringIO()
     progress = Progress("authentik", 6, stream)
     with client(app, recorder, AK_URL) as http:
@@ -138,8 +138,8 @@ def test_authentik_waits_out_startup_then_provisions(tmp_path):
                  if q.url.path.startswith("/api/v3/") and r.status_code != 503]
     problems = [p for q, r in api_calls for p in validate(str(AUTHENTIK), q, r)]
     assert problems == []
-    created = [json.loads(q.content) for q, r in api_calls
-               if q.url.path == "/api/v3/providers/oauth2/" and q.method == "POST"][0]
+    created = next(json.loads(q.content) for q, r in api_calls
+                   if q.url.path == "/api/v3/providers/oauth2/" and q.method == "POST")
     assert created["client_type"] == "public"
     assert set(created["grant_types"]) >= {"authorization_code", "refresh_token",
                                            "client_credentials"}

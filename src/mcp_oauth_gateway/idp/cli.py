@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from pathlib import Path
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             group=args.group, allow_anonymous_dcr=args.allow_anonymous_dcr,
             backend=args.backend)
         progress = Progress("keycloak", len(keycloak.STEPS))
-        tool = lambda http: keycloak.provision(options, http, progress)  # noqa: E731
+        tool = functools.partial(keycloak.provision, options, progress=progress)
     else:
         token = _secret(AUTHENTIK_TOKEN, args.token_stdin, "--token-stdin")
         if not token:
@@ -125,10 +126,10 @@ def run(args: argparse.Namespace) -> int:
             group=args.group, users=args.users, resource=args.resource, backend=args.backend,
             wait=args.wait, redirect_uris=tuple(redirects) or authentik.DEFAULT_REDIRECTS)
         progress = Progress("authentik", len(authentik.STEPS))
-        tool = lambda http: authentik.provision(options_ak, http, progress)  # noqa: E731
+        tool = functools.partial(authentik.provision, options_ak, progress=progress)
     try:
         with httpx.Client(timeout=args.timeout, follow_redirects=False) as http:
-            values = tool(http)
+            values = tool(http=http)
     except StepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
