@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .oidc import OAuthClient, OpenIdProvider, Subject
+from .oidc import OAuthClient, OpenIdProvider, Subject, json_response
 from .settings import DevIdpSettings
 from .store import Record, Store, check_password, hash_password, new_id, new_signing_key
 
@@ -58,11 +58,6 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(payload), status_code=status, headers=headers,
-                    media_type="application/json")
-
-
 def _generate_id(length: int = 40) -> str:
     alphabet = string.ascii_letters + string.digits
     return "".join(secrets.choice(alphabet) for _ in range(length))
@@ -74,11 +69,11 @@ def paginated(results: list[Record], request: Request) -> Response:
         page = max(1, int(request.query_params.get("page", "1")))
         size = min(100, max(1, int(request.query_params.get("page_size", "20"))))
     except ValueError:
-        return _json({"detail": "Invalid page."}, 404)
+        return json_response({"detail": "Invalid page."}, 404)
     total_pages = max(1, -(-len(results) // size))
     chunk = results[(page - 1) * size: page * size]
     start = (page - 1) * size + 1 if chunk else 0
-    return _json({
+    return json_response({
         "pagination": {"next": page + 1 if page < total_pages else 0,
                        "previous": page - 1 if page > 1 else 0, "count": len(results),
                        "current": page, "total_pages": total_pages, "start_index": start,
@@ -307,10 +302,10 @@ class AuthentikFlavour:
     def _denied(self, request: Request) -> Response | None:
         auth = request.headers.get("authorization", "")
         if not auth.lower().startswith("bearer ") or not auth[7:].strip():
-            return _json({"detail": "Authentication credentials were not provided."}, 403)
+            return json_response({"detail": "Authentication credentials were not provided."}, 403)
         if not hmac.compare_digest(auth[7:].strip().encode(),
                                    self.settings.bootstrap_token.encode()):
-            return _json({"detail": "Token invalid/expired"}, 403)
+            return json_response({"detail": "Token invalid/expired"}, 403)
         return None
 
     # --- representations ------------------------------------------------------------------
@@ -436,8 +431,8 @@ class AuthentikFlavour:
                 try:
                     return await handler(request, *match.groups())
                 except FieldErrors as exc:
-                    return _json(exc.errors, 400)
-        return _json({"detail": "Not found."}, 404)
+                    return json_response(exc.errors, 400)
+        return json_response({"detail": "Not found."}, 404)
 
     def _api_routes(self) -> list[tuple[str, re.Pattern[str], Any]]:
         one = "([^/]+)"
@@ -490,8 +485,8 @@ class AuthentikFlavour:
         provider = next((p for p in self.store.collection("ak_providers")
                          if str(p["pk"]) == pk), None)
         if provider is None:
-            return _json({"detail": "No OAuth2Provider matches the given query."}, 404)
-        return _json(self._provider_rep(provider))
+            return json_response({"detail": "No OAuth2Provider matches the given query."}, 404)
+        return json_response(self._provider_rep(provider))
 
     def _related(self, errors: dict[str, list[str]], field: str, value: Any, collection: str,
                  nullable: bool) -> Any:
@@ -595,7 +590,7 @@ class AuthentikFlavour:
         }
         providers.append(provider)
         self.store.save()
-        return _json(self._provider_rep(provider), 201)
+        return json_response(self._provider_rep(provider), 201)
 
     async def _list_applications(self, request: Request) -> Response:
         q = request.query_params
@@ -607,8 +602,8 @@ class AuthentikFlavour:
     async def _get_application(self, request: Request, slug: str) -> Response:
         app = self._find("ak_applications", slug=slug)
         if app is None:
-            return _json({"detail": "No Application matches the given query."}, 404)
-        return _json(self._application_rep(app))
+            return json_response({"detail": "No Application matches the given query."}, 404)
+        return json_response(self._application_rep(app))
 
     async def _create_application(self, request: Request) -> Response:
         body = await self._body(request)
@@ -638,7 +633,7 @@ class AuthentikFlavour:
         app = {"pk": new_id(), "name": body["name"], "slug": slug, "provider": provider}
         self.store.collection("ak_applications").append(app)
         self.store.save()
-        return _json(self._application_rep(app), 201)
+        return json_response(self._application_rep(app), 201)
 
     async def _list_groups(self, request: Request) -> Response:
         name = request.query_params.get("name")
@@ -648,8 +643,8 @@ class AuthentikFlavour:
     async def _get_group(self, request: Request, pk: str) -> Response:
         group = self._find("ak_groups", pk=pk)
         if group is None:
-            return _json({"detail": "No Group matches the given query."}, 404)
-        return _json(self._group_rep(group))
+            return json_response({"detail": "No Group matches the given query."}, 404)
+        return json_response(self._group_rep(group))
 
     async def _create_group(self, request: Request) -> Response:
         body = await self._body(request)
@@ -663,18 +658,18 @@ class AuthentikFlavour:
         group = {"pk": new_id(), "num_pk": len(groups) + 1000, "name": name, "users": []}
         groups.append(group)
         self.store.save()
-        return _json(self._group_rep(group), 201)
+        return json_response(self._group_rep(group), 201)
 
     async def _add_user(self, request: Request, group_pk: str) -> Response:
         group = self._find("ak_groups", pk=group_pk)
         if group is None:
-            return _json({"detail": "No Group matches the given query."}, 404)
+            return json_response({"detail": "No Group matches the given query."}, 404)
         body = await self._body(request)
         if "pk" not in body:
             raise FieldErrors({"pk": ["This field is required."]})
         user = self._find("ak_users", pk=body["pk"])
         if user is None:
-            return _json({"detail": "Not found."}, 404)
+            return json_response({"detail": "Not found."}, 404)
         if user["pk"] not in group["users"]:
             group["users"].append(user["pk"])
             self.store.save()
@@ -699,13 +694,13 @@ class AuthentikFlavour:
         """Per-application OpenID configuration (no `registration_endpoint`: no DCR)."""
         found = self._application(request.path_params["slug"])
         if found is None:
-            return _json({"detail": "Not found."}, 404)
+            return json_response({"detail": "Not found."}, 404)
         app, provider = found
         base = str(request.base_url).rstrip("/")
         issuer = f"{base}/application/o/{app['slug']}/"
         scopes = [m["scope_name"] for m in self.store.collection("ak_mappings")
                   if m["pk"] in provider["property_mappings"]]
-        return _json({
+        return json_response({
             "issuer": issuer,
             "authorization_endpoint": f"{base}/application/o/authorize/",
             "token_endpoint": f"{base}/application/o/token/",
@@ -736,9 +731,9 @@ class AuthentikFlavour:
         """The application's provider's public signing key."""
         found = self._application(request.path_params["slug"])
         if found is None:
-            return _json({"detail": "Not found."}, 404)
+            return json_response({"detail": "Not found."}, 404)
         key = self._key_for(found[1]["signing_key"])
-        return _json({"keys": [key.as_dict(private=False)] if key else []})
+        return json_response({"keys": [key.as_dict(private=False)] if key else []})
 
     async def userinfo(self, request: Request) -> Response:
         """Claims of a valid access token."""
@@ -748,8 +743,8 @@ class AuthentikFlavour:
             if claims is not None:
                 keep = ("sub", "email", "email_verified", "name", "given_name",
                         "preferred_username", "nickname", "groups")
-                return _json({k: claims[k] for k in keep if k in claims})
-        return _json({"error": "invalid_token"}, 401)
+                return json_response({k: claims[k] for k in keep if k in claims})
+        return json_response({"error": "invalid_token"}, 401)
 
     async def token(self, request: Request) -> Response:
         """The token endpoint (400 `invalid_grant` for grant types the provider lacks)."""
@@ -775,7 +770,7 @@ def starting_response(request: Request) -> Response:
     accept = request.headers.get("accept", "")
     headers = {"Retry-After": "5"}
     if "application/json" in accept:
-        return _json({"error": "authentik starting"}, 503, headers)
+        return json_response({"error": "authentik starting"}, 503, headers)
     if "text/html" in accept:
         return Response("<html><body><h1>authentik is starting…</h1></body></html>", 503,
                         headers, media_type="text/html")

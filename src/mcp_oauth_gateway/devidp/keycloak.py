@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .oidc import OAuthClient, OpenIdProvider, Subject
+from .oidc import OAuthClient, OpenIdProvider, Subject, json_response
 from .settings import DevIdpSettings
 from .store import Record, Store, check_password, hash_password, new_id, new_signing_key
 
@@ -51,18 +51,13 @@ _DEFAULT_POLICIES = [
 ]
 
 
-def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(payload), status_code=status, headers=headers,
-                    media_type="application/json")
-
-
 def _error(status: int, message: str) -> Response:
     """Keycloak's `ErrorRepresentation` (business errors)."""
-    return _json({"errorMessage": message}, status)
+    return json_response({"errorMessage": message}, status)
 
 
 def _not_found(message: str) -> Response:
-    return _json({"error": message}, 404)
+    return json_response({"error": message}, 404)
 
 
 def _created(request: Request, collection: str, new: str) -> Response:
@@ -256,10 +251,10 @@ class KeycloakFlavour:
     def _admin(self, request: Request) -> Response | None:
         claims = self.provider.bearer_claims(request, self._key)
         if claims is None:
-            return _json({"error": "HTTP 401 Unauthorized"}, 401)
+            return json_response({"error": "HTTP 401 Unauthorized"}, 401)
         user = self._user(id=str(claims.get("sub", "")))
         if user is None or not user.get("admin"):
-            return _json({"error": "unknown_error"}, 403)
+            return json_response({"error": "unknown_error"}, 403)
         return None
 
     # --- admin API ------------------------------------------------------------------------
@@ -289,11 +284,11 @@ class KeycloakFlavour:
         return _not_found("HTTP 404 Not Found")
 
     async def _list_scopes(self, request: Request, parts: list[str]) -> Response:
-        return _json(self.store.collection("kc_scopes"))
+        return json_response(self.store.collection("kc_scopes"))
 
     async def _get_scope(self, request: Request, parts: list[str]) -> Response:
         scope = self._scope(parts[0])
-        return _json(scope) if scope else _not_found("Could not find client scope")
+        return json_response(scope) if scope else _not_found("Could not find client scope")
 
     async def _create_scope(self, request: Request, parts: list[str]) -> Response:
         body = await self._body(request)
@@ -318,7 +313,7 @@ class KeycloakFlavour:
 
     async def _list_mappers(self, request: Request, parts: list[str]) -> Response:
         scope = self._scope(parts[0])
-        return _json(scope["protocolMappers"]) if scope else \
+        return json_response(scope["protocolMappers"]) if scope else \
             _not_found("Could not find client scope")
 
     async def _add_mapper(self, request: Request, parts: list[str]) -> Response:
@@ -342,7 +337,7 @@ class KeycloakFlavour:
             scope = self._scope(scope_id)
             if scope:
                 out.append({"id": scope["id"], "name": scope["name"]})
-        return _json(out)
+        return json_response(out)
 
     async def _add_default_default(self, request: Request, parts: list[str]) -> Response:
         scope = self._scope(parts[0])
@@ -351,7 +346,7 @@ class KeycloakFlavour:
         defaults = self.store.collection("kc_default_default")
         if scope["id"] in defaults:
             # The JPA adapter inserts a second mapping row: a duplicate-key conflict.
-            return _json({"error": "conflict", "error_description":
+            return json_response({"error": "conflict", "error_description":
                           "Conflict detected. See logs for details"}, 409)
         defaults.append(scope["id"])
         self.store.save()
@@ -369,7 +364,7 @@ class KeycloakFlavour:
         if search is not None:
             groups = [g for g in groups if (g["name"] == search if exact
                                             else search.lower() in g["name"].lower())]
-        return _json([self._group_rep(g) for g in groups])
+        return json_response([self._group_rep(g) for g in groups])
 
     async def _create_group(self, request: Request, parts: list[str]) -> Response:
         body = await self._body(request)
@@ -403,7 +398,7 @@ class KeycloakFlavour:
             wanted = username.lower()
             users = [u for u in users
                      if (u["username"] == wanted if exact else wanted in u["username"])]
-        return _json([self._user_rep(u) for u in users])
+        return json_response([self._user_rep(u) for u in users])
 
     async def _create_user(self, request: Request, parts: list[str]) -> Response:
         body = await self._body(request)
@@ -436,7 +431,7 @@ class KeycloakFlavour:
         user = self._user(id=parts[0])
         if user is None:
             return _not_found("User not found")
-        return _json([{"id": g["id"], "name": g["name"], "path": f"/{g['name']}"}
+        return json_response([{"id": g["id"], "name": g["name"], "path": f"/{g['name']}"}
                       for gid in user["groups"] if (g := self._group(gid))])
 
     async def _join_group(self, request: Request, parts: list[str]) -> Response:
@@ -457,7 +452,7 @@ class KeycloakFlavour:
         items = [c for c in self.store.collection("kc_components")
                  if (kind is None or c["providerType"] == kind)
                  and (name is None or c["name"] == name)]
-        return _json(items)
+        return json_response(items)
 
     async def _delete_component(self, request: Request, parts: list[str]) -> Response:
         components = self.store.collection("kc_components")
@@ -474,7 +469,7 @@ class KeycloakFlavour:
         """The realm's OpenID configuration, with `registration_endpoint`."""
         base = str(request.base_url).rstrip("/")
         issuer = f"{base}/realms/{REALM}"
-        return _json({
+        return json_response({
             "issuer": issuer,
             "authorization_endpoint": f"{base}{OIDC}/auth",
             "token_endpoint": f"{base}{OIDC}/token",
@@ -499,15 +494,15 @@ class KeycloakFlavour:
 
     async def jwks(self, request: Request) -> Response:
         """The realm's public keys."""
-        return _json({"keys": [self._key.as_dict(private=False)]})
+        return json_response({"keys": [self._key.as_dict(private=False)]})
 
     async def userinfo(self, request: Request) -> Response:
         """Claims of the bearer token's user."""
         claims = self.provider.bearer_claims(request, self._key)
         if claims is None:
-            return _json({"error": "invalid_token"}, 401)
+            return json_response({"error": "invalid_token"}, 401)
         keep = ("sub", "preferred_username", "email", "email_verified", "groups", "name")
-        return _json({k: claims[k] for k in keep if k in claims})
+        return json_response({k: claims[k] for k in keep if k in claims})
 
     def _policy(self, provider_id: str) -> Record | None:
         return next((c for c in self.store.collection("kc_components")
@@ -516,16 +511,16 @@ class KeycloakFlavour:
     async def register(self, request: Request) -> Response:
         """Anonymous Dynamic Client Registration (RFC 7591), subject to the realm's policies."""
         if self._policy("trusted-hosts") is not None:
-            return _json({"error": "insufficient_scope", "error_description":
+            return json_response({"error": "insufficient_scope", "error_description":
                           "Policy 'Trusted Hosts' rejected request to client-registration "
                           "service. Details: Host not trusted."}, 403)
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError:
-            return _json({"error": "invalid_client_metadata",
+            return json_response({"error": "invalid_client_metadata",
                           "error_description": "Failed to parse client metadata"}, 400)
         if not isinstance(body, dict):
-            return _json({"error": "invalid_client_metadata",
+            return json_response({"error": "invalid_client_metadata",
                           "error_description": "Failed to parse client metadata"}, 400)
         templates = self._policy("allowed-client-templates")
         if templates is not None and isinstance(body.get("scope"), str):
@@ -534,7 +529,7 @@ class KeycloakFlavour:
             allowed |= set(templates["config"].get("allowed-client-scopes", []))
             known = {s["name"] for s in self.store.collection("kc_scopes")}
             if any(s in known and s not in allowed for s in body["scope"].split()):
-                return _json({"error": "insufficient_scope", "error_description":
+                return json_response({"error": "insufficient_scope", "error_description":
                               "Policy 'Allowed Client Scopes' rejected request to "
                               "client-registration service. Details: Not permitted to use "
                               "specified clientScope"}, 403)
@@ -543,7 +538,7 @@ class KeycloakFlavour:
         grants = body.get("grant_types") or ["authorization_code", "refresh_token"]
         uris = body.get("redirect_uris") or []
         if not isinstance(uris, list) or not all(isinstance(u, str) for u in uris):
-            return _json({"error": "invalid_redirect_uri",
+            return json_response({"error": "invalid_redirect_uri",
                           "error_description": "redirect_uris must be an array"}, 400)
         record = {"id": new_id(), "clientId": new_id(), "name": body.get("client_name"),
                   "publicClient": public, "secret": None if public else secrets.token_urlsafe(24),
@@ -561,7 +556,7 @@ class KeycloakFlavour:
                "registration_access_token": secrets.token_urlsafe(32)}
         if record["secret"]:
             out["client_secret"] = record["secret"]
-        return _json(out, 201)
+        return json_response(out, 201)
 
     def routes(self) -> list[Route]:
         """The Starlette routes of this flavour."""

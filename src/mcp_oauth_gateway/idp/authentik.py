@@ -99,6 +99,13 @@ class AuthentikApi:
                                      f"answered {describe(response)}")
         return None if response.status_code == 204 else response.json()
 
+    def create(self, path: str, body: dict[str, Any], what: str) -> dict[str, Any]:
+        """POST a new object; a 400 stops the run with authentik's field errors."""
+        response = self.call("POST", path, json=body)
+        if response.status_code == 400:
+            raise self.progress.fail(f"authentik rejected the {what}: {describe(response)}")
+        return self.expect(response, 201)
+
     def results(self, path: str, **params: str) -> list[dict[str, Any]]:
         """The `results` of a paginated list."""
         return self.expect(self.call("GET", path, params=params), 200)["results"]
@@ -161,10 +168,7 @@ def provision(options: AuthentikOptions, http: httpx.Client, progress: Progress,
                                   for mode, url in options.redirect_uris],
                 "sub_mode": "user_username", "include_claims_in_id_token": True,
                 "signing_key": key, "property_mappings": mappings}
-        response = api.call("POST", "/providers/oauth2/", json=body)
-        if response.status_code == 400:
-            raise progress.fail(f"authentik rejected the provider: {describe(response)}")
-        provider = api.expect(response, 201)
+        provider = api.create("/providers/oauth2/", body, "provider")
         progress.say(f"created {options.name!r} (pk {provider['pk']})")
     client_id = provider.get("client_id")
     if not client_id:
@@ -179,11 +183,8 @@ def provision(options: AuthentikOptions, http: httpx.Client, progress: Progress,
                                 f"{apps[0].get('provider')}, not {provider['pk']}")
         progress.say(f"{options.slug!r} exists; unchanged")
     else:
-        response = api.call("POST", "/core/applications/", json={
-            "name": options.name, "slug": options.slug, "provider": provider["pk"]})
-        if response.status_code == 400:
-            raise progress.fail(f"authentik rejected the application: {describe(response)}")
-        api.expect(response, 201)
+        api.create("/core/applications/", {"name": options.name, "slug": options.slug,
+                                           "provider": provider["pk"]}, "application")
         progress.say(f"created {options.slug!r}")
 
     progress.begin("group")
@@ -192,7 +193,7 @@ def provision(options: AuthentikOptions, http: httpx.Client, progress: Progress,
         group = groups[0]
         progress.say(f"{options.group!r} exists; unchanged")
     else:
-        group = api.expect(api.call("POST", "/core/groups/", json={"name": options.group}), 201)
+        group = api.create("/core/groups/", {"name": options.group}, "group")
         progress.say(f"created {options.group!r}")
 
     progress.begin("users")
