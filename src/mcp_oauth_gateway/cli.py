@@ -18,6 +18,8 @@ from .resources import load_paths
 
 EXIT_INVALID = 2
 TRUST_ENV = "MCP_OAUTH_GATEWAY_TRUST_FORWARDED"
+LOCAL_CIMD_ENV = "MCP_OAUTH_GATEWAY_ALLOW_LOCAL_CLIENT_METADATA"
+REDIS_ENV = "MCP_OAUTH_GATEWAY_REDIS_URL"
 
 
 def _env_flag(name: str) -> bool:
@@ -40,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
                        default=_env_flag(TRUST_ENV),
                        help="take scheme and host from X-Forwarded-Proto/X-Forwarded-Host "
                             f"(only behind a proxy you control; env {TRUST_ENV}=1)")
+    serve.add_argument("--allow-local-client-metadata", action="store_true",
+                       default=_env_flag(LOCAL_CIMD_ENV),
+                       help="broker mode, local use only: allow client metadata documents on "
+                            f"http and private/loopback addresses (env {LOCAL_CIMD_ENV}=1)")
     serve.add_argument("--grace-period", type=float, default=30.0, metavar="SECONDS",
                        help="on SIGTERM, how long in-flight requests may run (default 30)")
     serve.add_argument("--log-level", default="info",
@@ -115,7 +121,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         logging.getLogger("mcp_oauth_gateway").warning(
             "HTTPRoute %s is served without authentication: no GatewayPolicy targets it", route)
     try:
-        server.serve(snapshot, args.host, args.trust_forwarded_headers, args.grace_period)
+        from .broker.runtime import BrokerRuntime
+
+        brokers = BrokerRuntime(args.allow_local_client_metadata,
+                                os.environ.get(REDIS_ENV) or None)
+        server.serve(snapshot, args.host, args.trust_forwarded_headers, args.grace_period,
+                     brokers)
     except OSError as exc:
         print(f"error: {exc} (is another process using the port? change the Gateway listener "
               f"port)", file=sys.stderr)

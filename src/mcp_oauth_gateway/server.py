@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
+from .broker.runtime import BrokerRuntime
 from .controlplane import ControlPlane, Snapshot
 from .dataplane import GatewayApp
 
@@ -46,11 +47,12 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: float) -> None:
+def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: float,
+          brokers: BrokerRuntime | None = None) -> None:
     """Serve until SIGTERM/SIGINT; in-flight requests get `grace_period` seconds to finish."""
     sockets = [bind(host, port) for port in sorted(snapshot.listeners)]
     control = ControlPlane(snapshot)
-    app = GatewayApp(control, trust_forwarded=trust_forwarded)
+    app = GatewayApp(control, trust_forwarded=trust_forwarded, brokers=brokers)
     config = uvicorn.Config(
         app, loop="uvloop", http="httptools", lifespan="on", access_log=False,
         server_header=False, log_config=None, timeout_graceful_shutdown=grace_period,

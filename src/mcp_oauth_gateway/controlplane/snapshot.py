@@ -85,6 +85,8 @@ class CompiledMcp:
     scopes_supported: tuple[str, ...]
     bearer_methods_supported: tuple[str, ...]
     extra_metadata: tuple[tuple[str, str], ...]
+    mode: Literal["Facade", "Broker"] = "Facade"
+    redis_url: str | None = None
 
     @property
     def prm_path(self) -> str:
@@ -335,6 +337,15 @@ class _Builder:
                 problems.append(
                     f"spec.traffic.jwtAuthentication.providers[0].issuer {provider.issuer!r} "
                     f"must end with '/': provider B issuers are <url>/application/o/<slug>/")
+        if spec.authorization_server_mode == "Broker":
+            if spec.provider is None:
+                problems.append(f"{path}.provider is required when authorizationServerMode is "
+                                "Broker (the gateway signs users in at that provider)")
+            if not spec.client_id:
+                problems.append(f"{path}.clientId is required when authorizationServerMode is "
+                                "Broker (the public client the gateway uses at the provider)")
+        elif spec.broker is not None:
+            problems.append(f"{path}.broker is only used when authorizationServerMode is Broker")
         metadata = spec.resource_metadata
         mcp_path = DEFAULT_MCP_PATH
         if metadata.resource:
@@ -357,6 +368,8 @@ class _Builder:
             scopes_supported=tuple(metadata.scopes_supported),
             bearer_methods_supported=tuple(metadata.bearer_methods_supported),
             extra_metadata=extra,
+            mode=spec.authorization_server_mode,
+            redis_url=spec.broker.redis_url if spec.broker else None,
         )
 
     # routes

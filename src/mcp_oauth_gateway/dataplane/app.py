@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 
+from ..broker.runtime import BrokerRuntime
 from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import Snapshot
 from ..proxy.upstream import AiohttpUpstream, Upstream
@@ -22,16 +23,18 @@ class GatewayApp:
     """ASGI app; rebuilds its route tables whenever the control plane installs a snapshot."""
 
     def __init__(self, control: ControlPlane, trust_forwarded: bool = False,
-                 upstream: Upstream | None = None):
+                 upstream: Upstream | None = None, brokers: BrokerRuntime | None = None):
         self.control = control
         self.trust_forwarded = trust_forwarded
         self.upstream = upstream or AiohttpUpstream()
+        self.brokers = brokers or BrokerRuntime()
         self.tables: dict[int, RouteTable] = {}
         control.subscribe(self._install)
 
     def _install(self, snapshot: Snapshot) -> None:
         # One assignment: requests in flight keep the tables they started with.
-        self.tables = build_tables(snapshot, self.control, self.upstream, self.trust_forwarded)
+        self.tables = build_tables(snapshot, self.control, self.upstream, self.trust_forwarded,
+                                   self.brokers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -49,6 +52,7 @@ class GatewayApp:
             elif message["type"] == "lifespan.shutdown":
                 await self.control.stop()
                 await self.upstream.close()
+                await self.brokers.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

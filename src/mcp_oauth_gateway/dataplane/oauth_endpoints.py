@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -16,6 +17,9 @@ from ..controlplane.fetch import FetchError
 from ..controlplane.snapshot import PRM_PREFIX, CompiledMcp, CompiledProvider
 from ..providers import ProviderAdapter, RegistrationError
 from .asgi import ASGIApp, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from ..broker import Broker
 from .origin import request_origin
 from .responses import send_error, send_json
 
@@ -102,7 +106,8 @@ class OAuthEndpoints:
 
     def __init__(self, app: ASGIApp, mcp: CompiledMcp, provider: CompiledProvider,
                  adapter: ProviderAdapter | None, discovery: DiscoveryCache | None,
-                 session: Callable[[], aiohttp.ClientSession | None], trust_forwarded: bool):
+                 session: Callable[[], aiohttp.ClientSession | None], trust_forwarded: bool,
+                 broker: Broker | None = None):
         self.app = app
         self.mcp = mcp
         self.issuer = provider.issuer
@@ -116,6 +121,9 @@ class OAuthEndpoints:
             mcp.asm_path: self._asm,
             mcp.registration_path: self._register,
         }
+        if broker is not None:
+            # Broker mode: the gateway's own AS metadata, registration and OAuth endpoints.
+            self.paths.update(broker.routes())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         handler = self.paths.get(scope["path"].rstrip("/") or "/")

@@ -3,6 +3,8 @@ CORS → MCP OAuth endpoints → JWT authentication → CEL authorization → re
 
 from __future__ import annotations
 
+from ..broker import Broker
+from ..broker.runtime import BrokerRuntime
 from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import CompiledRoute, Snapshot
 from ..providers import adapter_for
@@ -30,7 +32,7 @@ class FailClosed:
 
 
 def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstream,
-                    trust_forwarded: bool) -> ASGIApp:
+                    trust_forwarded: bool, brokers: BrokerRuntime) -> ASGIApp:
     """The stages for one route rule, innermost first."""
     policy = route.policy
     app: ASGIApp
@@ -50,15 +52,20 @@ def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstr
                 if policy.mcp is not None:
                     adapter = adapter_for(policy.mcp.provider, policy.mcp.client_id)
                     discovery = control.discoveries.get(policy.provider.discovery_url)
+                    broker = None
+                    if policy.mcp.mode == "Broker":
+                        broker = Broker(policy.mcp, discovery, brokers.store(policy.mcp.redis_url),
+                                        brokers.documents, lambda: control.session,
+                                        trust_forwarded)
                     app = OAuthEndpoints(app, policy.mcp, policy.provider, adapter, discovery,
-                                         lambda: control.session, trust_forwarded)
+                                         lambda: control.session, trust_forwarded, broker)
     if route.cors is not None:
         app = CorsFilter(app, route.cors)
     return app
 
 
 def build_tables(snapshot: Snapshot, control: ControlPlane, upstream: Upstream,
-                 trust_forwarded: bool) -> dict[int, RouteTable]:
+                 trust_forwarded: bool, brokers: BrokerRuntime) -> dict[int, RouteTable]:
     """A route table per listener port; pipelines are shared by the routes' matches."""
     built: dict[tuple[str, int], ASGIApp] = {}
     tables = {}
@@ -67,7 +74,7 @@ def build_tables(snapshot: Snapshot, control: ControlPlane, upstream: Upstream,
         for route in routes:
             key = (route.route, route.rule)
             if key not in built:
-                built[key] = build_route_app(route, control, upstream, trust_forwarded)
+                built[key] = build_route_app(route, control, upstream, trust_forwarded, brokers)
             entries.append(RouteEntry(route, built[key]))
         tables[port] = RouteTable(entries)
     return tables

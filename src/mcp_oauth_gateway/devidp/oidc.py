@@ -9,7 +9,6 @@ provisioning tools configured.
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import re
 import secrets
@@ -24,6 +23,7 @@ from joserfc.jwk import RSAKey
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
+from .. import pkce
 from . import pages
 
 CODE_TTL = 60
@@ -116,12 +116,6 @@ def redirect_allowed(client: OAuthClient, uri: str) -> bool:
         if mode == "wildcard" and value.endswith("*") and uri.startswith(value[:-1]):
             return True
     return False
-
-
-def s256(verifier: str) -> str:
-    """The PKCE S256 challenge of a verifier."""
-    digest = hashlib.sha256(verifier.encode("ascii")).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
 async def read_form(request: Request) -> dict[str, str]:
@@ -359,10 +353,9 @@ class OpenIdProvider:
             raise invalid
         if record["redirect_uri"] != form.get("redirect_uri"):
             raise invalid
-        if record["challenge"]:
-            verifier = form.get("code_verifier", "")
-            if not verifier or not hmac.compare_digest(s256(verifier), record["challenge"]):
-                raise OAuthError(400, "invalid_grant", "PKCE verification failed")
+        if record["challenge"] and not pkce.verify(form.get("code_verifier", ""),
+                                                   record["challenge"]):
+            raise OAuthError(400, "invalid_grant", "PKCE verification failed")
         subject = self.flavour.subject_by_id(record["subject"])
         if subject is None:
             raise invalid

@@ -311,10 +311,26 @@ class ResourceMetadata(_Model):
 PROVIDER_ALIASES = {"ProviderB": "ProviderB", "Authentik": "ProviderB", "Keycloak": "Keycloak"}
 
 
+class BrokerSettings(_Model):
+    # Shared state for several replicas; MCP_OAUTH_GATEWAY_REDIS_URL also sets it.
+    redis_url: str | None = None
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(f"{value!r} is not a redis:// or rediss:// URL")
+        return value
+
+
 class McpAuthentication(_Model):
     provider: str | None = None
     client_id: NonEmpty | None = None
     resource_metadata: ResourceMetadata = ResourceMetadata()
+    # Facade (the spec): metadata copied from the provider. Broker: the gateway is the
+    # authorization server clients see, for clients that check issuer and RFC 9207 `iss`.
+    authorization_server_mode: Literal["Facade", "Broker"] = "Facade"
+    broker: BrokerSettings | None = None
 
     @field_validator("provider")
     @classmethod
