@@ -13,7 +13,7 @@ import uvicorn
 
 from .broker.runtime import BrokerRuntime
 from .controlplane import ControlPlane, Snapshot
-from .dataplane import GatewayApp
+from .dataplane.app import GatewayApp
 
 log = logging.getLogger("mcp_oauth_gateway")
 

@@ -35,7 +35,8 @@ const provider = new Provider(ISSUER, {
   clients: [{
     client_id: CLIENT_ID, application_type: 'native', token_endpoint_auth_method: 'none',
     grant_types: ['authorization_code', 'refresh_token', 'client_credentials'], response_types: ['code'],
-    redirect_uris: ['http://127.0.0.1/callback', 'http://localhost/callback'],
+    redirect_uris: ['http://127.0.0.1/callback', 'http://localhost/callback',
+                    'http://127.0.0.1/mcp/oauth/callback'],
   }],
   findAccount: async (ctx, id) => ({
     accountId: id,

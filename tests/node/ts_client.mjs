@@ -48,8 +48,11 @@ async function login(start, user) {
     const html = await res.text();
     const action = html.match(/action="([^"]+)"/)?.[1];
     if (!action) throw new Error(`login page without form (HTTP ${res.status}): ${html.slice(0, 300)}`);
-    const form = html.includes('value="login"')
-      ? { prompt: 'login', login: user, password } : { prompt: 'consent' };
+    const request = html.match(/name="request" value="([^"]+)"/)?.[1];
+    let form;
+    if (request) form = { request, decision: 'allow' };  // the gateway's consent page (broker)
+    else if (html.includes('value="login"')) form = { prompt: 'login', login: user, password };
+    else form = { prompt: 'consent' };
     res = await fetch(new URL(action, next), {
       method: 'POST', redirect: 'manual', body: new URLSearchParams(form),
       headers: { cookie: cookieHeader(), 'content-type': 'application/x-www-form-urlencoded' },

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
-from mcp_oauth_gateway.dataplane import GatewayApp
+from mcp_oauth_gateway.dataplane.app import GatewayApp
 from mcp_oauth_gateway.resources import load_paths
 
 from .resources_fixture import BASE, policy, write

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from ..dataplane.oauth_endpoints import validate_redirect_uri
+from ..registration import validate_redirect_uri
 
 DCR_PREFIX = "mcpgw."
 CIMD_MAX_BYTES = 64 * 1024

@@ -29,10 +29,11 @@ from ..controlplane.discovery import DiscoveryCache
 from ..controlplane.fetch import FetchError
 from ..controlplane.snapshot import CompiledMcp
 from ..dataplane.asgi import Headers, Receive, Scope, Send, header
-from ..dataplane.oauth_endpoints import parse_registration, read_body
+from ..dataplane.oauth_endpoints import read_body
 from ..dataplane.origin import request_origin
 from ..dataplane.responses import send_error, send_json
 from ..providers import RegistrationError
+from ..registration import parse_registration
 from . import pages
 from .clients import (
     BrokerClient,
@@ -313,10 +314,14 @@ class Broker:
             return
         upstream_state = secrets.token_urlsafe(32)
         verifier = pkce.new_verifier()
+        # Kept with the state so the replica that receives the callback exchanges the code
+        # with the very redirect URI the provider saw.
+        callback = self._origin(scope) + self.callback_path
         await self.store.put("upstream", upstream_state,
-                             {**pending, "verifier": verifier}, PENDING_TTL)
+                             {**pending, "verifier": verifier, "callback": callback},
+                             PENDING_TTL)
         params = {"response_type": "code", "client_id": self.mcp.client_id or "",
-                  "redirect_uri": self._origin(scope) + self.callback_path,
+                  "redirect_uri": callback,
                   "scope": pending["scope"], "state": upstream_state,
                   "code_challenge": pkce.s256(verifier), "code_challenge_method": "S256"}
         if pending.get("resource"):
@@ -351,8 +356,7 @@ class Broker:
             return
         status, tokens = await self._provider_token(provider, {
             "grant_type": "authorization_code", "code": params.get("code", ""),
-            "redirect_uri": self._origin(scope) + self.callback_path,
-            "code_verifier": pending["verifier"],
+            "redirect_uri": pending["callback"], "code_verifier": pending["verifier"],
             **({"resource": pending["resource"]} if pending.get("resource") else {})})
         if status != 200 or not isinstance(tokens, dict) or "access_token" not in tokens:
             log.warning("provider code exchange failed: HTTP %s", status)

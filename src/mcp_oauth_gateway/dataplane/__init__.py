@@ -1,5 +1,1 @@
-"""Data plane: the ASGI app and its pipeline stages."""
-
-from .app import GatewayApp
-
-__all__ = ["GatewayApp"]
+"""Data plane: the ASGI app (`app.GatewayApp`) and its pipeline stages."""

@@ -3,7 +3,7 @@ CORS → MCP OAuth endpoints → JWT authentication → CEL authorization → re
 
 from __future__ import annotations
 
-from ..broker import Broker
+from ..broker.endpoints import Broker
 from ..broker.runtime import BrokerRuntime
 from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import CompiledRoute, Snapshot

@@ -1,0 +1,98 @@
+"""A real Python MCP client (the `mcp` SDK's OAuth client, 1.x or 2.x) signs in through the
+gateway headlessly and calls a tool. Usage: py_client.py URL USER PASSWORD. Prints JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from headless_login import sign_in
+
+MAJOR = int(version("mcp").split(".")[0])
+CALLBACK = "http://127.0.0.1:53999/callback"
+
+
+class Memory:
+    def __init__(self):
+        self.tokens = None
+        self.client = None
+
+    async def get_tokens(self):
+        return self.tokens
+
+    async def set_tokens(self, tokens):
+        self.tokens = tokens
+
+    async def get_client_info(self):
+        return self.client
+
+    async def set_client_info(self, info):
+        self.client = info
+
+
+async def main(url: str, user: str, password: str) -> dict:
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.shared.auth import OAuthClientMetadata
+
+    report: dict = {"sdk": f"mcp {version('mcp')}"}
+    result: dict = {}
+
+    async def redirect_handler(authorization_url: str) -> None:
+        report["authorize"] = authorization_url.split("?")[0]
+        result.update(await sign_in(authorization_url, user, password, CALLBACK))
+
+    if MAJOR >= 2:
+        from mcp.client.auth import AuthorizationCodeResult
+
+        async def callback_handler():
+            return AuthorizationCodeResult(code=result["code"], state=result.get("state"),
+                                           iss=result.get("iss"))
+    else:
+        async def callback_handler():
+            return result["code"], result.get("state")
+
+    storage = Memory()
+    oauth = OAuthClientProvider(
+        server_url=url,
+        client_metadata=OAuthClientMetadata(client_name=f"py-mcp-{MAJOR}",
+                                            redirect_uris=[CALLBACK]),
+        storage=storage, redirect_handler=redirect_handler, callback_handler=callback_handler)
+    try:
+        if MAJOR >= 2:
+            import httpx2
+            from mcp.client import Client
+            from mcp.client.streamable_http import streamable_http_client
+
+            http = httpx2.AsyncClient(auth=oauth, follow_redirects=True, timeout=30)
+            async with http, Client(streamable_http_client(url, http_client=http)) as client:
+                tools = await client.list_tools()
+                called = await client.call_tool("add", {"a": 2, "b": 3})
+        else:
+            from mcp import ClientSession
+            from mcp.client.streamable_http import streamablehttp_client
+
+            async with streamablehttp_client(url, auth=oauth) as (read, write, _), \
+                    ClientSession(read, write) as session:
+                await session.initialize()
+                tools = await session.list_tools()
+                called = await session.call_tool("add", {"a": 2, "b": 3})
+        report["tools"] = sorted(t.name for t in tools.tools)
+        report["result"] = called.content[0].text
+        report["client_id"] = storage.client.client_id if storage.client else None
+        report["ok"] = True
+    except BaseException as exc:  # report every failure, including exception groups
+        report["ok"] = False
+        report["error"] = f"{type(exc).__name__}: {exc}"
+        inner = getattr(exc, "exceptions", None)
+        while inner:
+            report["error"] += f" <- {type(inner[0]).__name__}: {inner[0]}"
+            inner = getattr(inner[0], "exceptions", None)
+    return report
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(main(*sys.argv[1:4]))))
