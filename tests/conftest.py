@@ -100,7 +100,8 @@ def write_example(name: str, target: Path, ports: dict[str, int]) -> Path:
 
 
 def _start_stack(flavour: str, example: str, idp_port_in_example: str, logs: Path,
-                 tmp: Path, key: tuple[RSAKey, Path], backend: str) -> Iterator[Stack]:
+                 tmp: Path, key: tuple[RSAKey, Path], backend: str, broker: bool = False,
+                 gateway_args: tuple[str, ...] = ()) -> Iterator[Stack]:
     gw_port, idp_port = free_port(), free_port()
     backend_port = backend.rsplit(":", 1)[1]
     gateway = f"http://127.0.0.1:{gw_port}"
@@ -111,10 +112,15 @@ def _start_stack(flavour: str, example: str, idp_port_in_example: str, logs: Pat
     config = write_example(example, tmp / example,
                            {"8080": str(gw_port), idp_port_in_example: str(idp_port),
                             "8000": backend_port})
+    if broker:
+        policy = config / "policy.yaml"
+        policy.write_text(policy.read_text().replace(
+            "        provider: ", "        authorizationServerMode: Broker\n        provider: "))
     gw = None
     try:
         wait_for_port(idp_port, idp)
-        gw = Process(f"gateway-{flavour}", gateway_cmd(config), logs)
+        name = f"gateway-{flavour}{'-broker' if broker else ''}"
+        gw = Process(name, [*gateway_cmd(config), *gateway_args], logs)
         wait_for_port(gw_port, gw)
         if flavour == "keycloak":
             issuer, audience = f"http://127.0.0.1:{idp_port}/realms/master", resource
@@ -144,3 +150,12 @@ def stack_a(logs: Path, tmp_path_factory: pytest.TempPathFactory,
     """Provider A: examples/provider-a against oidc-provider in the Keycloak layout."""
     yield from _start_stack("keycloak", "provider-a", "8180", logs,
                             tmp_path_factory.mktemp("stack-a"), idp_key, backend)
+
+
+@pytest.fixture(scope="session")
+def broker_b(logs: Path, tmp_path_factory: pytest.TempPathFactory,
+             idp_key: tuple[RSAKey, Path], backend: str) -> Iterator[Stack]:
+    """Provider B behind the gateway in Broker mode (local client metadata allowed)."""
+    yield from _start_stack("authentik", "provider-b", "9000", logs,
+                            tmp_path_factory.mktemp("broker-b"), idp_key, backend, broker=True,
+                            gateway_args=("--allow-local-client-metadata",))

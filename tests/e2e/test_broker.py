@@ -1,0 +1,238 @@
+"""Broker mode: the gateway is the authorization server clients see. Strict clients (Python
+`mcp` 2.x) complete the flow; every attack on the flow is refused with a clear OAuth error."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import httpx
+import pytest
+from headless_login import sign_in
+
+from support import PEERS, free_port, unverified_claims
+
+from .test_client_flow import run_ts_client
+
+CALLBACK = "http://127.0.0.1:47001/cb"
+VERIFIER = "v" * 64
+
+
+def s256(verifier: str) -> str:
+    import base64
+    import hashlib
+
+    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(
+        b"=").decode()
+
+
+def register(stack, redirect: str = CALLBACK) -> str:
+    response = httpx.post(f"{stack.gateway}/.well-known/oauth-authorization-server/mcp/"
+                          "client-registration", json={"client_name": "Attack Lab",
+                                                       "redirect_uris": [redirect]})
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["redirect_uris"] == [redirect]
+    assert body["token_endpoint_auth_method"] == "none"
+    return body["client_id"]
+
+
+def authorize_url(stack, client_id: str, redirect: str = CALLBACK, **extra: str) -> str:
+    params = {"response_type": "code", "client_id": client_id, "redirect_uri": redirect,
+              "state": "client-state-1", "code_challenge": s256(VERIFIER),
+              "code_challenge_method": "S256", "scope": "openid profile", **extra}
+    return f"{stack.gateway}/mcp/oauth/authorize?{urlencode(params)}"
+
+
+async def signed_in_code(stack, client_id: str, redirect: str = CALLBACK) -> dict[str, str]:
+    return await sign_in(authorize_url(stack, client_id, redirect), "alice", "x", redirect)
+
+
+def redeem(stack, client_id: str, code: str, verifier: str = VERIFIER,
+           redirect: str = CALLBACK) -> httpx.Response:
+    return httpx.post(f"{stack.gateway}/mcp/oauth/token", data={
+        "grant_type": "authorization_code", "code": code, "client_id": client_id,
+        "redirect_uri": redirect, "code_verifier": verifier})
+
+
+def test_metadata_is_the_gateways_own(broker_b):
+    prm = httpx.get(f"{broker_b.gateway}/.well-known/oauth-protected-resource/mcp").json()
+    asm = httpx.get(f"{broker_b.gateway}/.well-known/oauth-authorization-server/mcp").json()
+    assert asm["issuer"] == prm["authorization_servers"][0] == f"{broker_b.gateway}/mcp"
+    assert asm["authorization_endpoint"] == f"{broker_b.gateway}/mcp/oauth/authorize"
+    assert asm["code_challenge_methods_supported"] == ["S256"]
+    assert asm["authorization_response_iss_parameter_supported"] is True
+    assert asm["client_id_metadata_document_supported"] is True
+    assert asm["response_types_supported"] == ["code"]
+
+
+def test_python_sdk_2_signs_in_through_the_broker(broker_b):
+    done = subprocess.run([sys.executable, str(PEERS / "py_client.py"), broker_b.mcp,
+                           "alice", "x"], capture_output=True, text=True, timeout=120)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["ok"], report
+    assert report["result"] == "5"
+    assert report["authorize"] == f"{broker_b.gateway}/mcp/oauth/authorize"
+
+
+def test_typescript_sdk_signs_in_through_the_broker(broker_b):
+    report = run_ts_client(broker_b.mcp, "alice")
+    assert report["ok"], report
+    assert report["callback"]["iss"] == f"{broker_b.gateway}/mcp"
+    assert report["progress"] == [1, 2, 3]
+
+
+async def test_full_flow_gives_the_providers_token_unchanged(broker_b):
+    client_id = register(broker_b)
+    query = await signed_in_code(broker_b, client_id)
+    assert query["state"] == "client-state-1"
+    assert query["iss"] == f"{broker_b.gateway}/mcp"
+    tokens = redeem(broker_b, client_id, query["code"])
+    assert tokens.status_code == 200, tokens.text
+    assert tokens.headers["cache-control"] == "no-store"
+    claims = unverified_claims(tokens.json()["access_token"])
+    assert claims["iss"] == broker_b.issuer  # the provider's token, not re-minted
+    assert claims["aud"] == "mcp-public"
+    call = httpx.post(broker_b.mcp, headers={
+        "Authorization": f"Bearer {tokens.json()['access_token']}",
+        "Accept": "application/json, text/event-stream"}, json={
+        "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}})
+    assert call.status_code == 200
+
+
+async def test_replayed_code_is_refused(broker_b):
+    client_id = register(broker_b)
+    query = await signed_in_code(broker_b, client_id)
+    assert redeem(broker_b, client_id, query["code"]).status_code == 200
+    replay = redeem(broker_b, client_id, query["code"])
+    assert replay.status_code == 400
+    assert replay.json()["error"] == "invalid_grant"
+    assert "already used" in replay.json()["error_description"]
+
+
+async def test_wrong_pkce_verifier_is_refused(broker_b):
+    client_id = register(broker_b)
+    query = await signed_in_code(broker_b, client_id)
+    wrong = redeem(broker_b, client_id, query["code"], verifier="w" * 64)
+    assert wrong.status_code == 400
+    assert wrong.json() == {"error": "invalid_grant", "error_description":
+                            "PKCE verification failed (code_verifier does not match the "
+                            "code_challenge)"}
+
+
+async def test_code_bound_to_client_and_redirect(broker_b):
+    client_id, other = register(broker_b), register(broker_b, "http://127.0.0.1:47002/cb")
+    query = await signed_in_code(broker_b, client_id)
+    stolen = redeem(broker_b, other, query["code"])
+    assert stolen.json()["error"] == "invalid_grant"
+
+
+def test_redirect_uri_mismatch_is_refused_without_redirecting(broker_b):
+    client_id = register(broker_b)
+    response = httpx.get(authorize_url(broker_b, client_id, "https://evil.example/cb"))
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_request"
+    assert "is not registered for this client" in response.json()["error_description"]
+    assert "location" not in response.headers
+
+
+def test_loopback_redirect_may_change_port(broker_b):
+    client_id = register(broker_b)
+    response = httpx.get(authorize_url(broker_b, client_id, "http://127.0.0.1:59999/cb"))
+    assert response.status_code == 200
+    assert "Attack Lab" in response.text
+    assert "127.0.0.1:59999" in response.text  # the consent page names the redirect host
+
+
+def test_pkce_is_required(broker_b):
+    client_id = register(broker_b)
+    url = authorize_url(broker_b, client_id).replace("code_challenge_method=S256",
+                                                     "code_challenge_method=plain")
+    response = httpx.get(url)
+    assert response.status_code == 302
+    query = parse_qs(urlsplit(response.headers["location"]).query)
+    assert query["error"] == ["invalid_request"]
+    assert query["state"] == ["client-state-1"]
+    assert query["iss"] == [f"{broker_b.gateway}/mcp"]
+
+
+def test_forged_state_is_refused(broker_b):
+    response = httpx.get(f"{broker_b.gateway}/mcp/oauth/callback",
+                         params={"code": "x", "state": "forged", "iss": broker_b.issuer})
+    assert response.status_code == 400
+    assert "unknown, expired or already used state" in response.json()["error_description"]
+
+
+def test_unknown_or_tampered_client_is_refused(broker_b):
+    client_id = register(broker_b)
+    tampered = client_id[:-3] + ("AAA" if not client_id.endswith("AAA") else "BBB")
+    response = httpx.get(authorize_url(broker_b, tampered))
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_client"
+
+
+def test_consent_from_another_browser_is_refused(broker_b):
+    client_id = register(broker_b)
+    with httpx.Client() as victim:
+        page = victim.get(authorize_url(broker_b, client_id))
+        request_id = page.text.split('name="request" value="')[1].split('"')[0]
+    # The attacker replays the consent form without the victim's browser cookie.
+    forged = httpx.post(f"{broker_b.gateway}/mcp/oauth/authorize",
+                        data={"request": request_id, "decision": "allow"})
+    assert forged.status_code == 400
+    assert "not given in the browser" in forged.json()["error_description"]
+
+
+async def test_denied_consent_returns_access_denied(broker_b):
+    client_id = register(broker_b)
+    query = await sign_in(authorize_url(broker_b, client_id), "alice", "x", CALLBACK,
+                          decision="deny")
+    assert query["error"] == "access_denied"
+    assert query["state"] == "client-state-1"
+
+
+@pytest.fixture
+def metadata_server():
+    documents: dict[str, dict] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            document = documents.get(self.path)
+            body = json.dumps(document).encode() if document else b"{}"
+            self.send_response(200 if document else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}", documents
+    server.shutdown()
+
+
+def test_client_metadata_documents(broker_b, metadata_server):
+    base, documents = metadata_server
+    good = f"{base}/clients/inspector.json"
+    documents["/clients/inspector.json"] = {"client_id": good, "client_name": "Inspector CIMD",
+                                            "redirect_uris": [CALLBACK]}
+    page = httpx.get(authorize_url(broker_b, good))
+    assert page.status_code == 200
+    assert "Inspector CIMD" in page.text
+    liar = f"{base}/clients/liar.json"
+    documents["/clients/liar.json"] = {"client_id": "https://someone-else.example/c.json",
+                                       "redirect_uris": [CALLBACK]}
+    refused = httpx.get(authorize_url(broker_b, liar))
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "invalid_client"
+    assert "not its own URL" in refused.json()["error_description"]
+    missing = httpx.get(authorize_url(broker_b, f"{base}/clients/none.json"))
+    assert "answered HTTP 404" in missing.json()["error_description"]
