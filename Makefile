@@ -6,7 +6,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 NODE_PEERS := tests/node
 
-.PHONY: install install-test node-peers demo test lint clean
+# Debian packages the tests start for real: Redis (broker state), Chromium (browser sign-in).
+SYSTEM_PACKAGES := redis-server chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: install install-test node-peers system-deps demo test lint clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +28,12 @@ $(NODE_PEERS)/node_modules/.installed: $(NODE_PEERS)/package-lock.json
 	cd $(NODE_PEERS) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+system-deps:
+	@command -v redis-server >/dev/null && command -v chromium >/dev/null || { \
+	  echo "installing Debian packages: $(SYSTEM_PACKAGES)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install \
+	    -y -qq --no-install-recommends $(SYSTEM_PACKAGES) >/dev/null; }
+
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 node-peers: $(NODE_PEERS)/node_modules/.installed
@@ -34,7 +44,7 @@ demo: install
 lint: install-test
 	$(VENV)/bin/ruff check .
 
-test: install-test node-peers lint
+test: install-test node-peers system-deps lint
 	$(PY) -m pytest
 
 clean:

@@ -99,6 +99,14 @@ def write_example(name: str, target: Path, ports: dict[str, int]) -> Path:
     return target
 
 
+def use_broker(config: Path) -> Path:
+    """Switch a copied example's policy to Broker mode."""
+    policy = config / "policy.yaml"
+    policy.write_text(policy.read_text().replace(
+        "        provider: ", "        authorizationServerMode: Broker\n        provider: "))
+    return config
+
+
 def _start_stack(flavour: str, example: str, idp_port_in_example: str, logs: Path,
                  tmp: Path, key: tuple[RSAKey, Path], backend: str, broker: bool = False,
                  gateway_args: tuple[str, ...] = ()) -> Iterator[Stack]:
@@ -113,9 +121,7 @@ def _start_stack(flavour: str, example: str, idp_port_in_example: str, logs: Pat
                            {"8080": str(gw_port), idp_port_in_example: str(idp_port),
                             "8000": backend_port})
     if broker:
-        policy = config / "policy.yaml"
-        policy.write_text(policy.read_text().replace(
-            "        provider: ", "        authorizationServerMode: Broker\n        provider: "))
+        use_broker(config)
     gw = None
     try:
         wait_for_port(idp_port, idp)

@@ -1,0 +1,88 @@
+"""Two gateway replicas share broker state through a real redis-server: a sign-in started on
+one finishes on the other, and a code redeemed on one cannot be replayed on the other."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+
+from conftest import use_broker, write_example
+from headless_login import sign_in
+from support import Process, free_port, gateway_cmd, wait_for_port
+
+from .test_broker import CALLBACK, VERIFIER, authorize_url, register
+
+
+@pytest.fixture(scope="module")
+def redis_url(logs) -> Iterator[str]:
+    binary = shutil.which("redis-server")
+    assert binary, "redis-server is required: `make test` installs the Debian package"
+    port = free_port()
+    proc = Process("redis", [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--daemonize", "no"], logs)
+    try:
+        wait_for_port(port, proc)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.stop()
+
+
+class Replica:
+    def __init__(self, base: str):
+        self.gateway = base
+        self.mcp = f"{base}/mcp"
+
+
+@pytest.fixture(scope="module")
+def replicas(redis_url, broker_b, tmp_path_factory, logs) -> Iterator[tuple[Replica, Replica]]:
+    idp_port = broker_b.idp.rsplit(":", 1)[1]
+    backend_port = broker_b.backend.rsplit(":", 1)[1]
+    procs, out = [], []
+    try:
+        for name in ("a", "b"):
+            port = free_port()
+            config = use_broker(write_example(
+                "provider-b", tmp_path_factory.mktemp(f"replica-{name}"),
+                {"8080": str(port), "9000": idp_port, "8000": backend_port}))
+            proc = Process(f"gateway-replica-{name}", gateway_cmd(config), logs,
+                           env={"MCP_OAUTH_GATEWAY_REDIS_URL": redis_url})
+            procs.append(proc)
+            wait_for_port(port, proc)
+            out.append(Replica(f"http://127.0.0.1:{port}"))
+        yield out[0], out[1]
+    finally:
+        for proc in procs:
+            proc.stop()
+
+
+async def test_sign_in_started_on_one_replica_finishes_on_the_other(replicas):
+    a, b = replicas
+    client_id = register(a)  # signed with the secret both replicas read from Redis
+    with httpx.Client() as browser:
+        consent = browser.get(authorize_url(b, client_id))
+        assert consent.status_code == 200, consent.text
+        request_id = consent.text.split('name="request" value="')[1].split('"')[0]
+        to_idp = browser.post(f"{b.gateway}/mcp/oauth/authorize",
+                              data={"request": request_id, "decision": "allow"})
+        assert to_idp.status_code == 302, to_idp.text
+    provider_callback = f"{b.gateway}/mcp/oauth/callback"
+    answer = await sign_in(to_idp.headers["location"], "alice", "x", provider_callback)
+    # The load balancer sends the provider's redirect to the other replica (same public host).
+    finished = httpx.get(f"{a.gateway}/mcp/oauth/callback", params=answer,
+                         headers={"Host": urlsplit(b.gateway).netloc})
+    assert finished.status_code == 302, finished.text
+    query = parse_qs(urlsplit(finished.headers["location"]).query)
+    assert query["iss"] == [f"{b.gateway}/mcp"]
+    code = query["code"][0]
+    form = {"grant_type": "authorization_code", "code": code, "client_id": client_id,
+            "redirect_uri": CALLBACK, "code_verifier": VERIFIER}
+    tokens = httpx.post(f"{b.gateway}/mcp/oauth/token", data=form)
+    assert tokens.status_code == 200, tokens.text
+    assert tokens.json()["access_token"]
+    replay = httpx.post(f"{a.gateway}/mcp/oauth/token", data=form)
+    assert replay.status_code == 400
+    assert replay.json()["error"] == "invalid_grant"
