@@ -9,9 +9,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from headless_login import sign_in
 
 from conftest import use_broker, write_example
-from headless_login import sign_in
 from support import Process, free_port, gateway_cmd, wait_for_port
 
 from .test_broker import CALLBACK, VERIFIER, authorize_url, register

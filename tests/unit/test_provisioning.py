@@ -46,7 +46,7 @@ def kc_app(tmp_path: Path):
 def run_kc(app, options: keycloak.KeycloakOptions, recorder: Recorder) -> tuple:
     stream = io.StringIO()
     with client(app, recorder, KC_URL) as http:
-        values = keycloak.provision(options, http, Progress("keycloak", 8, stream))
+        values = keycloak.provision(options, http, Progress("keycloak", 9, stream))
     return values, stream.getvalue()
 
 
@@ -57,7 +57,7 @@ def test_keycloak_provisioning_follows_the_contract_and_is_idempotent(kc_app):
     assert values.issuer == f"{KC_URL}/realms/master"
     assert values.jwks_path == "/realms/master/protocol/openid-connect/certs"
     assert values.audiences == (RESOURCE,)
-    assert "[keycloak 8/8] discovery" in log
+    assert "[keycloak 9/9] discovery" in log
     admin_calls = [(q, r) for q, r in recorder.exchanges if q.url.path.startswith("/admin/")]
     assert len(admin_calls) >= 10
     problems = [p for q, r in admin_calls for p in validate(str(KEYCLOAK), q, r)]
@@ -83,7 +83,7 @@ def test_keycloak_token_is_refreshed_after_a_401(tmp_path):
     app = create_app(settings)
     stream = io.StringIO()
     with client(app, Recorder(), KC_URL) as http:
-        admin = keycloak.KeycloakAdmin(http, kc_options(), Progress("keycloak", 8, stream))
+        admin = keycloak.KeycloakAdmin(http, kc_options(), Progress("keycloak", 9, stream))
         admin.login()
         admin._refresh_at = float("inf")  # pretend the clock said the token is still fresh
         time.sleep(1.2)  # the 1 s admin token expires on the server
@@ -94,7 +94,7 @@ def test_keycloak_token_is_refreshed_after_a_401(tmp_path):
 
 def test_keycloak_wrong_admin_password_names_the_step(kc_app):
     app, _ = kc_app
-    with pytest.raises(StepError, match=r"step 1/8 \(admin token\) failed: admin login as "
+    with pytest.raises(StepError, match=r"step 1/9 \(admin token\) failed: admin login as "
                                         r"'admin' was refused \(HTTP 401"):
         run_kc(app, kc_options(admin_password="nope"), Recorder())
 

@@ -92,6 +92,8 @@ class KeycloakFlavour:
             ("POST", "users", self._create_user),
             ("GET", "users/{id}/groups", self._user_groups),
             ("PUT", "users/{id}/groups/{id}", self._join_group),
+            ("GET", "clients", self._list_clients),
+            ("POST", "clients", self._create_client),
             ("GET", "components", self._list_components),
             ("DELETE", "components/{id}", self._delete_component),
         )]
@@ -445,6 +447,48 @@ class KeycloakFlavour:
             user["groups"].append(group["id"])
             self.store.save()
         return Response(status_code=204)
+
+    def _client_rep(self, record: Record) -> Record:
+        return {"id": record["id"], "clientId": record["clientId"], "name": record.get("name"),
+                "enabled": True, "publicClient": record["publicClient"],
+                "redirectUris": record["redirectUris"],
+                "standardFlowEnabled": "authorization_code" in record["grantTypes"],
+                "directAccessGrantsEnabled": "password" in record["grantTypes"],
+                "serviceAccountsEnabled": "client_credentials" in record["grantTypes"],
+                "consentRequired": record.get("consentRequired", False),
+                "protocol": "openid-connect"}
+
+    async def _list_clients(self, request: Request, parts: list[str]) -> Response:
+        wanted = request.query_params.get("clientId")
+        return json_response([self._client_rep(c) for c in self.store.collection("kc_clients")
+                              if wanted is None or c["clientId"] == wanted])
+
+    async def _create_client(self, request: Request, parts: list[str]) -> Response:
+        body = await self._body(request)
+        if isinstance(body, Response):
+            return body
+        client_id = body.get("clientId")
+        if not isinstance(client_id, str) or not client_id:
+            return _error(400, "Client id is missing")
+        if self.find_client(client_id) is not None:
+            return _error(409, f"Client {client_id} already exists")
+        grants = []
+        if body.get("standardFlowEnabled", True):
+            grants += ["authorization_code", "refresh_token"]
+        if body.get("directAccessGrantsEnabled"):
+            grants.append("password")
+        if body.get("serviceAccountsEnabled"):
+            grants.append("client_credentials")
+        public = bool(body.get("publicClient", False))
+        record = {"id": new_id(), "clientId": client_id, "name": body.get("name") or client_id,
+                  "publicClient": public,
+                  "secret": None if public else (body.get("secret") or secrets.token_urlsafe(24)),
+                  "redirectUris": [u for u in body.get("redirectUris") or []
+                                   if isinstance(u, str)],
+                  "grantTypes": grants, "consentRequired": bool(body.get("consentRequired"))}
+        self.store.collection("kc_clients").append(record)
+        self.store.save()
+        return _created(request, "clients", record["id"])
 
     async def _list_components(self, request: Request, parts: list[str]) -> Response:
         kind = request.query_params.get("type")

@@ -22,6 +22,11 @@ from .steps import Progress, describe
 SCOPES = ("openid", "profile", "email")
 MANAGED = "goauthentik.io/providers/oauth2/scope-"
 DEFAULT_REDIRECTS = (("regex", r"http://(127\.0\.0\.1|localhost)(:[0-9]+)?/.*"),)
+
+
+def broker_redirects(resource: str) -> tuple[tuple[str, str], ...]:
+    """In Broker mode only the gateway's callback talks to authentik."""
+    return (("strict", resource.rstrip("/") + "/oauth/callback"),)
 # A token authentik rejects right after start-up may just not be applied yet (the worker applies
 # the bootstrap blueprint): keep trying for this long before calling it wrong.
 TOKEN_GRACE = 30.0
@@ -41,6 +46,7 @@ class AuthentikOptions:
     resource: str = "http://127.0.0.1:8080/mcp"
     backend: str = "http://127.0.0.1:8000/mcp"
     wait: float = 300.0
+    mode: str = "Facade"
 
 
 class AuthentikApi:
@@ -218,4 +224,4 @@ def provision(options: AuthentikOptions, http: httpx.Client, progress: Progress,
                          jwks_path=f"/application/o/{options.slug}/jwks/",
                          audiences=(client_id,), client_id=client_id,
                          resource=options.resource, backend=options.backend,
-                         group=options.group)
+                         group=options.group, mode=options.mode)

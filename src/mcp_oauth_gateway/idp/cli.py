@@ -41,6 +41,8 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
                     help="a user to create (if missing) and add to the group (repeatable)")
     kc.add_argument("--group", default="users")
     kc.add_argument("--scope", default="mcp", help="name of the client scope (default mcp)")
+    kc.add_argument("--gateway-client-id", default="mcp-gateway",
+                    help="Broker mode: the public client the gateway signs users in with")
     kc.add_argument("--allow-anonymous-dcr", action="store_true",
                     help="local tests only: delete the trusted-hosts and anonymous "
                          "allowed-client-templates registration policies so MCP clients can "
@@ -74,6 +76,9 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mode", choices=["Facade", "Broker"], default="Facade",
+                        help="authorizationServerMode of the generated policy (Broker: the "
+                             "gateway fronts the provider for strict MCP clients)")
     parser.add_argument("--backend", default="http://127.0.0.1:8000/mcp",
                         help="the MCP server behind the gateway (for the GatewayBackend)")
     parser.add_argument("--output-dir", required=True, metavar="DIR",
@@ -104,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             resource=args.resource, users=users,
             user_password=os.environ.get(KEYCLOAK_USER_PASSWORD) or None, scope=args.scope,
             group=args.group, allow_anonymous_dcr=args.allow_anonymous_dcr,
-            backend=args.backend)
+            backend=args.backend, mode=args.mode, gateway_client_id=args.gateway_client_id)
         progress = Progress("keycloak", len(keycloak.STEPS))
         tool = functools.partial(keycloak.provision, options, progress=progress)
     else:
@@ -124,7 +129,10 @@ def run(args: argparse.Namespace) -> int:
         options_ak = authentik.AuthentikOptions(
             url=args.url, token=token, slug=args.slug, name=args.name or args.slug,
             group=args.group, users=args.users, resource=args.resource, backend=args.backend,
-            wait=args.wait, redirect_uris=tuple(redirects) or authentik.DEFAULT_REDIRECTS)
+            wait=args.wait, mode=args.mode,
+            redirect_uris=tuple(redirects) or (authentik.broker_redirects(args.resource)
+                                               if args.mode == "Broker"
+                                               else authentik.DEFAULT_REDIRECTS))
         progress = Progress("authentik", len(authentik.STEPS))
         tool = functools.partial(authentik.provision, options_ak, progress=progress)
     try:

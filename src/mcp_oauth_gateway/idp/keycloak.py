@@ -36,6 +36,8 @@ class KeycloakOptions:
     group: str = "users"
     allow_anonymous_dcr: bool = False
     backend: str = "http://127.0.0.1:8000/mcp"
+    mode: str = "Facade"
+    gateway_client_id: str = "mcp-gateway"
 
 
 class KeycloakAdmin:
@@ -124,7 +126,7 @@ def _mappers(options: KeycloakOptions) -> list[dict[str, Any]]:
 
 
 STEPS = ["admin token", "client scope", "default scope", "group", "users", "membership",
-         "registration policies", "discovery"]
+         "registration policies", "gateway client", "discovery"]
 
 
 def provision(options: KeycloakOptions, http: httpx.Client, progress: Progress) -> GatewayValues:
@@ -235,6 +237,32 @@ def provision(options: KeycloakOptions, http: httpx.Client, progress: Progress) 
     else:
         progress.say("left as they are (pass --allow-anonymous-dcr for local tests only)")
 
+    progress.begin("gateway client")
+    client_id = None
+    if options.mode == "Broker":
+        client_id = options.gateway_client_id
+        callback = options.resource.rstrip("/") + "/oauth/callback"
+        found = admin.expect(admin.call("GET", "/clients", params={"clientId": client_id}),
+                             200).json()
+        if found:
+            uris = found[0].get("redirectUris") or []
+            if callback not in uris and not any(u.endswith("*") and callback.startswith(u[:-1])
+                                                for u in uris):
+                raise progress.fail(f"client {client_id!r} exists but does not allow the "
+                                    f"gateway callback {callback}; add it to its redirect URIs")
+            progress.say(f"public client {client_id!r} exists; unchanged")
+        else:
+            admin.expect(admin.call("POST", "/clients", json={
+                "clientId": client_id, "name": "MCP OAuth gateway (broker)",
+                "publicClient": True, "standardFlowEnabled": True,
+                "directAccessGrantsEnabled": False, "serviceAccountsEnabled": False,
+                "redirectUris": [callback], "protocol": "openid-connect",
+                "attributes": {"pkce.code.challenge.method": "S256"}}), 201)
+            progress.say(f"created public client {client_id!r} for the gateway, callback "
+                         f"{callback}")
+    else:
+        progress.say("not needed in Facade mode (MCP clients register through DCR)")
+
     progress.begin("discovery")
     response = http.get(f"{admin.base}/realms/{REALM}/.well-known/openid-configuration")
     if response.status_code != 200:
@@ -246,9 +274,9 @@ def provision(options: KeycloakOptions, http: httpx.Client, progress: Progress) 
     jwks_path = httpx.URL(jwks_uri).path
     progress.say(f"issuer {issuer}, JWKS path {jwks_path}")
     return GatewayValues(provider="Keycloak", idp_url=admin.base, issuer=issuer,
-                         jwks_path=jwks_path, audiences=(options.resource,), client_id=None,
-                         resource=options.resource, backend=options.backend,
-                         group=options.group)
+                         jwks_path=jwks_path, audiences=(options.resource,),
+                         client_id=client_id, resource=options.resource,
+                         backend=options.backend, group=options.group, mode=options.mode)
 
 
 __all__ = ["STEPS", "KeycloakOptions", "StepError", "provision"]

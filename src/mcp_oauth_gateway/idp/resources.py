@@ -24,6 +24,7 @@ class GatewayValues:
     backend: str
     group: str
     scopes: tuple[str, ...] = ("openid", "profile")
+    mode: str = "Facade"
 
 
 def _port(parts: object) -> int:
@@ -42,7 +43,9 @@ def render(values: GatewayValues) -> list[dict[str, object]]:
     service = "keycloak" if values.provider == "Keycloak" else "authentik"
     meta = {"namespace": "default"}
     mcp: dict[str, object] = {"provider": values.provider}
-    if values.client_id and values.provider == "ProviderB":
+    if values.mode == "Broker":
+        mcp["authorizationServerMode"] = "Broker"
+    if values.client_id and (values.provider == "ProviderB" or values.mode == "Broker"):
         mcp["clientId"] = values.client_id
     mcp["resourceMetadata"] = {"resource": values.resource, "scopesSupported":
                                list(values.scopes), "bearerMethodsSupported": ["header"]}
