@@ -17,7 +17,7 @@ $(VENV)/bin/python:
 	$(PY) -m pip install --quiet --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
-	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet -e ".[demo]"
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
@@ -39,7 +39,7 @@ install-test: $(VENV)/.installed-test
 node-peers: $(NODE_PEERS)/node_modules/.installed
 
 demo: install
-	$(VENV)/bin/mcp-oauth-gateway serve -f examples/provider-b
+	$(VENV)/bin/mcp-oauth-gateway demo
 
 lint: install-test
 	$(VENV)/bin/ruff check .

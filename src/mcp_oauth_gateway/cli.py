@@ -63,6 +63,21 @@ def _parser() -> argparse.ArgumentParser:
 
     add_parsers(commands)
 
+    demo = commands.add_parser(
+        "demo", help="run everything locally: dev identity provider, demo MCP server, gateway",
+        description="Starts the dev identity provider, provisions it, starts a demo MCP server "
+                    "and the gateway in Broker mode, and prints the MCP URL and a user to sign "
+                    "in with. For development only. Ctrl-C stops everything; a second run "
+                    "reuses the state in --dir.")
+    demo.add_argument("--flavor", "--flavour", dest="flavour", default="authentik",
+                      choices=["authentik", "keycloak"])
+    demo.add_argument("--dir", default=".mcp-oauth-gateway-demo",
+                      help="state, generated resources and logs (default ./.mcp-oauth-gateway-"
+                           "demo)")
+    demo.add_argument("--port", type=int, default=8080, help="gateway port (default 8080)")
+    demo.add_argument("--idp-port", type=int, default=9000)
+    demo.add_argument("--backend-port", type=int, default=8000)
+
     dev = commands.add_parser(
         "dev-idp", help="run the embedded dev identity provider (development and tests only)",
         description="An OpenID provider that speaks the Keycloak or authentik admin API, for "
@@ -219,12 +234,24 @@ def cmd_dev_idp(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the demo until Ctrl-C."""
+    from pathlib import Path
+
+    from .demo.runner import DemoOptions, run_demo
+
+    return run_demo(DemoOptions(flavour=args.flavour, directory=Path(args.dir).resolve(),
+                                gateway_port=args.port, idp_port=args.idp_port,
+                                backend_port=args.backend_port))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     args = _parser().parse_args(argv)
     from .idp.cli import run as cmd_idp
 
-    commands = {"serve": cmd_serve, "check": cmd_check, "dev-idp": cmd_dev_idp, "idp": cmd_idp}
+    commands = {"serve": cmd_serve, "check": cmd_check, "dev-idp": cmd_dev_idp, "idp": cmd_idp,
+                "demo": cmd_demo}
     return commands[args.command](args)
 
 

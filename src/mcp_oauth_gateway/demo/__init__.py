@@ -1,0 +1,1 @@
+"""`mcp-oauth-gateway demo`: dev identity provider + provisioning + demo MCP server + gateway."""
