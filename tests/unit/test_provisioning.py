@@ -181,3 +181,18 @@ def test_authentik_gives_up_with_bounded_wait(tmp_path):
     app, _ = ak_app(tmp_path, migrations=60)
     with pytest.raises(StepError, match=r"gave up after 1s: authentik is starting"):
         run_ak(app, ak_options(wait=1.0), Recorder())
+
+
+def test_authentik_adds_missing_redirect_uris_to_an_existing_provider(tmp_path):
+    app, _ = ak_app(tmp_path)
+    run_ak(app, ak_options(), Recorder())
+    moved = ak_options(mode="Broker",
+                       redirect_uris=authentik.broker_redirects("http://127.0.0.1:9999/mcp"))
+    recorder = Recorder()
+    _, log = run_ak(app, moved, recorder)
+    assert "added redirect URIs ['http://127.0.0.1:9999/mcp/oauth/callback']" in log
+    patches = [(q, r) for q, r in recorder.exchanges if q.method == "PATCH"]
+    assert len(patches) == 1
+    assert [p for q, r in patches for p in validate(str(AUTHENTIK), q, r)] == []
+    _, log = run_ak(app, moved, Recorder())
+    assert "exists (pk 1); unchanged" in log

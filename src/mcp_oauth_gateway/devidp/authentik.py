@@ -443,6 +443,7 @@ class AuthentikFlavour:
             ("GET", "/providers/oauth2/", self._list_providers),
             ("POST", "/providers/oauth2/", self._create_provider),
             ("GET", "/providers/oauth2/{}/", self._get_provider),
+            ("PATCH", "/providers/oauth2/{}/", self._patch_provider),
             ("GET", "/core/applications/", self._list_applications),
             ("POST", "/core/applications/", self._create_application),
             ("GET", "/core/applications/{}/", self._get_application),
@@ -487,6 +488,45 @@ class AuthentikFlavour:
         if provider is None:
             return json_response({"detail": "No OAuth2Provider matches the given query."}, 404)
         return json_response(self._provider_rep(provider))
+
+    async def _patch_provider(self, request: Request, pk: str) -> Response:
+        provider = next((p for p in self.store.collection("ak_providers")
+                         if str(p["pk"]) == pk), None)
+        if provider is None:
+            return json_response({"detail": "No OAuth2Provider matches the given query."}, 404)
+        body = await self._body(request)
+        unsupported = sorted(set(body) - {"redirect_uris"})
+        if unsupported:
+            # The dev IdP only emulates the partial update the provisioning tool sends.
+            raise FieldErrors({k: ["The dev identity provider cannot change this field."]
+                               for k in unsupported})
+        entries = self._redirect_entries(body.get("redirect_uris"))
+        provider["redirect_uris"] = entries
+        self.store.save()
+        return json_response(self._provider_rep(provider))
+
+    @staticmethod
+    def _redirect_entries(value: Any) -> list[Record]:
+        errors = []
+        entries = value if isinstance(value, list) else []
+        if not isinstance(value, list):
+            errors.append('Expected a list of items but got type "str".')
+        for entry in entries:
+            if not isinstance(entry, dict) or entry.get("matching_mode") not in ("strict",
+                                                                                  "regex") \
+                    or not isinstance(entry.get("url"), str):
+                errors.append("Each redirect URI needs matching_mode (strict|regex) and url.")
+                continue
+            if entry["matching_mode"] == "regex":
+                try:
+                    re.compile(entry["url"])
+                except re.error:
+                    errors.append(f"Invalid Regex Pattern: {entry['url']}")
+        if errors:
+            raise FieldErrors({"redirect_uris": errors})
+        return [{"matching_mode": e["matching_mode"], "url": e["url"],
+                 "redirect_uri_type": e.get("redirect_uri_type", "authorization")}
+                for e in entries]
 
     def _related(self, errors: dict[str, list[str]], field: str, value: Any, collection: str,
                  nullable: bool) -> Any:
@@ -544,24 +584,12 @@ class AuthentikFlavour:
         sub_mode = body.get("sub_mode", "hashed_user_id")
         if sub_mode not in SUB_MODES:
             errors["sub_mode"] = [f'"{sub_mode}" is not a valid choice.']
-        redirect_uris = body.get("redirect_uris", [])
-        uri_errors = []
-        if not isinstance(redirect_uris, list):
-            uri_errors.append('Expected a list of items but got type "str".')
-            redirect_uris = []
-        for entry in redirect_uris:
-            if not isinstance(entry, dict) or entry.get("matching_mode") not in ("strict",
-                                                                                  "regex") \
-                    or not isinstance(entry.get("url"), str):
-                uri_errors.append("Each redirect URI needs matching_mode (strict|regex) and url.")
-                continue
-            if entry["matching_mode"] == "regex":
-                try:
-                    re.compile(entry["url"])
-                except re.error:
-                    uri_errors.append(f"Invalid Regex Pattern: {entry['url']}")
-        if uri_errors:
-            errors["redirect_uris"] = uri_errors
+        redirect_uris: list[Record] = []
+        if "redirect_uris" in body:
+            try:
+                redirect_uris = self._redirect_entries(body["redirect_uris"])
+            except FieldErrors as exc:
+                errors.update(exc.errors)
         client_id = body.get("client_id") or _generate_id()
         if self._provider_by_client(client_id):
             errors["client_id"] = ["OAuth2/OpenID Provider with this Client ID already exists."]
@@ -580,10 +608,7 @@ class AuthentikFlavour:
             "refresh_token_validity": "days=30", "refresh_token_threshold": "seconds=0",
             "include_claims_in_id_token": bool(body.get("include_claims_in_id_token", True)),
             "signing_key": signing_key, "encryption_key": None,
-            "redirect_uris": [{"matching_mode": e["matching_mode"], "url": e["url"],
-                               "redirect_uri_type": e.get("redirect_uri_type",
-                                                          "authorization")}
-                              for e in redirect_uris],
+            "redirect_uris": redirect_uris,
             "logout_uri": "", "logout_method": "backchannel", "sub_mode": sub_mode,
             "issuer_mode": "per_provider", "jwt_federation_sources": [],
             "jwt_federation_providers": [],
@@ -761,7 +786,7 @@ class AuthentikFlavour:
             Route("/application/o/userinfo/", self.userinfo, methods=["GET", "POST"]),
             Route(f"{self.interaction_prefix}/{{uid}}", provider.interaction,
                   methods=["GET", "POST"]),
-            Route(API + "/{rest:path}", self.api, methods=["GET", "POST"]),
+            Route(API + "/{rest:path}", self.api, methods=["GET", "POST", "PATCH"]),
         ]
 
 

@@ -165,7 +165,21 @@ def provision(options: AuthentikOptions, http: httpx.Client, progress: Progress,
     existing = api.results("/providers/oauth2/", name=options.name)
     if existing:
         provider = existing[0]
-        progress.say(f"{options.name!r} exists (pk {provider['pk']}); unchanged")
+        have = [(u.get("matching_mode"), u.get("url")) for u in provider.get("redirect_uris", [])]
+        missing = [pair for pair in options.redirect_uris if pair not in have]
+        if missing:
+            entries = provider.get("redirect_uris", []) + [
+                {"matching_mode": mode, "url": url} for mode, url in missing]
+            response = api.call("PATCH", f"/providers/oauth2/{provider['pk']}/",
+                                json={"redirect_uris": entries})
+            if response.status_code == 400:
+                raise progress.fail(f"authentik rejected the redirect URIs: "
+                                    f"{describe(response)}")
+            provider = api.expect(response, 200)
+            progress.say(f"{options.name!r} exists (pk {provider['pk']}); added redirect URIs "
+                         f"{[url for _, url in missing]}")
+        else:
+            progress.say(f"{options.name!r} exists (pk {provider['pk']}); unchanged")
     else:
         body = {"name": options.name, "authorization_flow": auth_flow,
                 "invalidation_flow": invalidation_flow, "client_type": "public",
