@@ -267,10 +267,15 @@ class Broker:
         await self.store.put("authz", request_id, pending, PENDING_TTL)
         cookie = (f"{browser_name}={browser}; Path=/; HttpOnly; SameSite=Lax; "
                   f"Max-Age={PENDING_TTL}{secure}")
+        try:
+            authorize_at = (await self._provider()).get("authorization_endpoint")
+        except FetchError:
+            authorize_at = None
         await pages.send_consent(send, action=self.authorize_path, request_id=request_id,
                                  client=client, redirect_uri=redirect_uri,
-                                 scopes=pending["scope"].split(),
-                                 cookie=cookie)
+                                 scopes=pending["scope"].split(), cookie=cookie,
+                                 provider_authorize=authorize_at
+                                 if isinstance(authorize_at, str) else None)
 
     async def _consent(self, scope: Scope, receive: Receive, send: Send) -> None:
         raw = await read_body(receive, MAX_FORM)

@@ -15,14 +15,28 @@ _SECURITY = [
     (b"content-type", b"text/html; charset=utf-8"),
     (b"cache-control", b"no-store"),
     (b"x-frame-options", b"DENY"),
-    (b"content-security-policy", b"default-src 'none'; style-src 'unsafe-inline'; "
-                                 b"form-action 'self'; frame-ancestors 'none'"),
     (b"referrer-policy", b"no-referrer"),
 ]
 
 
+def _policy(provider_origin: str | None, client_origin: str | None) -> bytes:
+    # form-action also governs where the form's redirect may go: the provider (allow) and the
+    # client (deny), nowhere else.
+    targets = " ".join(o for o in ("'self'", provider_origin, client_origin) if o)
+    return (f"default-src 'none'; style-src 'unsafe-inline'; form-action {targets}; "
+            "frame-ancestors 'none'").encode()
+
+
+def _origin(url: str | None) -> str | None:
+    if not url:
+        return None
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else None
+
+
 async def send_consent(send: Send, action: str, request_id: str, client: BrokerClient,
-                       redirect_uri: str, scopes: list[str], cookie: str) -> None:
+                       redirect_uri: str, scopes: list[str], cookie: str,
+                       provider_authorize: str | None) -> None:
     """Ask the user whether this client may sign in through the gateway."""
     host = urlsplit(redirect_uri).netloc or redirect_uri
     origin = (f"<p>Client metadata published at <span class=host>"
@@ -44,5 +58,7 @@ async def send_consent(send: Send, action: str, request_id: str, client: BrokerC
     ).encode()
     await send({"type": "http.response.start", "status": 200,
                 "headers": [*_SECURITY, (b"content-length", str(len(body)).encode()),
+                            (b"content-security-policy",
+                             _policy(_origin(provider_authorize), _origin(redirect_uri))),
                             (b"set-cookie", cookie.encode())]})
     await send({"type": "http.response.body", "body": body})

@@ -7,7 +7,8 @@ from html import escape
 from starlette.responses import HTMLResponse
 
 _STYLE = ("body{font-family:system-ui,sans-serif;max-width:26rem;margin:4rem auto;padding:0 1rem}"
-          "input,button{display:block;width:100%;margin:.5rem 0;padding:.5rem;font-size:1rem}"
+          "input,button{display:block;width:100%;box-sizing:border-box;margin:.5rem 0;"
+          "padding:.5rem;font-size:1rem}"
           ".warn{background:#fff3cd;border:1px solid #e0c36c;padding:.5rem;font-size:.85rem}"
           ".err{color:#a00}")
 _BANNER = ('<p class="warn">mcp-oauth-gateway dev identity provider: for development and tests '
