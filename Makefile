@@ -4,13 +4,15 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# The Python MCP SDK 1.x client lives in its own environment (the main one has 2.x).
+VENV_MCP1 := .venv-mcp1
 NODE_PEERS := tests/node
 
 # Debian packages the tests start for real: Redis (broker state), Chromium (browser sign-in).
 SYSTEM_PACKAGES := redis-server chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test node-peers system-deps demo test lint clean
+.PHONY: install install-test node-peers mcp1-client system-deps demo test lint clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +24,12 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 
 $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+$(VENV_MCP1)/.installed:
+	$(PYTHON) -m venv $(VENV_MCP1)
+	$(VENV_MCP1)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_MCP1)/bin/python -m pip install --quiet "mcp>=1.30,<2"
 	touch $@
 
 $(NODE_PEERS)/node_modules/.installed: $(NODE_PEERS)/package-lock.json
@@ -37,6 +45,7 @@ system-deps:
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 node-peers: $(NODE_PEERS)/node_modules/.installed
+mcp1-client: $(VENV_MCP1)/.installed
 
 demo: install
 	$(VENV)/bin/mcp-oauth-gateway demo
@@ -44,8 +53,8 @@ demo: install
 lint: install-test
 	$(VENV)/bin/ruff check .
 
-test: install-test node-peers system-deps lint
+test: install-test node-peers mcp1-client system-deps lint
 	$(PY) -m pytest
 
 clean:
-	rm -rf $(VENV) $(NODE_PEERS)/node_modules .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV_MCP1) $(NODE_PEERS)/node_modules .pytest_cache .ruff_cache

@@ -11,9 +11,9 @@ import httpx
 from support import NODE_DIR, node, unverified_claims
 
 
-def run_ts_client(mcp_url: str, user: str, password: str = "x") -> dict:
+def run_ts_client(mcp_url: str, user: str, password: str = "x", sdk: str = "sdk1") -> dict:
     """Run tests/node/ts_client.mjs and return its JSON report."""
-    done = subprocess.run([node(), str(NODE_DIR / "ts_client.mjs"), mcp_url, user, password],
+    done = subprocess.run([node(), str(NODE_DIR / "ts_client.mjs"), mcp_url, user, password, sdk],
                           capture_output=True, text=True, timeout=120, cwd=NODE_DIR)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,12 +1,17 @@
-// Drives the whole MCP OAuth flow through the gateway with the TypeScript SDK 1.x client:
-// discovery → registration shim → login (headless, against oidc-provider's dev interactions)
-// → token → initialize → tools/list → tools/call (incl. SSE progress) → DELETE session.
-// Usage: node ts_client.mjs <mcp url> <username> [password]. Prints one JSON object on stdout.
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
-
-const [url, username = 'alice', password = 'x'] = process.argv.slice(2);
+// Drives the whole MCP OAuth flow through the gateway with a TypeScript client: the SDK 1.x
+// (`@modelcontextprotocol/sdk`, default) or the 2.x client (`@modelcontextprotocol/client`):
+// discovery → registration → login (headless) → token → initialize → tools/list → tools/call
+// (incl. SSE progress) → DELETE session.
+// Usage: node ts_client.mjs <mcp url> <username> [password] [sdk1|client2]. Prints JSON.
+const [url, username = 'alice', password = 'x', flavour = 'sdk1'] = process.argv.slice(2);
+const v2 = flavour === 'client2';
+const { Client, StreamableHTTPClientTransport, UnauthorizedError } = v2
+  ? await import('@modelcontextprotocol/client')
+  : {
+    ...(await import('@modelcontextprotocol/sdk/client/index.js')),
+    ...(await import('@modelcontextprotocol/sdk/client/streamableHttp.js')),
+    ...(await import('@modelcontextprotocol/sdk/client/auth.js')),
+  };
 const REDIRECT = 'http://127.0.0.1:53682/callback';
 const trace = [];
 
@@ -25,6 +30,8 @@ class MemoryProvider {
   redirectToAuthorization(authorizationUrl) { this.authorizationUrl = authorizationUrl.toString(); }
   saveCodeVerifier(v) { this.store.verifier = v; }
   codeVerifier() { return this.store.verifier; }
+  saveDiscoveryState(state) { this.store.discovery = state; }
+  discoveryState() { return this.store.discovery; }
 }
 
 // Complete oidc-provider's login and consent pages with plain HTTP, keeping cookies.
@@ -76,8 +83,10 @@ try {
   }
   out.authorizationUrl = provider.authorizationUrl;
   const callback = await login(provider.authorizationUrl, username);
+  out.sdk = v2 ? '@modelcontextprotocol/client 2' : '@modelcontextprotocol/sdk 1';
   out.callback = { state: callback.state, iss: callback.iss, hasCode: Boolean(callback.code) };
-  await transport.finishAuth(callback.code);
+  if (v2) await transport.finishAuth(new URLSearchParams(callback));
+  else await transport.finishAuth(callback.code);
   out.clientId = provider.store.client?.client_id;
   out.accessToken = provider.store.tokens?.access_token;
 
