@@ -1,4 +1,5 @@
-"""The real-client matrix: four MCP clients, in Facade and Broker modes, against the npm oidc-provider and the dev IdP.
+"""The real-client matrix: four MCP clients, in Facade and Broker modes, against the npm
+oidc-provider and the dev IdP.
 
 Every client signs in and calls a tool through Broker mode. In Facade mode (the spec's layout)
 clients that check the authorization server metadata issuer (RFC 8414 §3.3) refuse it; those
