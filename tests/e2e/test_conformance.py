@@ -15,8 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from headless_login import sign_in
+
 from support import PEERS, ROOT, Process, free_port, wait_for_port
 
 SUITE = ROOT / "tests" / "conformance"
