@@ -11,6 +11,17 @@ import yaml
 
 from ..resources.models import GATEWAY_API_GROUP, GATEWAY_API_VERSION, POLICY_API_VERSION
 
+# The spec's CORS values, plus what browser MCP clients (MCP Inspector) send and must read: the
+# MCP request headers, and WWW-Authenticate, which carries resource_metadata on a 401.
+CORS = {
+    "allowCredentials": True,
+    "allowHeaders": ["Origin", "Authorization", "Content-Type", "Mcp-Protocol-Version",
+                     "Mcp-Session-Id", "Mcp-Method", "Mcp-Name", "Last-Event-ID"],
+    "allowMethods": ["*"], "allowOrigins": ["*"],
+    "exposeHeaders": ["Origin", "Mcp-Session-Id", "WWW-Authenticate"],
+    "maxAge": 86400,
+}
+
 
 @dataclass(frozen=True)
 class GatewayValues:
@@ -64,11 +75,7 @@ def render(values: GatewayValues) -> list[dict[str, object]]:
                                                  f"/.well-known/oauth-protected-resource{mcp_path}",
                                                  f"/.well-known/oauth-authorization-server"
                                                  f"{mcp_path}")],
-                      "filters": [{"type": "CORS", "cors": {
-                          "allowCredentials": True,
-                          "allowHeaders": ["Origin", "Authorization", "Content-Type"],
-                          "allowMethods": ["*"], "allowOrigins": ["*"],
-                          "exposeHeaders": ["Origin", "Mcp-Session-Id"], "maxAge": 86400}}],
+                      "filters": [{"type": "CORS", "cors": CORS}],
                       "backendRefs": [{"group": "mcp-oauth-gateway.dev",
                                        "kind": "GatewayBackend", "name": "mcp-backend"}]}]}},
         {"apiVersion": POLICY_API_VERSION, "kind": "GatewayBackend",
