@@ -117,3 +117,37 @@ def test_server_scenario_through_the_gateway(scenario, injector, stack_b):
     # pass more: its HTTP parser strips optional whitespace the backend keeps, RFC 9110 §5.5.)
     assert results["gateway"][1] == results["direct"][1], results
     assert results["gateway"][0] >= results["direct"][0] > 0, results
+
+
+async def test_mcp_inspector_signs_in_through_the_broker(broker_b, tmp_path):
+    """MCP Inspector 2.x (its CLI, with real OAuth) — refused by the facade, per the reference
+    matrix — signs in through Broker mode and lists the tools."""
+    port = free_port()
+    callback = f"http://127.0.0.1:{port}/oauth/callback"
+    inspector = SUITE / "node_modules" / ".bin" / "mcp-inspector"
+    assert inspector.exists(), "`make test` installs MCP Inspector in tests/conformance"
+    env = {**os.environ, "PATH": f"{NODE22}:{os.environ['PATH']}", "HOME": str(tmp_path),
+           "MCP_AUTO_OPEN_ENABLED": "true", "BROWSER": "true",
+           "MCP_INSPECTOR_SECRET_STORE": "memory"}
+    proc = subprocess.Popen([str(inspector), "--cli", broker_b.mcp, "--method", "tools/list",
+                             "--callback-url", callback], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=SUITE)
+    assert proc.stdout is not None
+    lines, url = [], None
+    deadline = time.monotonic() + 90
+    while url is None and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        found = re.search(r"Please navigate to: (\S+)", line)
+        url = found.group(1) if found else None
+    assert url, "".join(lines)
+    assert url.startswith(f"{broker_b.gateway}/mcp/oauth/authorize?")
+    query = await sign_in(url, "alice", "x", callback)
+    landing = httpx.get(callback, params=query, timeout=20)
+    assert landing.status_code == 200
+    output = "".join(lines) + proc.stdout.read()
+    assert proc.wait(60) == 0, output
+    assert '"name": "add"' in output
+    record("MCP Inspector 2.12 CLI, Broker mode: signed in, tools/list ok")
