@@ -117,3 +117,30 @@ def test_client_signs_in(client, idp, mode, request, matrix_report):
 
 def test_matrix_has_no_missing_environment():
     assert os.access(MCP1_PYTHON, os.X_OK), "`make test` creates .venv-mcp1 with mcp 1.x"
+
+
+async def test_broker_proxies_refresh_grants(dev_idp_targets):
+    import httpx
+    from headless_login import sign_in
+
+    from .test_broker import CALLBACK, VERIFIER, authorize_url, register
+
+    class Gateway:
+        gateway = dev_idp_targets["Broker"].mcp.removesuffix("/mcp")
+
+    client_id = register(Gateway)
+    query = await sign_in(authorize_url(Gateway, client_id), "alice", USER_PASSWORD, CALLBACK)
+    tokens = httpx.post(f"{Gateway.gateway}/mcp/oauth/token", data={
+        "grant_type": "authorization_code", "code": query["code"], "client_id": client_id,
+        "redirect_uri": CALLBACK, "code_verifier": VERIFIER}).json()
+    assert tokens["refresh_token"]
+    refreshed = httpx.post(f"{Gateway.gateway}/mcp/oauth/token", data={
+        "grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
+        "client_id": client_id})
+    assert refreshed.status_code == 200, refreshed.text
+    assert refreshed.json()["access_token"] != tokens["access_token"]
+    reused = httpx.post(f"{Gateway.gateway}/mcp/oauth/token", data={
+        "grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
+        "client_id": client_id})
+    assert reused.status_code == 400  # the provider rotates refresh tokens
+    assert reused.json()["error"] == "invalid_grant"
