@@ -156,3 +156,18 @@ def unverified_claims(token: str) -> dict[str, object]:
     """The payload of a token, without verification (for assertions only)."""
     payload = token.split(".")[1]
     return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+
+
+def read_until(stream, found, timeout: float = 90.0) -> tuple[list[str], object]:
+    """Read a child's output line by line until `found(line)` returns something truthy."""
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = stream.readline()
+        if not line:
+            break
+        lines.append(line)
+        result = found(line)
+        if result:
+            return lines, result
+    raise AssertionError("the expected line never came:\n" + "".join(lines)[-3000:])

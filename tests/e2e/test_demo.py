@@ -8,14 +8,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from support import PEERS, free_port
+from support import PEERS, free_port, read_until
 
 
 @dataclass
@@ -35,16 +34,8 @@ def start_demo(directory: Path, flavour: str = "authentik",
         [sys.executable, "-m", "mcp_oauth_gateway", "demo", "--flavor", flavour, "--dir",
          str(directory), "--port", ports[0], "--idp-port", ports[1], "--backend-port",
          ports[2]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    deadline = time.monotonic() + 90
     assert process.stdout is not None
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            raise AssertionError("demo exited early:\n" + "".join(lines))
-        lines.append(line)
-        if "Ctrl-C stops everything" in line:
-            break
+    lines, _ = read_until(process.stdout, lambda line: "Ctrl-C stops everything" in line)
     text = "".join(lines)
     url = re.search(r"MCP server URL:\s+(\S+)", text)
     password = re.search(r"alice / (\S+)", text)

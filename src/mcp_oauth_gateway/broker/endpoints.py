@@ -128,6 +128,15 @@ class Broker:
             raise FetchError("no discovery document is configured for this provider")
         return await self.discovery.get()
 
+    async def _provider_or_502(self, send: Send) -> dict[str, Any] | None:
+        """The provider's metadata, or None after answering 502 (the provider is down)."""
+        try:
+            return await self._provider()
+        except FetchError as exc:
+            await send_error(send, 502, "temporarily_unavailable",
+                             f"the identity provider's metadata is unavailable: {exc}")
+            return None
+
     async def _client(self, client_id: str) -> BrokerClient:
         client = read_client_id(await self.store.secret(), client_id)
         if client is not None:
@@ -306,11 +315,8 @@ class Broker:
 
     async def _to_provider(self, scope: Scope, send: Send, pending: dict[str, Any],
                            headers: Headers = ()) -> None:
-        try:
-            provider = await self._provider()
-        except FetchError as exc:
-            await send_error(send, 502, "temporarily_unavailable",
-                             f"the identity provider's metadata is unavailable: {exc}")
+        provider = await self._provider_or_502(send)
+        if provider is None:
             return
         endpoint = provider.get("authorization_endpoint")
         if not isinstance(endpoint, str):
@@ -341,10 +347,8 @@ class Broker:
             await send_error(send, 400, "invalid_request", "unknown, expired or already used "
                              "state; start the sign-in again")
             return
-        try:
-            provider = await self._provider()
-        except FetchError as exc:
-            await send_error(send, 502, "temporarily_unavailable", str(exc))
+        provider = await self._provider_or_502(send)
+        if provider is None:
             return
         expected_iss = provider.get("issuer")
         iss = params.get("iss")
@@ -440,10 +444,8 @@ class Broker:
         if not form.get("refresh_token"):
             await send_error(send, 400, "invalid_request", "refresh_token is required")
             return
-        try:
-            provider = await self._provider()
-        except FetchError as exc:
-            await send_error(send, 502, "temporarily_unavailable", str(exc))
+        provider = await self._provider_or_502(send)
+        if provider is None:
             return
         upstream = {"grant_type": "refresh_token", "refresh_token": form["refresh_token"]}
         if form.get("scope"):
