@@ -109,3 +109,11 @@ async def test_forwarded_headers_only_when_trusted(tmp_path, trust, expected):
             "X-Forwarded-Proto": "https", "X-Forwarded-Host": "mcp.example.com"})).headers
     assert response.json()["authorization_servers"] == [expected]
     assert f'resource_metadata="{expected.removesuffix("/mcp")}' in challenge["www-authenticate"]
+
+
+def test_cel_rules_read_only_the_claims_they_name():
+    from mcp_oauth_gateway.controlplane.cel import referenced_claims
+
+    assert referenced_claims('"users" in jwt.groups') == {"groups"}
+    assert referenced_claims('jwt.sub == "a" && jwt["email"].endsWith("x")') == {"sub", "email"}
+    assert referenced_claims("size(jwt) > 0") is None  # the whole map: every claim is fed

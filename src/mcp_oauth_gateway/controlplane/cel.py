@@ -6,6 +6,7 @@ so a rule holds only when its result `is True`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from cel_expr_python import cel
@@ -18,11 +19,25 @@ class CelCompileError(ValueError):
     """An expression does not compile; the message carries the position and a caret line."""
 
 
+_CLAIM = re.compile(r"\bjwt\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*[\"']([^\"']+)[\"']\s*\])")
+_JWT = re.compile(r"\bjwt\b")
+
+
 @dataclass(frozen=True, slots=True)
 class CompiledExpression:
     source: str
     program: cel.Expression
     uses_request: bool
+    # The claims the expression reads (None: it uses `jwt` as a whole, so it gets every claim).
+    claims: frozenset[str] | None = None
+
+
+def referenced_claims(source: str) -> frozenset[str] | None:
+    """Claim names read as `jwt.name` or `jwt["name"]`; None if `jwt` is used otherwise."""
+    names = {a or b for a, b in _CLAIM.findall(source)}
+    if len(_JWT.findall(source)) != len(_CLAIM.findall(source)):
+        return None
+    return frozenset(names)
 
 
 def compile_expression(source: str) -> CompiledExpression:
@@ -33,7 +48,8 @@ def compile_expression(source: str) -> CompiledExpression:
         text = str(exc).removeprefix("INVALID_ARGUMENT: ").replace(" [INVALID_ARGUMENT]", "")
         raise CelCompileError(text.strip()) from exc
     # A textual check is conservative: at worst the request map is built when not needed.
-    return CompiledExpression(source=source, program=program, uses_request="request" in source)
+    return CompiledExpression(source=source, program=program, uses_request="request" in source,
+                              claims=referenced_claims(source))
 
 
 def holds(expression: CompiledExpression, activation: dict[str, object]) -> bool:

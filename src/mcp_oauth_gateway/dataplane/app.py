@@ -9,7 +9,8 @@ import time
 from ..broker.runtime import BrokerRuntime
 from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import Snapshot
-from ..proxy.upstream import AiohttpUpstream, Upstream
+from ..proxy.pool import RawUpstream
+from ..proxy.upstream import Upstream
 from .asgi import CLAIMS_KEY, Message, Receive, Scope, Send, header
 from .pipeline import build_tables
 from .responses import send_error
@@ -26,7 +27,7 @@ class GatewayApp:
                  upstream: Upstream | None = None, brokers: BrokerRuntime | None = None):
         self.control = control
         self.trust_forwarded = trust_forwarded
-        self.upstream = upstream or AiohttpUpstream()
+        self.upstream = upstream or RawUpstream()
         self.brokers = brokers or BrokerRuntime()
         self.tables: dict[int, RouteTable] = {}
         control.subscribe(self._install)

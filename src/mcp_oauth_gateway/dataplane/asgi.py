@@ -14,6 +14,7 @@ Headers = list[tuple[bytes, bytes]]
 
 # Scope keys the pipeline stages hand to each other.
 CLAIMS_KEY = "mcp_oauth_gateway.jwt"
+TOKEN_KEY = "mcp_oauth_gateway.token"
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:

@@ -7,7 +7,7 @@ import time
 
 from ..controlplane.control import Keyholder
 from ..controlplane.snapshot import CompiledMcp, CompiledProvider
-from .asgi import CLAIMS_KEY, ASGIApp, Headers, Receive, Scope, Send
+from .asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send
 from .origin import request_origin
 from .responses import send_error
 from .tokens import TokenError, TokenRules, UnknownKeyId, verify_token
@@ -62,12 +62,14 @@ class JwtAuthentication:
         if raw is None or raw[:7].lower() != _BEARER or not raw[7:].strip():
             await self._deny(scope, send, "missing bearer token", token_sent=False)
             return
+        token = raw[7:].strip().decode("latin-1")
         try:
-            claims = await self._verify(raw[7:].strip().decode("latin-1"))
+            claims = await self._verify(token)
         except TokenError as exc:
             await self._deny(scope, send, str(exc), token_sent=True)
             return
         scope[CLAIMS_KEY] = claims
+        scope[TOKEN_KEY] = token
         scope["headers"] = others
         await self.app(scope, receive, send)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..controlplane.cel import holds
 from ..controlplane.snapshot import CompiledAuthorization
-from .asgi import CLAIMS_KEY, ASGIApp, Receive, Scope, Send, header
+from .asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Receive, Scope, Send, header
 from .responses import send_error
 
 
@@ -30,6 +30,9 @@ def decide(rules: CompiledAuthorization, activation: dict[str, object]) -> bool:
     return all(results)
 
 
+DECISION_CACHE = 10_000
+
+
 class CelAuthorization:
     """Denies with 403 when the verified claims do not satisfy the policy."""
 
@@ -37,17 +40,41 @@ class CelAuthorization:
         self.app = app
         self.rules = rules
         self.needs_request = any(e.uses_request for e in rules.expressions)
+        wanted = [e.claims for e in rules.expressions]
+        # Only the claims the rules read are converted for CEL; None means all of them.
+        self.claims: frozenset[str] | None = (
+            None if any(w is None for w in wanted)
+            else frozenset().union(*wanted))  # type: ignore[arg-type]
+        # Rules over the token alone give the same answer for the token's whole life.
+        self._decisions: dict[str, bool] | None = None if self.needs_request else {}
         self.denial = {
             "Allow": "the token's claims satisfy none of the authorization rules",
             "Deny": "the token's claims match a deny rule",
             "Require": "the token's claims do not satisfy every required rule",
         }[rules.action] + f" of GatewayPolicy {policy}"
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        activation: dict[str, object] = {"jwt": scope.get(CLAIMS_KEY, {})}
+    def _allowed(self, scope: Scope) -> bool:
+        claims = scope.get(CLAIMS_KEY, {})
+        token = scope.get(TOKEN_KEY)
+        cache = self._decisions
+        if cache is not None and token is not None:
+            hit = cache.get(token)
+            if hit is not None:
+                return hit
+        if self.claims is not None:
+            claims = {k: claims[k] for k in self.claims if k in claims}
+        activation: dict[str, object] = {"jwt": claims}
         if self.needs_request:
             activation["request"] = request_variables(scope)
-        if not decide(self.rules, activation):
+        allowed = decide(self.rules, activation)
+        if cache is not None and token is not None:
+            if len(cache) >= DECISION_CACHE:
+                del cache[next(iter(cache))]
+            cache[token] = allowed
+        return allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self._allowed(scope):
             await send_error(send, 403, "forbidden", self.denial)
             return
         await self.app(scope, receive, send)
