@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
                        default=_env_flag(LOCAL_CIMD_ENV),
                        help="broker mode, local use only: allow client metadata documents on "
                             f"http and private/loopback addresses (env {LOCAL_CIMD_ENV}=1)")
+    serve.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="processes accepting on the same sockets (default 1; use the "
+                            "number of cores to use every core)")
     serve.add_argument("--grace-period", type=float, default=30.0, metavar="SECONDS",
                        help="on SIGTERM, how long in-flight requests may run (default 30)")
     serve.add_argument("--log-level", default="info",
@@ -140,13 +143,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         brokers = BrokerRuntime(args.allow_local_client_metadata,
                                 os.environ.get(REDIS_ENV) or None)
-        server.serve(snapshot, args.host, args.trust_forwarded_headers, args.grace_period,
-                     brokers)
+        if args.workers > 1 and not os.environ.get(REDIS_ENV) and any(
+                route.policy is not None and route.policy.mcp is not None
+                and route.policy.mcp.mode == "Broker" and not route.policy.mcp.redis_url
+                for routes in snapshot.listeners.values() for route in routes):
+            print("error: Broker mode with --workers > 1 needs shared state: set "
+                  f"mcp.broker.redisUrl or {REDIS_ENV} (worker processes share no memory)",
+                  file=sys.stderr)
+            return EXIT_INVALID
+        return server.serve(snapshot, args.host, args.trust_forwarded_headers,
+                            args.grace_period, brokers, args.workers, args.log_level)
     except OSError as exc:
         print(f"error: {exc} (is another process using the port? change the Gateway listener "
               f"port)", file=sys.stderr)
         return 1
-    return 0
 
 
 async def _check_fetches(control: ControlPlane, limit: float) -> dict[str, str | None]:

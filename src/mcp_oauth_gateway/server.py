@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing
+import os
 import signal
 import socket
+import time
 from collections.abc import Iterator
 
 import uvicorn
 
+from . import logs
 from .broker.runtime import BrokerRuntime
 from .controlplane import ControlPlane, Snapshot
 from .dataplane.app import GatewayApp
@@ -47,10 +51,8 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: float,
-          brokers: BrokerRuntime | None = None) -> None:
-    """Serve until SIGTERM/SIGINT; in-flight requests get `grace_period` seconds to finish."""
-    sockets = [bind(host, port) for port in sorted(snapshot.listeners)]
+def _run_worker(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarded: bool,
+                grace_period: float, brokers: BrokerRuntime | None) -> None:
     control = ControlPlane(snapshot)
     app = GatewayApp(control, trust_forwarded=trust_forwarded, brokers=brokers)
     config = uvicorn.Config(
@@ -58,8 +60,64 @@ def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: fl
         server_header=False, log_config=None, timeout_graceful_shutdown=grace_period,
         timeout_keep_alive=30,
     )
+    _Server(config).run(sockets=sockets)
+
+
+def _worker_main(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarded: bool,
+                 grace_period: float, brokers: BrokerRuntime | None, level: str) -> None:
+    # A forked child has no logging thread of its own: start one.
+    logs.configure(level)
+    _run_worker(snapshot, sockets, trust_forwarded, grace_period, brokers)
+
+
+def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: float,
+          brokers: BrokerRuntime | None = None, workers: int = 1,
+          log_level: str = "info") -> int:
+    """Serve until SIGTERM/SIGINT; in-flight requests get `grace_period` seconds to finish.
+
+    With `workers` > 1, that many processes accept on the same listening sockets."""
+    sockets = [bind(host, port) for port in sorted(snapshot.listeners)]
     for sock in sockets:
         address = sock.getsockname()
         log.info("listening on http://%s:%d", address[0], address[1])
-    _Server(config).run(sockets=sockets)
+    if workers <= 1:
+        _run_worker(snapshot, sockets, trust_forwarded, grace_period, brokers)
+        log.info("stopped")
+        return 0
+    context = multiprocessing.get_context("fork")
+    children = [context.Process(target=_worker_main, name=f"worker-{i}",
+                                args=(snapshot, sockets, trust_forwarded, grace_period,
+                                      brokers, log_level))
+                for i in range(workers)]
+    for child in children:
+        child.start()
+    log.info("started %d worker processes", workers)
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    code = 0
+    try:
+        while not stopping:
+            dead = [c for c in children if not c.is_alive()]
+            if dead:
+                log.error("worker %s exited with code %s; stopping the others", dead[0].name,
+                          dead[0].exitcode)
+                code = 1
+                break
+            time.sleep(0.2)
+    finally:
+        for child in children:
+            if child.is_alive() and child.pid is not None:
+                os.kill(child.pid, signal.SIGTERM)
+        for child in children:
+            child.join(grace_period + 5)
+            if child.is_alive():
+                child.kill()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     log.info("stopped")
+    return code

@@ -152,3 +152,26 @@ def test_sigterm_drains_in_flight_requests_and_exits_zero(stack_b, tmp_path, log
     assert "counted to 20" in str(result["text"])
     with pytest.raises(httpx.ConnectError):
         httpx.post(f"{base}/mcp", json={}, timeout=2)
+
+
+def test_workers_share_the_listener_and_stop_together(stack_b, tmp_path, logs):
+    port = free_port()
+    ports = {"8080": str(port), "9000": stack_b.idp.rsplit(":", 1)[1],
+             "8000": stack_b.backend.rsplit(":", 1)[1]}
+    config = write_example("provider-b", tmp_path / "cfg", ports)
+    gateway = Process("gateway-workers", [*gateway_cmd(config), "--workers", "2"], logs)
+    wait_for_port(port, gateway)
+    base = f"http://127.0.0.1:{port}"
+    wait_for_keyset(base, stack_b.token())
+    headers = {"Authorization": f"Bearer {stack_b.token()}",
+               "Accept": "application/json, text/event-stream"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}
+    statuses = {httpx.post(f"{base}/mcp", headers=headers, json=body, timeout=10).status_code
+                for _ in range(20)}
+    assert statuses == {200}
+    assert "started 2 worker processes" in gateway.log()
+    gateway.popen.send_signal(signal.SIGTERM)
+    assert gateway.popen.wait(30) == 0, gateway.log()
+    gateway.stop()
