@@ -59,6 +59,8 @@ def _run_worker(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarde
         app, loop="uvloop", http="httptools", lifespan="on", access_log=False,
         server_header=False, log_config=None, timeout_graceful_shutdown=grace_period,
         timeout_keep_alive=30,
+        # Forwarded headers are the gateway's own decision (--trust-forwarded-headers).
+        proxy_headers=False,
     )
     _Server(config).run(sockets=sockets)
 

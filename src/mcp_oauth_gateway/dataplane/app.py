@@ -11,12 +11,12 @@ from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import Snapshot
 from ..proxy.pool import RawUpstream
 from ..proxy.upstream import Upstream
+from .access_log import AccessLog
 from .asgi import CLAIMS_KEY, Message, Receive, Scope, Send, header
 from .pipeline import build_tables
 from .responses import send_error
 from .routing import RouteTable
 
-access_log = logging.getLogger("mcp_oauth_gateway.access")
 log = logging.getLogger("mcp_oauth_gateway")
 
 
@@ -29,6 +29,7 @@ class GatewayApp:
         self.trust_forwarded = trust_forwarded
         self.upstream = upstream or RawUpstream()
         self.brokers = brokers or BrokerRuntime()
+        self.access_log = AccessLog()
         self.tables: dict[int, RouteTable] = {}
         control.subscribe(self._install)
 
@@ -48,12 +49,14 @@ class GatewayApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                self.access_log.start()
                 await self.control.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.control.stop()
                 await self.upstream.close()
                 await self.brokers.close()
+                self.access_log.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -88,5 +91,5 @@ class GatewayApp:
         finally:
             claims = scope.get(CLAIMS_KEY)
             sub = claims.get("sub") if isinstance(claims, dict) else None
-            access_log.info("%s %s %d %.1fms sub=%s", scope["method"], scope["path"], status,
-                            (time.perf_counter() - started) * 1000, sub if sub else "-")
+            self.access_log.record(scope["method"], scope["path"], status,
+                                   time.perf_counter() - started, sub)

@@ -1,0 +1,607 @@
+"""The benchmark: the gateway against a direct backend and against HAProxy (the C ceiling) and
+nginx, in one run on one machine, each server pinned to one core and the load on the other.
+
+    python benchmarks/run.py            # the full run (several minutes), report in results/
+    python benchmarks/run.py --smoke    # a few seconds: checks that everything runs
+
+Scenarios: (a) static JSON backend, direct; (b) gateway (RS256 JWT + one CEL rule), one token;
+(c) gateway with a different token per request (more tokens than the cache holds); (d) HAProxy
+`jwt_verify` + claim checks, and nginx as a plain proxy; (e) gateway in front of a real `mcp` SDK
+server doing tools/call (CPU per request, gateway vs backend); (f) SSE through the gateway vs
+direct. Plus one-connection latency, added latency at a fixed 500 req/s, and RSS over a long run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from joserfc import jwt
+from joserfc.jwk import RSAKey
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PY = sys.executable
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+ISSUER = "https://idp.bench.example/application/o/mcp/"
+AUDIENCE = "mcp-bench"
+SERVER_CORE, LOAD_CORE = "0", "1"
+
+
+def free_port() -> int:
+    """A free loopback port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 20) -> None:
+    """Until something listens on the port."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
+
+
+def pinned(core: str, cmd: list[str]) -> list[str]:
+    """The command pinned to one core (when taskset exists)."""
+    return ["taskset", "-c", core, *cmd] if shutil.which("taskset") else cmd
+
+
+def _tree(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        todo.extend(children.get(current, []))
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its children."""
+    total = 0
+    for p in _tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / CLK_TCK
+
+
+def rss_mb(pid: int, key: str = "VmRSS") -> float:
+    """Resident (or peak, with VmHWM) memory of a process tree, MB."""
+    total = 0
+    for p in _tree(pid):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith(key + ":"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+@dataclass
+class Server:
+    name: str
+    popen: subprocess.Popen[bytes]
+    port: int
+
+    def stop(self) -> None:
+        """Terminate and reap."""
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+
+
+@dataclass
+class Result:
+    scenario: str
+    rps: float
+    p50: float
+    p99: float
+    cpu_us: float = 0.0
+    rss: float = 0.0
+    errors: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def parse_wrk(text: str) -> tuple[float, float, float, int, int]:
+    """req/s, p50 ms, p99 ms, requests, non-2xx/3xx + socket errors."""
+    def ms(value: str) -> float:
+        number, unit = re.match(r"([\d.]+)(\w+)", value).groups()  # type: ignore[union-attr]
+        return float(number) * {"us": 0.001, "ms": 1, "s": 1000}[unit]
+
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))  # type: ignore[union-attr]
+    p50 = ms(re.search(r"50%\s+(\S+)", text).group(1))  # type: ignore[union-attr]
+    p99 = ms(re.search(r"99%\s+(\S+)", text).group(1))  # type: ignore[union-attr]
+    requests = int(re.search(r"(\d+) requests in", text).group(1))  # type: ignore[union-attr]
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)",
+                     text)
+    errors = (int(bad.group(1)) if bad else 0) + (sum(map(int, sock.groups())) if sock else 0)
+    return rps, p50, p99, requests, errors
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.work = Path(tempfile.mkdtemp(prefix="mcp-gw-bench-"))
+        self.key = RSAKey.generate_key(2048, parameters={"kid": "bench", "alg": "RS256",
+                                                          "use": "sig"})
+        self.token = self.mint(0)
+        self.servers: list[Server] = []
+
+    # --- set-up ---------------------------------------------------------------------------
+
+    def mint(self, i: int) -> str:
+        """A valid RS256 token with realistic claims (11 claims, about 800 bytes)."""
+        now = int(time.time())
+        claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": f"user-{i}", "exp": now + 7200,
+                  "iat": now, "nbf": now - 5, "jti": f"jti-{i:08d}",
+                  "email": f"user-{i}@example.com", "groups": ["mcp-agent", "users", "admins"],
+                  "scope": "openid profile email", "azp": AUDIENCE}
+        return jwt.encode({"alg": "RS256", "kid": "bench", "typ": "at+jwt"}, claims, self.key)
+
+    def tokens_file(self, count: int) -> Path:
+        path = self.work / f"tokens-{count}.txt"
+        if not path.exists():
+            path.write_text("\n".join(self.mint(i) for i in range(1, count + 1)) + "\n")
+        return path
+
+    def spawn(self, name: str, cmd: list[str], core: str, port: int,
+              env: dict[str, str] | None = None) -> Server:
+        log = (self.work / f"{name}.log").open("ab")
+        popen = subprocess.Popen(pinned(core, cmd), stdout=log, stderr=subprocess.STDOUT,
+                                 env={**os.environ, **(env or {})}, cwd=self.work)
+        server = Server(name, popen, port)
+        self.servers.append(server)
+        wait_port(port)
+        return server
+
+    def backend(self, core: str) -> Server:
+        port = free_port()
+        return self.spawn("backend", [PY, str(HERE / "backend.py"), str(port)], core, port)
+
+    def gateway(self, backend_port: int, core: str = SERVER_CORE) -> Server:
+        port = free_port()
+        config = self.work / f"gateway-{port}.yaml"
+        jwks = json.dumps({"keys": [self.key.as_dict(private=False)]})
+        config.write_text(f"""
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw}}
+spec: {{listeners: [{{name: http, port: {port}}}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: mcp}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules: [{{matches: [{{path: {{type: PathPrefix, value: /mcp}}}}], backendRefs: [{{name: b}}]}}]
+---
+apiVersion: mcp-oauth-gateway.dev/v1alpha1
+kind: GatewayBackend
+metadata: {{name: b}}
+spec: {{mcp: {{targets: [{{name: t, static: {{host: 127.0.0.1, port: {backend_port}}}}}]}}}}
+---
+apiVersion: mcp-oauth-gateway.dev/v1alpha1
+kind: GatewayPolicy
+metadata: {{name: auth}}
+spec:
+  targetRefs: [{{kind: HTTPRoute, name: mcp}}]
+  traffic:
+    jwtAuthentication:
+      providers:
+        - issuer: {ISSUER}
+          audiences: [{AUDIENCE}]
+          jwks: {{inline: '{jwks}'}}
+    authorization:
+      action: Allow
+      policy: {{matchExpressions: ['"mcp-agent" in jwt.groups']}}
+""")
+        cmd = [PY, "-m", "mcp_oauth_gateway", "serve", "-f", str(config)]
+        return self.spawn("gateway", cmd, core, port)
+
+    def haproxy(self, backend_port: int) -> Server:
+        port = free_port()
+        pem = self.work / "rsa_pub.pem"
+        pem.write_bytes(self.key.as_pem(private=False))
+        cfg = self.work / f"haproxy-{port}.cfg"
+        cfg.write_text(f"""
+global
+    maxconn 4000
+    nbthread 1
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+    option http-no-delay
+frontend fe
+    bind 127.0.0.1:{port}
+    http-request set-var(txn.bearer) http_auth_bearer
+    http-request set-var(txn.alg) var(txn.bearer),jwt_header_query('$.alg')
+    http-request deny deny_status 401 unless {{ var(txn.alg) -m str RS256 }}
+    http-request set-var(txn.valid) var(txn.bearer),jwt_verify(txn.alg,"{pem}")
+    http-request deny deny_status 401 unless {{ var(txn.valid) -m int 1 }}
+    http-request set-var(txn.iss) var(txn.bearer),jwt_payload_query('$.iss')
+    http-request deny deny_status 401 unless {{ var(txn.iss) -m str {ISSUER} }}
+    http-request set-var(txn.aud) var(txn.bearer),jwt_payload_query('$.aud')
+    http-request deny deny_status 401 unless {{ var(txn.aud) -m str {AUDIENCE} }}
+    http-request set-var(txn.exp) var(txn.bearer),jwt_payload_query('$.exp','int')
+    http-request set-var(txn.now) date()
+    http-request deny deny_status 401 if {{ var(txn.exp),sub(txn.now) -m int le 0 }}
+    http-request set-var(txn.group) var(txn.bearer),jwt_payload_query('$.groups[0]')
+    http-request deny deny_status 403 unless {{ var(txn.group) -m str mcp-agent }}
+    http-request del-header Authorization
+    default_backend be
+backend be
+    http-reuse always
+    server s1 127.0.0.1:{backend_port}
+""")
+        return self.spawn("haproxy", ["haproxy", "-f", str(cfg), "-db"], SERVER_CORE, port)
+
+    def nginx(self, backend_port: int) -> Server:
+        port = free_port()
+        prefix = self.work / f"nginx-{port}"
+        (prefix / "logs").mkdir(parents=True)
+        conf = prefix / "nginx.conf"
+        conf.write_text(f"""
+worker_processes 1;
+pid {prefix}/nginx.pid;
+error_log {prefix}/logs/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {prefix};
+    proxy_temp_path {prefix};
+    upstream backend {{ server 127.0.0.1:{backend_port}; keepalive 64; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }}
+    }}
+}}
+""")
+        return self.spawn("nginx", ["nginx", "-p", str(prefix), "-c", str(conf), "-g",
+                                    "daemon off;"], SERVER_CORE, port)
+
+    def stop_all(self) -> None:
+        for server in reversed(self.servers):
+            server.stop()
+        self.servers.clear()
+
+    # --- measurements ---------------------------------------------------------------------
+
+    def wrk(self, url: str, conns: int, seconds: float, token: str | None = None,
+            tokens: Path | None = None) -> tuple[float, float, float, int, int]:
+        env = {**os.environ, "TOKEN": token or "", "TOKENS_FILE": str(tokens or "")}
+        cmd = pinned(LOAD_CORE, ["wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s",
+                                 "--latency", "-s", str(HERE / "post.lua"), url])
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds + 60)
+        if done.returncode != 0:
+            raise RuntimeError(f"wrk failed: {done.stderr}")
+        return parse_wrk(done.stdout)
+
+    def measure(self, scenario: str, url: str, measured: Server, conns: int,
+                token: str | None = None, tokens: Path | None = None,
+                also: Server | None = None) -> Result:
+        self.wrk(url, conns, self.args.warmup, token, tokens)
+        before = cpu_seconds(measured.popen.pid)
+        before_also = cpu_seconds(also.popen.pid) if also else 0.0
+        rps, p50, p99, requests, errors = self.wrk(url, conns, self.args.duration, token, tokens)
+        cpu = cpu_seconds(measured.popen.pid) - before
+        result = Result(scenario, rps, p50, p99, cpu_us=cpu / max(requests, 1) * 1e6,
+                        rss=rss_mb(measured.popen.pid, "VmHWM"), errors=errors)
+        if also is not None:
+            result.extra["backend_cpu_us"] = (cpu_seconds(also.popen.pid) - before_also) / \
+                max(requests, 1) * 1e6
+        return result
+
+    def run_round(self) -> list[Result]:
+        a = self.args
+        out: list[Result] = []
+        tokens = self.tokens_file(a.tokens)
+
+        def with_backend(fn):  # noqa: ANN001, ANN202
+            try:
+                return fn()
+            finally:
+                self.stop_all()
+
+        def direct() -> None:
+            b = self.backend(SERVER_CORE)
+            url = f"http://127.0.0.1:{b.port}/mcp"
+            out.append(self.measure("a direct backend", url, b, a.conns))
+            out.append(self.measure("a direct backend c=1", url, b, 1))
+        with_backend(direct)
+
+        def gateway() -> None:
+            b = self.backend(LOAD_CORE)
+            g = self.gateway(b.port)
+            url = f"http://127.0.0.1:{g.port}/mcp"
+            out.append(self.measure("b gateway, one token", url, g, a.conns, token=self.token))
+            out.append(self.measure("b gateway c=1", url, g, 1, token=self.token))
+            out.append(self.measure("c gateway, a new token per request", url, g, a.conns,
+                                    tokens=tokens))
+        with_backend(gateway)
+
+        if shutil.which("haproxy"):
+            def haproxy() -> None:
+                b = self.backend(LOAD_CORE)
+                h = self.haproxy(b.port)
+                url = f"http://127.0.0.1:{h.port}/mcp"
+                out.append(self.measure("d HAProxy jwt_verify", url, h, a.conns,
+                                        token=self.token))
+                out.append(self.measure("d HAProxy jwt_verify c=1", url, h, 1,
+                                        token=self.token))
+            with_backend(haproxy)
+        if shutil.which("nginx"):
+            def nginx() -> None:
+                b = self.backend(LOAD_CORE)
+                n = self.nginx(b.port)
+                out.append(self.measure("d nginx plain proxy", f"http://127.0.0.1:{n.port}/mcp",
+                                        n, a.conns))
+            with_backend(nginx)
+        return out
+
+    def mcp_share(self) -> Result | None:
+        """(e): the gateway in front of a real mcp SDK server: CPU per request of each."""
+        try:
+            import mcp  # noqa: F401
+        except ImportError:
+            return None
+        try:
+            port = free_port()
+            backend = self.spawn("mcp-sdk", [PY, str(HERE / "mcp_backend.py"), str(port)],
+                                 LOAD_CORE, port)
+            g = self.gateway(port)
+            return self.measure("e gateway → mcp SDK tools/call", f"http://127.0.0.1:{g.port}/mcp",
+                                g, 16, token=self.token, also=backend)
+        finally:
+            self.stop_all()
+
+    def probe(self, *args: str) -> dict:
+        done = subprocess.run(pinned(LOAD_CORE, [PY, str(HERE / "probes.py"), *args]),
+                              capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr)
+        return json.loads(done.stdout)
+
+    def latency_and_sse(self) -> dict[str, dict]:
+        """Added p50 at a fixed 500 req/s, and SSE event timing, gateway vs direct."""
+        try:
+            b = self.backend(LOAD_CORE)
+            g = self.gateway(b.port)
+            seconds = str(self.args.rate_seconds)
+            direct = self.probe("rate", f"http://127.0.0.1:{b.port}/mcp", "500", seconds)
+            through = self.probe("rate", f"http://127.0.0.1:{g.port}/mcp", "500", seconds,
+                                 self.token)
+            sse_direct = self.probe("sse", f"http://127.0.0.1:{b.port}/mcp")
+            sse_gateway = self.probe("sse", f"http://127.0.0.1:{g.port}/mcp", self.token)
+            return {"rate_direct": direct, "rate_gateway": through,
+                    "sse_direct": sse_direct, "sse_gateway": sse_gateway}
+        finally:
+            self.stop_all()
+
+    def soak(self) -> dict[str, float]:
+        """RSS of the gateway after warm-up and after `--soak` requests."""
+        try:
+            b = self.backend(LOAD_CORE)
+            g = self.gateway(b.port)
+            url = f"http://127.0.0.1:{g.port}/mcp"
+            self.wrk(url, 64, 5, self.token)
+            start = rss_mb(g.popen.pid)
+            sent = 0
+            while sent < self.args.soak:
+                sent += self.wrk(url, 64, 20, self.token)[3]
+            return {"requests": sent, "rss_start_mb": start, "rss_end_mb": rss_mb(g.popen.pid)}
+        finally:
+            self.stop_all()
+
+
+def median_results(rounds: list[list[Result]]) -> list[Result]:
+    """Per scenario, the round with the median req/s (and its latencies)."""
+    by_name: dict[str, list[Result]] = {}
+    for round_results in rounds:
+        for result in round_results:
+            by_name.setdefault(result.scenario, []).append(result)
+    out = []
+    for results in by_name.values():
+        ordered = sorted(results, key=lambda r: r.rps)
+        chosen = ordered[len(ordered) // 2]
+        chosen.extra["min_rps"] = ordered[0].rps
+        chosen.extra["max_rps"] = ordered[-1].rps
+        out.append(chosen)
+    return out
+
+
+def versions() -> dict[str, str]:
+    """What ran, for the report."""
+    def first_line(cmd: list[str]) -> str:
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+            return (done.stdout or done.stderr).strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            return "not found"
+
+    from importlib.metadata import version
+    out = {"python": platform.python_version()}
+    for package in ("mcp-oauth-gateway", "uvicorn", "uvloop", "httptools", "joserfc",
+                    "cel-expr-python"):
+        try:
+            out[package] = version(package)
+        except Exception:
+            out[package] = "not installed"
+    out["wrk"] = first_line(["wrk", "-v"])
+    out["haproxy"] = first_line(["haproxy", "-v"])
+    out["nginx"] = first_line(["nginx", "-v"])
+    return out
+
+
+def cpu_model() -> str:
+    """The CPU's name from /proc/cpuinfo."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def report(args: argparse.Namespace, results: list[Result], extras: dict,
+           share: Result | None, soak: dict | None) -> str:
+    """The Markdown report, with the ratios and the targets."""
+    r = {x.scenario: x for x in results}
+    get = r.get
+    a, b, c = get("a direct backend"), get("b gateway, one token"), \
+        get("c gateway, a new token per request")
+    d, d1, b1 = get("d HAProxy jwt_verify"), get("d HAProxy jwt_verify c=1"), get("b gateway c=1")
+    lines = [f"# Benchmark {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}"
+             f"{' (smoke run: numbers are meaningless)' if args.smoke else ''}", "",
+             f"Machine: {os.cpu_count()} cores, {cpu_model()}, Linux {platform.release()}. "
+             f"Servers on core {SERVER_CORE}, wrk (and backends behind a proxy) on core "
+             f"{LOAD_CORE}. wrk -t1 -c{args.conns}, {args.duration:g} s after {args.warmup:g} s "
+             f"warm-up, {args.rounds} interleaved round(s), median shown (min-max). "
+             f"POST /mcp tools/call, 800-byte RS256 token; CEL rule `\"mcp-agent\" in "
+             f"jwt.groups`; scenario c cycles {args.tokens} tokens (cache holds 10,000).", "",
+             "| scenario | req/s (min-max) | p50 ms | p99 ms | CPU µs/req | peak RSS MB | "
+             "errors |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for x in results:
+        lines.append(f"| {x.scenario} | {x.rps:,.0f} ({x.extra.get('min_rps', x.rps):,.0f}-"
+                     f"{x.extra.get('max_rps', x.rps):,.0f}) | {x.p50:.2f} | {x.p99:.2f} | "
+                     f"{x.cpu_us:.0f} | {x.rss:.0f} | {x.errors} |")
+    targets = []
+
+    def ratio(name: str, num: Result | None, den: Result | None, goal: float) -> None:
+        if num and den and den.rps:
+            value = num.rps / den.rps
+            targets.append((name, f"{value:.2f}", f"≥ {goal}", value >= goal))
+
+    ratio("b / a (gateway ÷ direct backend)", b, a, 0.33)
+    ratio("b / d (gateway ÷ HAProxy jwt_verify)", b, d, 0.6)
+    ratio("c / d (cache-miss gateway ÷ HAProxy)", c, d, 0.3)
+    if b and d:
+        targets.append(("p99 at c=64, gateway ÷ HAProxy", f"{b.p99 / d.p99:.2f}", "≤ 2",
+                        b.p99 / d.p99 <= 2))
+    if b1 and d1:
+        targets.append(("p50 at c=1, gateway - HAProxy (ms)", f"{b1.p50 - d1.p50:+.2f}",
+                        "≤ +0.15", b1.p50 - d1.p50 <= 0.15))
+        targets.append(("p99 at c=1, gateway (ms)", f"{b1.p99:.2f}", "≤ 1", b1.p99 <= 1))
+    if share and share.extra.get("backend_cpu_us"):
+        times = share.extra["backend_cpu_us"] / max(share.cpu_us, 1e-9)
+        targets.append(("gateway capacity ÷ mcp SDK backend's (CPU per tools/call: "
+                        f"gateway {share.cpu_us:.0f} µs, backend "
+                        f"{share.extra['backend_cpu_us']:.0f} µs)", f"{times:.1f}", "≥ 6",
+                        times >= 6))
+    rate_d, rate_g = extras.get("rate_direct"), extras.get("rate_gateway")
+    if rate_d and rate_g:
+        added = rate_g["p50"] - rate_d["p50"]
+        targets.append(("added p50 at 500 req/s (ms)", f"{added:+.2f} (direct "
+                        f"{rate_d['p50']:.2f}, gateway {rate_g['p50']:.2f})", "report", True))
+    sse_d, sse_g = extras.get("sse_direct"), extras.get("sse_gateway")
+    if sse_d and sse_g and sse_d["arrivals_ms"] and sse_g["arrivals_ms"]:
+        delays = [g - d for g, d in zip(sse_g["arrivals_ms"], sse_d["arrivals_ms"],
+                                        strict=False)]
+        worst = max(delays)
+        targets.append(("SSE: worst extra delay per event (ms); first event direct "
+                        f"{sse_d['arrivals_ms'][0]:.1f}, gateway {sse_g['arrivals_ms'][0]:.1f}",
+                        f"{worst:.1f}", "≤ 10", worst <= 10))
+    if soak:
+        growth = (soak["rss_end_mb"] - soak["rss_start_mb"]) / soak["rss_start_mb"] * 100
+        targets.append((f"RSS growth over {soak['requests']:,} requests "
+                        f"({soak['rss_start_mb']:.0f} → {soak['rss_end_mb']:.0f} MB)",
+                        f"{growth:+.1f} %", "≤ 10 %", growth <= 10))
+    lines += ["", "| target | measured | goal | met |", "|---|---:|---|---|"]
+    for name, value, goal, met in targets:
+        lines.append(f"| {name} | {value} | {goal} | {'yes' if met else '**no**'} |")
+    lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()), ""]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    """Run and write the report."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="a few seconds; checks it runs")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=10)
+    parser.add_argument("--warmup", type=float, default=2)
+    parser.add_argument("--conns", type=int, default=64)
+    parser.add_argument("--tokens", type=int, default=12_000)
+    parser.add_argument("--rate-seconds", type=float, default=10)
+    parser.add_argument("--soak", type=int, default=1_000_000,
+                        help="requests for the RSS check (0 to skip)")
+    parser.add_argument("--output", default=str(HERE / "results"))
+    args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.duration, args.warmup, args.tokens = 1, 1, 1, 200
+        args.rate_seconds, args.soak = 1, 0
+    for tool in ("wrk",):
+        if not shutil.which(tool):
+            print(f"error: {tool} is required (apt-get install wrk haproxy nginx-light)",
+                  file=sys.stderr)
+            return 2
+    bench = Bench(args)
+    try:
+        print(f"[bench] minting {args.tokens} tokens", file=sys.stderr, flush=True)
+        bench.tokens_file(args.tokens)
+        rounds = []
+        for i in range(args.rounds):
+            print(f"[bench] round {i + 1}/{args.rounds}", file=sys.stderr, flush=True)
+            rounds.append(bench.run_round())
+        results = median_results(rounds)
+        print("[bench] gateway in front of the mcp SDK server", file=sys.stderr, flush=True)
+        share = bench.mcp_share()
+        print("[bench] latency at 500 req/s and SSE", file=sys.stderr, flush=True)
+        extras = bench.latency_and_sse()
+        soak = None
+        if args.soak:
+            print(f"[bench] RSS over {args.soak:,} requests", file=sys.stderr, flush=True)
+            soak = bench.soak()
+    finally:
+        bench.stop_all()
+    text = report(args, results + ([share] if share else []), extras, share, soak)
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    name = datetime.now(UTC).strftime("%Y-%m-%d") + ("-smoke" if args.smoke else "") + ".md"
+    (out / name).write_text(text)
+    print(text)
+    print(f"[bench] report written to {out / name}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

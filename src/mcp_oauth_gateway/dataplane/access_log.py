@@ -1,0 +1,81 @@
+"""The access log: one line per request, buffered in memory and written by a background thread
+in batches, so the request path only formats a string and appends it to a list."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+
+FLUSH_INTERVAL = 0.2
+MAX_PENDING = 100_000  # beyond this, lines are dropped (and counted) rather than hoarded
+
+log = logging.getLogger("mcp_oauth_gateway.access")
+
+
+class AccessLog:
+    """`record()` is cheap and never blocks; a daemon thread writes batches to stderr."""
+
+    def __init__(self, fd: int | None = None):
+        self.enabled = log.isEnabledFor(logging.INFO)
+        self._fd = sys.stderr.fileno() if fd is None else fd
+        self._pending: list[str] = []
+        self._dropped = 0
+        self._second = -1
+        self._stamp = ""
+        self._wake = threading.Event()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the writer thread (idempotent)."""
+        if self.enabled and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="access-log", daemon=True)
+            self._thread.start()
+
+    def record(self, method: str, path: str, status: int, seconds: float, sub: object) -> None:
+        """Queue one access line."""
+        if not self.enabled:
+            return
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
+        if len(self._pending) >= MAX_PENDING:
+            self._dropped += 1
+            return
+        self._pending.append(
+            f"{self._stamp},{int((now - second) * 1000):03d} INFO mcp_oauth_gateway.access: "
+            f"{method} {path} {status} {seconds * 1000:.1f}ms sub={sub or '-'}\n")
+
+    def _run(self) -> None:
+        while not self._stopped:
+            self._wake.wait(FLUSH_INTERVAL)
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is pending (called by the thread, and at shutdown)."""
+        batch, self._pending = self._pending, []
+        if self._dropped:
+            batch.append(f"WARNING mcp_oauth_gateway.access: {self._dropped} lines dropped "
+                         "(the log output could not keep up)\n")
+            self._dropped = 0
+        if batch:
+            data = "".join(batch).encode("utf-8", "replace")
+            try:
+                while data:
+                    data = data[os.write(self._fd, data):]
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        """Flush and stop the thread."""
+        self._stopped = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(2)
+            self._thread = None
+        self.flush()
