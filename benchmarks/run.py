@@ -315,7 +315,10 @@ http {{
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds + 60)
         if done.returncode != 0:
             raise RuntimeError(f"wrk failed: {done.stderr}")
-        return parse_wrk(done.stdout)
+        try:
+            return parse_wrk(done.stdout)
+        except (AttributeError, ValueError, KeyError) as exc:
+            raise RuntimeError(f"cannot read wrk's output ({exc}):\n{done.stdout}") from exc
 
     def measure(self, scenario: str, url: str, measured: Server, conns: int,
                 token: str | None = None, tokens: Path | None = None,
@@ -378,6 +381,14 @@ http {{
                                         n, a.conns))
             with_backend(nginx)
         return out
+
+    def quick(self) -> list[Result]:
+        """The gateway alone (b and its c=1 latency), for tuning."""
+        b = self.backend(LOAD_CORE)
+        g = self.gateway(b.port)
+        url = f"http://127.0.0.1:{g.port}/mcp"
+        return [self.measure("b gateway, one token", url, g, self.args.conns, token=self.token),
+                self.measure("b gateway c=1", url, g, 1, token=self.token)]
 
     def mcp_share(self) -> Result | None:
         """(e): the gateway in front of a real mcp SDK server: CPU per request of each."""
@@ -565,6 +576,8 @@ def main() -> int:
     parser.add_argument("--soak", type=int, default=1_000_000,
                         help="requests for the RSS check (0 to skip)")
     parser.add_argument("--output", default=str(HERE / "results"))
+    parser.add_argument("--quick", action="store_true",
+                        help="only the gateway scenarios, no report file (for tuning)")
     args = parser.parse_args()
     if args.smoke:
         args.rounds, args.duration, args.warmup, args.tokens = 1, 1, 1, 200
@@ -575,6 +588,14 @@ def main() -> int:
                   file=sys.stderr)
             return 2
     bench = Bench(args)
+    if args.quick:
+        try:
+            for result in bench.quick():
+                print(f"{result.scenario}: {result.rps:,.0f} req/s p50 {result.p50:.2f} ms "
+                      f"p99 {result.p99:.2f} ms, {result.cpu_us:.0f} µs/req")
+        finally:
+            bench.stop_all()
+        return 0
     try:
         print(f"[bench] minting {args.tokens} tokens", file=sys.stderr, flush=True)
         bench.tokens_file(args.tokens)

@@ -50,6 +50,15 @@ class _Response:
         self._error = error
         self._wake()
 
+    def complete_body(self) -> bytes | None:
+        """The whole body if the message is already complete (and intact)."""
+        if not self._done or self._error is not None:
+            return None
+        body = b"".join(self._chunks)
+        self._chunks.clear()
+        self._conn.consumed(len(body))
+        return body
+
     async def chunks(self) -> AsyncIterator[bytes]:
         """Body chunks as they arrive; reading is paused while too much is buffered."""
         conn = self._conn

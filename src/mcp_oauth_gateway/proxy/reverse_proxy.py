@@ -137,6 +137,11 @@ class ReverseProxy:
 
     @staticmethod
     async def _relay(response: UpstreamResponse, send: Send) -> None:
+        complete = response.complete_body()
+        if complete is not None:
+            # Common case (a JSON answer already read whole): one message, no iterator.
+            await send({"type": "http.response.body", "body": complete, "more_body": False})
+            return
         try:
             async for chunk in response.chunks():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})

@@ -26,6 +26,10 @@ class UpstreamResponse(Protocol):
         """The body as it arrives, chunk by chunk, without buffering."""
         ...
 
+    def complete_body(self) -> bytes | None:
+        """The whole body when it has already arrived completely, else None."""
+        ...
+
     def release(self) -> None:
         """Return the connection to the pool (or drop it when the body was not consumed)."""
         ...
@@ -49,6 +53,9 @@ class _AiohttpResponse:
         self._response = response
         self.status = response.status
         self.headers: Headers = list(response.raw_headers)
+
+    def complete_body(self) -> bytes | None:
+        return None
 
     async def chunks(self) -> AsyncIterator[bytes]:
         try:
