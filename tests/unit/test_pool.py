@@ -25,6 +25,8 @@ async def backend_app(scope, receive, send):
         if not message.get("more_body"):
             break
     headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+    if scope["path"] == "/slow":
+        await asyncio.sleep(0.5)
     if scope["path"] == "/stream":
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream")]})
@@ -72,13 +74,13 @@ HOST = [(b"host", b"backend")]
 
 async def test_bytes_body_keepalive_and_headers(backend):
     pool = RawUpstream()
-    first = await pool.request("POST", f"{backend}/echo", HOST, b"x" * 5000)
+    first = await pool.request("POST", f"{backend}/echo", HOST, b"x" * 5000, 10)
     assert first.status == 201
     assert (b"x-test", b"yes") in first.headers
     one = json.loads(await read(first))
     assert one["length"] == 5000
     assert one["cl"] == "5000"
-    second = json.loads(await read(await pool.request("POST", f"{backend}/echo", HOST, b"")))
+    second = json.loads(await read(await pool.request("POST", f"{backend}/echo", HOST, b"", 10)))
     assert second["client"] == one["client"], "the connection is reused"
     await pool.close()
 
@@ -90,14 +92,14 @@ async def test_streamed_request_body_is_chunked(backend):
 
     pool = RawUpstream()
     echoed = json.loads(await read(await pool.request("POST", f"{backend}/echo", HOST,
-                                                      body())))
+                                                      body(), 10)))
     assert echoed == {**echoed, "length": 4000, "te": "chunked"}
     await pool.close()
 
 
 async def test_streamed_response_arrives_in_pieces(backend):
     pool = RawUpstream()
-    response = await pool.request("GET", f"{backend}/stream", HOST, b"")
+    response = await pool.request("GET", f"{backend}/stream", HOST, b"", 10)
     pieces = [chunk async for chunk in response.chunks()]
     response.release()
     assert b"".join(pieces) == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
@@ -107,9 +109,9 @@ async def test_streamed_response_arrives_in_pieces(backend):
 
 async def test_connection_closed_by_backend_is_replaced(backend):
     pool = RawUpstream()
-    first = json.loads(await read(await pool.request("POST", f"{backend}/echo", HOST, b"a")))
+    first = json.loads(await read(await pool.request("POST", f"{backend}/echo", HOST, b"a", 10)))
     await asyncio.sleep(1.5)  # past the backend's keep-alive timeout: it closes the socket
-    second = json.loads(await read(await pool.request("POST", f"{backend}/echo", HOST, b"b")))
+    second = json.loads(await read(await pool.request("POST", f"{backend}/echo", HOST, b"b", 10)))
     assert second["length"] == 1
     assert second["client"] != first["client"]
     await pool.close()
@@ -117,7 +119,7 @@ async def test_connection_closed_by_backend_is_replaced(backend):
 
 async def test_backend_dying_mid_body_is_an_error(backend):
     pool = RawUpstream()
-    response = await pool.request("GET", f"{backend}/broken", HOST, b"")
+    response = await pool.request("GET", f"{backend}/broken", HOST, b"", 10)
     with pytest.raises(UpstreamError, match="broke the response body"):
         async for _ in response.chunks():
             pass
@@ -127,4 +129,11 @@ async def test_backend_dying_mid_body_is_an_error(backend):
 
 async def test_unreachable_backend():
     with pytest.raises(UpstreamError, match="cannot connect"):
-        await RawUpstream().request("GET", f"http://127.0.0.1:{free_port()}/", HOST, b"")
+        await RawUpstream().request("GET", f"http://127.0.0.1:{free_port()}/", HOST, b"", 10)
+
+
+async def test_slow_backend_times_out(backend):
+    pool = RawUpstream()
+    with pytest.raises(TimeoutError, match=r"no response headers within 0\.01s"):
+        await pool.request("GET", f"{backend}/slow", HOST, b"", 0.01)
+    await pool.close()

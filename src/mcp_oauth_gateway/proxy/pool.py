@@ -194,6 +194,11 @@ class _HostPool:
         return conn
 
 
+def _expire(ready: asyncio.Future[None], timeout: float) -> None:
+    if not ready.done():
+        ready.set_exception(TimeoutError(f"no response headers within {timeout:g}s"))
+
+
 def _head(method: str, target: bytes, headers: Headers, length: int | None) -> bytes:
     lines = [method.encode(), b" ", target, b" HTTP/1.1\r\n"]
     for name, value in headers:
@@ -229,8 +234,9 @@ class RawUpstream:
         return resolved
 
     async def request(self, method: str, url: str, headers: Headers,
-                      body: bytes | AsyncIterator[bytes]) -> _Response:
-        """Send the request; return once the response headers are in."""
+                      body: bytes | AsyncIterator[bytes], headers_within: float) -> _Response:
+        """Send the request; return once the response headers are in (TimeoutError after
+        `headers_within` seconds: one timer, cheaper than a timeout context)."""
         pool, target = self._resolve(url)
         streamed = not isinstance(body, bytes)
         head = _head(method, target, headers, None if streamed else len(body))
@@ -241,7 +247,9 @@ class RawUpstream:
                 conn = await pool.connect()
             response = _Response(conn)
             conn.response = response
-            conn.headers_ready = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            ready = conn.headers_ready = loop.create_future()
+            timer = loop.call_later(headers_within, _expire, ready, headers_within)
             transport = conn.transport
             assert transport is not None
             if transport.is_closing():
@@ -255,7 +263,10 @@ class RawUpstream:
             else:
                 transport.write(head + body if body else head)  # type: ignore[operator]
             try:
-                await conn.headers_ready
+                await ready
+            except TimeoutError:
+                conn.close()
+                raise
             except UpstreamError:
                 conn.close()
                 # A pooled connection the backend had just closed: resend once, fresh.
@@ -265,6 +276,8 @@ class RawUpstream:
             except asyncio.CancelledError:
                 conn.close()
                 raise
+            finally:
+                timer.cancel()
             return response
         raise UpstreamError("the backend closed the connection twice")
 

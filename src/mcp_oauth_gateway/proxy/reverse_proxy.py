@@ -96,8 +96,8 @@ class ReverseProxy:
         else:
             body = first.get("body", b"")
         try:
-            async with asyncio.timeout(self.timeout):
-                response = await self.upstream.request(scope["method"], url, headers, body)
+            response = await self.upstream.request(scope["method"], url, headers, body,
+                                                   self.timeout)
         except TimeoutError:
             await send_error(send, 504, "gateway_timeout",
                              f"the MCP backend {self.authority.decode()} did not answer within "

@@ -6,6 +6,7 @@ pooled keep-alive connections, no decompression, raw header bytes.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Protocol
 
@@ -37,8 +38,10 @@ class UpstreamResponse(Protocol):
 
 class Upstream(Protocol):
     async def request(self, method: str, url: str, headers: Headers,
-                      body: bytes | AsyncIterator[bytes]) -> UpstreamResponse:
-        """Send a request and return once the response headers have arrived."""
+                      body: bytes | AsyncIterator[bytes],
+                      headers_within: float) -> UpstreamResponse:
+        """Send a request and return once the response headers have arrived; raise
+        TimeoutError when they take longer than `headers_within` seconds."""
         ...
 
     async def close(self) -> None:
@@ -88,14 +91,16 @@ class AiohttpUpstream:
         return self._session
 
     async def request(self, method: str, url: str, headers: Headers,
-                      body: bytes | AsyncIterator[bytes]) -> UpstreamResponse:
+                      body: bytes | AsyncIterator[bytes],
+                      headers_within: float) -> UpstreamResponse:
         """Send the request; raise UpstreamError when the backend cannot be reached."""
         text_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
         try:
-            response = await self._client().request(
-                method, url, headers=text_headers, data=body, allow_redirects=False,
-                compress=None,
-            )
+            async with asyncio.timeout(headers_within):
+                response = await self._client().request(
+                    method, url, headers=text_headers, data=body, allow_redirects=False,
+                    compress=None,
+                )
         except (aiohttp.ClientError, ConnectionError, OSError) as exc:
             raise UpstreamError(str(exc) or type(exc).__name__) from exc
         return _AiohttpResponse(response)
