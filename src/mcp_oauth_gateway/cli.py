@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
                        default=_env_flag(LOCAL_CIMD_ENV),
                        help="broker mode, local use only: allow client metadata documents on "
                             f"http and private/loopback addresses (env {LOCAL_CIMD_ENV}=1)")
+    serve.add_argument("--watch-interval", type=float, default=1.0, metavar="SECONDS",
+                       help="how often to look for changed resource files (default 1; 0 turns "
+                            "watching off)")
     serve.add_argument("--workers", type=int, default=1, metavar="N",
                        help="processes accepting on the same sockets (default 1; use the "
                             "number of cores to use every core)")
@@ -152,7 +155,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return EXIT_INVALID
         return server.serve(snapshot, args.host, args.trust_forwarded_headers,
-                            args.grace_period, brokers, args.workers, args.log_level)
+                            args.grace_period, brokers, args.workers, args.log_level,
+                            (args.files, args.watch_interval) if args.watch_interval > 0
+                            else None)
     except OSError as exc:
         print(f"error: {exc} (is another process using the port? change the Gateway listener "
               f"port)", file=sys.stderr)

@@ -9,6 +9,7 @@ import time
 from ..broker.runtime import BrokerRuntime
 from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import Snapshot
+from ..controlplane.watch import ConfigWatcher
 from ..proxy.pool import RawUpstream
 from ..proxy.upstream import Upstream
 from .access_log import AccessLog
@@ -24,12 +25,14 @@ class GatewayApp:
     """ASGI app; rebuilds its route tables whenever the control plane installs a snapshot."""
 
     def __init__(self, control: ControlPlane, trust_forwarded: bool = False,
-                 upstream: Upstream | None = None, brokers: BrokerRuntime | None = None):
+                 upstream: Upstream | None = None, brokers: BrokerRuntime | None = None,
+                 watcher: ConfigWatcher | None = None):
         self.control = control
         self.trust_forwarded = trust_forwarded
         self.upstream = upstream or RawUpstream()
         self.brokers = brokers or BrokerRuntime()
         self.access_log = AccessLog()
+        self.watcher = watcher
         self.tables: dict[int, RouteTable] = {}
         control.subscribe(self._install)
 
@@ -51,8 +54,12 @@ class GatewayApp:
             if message["type"] == "lifespan.startup":
                 self.access_log.start()
                 await self.control.start()
+                if self.watcher is not None:
+                    self.watcher.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self.watcher is not None:
+                    await self.watcher.stop()
                 await self.control.stop()
                 await self.upstream.close()
                 await self.brokers.close()
