@@ -14,6 +14,7 @@ from typing import TextIO
 from .controlplane import ControlPlane, Snapshot, build_snapshot
 from .controlplane.fetch import FetchError
 from .controlplane.jwks import RemoteKeyset
+from .dataplane.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES, Limits
 from .resources import load_paths
 
 EXIT_INVALID = 2
@@ -49,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--watch-interval", type=float, default=1.0, metavar="SECONDS",
                        help="how often to look for changed resource files (default 1; 0 turns "
                             "watching off)")
+    serve.add_argument("--max-header-bytes", type=int, default=DEFAULT_MAX_HEADER_BYTES,
+                       metavar="N", help="larger request headers get 431 (default "
+                                         f"{DEFAULT_MAX_HEADER_BYTES})")
+    serve.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+                       metavar="N", help="larger request bodies get 413 (default "
+                                         f"{DEFAULT_MAX_BODY_BYTES})")
     serve.add_argument("--workers", type=int, default=1, metavar="N",
                        help="processes accepting on the same sockets (default 1; use the "
                             "number of cores to use every core)")
@@ -157,7 +164,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return server.serve(snapshot, args.host, args.trust_forwarded_headers,
                             args.grace_period, brokers, args.workers, args.log_level,
                             (args.files, args.watch_interval) if args.watch_interval > 0
-                            else None)
+                            else None, Limits(args.max_header_bytes, args.max_body_bytes))
     except OSError as exc:
         print(f"error: {exc} (is another process using the port? change the Gateway listener "
               f"port)", file=sys.stderr)

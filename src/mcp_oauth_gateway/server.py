@@ -20,6 +20,7 @@ from .broker.runtime import BrokerRuntime
 from .controlplane import ControlPlane, Snapshot
 from .controlplane.watch import ConfigWatcher
 from .dataplane.app import GatewayApp
+from .dataplane.limits import Limits
 
 log = logging.getLogger("mcp_oauth_gateway")
 
@@ -63,11 +64,11 @@ def tune_gc() -> None:
 
 def _run_worker(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarded: bool,
                 grace_period: float, brokers: BrokerRuntime | None,
-                watch: tuple[list[str], float] | None) -> None:
+                watch: tuple[list[str], float] | None, limits: Limits | None = None) -> None:
     control = ControlPlane(snapshot)
     watcher = ConfigWatcher(watch[0], control, watch[1]) if watch else None
     app = GatewayApp(control, trust_forwarded=trust_forwarded, brokers=brokers,
-                     watcher=watcher)
+                     watcher=watcher, limits=limits)
     config = uvicorn.Config(
         app, loop="uvloop", http="httptools", lifespan="on", access_log=False,
         server_header=False, log_config=None, timeout_graceful_shutdown=grace_period,
@@ -81,15 +82,17 @@ def _run_worker(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarde
 
 def _worker_main(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarded: bool,
                  grace_period: float, brokers: BrokerRuntime | None,
-                 watch: tuple[list[str], float] | None, level: str) -> None:
+                 watch: tuple[list[str], float] | None, level: str,
+                 limits: Limits | None) -> None:
     # A forked child has no logging thread of its own: start one.
     logs.configure(level)
-    _run_worker(snapshot, sockets, trust_forwarded, grace_period, brokers, watch)
+    _run_worker(snapshot, sockets, trust_forwarded, grace_period, brokers, watch, limits)
 
 
 def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: float,
           brokers: BrokerRuntime | None = None, workers: int = 1,
-          log_level: str = "info", watch: tuple[list[str], float] | None = None) -> int:
+          log_level: str = "info", watch: tuple[list[str], float] | None = None,
+          limits: Limits | None = None) -> int:
     """Serve until SIGTERM/SIGINT; in-flight requests get `grace_period` seconds to finish.
 
     With `workers` > 1, that many processes accept on the same listening sockets."""
@@ -98,13 +101,13 @@ def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: fl
         address = sock.getsockname()
         log.info("listening on http://%s:%d", address[0], address[1])
     if workers <= 1:
-        _run_worker(snapshot, sockets, trust_forwarded, grace_period, brokers, watch)
+        _run_worker(snapshot, sockets, trust_forwarded, grace_period, brokers, watch, limits)
         log.info("stopped")
         return 0
     context = multiprocessing.get_context("fork")
     children = [context.Process(target=_worker_main, name=f"worker-{i}",
                                 args=(snapshot, sockets, trust_forwarded, grace_period,
-                                      brokers, watch, log_level))
+                                      brokers, watch, log_level, limits))
                 for i in range(workers)]
     for child in children:
         child.start()

@@ -14,6 +14,7 @@ from ..proxy.pool import RawUpstream
 from ..proxy.upstream import Upstream
 from .access_log import AccessLog
 from .asgi import CLAIMS_KEY, Message, Receive, Scope, Send, header
+from .limits import Limits, header_bytes
 from .pipeline import build_tables
 from .responses import send_error
 from .routing import RouteTable
@@ -26,20 +27,21 @@ class GatewayApp:
 
     def __init__(self, control: ControlPlane, trust_forwarded: bool = False,
                  upstream: Upstream | None = None, brokers: BrokerRuntime | None = None,
-                 watcher: ConfigWatcher | None = None):
+                 watcher: ConfigWatcher | None = None, limits: Limits | None = None):
         self.control = control
         self.trust_forwarded = trust_forwarded
         self.upstream = upstream or RawUpstream()
         self.brokers = brokers or BrokerRuntime()
         self.access_log = AccessLog()
         self.watcher = watcher
+        self.limits = limits or Limits()
         self.tables: dict[int, RouteTable] = {}
         control.subscribe(self._install)
 
     def _install(self, snapshot: Snapshot) -> None:
         # One assignment: requests in flight keep the tables they started with.
         self.tables = build_tables(snapshot, self.control, self.upstream, self.trust_forwarded,
-                                   self.brokers)
+                                   self.brokers, self.limits)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -78,6 +80,11 @@ class GatewayApp:
             await send(message)
 
         try:
+            if header_bytes(scope["headers"]) > self.limits.max_header_bytes:
+                await send_error(send_logged, 431, "request_header_fields_too_large",
+                                 f"the request headers exceed {self.limits.max_header_bytes} "
+                                 "bytes")
+                return
             port = (scope.get("server") or (None, None))[1]
             table = self.tables.get(port) if port is not None else None
             if table is None and len(self.tables) == 1:

@@ -14,6 +14,7 @@ from .asgi import ASGIApp, Receive, Scope, Send
 from .authn import JwtAuthentication
 from .authz import CelAuthorization
 from .cors import CorsFilter
+from .limits import Limits
 from .oauth_endpoints import OAuthEndpoints
 from .responses import send_error
 from .routing import RouteEntry, RouteTable
@@ -32,7 +33,7 @@ class FailClosed:
 
 
 def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstream,
-                    trust_forwarded: bool, brokers: BrokerRuntime) -> ASGIApp:
+                    trust_forwarded: bool, brokers: BrokerRuntime, limits: Limits) -> ASGIApp:
     """The stages for one route rule, innermost first."""
     policy = route.policy
     app: ASGIApp
@@ -41,7 +42,8 @@ def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstr
     elif policy is not None and policy.invalid is not None:
         app = FailClosed(503, "policy_invalid", policy.invalid)
     else:
-        app = ReverseProxy(route.target, upstream, route.backend_timeout, trust_forwarded)
+        app = ReverseProxy(route.target, upstream, route.backend_timeout, trust_forwarded,
+                           limits.max_body_bytes)
         if policy is not None:
             if policy.authorization is not None:
                 app = CelAuthorization(app, policy.authorization, policy.key)
@@ -65,7 +67,8 @@ def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstr
 
 
 def build_tables(snapshot: Snapshot, control: ControlPlane, upstream: Upstream,
-                 trust_forwarded: bool, brokers: BrokerRuntime) -> dict[int, RouteTable]:
+                 trust_forwarded: bool, brokers: BrokerRuntime,
+                 limits: Limits) -> dict[int, RouteTable]:
     """A route table per listener port; pipelines are shared by the routes' matches."""
     built: dict[tuple[str, int], ASGIApp] = {}
     tables = {}
@@ -74,7 +77,8 @@ def build_tables(snapshot: Snapshot, control: ControlPlane, upstream: Upstream,
         for route in routes:
             key = (route.route, route.rule)
             if key not in built:
-                built[key] = build_route_app(route, control, upstream, trust_forwarded, brokers)
+                built[key] = build_route_app(route, control, upstream, trust_forwarded, brokers,
+                                             limits)
             entries.append(RouteEntry(route, built[key]))
         tables[port] = RouteTable(entries)
     return tables

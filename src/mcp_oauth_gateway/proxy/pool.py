@@ -247,9 +247,7 @@ class RawUpstream:
                 conn = await pool.connect()
             response = _Response(conn)
             conn.response = response
-            loop = asyncio.get_running_loop()
-            ready = conn.headers_ready = loop.create_future()
-            timer = loop.call_later(headers_within, _expire, ready, headers_within)
+            ready = conn.headers_ready = asyncio.get_running_loop().create_future()
             transport = conn.transport
             assert transport is not None
             if transport.is_closing():
@@ -259,9 +257,18 @@ class RawUpstream:
                 raise UpstreamError("the backend connection closed before the request")
             if streamed:
                 transport.write(head)
-                await self._write_chunked(conn, body)  # type: ignore[arg-type]
+                try:
+                    await self._write_chunked(conn, body)  # type: ignore[arg-type]
+                except BaseException:
+                    # The body source failed (client gone, too large): the exchange is dead.
+                    conn.close()
+                    ready.cancel()
+                    raise
             else:
                 transport.write(head + body if body else head)  # type: ignore[operator]
+            # The wait for the response headers starts once the request is out.
+            timer = asyncio.get_running_loop().call_later(headers_within, _expire, ready,
+                                                          headers_within)
             try:
                 await ready
             except TimeoutError:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 from ..controlplane.snapshot import CompiledTarget
 from ..dataplane.asgi import Headers, Receive, Scope, Send
+from ..dataplane.limits import DEFAULT_MAX_BODY_BYTES, BodyTooLarge
 from ..dataplane.responses import send_error
 from .upstream import Upstream, UpstreamError, UpstreamResponse
 
@@ -75,26 +76,34 @@ class ReverseProxy:
     """The last stage: forwards to the GatewayBackend target."""
 
     def __init__(self, target: CompiledTarget, upstream: Upstream, timeout: float,
-                 trust_forwarded: bool):
+                 trust_forwarded: bool, max_body: int = DEFAULT_MAX_BODY_BYTES):
         self.base = f"http://{target.authority}{target.path}"
         self.authority = target.authority.encode()
         self.upstream = upstream
         self.timeout = timeout
         self.trust_forwarded = trust_forwarded
         self.drop = dropped_request_headers(trust_forwarded)
+        self.max_body = max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         query = scope.get("query_string", b"")
         url = self.base + ("?" + query.decode("latin-1") if query else "")
         headers = upstream_request_headers(scope, self.authority, self.trust_forwarded, self.drop)
+        declared = next((v for k, v in headers if k == b"content-length"), None)
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            await self._too_large(send)
+            return
         first = await receive()
         body: bytes | AsyncIterator[bytes]
         if first["type"] == "http.disconnect":
             return
         if first.get("more_body", False):
-            body = self._stream_body(first.get("body", b""), receive)
+            body = self._stream_body(first.get("body", b""), receive, self.max_body)
         else:
             body = first.get("body", b"")
+            if len(body) > self.max_body:
+                await self._too_large(send)
+                return
         try:
             response = await self.upstream.request(scope["method"], url, headers, body,
                                                    self.timeout)
@@ -102,6 +111,9 @@ class ReverseProxy:
             await send_error(send, 504, "gateway_timeout",
                              f"the MCP backend {self.authority.decode()} did not answer within "
                              f"{self.timeout:g}s")
+            return
+        except BodyTooLarge:
+            await self._too_large(send)
             return
         except UpstreamError as exc:
             log.warning("backend %s unreachable: %s", self.authority.decode(), exc)
@@ -121,8 +133,15 @@ class ReverseProxy:
         finally:
             response.release()
 
+    async def _too_large(self, send: Send) -> None:
+        await send_error(send, 413, "request_too_large",
+                         f"the request body exceeds {self.max_body} bytes")
+
     @staticmethod
-    async def _stream_body(first: bytes, receive: Receive) -> AsyncIterator[bytes]:
+    async def _stream_body(first: bytes, receive: Receive, limit: int) -> AsyncIterator[bytes]:
+        size = len(first)
+        if size > limit:
+            raise BodyTooLarge
         if first:
             yield first
         while True:
@@ -130,6 +149,9 @@ class ReverseProxy:
             if message["type"] == "http.disconnect":
                 return
             chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge
             if chunk:
                 yield chunk
             if not message.get("more_body", False):

@@ -1,0 +1,23 @@
+"""Request size limits (configurable with `serve --max-header-bytes/--max-body-bytes`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_MAX_HEADER_BYTES = 16 * 1024
+DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+
+class BodyTooLarge(Exception):
+    """The request body grew past the limit while it was being forwarded."""
+
+
+def header_bytes(headers: list[tuple[bytes, bytes]]) -> int:
+    """The size of the request's header section, as counted against the limit."""
+    return sum(len(name) + len(value) + 4 for name, value in headers)
