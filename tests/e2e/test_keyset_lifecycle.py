@@ -192,3 +192,38 @@ def test_removed_key_refused_after_refresh_and_last_good_kept(rig):
     jwks.up = False
     wait_until(lambda: "keeping the last good keyset" in gateway.log(), 30, "refresh failure log")
     assert call(base, token_second).status_code == 200
+
+
+def test_discovery_is_served_stale_while_the_provider_is_down(logs, tmp_path, backend, idp_key):
+    """The AS metadata keeps being served from cache (TTL = cacheDuration, 1 s here) when the
+    provider is down; a refresh failure is logged, not passed on to clients."""
+    from conftest import write_example
+    from support import NODE_DIR, node
+
+    idp_port, gw_port = free_port(), free_port()
+    idp = Process("idp-discovery", [node(), str(NODE_DIR / "idp.mjs")], logs, env={
+        "IDP_PORT": str(idp_port), "KEY_FILE": str(idp_key[1]), "SLUG": "mcp"})
+    config = write_example("provider-b", tmp_path / "cfg", {
+        "8080": str(gw_port), "9000": str(idp_port), "8000": backend.rsplit(":", 1)[1]})
+    policy = config / "policy.yaml"
+    policy.write_text(policy.read_text().replace(
+        "              jwksPath: /application/o/mcp/jwks/",
+        "              jwksPath: /application/o/mcp/jwks/\n              cacheDuration: 1s"))
+    gateway = Process("gateway-discovery", gateway_cmd(config), logs)
+    url = f"http://127.0.0.1:{gw_port}/.well-known/oauth-authorization-server/mcp"
+    try:
+        wait_for_port(idp_port, idp)
+        wait_for_port(gw_port, gateway)
+        wait_until(lambda: httpx.get(url).status_code == 200, 30, "metadata")
+        first = httpx.get(url).json()
+        idp.stop()
+        # each request after the TTL starts a background refresh, which fails
+        wait_until(lambda: httpx.get(url).status_code == 200
+                   and "serving the cached copy" in gateway.log(), 30,
+                   "a failed refresh after the TTL")
+        stale = httpx.get(url)
+        assert stale.status_code == 200
+        assert stale.json() == first
+    finally:
+        gateway.stop()
+        idp.stop()

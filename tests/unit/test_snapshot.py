@@ -21,8 +21,8 @@ def test_valid_policy_is_accepted_and_attached(tmp_path):
     assert cond["Accepted"][:2] == (True, "Valid")
     assert cond["Attached"][:2] == (True, "Attached")
     assert snapshot.keysets.keys() == {"http://idp.internal:9000/application/o/mcp/jwks/"}
-    assert snapshot.discovery_urls == {
-        "http://idp.internal:9000/application/o/mcp/.well-known/openid-configuration"}
+    assert dict(snapshot.discovery_urls) == {
+        "http://idp.internal:9000/application/o/mcp/.well-known/openid-configuration": 300.0}
     routes = snapshot.listeners[8080]
     assert routes[0].match_value == "/.well-known/oauth-authorization-server/mcp"
     assert routes[0].target.authority == "127.0.0.1:9"

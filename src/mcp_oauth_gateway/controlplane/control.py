@@ -75,7 +75,7 @@ class ControlPlane:
                     holder.start(self.session)
         for url in self.snapshot.discovery_urls:
             if url not in self.discoveries:
-                self.discoveries[url] = DiscoveryCache(url)
+                self.discoveries[url] = DiscoveryCache(url, self.snapshot.discovery_urls[url])
                 if self.session is not None:
                     self.discoveries[url].start(self.session)
         stale = [h for url, h in self.keysets.items() if url not in self.snapshot.keysets]

@@ -157,7 +157,8 @@ class Snapshot:
     policies: tuple[PolicyReport, ...]
     errors: tuple[str, ...]
     keysets: MappingProxyType[str, KeysetSource]
-    discovery_urls: frozenset[str]
+    # Discovery URL → cache TTL (the provider's JWKS cacheDuration).
+    discovery_urls: MappingProxyType[str, float]
     built_at: str = field(default="")
 
     @property
@@ -220,7 +221,7 @@ class _Builder:
         self.services = self._index(loaded, "Service")
         self.policies = self._index(loaded, "GatewayPolicy")
         self.keysets: dict[str, KeysetSource] = {}
-        self.discovery_urls: set[str] = set()
+        self.discovery_urls: dict[str, float] = {}
 
     @staticmethod
     def _index(loaded: LoadResult, kind: str) -> dict[str, Loaded]:
@@ -315,7 +316,7 @@ class _Builder:
         elif provider is not None:
             self.keysets[provider.keyset.url] = provider.keyset
             if mcp is not None and mcp.provider is not None:
-                self.discovery_urls.add(provider.discovery_url)
+                self.discovery_urls[provider.discovery_url] = provider.keyset.refresh or 300.0
         forward = bool(jwt_spec and jwt_spec.forward_token)
         return CompiledPolicy(policy.metadata.key, provider, mcp, authorization, forward,
                               invalid), problems
@@ -502,7 +503,7 @@ class _Builder:
             policies=tuple(reports),
             errors=tuple(self.errors),
             keysets=MappingProxyType(dict(self.keysets)),
-            discovery_urls=frozenset(self.discovery_urls),
+            discovery_urls=MappingProxyType(dict(self.discovery_urls)),
             built_at=self.at,
         )
 
