@@ -14,6 +14,7 @@ from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("gateway-test-backend")
 RECEIVED: list[dict[str, object]] = []
+LOAD_MARKS: set[str] = set()  # every `Mcp-Param-Load` value seen (the load test's ledger)
 
 
 @server.tool()
@@ -36,6 +37,14 @@ mcp_app = server.streamable_http_app()
 
 async def app(scope, receive, send):
     """Record requests, answer the debug endpoint, hand the rest to the MCP app."""
+    if scope["type"] == "http" and scope["path"] == "/debug/load":
+        import json
+
+        body = json.dumps(sorted(LOAD_MARKS)).encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+        return
     if scope["type"] == "http" and scope["path"] == "/debug/requests":
         import json
 
@@ -45,6 +54,9 @@ async def app(scope, receive, send):
         await send({"type": "http.response.body", "body": body})
         return
     if scope["type"] == "http":
+        for name, value in scope["headers"]:
+            if name == b"mcp-param-load":
+                LOAD_MARKS.add(value.decode("latin-1"))
         RECEIVED.append({
             "method": scope["method"], "path": scope["path"],
             "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]],
