@@ -56,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                        metavar="N", help="larger request bodies get 413 (default "
                                          f"{DEFAULT_MAX_BODY_BYTES})")
+    serve.add_argument("--status-port", type=int, default=None, metavar="PORT",
+                       help="serve live status (policy conditions, last reload error) as JSON "
+                            "on 127.0.0.1:PORT")
     serve.add_argument("--workers", type=int, default=1, metavar="N",
                        help="processes accepting on the same sockets (default 1; use the "
                             "number of cores to use every core)")
@@ -164,7 +167,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return server.serve(snapshot, args.host, args.trust_forwarded_headers,
                             args.grace_period, brokers, args.workers, args.log_level,
                             (args.files, args.watch_interval) if args.watch_interval > 0
-                            else None, Limits(args.max_header_bytes, args.max_body_bytes))
+                            else None, Limits(args.max_header_bytes, args.max_body_bytes),
+                            args.status_port)
     except OSError as exc:
         print(f"error: {exc} (is another process using the port? change the Gateway listener "
               f"port)", file=sys.stderr)

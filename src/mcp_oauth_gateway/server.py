@@ -64,11 +64,12 @@ def tune_gc() -> None:
 
 def _run_worker(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarded: bool,
                 grace_period: float, brokers: BrokerRuntime | None,
-                watch: tuple[list[str], float] | None, limits: Limits | None = None) -> None:
+                watch: tuple[list[str], float] | None, limits: Limits | None = None,
+                status_port: int | None = None) -> None:
     control = ControlPlane(snapshot)
     watcher = ConfigWatcher(watch[0], control, watch[1]) if watch else None
     app = GatewayApp(control, trust_forwarded=trust_forwarded, brokers=brokers,
-                     watcher=watcher, limits=limits)
+                     watcher=watcher, limits=limits, status_port=status_port)
     config = uvicorn.Config(
         app, loop="uvloop", http="httptools", lifespan="on", access_log=False,
         server_header=False, log_config=None, timeout_graceful_shutdown=grace_period,
@@ -83,31 +84,36 @@ def _run_worker(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarde
 def _worker_main(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarded: bool,
                  grace_period: float, brokers: BrokerRuntime | None,
                  watch: tuple[list[str], float] | None, level: str,
-                 limits: Limits | None) -> None:
+                 limits: Limits | None, status_port: int | None) -> None:
     # A forked child has no logging thread of its own: start one.
     logs.configure(level)
-    _run_worker(snapshot, sockets, trust_forwarded, grace_period, brokers, watch, limits)
+    _run_worker(snapshot, sockets, trust_forwarded, grace_period, brokers, watch, limits,
+                status_port)
 
 
 def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: float,
           brokers: BrokerRuntime | None = None, workers: int = 1,
           log_level: str = "info", watch: tuple[list[str], float] | None = None,
-          limits: Limits | None = None) -> int:
+          limits: Limits | None = None, status_port: int | None = None) -> int:
     """Serve until SIGTERM/SIGINT; in-flight requests get `grace_period` seconds to finish.
 
     With `workers` > 1, that many processes accept on the same listening sockets."""
     sockets = [bind(host, port) for port in sorted(snapshot.listeners)]
+    if status_port is not None:
+        # Status is for operators on the machine only: always loopback.
+        sockets.append(bind("127.0.0.1", status_port))
     for sock in sockets:
         address = sock.getsockname()
         log.info("listening on http://%s:%d", address[0], address[1])
     if workers <= 1:
-        _run_worker(snapshot, sockets, trust_forwarded, grace_period, brokers, watch, limits)
+        _run_worker(snapshot, sockets, trust_forwarded, grace_period, brokers, watch, limits,
+                    status_port)
         log.info("stopped")
         return 0
     context = multiprocessing.get_context("fork")
     children = [context.Process(target=_worker_main, name=f"worker-{i}",
                                 args=(snapshot, sockets, trust_forwarded, grace_period,
-                                      brokers, watch, log_level, limits))
+                                      brokers, watch, log_level, limits, status_port))
                 for i in range(workers)]
     for child in children:
         child.start()

@@ -236,3 +236,17 @@ def test_client_metadata_documents(broker_b, metadata_server):
     assert "not its own URL" in refused.json()["error_description"]
     missing = httpx.get(authorize_url(broker_b, f"{base}/clients/none.json"))
     assert "answered HTTP 404" in missing.json()["error_description"]
+
+
+def test_provider_iss_mismatch_on_callback_is_refused(broker_b):
+    client_id = register(broker_b)
+    with httpx.Client() as browser:
+        page = browser.get(authorize_url(broker_b, client_id))
+        request_id = page.text.split('name="request" value="')[1].split('"')[0]
+        to_idp = browser.post(f"{broker_b.gateway}/mcp/oauth/authorize",
+                              data={"request": request_id, "decision": "allow"})
+    upstream_state = parse_qs(urlsplit(to_idp.headers["location"]).query)["state"][0]
+    mixed_up = httpx.get(f"{broker_b.gateway}/mcp/oauth/callback", params={
+        "code": "x", "state": upstream_state, "iss": "https://attacker.example/"})
+    assert mixed_up.status_code == 400
+    assert "RFC 9207" in mixed_up.json()["error_description"]

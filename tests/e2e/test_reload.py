@@ -23,11 +23,14 @@ def watched(stack_b, tmp_path, logs):
     ports = {"8080": str(port), "9000": stack_b.idp.rsplit(":", 1)[1],
              "8000": stack_b.backend.rsplit(":", 1)[1]}
     config = write_example("provider-b", tmp_path / "cfg", ports)
+    status_port = free_port()
     gateway = Process(f"gateway-reload-{tmp_path.name}",
-                      [*gateway_cmd(config), "--watch-interval", "0.2"], logs)
+                      [*gateway_cmd(config), "--watch-interval", "0.2", "--status-port",
+                       str(status_port)], logs)
     wait_for_port(port, gateway)
     base = f"http://127.0.0.1:{port}"
     wait_for_keyset(base, stack_b.token())
+    gateway.status_url = f"http://127.0.0.1:{status_port}/"
     try:
         yield base, config, gateway
     finally:
@@ -82,6 +85,10 @@ def test_invalid_change_keeps_the_running_configuration(watched, stack_b):
     wait_until(lambda: "configuration change rejected" in gateway.log(), 30, "the rejection")
     assert "jwksPth: unknown field" in gateway.log()
     assert status(base, token) == 200, "still serving the previous configuration"
+    live = httpx.get(gateway.status_url).json()
+    assert "jwksPth: unknown field" in live["lastReloadError"]
+    conditions = {c["type"]: c["status"] for c in live["policies"][0]["conditions"]}
+    assert conditions == {"Accepted": "True", "Attached": "True", "ResolvedRefs": "True"}
     gateway_yaml = config / "gateway.yaml"
     policy.write_text(original)
     gateway_yaml.write_text(gateway_yaml.read_text().replace(f"port: {base.rsplit(':', 1)[1]}",

@@ -83,7 +83,7 @@ def test_jku_and_jwk_headers_are_ignored_for_key_choice():
     attacker = new_key("k1")
     small = ECKey.generate_key("P-256").as_dict(private=False)
     token = mint(attacker, good(), header={"jku": "http://evil/jwks", "x5u": "http://evil/x",
-                                           "jwk": small})
+                                           "jwk": small, "x5c": ["MIIBevil"]})
     with pytest.raises(TokenError, match="signature does not verify"):
         verify_token(token, KEYSET, RULES, time.time())
 
@@ -111,3 +111,19 @@ def test_jwks_without_usable_keys_is_an_error():
         parse_jwks({"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}, version=1)
     with pytest.raises(ValueError, match='"keys" array'):
         parse_jwks({"nokeys": []}, version=1)
+
+
+def test_secrets_are_compared_in_constant_time(monkeypatch):
+    """PKCE verifiers, signed client ids and consent cookies go through hmac.compare_digest."""
+    import hmac
+
+    from mcp_oauth_gateway import pkce
+    from mcp_oauth_gateway.broker import clients
+
+    calls = []
+    real = hmac.compare_digest
+    monkeypatch.setattr(hmac, "compare_digest", lambda a, b: calls.append(1) or real(a, b))
+    assert pkce.verify("v" * 50, pkce.s256("v" * 50))
+    client_id = clients.issue_client_id(b"s" * 32, "c", ["http://127.0.0.1/cb"])
+    assert clients.read_client_id(b"s" * 32, client_id) is not None
+    assert len(calls) == 2

@@ -16,7 +16,7 @@ from .access_log import AccessLog
 from .asgi import CLAIMS_KEY, Message, Receive, Scope, Send, header
 from .limits import Limits, header_bytes
 from .pipeline import build_tables
-from .responses import send_error
+from .responses import send_error, send_json
 from .routing import RouteTable
 
 log = logging.getLogger("mcp_oauth_gateway")
@@ -27,7 +27,8 @@ class GatewayApp:
 
     def __init__(self, control: ControlPlane, trust_forwarded: bool = False,
                  upstream: Upstream | None = None, brokers: BrokerRuntime | None = None,
-                 watcher: ConfigWatcher | None = None, limits: Limits | None = None):
+                 watcher: ConfigWatcher | None = None, limits: Limits | None = None,
+                 status_port: int | None = None):
         self.control = control
         self.trust_forwarded = trust_forwarded
         self.upstream = upstream or RawUpstream()
@@ -35,6 +36,7 @@ class GatewayApp:
         self.access_log = AccessLog()
         self.watcher = watcher
         self.limits = limits or Limits()
+        self.status_port = status_port
         self.tables: dict[int, RouteTable] = {}
         control.subscribe(self._install)
 
@@ -49,6 +51,18 @@ class GatewayApp:
             await self._http(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
+
+    def status(self) -> dict[str, object]:
+        """What `--status-port` answers: policy conditions (live) and the last reload."""
+        snapshot = self.control.snapshot
+        return {
+            "builtAt": snapshot.built_at,
+            "errors": list(snapshot.errors),
+            "lastReloadError": self.watcher.last_error if self.watcher else None,
+            "policies": [{"policy": report.key, "source": report.source,
+                          "conditions": [c.as_dict() for c in self.control.conditions(report)]}
+                         for report in snapshot.policies],
+        }
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -80,12 +94,15 @@ class GatewayApp:
             await send(message)
 
         try:
+            port = (scope.get("server") or (None, None))[1]
+            if port is not None and port == self.status_port:
+                await send_json(send_logged, 200, self.status())
+                return
             if header_bytes(scope["headers"]) > self.limits.max_header_bytes:
                 await send_error(send_logged, 431, "request_header_fields_too_large",
                                  f"the request headers exceed {self.limits.max_header_bytes} "
                                  "bytes")
                 return
-            port = (scope.get("server") or (None, None))[1]
             table = self.tables.get(port) if port is not None else None
             if table is None and len(self.tables) == 1:
                 table = next(iter(self.tables.values()))
