@@ -75,6 +75,7 @@ class Stack:
     config_dir: Path
     process: Process
     backend: str
+    status: str = ""
 
     @property
     def mcp(self) -> str:
@@ -126,14 +127,16 @@ def _start_stack(flavour: str, example: str, idp_port_in_example: str, logs: Pat
     try:
         wait_for_port(idp_port, idp)
         name = f"gateway-{flavour}{'-broker' if broker else ''}"
-        gw = Process(name, [*gateway_cmd(config), *gateway_args], logs)
+        status_port = free_port()
+        gw = Process(name, [*gateway_cmd(config), "--status-port", str(status_port),
+                            *gateway_args], logs)
         wait_for_port(gw_port, gw)
         if flavour == "keycloak":
             issuer, audience = f"http://127.0.0.1:{idp_port}/realms/master", resource
         else:
             issuer, audience = f"http://127.0.0.1:{idp_port}/application/o/mcp/", CLIENT_ID
         stack = Stack(gateway, f"http://127.0.0.1:{idp_port}", issuer, audience, key[0], config,
-                      gw, backend)
+                      gw, backend, f"http://127.0.0.1:{status_port}/")
         wait_for_keyset(gateway, stack.token())
         yield stack
     finally:

@@ -104,9 +104,11 @@ async def test_mixed_load_makes_no_wrong_decision(stack_b):
     pid = stack_b.process.popen.pid
     await run_load(stack_b, 2, 2_000)  # warm-up: caches, pools, allocator
     rss_before, fds_before = rss_kb(pid), fds(pid)
+    tasks_before = httpx.get(stack_b.status).json()["tasks"]
     outcomes, wrong, served = await run_load(stack_b, DURATION, MAX_REQUESTS)
     await asyncio.sleep(1)  # let closed connections go
     rss_after, fds_after = rss_kb(pid), fds(pid)
+    tasks_after = httpx.get(stack_b.status).json()["tasks"]
     async with httpx.AsyncClient() as client:
         ledger = set((await client.get(f"http://{stack_b.backend}/debug/load")).json())
     reached = [m for m in ledger if m.split(":", 1)[0] not in ("valid", "valid-stream")]
@@ -115,10 +117,12 @@ async def test_mixed_load_makes_no_wrong_decision(stack_b):
           f"{sum(n for (k, s), n in outcomes.items() if s == 200)} served, "
           f"{sum(n for (k, s), n in outcomes.items() if s in (401, 403))} refused; "
           f"{len(wrong)} wrong decisions; {len(reached)} invalid requests reached the backend; "
-          f"RSS {rss_before // 1024}→{rss_after // 1024} MB; fds {fds_before}→{fds_after}")
+          f"RSS {rss_before // 1024}→{rss_after // 1024} MB; fds {fds_before}→{fds_after}; "
+          f"tasks {tasks_before}→{tasks_after}")
     assert wrong == []
     assert reached == []
     assert set(served) <= ledger, "every valid request reached the backend"
     assert total > 500
     assert rss_after <= rss_before * 1.2 + 5 * 1024, (rss_before, rss_after)
     assert fds_after <= fds_before + 8, (fds_before, fds_after)
+    assert tasks_after <= tasks_before + 4, (tasks_before, tasks_after)

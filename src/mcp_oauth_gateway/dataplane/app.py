@@ -3,6 +3,7 @@ path, run its prebuilt pipeline, and write one access-log line."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -57,6 +58,7 @@ class GatewayApp:
         snapshot = self.control.snapshot
         return {
             "builtAt": snapshot.built_at,
+            "tasks": len(asyncio.all_tasks()),
             "errors": list(snapshot.errors),
             "lastReloadError": self.watcher.last_error if self.watcher else None,
             "policies": [{"policy": report.key, "source": report.source,
