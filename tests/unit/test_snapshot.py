@@ -87,3 +87,21 @@ def test_service_must_be_external_name_in_standalone(tmp_path):
                         "spec: {type: ClusterIP, selector: {app: x}}")
     message = conditions(build(tmp_path, text + policy()).policies[0])["Accepted"][2]
     assert "standalone mode resolves only type ExternalName" in message
+
+
+def test_transformation_fields_are_validated(tmp_path):
+    from mcp_oauth_gateway.resources import load_paths as load
+
+    block = ("    transformation:\n      request:\n        set:\n"
+             "          - {name: 'Bad Header', value: 'jwt.sub'}\n"
+             "          - {name: Authorization, value: 'jwt.sub'}\n"
+             "    authorization:\n")
+    errors = load([write(tmp_path, BASE + policy().replace("    authorization:\n", block))]
+                  ).errors
+    assert any("'Bad Header' is not a valid HTTP header name" in e for e in errors), errors
+    assert any("the gateway manages 'Authorization' itself" in e for e in errors), errors
+    bad_cel = ("    transformation:\n      request:\n        set:\n"
+               "          - {name: X-User, value: 'jwt.sub.nosuch()'}\n    authorization:\n")
+    snapshot = build(tmp_path, BASE + policy().replace("    authorization:\n", bad_cel))
+    message = conditions(snapshot.policies[0])["Accepted"][2]
+    assert "spec.traffic.transformation.request.set[0].value: invalid CEL" in message

@@ -12,7 +12,10 @@ from dataclasses import dataclass
 from cel_expr_python import cel
 
 _MAP = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
-_ENV = cel.NewEnv(variables={"jwt": _MAP, "request": _MAP})
+# The strings extension gives `join`, `split`, `lowerAscii`… (e.g. `jwt.groups.join(",")`).
+_CONFIG = cel.NewEnvConfigFromYaml("name: mcp-oauth-gateway\nextensions:\n"
+                                   "  - name: strings\n    version: latest\n")
+_ENV = cel.NewEnv(config=_CONFIG, variables={"jwt": _MAP, "request": _MAP})
 
 
 class CelCompileError(ValueError):
@@ -50,6 +53,17 @@ def compile_expression(source: str) -> CompiledExpression:
     # A textual check is conservative: at worst the request map is built when not needed.
     return CompiledExpression(source=source, program=program, uses_request="request" in source,
                               claims=referenced_claims(source))
+
+
+def value_of(expression: CompiledExpression, activation: dict[str, object]) -> object:
+    """The expression's value, or None when evaluation fails (a missing claim, a bad type)."""
+    try:
+        result = expression.program.eval(data=activation)
+    except (RuntimeError, TypeError, ValueError):
+        return None
+    if result.type() == cel.Type.ERROR:
+        return None
+    return result.value()
 
 
 def holds(expression: CompiledExpression, activation: dict[str, object]) -> bool:

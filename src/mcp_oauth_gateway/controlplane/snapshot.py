@@ -111,12 +111,19 @@ class CompiledAuthorization:
 
 
 @dataclass(frozen=True, slots=True)
+class CompiledTransformation:
+    set: tuple[tuple[bytes, CompiledExpression], ...]
+    remove: frozenset[bytes]
+
+
+@dataclass(frozen=True, slots=True)
 class CompiledPolicy:
     key: str
     provider: CompiledProvider | None
     mcp: CompiledMcp | None
     authorization: CompiledAuthorization | None
     forward_token: bool
+    transformation: CompiledTransformation | None = None
     # Set when the policy is invalid: the routes it targets answer 503 with this text.
     invalid: str | None = None
 
@@ -310,6 +317,22 @@ class _Builder:
                         f"spec.traffic.authorization.policy.matchExpressions[{i}]: invalid CEL: "
                         f"{exc}")
             authorization = CompiledAuthorization(traffic.authorization.action, tuple(expressions))
+        transformation = None
+        if traffic.transformation is not None:
+            compiled_set = []
+            for i, item in enumerate(traffic.transformation.request.set):
+                try:
+                    compiled_set.append((item.name.lower().encode(),
+                                         compile_expression(item.value)))
+                except CelCompileError as exc:
+                    problems.append(f"spec.traffic.transformation.request.set[{i}].value: "
+                                    f"invalid CEL: {exc}")
+            if jwt_spec is None and any("jwt" in e.source for _, e in compiled_set):
+                problems.append("spec.traffic.transformation uses jwt but the policy has no "
+                                "jwtAuthentication")
+            transformation = CompiledTransformation(
+                tuple(compiled_set),
+                frozenset(n.lower().encode() for n in traffic.transformation.request.remove))
         invalid = None
         if problems:
             invalid = f"GatewayPolicy {policy.metadata.key} is invalid: " + "; ".join(problems)
@@ -319,7 +342,7 @@ class _Builder:
                 self.discovery_urls[provider.discovery_url] = provider.keyset.refresh or 300.0
         forward = bool(jwt_spec and jwt_spec.forward_token)
         return CompiledPolicy(policy.metadata.key, provider, mcp, authorization, forward,
-                              invalid), problems
+                              transformation, invalid), problems
 
     @staticmethod
     def _mcp(

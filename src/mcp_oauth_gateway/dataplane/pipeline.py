@@ -18,6 +18,7 @@ from .limits import Limits
 from .oauth_endpoints import OAuthEndpoints
 from .responses import send_error
 from .routing import RouteEntry, RouteTable
+from .transform import HeaderTransformation
 
 
 class FailClosed:
@@ -45,6 +46,8 @@ def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstr
         app = ReverseProxy(route.target, upstream, route.backend_timeout, trust_forwarded,
                            limits.max_body_bytes)
         if policy is not None:
+            if policy.transformation is not None:
+                app = HeaderTransformation(app, policy.transformation)
             if policy.authorization is not None:
                 app = CelAuthorization(app, policy.authorization, policy.key)
             if policy.provider is not None:

@@ -364,9 +364,41 @@ class Authorization(_Model):
     policy: AuthorizationRules
 
 
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_PROTECTED = frozenset({"host", "content-length", "transfer-encoding", "connection",
+                        "authorization"})
+
+
+def _header_name(value: str) -> str:
+    if not _HEADER_NAME.match(value):
+        raise ValueError(f"{value!r} is not a valid HTTP header name")
+    if value.lower() in _PROTECTED:
+        raise ValueError(f"the gateway manages {value!r} itself; it cannot be set or removed")
+    return value
+
+
+HeaderName = Annotated[str, AfterValidator(_header_name)]
+
+
+class HeaderValue(_Model):
+    name: HeaderName
+    # A CEL expression over `jwt` and `request`, e.g. `jwt.sub` or `jwt.groups.join(",")`.
+    value: Annotated[str, Field(min_length=1, max_length=4096)]
+
+
+class RequestTransformation(_Model):
+    set: list[HeaderValue] = []
+    remove: list[HeaderName] = []
+
+
+class Transformation(_Model):
+    request: RequestTransformation = RequestTransformation()
+
+
 class Traffic(_Model):
     jwt_authentication: JwtAuthentication | None = None
     authorization: Authorization | None = None
+    transformation: Transformation | None = None
 
 
 class GatewayPolicySpec(_Model):

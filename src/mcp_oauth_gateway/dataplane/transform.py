@@ -1,0 +1,58 @@
+"""Request header transformations computed from the verified claims (CEL), applied after
+authorization. Incoming headers of the same names are always dropped first, so a client can never
+supply a value the gateway is meant to set."""
+
+from __future__ import annotations
+
+import logging
+
+from ..controlplane.cel import value_of
+from ..controlplane.snapshot import CompiledTransformation
+from .asgi import CLAIMS_KEY, ASGIApp, Receive, Scope, Send
+from .authz import request_variables
+from .responses import send_error
+
+log = logging.getLogger("mcp_oauth_gateway.transform")
+_FORBIDDEN = (b"\r", b"\n", b"\x00")
+
+
+def header_value(value: object) -> bytes | None:
+    """A CEL result as a header value; None when it cannot be one (lists, maps, errors)."""
+    if isinstance(value, bool):
+        return b"true" if value else b"false"
+    if isinstance(value, int | float):
+        return str(value).encode()
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return None
+
+
+class HeaderTransformation:
+    """Sets and removes request headers before the request is proxied."""
+
+    def __init__(self, app: ASGIApp, transformation: CompiledTransformation):
+        self.app = app
+        self.set = transformation.set
+        self.drop = transformation.remove | {name for name, _ in transformation.set}
+        self.needs_request = any(e.uses_request for _, e in self.set)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        activation: dict[str, object] = {"jwt": scope.get(CLAIMS_KEY, {})}
+        if self.needs_request:
+            activation["request"] = request_variables(scope)
+        added = []
+        for name, expression in self.set:
+            value = header_value(value_of(expression, activation))
+            if value is None:
+                # A missing claim leaves the header unset rather than set to something wrong.
+                continue
+            if any(c in value for c in _FORBIDDEN):
+                log.warning("transformation %s produced a value with CR/LF/NUL; refused",
+                            name.decode())
+                await send_error(send, 400, "invalid_request",
+                                 f"the value computed for header {name.decode()} contains "
+                                 "control characters")
+                return
+            added.append((name, value))
+        scope["headers"] = [(k, v) for k, v in scope["headers"] if k not in self.drop] + added
+        await self.app(scope, receive, send)
