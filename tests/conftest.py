@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -168,3 +169,18 @@ def broker_b(logs: Path, tmp_path_factory: pytest.TempPathFactory,
     yield from _start_stack("authentik", "provider-b", "9000", logs,
                             tmp_path_factory.mktemp("broker-b"), idp_key, backend, broker=True,
                             gateway_args=("--allow-local-client-metadata",))
+
+
+@pytest.fixture(scope="session")
+def redis_url(logs: Path) -> Iterator[str]:
+    """A real redis-server on a free loopback port, no persistence."""
+    binary = shutil.which("redis-server")
+    assert binary, "redis-server is required: `make test` installs the Debian package"
+    port = free_port()
+    proc = Process("redis", [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--daemonize", "no"], logs)
+    try:
+        wait_for_port(port, proc)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.stop()

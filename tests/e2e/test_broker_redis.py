@@ -3,7 +3,6 @@ one finishes on the other, and a code redeemed on one cannot be replayed on the 
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
@@ -15,20 +14,6 @@ from conftest import use_broker, write_example
 from support import Process, free_port, gateway_cmd, wait_for_port
 
 from .test_broker import CALLBACK, VERIFIER, authorize_url, register
-
-
-@pytest.fixture(scope="module")
-def redis_url(logs) -> Iterator[str]:
-    binary = shutil.which("redis-server")
-    assert binary, "redis-server is required: `make test` installs the Debian package"
-    port = free_port()
-    proc = Process("redis", [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--daemonize", "no"], logs)
-    try:
-        wait_for_port(port, proc)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.stop()
 
 
 class Replica:

@@ -1,7 +1,9 @@
-"""What outlives configuration reloads in broker mode: the state stores and the CIMD cache."""
+"""What outlives configuration reloads: broker state stores, the CIMD cache, rate-limit buckets."""
 
 from __future__ import annotations
 
+from ..controlplane.snapshot import CompiledRateLimit
+from ..dataplane.ratelimit import Limiter, LocalLimiter, RedisLimiter
 from .clients import MetadataDocuments
 from .store import BrokerStore, MemoryStore, RedisStore
 
@@ -14,6 +16,16 @@ class BrokerRuntime:
         self.documents = MetadataDocuments(allow_private=allow_local_client_metadata)
         self.default_redis_url = default_redis_url
         self._stores: dict[str, BrokerStore] = {}
+        self._limiters: dict[tuple[str, str | None, int, float], Limiter] = {}
+
+    def limiter(self, policy: str, limit: CompiledRateLimit) -> Limiter:
+        """The buckets of a policy's rate limit (kept across reloads while unchanged)."""
+        identity = (policy, limit.redis_url, limit.capacity, limit.per_second)
+        if identity not in self._limiters:
+            self._limiters[identity] = (
+                RedisLimiter(limit.redis_url, policy, limit.capacity, limit.per_second)
+                if limit.redis_url else LocalLimiter(limit.capacity, limit.per_second))
+        return self._limiters[identity]
 
     def store(self, redis_url: str | None) -> BrokerStore:
         """The store for a policy's Redis URL (the environment's, or memory, when unset)."""

@@ -117,6 +117,14 @@ class CompiledTransformation:
 
 
 @dataclass(frozen=True, slots=True)
+class CompiledRateLimit:
+    key: CompiledExpression
+    capacity: int
+    per_second: float
+    redis_url: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class CompiledPolicy:
     key: str
     provider: CompiledProvider | None
@@ -124,6 +132,7 @@ class CompiledPolicy:
     authorization: CompiledAuthorization | None
     forward_token: bool
     transformation: CompiledTransformation | None = None
+    rate_limit: CompiledRateLimit | None = None
     # Set when the policy is invalid: the routes it targets answer 503 with this text.
     invalid: str | None = None
 
@@ -333,6 +342,15 @@ class _Builder:
             transformation = CompiledTransformation(
                 tuple(compiled_set),
                 frozenset(n.lower().encode() for n in traffic.transformation.request.remove))
+        rate_limit = None
+        if traffic.rate_limit is not None:
+            spec_rl = traffic.rate_limit
+            try:
+                rate_limit = CompiledRateLimit(
+                    compile_expression(spec_rl.key), spec_rl.requests,
+                    spec_rl.requests / parse_duration(spec_rl.window), spec_rl.redis_url)
+            except CelCompileError as exc:
+                problems.append(f"spec.traffic.rateLimit.key: invalid CEL: {exc}")
         invalid = None
         if problems:
             invalid = f"GatewayPolicy {policy.metadata.key} is invalid: " + "; ".join(problems)
@@ -342,7 +360,7 @@ class _Builder:
                 self.discovery_urls[provider.discovery_url] = provider.keyset.refresh or 300.0
         forward = bool(jwt_spec and jwt_spec.forward_token)
         return CompiledPolicy(policy.metadata.key, provider, mcp, authorization, forward,
-                              transformation, invalid), problems
+                              transformation, rate_limit, invalid), problems
 
     @staticmethod
     def _mcp(

@@ -16,6 +16,7 @@ from .authz import CelAuthorization
 from .cors import CorsFilter
 from .limits import Limits
 from .oauth_endpoints import OAuthEndpoints
+from .ratelimit import RateLimit
 from .responses import send_error
 from .routing import RouteEntry, RouteTable
 from .transform import HeaderTransformation
@@ -48,6 +49,10 @@ def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstr
         if policy is not None:
             if policy.transformation is not None:
                 app = HeaderTransformation(app, policy.transformation)
+            if policy.rate_limit is not None:
+                app = RateLimit(app, policy.rate_limit, brokers.limiter(policy.key,
+                                                                        policy.rate_limit),
+                                policy.key)
             if policy.authorization is not None:
                 app = CelAuthorization(app, policy.authorization, policy.key)
             if policy.provider is not None:

@@ -395,10 +395,34 @@ class Transformation(_Model):
     request: RequestTransformation = RequestTransformation()
 
 
+class RateLimit(_Model):
+    # A CEL expression naming the caller, e.g. `jwt.sub`; callers without it share one bucket.
+    key: Annotated[str, Field(min_length=1, max_length=4096)]
+    requests: Annotated[int, Field(ge=1)]
+    window: Duration = "1m"
+    # Shared across replicas through Redis (token bucket, atomic); in process when unset.
+    redis_url: str | None = None
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, value: str) -> str:
+        if parse_duration(value) <= 0:
+            raise ValueError("window must be longer than 0")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(f"{value!r} is not a redis:// or rediss:// URL")
+        return value
+
+
 class Traffic(_Model):
     jwt_authentication: JwtAuthentication | None = None
     authorization: Authorization | None = None
     transformation: Transformation | None = None
+    rate_limit: RateLimit | None = None
 
 
 class GatewayPolicySpec(_Model):

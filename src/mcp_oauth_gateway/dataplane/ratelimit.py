@@ -1,0 +1,124 @@
+"""Rate limits by caller: a token bucket per key (a CEL expression over the claims), in process
+or shared by every replica through Redis (one atomic script per request, Redis' own clock)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import OrderedDict
+from typing import Protocol
+
+from ..controlplane.cel import value_of
+from ..controlplane.snapshot import CompiledRateLimit
+from .asgi import CLAIMS_KEY, ASGIApp, Receive, Scope, Send
+from .authz import request_variables
+from .responses import send_error
+
+log = logging.getLogger("mcp_oauth_gateway.ratelimit")
+MAX_LOCAL_KEYS = 100_000
+ANONYMOUS = "-"
+
+# KEYS[1] bucket; ARGV capacity, tokens per second. Returns {allowed, seconds to wait}.
+_SCRIPT = """
+local now_parts = redis.call('TIME')
+local now = tonumber(now_parts[1]) + tonumber(now_parts[2]) / 1000000
+local capacity = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(state[1]) or capacity
+local ts = tonumber(state[2]) or now
+tokens = math.min(capacity, tokens + math.max(0, now - ts) * rate)
+local allowed = 0
+local wait = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+  allowed = 1
+else
+  wait = (1 - tokens) / rate
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
+redis.call('EXPIRE', KEYS[1], math.ceil(capacity / rate) + 1)
+return {allowed, tostring(wait)}
+"""
+
+
+class Limiter(Protocol):
+    async def take(self, key: str) -> float:
+        """0 when the request may pass, else the seconds until it could."""
+        ...
+
+
+class LocalLimiter:
+    """Buckets in this process (least recently used keys forgotten beyond 100,000)."""
+
+    def __init__(self, capacity: int, per_second: float):
+        self.capacity = capacity
+        self.per_second = per_second
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    async def take(self, key: str) -> float:
+        """Token bucket arithmetic; never blocks."""
+        now = time.monotonic()
+        tokens, last = self._buckets.pop(key, (float(self.capacity), now))
+        tokens = min(self.capacity, tokens + (now - last) * self.per_second)
+        wait = 0.0
+        if tokens >= 1:
+            tokens -= 1
+        else:
+            wait = (1 - tokens) / self.per_second
+        self._buckets[key] = (tokens, now)
+        if len(self._buckets) > MAX_LOCAL_KEYS:
+            self._buckets.popitem(last=False)
+        return wait
+
+
+class RedisLimiter:
+    """Buckets in Redis, shared by every replica using the same URL and policy."""
+
+    def __init__(self, url: str, namespace: str, capacity: int, per_second: float):
+        import redis.asyncio as redis
+
+        self._client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        self._script = self._client.register_script(_SCRIPT)
+        self.prefix = f"mcp-oauth-gateway:ratelimit:{namespace}:"
+        self.capacity = capacity
+        self.per_second = per_second
+
+    async def take(self, key: str) -> float:
+        """One atomic script call."""
+        allowed, wait = await self._script(keys=[self.prefix + key],
+                                           args=[self.capacity, self.per_second])
+        return 0.0 if int(allowed) == 1 else float(wait)
+
+
+class RateLimit:
+    """429 with `Retry-After` once a caller's bucket is empty."""
+
+    def __init__(self, app: ASGIApp, limit: CompiledRateLimit, limiter: Limiter, policy: str):
+        self.app = app
+        self.key = limit.key
+        self.limiter = limiter
+        self.policy = policy
+        self.needs_request = limit.key.uses_request
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        activation: dict[str, object] = {"jwt": scope.get(CLAIMS_KEY, {})}
+        if self.needs_request:
+            activation["request"] = request_variables(scope)
+        value = value_of(self.key, activation)
+        key = str(value) if isinstance(value, str | int) and value != "" else ANONYMOUS
+        try:
+            wait = await self.limiter.take(key)
+        except Exception as exc:  # a limiter that cannot answer must not let traffic through
+            log.error("rate limiter of GatewayPolicy %s unavailable: %s", self.policy, exc)
+            await send_error(send, 503, "temporarily_unavailable",
+                             "the rate limiter is unavailable; try again shortly")
+            return
+        if wait > 0:
+            await send_error(send, 429, "rate_limited",
+                             f"too many requests for this caller; retry in "
+                             f"{math.ceil(wait)} s",
+                             [(b"retry-after", str(max(1, math.ceil(wait))).encode())])
+            return
+        await self.app(scope, receive, send)
