@@ -56,9 +56,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                        metavar="N", help="larger request bodies get 413 (default "
                                          f"{DEFAULT_MAX_BODY_BYTES})")
-    serve.add_argument("--status-port", type=int, default=None, metavar="PORT",
-                       help="serve live status (policy conditions, last reload error) as JSON "
-                            "on 127.0.0.1:PORT")
+    serve.add_argument("--admin-port", "--status-port", dest="status_port", type=int,
+                       default=None, metavar="PORT",
+                       help="admin listener on 127.0.0.1:PORT: /status (policy conditions, "
+                            "last reload error), /metrics (Prometheus), /healthz, /readyz, "
+                            "/config (secrets redacted)")
     serve.add_argument("--workers", type=int, default=1, metavar="N",
                        help="processes accepting on the same sockets (default 1; use the "
                             "number of cores to use every core)")

@@ -35,6 +35,7 @@ class RemoteKeyset:
         self.keyset: Keyset | None = None
         self.last_error: str | None = None
         self.fetches = 0
+        self.fetched_at: float | None = None
         self._version = 0
         self._last_content: object = None
         self._last_on_demand = float("-inf")
@@ -89,6 +90,7 @@ class RemoteKeyset:
             document = await fetch_json(session, self.url)
             if document == self._last_content and self.keyset is not None:
                 self.last_error = None
+                self.fetched_at = time.monotonic()
                 return
             self._version += 1
             keyset = parse_jwks(document, self._version)
@@ -102,6 +104,7 @@ class RemoteKeyset:
             raise FetchError(str(exc)) from exc
         first = self.keyset is None
         self.keyset, self._last_content, self.last_error = keyset, document, None
+        self.fetched_at = time.monotonic()
         for reason in keyset.skipped:
             log.warning("JWKS %s: skipped %s", self.url, reason)
         log.info("JWKS %s %s: %d key(s) %s", self.url, "fetched" if first else "changed",
@@ -129,6 +132,8 @@ class InlineKeyset:
         self.keyset: Keyset | None = keyset
         self.last_error: str | None = None
         self.available = True
+        self.fetches = 0
+        self.fetched_at: float | None = time.monotonic()
 
     def start(self, session: aiohttp.ClientSession) -> None:
         """Nothing to fetch."""

@@ -16,9 +16,11 @@ from ..proxy.upstream import Upstream
 from .access_log import AccessLog
 from .asgi import CLAIMS_KEY, Message, Receive, Scope, Send, header
 from .limits import Limits, header_bytes
+from .metrics import Metrics
 from .pipeline import build_tables
 from .responses import send_error, send_json
 from .routing import RouteTable
+from .snapshot_view import config_dump
 
 log = logging.getLogger("mcp_oauth_gateway")
 
@@ -38,13 +40,15 @@ class GatewayApp:
         self.watcher = watcher
         self.limits = limits or Limits()
         self.status_port = status_port
+        self.metrics = Metrics()
         self.tables: dict[int, RouteTable] = {}
         control.subscribe(self._install)
 
     def _install(self, snapshot: Snapshot) -> None:
         # One assignment: requests in flight keep the tables they started with.
         self.tables = build_tables(snapshot, self.control, self.upstream, self.trust_forwarded,
-                                   self.brokers, self.limits)
+                                   self.brokers, self.limits, self.metrics)
+        self.metrics.watch_keysets(list(self.control.keysets.items()))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -52,6 +56,33 @@ class GatewayApp:
             await self._http(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
+
+    async def _admin(self, scope: Scope, send: Send) -> None:
+        path = scope["path"].rstrip("/") or "/"
+        if path == "/metrics":
+            body = self.metrics.render()
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
+                (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+        elif path == "/healthz":
+            await send_json(send, 200, {"status": "ok"})
+        elif path == "/readyz":
+            waiting = self.not_ready()
+            await send_json(send, 503 if waiting else 200,
+                            {"ready": not waiting, "waitingFor": waiting})
+        elif path == "/config":
+            await send_json(send, 200, config_dump(self.control.snapshot))
+        elif path in ("/", "/status"):
+            await send_json(send, 200, self.status())
+        else:
+            await send_error(send, 404, "not_found", "admin endpoints: /status, /metrics, "
+                             "/healthz, /readyz, /config")
+
+    def not_ready(self) -> list[str]:
+        """Keysets not loaded yet (ready means every policy can verify tokens)."""
+        return [f"keyset {url} ({holder.last_error or 'not yet fetched'})"
+                for url, holder in self.control.keysets.items() if not holder.available]
 
     def status(self) -> dict[str, object]:
         """What `--status-port` answers: policy conditions (live) and the last reload."""
@@ -88,6 +119,7 @@ class GatewayApp:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         status = 0
+        route = "-"
 
         async def send_logged(message: Message) -> None:
             nonlocal status
@@ -98,7 +130,8 @@ class GatewayApp:
         try:
             port = (scope.get("server") or (None, None))[1]
             if port is not None and port == self.status_port:
-                await send_json(send_logged, 200, self.status())
+                route = "admin"
+                await self._admin(scope, send_logged)
                 return
             if header_bytes(scope["headers"]) > self.limits.max_header_bytes:
                 await send_error(send_logged, 431, "request_header_fields_too_large",
@@ -115,6 +148,7 @@ class GatewayApp:
                 await send_error(send_logged, 404, "not_found",
                                  f"no HTTPRoute matches {scope['path']} on this listener")
             else:
+                route = entry.route.route
                 await entry.app(scope, receive, send_logged)
         except Exception:
             log.exception("unhandled error serving %s %s", scope["method"], scope["path"])
@@ -126,3 +160,5 @@ class GatewayApp:
             sub = claims.get("sub") if isinstance(claims, dict) else None
             self.access_log.record(scope["method"], scope["path"], status,
                                    time.perf_counter() - started, sub)
+            if route != "admin":
+                self.metrics.request(route, status)

@@ -8,6 +8,7 @@ import time
 from ..controlplane.control import Keyholder
 from ..controlplane.snapshot import CompiledMcp, CompiledProvider
 from .asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send
+from .metrics import Metrics, failure_reason
 from .origin import request_origin
 from .responses import send_error
 from .tokens import TokenError, TokenRules, UnknownKeyId, verify_token
@@ -38,7 +39,8 @@ class JwtAuthentication:
     """Verifies the bearer token; on success the claims go to `scope[CLAIMS_KEY]`."""
 
     def __init__(self, app: ASGIApp, provider: CompiledProvider, keys: Keyholder,
-                 mcp: CompiledMcp | None, forward_token: bool, trust_forwarded: bool):
+                 mcp: CompiledMcp | None, forward_token: bool, trust_forwarded: bool,
+                 metrics: Metrics | None = None):
         self.app = app
         self.keys = keys
         self.rules = TokenRules(issuer=provider.issuer, audiences=provider.audiences)
@@ -46,6 +48,7 @@ class JwtAuthentication:
         self.scope_hint = " ".join(mcp.scopes_supported) if mcp and mcp.scopes_supported else None
         self.forward_token = forward_token
         self.trust_forwarded = trust_forwarded
+        self.metrics = metrics
         # token → (claims, exp, keyset version); bounded, insertion-ordered for cheap eviction.
         self._cache: dict[str, tuple[dict[str, object], float, int]] = {}
 
@@ -95,6 +98,8 @@ class JwtAuthentication:
         return claims
 
     async def _deny(self, scope: Scope, send: Send, why: str, token_sent: bool) -> None:
+        if self.metrics is not None:
+            self.metrics.auth_failures.labels(failure_reason(why)).inc()
         metadata = None
         if self.prm_path is not None:
             metadata = request_origin(scope, self.trust_forwarded) + self.prm_path

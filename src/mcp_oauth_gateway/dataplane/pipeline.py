@@ -15,6 +15,7 @@ from .authn import JwtAuthentication
 from .authz import CelAuthorization
 from .cors import CorsFilter
 from .limits import Limits
+from .metrics import Metrics
 from .oauth_endpoints import OAuthEndpoints
 from .ratelimit import RateLimit
 from .responses import send_error
@@ -35,7 +36,8 @@ class FailClosed:
 
 
 def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstream,
-                    trust_forwarded: bool, brokers: BrokerRuntime, limits: Limits) -> ASGIApp:
+                    trust_forwarded: bool, brokers: BrokerRuntime, limits: Limits,
+                    metrics: Metrics | None = None) -> ASGIApp:
     """The stages for one route rule, innermost first."""
     policy = route.policy
     app: ASGIApp
@@ -45,20 +47,21 @@ def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstr
         app = FailClosed(503, "policy_invalid", policy.invalid)
     else:
         app = ReverseProxy(route.target, upstream, route.backend_timeout, trust_forwarded,
-                           limits.max_body_bytes)
+                           limits.max_body_bytes,
+                           metrics.upstream.labels(route.route) if metrics else None)
         if policy is not None:
             if policy.transformation is not None:
                 app = HeaderTransformation(app, policy.transformation)
             if policy.rate_limit is not None:
                 app = RateLimit(app, policy.rate_limit, brokers.limiter(policy.key,
                                                                         policy.rate_limit),
-                                policy.key)
+                                policy.key, metrics)
             if policy.authorization is not None:
                 app = CelAuthorization(app, policy.authorization, policy.key)
             if policy.provider is not None:
                 keys = control.keysets[policy.provider.keyset.url]
                 app = JwtAuthentication(app, policy.provider, keys, policy.mcp,
-                                        policy.forward_token, trust_forwarded)
+                                        policy.forward_token, trust_forwarded, metrics)
                 if policy.mcp is not None:
                     adapter = adapter_for(policy.mcp.provider, policy.mcp.client_id)
                     discovery = control.discoveries.get(policy.provider.discovery_url)
@@ -76,7 +79,7 @@ def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstr
 
 def build_tables(snapshot: Snapshot, control: ControlPlane, upstream: Upstream,
                  trust_forwarded: bool, brokers: BrokerRuntime,
-                 limits: Limits) -> dict[int, RouteTable]:
+                 limits: Limits, metrics: Metrics | None = None) -> dict[int, RouteTable]:
     """A route table per listener port; pipelines are shared by the routes' matches."""
     built: dict[tuple[str, int], ASGIApp] = {}
     tables = {}
@@ -86,7 +89,7 @@ def build_tables(snapshot: Snapshot, control: ControlPlane, upstream: Upstream,
             key = (route.route, route.rule)
             if key not in built:
                 built[key] = build_route_app(route, control, upstream, trust_forwarded, brokers,
-                                             limits)
+                                             limits, metrics)
             entries.append(RouteEntry(route, built[key]))
         tables[port] = RouteTable(entries)
     return tables

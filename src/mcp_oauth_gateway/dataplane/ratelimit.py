@@ -13,6 +13,7 @@ from ..controlplane.cel import value_of
 from ..controlplane.snapshot import CompiledRateLimit
 from .asgi import CLAIMS_KEY, ASGIApp, Receive, Scope, Send
 from .authz import request_variables
+from .metrics import Metrics
 from .responses import send_error
 
 log = logging.getLogger("mcp_oauth_gateway.ratelimit")
@@ -95,12 +96,14 @@ class RedisLimiter:
 class RateLimit:
     """429 with `Retry-After` once a caller's bucket is empty."""
 
-    def __init__(self, app: ASGIApp, limit: CompiledRateLimit, limiter: Limiter, policy: str):
+    def __init__(self, app: ASGIApp, limit: CompiledRateLimit, limiter: Limiter, policy: str,
+                 metrics: Metrics | None = None):
         self.app = app
         self.key = limit.key
         self.limiter = limiter
         self.policy = policy
         self.needs_request = limit.key.uses_request
+        self.rejections = metrics.rate_limited.labels(policy) if metrics else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         activation: dict[str, object] = {"jwt": scope.get(CLAIMS_KEY, {})}
@@ -116,6 +119,8 @@ class RateLimit:
                              "the rate limiter is unavailable; try again shortly")
             return
         if wait > 0:
+            if self.rejections is not None:
+                self.rejections.inc()
             await send_error(send, 429, "rate_limited",
                              f"too many requests for this caller; retry in "
                              f"{math.ceil(wait)} s",

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
+
+from prometheus_client import Histogram
 
 from ..controlplane.snapshot import CompiledTarget
 from ..dataplane.asgi import Headers, Receive, Scope, Send
@@ -76,7 +79,8 @@ class ReverseProxy:
     """The last stage: forwards to the GatewayBackend target."""
 
     def __init__(self, target: CompiledTarget, upstream: Upstream, timeout: float,
-                 trust_forwarded: bool, max_body: int = DEFAULT_MAX_BODY_BYTES):
+                 trust_forwarded: bool, max_body: int = DEFAULT_MAX_BODY_BYTES,
+                 latency: Histogram | None = None):
         self.base = f"http://{target.authority}{target.path}"
         self.authority = target.authority.encode()
         self.upstream = upstream
@@ -84,6 +88,7 @@ class ReverseProxy:
         self.trust_forwarded = trust_forwarded
         self.drop = dropped_request_headers(trust_forwarded)
         self.max_body = max_body
+        self.latency = latency
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         query = scope.get("query_string", b"")
@@ -104,6 +109,7 @@ class ReverseProxy:
             if len(body) > self.max_body:
                 await self._too_large(send)
                 return
+        started = time.perf_counter()
         try:
             response = await self.upstream.request(scope["method"], url, headers, body,
                                                    self.timeout)
@@ -120,6 +126,8 @@ class ReverseProxy:
             await send_error(send, 502, "bad_gateway",
                              f"the MCP backend {self.authority.decode()} is unreachable")
             return
+        if self.latency is not None:
+            self.latency.observe(time.perf_counter() - started)
         try:
             response_headers = downstream_response_headers(response.headers)
             await send({"type": "http.response.start", "status": response.status,
