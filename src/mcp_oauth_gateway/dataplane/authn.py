@@ -8,7 +8,7 @@ import time
 from ..controlplane.control import Keyholder
 from ..controlplane.snapshot import CompiledMcp, CompiledProvider
 from .asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send
-from .metrics import Metrics, failure_reason
+from .metrics import Metrics
 from .origin import request_origin
 from .responses import send_error
 from .tokens import TokenError, TokenRules, UnknownKeyId, verify_token
@@ -99,7 +99,7 @@ class JwtAuthentication:
 
     async def _deny(self, scope: Scope, send: Send, why: str, token_sent: bool) -> None:
         if self.metrics is not None:
-            self.metrics.auth_failures.labels(failure_reason(why)).inc()
+            self.metrics.auth_failure(why)
         metadata = None
         if self.prm_path is not None:
             metadata = request_origin(scope, self.trust_forwarded) + self.prm_path

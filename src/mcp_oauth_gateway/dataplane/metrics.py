@@ -1,14 +1,20 @@
-"""Prometheus metrics (prometheus_client), served on the admin listener.
+"""Prometheus metrics, served on the admin listener.
 
-Label children are cached so the request path does one dict lookup and one increment."""
+The request path only bumps plain integers (the event loop is single-threaded, so no locks);
+prometheus_client turns them into the exposition format when /metrics is scraped."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
 
 REASONS = (
     ("missing bearer token", "missing"), ("malformed token", "malformed"),
@@ -19,6 +25,7 @@ REASONS = (
     ("not the expected issuer", "issuer"), ("aud", "audience"),
     ("not yet available", "keyset_unavailable"), ("longer than", "too_large"),
 )
+BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30)
 
 
 def failure_reason(description: str) -> str:
@@ -38,37 +45,51 @@ def decision_of(status: int) -> str:
     return "allowed"
 
 
-class Metrics:
-    """The gateway's metrics on their own registry (so tests and workers stay independent)."""
+class _Latency:
+    __slots__ = ("buckets", "count", "total")
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.requests = Counter("mcp_gateway_requests", "Requests by route, status and decision",
-                                ["route", "status", "decision"], registry=self.registry)
-        self.auth_failures = Counter("mcp_gateway_authentication_failures",
-                                     "Bearer tokens refused, by reason", ["reason"],
-                                     registry=self.registry)
-        self.rate_limited = Counter("mcp_gateway_rate_limit_rejections",
-                                    "Requests refused by a rate limit", ["policy"],
-                                    registry=self.registry)
-        self.upstream = Histogram("mcp_gateway_upstream_latency_seconds",
-                                  "Time until the MCP backend's response headers", ["route"],
-                                  buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25,
-                                           .5, 1, 2.5, 5, 10, 30),
-                                  registry=self.registry)
-        self.jwks_fetches = Gauge("mcp_gateway_jwks_fetches", "JWKS fetches so far", ["url"],
-                                  registry=self.registry)
-        self._children: dict[tuple[str, int], object] = {}
+        self.buckets = [0] * (len(BUCKETS) + 1)
+        self.count = 0
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.buckets[bisect_left(BUCKETS, seconds)] += 1
+        self.count += 1
+        self.total += seconds
+
+
+class Metrics:
+    """Counters of one gateway process, exported through their own registry."""
+
+    def __init__(self) -> None:
+        self.requests: dict[tuple[str, int], int] = {}
+        self.auth_failures: dict[str, int] = {}
+        self.rejections: dict[str, int] = {}
+        self.latency: dict[str, _Latency] = {}
         self._keysets: list[tuple[str, object]] = []
-        self.registry.register(_KeysetAge(self))
+        self.registry = CollectorRegistry()
+        self.registry.register(self)
 
     def request(self, route: str, status: int) -> None:
         """Count one request."""
-        child = self._children.get((route, status))
-        if child is None:
-            child = self.requests.labels(route, str(status), decision_of(status))
-            self._children[(route, status)] = child
-        child.inc()  # type: ignore[attr-defined]
+        key = (route, status)
+        self.requests[key] = self.requests.get(key, 0) + 1
+
+    def auth_failure(self, description: str) -> None:
+        """Count one refused token, by reason."""
+        reason = failure_reason(description)
+        self.auth_failures[reason] = self.auth_failures.get(reason, 0) + 1
+
+    def rejection_counter(self, policy: str) -> Callable[[], None]:
+        """A function counting one rate-limit rejection of `policy`."""
+        def count() -> None:
+            self.rejections[policy] = self.rejections.get(policy, 0) + 1
+        return count
+
+    def latency_observer(self, route: str) -> Callable[[float], None]:
+        """A function recording one upstream latency for `route`."""
+        return self.latency.setdefault(route, _Latency()).observe
 
     def watch_keysets(self, keysets: list[tuple[str, object]]) -> None:
         """The keyset holders whose fetch count and age are reported."""
@@ -76,22 +97,39 @@ class Metrics:
 
     def render(self) -> bytes:
         """The Prometheus text exposition."""
-        for url, holder in self._keysets:
-            self.jwks_fetches.labels(url).set(getattr(holder, "fetches", 0))
         return generate_latest(self.registry)
 
-
-class _KeysetAge:
-    def __init__(self, metrics: Metrics):
-        self.metrics = metrics
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        """The prometheus_client collector protocol: one family, one sample per keyset."""
-        family = GaugeMetricFamily("mcp_gateway_jwks_age_seconds",
-                                   "Seconds since the keyset was last fetched successfully "
-                                   "(-1: never)", labels=["url"])
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily |
+                                  HistogramMetricFamily]:
+        """The prometheus_client collector protocol, read at scrape time."""
+        requests = CounterMetricFamily("mcp_gateway_requests", "Requests by route, status and "
+                                       "decision", labels=["route", "status", "decision"])
+        for (route, status), n in sorted(self.requests.items()):
+            requests.add_metric([route, str(status), decision_of(status)], n)
+        failures = CounterMetricFamily("mcp_gateway_authentication_failures",
+                                       "Bearer tokens refused, by reason", labels=["reason"])
+        for reason, n in sorted(self.auth_failures.items()):
+            failures.add_metric([reason], n)
+        rejections = CounterMetricFamily("mcp_gateway_rate_limit_rejections",
+                                         "Requests refused by a rate limit", labels=["policy"])
+        for policy, n in sorted(self.rejections.items()):
+            rejections.add_metric([policy], n)
+        latency = HistogramMetricFamily("mcp_gateway_upstream_latency_seconds",
+                                        "Time until the MCP backend's response headers",
+                                        labels=["route"])
+        for route, hist in sorted(self.latency.items()):
+            cumulative, running = [], 0
+            for bound, n in zip([*map(str, BUCKETS), "+Inf"], hist.buckets, strict=True):
+                running += n
+                cumulative.append((bound, running))
+            latency.add_metric([route], cumulative, hist.total)
+        fetches = GaugeMetricFamily("mcp_gateway_jwks_fetches", "JWKS fetches so far",
+                                    labels=["url"])
+        age = GaugeMetricFamily("mcp_gateway_jwks_age_seconds", "Seconds since the keyset was "
+                                "last fetched successfully (-1: never)", labels=["url"])
         now = time.monotonic()
-        for url, holder in self.metrics._keysets:
+        for url, holder in self._keysets:
+            fetches.add_metric([url], getattr(holder, "fetches", 0))
             fetched = getattr(holder, "fetched_at", None)
-            family.add_metric([url], now - fetched if fetched else -1.0)
-        yield family
+            age.add_metric([url], now - fetched if fetched else -1.0)
+        yield from (requests, failures, rejections, latency, fetches, age)

@@ -48,7 +48,7 @@ def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstr
     else:
         app = ReverseProxy(route.target, upstream, route.backend_timeout, trust_forwarded,
                            limits.max_body_bytes,
-                           metrics.upstream.labels(route.route) if metrics else None)
+                           metrics.latency_observer(route.route) if metrics else None)
         if policy is not None:
             if policy.transformation is not None:
                 app = HeaderTransformation(app, policy.transformation)

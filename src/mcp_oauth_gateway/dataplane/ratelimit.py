@@ -103,7 +103,7 @@ class RateLimit:
         self.limiter = limiter
         self.policy = policy
         self.needs_request = limit.key.uses_request
-        self.rejections = metrics.rate_limited.labels(policy) if metrics else None
+        self.rejected = metrics.rejection_counter(policy) if metrics else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         activation: dict[str, object] = {"jwt": scope.get(CLAIMS_KEY, {})}
@@ -119,8 +119,8 @@ class RateLimit:
                              "the rate limiter is unavailable; try again shortly")
             return
         if wait > 0:
-            if self.rejections is not None:
-                self.rejections.inc()
+            if self.rejected is not None:
+                self.rejected()
             await send_error(send, 429, "rate_limited",
                              f"too many requests for this caller; retry in "
                              f"{math.ceil(wait)} s",

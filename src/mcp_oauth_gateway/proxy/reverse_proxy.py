@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-
-from prometheus_client import Histogram
+from collections.abc import AsyncIterator, Callable
 
 from ..controlplane.snapshot import CompiledTarget
 from ..dataplane.asgi import Headers, Receive, Scope, Send
@@ -80,7 +78,7 @@ class ReverseProxy:
 
     def __init__(self, target: CompiledTarget, upstream: Upstream, timeout: float,
                  trust_forwarded: bool, max_body: int = DEFAULT_MAX_BODY_BYTES,
-                 latency: Histogram | None = None):
+                 latency: Callable[[float], None] | None = None):
         self.base = f"http://{target.authority}{target.path}"
         self.authority = target.authority.encode()
         self.upstream = upstream
@@ -127,7 +125,7 @@ class ReverseProxy:
                              f"the MCP backend {self.authority.decode()} is unreachable")
             return
         if self.latency is not None:
-            self.latency.observe(time.perf_counter() - started)
+            self.latency(time.perf_counter() - started)
         try:
             response_headers = downstream_response_headers(response.headers)
             await send({"type": "http.response.start", "status": response.status,
