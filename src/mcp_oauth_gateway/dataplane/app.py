@@ -40,7 +40,8 @@ class GatewayApp:
         self.watcher = watcher
         self.limits = limits or Limits()
         self.status_port = status_port
-        self.metrics = Metrics()
+        # Metrics are collected only when there is an admin listener to read them from.
+        self.metrics = Metrics() if status_port is not None else None
         self.tables: dict[int, RouteTable] = {}
         control.subscribe(self._install)
 
@@ -48,7 +49,8 @@ class GatewayApp:
         # One assignment: requests in flight keep the tables they started with.
         self.tables = build_tables(snapshot, self.control, self.upstream, self.trust_forwarded,
                                    self.brokers, self.limits, self.metrics)
-        self.metrics.watch_keysets(list(self.control.keysets.items()))
+        if self.metrics is not None:
+            self.metrics.watch_keysets(list(self.control.keysets.items()))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -59,7 +61,7 @@ class GatewayApp:
 
     async def _admin(self, scope: Scope, send: Send) -> None:
         path = scope["path"].rstrip("/") or "/"
-        if path == "/metrics":
+        if path == "/metrics" and self.metrics is not None:
             body = self.metrics.render()
             await send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
@@ -160,5 +162,5 @@ class GatewayApp:
             sub = claims.get("sub") if isinstance(claims, dict) else None
             self.access_log.record(scope["method"], scope["path"], status,
                                    time.perf_counter() - started, sub)
-            if route != "admin":
+            if self.metrics is not None and route != "admin":
                 self.metrics.request(route, status)
