@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 DEFAULT_MAX_HEADER_BYTES = 16 * 1024
 DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
@@ -20,4 +21,5 @@ class BodyTooLarge(Exception):
 
 def header_bytes(headers: list[tuple[bytes, bytes]]) -> int:
     """The size of the request's header section, as counted against the limit."""
-    return sum(len(name) + len(value) + 4 for name, value in headers)
+    # map/chain keep the loop in C: this runs on every request.
+    return sum(map(len, chain.from_iterable(headers))) + 4 * len(headers)
