@@ -111,7 +111,7 @@ def use_broker(config: Path) -> Path:
 
 def _start_stack(flavour: str, example: str, idp_port_in_example: str, logs: Path,
                  tmp: Path, key: tuple[RSAKey, Path], backend: str, broker: bool = False,
-                 gateway_args: tuple[str, ...] = ()) -> Iterator[Stack]:
+                 gateway_args: tuple[str, ...] = (), name: str = "") -> Iterator[Stack]:
     gw_port, idp_port = free_port(), free_port()
     backend_port = backend.rsplit(":", 1)[1]
     gateway = f"http://127.0.0.1:{gw_port}"
@@ -127,7 +127,7 @@ def _start_stack(flavour: str, example: str, idp_port_in_example: str, logs: Pat
     gw = None
     try:
         wait_for_port(idp_port, idp)
-        name = f"gateway-{flavour}{'-broker' if broker else ''}"
+        name = name or f"gateway-{flavour}{'-broker' if broker else ''}"
         status_port = free_port()
         gw = Process(name, [*gateway_cmd(config), "--status-port", str(status_port),
                             *gateway_args], logs)
@@ -160,6 +160,15 @@ def stack_a(logs: Path, tmp_path_factory: pytest.TempPathFactory,
     """Provider A: examples/provider-a against oidc-provider in the Keycloak layout."""
     yield from _start_stack("keycloak", "provider-a", "8180", logs,
                             tmp_path_factory.mktemp("stack-a"), idp_key, backend)
+
+
+@pytest.fixture(scope="session")
+def stack_json(logs: Path, tmp_path_factory: pytest.TempPathFactory,
+               idp_key: tuple[RSAKey, Path], backend: str) -> Iterator[Stack]:
+    """Provider B with `--log-format json`."""
+    yield from _start_stack("authentik", "provider-b", "9000", logs,
+                            tmp_path_factory.mktemp("stack-json"), idp_key, backend,
+                            gateway_args=("--log-format", "json"), name="gateway-json")
 
 
 @pytest.fixture(scope="session")

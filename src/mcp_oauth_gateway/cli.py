@@ -68,6 +68,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="on SIGTERM, how long in-flight requests may run (default 30)")
     serve.add_argument("--log-level", default="info",
                        choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--log-format", default="text", choices=["text", "json"],
+                       help="json: one JSON object per line, each request with a request_id "
+                            "(the caller's X-Request-Id when well-formed, else a new one; "
+                            "forwarded to the backend and returned in the response)")
 
     check = commands.add_parser(
         "check", help="validate resources, fetch keysets and discovery, print policy conditions")
@@ -138,7 +142,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Validate, then serve until SIGTERM."""
     from . import logs, server
 
-    logs.configure(args.log_level)
+    logs.configure(args.log_level, args.log_format)
     snapshot = _load(args.files)
     if not snapshot.ok:
         _print_problems(snapshot)
@@ -170,7 +174,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             args.grace_period, brokers, args.workers, args.log_level,
                             (args.files, args.watch_interval) if args.watch_interval > 0
                             else None, Limits(args.max_header_bytes, args.max_body_bytes),
-                            args.status_port)
+                            args.status_port, args.log_format)
     except OSError as exc:
         print(f"error: {exc} (is another process using the port? change the Gateway listener "
               f"port)", file=sys.stderr)

@@ -84,9 +84,9 @@ def _run_worker(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarde
 def _worker_main(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarded: bool,
                  grace_period: float, brokers: BrokerRuntime | None,
                  watch: tuple[list[str], float] | None, level: str,
-                 limits: Limits | None, status_port: int | None) -> None:
+                 limits: Limits | None, status_port: int | None, log_format: str) -> None:
     # A forked child has no logging thread of its own: start one.
-    logs.configure(level)
+    logs.configure(level, log_format)
     _run_worker(snapshot, sockets, trust_forwarded, grace_period, brokers, watch, limits,
                 status_port)
 
@@ -94,7 +94,8 @@ def _worker_main(snapshot: Snapshot, sockets: list[socket.socket], trust_forward
 def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: float,
           brokers: BrokerRuntime | None = None, workers: int = 1,
           log_level: str = "info", watch: tuple[list[str], float] | None = None,
-          limits: Limits | None = None, status_port: int | None = None) -> int:
+          limits: Limits | None = None, status_port: int | None = None,
+          log_format: str = "text") -> int:
     """Serve until SIGTERM/SIGINT; in-flight requests get `grace_period` seconds to finish.
 
     With `workers` > 1, that many processes accept on the same listening sockets."""
@@ -113,7 +114,8 @@ def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: fl
     context = multiprocessing.get_context("fork")
     children = [context.Process(target=_worker_main, name=f"worker-{i}",
                                 args=(snapshot, sockets, trust_forwarded, grace_period,
-                                      brokers, watch, log_level, limits, status_port))
+                                      brokers, watch, log_level, limits, status_port,
+                                      log_format))
                 for i in range(workers)]
     for child in children:
         child.start()

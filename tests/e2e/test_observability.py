@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import time
 
 import httpx
@@ -9,6 +11,7 @@ import httpx
 from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
 from mcp_oauth_gateway.dataplane.app import GatewayApp
 from mcp_oauth_gateway.resources import load_paths
+from support import wait_until
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {},
@@ -52,3 +55,39 @@ async def test_not_ready_until_every_keyset_is_loaded(tmp_path):
     assert "not yet fetched" in ready.json()["waitingFor"][0]
     conditions = {c["type"]: c["reason"] for c in status["policies"][0]["conditions"]}
     assert conditions["ResolvedRefs"] == "KeysetUnavailable"
+
+
+def _json_lines(text: str) -> list[dict[str, object]]:
+    # Every line must parse: a text line in JSON mode would break log shippers.
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_json_logs_carry_a_request_id_end_to_end(stack_json):
+    headers = {"Accept": "application/json, text/event-stream"}
+    given = httpx.post(stack_json.mcp, json=INIT, headers={
+        **headers, "X-Request-Id": "trace-abc.1",
+        "Authorization": f"Bearer {stack_json.token()}"})
+    assert given.status_code == 200
+    assert given.headers["x-request-id"] == "trace-abc.1"
+    expired = stack_json.token(exp=int(time.time()) - 3600)
+    made = httpx.post(stack_json.mcp, json=INIT, headers={
+        **headers, "X-Request-Id": "x" * 200, "Authorization": f"Bearer {expired}"})
+    assert made.status_code == 401
+    new_id = made.headers["x-request-id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", new_id)
+
+    seen = [dict(r["headers"]).get("x-request-id")
+            for r in httpx.get(f"http://{stack_json.backend}/debug/requests").json()]
+    assert "trace-abc.1" in seen
+    wait_until(lambda: new_id in stack_json.process.log(), what="the access line in the log")
+    lines = _json_lines(stack_json.process.log())
+    access = {line["request_id"]: line for line in lines
+              if line["logger"] == "mcp_oauth_gateway.access"}
+    assert access["trace-abc.1"]["status"] == 200
+    assert access["trace-abc.1"]["sub"] == "alice"
+    assert access[new_id]["status"] == 401
+    assert access[new_id]["path"] == "/mcp"
+    assert any(line["message"].startswith("listening on") for line in lines)
+    log_text = stack_json.process.log()
+    assert expired not in log_text
+    assert "x" * 200 not in log_text

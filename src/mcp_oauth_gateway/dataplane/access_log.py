@@ -3,11 +3,14 @@ in batches, so the request path only formats a string and appends it to a list."
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
 import threading
 import time
+
+from ..logs import timestamp
 
 FLUSH_INTERVAL = 0.2
 MAX_PENDING = 100_000  # beyond this, lines are dropped (and counted) rather than hoarded
@@ -18,8 +21,9 @@ log = logging.getLogger("mcp_oauth_gateway.access")
 class AccessLog:
     """`record()` is cheap and never blocks; a daemon thread writes batches to stderr."""
 
-    def __init__(self, fd: int | None = None):
+    def __init__(self, fd: int | None = None, json_lines: bool = False):
         self.enabled = log.isEnabledFor(logging.INFO)
+        self.json_lines = json_lines
         self._fd = sys.stderr.fileno() if fd is None else fd
         self._pending: list[str] = []
         self._dropped = 0
@@ -35,11 +39,22 @@ class AccessLog:
             self._thread = threading.Thread(target=self._run, name="access-log", daemon=True)
             self._thread.start()
 
-    def record(self, method: str, path: str, status: int, seconds: float, sub: object) -> None:
+    def record(self, method: str, path: str, status: int, seconds: float, sub: object,
+               request_id: str | None = None) -> None:
         """Queue one access line."""
         if not self.enabled:
             return
         now = time.time()
+        if self.json_lines:
+            if len(self._pending) < MAX_PENDING:
+                self._pending.append(json.dumps({
+                    "time": timestamp(now), "level": "INFO", "logger": log.name,
+                    "message": "request", "request_id": request_id, "method": method,
+                    "path": path, "status": status, "duration_ms": round(seconds * 1000, 3),
+                    "sub": None if sub is None else str(sub)}, ensure_ascii=False) + "\n")
+            else:
+                self._dropped += 1
+            return
         second = int(now)
         if second != self._second:
             self._second = second
@@ -60,8 +75,10 @@ class AccessLog:
         """Write what is pending (called by the thread, and at shutdown)."""
         batch, self._pending = self._pending, []
         if self._dropped:
-            batch.append(f"WARNING mcp_oauth_gateway.access: {self._dropped} lines dropped "
-                         "(the log output could not keep up)\n")
+            message = f"{self._dropped} lines dropped (the log output could not keep up)"
+            batch.append(json.dumps({"time": timestamp(time.time()), "level": "WARNING",
+                                     "logger": log.name, "message": message}) + "\n"
+                         if self.json_lines else f"WARNING {log.name}: {message}\n")
             self._dropped = 0
         if batch:
             data = "".join(batch).encode("utf-8", "replace")

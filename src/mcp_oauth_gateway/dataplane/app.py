@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
+import uuid
 
+from .. import logs
 from ..broker.runtime import BrokerRuntime
 from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import Snapshot
@@ -23,6 +26,8 @@ from .routing import RouteTable
 from .snapshot_view import config_dump
 
 log = logging.getLogger("mcp_oauth_gateway")
+# Ids from callers are kept only when short and plain, so they cannot forge log structure.
+REQUEST_ID_SHAPE = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
 
 
 class GatewayApp:
@@ -36,7 +41,9 @@ class GatewayApp:
         self.trust_forwarded = trust_forwarded
         self.upstream = upstream or RawUpstream()
         self.brokers = brokers or BrokerRuntime()
-        self.access_log = AccessLog()
+        # With JSON logs every request gets an id: logged, forwarded and returned.
+        self.request_ids = logs.json_enabled()
+        self.access_log = AccessLog(json_lines=self.request_ids)
         self.watcher = watcher
         self.limits = limits or Limits()
         self.status_port = status_port
@@ -118,15 +125,34 @@ class GatewayApp:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
+    @staticmethod
+    def _assign_request_id(scope: Scope) -> str:
+        """The caller's `X-Request-Id` when well-formed, else a new one; the backend sees it."""
+        headers = scope["headers"]
+        given = header(scope, b"x-request-id")
+        if given is not None and REQUEST_ID_SHAPE.fullmatch(given):
+            request_id = given.decode("ascii")
+        else:
+            request_id = uuid.uuid4().hex
+            scope["headers"] = [(k, v) for k, v in headers if k != b"x-request-id"] + \
+                [(b"x-request-id", request_id.encode())]
+        logs.REQUEST_ID.set(request_id)
+        return request_id
+
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         status = 0
         route = "-"
 
+        request_id = self._assign_request_id(scope) if self.request_ids else None
+
         async def send_logged(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if request_id is not None:
+                    message = {**message, "headers": [
+                        *message.get("headers", ()), (b"x-request-id", request_id.encode())]}
             await send(message)
 
         try:
@@ -161,6 +187,6 @@ class GatewayApp:
             claims = scope.get(CLAIMS_KEY)
             sub = claims.get("sub") if isinstance(claims, dict) else None
             self.access_log.record(scope["method"], scope["path"], status,
-                                   time.perf_counter() - started, sub)
+                                   time.perf_counter() - started, sub, request_id)
             if self.metrics is not None and route != "admin":
                 self.metrics.request(route, status)
