@@ -111,7 +111,8 @@ def use_broker(config: Path) -> Path:
 
 def _start_stack(flavour: str, example: str, idp_port_in_example: str, logs: Path,
                  tmp: Path, key: tuple[RSAKey, Path], backend: str, broker: bool = False,
-                 gateway_args: tuple[str, ...] = (), name: str = "") -> Iterator[Stack]:
+                 gateway_args: tuple[str, ...] = (), name: str = "",
+                 policy_extra: str = "") -> Iterator[Stack]:
     gw_port, idp_port = free_port(), free_port()
     backend_port = backend.rsplit(":", 1)[1]
     gateway = f"http://127.0.0.1:{gw_port}"
@@ -124,6 +125,9 @@ def _start_stack(flavour: str, example: str, idp_port_in_example: str, logs: Pat
                             "8000": backend_port})
     if broker:
         use_broker(config)
+    if policy_extra:
+        policy = config / "policy.yaml"
+        policy.write_text(policy.read_text() + policy_extra)
     gw = None
     try:
         wait_for_port(idp_port, idp)
@@ -169,6 +173,27 @@ def stack_json(logs: Path, tmp_path_factory: pytest.TempPathFactory,
     yield from _start_stack("authentik", "provider-b", "9000", logs,
                             tmp_path_factory.mktemp("stack-json"), idp_key, backend,
                             gateway_args=("--log-format", "json"), name="gateway-json")
+
+
+TOOL_RULES = """\
+  backend:
+    mcp:
+      authorization:
+        action: Allow
+        policy:
+          matchExpressions:
+            - 'mcp.tool.name == "add"'
+            - '"admin" in jwt.groups'
+"""
+
+
+@pytest.fixture(scope="session")
+def stack_tools(logs: Path, tmp_path_factory: pytest.TempPathFactory,
+                idp_key: tuple[RSAKey, Path], backend: str) -> Iterator[Stack]:
+    """Provider B with tool-level rules: `add` for everyone, every tool for group admin."""
+    yield from _start_stack("authentik", "provider-b", "9000", logs,
+                            tmp_path_factory.mktemp("stack-tools"), idp_key, backend,
+                            name="gateway-tools", policy_extra=TOOL_RULES)
 
 
 @pytest.fixture(scope="session")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from mcp_oauth_gateway.dataplane.mcp_messages import (
+    Ambiguous,
     HeaderMismatch,
     denied,
     filter_result,
@@ -37,7 +39,14 @@ def test_headers_must_match_the_body():
         read_request(body("tools/call", name="echo"), b"tools/list")
 
 
-@pytest.mark.parametrize("raw", [b"not json", b"[]", b'{"id": 1}', b'{"method": 3}'])
+def test_batches_and_repeated_keys_are_refused():
+    with pytest.raises(Ambiguous, match="batches"):
+        read_request(b'[{"jsonrpc": "2.0", "id": 1, "method": "tools/call"}]')
+    with pytest.raises(Ambiguous, match="repeats a key"):
+        read_request(b'{"method": "tools/call", "params": {"name": "add", "name": "rm"}}')
+
+
+@pytest.mark.parametrize("raw", [b"not json", b"3", b'{"id": 1}', b'{"method": 3}'])
 def test_non_requests_are_not_read(raw):
     assert read_request(raw) is None
 
@@ -58,3 +67,56 @@ def test_denied_looks_like_an_unknown_item():
     error = denied(read_request(body("prompts/get", name="secret")))
     assert error["error"] == {"code": -32602, "message": "Unknown prompt: secret"}
     assert error["id"] == 7
+
+
+def _stage(response_body: bytes, content_type: bytes, chunks: int = 1):
+    from mcp_oauth_gateway.controlplane.cel import compile_expression
+    from mcp_oauth_gateway.controlplane.snapshot import CompiledAuthorization
+    from mcp_oauth_gateway.dataplane.mcp_authz import McpAuthorization
+
+    async def backend(scope, receive, send):
+        # A backend that answers every POST with `response_body`, split into `chunks` parts.
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", content_type),
+            (b"content-length", str(len(response_body)).encode())]})
+        step = -(-len(response_body) // chunks)
+        for i in range(0, len(response_body), step):
+            await send({"type": "http.response.body", "body": response_body[i:i + step],
+                        "more_body": i + step < len(response_body)})
+
+    rules = CompiledAuthorization("Allow", (compile_expression('mcp.tool.name == "echo"',
+                                                               mcp=True),))
+    return McpAuthorization(backend, rules, 1 << 20)
+
+
+async def _post(app, payload: bytes) -> httpx.Response:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://gw") as client:
+        return await client.post("/mcp", content=payload,
+                                 headers={"content-type": "application/json"})
+
+
+LISTED = {"jsonrpc": "2.0", "id": 7, "result": {"tools": [{"name": "echo"}, {"name": "rm"}]}}
+
+
+async def test_a_json_list_response_is_filtered_and_its_length_fixed():
+    app = _stage(json.dumps(LISTED).encode(), b"application/json")
+    response = await _post(app, body("tools/list"))
+    assert response.json()["result"]["tools"] == [{"name": "echo"}]
+    assert int(response.headers["content-length"]) == len(response.content)
+
+
+async def test_an_sse_list_response_is_filtered_across_chunk_boundaries():
+    stream = (b"event: message\r\ndata: " + json.dumps(LISTED).encode() + b"\r\n\r\n")
+    app = _stage(stream, b"text/event-stream", chunks=5)
+    response = await _post(app, body("tools/list"))
+    data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+    assert [json.loads(d)["result"]["tools"] for d in data] == [[{"name": "echo"}]]
+    assert "event: message" in response.text
+
+
+async def test_a_denied_call_is_answered_without_the_backend():
+    app = _stage(b"must not be sent", b"application/json")
+    response = await _post(app, body("tools/call", name="rm"))
+    assert response.json()["error"]["message"] == "Unknown tool: rm"

@@ -105,3 +105,15 @@ def test_transformation_fields_are_validated(tmp_path):
     snapshot = build(tmp_path, BASE + policy().replace("    authorization:\n", bad_cel))
     message = conditions(snapshot.policies[0])["Accepted"][2]
     assert "spec.traffic.transformation.request.set[0].value: invalid CEL" in message
+
+
+def test_tool_rules_are_compiled_at_load_with_the_mcp_variable(tmp_path):
+    block = ("  backend:\n    mcp:\n      authorization:\n        policy:\n"
+             "          matchExpressions: ['mcp.tool.name == \"add\"', 'mcp.tool.name ==']\n")
+    snapshot = build(tmp_path, BASE + policy() + block)
+    message = conditions(snapshot.policies[0])["Accepted"][2]
+    assert "spec.backend.mcp.authorization.policy.matchExpressions[1]: invalid CEL" in message
+    assert "matchExpressions[0]" not in message
+    good = build(tmp_path, BASE + policy() + block.replace(", 'mcp.tool.name =='", ""))
+    compiled = good.policies[0]
+    assert conditions(compiled)["Accepted"][0] is True, conditions(compiled)

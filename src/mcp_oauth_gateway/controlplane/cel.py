@@ -16,6 +16,8 @@ _MAP = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
 _CONFIG = cel.NewEnvConfigFromYaml("name: mcp-oauth-gateway\nextensions:\n"
                                    "  - name: strings\n    version: latest\n")
 _ENV = cel.NewEnv(config=_CONFIG, variables={"jwt": _MAP, "request": _MAP})
+# Tool-level rules also see the MCP item being listed or called.
+_MCP_ENV = cel.NewEnv(config=_CONFIG, variables={"jwt": _MAP, "request": _MAP, "mcp": _MAP})
 
 
 class CelCompileError(ValueError):
@@ -43,10 +45,10 @@ def referenced_claims(source: str) -> frozenset[str] | None:
     return frozenset(names)
 
 
-def compile_expression(source: str) -> CompiledExpression:
-    """Parse and type-check `source` against the `jwt` and `request` variables."""
+def compile_expression(source: str, mcp: bool = False) -> CompiledExpression:
+    """Parse and type-check `source` against `jwt` and `request` (and `mcp` when asked)."""
     try:
-        program = _ENV.compile(source)
+        program = (_MCP_ENV if mcp else _ENV).compile(source)
     except RuntimeError as exc:
         text = str(exc).removeprefix("INVALID_ARGUMENT: ").replace(" [INVALID_ARGUMENT]", "")
         raise CelCompileError(text.strip()) from exc

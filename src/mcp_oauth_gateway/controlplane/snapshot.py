@@ -16,6 +16,7 @@ import orjson
 
 from ..resources.loader import Loaded, LoadResult
 from ..resources.models import (
+    Authorization,
     CorsPolicy,
     Gateway,
     GatewayBackend,
@@ -135,6 +136,7 @@ class CompiledPolicy:
     rate_limit: CompiledRateLimit | None = None
     # Set when the policy is invalid: the routes it targets answer 503 with this text.
     invalid: str | None = None
+    mcp_authorization: CompiledAuthorization | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,17 +317,15 @@ class _Builder:
             provider = compiled[0]
             if jwt_spec.mcp is not None:
                 mcp = self._mcp(jwt_spec.mcp, jwt_spec.providers[0], problems)
-        authorization = None
-        if traffic.authorization is not None:
-            expressions = []
-            for i, source in enumerate(traffic.authorization.policy.match_expressions):
-                try:
-                    expressions.append(compile_expression(source))
-                except CelCompileError as exc:
-                    problems.append(
-                        f"spec.traffic.authorization.policy.matchExpressions[{i}]: invalid CEL: "
-                        f"{exc}")
-            authorization = CompiledAuthorization(traffic.authorization.action, tuple(expressions))
+        authorization = _authorization(traffic.authorization, "spec.traffic.authorization",
+                                       problems)
+        backend = policy.spec.backend
+        mcp_authorization = _authorization(
+            backend.mcp.authorization if backend and backend.mcp else None,
+            "spec.backend.mcp.authorization", problems, mcp=True)
+        if mcp_authorization is not None and jwt_spec is None:
+            problems.append("spec.backend.mcp.authorization needs spec.traffic.jwtAuthentication "
+                            "(rules are evaluated against the verified token)")
         transformation = None
         if traffic.transformation is not None:
             compiled_set = []
@@ -360,7 +360,7 @@ class _Builder:
                 self.discovery_urls[provider.discovery_url] = provider.keyset.refresh or 300.0
         forward = bool(jwt_spec and jwt_spec.forward_token)
         return CompiledPolicy(policy.metadata.key, provider, mcp, authorization, forward,
-                              transformation, rate_limit, invalid), problems
+                              transformation, rate_limit, invalid, mcp_authorization), problems
 
     @staticmethod
     def _mcp(
@@ -552,3 +552,17 @@ class _Builder:
 def build_snapshot(loaded: LoadResult) -> Snapshot:
     """Resolve references, compile policies and build route tables; never raises for bad input."""
     return _Builder(loaded).build()
+
+
+def _authorization(spec: Authorization | None, path: str, problems: list[str],
+                   mcp: bool = False) -> CompiledAuthorization | None:
+    """Compile an `Authorization` block, adding one problem per expression that does not."""
+    if spec is None:
+        return None
+    expressions = []
+    for i, source in enumerate(spec.policy.match_expressions):
+        try:
+            expressions.append(compile_expression(source, mcp=mcp))
+        except CelCompileError as exc:
+            problems.append(f"{path}.policy.matchExpressions[{i}]: invalid CEL: {exc}")
+    return CompiledAuthorization(spec.action, tuple(expressions))

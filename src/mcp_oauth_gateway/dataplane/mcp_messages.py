@@ -24,6 +24,7 @@ LISTS: dict[str, tuple[str, str, str]] = {
     "resources/templates/list": ("resourceTemplates", "resource", "uriTemplate"),
 }
 INVALID_PARAMS = -32602
+INVALID_REQUEST = -32600
 HEADER_MISMATCH = -32020  # 2026-07-28: Mcp-Method/Mcp-Name must equal the body
 
 
@@ -41,13 +42,31 @@ class HeaderMismatch(ValueError):
     """`Mcp-Method`/`Mcp-Name` disagree with the body (answered 400, -32020)."""
 
 
+class Ambiguous(ValueError):
+    """A body the gateway might read differently from the backend (answered 400, -32600)."""
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    # With duplicate keys, which one wins is parser-dependent: the gateway could authorize one
+    # tool name and the backend call another.
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise Ambiguous("the JSON body repeats a key")
+    return dict(pairs)
+
+
 def read_request(body: bytes, method_header: bytes | None = None,
                  name_header: bytes | None = None) -> McpRequest | None:
-    """The request in `body`, or None when it is not a single JSON-RPC request object."""
+    """The request in `body`, or None when it is not a JSON-RPC request object."""
     try:
-        message = json.loads(body)
+        message = json.loads(body, object_pairs_hook=_no_duplicates)
+    except Ambiguous:
+        raise
     except ValueError:
         return None
+    if isinstance(message, list):
+        # Batches (2025-03-26 only) would need every member authorized; refused instead.
+        raise Ambiguous("JSON-RPC batches are not accepted when tool-level authorization is on")
     if not isinstance(message, dict) or not isinstance(message.get("method"), str):
         return None
     method = message["method"]

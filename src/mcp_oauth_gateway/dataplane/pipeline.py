@@ -1,5 +1,6 @@
 """Assemble one route rule's pipeline from the snapshot, once per configuration:
-CORS → MCP OAuth endpoints → JWT authentication → CEL authorization → reverse proxy."""
+CORS → MCP OAuth endpoints → JWT authentication → CEL authorization → rate limit →
+header transformation → MCP tool-level authorization → reverse proxy."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .authn import JwtAuthentication
 from .authz import CelAuthorization
 from .cors import CorsFilter
 from .limits import Limits
+from .mcp_authz import McpAuthorization
 from .metrics import Metrics
 from .oauth_endpoints import OAuthEndpoints
 from .ratelimit import RateLimit
@@ -50,6 +52,8 @@ def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstr
                            limits.max_body_bytes,
                            metrics.latency_observer(route.route) if metrics else None)
         if policy is not None:
+            if policy.mcp_authorization is not None:
+                app = McpAuthorization(app, policy.mcp_authorization, limits.max_body_bytes)
             if policy.transformation is not None:
                 app = HeaderTransformation(app, policy.transformation)
             if policy.rate_limit is not None:

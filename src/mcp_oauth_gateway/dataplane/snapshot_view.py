@@ -44,10 +44,11 @@ def config_dump(snapshot: Snapshot) -> dict[str, object]:
                                 "clientId": policy.mcp.client_id,
                                 "resource": policy.mcp.resource,
                                 "redisUrl": redact(policy.mcp.redis_url)}
-            if policy.authorization is not None:
-                entry["authorization"] = {"action": policy.authorization.action,
-                                          "rules": [e.source for e in
-                                                    policy.authorization.expressions]}
+            for name, rules in (("authorization", policy.authorization),
+                                ("mcpAuthorization", policy.mcp_authorization)):
+                if rules is not None:
+                    entry[name] = {"action": rules.action,
+                                   "rules": [e.source for e in rules.expressions]}
             if policy.rate_limit is not None:
                 entry["rateLimit"] = {"key": policy.rate_limit.key.source,
                                       "capacity": policy.rate_limit.capacity,

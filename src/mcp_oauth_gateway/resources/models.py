@@ -425,9 +425,19 @@ class Traffic(_Model):
     rate_limit: RateLimit | None = None
 
 
+class McpPolicy(_Model):
+    # Evaluated per MCP item with `mcp.tool.name`, `mcp.prompt.name`, `mcp.resource.uri`.
+    authorization: Authorization | None = None
+
+
+class BackendPolicy(_Model):
+    mcp: McpPolicy | None = None
+
+
 class GatewayPolicySpec(_Model):
     target_refs: Annotated[list[PolicyTargetRef], Field(min_length=1, max_length=16)]
     traffic: Traffic
+    backend: BackendPolicy | None = None
 
 
 class GatewayPolicy(_Model):

@@ -1,0 +1,164 @@
+"""MCP tool-level authorization (`spec.backend.mcp.authorization`): rules evaluated per item.
+
+Calls to a denied tool, prompt or resource are answered here and never reach the backend;
+list results (JSON or SSE) lose the items the caller may not use. Only POST carries requests,
+so other methods pass through untouched."""
+
+from __future__ import annotations
+
+import orjson
+
+from ..controlplane.snapshot import CompiledAuthorization
+from .asgi import CLAIMS_KEY, ASGIApp, Message, Receive, Scope, Send, header
+from .authz import decide, request_variables
+from .mcp_messages import (
+    GUARDED,
+    HEADER_MISMATCH,
+    INVALID_REQUEST,
+    LISTS,
+    Ambiguous,
+    HeaderMismatch,
+    McpRequest,
+    denied,
+    filter_result,
+    read_request,
+)
+from .responses import send_error, send_json
+
+_NAME_FIELD = {kind: field for kind, field in GUARDED.values()}
+
+
+class McpAuthorization:
+    """Answers denied calls itself and filters list results item by item."""
+
+    def __init__(self, app: ASGIApp, rules: CompiledAuthorization, max_body_bytes: int):
+        self.app = app
+        self.rules = rules
+        self.max_body_bytes = max_body_bytes
+        self.needs_request = any(e.uses_request for e in rules.expressions)
+
+    def allowed(self, scope: Scope, kind: str, name: str | None) -> bool:
+        """Whether the caller may use the item `name` of `kind` (tool, prompt or resource)."""
+        if name is None:
+            return False
+        activation: dict[str, object] = {"jwt": scope.get(CLAIMS_KEY, {}),
+                                         "mcp": {kind: {_NAME_FIELD[kind]: name}}}
+        if self.needs_request:
+            activation["request"] = request_variables(scope)
+        return decide(self.rules, activation)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                await send_error(send, 413, "request_entity_too_large",
+                                 f"the request body exceeds {self.max_body_bytes} bytes")
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        try:
+            request = read_request(body, header(scope, b"mcp-method"), header(scope, b"mcp-name"))
+        except (HeaderMismatch, Ambiguous) as exc:
+            code = HEADER_MISMATCH if isinstance(exc, HeaderMismatch) else INVALID_REQUEST
+            await send_json(send, 400, {"jsonrpc": "2.0", "id": None, "error": {
+                "code": code, "message": str(exc)}})
+            return
+        if request is not None and request.kind is not None \
+                and not self.allowed(scope, request.kind, request.name):
+            await send_json(send, 200, denied(request))
+            return
+        replay = _replay(body, receive)
+        if request is not None and request.method in LISTS:
+            send = _ListFilter(self, scope, request, send).send
+        await self.app(scope, replay, send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+class _ListFilter:
+    """Rewrites a list response: a JSON body as a whole, an SSE stream event by event."""
+
+    def __init__(self, owner: McpAuthorization, scope: Scope, request: McpRequest, send: Send):
+        self.owner = owner
+        self.scope = scope
+        self.method = request.method
+        self.downstream = send
+        self.start: Message | None = None
+        self.sse = False
+        self.pending = b""
+
+    def _allowed(self, kind: str, name: str) -> bool:
+        return self.owner.allowed(self.scope, kind, name)
+
+    def _filtered(self, data: bytes) -> bytes:
+        try:
+            message = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return data
+        if isinstance(message, dict) and filter_result(message, self.method, self._allowed):
+            return orjson.dumps(message)
+        return data
+
+    def _event(self, event: bytes) -> bytes:
+        lines = event.split(b"\n")
+        data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]
+        if not data:
+            return event
+        filtered = self._filtered(b"\n".join(data))
+        others = [line for line in lines if not line.startswith(b"data:")]
+        return b"\n".join([*others, b"data: " + filtered])
+
+    async def send(self, message: Message) -> None:
+        """Send `message` downstream, with denied list items removed from bodies."""
+        if message["type"] == "http.response.start":
+            content_type = dict(message.get("headers", ())).get(b"content-type", b"")
+            self.sse = content_type.startswith(b"text/event-stream")
+            # The body's length changes when items are dropped.
+            headers = [(k, v) for k, v in message.get("headers", ()) if k != b"content-length"]
+            self.start = {**message, "headers": headers}
+            if self.sse:
+                await self.downstream(self.start)
+            return
+        if message["type"] != "http.response.body":
+            await self.downstream(message)
+            return
+        more = message.get("more_body", False)
+        self.pending += message.get("body", b"")
+        if self.sse:
+            text = self.pending.replace(b"\r\n", b"\n")
+            *events, self.pending = text.split(b"\n\n")
+            out = b"".join(self._event(e) + b"\n\n" for e in events)
+            if not more:
+                out, self.pending = out + self.pending, b""
+            await self.downstream({"type": "http.response.body", "body": out,
+                                   "more_body": more})
+            return
+        if more:
+            return
+        body = self._filtered(self.pending) if self.pending else b""
+        assert self.start is not None
+        await self.downstream({**self.start, "headers": [
+            *self.start["headers"], (b"content-length", str(len(body)).encode())]})
+        await self.downstream({"type": "http.response.body", "body": body, "more_body": False})
