@@ -112,7 +112,8 @@ def use_broker(config: Path) -> Path:
 def _start_stack(flavour: str, example: str, idp_port_in_example: str, logs: Path,
                  tmp: Path, key: tuple[RSAKey, Path], backend: str, broker: bool = False,
                  gateway_args: tuple[str, ...] = (), name: str = "",
-                 policy_extra: str = "") -> Iterator[Stack]:
+                 policy_extra: str = "",
+                 gateway_env: dict[str, str] | None = None) -> Iterator[Stack]:
     gw_port, idp_port = free_port(), free_port()
     backend_port = backend.rsplit(":", 1)[1]
     gateway = f"http://127.0.0.1:{gw_port}"
@@ -134,7 +135,7 @@ def _start_stack(flavour: str, example: str, idp_port_in_example: str, logs: Pat
         name = name or f"gateway-{flavour}{'-broker' if broker else ''}"
         status_port = free_port()
         gw = Process(name, [*gateway_cmd(config), "--status-port", str(status_port),
-                            *gateway_args], logs)
+                            *gateway_args], logs, env=gateway_env)
         wait_for_port(gw_port, gw)
         if flavour == "keycloak":
             issuer, audience = f"http://127.0.0.1:{idp_port}/realms/master", resource
@@ -194,6 +195,31 @@ def stack_tools(logs: Path, tmp_path_factory: pytest.TempPathFactory,
     yield from _start_stack("authentik", "provider-b", "9000", logs,
                             tmp_path_factory.mktemp("stack-tools"), idp_key, backend,
                             name="gateway-tools", policy_extra=TOOL_RULES)
+
+
+@pytest.fixture(scope="session")
+def otlp_receiver(logs: Path) -> Iterator[str]:
+    """Base URL of an OTLP/HTTP receiver that lists what it got at `/spans`."""
+    port = free_port()
+    proc = Process("otlp-receiver", [sys.executable, str(PEERS / "otlp_receiver.py"), str(port)],
+                   logs)
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="session")
+def stack_traced(logs: Path, tmp_path_factory: pytest.TempPathFactory,
+                 idp_key: tuple[RSAKey, Path], backend: str,
+                 otlp_receiver: str) -> Iterator[Stack]:
+    """Provider B with `--tracing otlp`, exporting to the test receiver."""
+    yield from _start_stack("authentik", "provider-b", "9000", logs,
+                            tmp_path_factory.mktemp("stack-traced"), idp_key, backend,
+                            gateway_args=("--tracing", "otlp"), name="gateway-traced",
+                            gateway_env={"OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver,
+                                         "OTEL_BSP_SCHEDULE_DELAY": "100"})
 
 
 @pytest.fixture(scope="session")

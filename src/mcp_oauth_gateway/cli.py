@@ -68,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="on SIGTERM, how long in-flight requests may run (default 30)")
     serve.add_argument("--log-level", default="info",
                        choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--tracing", default="off", choices=["off", "otlp"],
+                       help="otlp: one OpenTelemetry span per request, exported over OTLP/HTTP "
+                            "as set by the OTEL_EXPORTER_OTLP_* variables (needs the otel extra)")
     serve.add_argument("--log-format", default="text", choices=["text", "json"],
                        help="json: one JSON object per line, each request with a request_id "
                             "(the caller's X-Request-Id when well-formed, else a new one; "
@@ -143,6 +146,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from . import logs, server
 
     logs.configure(args.log_level, args.log_format)
+    if args.tracing == "otlp":
+        from .dataplane import tracing
+
+        try:
+            tracing.require()
+        except tracing.TracingUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_INVALID
     snapshot = _load(args.files)
     if not snapshot.ok:
         _print_problems(snapshot)
@@ -174,7 +185,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             args.grace_period, brokers, args.workers, args.log_level,
                             (args.files, args.watch_interval) if args.watch_interval > 0
                             else None, Limits(args.max_header_bytes, args.max_body_bytes),
-                            args.status_port, args.log_format)
+                            args.status_port, args.log_format, args.tracing == "otlp")
     except OSError as exc:
         print(f"error: {exc} (is another process using the port? change the Gateway listener "
               f"port)", file=sys.stderr)

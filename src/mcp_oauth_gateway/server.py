@@ -21,6 +21,7 @@ from .controlplane import ControlPlane, Snapshot
 from .controlplane.watch import ConfigWatcher
 from .dataplane.app import GatewayApp
 from .dataplane.limits import Limits
+from .dataplane.tracing import otlp_tracer
 
 log = logging.getLogger("mcp_oauth_gateway")
 
@@ -65,11 +66,13 @@ def tune_gc() -> None:
 def _run_worker(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarded: bool,
                 grace_period: float, brokers: BrokerRuntime | None,
                 watch: tuple[list[str], float] | None, limits: Limits | None = None,
-                status_port: int | None = None) -> None:
+                status_port: int | None = None, tracing: bool = False) -> None:
     control = ControlPlane(snapshot)
+    # Built here, in the process that serves: the exporter's thread does not survive a fork.
+    tracer = otlp_tracer() if tracing else None
     watcher = ConfigWatcher(watch[0], control, watch[1]) if watch else None
     app = GatewayApp(control, trust_forwarded=trust_forwarded, brokers=brokers,
-                     watcher=watcher, limits=limits, status_port=status_port)
+                     watcher=watcher, limits=limits, status_port=status_port, tracer=tracer)
     config = uvicorn.Config(
         app, loop="uvloop", http="httptools", lifespan="on", access_log=False,
         server_header=False, log_config=None, timeout_graceful_shutdown=grace_period,
@@ -84,18 +87,19 @@ def _run_worker(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarde
 def _worker_main(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarded: bool,
                  grace_period: float, brokers: BrokerRuntime | None,
                  watch: tuple[list[str], float] | None, level: str,
-                 limits: Limits | None, status_port: int | None, log_format: str) -> None:
+                 limits: Limits | None, status_port: int | None, log_format: str,
+                 tracing: bool) -> None:
     # A forked child has no logging thread of its own: start one.
     logs.configure(level, log_format)
     _run_worker(snapshot, sockets, trust_forwarded, grace_period, brokers, watch, limits,
-                status_port)
+                status_port, tracing)
 
 
 def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: float,
           brokers: BrokerRuntime | None = None, workers: int = 1,
           log_level: str = "info", watch: tuple[list[str], float] | None = None,
           limits: Limits | None = None, status_port: int | None = None,
-          log_format: str = "text") -> int:
+          log_format: str = "text", tracing: bool = False) -> int:
     """Serve until SIGTERM/SIGINT; in-flight requests get `grace_period` seconds to finish.
 
     With `workers` > 1, that many processes accept on the same listening sockets."""
@@ -108,14 +112,14 @@ def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: fl
         log.info("listening on http://%s:%d", address[0], address[1])
     if workers <= 1:
         _run_worker(snapshot, sockets, trust_forwarded, grace_period, brokers, watch, limits,
-                    status_port)
+                    status_port, tracing)
         log.info("stopped")
         return 0
     context = multiprocessing.get_context("fork")
     children = [context.Process(target=_worker_main, name=f"worker-{i}",
                                 args=(snapshot, sockets, trust_forwarded, grace_period,
                                       brokers, watch, log_level, limits, status_port,
-                                      log_format))
+                                      log_format, tracing))
                 for i in range(workers)]
     for child in children:
         child.start()

@@ -91,3 +91,28 @@ def test_json_logs_carry_a_request_id_end_to_end(stack_json):
     log_text = stack_json.process.log()
     assert expired not in log_text
     assert "x" * 200 not in log_text
+
+
+def test_tracing_continues_the_callers_trace_and_hands_it_to_the_backend(stack_traced,
+                                                                         otlp_receiver):
+    trace_id, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    response = httpx.post(stack_traced.mcp, json=INIT, headers={
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {stack_traced.token()}",
+        "traceparent": f"00-{trace_id}-{caller_span}-01"})
+    assert response.status_code == 200
+
+    def gateway_span():
+        spans = httpx.get(f"{otlp_receiver}/spans").json()
+        return next((s for s in spans if s["trace_id"] == trace_id), None)
+
+    wait_until(lambda: gateway_span() is not None, what="the gateway's span at the receiver")
+    span = gateway_span()
+    assert span["service"] == "mcp-oauth-gateway"
+    assert span["parent_span_id"] == caller_span
+    assert span["attributes"]["http.response.status_code"] == 200
+    assert span["attributes"]["http.route"] == "default/mcp"
+    forwarded = [dict(r["headers"]).get("traceparent")
+                 for r in httpx.get(f"http://{stack_traced.backend}/debug/requests").json()]
+    # The backend's parent is the gateway's span, not the caller's.
+    assert f"00-{trace_id}-{span['span_id']}-01" in forwarded

@@ -24,6 +24,7 @@ from .pipeline import build_tables
 from .responses import send_error, send_json
 from .routing import RouteTable
 from .snapshot_view import config_dump
+from .tracing import RequestTracing
 
 log = logging.getLogger("mcp_oauth_gateway")
 # Ids from callers are kept only when short and plain, so they cannot forge log structure.
@@ -36,7 +37,7 @@ class GatewayApp:
     def __init__(self, control: ControlPlane, trust_forwarded: bool = False,
                  upstream: Upstream | None = None, brokers: BrokerRuntime | None = None,
                  watcher: ConfigWatcher | None = None, limits: Limits | None = None,
-                 status_port: int | None = None):
+                 status_port: int | None = None, tracer: object | None = None):
         self.control = control
         self.trust_forwarded = trust_forwarded
         self.upstream = upstream or RawUpstream()
@@ -49,6 +50,7 @@ class GatewayApp:
         self.status_port = status_port
         # Metrics are collected only when there is an admin listener to read them from.
         self.metrics = Metrics() if status_port is not None else None
+        self.tracing = RequestTracing(tracer) if tracer is not None else None
         self.tables: dict[int, RouteTable] = {}
         control.subscribe(self._install)
 
@@ -145,6 +147,9 @@ class GatewayApp:
         route = "-"
 
         request_id = self._assign_request_id(scope) if self.request_ids else None
+        tracing = self.tracing
+        admin = (scope.get("server") or (None, None))[1] == self.status_port
+        span = tracing.start(scope) if tracing is not None and not admin else None
 
         async def send_logged(message: Message) -> None:
             nonlocal status
@@ -190,3 +195,5 @@ class GatewayApp:
                                    time.perf_counter() - started, sub, request_id)
             if self.metrics is not None and route != "admin":
                 self.metrics.request(route, status)
+            if span is not None and tracing is not None:
+                tracing.end(span, status, route)
