@@ -120,3 +120,11 @@ async def test_a_denied_call_is_answered_without_the_backend():
     app = _stage(b"must not be sent", b"application/json")
     response = await _post(app, body("tools/call", name="rm"))
     assert response.json()["error"]["message"] == "Unknown tool: rm"
+
+
+async def test_sse_events_without_denied_items_pass_byte_for_byte():
+    # Multi-line data and a comment: rebuilt events would change them.
+    stream = b": keep-alive\nid: 4\ndata: {\"jsonrpc\": \"2.0\",\ndata:  \"id\": 1}\n\n"
+    app = _stage(stream, b"text/event-stream", chunks=3)
+    response = await _post(app, body("tools/list"))
+    assert response.content == stream

@@ -126,7 +126,10 @@ class _ListFilter:
         data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]
         if not data:
             return event
-        filtered = self._filtered(b"\n".join(data))
+        joined = b"\n".join(data)
+        filtered = self._filtered(joined)
+        if filtered is joined:
+            return event  # nothing removed: the event passes byte for byte
         others = [line for line in lines if not line.startswith(b"data:")]
         return b"\n".join([*others, b"data: " + filtered])
 
