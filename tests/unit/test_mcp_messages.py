@@ -128,3 +128,18 @@ async def test_sse_events_without_denied_items_pass_byte_for_byte():
     app = _stage(stream, b"text/event-stream", chunks=3)
     response = await _post(app, body("tools/list"))
     assert response.content == stream
+
+
+def test_decisions_are_remembered_per_token_and_item():
+    from mcp_oauth_gateway.dataplane.asgi import CLAIMS_KEY, TOKEN_KEY
+
+    stage = _stage(b"", b"application/json")
+    evaluated: list[str] = []
+    decide = stage._decide
+    stage._decide = lambda scope, kind, name: evaluated.append(name) or decide(scope, kind, name)
+    scope = {"method": "POST", "path": "/mcp", "headers": [], TOKEN_KEY: "t1", CLAIMS_KEY: {}}
+    assert [stage.allowed(scope, "tool", n) for n in ("echo", "rm", "echo", "rm")] == \
+        [True, False, True, False]
+    assert evaluated == ["echo", "rm"]
+    assert stage.allowed({**scope, TOKEN_KEY: "t2"}, "tool", "echo")
+    assert evaluated == ["echo", "rm", "echo"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import orjson
 
 from ..controlplane.snapshot import CompiledAuthorization
-from .asgi import CLAIMS_KEY, ASGIApp, Message, Receive, Scope, Send, header
-from .authz import decide, request_variables
+from .asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Message, Receive, Scope, Send, header
+from .authz import DECISION_CACHE, decide, request_variables
 from .mcp_messages import (
     GUARDED,
     HEADER_MISMATCH,
@@ -36,11 +36,29 @@ class McpAuthorization:
         self.rules = rules
         self.max_body_bytes = max_body_bytes
         self.needs_request = any(e.uses_request for e in rules.expressions)
+        # Rules over the token and the item alone answer the same for the token's whole life,
+        # so a session's lists and calls evaluate each item once.
+        self._decisions: dict[tuple[str, str, str], bool] | None = \
+            None if self.needs_request else {}
 
     def allowed(self, scope: Scope, kind: str, name: str | None) -> bool:
         """Whether the caller may use the item `name` of `kind` (tool, prompt or resource)."""
         if name is None:
             return False
+        cache = self._decisions
+        token = scope.get(TOKEN_KEY)
+        if cache is not None and token is not None:
+            key = (token, kind, name)
+            hit = cache.get(key)
+            if hit is None:
+                hit = self._decide(scope, kind, name)
+                if len(cache) >= DECISION_CACHE:
+                    del cache[next(iter(cache))]
+                cache[key] = hit
+            return hit
+        return self._decide(scope, kind, name)
+
+    def _decide(self, scope: Scope, kind: str, name: str) -> bool:
         activation: dict[str, object] = {"jwt": scope.get(CLAIMS_KEY, {}),
                                          "mcp": {kind: {_NAME_FIELD[kind]: name}}}
         if self.needs_request:
