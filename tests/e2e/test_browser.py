@@ -15,7 +15,7 @@ from playwright.async_api import async_playwright
 
 from support import ROOT, free_port
 
-from .test_demo import start_demo, stop
+from .test_demo import running_demo
 
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
@@ -59,12 +59,8 @@ class CallbackServer:
 @pytest.fixture
 def demo(tmp_path):
     assert shutil.which("chromium"), "chromium is required: `make test` installs it"
-    running = start_demo(tmp_path / "demo")
-    try:
+    with running_demo(tmp_path / "demo") as running:
         yield running
-    finally:
-        if running.process.poll() is None:
-            stop(running)
 
 
 async def test_browser_sign_in_through_the_demo(demo):

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,17 @@ def start_demo(directory: Path, flavour: str = "authentik",
     return RunningDemo(process, url.group(1), password.group(1), directory, lines, ports)
 
 
+@contextmanager
+def running_demo(directory: Path) -> Iterator[RunningDemo]:
+    """A demo for the duration of the block, stopped afterwards if still running."""
+    running = start_demo(directory)
+    try:
+        yield running
+    finally:
+        if running.process.poll() is None:
+            stop(running)
+
+
 def stop(demo: RunningDemo) -> int:
     demo.process.send_signal(signal.SIGINT)
     code = demo.process.wait(30)
@@ -60,12 +72,8 @@ def py_client(url: str, user: str, password: str) -> dict:
 
 @pytest.fixture
 def demo(tmp_path) -> Iterator[RunningDemo]:
-    running = start_demo(tmp_path / "demo")
-    try:
+    with running_demo(tmp_path / "demo") as running:
         yield running
-    finally:
-        if running.process.poll() is None:
-            stop(running)
 
 
 def children_alive(directory: Path) -> list[str]:

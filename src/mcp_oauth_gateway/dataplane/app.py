@@ -146,9 +146,10 @@ class GatewayApp:
         status = 0
         route = "-"
 
+        port = (scope.get("server") or (None, None))[1]
+        admin = port is not None and port == self.status_port
         request_id = self._assign_request_id(scope) if self.request_ids else None
         tracing = self.tracing
-        admin = (scope.get("server") or (None, None))[1] == self.status_port
         span = tracing.start(scope) if tracing is not None and not admin else None
 
         async def send_logged(message: Message) -> None:
@@ -161,8 +162,7 @@ class GatewayApp:
             await send(message)
 
         try:
-            port = (scope.get("server") or (None, None))[1]
-            if port is not None and port == self.status_port:
+            if admin:
                 route = "admin"
                 await self._admin(scope, send_logged)
                 return

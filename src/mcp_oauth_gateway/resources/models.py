@@ -311,16 +311,18 @@ class ResourceMetadata(_Model):
 PROVIDER_ALIASES = {"ProviderB": "ProviderB", "Authentik": "ProviderB", "Keycloak": "Keycloak"}
 
 
+def _redis_url(value: str) -> str:
+    if urlsplit(value).scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"{value!r} is not a redis:// or rediss:// URL")
+    return value
+
+
+RedisUrl = Annotated[str, AfterValidator(_redis_url)]
+
+
 class BrokerSettings(_Model):
     # Shared state for several replicas; MCP_OAUTH_GATEWAY_REDIS_URL also sets it.
-    redis_url: str | None = None
-
-    @field_validator("redis_url")
-    @classmethod
-    def _redis(cls, value: str | None) -> str | None:
-        if value is not None and urlsplit(value).scheme not in ("redis", "rediss", "unix"):
-            raise ValueError(f"{value!r} is not a redis:// or rediss:// URL")
-        return value
+    redis_url: RedisUrl | None = None
 
 
 class McpAuthentication(_Model):
@@ -401,20 +403,13 @@ class RateLimit(_Model):
     requests: Annotated[int, Field(ge=1)]
     window: Duration = "1m"
     # Shared across replicas through Redis (token bucket, atomic); in process when unset.
-    redis_url: str | None = None
+    redis_url: RedisUrl | None = None
 
     @field_validator("window")
     @classmethod
     def _window(cls, value: str) -> str:
         if parse_duration(value) <= 0:
             raise ValueError("window must be longer than 0")
-        return value
-
-    @field_validator("redis_url")
-    @classmethod
-    def _redis(cls, value: str | None) -> str | None:
-        if value is not None and urlsplit(value).scheme not in ("redis", "rediss", "unix"):
-            raise ValueError(f"{value!r} is not a redis:// or rediss:// URL")
         return value
 
 
