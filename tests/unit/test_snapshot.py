@@ -117,3 +117,16 @@ def test_tool_rules_are_compiled_at_load_with_the_mcp_variable(tmp_path):
     good = build(tmp_path, BASE + policy() + block.replace(", 'mcp.tool.name =='", ""))
     compiled = good.policies[0]
     assert conditions(compiled)["Accepted"][0] is True, conditions(compiled)
+
+
+def test_redis_urls_must_name_redis(tmp_path):
+    rate = ("    rateLimit: {key: 'jwt.sub', requests: 5, window: 1m, "
+            "redisUrl: 'http://cache:6379'}\n    authorization:\n")
+    broker = "        provider: ProviderB\n        broker: {redisUrl: 'memcached://x'}\n"
+    text = BASE + policy().replace("    authorization:\n", rate, 1).replace(
+        "        provider: ProviderB\n", broker, 1)
+    errors = load_paths([write(tmp_path, text)]).errors
+    assert any("rateLimit.redisUrl" in e and "'http://cache:6379' is not a redis://" in e
+               for e in errors), errors
+    assert any("broker.redisUrl" in e and "'memcached://x' is not a redis://" in e
+               for e in errors), errors
