@@ -110,7 +110,9 @@ def test_keycloak_create_and_duplicate_answers(kc):
 
 
 def test_keycloak_admin_auth_errors():
-    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="pw", access_token_ttl=1))
+    # Token times are whole seconds (as in Keycloak), so a 1 s token can already be expired
+    # when first used; 3 s leaves room, and the wait below is for the token's own `exp`.
+    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="pw", access_token_ttl=3))
     with make(app, KC) as http:
         assert http.get("/admin/realms/master/groups").json() == {"error": "HTTP 401 Unauthorized"}
         token = http.post("/realms/master/protocol/openid-connect/token", data={
@@ -118,7 +120,7 @@ def test_keycloak_admin_auth_errors():
             "password": "pw"}).json()["access_token"]
         auth = {"Authorization": f"Bearer {token}"}
         assert http.get("/admin/realms/master/groups", headers=auth).status_code == 200
-        time.sleep(1.2)  # let the 1 s token expire
+        time.sleep(max(0.0, unverified_claims(token)["exp"] - time.time()) + 0.2)
         expired = http.get("/admin/realms/master/groups", headers=auth)
         assert expired.status_code == 401
         wrong = http.post("/realms/master/protocol/openid-connect/token", data={
