@@ -36,6 +36,9 @@ class BrokerRuntime:
         return self._stores[key]
 
     async def close(self) -> None:
-        """Close every store."""
-        for store in self._stores.values():
-            await store.close()
+        """Close every store and the client metadata documents' session."""
+        try:
+            for store in self._stores.values():
+                await store.close()
+        finally:
+            await self.documents.close()
