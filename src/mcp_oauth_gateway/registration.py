@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 import orjson
 
 from .providers.base import RegistrationError
-
-_FORBIDDEN_SCHEMES = frozenset({"javascript", "data", "file", "vbscript", "about", "blob"})
+from .urls import InvalidUri, parse_redirect_uri
 
 
 def validate_redirect_uri(uri: object) -> str | None:
-    """Why `uri` is not an acceptable absolute redirect URI, or None when it is."""
-    if not isinstance(uri, str) or not uri:
-        return "redirect_uris entries must be non-empty strings"
-    parts = urlsplit(uri)
-    if not parts.scheme:
-        return f"redirect URI {uri!r} is not an absolute URL"
-    if parts.scheme.lower() in _FORBIDDEN_SCHEMES:
-        return f"redirect URI {uri!r} uses the forbidden scheme {parts.scheme}:"
-    if parts.scheme.lower() in ("http", "https") and not parts.hostname:
-        return f"redirect URI {uri!r} has no host"
-    if parts.fragment:
-        return f"redirect URI {uri!r} must not contain a fragment"
+    """Why `uri` is not an acceptable redirect URI, or None when it is (see `urls`)."""
+    try:
+        parse_redirect_uri(uri)
+    except InvalidUri as exc:
+        return str(exc)
     return None
 
 

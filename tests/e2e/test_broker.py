@@ -184,7 +184,8 @@ def test_consent_from_another_browser_is_refused(broker_b):
         request_id = page.text.split('name="request" value="')[1].split('"')[0]
     # The attacker replays the consent form without the victim's browser cookie.
     forged = httpx.post(f"{broker_b.gateway}/mcp/oauth/authorize",
-                        data={"request": request_id, "decision": "allow"})
+                        data={"request": request_id, "decision": "allow"},
+                        headers={"Origin": broker_b.gateway})
     assert forged.status_code == 400
     assert "not given in the browser" in forged.json()["error_description"]
 
@@ -244,7 +245,8 @@ def test_provider_iss_mismatch_on_callback_is_refused(broker_b):
         page = browser.get(authorize_url(broker_b, client_id))
         request_id = page.text.split('name="request" value="')[1].split('"')[0]
         to_idp = browser.post(f"{broker_b.gateway}/mcp/oauth/authorize",
-                              data={"request": request_id, "decision": "allow"})
+                              data={"request": request_id, "decision": "allow"},
+                              headers={"Origin": broker_b.gateway})
     upstream_state = parse_qs(urlsplit(to_idp.headers["location"]).query)["state"][0]
     mixed_up = httpx.get(f"{broker_b.gateway}/mcp/oauth/callback", params={
         "code": "x", "state": upstream_state, "iss": "https://attacker.example/"})

@@ -52,7 +52,8 @@ async def test_sign_in_started_on_one_replica_finishes_on_the_other(replicas):
         assert consent.status_code == 200, consent.text
         request_id = consent.text.split('name="request" value="')[1].split('"')[0]
         to_idp = browser.post(f"{b.gateway}/mcp/oauth/authorize",
-                              data={"request": request_id, "decision": "allow"})
+                              data={"request": request_id, "decision": "allow"},
+                              headers={"Origin": b.gateway})
         assert to_idp.status_code == 302, to_idp.text
     provider_callback = f"{b.gateway}/mcp/oauth/callback"
     answer = await sign_in(to_idp.headers["location"], "alice", "x", provider_callback)

@@ -70,6 +70,12 @@ provider.use(async (ctx, next) => {
   if (ctx.method === 'GET' && ctx.path.startsWith(routes.authorization) && !ctx.query.scope) {
     ctx.query = { ...ctx.query, scope: 'openid profile' };
   }
+  // Keycloak and authentik grant offline_access without prompt=consent; oidc-provider drops it
+  // unless asked for consent, so ask on the client's behalf.
+  if (ctx.method === 'GET' && ctx.path.startsWith(routes.authorization)
+      && (ctx.query.scope ?? '').split(' ').includes('offline_access') && !ctx.query.prompt) {
+    ctx.query = { ...ctx.query, prompt: 'consent' };
+  }
   await next();
 });
 const app = express();

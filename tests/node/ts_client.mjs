@@ -60,9 +60,13 @@ async function login(start, user) {
     if (request) form = { request, decision: 'allow' };  // the gateway's consent page (broker)
     else if (html.includes('value="login"')) form = { prompt: 'login', login: user, password };
     else form = { prompt: 'consent' };
-    res = await fetch(new URL(action, next), {
+    const target = new URL(action, next);
+    // What a browser sends with a same-origin form post.
+    const sameOrigin = target.origin === new URL(next).origin ? { origin: target.origin } : {};
+    res = await fetch(target, {
       method: 'POST', redirect: 'manual', body: new URLSearchParams(form),
-      headers: { cookie: cookieHeader(), 'content-type': 'application/x-www-form-urlencoded' },
+      headers: { cookie: cookieHeader(), 'content-type': 'application/x-www-form-urlencoded',
+                 ...sameOrigin },
     });
     remember(res);
     next = new URL(res.headers.get('location'), next).toString();

@@ -38,7 +38,12 @@ async def sign_in(url: str, user: str, password: str, callback: str,
                 form = {"prompt": "login", "login": user, "password": password}
             else:
                 form = {"prompt": "consent"}
-            response = await browser.post(urljoin(url, action.group(1)), data=form)
+            target = urljoin(url, action.group(1))
+            # What a browser sends with a same-origin form post (the pages' Referrer-Policy
+            # is same-origin, so the real origin, not "null").
+            page_origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))
+            headers = {"Origin": page_origin} if target.startswith(page_origin + "/") else {}
+            response = await browser.post(target, data=form, headers=headers)
             if response.status_code not in (301, 302, 303, 307):
                 raise RuntimeError(f"form on {url} answered HTTP {response.status_code}: "
                                    f"{response.text[:300]}")

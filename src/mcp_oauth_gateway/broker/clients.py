@@ -8,22 +8,22 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import ipaddress
-import socket
+import secrets
 import time
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from ..registration import validate_redirect_uri
+from ..urls import InvalidUri, hostname_of, parse_document_url
+from .addresses import AddressRefused, CheckedResolver, Lookup, checked_literal
 
 DCR_PREFIX = "mcpgw."
 CIMD_MAX_BYTES = 64 * 1024
 CIMD_TIMEOUT = 5.0
 CIMD_CACHE = 300.0
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,10 @@ def _sign(secret: bytes, body: str) -> str:
 
 def issue_client_id(secret: bytes, name: str, redirect_uris: list[str]) -> str:
     """A client id that carries (and signs) the client's name and redirect URIs."""
-    body = _b64(orjson.dumps({"n": name[:100], "r": redirect_uris, "t": int(time.time())}))
+    # A random part makes every registration its own client (RFC 7591 §3.2.1: unique ids), so
+    # what is bound to a client id (codes, refresh tokens) is bound to that registration.
+    body = _b64(orjson.dumps({"n": name[:100], "r": redirect_uris, "t": int(time.time()),
+                              "i": secrets.token_urlsafe(9)}))
     return f"{DCR_PREFIX}{body}.{_sign(secret, body)}"
 
 
@@ -76,63 +79,54 @@ def read_client_id(secret: bytes, client_id: str) -> BrokerClient | None:
                         redirect_uris=tuple(record.get("r") or ()), kind="dcr")
 
 
-def is_loopback_redirect(uri: str) -> bool:
-    """An http loopback redirect (RFC 8252 §7.3: any port allowed at request time)."""
-    parts = urlsplit(uri)
-    return parts.scheme == "http" and (parts.hostname or "") in LOOPBACK_HOSTS | {"::1"}
-
-
-def redirect_matches(registered: tuple[str, ...], requested: str) -> bool:
-    """Exact match, except that loopback redirects may change port (RFC 8252)."""
-    if requested in registered:
-        return True
-    if not is_loopback_redirect(requested):
-        return False
-    wanted = urlsplit(requested)
-    for uri in registered:
-        have = urlsplit(uri)
-        if is_loopback_redirect(uri) and have.hostname == wanted.hostname and \
-                have.path == wanted.path and have.query == wanted.query:
-            return True
-    return False
-
-
-def _public(address: str) -> bool:
-    ip = ipaddress.ip_address(address)
-    return not (ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_reserved or
-                ip.is_multicast or ip.is_unspecified)
-
-
 class MetadataDocuments:
-    """Fetches and caches Client ID Metadata Documents, refusing private addresses."""
+    """Fetches and caches Client ID Metadata Documents, refusing private addresses.
 
-    def __init__(self, allow_private: bool):
+    Documents are fetched through a session of its own whose resolver checks every address it
+    connects to (addresses.CheckedResolver), so the address checked is the address connected
+    to. `lookup` replaces DNS in tests.
+    """
+
+    def __init__(self, allow_private: bool, lookup: Lookup | None = None):
         self.allow_private = allow_private
         self._cache: dict[str, tuple[float, BrokerClient]] = {}
+        self._resolver = CheckedResolver(allow_private, lookup)
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def resolve(self, url: str, session: aiohttp.ClientSession | None) -> BrokerClient:
-        """Fetch and validate the document whose URL is the client id."""
+    async def resolve(self, url: str) -> BrokerClient:
+        """Fetch and validate the document whose URL is the client id (with this object's own
+        session: a shared one would resolve the host again and connect wherever that points)."""
         cached = self._cache.get(url)
         if cached and cached[0] > time.monotonic():
             return cached[1]
-        parts = urlsplit(url)
-        local = self.allow_private and parts.scheme == "http"
-        if (parts.scheme != "https" and not local) or not parts.hostname or \
-                parts.path in ("", "/") or parts.fragment or parts.username:
-            raise ClientError("invalid_client", f"client_id {url!r} is not a valid client "
-                              "metadata document URL (https, with a path, no fragment)")
-        await self._check_address(parts.hostname, parts.port or (443 if parts.scheme ==
-                                                                   "https" else 80))
-        if session is None:
-            raise ClientError("invalid_client", "client metadata cannot be fetched right now")
         try:
+            href = parse_document_url(url, allow_http=self.allow_private)
+        except InvalidUri as exc:
+            raise ClientError("invalid_client", str(exc)) from exc
+        try:
+            # aiohttp is handed this very URL object, so the host checked below is the host it
+            # connects to; it must also be the host a browser would read.
+            target = URL(href, encoded=True)
+        except ValueError as exc:
+            raise ClientError("invalid_client", f"client_id {url!r} is not a valid URL") from exc
+        if f"{target.scheme}:" != href.partition(":")[0] + ":" or not target.raw_host or \
+                target.user is not None or target.raw_host.strip("[]") != \
+                hostname_of(href).strip("[]"):
+            raise ClientError("invalid_client", f"client_id {url!r} is read differently by "
+                              "URL parsers; write it plainly (https, a host, a path)")
+        try:
+            # aiohttp never asks its resolver about literal IPs, so they are checked here.
+            checked_literal(target.raw_host, self.allow_private)
             async with asyncio.timeout(CIMD_TIMEOUT):
-                async with session.get(url, allow_redirects=False,
-                                       headers={"Accept": "application/json"}) as response:
+                async with self._client().get(target, allow_redirects=False,
+                                              headers={"Accept": "application/json"}) as response:
                     if response.status != 200:
                         raise ClientError("invalid_client", f"client metadata document {url} "
                                           f"answered HTTP {response.status}")
                     body = await response.content.read(CIMD_MAX_BYTES + 1)
+        except AddressRefused as exc:
+            raise ClientError("invalid_client", f"client metadata host {exc}; refused") from exc
         except TimeoutError as exc:
             raise ClientError("invalid_client", f"client metadata document {url} did not "
                               f"answer within {CIMD_TIMEOUT:g}s") from exc
@@ -146,19 +140,28 @@ class MetadataDocuments:
         self._cache[url] = (time.monotonic() + CIMD_CACHE, client)
         return client
 
-    async def _check_address(self, host: str, port: int) -> None:
-        if self.allow_private:
-            return
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(host, port,
-                                                                 type=socket.SOCK_STREAM)
-        except OSError as exc:
-            raise ClientError("invalid_client", f"client metadata host {host} does not "
-                              f"resolve: {exc}") from exc
-        for info in infos:
-            if not _public(str(info[4][0])):
-                raise ClientError("invalid_client", f"client metadata host {host} resolves to "
-                                  f"the non-public address {info[4][0]}; refused")
+    def _client(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
+            # A session belongs to the loop it was made in; a new loop (tests, a restarted
+            # app) needs a new one.
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(resolver=self._resolver, use_dns_cache=False,
+                                               limit=16),
+                cookie_jar=aiohttp.DummyCookieJar(),
+                # No proxy from the environment: a proxy would resolve the host itself,
+                # past the check.
+                trust_env=False,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=CIMD_TIMEOUT))
+            self._loop = loop
+        return self._session
+
+    async def close(self) -> None:
+        """Close the session documents are fetched with."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        await self._resolver.close()
 
     @staticmethod
     def _validate(url: str, body: bytes) -> BrokerClient:

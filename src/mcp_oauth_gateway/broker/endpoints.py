@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, urlencode
 
 import aiohttp
 import orjson
@@ -34,6 +34,7 @@ from ..dataplane.origin import request_origin
 from ..dataplane.responses import send_error, send_json
 from ..providers import RegistrationError
 from ..registration import parse_registration
+from ..urls import InvalidUri, navigable, parse_redirect_uri, redirect_matches, with_query
 from . import pages
 from .clients import (
     BrokerClient,
@@ -41,8 +42,8 @@ from .clients import (
     MetadataDocuments,
     issue_client_id,
     read_client_id,
-    redirect_matches,
 )
+from .refresh import RefreshReused, RefreshTokens
 from .store import BrokerStore
 
 log = logging.getLogger("mcp_oauth_gateway.broker")
@@ -54,9 +55,27 @@ MAX_FORM = 16 * 1024
 UPSTREAM_TIMEOUT = 15.0
 
 
+class RepeatedParameter(ValueError):
+    """RFC 6749 §3.1: a request parameter appears more than once."""
+
+
+def single_params(text: str) -> dict[str, str]:
+    """Query or form parameters; a repeated one is refused rather than resolved, since the
+    gateway and the provider could pick different copies."""
+    pairs = parse_qsl(text, keep_blank_values=True)
+    params = dict(pairs)
+    if len(params) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise RepeatedParameter(f"the parameter {name[:40]!r} appears more than once; "
+                                        "send each parameter once (RFC 6749 §3.1)")
+            seen.add(name)
+    return params
+
+
 def _query(scope: Scope) -> dict[str, str]:
-    return dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"),
-                          keep_blank_values=True))
+    return single_params(scope.get("query_string", b"").decode("latin-1"))
 
 
 def _cookies(scope: Scope) -> dict[str, str]:
@@ -69,10 +88,6 @@ def _cookies(scope: Scope) -> dict[str, str]:
     except Exception:  # a malformed Cookie header is treated as no cookies
         return {}
     return {name: morsel.value for name, morsel in jar.items()}
-
-
-def _with_query(uri: str, params: dict[str, str]) -> str:
-    return uri + ("&" if urlsplit(uri).query else "?") + urlencode(params)
 
 
 async def _redirect(send: Send, location: str, headers: Headers = ()) -> None:
@@ -91,6 +106,7 @@ class Broker:
         self.mcp = mcp
         self.discovery = discovery
         self.store = store
+        self.refresh = RefreshTokens(store)
         self.documents = documents
         self.session = session
         self.trust_forwarded = trust_forwarded
@@ -100,14 +116,17 @@ class Broker:
         self.scopes = " ".join(mcp.scopes_supported)
 
     def routes(self) -> dict[str, Callable[[Scope, Receive, Send], Any]]:
-        """Path → handler for the paths the broker answers."""
+        """Path → handler for what MCP clients call (the route's CORS applies)."""
         return {
             self.mcp.asm_path: self.metadata,
             self.mcp.registration_path: self.register,
-            self.authorize_path: self.authorize,
-            self.callback_path: self.callback,
             self.token_path: self.token,
         }
+
+    def pages(self) -> dict[str, Callable[[Scope, Receive, Send], Any]]:
+        """Path → handler for the browser pages, which no CORS setting may expose to scripts
+        of other sites."""
+        return {self.authorize_path: self.authorize, self.callback_path: self.callback}
 
     # --- helpers --------------------------------------------------------------------------
 
@@ -142,17 +161,18 @@ class Broker:
         if client is not None:
             return client
         if client_id.startswith(("https://", "http://")):
-            return await self.documents.resolve(client_id, self.session())
+            return await self.documents.resolve(client_id)
         raise ClientError("invalid_client", f"client_id {client_id[:80]!r} is not registered "
                           "with this gateway (register through the registration_endpoint or "
                           "use a client metadata document URL)")
 
-    async def _error_to_client(self, send: Send, scope: Scope, redirect_uri: str, state: str |
+    async def _error_to_client(self, send: Send, scope: Scope, redirect_href: str, state: str |
                                None, error: str, description: str) -> None:
+        """An OAuth error sent back to the client, only ever to a redirect URI that matched."""
         params = {"error": error, "error_description": description, "iss": self._issuer(scope)}
         if state is not None:
             params["state"] = state
-        await _redirect(send, _with_query(redirect_uri, params))
+        await _redirect(send, with_query(redirect_href, urlencode(params)))
 
     def _consent_digest(self, client_id: str) -> str:
         return hashlib.sha256(client_id.encode()).hexdigest()[:16]
@@ -234,27 +254,33 @@ class Broker:
         if scope["method"] not in ("GET", "HEAD"):
             await send_error(send, 405, "invalid_request", "use GET", [(b"allow", b"GET, POST")])
             return
-        params = _query(scope)
+        # Until the redirect URI is known to be the client's, every error is answered here,
+        # never redirected: a redirect to an unchecked URI is how codes and errors leak.
         try:
+            params = _query(scope)
             client = await self._client(params.get("client_id", ""))
-        except ClientError as exc:
-            await send_error(send, 400, exc.error, exc.description)
+            requested = parse_redirect_uri(params.get("redirect_uri", ""))
+        except (RepeatedParameter, InvalidUri) as exc:
+            await pages.send_error_page(scope, send, 400, "invalid_request", str(exc))
             return
-        redirect_uri = params.get("redirect_uri", "")
-        if not redirect_matches(client.redirect_uris, redirect_uri):
-            await send_error(send, 400, "invalid_request",
-                             f"redirect_uri {redirect_uri!r} is not registered for this client "
-                             f"(registered: {list(client.redirect_uris)})")
+        except ClientError as exc:
+            await pages.send_error_page(scope, send, 400, exc.error, exc.description)
+            return
+        if not redirect_matches(client.redirect_uris, requested):
+            await pages.send_error_page(
+                scope, send, 400, "invalid_request",
+                f"redirect_uri {requested.href!r} is not registered for this client "
+                f"(registered: {list(client.redirect_uris)})")
             return
         state = params.get("state")
         if params.get("response_type") != "code":
-            await self._error_to_client(send, scope, redirect_uri, state,
+            await self._error_to_client(send, scope, requested.href, state,
                                         "unsupported_response_type",
                                         "only response_type=code is supported")
             return
         challenge = params.get("code_challenge", "")
         if params.get("code_challenge_method") != "S256" or not 43 <= len(challenge) <= 128:
-            await self._error_to_client(send, scope, redirect_uri, state, "invalid_request",
+            await self._error_to_client(send, scope, requested.href, state, "invalid_request",
                                         "PKCE is required: code_challenge with "
                                         "code_challenge_method=S256")
             return
@@ -263,8 +289,11 @@ class Broker:
         secret = await self.store.secret()
         browser = cookies.get(browser_name) or secrets.token_urlsafe(24)
         request_id = secrets.token_urlsafe(24)
+        # `redirect_uri` as the client sent it (the token request must repeat it exactly),
+        # `redirect_href` as a browser reads it (where the user is sent back).
         pending = {"client_id": client.client_id, "client_name": client.name,
-                   "redirect_uri": redirect_uri, "state": state, "challenge": challenge,
+                   "redirect_uri": params["redirect_uri"], "redirect_href": requested.href,
+                   "state": state, "challenge": challenge,
                    "scope": params.get("scope") or self.scopes,
                    "resource": params.get("resource") or self.mcp.resource,
                    "browser": browser}
@@ -281,27 +310,57 @@ class Broker:
         except FetchError:
             authorize_at = None
         await pages.send_consent(send, action=self.authorize_path, request_id=request_id,
-                                 client=client, redirect_uri=redirect_uri,
+                                 client=client, redirect_href=requested.href,
                                  scopes=pending["scope"].split(), cookie=cookie,
-                                 provider_authorize=authorize_at
-                                 if isinstance(authorize_at, str) else None)
+                                 provider_authorize=navigable(authorize_at))
+
+    def _cross_origin(self, scope: Scope) -> str | None:
+        """Why a consent POST did not come from the gateway's own page, or None."""
+        origin = header(scope, b"origin")
+        own = self._origin(scope)
+        if origin is None:
+            # Browsers that send no Origin still send Fetch Metadata, which pages cannot forge.
+            if header(scope, b"sec-fetch-site") == b"same-origin":
+                return None
+            return ("the consent form must be posted from the gateway's own page (no Origin "
+                    "header and no Sec-Fetch-Site: same-origin)")
+        if origin.decode("latin-1") == own:
+            return None
+        hint = ""
+        if origin.decode("latin-1").partition("://")[2] == own.partition("://")[2]:
+            hint = ("; if a proxy in front of the gateway terminates TLS, start the gateway with "
+                    "--trust-forwarded-headers")
+        return (f"the consent form was posted from {origin.decode('latin-1')[:100]!r}, not from "
+                f"the gateway's own origin {own!r}{hint}")
 
     async def _consent(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Checked before anything is read or consumed: another site's form must not be able to
+        # answer (or use up) a pending sign-in.
+        foreign = self._cross_origin(scope)
+        if foreign is not None:
+            await pages.send_error_page(scope, send, 403, "access_denied", foreign)
+            return
         raw = await read_body(receive, MAX_FORM)
-        form = dict(parse_qsl((raw or b"").decode("utf-8", "replace")))
+        try:
+            form = single_params((raw or b"").decode("utf-8", "replace"))
+        except RepeatedParameter as exc:
+            await pages.send_error_page(scope, send, 400, "invalid_request", str(exc))
+            return
         pending = await self.store.take("authz", form.get("request", ""))
         if pending is None:
-            await send_error(send, 400, "invalid_request", "unknown, expired or already "
-                             "answered authorization request; start the sign-in again")
+            await pages.send_error_page(scope, send, 400, "invalid_request",
+                                        "unknown, expired or already answered authorization "
+                                        "request; start the sign-in again")
             return
         consent_name, browser_name, secure = self._cookie_names(scope)
         cookies = _cookies(scope)
         if not hmac.compare_digest(cookies.get(browser_name, ""), pending["browser"]):
-            await send_error(send, 400, "invalid_request", "this consent was not given in the "
-                             "browser that started the sign-in; start again")
+            await pages.send_error_page(scope, send, 400, "invalid_request",
+                                        "this consent was not given in the browser that "
+                                        "started the sign-in; start again")
             return
         if form.get("decision") != "allow":
-            await self._error_to_client(send, scope, pending["redirect_uri"], pending["state"],
+            await self._error_to_client(send, scope, pending["redirect_href"], pending["state"],
                                         "access_denied", "the user denied the request")
             return
         secret = await self.store.secret()
@@ -318,10 +377,10 @@ class Broker:
         provider = await self._provider_or_502(send)
         if provider is None:
             return
-        endpoint = provider.get("authorization_endpoint")
-        if not isinstance(endpoint, str):
+        endpoint = navigable(provider.get("authorization_endpoint"))
+        if endpoint is None:
             await send_error(send, 502, "server_error", "the identity provider's metadata has "
-                             "no authorization_endpoint")
+                             "no usable authorization_endpoint (an http or https URL)")
             return
         upstream_state = secrets.token_urlsafe(32)
         verifier = pkce.new_verifier()
@@ -337,15 +396,20 @@ class Broker:
                   "code_challenge": pkce.s256(verifier), "code_challenge_method": "S256"}
         if pending.get("resource"):
             params["resource"] = pending["resource"]
-        await _redirect(send, _with_query(endpoint, params), headers)
+        await _redirect(send, with_query(endpoint, urlencode(params)), headers)
 
     async def callback(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The provider's redirect: check state and iss, exchange, hand the client a code."""
-        params = _query(scope)
+        try:
+            params = _query(scope)
+        except RepeatedParameter as exc:
+            await pages.send_error_page(scope, send, 400, "invalid_request", str(exc))
+            return
         pending = await self.store.take("upstream", params.get("state", ""))
         if pending is None:
-            await send_error(send, 400, "invalid_request", "unknown, expired or already used "
-                             "state; start the sign-in again")
+            await pages.send_error_page(scope, send, 400, "invalid_request",
+                                        "unknown, expired or already used state; start the "
+                                        "sign-in again")
             return
         provider = await self._provider_or_502(send)
         if provider is None:
@@ -354,12 +418,13 @@ class Broker:
         iss = params.get("iss")
         if (iss is not None and iss != expected_iss) or (
                 iss is None and provider.get("authorization_response_iss_parameter_supported")):
-            await send_error(send, 400, "invalid_request",
-                             f"the authorization response iss {iss!r} is not the provider "
-                             f"issuer {expected_iss!r} (RFC 9207 mix-up defence)")
+            await pages.send_error_page(scope, send, 400, "invalid_request",
+                                        f"the authorization response iss {iss!r} is not the "
+                                        f"provider issuer {expected_iss!r} (RFC 9207 mix-up "
+                                        "defence)")
             return
         if "error" in params:
-            await self._error_to_client(send, scope, pending["redirect_uri"], pending["state"],
+            await self._error_to_client(send, scope, pending["redirect_href"], pending["state"],
                                         params["error"], params.get("error_description",
                                                                     "the provider refused"))
             return
@@ -369,7 +434,7 @@ class Broker:
             **({"resource": pending["resource"]} if pending.get("resource") else {})})
         if status != 200 or not isinstance(tokens, dict) or "access_token" not in tokens:
             log.warning("provider code exchange failed: HTTP %s", status)
-            await self._error_to_client(send, scope, pending["redirect_uri"], pending["state"],
+            await self._error_to_client(send, scope, pending["redirect_href"], pending["state"],
                                         "server_error", "the identity provider refused the "
                                         "code exchange")
             return
@@ -380,7 +445,7 @@ class Broker:
         out = {"code": code, "iss": self._issuer(scope)}
         if pending["state"] is not None:
             out["state"] = pending["state"]
-        await _redirect(send, _with_query(pending["redirect_uri"], out))
+        await _redirect(send, with_query(pending["redirect_href"], urlencode(out)))
 
     async def _provider_token(self, provider: dict[str, Any],
                               form: dict[str, str]) -> tuple[int, Any]:
@@ -405,12 +470,16 @@ class Broker:
     # --- token ----------------------------------------------------------------------------
 
     async def token(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Redeem the gateway's one-time code (PKCE checked) or proxy a refresh grant."""
+        """Redeem the gateway's one-time code (PKCE checked) or rotate a refresh token."""
         if scope["method"] != "POST":
             await send_error(send, 405, "invalid_request", "use POST", [(b"allow", b"POST")])
             return
         raw = await read_body(receive, MAX_FORM)
-        form = dict(parse_qsl((raw or b"").decode("utf-8", "replace")))
+        try:
+            form = single_params((raw or b"").decode("utf-8", "replace"))
+        except RepeatedParameter as exc:
+            await send_error(send, 400, "invalid_request", str(exc))
+            return
         grant = form.get("grant_type")
         if grant == "authorization_code":
             await self._redeem(form, send)
@@ -438,21 +507,61 @@ class Broker:
             await send_error(send, 400, "invalid_grant", "PKCE verification failed "
                              "(code_verifier does not match the code_challenge)")
             return
-        await send_json(send, 200, record["tokens"], [(b"pragma", b"no-cache")])
+        tokens = await self.refresh.issue(record["client_id"], record["tokens"])
+        await send_json(send, 200, tokens, [(b"pragma", b"no-cache")])
 
     async def _refresh(self, form: dict[str, str], send: Send) -> None:
+        client_id = form.get("client_id", "")
+        if not client_id:
+            await send_error(send, 400, "invalid_client", "client_id is required: a refresh "
+                             "token can only be used by the client it was issued to")
+            return
+        try:
+            await self._client(client_id)
+        except ClientError as exc:
+            await send_error(send, 400, "invalid_client", exc.description)
+            return
         if not form.get("refresh_token"):
             await send_error(send, 400, "invalid_request", "refresh_token is required")
             return
+        # The provider first: a claimed token is then only put back for the provider's faults.
         provider = await self._provider_or_502(send)
         if provider is None:
             return
-        upstream = {"grant_type": "refresh_token", "refresh_token": form["refresh_token"]}
+        try:
+            grant = await self.refresh.take(form["refresh_token"])
+        except RefreshReused:
+            log.warning("a rotated-away refresh token was presented for client %s; its sign-in "
+                        "was revoked", client_id[:80])
+            await send_error(send, 400, "invalid_grant", "this refresh token was already "
+                             "exchanged once; using it again revokes the sign-in (sign in "
+                             "again)")
+            return
+        if grant is None:
+            await send_error(send, 400, "invalid_grant", "unknown, expired or revoked refresh "
+                             "token")
+            return
+        if not hmac.compare_digest(grant.client_id, client_id):
+            await self.refresh.put_back(grant)
+            await send_error(send, 400, "invalid_grant", "the refresh token was issued to "
+                             "another client")
+            return
+        upstream = {"grant_type": "refresh_token", "refresh_token": grant.provider_token}
         if form.get("scope"):
             upstream["scope"] = form["scope"]
         status, body = await self._provider_token(provider, upstream)
-        if body is None:
+        if body is None or status >= 500:
+            await self.refresh.put_back(grant)
             await send_error(send, 502, "temporarily_unavailable",
-                             "the identity provider's token endpoint did not answer")
+                             "the identity provider's token endpoint did not answer; the "
+                             "refresh token is still valid, try again")
             return
-        await send_json(send, status, body, [(b"pragma", b"no-cache")])
+        if status != 200 or not isinstance(body, dict) or "access_token" not in body:
+            # invalid_grant means the provider's token is gone; anything else (a scope it will
+            # not grant, say) leaves it valid, and so the client's.
+            if not (isinstance(body, dict) and body.get("error") == "invalid_grant"):
+                await self.refresh.put_back(grant)
+            await send_json(send, status, body, [(b"pragma", b"no-cache")])
+            return
+        await send_json(send, 200, await self.refresh.rotate(grant, body),
+                        [(b"pragma", b"no-cache")])

@@ -1,11 +1,12 @@
-"""The broker's consent page: names the client and where it will send the user back."""
+"""The broker's browser pages: the consent page, and errors shown instead of redirecting."""
 
 from __future__ import annotations
 
 from html import escape
-from urllib.parse import urlsplit
 
-from ..dataplane.asgi import Send
+from ..dataplane.asgi import Scope, Send, header
+from ..dataplane.responses import send_error
+from ..urls import origin_of
 from .clients import BrokerClient
 
 _STYLE = ("body{font-family:system-ui,sans-serif;max-width:30rem;margin:4rem auto;padding:0 1rem}"
@@ -15,50 +16,81 @@ _SECURITY = [
     (b"content-type", b"text/html; charset=utf-8"),
     (b"cache-control", b"no-store"),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    # `same-origin`, not `no-referrer`: with no-referrer browsers post the consent form with
+    # `Origin: null`, and the gateway needs the real origin to refuse forms from other sites.
+    # Cross-origin navigations (to the provider, back to the client) still carry no referrer.
+    (b"referrer-policy", b"same-origin"),
 ]
 
 
-def _policy(provider_origin: str | None, client_origin: str | None) -> bytes:
+def _form_target(url: str | None) -> str | None:
+    """A CSP source for where the form's redirect may lead: the origin, or `scheme:` for the
+    private-use schemes of native clients (`cursor:`), whose URLs have no origin."""
+    if not url:
+        return None
+    origin = origin_of(url)
+    if origin is not None:
+        return origin
+    # Only validated URLs come here, so the scheme is a valid one.
+    return f"{url.partition(':')[0]}:"
+
+
+def _policy(provider_authorize: str | None, redirect_href: str | None) -> bytes:
     # form-action also governs where the form's redirect may go: the provider (allow) and the
     # client (deny), nowhere else.
-    targets = " ".join(o for o in ("'self'", provider_origin, client_origin) if o)
+    targets = " ".join(o for o in ("'self'", _form_target(provider_authorize),
+                                   _form_target(redirect_href)) if o)
     return (f"default-src 'none'; style-src 'unsafe-inline'; form-action {targets}; "
             "frame-ancestors 'none'").encode()
 
 
-def _origin(url: str | None) -> str | None:
-    if not url:
-        return None
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else None
+def _html(title: str, content: str) -> bytes:
+    return (f"<!doctype html><html><head><meta charset=utf-8><title>{escape(title)}</title>"
+            f"<style>{_STYLE}</style></head><body>{content}</body></html>").encode()
 
 
 async def send_consent(send: Send, action: str, request_id: str, client: BrokerClient,
-                       redirect_uri: str, scopes: list[str], cookie: str,
+                       redirect_href: str, scopes: list[str], cookie: str,
                        provider_authorize: str | None) -> None:
     """Ask the user whether this client may sign in through the gateway."""
-    host = urlsplit(redirect_uri).netloc or redirect_uri
-    origin = (f"<p>Client metadata published at <span class=host>"
-              f"{escape(urlsplit(client.client_id).netloc)}</span>.</p>"
-              if client.kind == "cimd" else
-              "<p>This client registered itself with the gateway.</p>")
+    origin = origin_of(redirect_href)
+    host = origin.partition("://")[2] if origin else redirect_href
+    published = origin_of(client.client_id) if client.kind == "cimd" else None
+    where = (f"<p>Client metadata published at <span class=host>"
+             f"{escape(published.partition('://')[2])}</span>.</p>" if published else
+             "<p>This client registered itself with the gateway.</p>")
     items = "".join(f"<li>{escape(s)}</li>" for s in scopes) or "<li>(no scopes)</li>"
-    body = (
-        f"<!doctype html><html><head><meta charset=utf-8><title>Allow {escape(client.name)}?"
-        f"</title><style>{_STYLE}</style></head><body>"
+    body = _html(
+        f"Allow {client.name}?",
         f"<h1>Allow <b>{escape(client.name)}</b> to use this MCP server?</h1>"
-        f"{origin}<p>After you sign in, you will be sent back to "
+        f"{where}<p>After you sign in, you will be sent back to "
         f"<span class=host>{escape(host)}</span>.</p><p>It asks for:</p><ul>{items}</ul>"
         f'<form method="post" action="{escape(action)}">'
         f'<input type="hidden" name="request" value="{escape(request_id)}"/>'
         '<button type="submit" name="decision" value="allow">Allow</button>'
         '<button type="submit" name="decision" value="deny">Deny</button>'
-        "</form><p><small>Only allow clients you started yourself.</small></p></body></html>"
-    ).encode()
+        "</form><p><small>Only allow clients you started yourself.</small></p>")
     await send({"type": "http.response.start", "status": 200,
                 "headers": [*_SECURITY, (b"content-length", str(len(body)).encode()),
                             (b"content-security-policy",
-                             _policy(_origin(provider_authorize), _origin(redirect_uri))),
+                             _policy(provider_authorize, redirect_href)),
                             (b"set-cookie", cookie.encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_error_page(scope: Scope, send: Send, status: int, error: str,
+                          description: str) -> None:
+    """An OAuth error answered in place: an HTML page for browsers, JSON for programs."""
+    accept = header(scope, b"accept") or b""
+    if b"text/html" not in accept:
+        await send_error(send, status, error, description)
+        return
+    body = _html("Sign-in failed", f"<h1>Sign-in failed</h1><p><b>{escape(error)}</b>: "
+                 f"{escape(description)}</p><p>Start the sign-in again from your MCP client."
+                 "</p>")
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*_SECURITY, (b"content-length", str(len(body)).encode()),
+                            (b"content-security-policy",
+                             b"default-src 'none'; style-src 'unsafe-inline'; "
+                             b"frame-ancestors 'none'")]})
     await send({"type": "http.response.body", "body": body})

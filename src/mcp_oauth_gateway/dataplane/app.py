@@ -18,6 +18,7 @@ from ..proxy.pool import RawUpstream
 from ..proxy.upstream import Upstream
 from .access_log import AccessLog
 from .asgi import CLAIMS_KEY, Message, Receive, Scope, Send, header
+from .headers import HeaderRules
 from .limits import Limits, header_bytes
 from .metrics import Metrics
 from .pipeline import build_tables
@@ -40,6 +41,7 @@ class GatewayApp:
                  status_port: int | None = None, tracer: object | None = None):
         self.control = control
         self.trust_forwarded = trust_forwarded
+        self.header_rules = HeaderRules(trust_forwarded)
         self.upstream = upstream or RawUpstream()
         self.brokers = brokers or BrokerRuntime()
         # With JSON logs every request gets an id: logged, forwarded and returned.
@@ -157,8 +159,10 @@ class GatewayApp:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 if request_id is not None:
+                    # The gateway's id replaces one a backend may have echoed: one value only.
                     message = {**message, "headers": [
-                        *message.get("headers", ()), (b"x-request-id", request_id.encode())]}
+                        *(h for h in message.get("headers", ()) if h[0] != b"x-request-id"),
+                        (b"x-request-id", request_id.encode())]}
             await send(message)
 
         try:
@@ -170,6 +174,10 @@ class GatewayApp:
                 await send_error(send_logged, 431, "request_header_fields_too_large",
                                  f"the request headers exceed {self.limits.max_header_bytes} "
                                  "bytes")
+                return
+            problem = self.header_rules.problem(scope["headers"])
+            if problem is not None:
+                await send_error(send_logged, 400, "invalid_request", problem)
                 return
             table = self.tables.get(port) if port is not None else None
             if table is None and len(self.tables) == 1:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..controlplane.cel import holds
 from ..controlplane.snapshot import CompiledAuthorization
-from .asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Receive, Scope, Send, header
+from .asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send, header
 from .responses import send_error
 
 
@@ -16,8 +16,19 @@ def request_variables(scope: Scope) -> dict[str, object]:
         "path": scope["path"],
         "host": host.decode("latin-1") if host else "",
         "scheme": scope.get("scheme", "http"),
-        "headers": {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]},
+        "headers": header_map(scope["headers"]),
     }
+
+
+def header_map(headers: Headers) -> dict[str, str]:
+    """Lowercase name → value; repeated headers are joined with ", " (RFC 9110 §5.3), so a rule
+    sees every copy rather than whichever came last."""
+    out: dict[str, str] = {}
+    for name, value in headers:
+        key = name.decode("latin-1")
+        text = value.decode("latin-1")
+        out[key] = f"{out[key]}, {text}" if key in out else text
+    return out
 
 
 def decide(rules: CompiledAuthorization, activation: dict[str, object]) -> bool:

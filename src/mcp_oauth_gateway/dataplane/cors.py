@@ -19,6 +19,11 @@ def allow_origin_value(cors: CompiledCors, origin: bytes) -> bytes:
     return origin
 
 
+def without_cors(headers: Headers) -> Headers:
+    """Response headers minus every `Access-Control-*` header."""
+    return [(k, v) for k, v in headers if not k.lower().startswith(b"access-control-")]
+
+
 class CorsFilter:
     """A pipeline stage wrapping the rest of the route's pipeline."""
 
@@ -50,15 +55,14 @@ class CorsFilter:
             await self._preflight(send, origin, allowed, requested_method,
                                   header(scope, b"access-control-request-headers"))
             return
-        if not allowed:
-            await self.app(scope, receive, send)
-            return
         extra = [(b"access-control-allow-origin", allow_origin_value(self.cors, origin)),
-                 *self.simple_headers, self.vary]
+                 *self.simple_headers, self.vary] if allowed else [self.vary]
 
         async def send_with_cors(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), *extra]
+                # The route's filter alone decides CORS: a backend's own Access-Control-* headers
+                # would grant what the filter refused, or appear twice beside the filter's.
+                message["headers"] = [*without_cors(message.get("headers", ())), *extra]
             await send(message)
 
         await self.app(scope, receive, send_with_cors)

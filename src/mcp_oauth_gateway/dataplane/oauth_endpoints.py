@@ -5,7 +5,7 @@ document) and the client-registration shim (RFC 7591)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -26,6 +26,30 @@ log = logging.getLogger("mcp_oauth_gateway.oauth")
 
 MCP_PROTOCOL_VERSION = "2025-06-18"
 MAX_REGISTRATION_BODY = 64 * 1024
+Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def endpoint_path(scope: Scope) -> str:
+    """The request path as endpoints are looked up (trailing slashes ignored): one function, so
+    every stage that picks endpoints by path agrees on which endpoint a request is for."""
+    return scope["path"].rstrip("/") or "/"
+
+
+class PathDispatch:
+    """Serves some exact paths with their own handlers; everything else goes on to `app`."""
+
+    def __init__(self, handlers: dict[str, Handler], app: ASGIApp):
+        self.handlers = handlers
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        handler = self.handlers.get(endpoint_path(scope))
+        if handler is None:
+            await self.app(scope, receive, send)
+        else:
+            await handler(scope, receive, send)
+
+
 def protected_resource_metadata(mcp: CompiledMcp, origin: str, issuer: str) -> dict[str, object]:
     """The RFC 9728 document: the gateway is the AS when a provider is set, else the issuer."""
     document: dict[str, object] = {
@@ -82,7 +106,7 @@ class OAuthEndpoints:
             self.paths.update(broker.routes())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        handler = self.paths.get(scope["path"].rstrip("/") or "/")
+        handler = self.paths.get(endpoint_path(scope))
         if handler is None:
             await self.app(scope, receive, send)
             return

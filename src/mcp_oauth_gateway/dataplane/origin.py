@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from .asgi import Scope, header
+from .headers import first_item
 
 
 def _first(value: bytes) -> str:
-    return value.split(b",", 1)[0].strip().decode("latin-1")
+    return first_item(value).decode("latin-1")
 
 
 def request_origin(scope: Scope, trust_forwarded: bool) -> str:

@@ -18,7 +18,7 @@ from .cors import CorsFilter
 from .limits import Limits
 from .mcp_authz import McpAuthorization
 from .metrics import Metrics
-from .oauth_endpoints import OAuthEndpoints
+from .oauth_endpoints import Handler, OAuthEndpoints, PathDispatch
 from .ratelimit import RateLimit
 from .responses import send_error
 from .routing import RouteEntry, RouteTable
@@ -43,6 +43,7 @@ def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstr
     """The stages for one route rule, innermost first."""
     policy = route.policy
     app: ASGIApp
+    pages: dict[str, Handler] = {}
     if route.broken is not None or route.target is None:
         app = FailClosed(503, "backend_unavailable", route.broken or "route has no backend")
     elif policy is not None and policy.invalid is not None:
@@ -74,10 +75,14 @@ def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstr
                         broker = Broker(policy.mcp, discovery, brokers.store(policy.mcp.redis_url),
                                         brokers.documents, lambda: control.session,
                                         trust_forwarded)
+                        pages = broker.pages()
                     app = OAuthEndpoints(app, policy.mcp, policy.provider, adapter, discovery,
                                          lambda: control.session, trust_forwarded, broker)
     if route.cors is not None:
         app = CorsFilter(app, route.cors)
+    if pages:
+        # Outside the CORS filter: the Broker's browser pages are never readable cross-origin.
+        app = PathDispatch(pages, app)
     return app
 
 

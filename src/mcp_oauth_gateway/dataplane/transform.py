@@ -8,8 +8,9 @@ import logging
 
 from ..controlplane.cel import value_of
 from ..controlplane.snapshot import CompiledTransformation
-from .asgi import CLAIMS_KEY, ASGIApp, Receive, Scope, Send
+from .asgi import CLAIMS_KEY, ASGIApp, Headers, Receive, Scope, Send
 from .authz import request_variables
+from .headers import display_name
 from .responses import send_error
 
 log = logging.getLogger("mcp_oauth_gateway.transform")
@@ -33,10 +34,18 @@ class HeaderTransformation:
     def __init__(self, app: ASGIApp, transformation: CompiledTransformation):
         self.app = app
         self.set = transformation.set
-        self.drop = transformation.remove | {name for name, _ in transformation.set}
+        self.set_names = frozenset(name for name, _ in transformation.set)
+        self.drop = transformation.remove | self.set_names
         self.needs_request = any(e.uses_request for _, e in self.set)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        repeated = self._repeated(scope["headers"])
+        if repeated is not None:
+            # The gateway sets this header: two copies would mean a client tried to supply one.
+            await send_error(send, 400, "invalid_request",
+                             f"the request carries more than one {display_name(repeated)} "
+                             "header, which this route sets itself; send it at most once")
+            return
         activation: dict[str, object] = {"jwt": scope.get(CLAIMS_KEY, {})}
         if self.needs_request:
             activation["request"] = request_variables(scope)
@@ -56,3 +65,12 @@ class HeaderTransformation:
             added.append((name, value))
         scope["headers"] = [(k, v) for k, v in scope["headers"] if k not in self.drop] + added
         await self.app(scope, receive, send)
+
+    def _repeated(self, headers: Headers) -> bytes | None:
+        seen: set[bytes] = set()
+        for name, _ in headers:
+            if name in self.set_names:
+                if name in seen:
+                    return name
+                seen.add(name)
+        return None

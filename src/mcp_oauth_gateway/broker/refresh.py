@@ -1,0 +1,119 @@
+"""Broker refresh tokens: bound to the client they were issued to, and rotated on every use.
+
+Clients never see the provider's refresh token. They get an opaque gateway token that stands for
+it, bound to their client id, and a new one at each refresh (OAuth 2.1 §4.3.1: refresh tokens of
+public clients must be sender-constrained or rotated; this works whether or not the provider
+rotates). A token that was rotated away and comes back means two parties hold it: the whole chain
+(the "family") is revoked, so the legitimate client signs in again and the thief gets nothing.
+
+Only SHA-256 digests of gateway tokens are used as store keys, so a store dump reveals no token
+that a client could present.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .store import BrokerStore
+
+DEFAULT_TTL = 30 * 86400  # when the provider does not say (authentik's default validity)
+MAX_TTL = 365 * 86400
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshGrant:
+    """What a gateway refresh token stands for."""
+
+    digest: str
+    client_id: str
+    provider_token: str
+    family: str
+    expires_at: float
+
+    def as_record(self) -> dict[str, Any]:
+        """The stored form."""
+        return {"client_id": self.client_id, "provider": self.provider_token,
+                "family": self.family, "expires_at": self.expires_at}
+
+
+class RefreshReused(Exception):
+    """A rotated-away refresh token came back; its family has been revoked."""
+
+
+def digest(token: str) -> str:
+    """The store key of a gateway refresh token."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def lifetime(tokens: dict[str, Any]) -> int:
+    """How long the refresh token lives: the provider's `refresh_expires_in` when it gives one."""
+    given = tokens.get("refresh_expires_in")
+    if isinstance(given, int) and not isinstance(given, bool) and given > 0:
+        return min(given, MAX_TTL)
+    return DEFAULT_TTL
+
+
+class RefreshTokens:
+    """Issues, redeems and revokes gateway refresh tokens in the broker store."""
+
+    def __init__(self, store: BrokerStore):
+        self.store = store
+
+    async def issue(self, client_id: str, tokens: dict[str, Any],
+                    family: str | None = None) -> dict[str, Any]:
+        """`tokens` with the provider's refresh token replaced by a new gateway token."""
+        provider_token = tokens.get("refresh_token")
+        if not isinstance(provider_token, str) or not provider_token:
+            return tokens
+        token = secrets.token_urlsafe(32)
+        ttl = lifetime(tokens)
+        grant = RefreshGrant(digest(token), client_id, provider_token,
+                             family or secrets.token_urlsafe(16), time.time() + ttl)
+        await self.store.put("refresh", grant.digest, grant.as_record(), ttl)
+        await self.store.put("refresh-family", grant.family, {"current": grant.digest}, ttl)
+        return {**tokens, "refresh_token": token}
+
+    async def take(self, token: str) -> RefreshGrant | None:
+        """Claim a token for one refresh (atomic across replicas); None when unknown or expired.
+        Raises RefreshReused (after revoking its family) for a token that was rotated away."""
+        key = digest(token)
+        record = await self.store.take("refresh", key)
+        if record is not None:
+            return RefreshGrant(key, record["client_id"], record["provider"], record["family"],
+                                float(record["expires_at"]))
+        rotated = await self.store.take("refresh-rotated", key)
+        if rotated is not None:
+            await self.revoke_family(rotated["family"])
+            raise RefreshReused
+        return None
+
+    async def put_back(self, grant: RefreshGrant) -> None:
+        """Return a claimed token unused (the refresh did not happen through no fault of its
+        holder): nothing a client holds is lost to a provider outage."""
+        ttl = int(grant.expires_at - time.time())
+        if ttl > 0:
+            await self.store.put("refresh", grant.digest, grant.as_record(), ttl)
+
+    async def rotate(self, grant: RefreshGrant, tokens: dict[str, Any]) -> dict[str, Any]:
+        """The provider's answer to a refresh, with a new gateway token in the same family
+        (carrying the provider's new refresh token, or the old one if it did not rotate)."""
+        if not isinstance(tokens.get("refresh_token"), str):
+            tokens = {**tokens, "refresh_token": grant.provider_token}
+            if "refresh_expires_in" not in tokens:
+                tokens["refresh_expires_in"] = max(1, int(grant.expires_at - time.time()))
+        answer = await self.issue(grant.client_id, tokens, grant.family)
+        # Remembered as long as the old token could have lived, to recognise it if it returns.
+        ttl = int(grant.expires_at - time.time())
+        if ttl > 0:
+            await self.store.put("refresh-rotated", grant.digest, {"family": grant.family}, ttl)
+        return answer
+
+    async def revoke_family(self, family: str) -> None:
+        """Revoke the current token of a family."""
+        current = await self.store.take("refresh-family", family)
+        if current is not None:
+            await self.store.take("refresh", current["current"])

@@ -1,0 +1,91 @@
+"""Request header rules checked once, at the entry, before any stage reads a header.
+
+A header the gateway authenticates, routes on or sets must mean one thing: stages read the first
+value of a header while a backend may read the last (or all of them), so a second copy is a way to
+show the gateway one value and the backend another. Such requests are refused, never repaired.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .asgi import Headers
+
+# Headers some stage reads (or the gateway sets on the way to the backend): at most one each.
+SINGLE = frozenset({
+    b"authorization",  # authentication
+    b"host",  # routing, and every URL the gateway builds for the client
+    b"origin", b"access-control-request-method", b"access-control-request-headers",  # CORS
+    b"sec-fetch-site", b"cookie",  # the Broker's browser pages
+    b"content-type", b"content-length",  # body framing, MCP message reading
+    b"x-request-id",  # logged, forwarded, returned
+    b"traceparent", b"tracestate",  # tracing context handed to the backend
+})
+# Trusted only with --trust-forwarded-headers; otherwise the gateway drops and sets them itself.
+FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host",
+                       b"forwarded"})
+# MCP headers (Mcp-Method, Mcp-Name, Mcp-Session-Id, Mcp-Protocol-Version, Mcp-Param-*): the
+# tool-level authorization compares some of them with the body, the backend routes on the others.
+MCP_PREFIX = b"mcp-"
+
+# A host name (letters, digits, '-', '.', and '_' as container runtimes name services), an IPv4
+# address or a bracketed IPv6 literal, with an optional port: nothing else may become part of the
+# URLs the gateway writes into metadata, challenges and redirects.
+_HOST = re.compile(rb"(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+_PROTO = frozenset({b"http", b"https"})
+
+
+def display_name(name: bytes) -> str:
+    """`x-request-id` → `X-Request-Id`, as people write header names."""
+    return "-".join(part.capitalize() for part in name.decode("latin-1").split("-"))
+
+
+def first_item(value: bytes) -> bytes:
+    """The first element of a comma-separated header value, trimmed."""
+    return value.split(b",", 1)[0].strip()
+
+
+class HeaderRules:
+    """The entry check for one gateway process (which headers are trusted is fixed at start)."""
+
+    def __init__(self, trust_forwarded: bool):
+        self.single = SINGLE | FORWARDED if trust_forwarded else SINGLE
+        self.trust_forwarded = trust_forwarded
+
+    def problem(self, headers: Headers) -> str | None:
+        """Why the request's headers cannot be served, or None."""
+        names = [name for name, _ in headers]
+        if len(set(names)) != len(names):
+            repeated = self._repeated(names)
+            if repeated is not None:
+                return (f"the request carries more than one {display_name(repeated)} header; "
+                        "send it once")
+        host = None
+        forwarded_host = forwarded_proto = None
+        for name, value in headers:
+            if name == b"host":
+                host = value
+            elif name == b"x-forwarded-host":
+                forwarded_host = value
+            elif name == b"x-forwarded-proto":
+                forwarded_proto = value
+        if host is not None and not _HOST.fullmatch(host):
+            return f"the Host header {host[:100]!r} is not a host name or address with a port"
+        if self.trust_forwarded:
+            if forwarded_host is not None and not _HOST.fullmatch(first_item(forwarded_host)):
+                return (f"the X-Forwarded-Host header {forwarded_host[:100]!r} is not a host name "
+                        "or address with a port")
+            if forwarded_proto is not None and \
+                    first_item(forwarded_proto).lower() not in _PROTO:
+                return (f"the X-Forwarded-Proto header {forwarded_proto[:100]!r} is neither http "
+                        "nor https")
+        return None
+
+    def _repeated(self, names: list[bytes]) -> bytes | None:
+        seen: set[bytes] = set()
+        for name in names:
+            if name in self.single or name.startswith(MCP_PREFIX):
+                if name in seen:
+                    return name
+                seen.add(name)
+        return None

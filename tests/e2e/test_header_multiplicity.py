@@ -1,0 +1,118 @@
+"""Every header the gateway reads or sets, sent twice, is refused with a JSON 400 before any
+stage reads it, so the gateway never checks one copy while the backend uses another. Raw sockets,
+so the request carries exactly the copies the test wrote."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from conftest import write_example
+from mcp_oauth_gateway.dataplane.headers import FORWARDED, SINGLE
+from support import Process, free_port, gateway_cmd, wait_for_keyset, wait_for_port
+
+TRANSFORMATION = """    transformation:
+      request:
+        set:
+          - {name: X-User, value: 'jwt.sub'}
+"""
+MCP = [b"mcp-method", b"mcp-name", b"mcp-session-id", b"mcp-protocol-version", b"mcp-param-a"]
+
+
+@pytest.fixture(scope="module")
+def gateway(stack_b, tmp_path_factory, logs):
+    """Provider B with a header transformation, trusting forwarded headers."""
+    port = free_port()
+    config = write_example("provider-b", tmp_path_factory.mktemp("multiplicity"), {
+        "8080": str(port), "9000": stack_b.idp.rsplit(":", 1)[1],
+        "8000": stack_b.backend.rsplit(":", 1)[1]})
+    policy = config / "policy.yaml"
+    policy.write_text(policy.read_text().replace("    authorization:\n",
+                                                 TRANSFORMATION + "    authorization:\n"))
+    process = Process("gateway-multiplicity", [*gateway_cmd(config),
+                                               "--trust-forwarded-headers"], logs)
+    try:
+        wait_for_port(port, process)
+        wait_for_keyset(f"http://127.0.0.1:{port}", stack_b.token())
+        yield port
+    finally:
+        process.stop()
+
+
+def exchange(port: int, headers: list[tuple[bytes, bytes]], body: bytes = b"{}") -> tuple[int,
+                                                                                           dict]:
+    """Send one request with exactly these header lines; the status and the JSON body."""
+    lines = [b"POST /mcp HTTP/1.1", *(name + b": " + value for name, value in headers),
+             b"content-length: %d" % len(body), b"connection: close", b"", b""]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"\r\n".join(lines) + body)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, payload = data.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    try:
+        return status, json.loads(payload)
+    except ValueError:
+        return status, {"raw": payload.decode("latin-1")}
+
+
+def base_headers(port: int, token: str) -> list[tuple[bytes, bytes]]:
+    return [(b"host", b"127.0.0.1:%d" % port), (b"authorization", b"Bearer " + token.encode()),
+            (b"content-type", b"application/json"),
+            (b"accept", b"application/json, text/event-stream")]
+
+
+SECOND = {
+    b"authorization": b"Basic YWRtaW46YWRtaW4=",
+    b"host": b"127.0.0.1:1",
+    b"content-type": b"text/plain",
+    b"content-length": b"2",
+    b"origin": b"https://evil.example",
+    b"x-forwarded-host": b"evil.example",
+    b"x-forwarded-proto": b"http",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SINGLE | FORWARDED) + MCP + [b"x-user"],
+                         ids=lambda n: n.decode())
+def test_a_header_the_gateway_reads_or_sets_is_refused_when_repeated(gateway, stack_b, name):
+    headers = base_headers(gateway, stack_b.token())
+    present = {n for n, _ in headers}
+    value = SECOND.get(name, b"second")
+    if name not in present and name != b"content-length":
+        headers.append((name, b"first"))
+    headers.append((name, value))
+    status, body = exchange(gateway, headers)
+    if name == b"content-length":
+        # Two lengths are a framing error the HTTP parser itself refuses before the gateway.
+        assert status == 400
+        return
+    assert status == 400, (name, body)
+    assert body["error"] == "invalid_request"
+    assert "more than one" in body["error_description"]
+    assert name.decode() in body["error_description"].lower()
+
+
+def test_the_same_request_with_each_header_once_is_served(gateway, stack_b):
+    headers = base_headers(gateway, stack_b.token())
+    headers += [(b"x-user", b"spoofed"), (b"x-forwarded-host", b"public.example"),
+                (b"mcp-protocol-version", b"2025-11-25")]
+    status, body = exchange(gateway, headers, json.dumps({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}).encode())
+    assert status == 200, body
+
+
+def test_a_second_authorization_never_reaches_the_backend_even_when_the_first_is_valid(
+        gateway, stack_b):
+    other_user = stack_b.token(sub="mallory")
+    headers = base_headers(gateway, stack_b.token())
+    headers.append((b"authorization", b"Bearer " + other_user.encode()))
+    status, body = exchange(gateway, headers)
+    assert status == 400
+    assert body["error_description"].startswith("the request carries more than one "
+                                                 "Authorization header")
