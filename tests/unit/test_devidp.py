@@ -13,7 +13,10 @@ import pytest
 from starlette.testclient import TestClient
 
 from contracts import AUTHENTIK, KEYCLOAK, Recorder, validate
+from mcp_oauth_gateway.controlplane.keys import parse_jwks
+from mcp_oauth_gateway.dataplane.tokens import TokenError, TokenRules, verify_token
 from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
+from mcp_oauth_gateway.providers.access_tokens import access_token_rule
 from support import unverified_claims
 
 KC = "http://kc.test"
@@ -385,3 +388,65 @@ def test_login_page_says_it_is_for_development_only():
             "redirect_uri": "https://evil.example/cb", "code_challenge": challenge,
             "code_challenge_method": "S256"})
         assert evil.status_code == 400, "never redirect to an unregistered URI"
+
+
+# --- the ID token is not an access token, as the gateway's rule for each provider sees it ---
+
+
+def _gateway_verify(token: str, jwks: dict, issuer: str, provider: str,
+                    audience: str | None = None) -> dict:
+    """What the gateway's authentication stage does with this token (rule by provider)."""
+    rules = TokenRules(issuer=issuer, audiences=frozenset({audience}) if audience else None,
+                       access_token=access_token_rule(provider))
+    return verify_token(token, parse_jwks(jwks, version=1), rules, time.time())
+
+
+def test_keycloak_id_token_fails_the_keycloak_access_token_rule(kc):
+    http, _, _ = kc
+    _provision_realm(http, "http://gw/mcp")
+    for c in http.get("/admin/realms/master/components").json():
+        if c["providerId"] == "trusted-hosts":
+            http.delete(f"/admin/realms/master/components/{c['id']}")
+    client_id = http.post("/realms/master/clients-registrations/openid-connect", json={
+        "redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}).json()["client_id"]
+    del http.headers["Authorization"]
+    query, verifier = sign_in(http, "/realms/master/protocol/openid-connect/auth", client_id,
+                              "alice", "alice-pw")
+    tokens = http.post("/realms/master/protocol/openid-connect/token", data={
+        "grant_type": "authorization_code", "code": query["code"][0], "redirect_uri": REDIRECT,
+        "client_id": client_id, "code_verifier": verifier}).json()
+    jwks = http.get("/realms/master/protocol/openid-connect/certs").json()
+    issuer = f"{KC}/realms/master"
+    access = _gateway_verify(tokens["access_token"], jwks, issuer, "Keycloak", "http://gw/mcp")
+    assert access["typ"] == "Bearer"
+    id_claims = unverified_claims(tokens["id_token"])
+    assert id_claims["typ"] == "ID"
+    assert id_claims["sid"] == access["sid"]
+    # signature and iss are fine (any aud): refused only for what it is
+    with pytest.raises(TokenError, match=r"^this is an ID token \(typ claim 'ID'\)"):
+        _gateway_verify(tokens["id_token"], jwks, issuer, "Keycloak")
+
+
+def test_authentik_id_token_fails_the_authentik_access_token_rule():
+    with make(ak_app(), AK) as http:
+        http.headers["Authorization"] = "Bearer tok"
+        provider = _ak_provision(http, ["authorization_code", "refresh_token"])
+        del http.headers["Authorization"]
+        client_id = provider["client_id"]
+        query, verifier = sign_in(http, "/application/o/authorize/", client_id, "alice",
+                                  "dev-password")
+        tokens = http.post("/application/o/token/", data={
+            "grant_type": "authorization_code", "code": query["code"][0],
+            "redirect_uri": REDIRECT, "client_id": client_id,
+            "code_verifier": verifier}).json()
+        jwks = http.get("/application/o/mcp/jwks/").json()
+    issuer = f"{AK}/application/o/mcp/"
+    access = _gateway_verify(tokens["access_token"], jwks, issuer, "ProviderB", client_id)
+    id_claims = unverified_claims(tokens["id_token"])
+    # authentik's access token is the ID token plus azp and uid; same iss, aud and signer
+    assert id_claims["aud"] == access["aud"] == client_id
+    shared = set(access) - {"azp", "uid", "jti"}
+    assert set(id_claims) - {"auth_time"} == shared
+    assert all(id_claims[name] == access[name] for name in shared)
+    with pytest.raises(TokenError, match=r"^this is an ID token \(it has no uid and azp claim"):
+        _gateway_verify(tokens["id_token"], jwks, issuer, "ProviderB", client_id)

@@ -1,11 +1,18 @@
 from __future__ import annotations
 
+import asyncio
 import time
 
+import orjson
 import pytest
+from joserfc import jws
 from joserfc.jwk import ECKey, RSAKey
 
+from mcp_oauth_gateway.controlplane.jwks import InlineKeyset
 from mcp_oauth_gateway.controlplane.keys import parse_jwks
+from mcp_oauth_gateway.controlplane.snapshot import CompiledMcp, CompiledProvider, KeysetSource
+from mcp_oauth_gateway.dataplane.authn import JwtAuthentication
+from mcp_oauth_gateway.dataplane.metrics import failure_reason
 from mcp_oauth_gateway.dataplane.tokens import (
     TokenError,
     TokenRules,
@@ -13,6 +20,8 @@ from mcp_oauth_gateway.dataplane.tokens import (
     check_claims,
     verify_token,
 )
+from mcp_oauth_gateway.providers import access_tokens
+from mcp_oauth_gateway.providers.access_tokens import access_token_rule
 from support import claims_for, jwks_of, mint, new_key, unsigned
 
 ISSUER = "http://idp/application/o/mcp/"
@@ -127,3 +136,169 @@ def test_secrets_are_compared_in_constant_time(monkeypatch):
     client_id = clients.issue_client_id(b"s" * 32, "c", ["http://127.0.0.1/cb"])
     assert clients.read_client_id(b"s" * 32, client_id) is not None
     assert len(calls) == 2
+
+
+# --- token kind: only access tokens, by what each provider marks them with ------------------
+
+ID_TOKEN_HINT = "send the access_token from the token response"
+JWT_HEADER = {"typ": "JWT"}  # what Keycloak and authentik put in the header of every token
+
+
+def rules_for(provider: str | None) -> TokenRules:
+    return TokenRules(issuer=ISSUER, audiences=frozenset({"mcp-public"}),
+                      access_token=access_token_rule(provider))
+
+
+def test_each_provider_gets_its_own_rule():
+    assert access_token_rule("Keycloak") is access_tokens.KEYCLOAK
+    assert access_token_rule("ProviderB") is access_tokens.AUTHENTIK
+    assert access_token_rule("Authentik") is access_tokens.AUTHENTIK
+    assert access_token_rule(None) is access_tokens.GENERIC
+    assert TokenRules(ISSUER, None).access_token is access_tokens.GENERIC  # never unchecked
+
+
+ACCEPTED = [
+    ("Keycloak", good(typ="Bearer", azp="mcp-public"), JWT_HEADER),
+    ("Keycloak", good(typ="Bearer"), None),  # no header typ at all
+    ("ProviderB", good(azp="mcp-public", uid="a1b2c3", nonce="n-1"), JWT_HEADER),
+    (None, good(), JWT_HEADER),
+    (None, good(typ="Bearer", azp="mcp-public"), JWT_HEADER),
+]
+
+
+@pytest.mark.parametrize(("provider", "claims", "header"), ACCEPTED)
+def test_access_token_shape_is_accepted(provider, claims, header):
+    if header is None:
+        token = jws.serialize_compact({"alg": "RS256", "kid": "k1"}, orjson.dumps(claims), KEY)
+    else:
+        token = mint(KEY, claims, header=header)
+    assert verify_token(token, KEYSET, rules_for(provider), time.time())["sub"] == "alice"
+
+
+REFUSED = [
+    ("Keycloak", good(typ="ID", azp="mcp-public"),
+     "this is an ID token (typ claim 'ID'), not an access token: " + ID_TOKEN_HINT),
+    ("Keycloak", good(typ="Refresh"), "this is a refresh token (typ claim 'Refresh')"),
+    ("Keycloak", good(typ="Offline"), "this is an offline refresh token (typ claim 'Offline')"),
+    ("Keycloak", good(typ="Logout"), "this is a logout token (typ claim 'Logout')"),
+    ("Keycloak", good(typ="bearer"), "typ claim 'bearer' is not 'Bearer'"),
+    ("Keycloak", good(), "token has no typ claim 'Bearer'"),
+    ("ProviderB", good(nonce="n-1"), "this is an ID token (it has no uid and azp claim"),
+    ("ProviderB", good(azp="mcp-public"), "this is an ID token (it has no uid claim"),
+    ("ProviderB", good(uid="a1b2c3"), "this is an ID token (it has no azp claim"),
+    (None, good(typ="ID"), "this is an ID token (typ claim 'ID')"),
+    (None, good(typ=["Bearer"]), "typ claim ['Bearer'] is not 'Bearer'"),
+    (None, good(at_hash="x4Gm"), "this is an ID token (it has an at_hash claim"),
+    (None, good(c_hash="x4Gm"), "this is an ID token (it has an c_hash claim"),
+]
+
+
+@pytest.mark.parametrize(("provider", "claims", "reason"), REFUSED)
+def test_other_token_kinds_are_refused_with_the_reason(provider, claims, reason):
+    token = mint(KEY, claims, header=JWT_HEADER)
+    with pytest.raises(TokenError) as caught:
+        verify_token(token, KEYSET, rules_for(provider), time.time())
+    assert str(caught.value).startswith(reason)
+    assert ID_TOKEN_HINT in str(caught.value)
+    # counted under an existing metrics reason, not "other" (or "audience", from "aud")
+    assert failure_reason(str(caught.value)) == "type"
+
+
+@pytest.mark.parametrize("provider", ["Keycloak", "ProviderB", None])
+@pytest.mark.parametrize("typ", ["at+jwt", "application/at+jwt", "AT+JWT"])
+def test_rfc9068_header_marks_an_access_token_for_every_provider(provider, typ):
+    # no typ claim, no uid/azp, an at_hash: every rule would refuse this with a JWT header
+    claims = good(at_hash="x4Gm")
+    verify_token(mint(KEY, claims, header={"typ": typ}), KEYSET, rules_for(provider),
+                 time.time())
+    with pytest.raises(TokenError, match="not an access token"):
+        verify_token(mint(KEY, claims, header=JWT_HEADER), KEYSET, rules_for(provider),
+                     time.time())
+
+
+def test_kind_is_checked_after_signature_and_claims():
+    # a forged or expired ID token is refused for that, not for being an ID token
+    with pytest.raises(TokenError, match="signature does not verify"):
+        verify_token(mint(new_key("k1"), good(typ="ID"), header=JWT_HEADER), KEYSET,
+                     rules_for("Keycloak"), time.time())
+    with pytest.raises(TokenError, match="expired"):
+        verify_token(mint(KEY, good(typ="ID", exp=1), header=JWT_HEADER), KEYSET,
+                     rules_for("Keycloak"), time.time())
+
+
+# --- the authentication stage: rule chosen from mcp.provider, Authorization headers ---------
+
+
+def compiled_mcp(provider: str | None) -> CompiledMcp:
+    return CompiledMcp(provider=provider, client_id="mcp-public",  # type: ignore[arg-type]
+                       resource="http://gw.test/mcp", mcp_path="/mcp",
+                       scopes_supported=("openid",), bearer_methods_supported=("header",),
+                       extra_metadata=())
+
+
+def authn(provider: str | None, forward_token: bool = False) -> tuple[JwtAuthentication, list]:
+    seen: list = []
+
+    async def backend(scope, receive, send):
+        seen.append(list(scope["headers"]))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    compiled = CompiledProvider(ISSUER, frozenset({"mcp-public"}),
+                                KeysetSource("inline", 0.0), "http://idp/.well-known")
+    stage = JwtAuthentication(backend, compiled, InlineKeyset(KEYSET), compiled_mcp(provider),
+                              forward_token, trust_forwarded=False)
+    return stage, seen
+
+
+def call(stage: JwtAuthentication, headers: list[tuple[bytes, bytes]]) -> tuple[int, dict]:
+    sent: list[dict] = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/mcp", "scheme": "http",
+             "headers": [(b"host", b"gw.test"), *headers], "query_string": b""}
+    asyncio.run(stage(scope, receive, send))
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return sent[0]["status"], orjson.loads(body) if sent[0]["status"] != 200 else {}
+
+
+def bearer(token: str) -> tuple[bytes, bytes]:
+    return (b"authorization", f"Bearer {token}".encode())
+
+
+@pytest.mark.parametrize(("provider", "id_claims"), [
+    ("Keycloak", {"typ": "ID", "azp": "mcp-public"}),
+    ("ProviderB", {}),
+    (None, {"at_hash": "x4Gm"}),
+])
+def test_stage_refuses_the_id_token_with_401_and_reason(provider, id_claims):
+    stage, seen = authn(provider)
+    status, body = call(stage, [bearer(mint(KEY, good(**id_claims), header=JWT_HEADER))])
+    assert status == 401
+    assert body["error"] == "invalid_token"
+    assert body["error_description"].startswith("this is an ID token")
+    assert seen == []
+
+
+def test_stage_rule_follows_the_policy_provider():
+    # a Keycloak access token has no uid: the authentik rule must not let it through
+    keycloak_access = mint(KEY, good(typ="Bearer", azp="mcp-public"), header=JWT_HEADER)
+    assert call(authn("Keycloak")[0], [bearer(keycloak_access)])[0] == 200
+    assert call(authn("ProviderB")[0], [bearer(keycloak_access)])[0] == 401
+
+
+@pytest.mark.parametrize("forward_token", [False, True])
+def test_stage_strips_every_authorization_header(forward_token):
+    stage, seen = authn("ProviderB", forward_token)
+    verified = bearer(mint(KEY, good(azp="mcp-public", uid="u1"), header=JWT_HEADER))
+    smuggled = (b"authorization", b"Bearer smuggled.never.verified")
+    status, _ = call(stage, [verified, (b"x-other", b"1"), smuggled, smuggled])
+    assert status == 200
+    forwarded = [h for h in seen[0] if h[0] == b"authorization"]
+    assert forwarded == ([verified] if forward_token else [])
+    assert (b"x-other", b"1") in seen[0]

@@ -7,6 +7,7 @@ import time
 
 from ..controlplane.control import Keyholder
 from ..controlplane.snapshot import CompiledMcp, CompiledProvider
+from ..providers.access_tokens import access_token_rule
 from .asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send
 from .metrics import Metrics
 from .origin import request_origin
@@ -43,7 +44,8 @@ class JwtAuthentication:
                  metrics: Metrics | None = None):
         self.app = app
         self.keys = keys
-        self.rules = TokenRules(issuer=provider.issuer, audiences=provider.audiences)
+        self.rules = TokenRules(issuer=provider.issuer, audiences=provider.audiences,
+                                access_token=access_token_rule(mcp.provider if mcp else None))
         self.prm_path = mcp.prm_path if mcp is not None else None
         self.scope_hint = " ".join(mcp.scopes_supported) if mcp and mcp.scopes_supported else None
         self.forward_token = forward_token
@@ -53,13 +55,15 @@ class JwtAuthentication:
         self._cache: dict[str, tuple[dict[str, object], float, int]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Every Authorization header is dropped: a second one, never verified, must not reach the
+        # backend (which may read the last one). Only the verified one is forwarded, if asked.
         raw = None
+        at = 0
         others: Headers = []
         for name, value in scope["headers"]:
-            if name == b"authorization" and raw is None:
-                raw = value
-                if self.forward_token:
-                    others.append((name, value))
+            if name == b"authorization":
+                if raw is None:
+                    raw, at = value, len(others)
             else:
                 others.append((name, value))
         if raw is None or raw[:7].lower() != _BEARER or not raw[7:].strip():
@@ -73,6 +77,8 @@ class JwtAuthentication:
             return
         scope[CLAIMS_KEY] = claims
         scope[TOKEN_KEY] = token
+        if self.forward_token:
+            others.insert(at, (b"authorization", raw))
         scope["headers"] = others
         await self.app(scope, receive, send)
 

@@ -10,6 +10,7 @@ from joserfc import jws
 from joserfc.errors import JoseError
 
 from ..controlplane.keys import ALLOWED_ALGORITHMS, Keyset
+from ..providers.access_tokens import GENERIC, AccessTokenRule
 
 LEEWAY = 60
 MAX_TOKEN_BYTES = 8192
@@ -30,6 +31,9 @@ class TokenRules:
     issuer: str
     audiences: frozenset[str] | None
     leeway: int = LEEWAY
+    # Which verified tokens are access tokens (an ID token has the same signature, iss and,
+    # at some providers, aud); chosen per provider when the policy is loaded.
+    access_token: AccessTokenRule = GENERIC
 
 
 def _is_number(value: object) -> bool:
@@ -89,7 +93,7 @@ def parse_token(token: str) -> tuple[jws.CompactSignature, dict[str, object]]:
 
 
 def verify_token(token: str, keyset: Keyset, rules: TokenRules, now: float) -> dict[str, object]:
-    """Verify signature and claims; return the claims or raise TokenError / UnknownKeyId."""
+    """Verify signature, claims and token kind; return the claims or raise TokenError."""
     compact, header = parse_token(token)
     alg = header.get("alg")
     if alg not in ALLOWED_ALGORITHMS:
@@ -122,4 +126,7 @@ def verify_token(token: str, keyset: Keyset, rules: TokenRules, now: float) -> d
     if not isinstance(claims, dict):
         raise TokenError("malformed token: payload is not a JSON object")
     check_claims(claims, rules, now)
+    refusal = rules.access_token.refusal(header, claims)
+    if refusal is not None:
+        raise TokenError(refusal)
     return claims

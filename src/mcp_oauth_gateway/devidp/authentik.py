@@ -297,6 +297,16 @@ class AuthentikFlavour:
                                "nickname": subject.username, "groups": list(subject.groups)})
         return claims
 
+    def id_token_claims(self, client: OAuthClient, access: dict[str, Any],
+                        standard: dict[str, Any]) -> dict[str, Any]:
+        """authentik's ID token: the access token is the ID token plus `azp` and `uid`
+        (IDToken.to_access_token), so the ID token is the access token's claims without them.
+        `jti` is the dev IdP's own bookkeeping of access tokens, not an authentik claim."""
+        claims = {name: value for name, value in access.items()
+                  if name not in ("azp", "uid", "jti")}
+        claims["auth_time"] = standard["auth_time"]
+        return claims
+
     # --- API authentication ---------------------------------------------------------------
 
     def _denied(self, request: Request) -> Response | None:

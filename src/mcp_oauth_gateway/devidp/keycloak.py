@@ -248,6 +248,15 @@ class KeycloakFlavour:
             claims["aud"] = audiences[0] if len(audiences) == 1 else audiences
         return claims
 
+    def id_token_claims(self, client: OAuthClient, access: dict[str, Any],
+                        standard: dict[str, Any]) -> dict[str, Any]:
+        """Keycloak's ID token: the standard claims, the session id, and the `typ` claim `ID`
+        (access tokens say `Bearer`), which is how a resource server tells them apart."""
+        claims = {**standard, "typ": "ID"}
+        if "sid" in access:
+            claims["sid"] = access["sid"]
+        return claims
+
     # --- admin authentication -------------------------------------------------------------
 
     def _admin(self, request: Request) -> Response | None:

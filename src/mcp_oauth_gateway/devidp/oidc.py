@@ -89,6 +89,11 @@ class Flavour(Protocol):
         """Claims of the access token (beyond iss, iat, exp, jti)."""
         ...
 
+    def id_token_claims(self, client: OAuthClient, access: dict[str, Any],
+                        standard: dict[str, Any]) -> dict[str, Any]:
+        """Claims of the ID token, from the access token's and the standard OpenID ones."""
+        ...
+
     def signing_key(self, client: OAuthClient) -> RSAKey:
         """The key that signs `client`'s tokens."""
         ...
@@ -100,6 +105,16 @@ class Flavour(Protocol):
     def subject_by_id(self, subject_id: str) -> Subject | None:
         """Reload a subject (for refresh tokens)."""
         ...
+
+
+def standard_id_claims(client: OAuthClient, access: dict[str, Any], now: int) -> dict[str, Any]:
+    """The OpenID Connect ID-token claims for an access token's subject (Core §2)."""
+    claims = {"iss": access["iss"], "sub": access.get("sub"), "aud": client.client_id,
+              "iat": now, "exp": access["exp"], "auth_time": now, "azp": client.client_id}
+    for name in ("email", "groups", "preferred_username", "name"):
+        if name in access:
+            claims[name] = access[name]
+    return claims
 
 
 def redirect_allowed(client: OAuthClient, uri: str) -> bool:
@@ -174,14 +189,12 @@ class OpenIdProvider:
         out: dict[str, Any] = {"access_token": access, "token_type": "Bearer", "expires_in": ttl,
                                "scope": " ".join(scopes)}
         if "openid" in scopes and not subject.service_account:
-            id_claims = {"iss": issuer, "sub": claims.get("sub", subject.id),
-                         "aud": client.client_id, "iat": now, "exp": now + ttl,
-                         "auth_time": now, "azp": client.client_id}
+            # Each provider shapes its ID token differently, and the gateway tells them from
+            # access tokens by exactly that difference, so the flavour decides.
+            id_claims = flavour.id_token_claims(client, claims,
+                                                standard_id_claims(client, claims, now))
             if nonce:
                 id_claims["nonce"] = nonce
-            for name in ("email", "groups", "preferred_username", "name"):
-                if name in claims:
-                    id_claims[name] = claims[name]
             out["id_token"] = jwt.encode(header, id_claims, key)
         if refresh and "refresh_token" in client.grant_types and not subject.service_account:
             token = secrets.token_urlsafe(32)

@@ -4,11 +4,14 @@ the pre-registered public client `mcp.clientId`. Registration is never forwarded
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-import aiohttp
 import orjson
 
 from .base import DiscoveryFacade, RegistrationResult
+
+if TYPE_CHECKING:
+    import aiohttp
 
 
 class AuthentikAdapter(DiscoveryFacade):

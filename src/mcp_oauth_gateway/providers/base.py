@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import aiohttp
+if TYPE_CHECKING:  # annotations only: the package stays importable without network code
+    import aiohttp
 
 
 @dataclass(frozen=True, slots=True)

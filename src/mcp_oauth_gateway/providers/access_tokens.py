@@ -1,0 +1,126 @@
+"""Which verified JWTs are access tokens, per identity provider (docs/access-tokens.md).
+
+An ID token is signed by the same key and, at some providers, carries the same `iss` and `aud`
+as an access token, so signature and claim checks alone accept it. Each provider marks its
+access tokens differently; one rule per provider, chosen once when the policy is loaded, says
+whether a token is one. Pure functions on the already-verified header and claims: no network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+# RFC 9068 §2.1: this header `typ` marks a JWT access token whoever issued it.
+AT_JWT_TYPES = frozenset({"at+jwt", "application/at+jwt"})
+SEND_ACCESS_TOKEN = "send the access_token from the token response"
+# Keycloak's `typ` claim values (TokenUtil) and what the client most likely sent instead.
+KEYCLOAK_KINDS = {"ID": "an ID token", "Refresh": "a refresh token",
+                  "Offline": "an offline refresh token", "Logout": "a logout token"}
+# OpenID Connect Core §3.1.3.6 / §3.3.2.11: hashes that only ID tokens carry.
+ID_TOKEN_ONLY_CLAIMS = ("at_hash", "c_hash")
+
+
+class AccessTokenRule(Protocol):
+    @property
+    def name(self) -> str:
+        """The provider the rule is for."""
+        ...
+
+    def refusal(self, header: Mapping[str, object], claims: Mapping[str, object]) -> str | None:
+        """None when the token is an access token; otherwise why it is not (safe to show)."""
+        ...
+
+
+def has_at_jwt_header(header: Mapping[str, object]) -> bool:
+    """Whether the JOSE header says RFC 9068 access token (`typ: at+jwt`)."""
+    typ = header.get("typ")
+    return isinstance(typ, str) and typ.lower() in AT_JWT_TYPES
+
+
+def _typ_claim_refusal(typ: object, provider: str) -> str:
+    # The wording keeps "typ " in every message: the metrics reason table labels it "type".
+    kind = KEYCLOAK_KINDS.get(typ) if isinstance(typ, str) else None
+    if kind is not None:
+        return f"this is {kind} (typ claim {typ!r}), not an access token: {SEND_ACCESS_TOKEN}"
+    return (f"typ claim {typ!r} is not 'Bearer', so this is not {provider} access token: "
+            f"{SEND_ACCESS_TOKEN}")
+
+
+@dataclass(frozen=True, slots=True)
+class KeycloakRule:
+    """Keycloak: access tokens carry the claim `typ: Bearer` (ID tokens `ID`, refresh tokens
+    `Refresh`/`Offline`, logout tokens `Logout`), or the header `typ: at+jwt` when the client
+    enables RFC 9068 access-token headers."""
+
+    name: str = "Keycloak"
+
+    def refusal(self, header: Mapping[str, object], claims: Mapping[str, object]) -> str | None:
+        """None for a Keycloak access token; otherwise why it is not one."""
+        if has_at_jwt_header(header):
+            return None
+        typ = claims.get("typ")
+        if typ == "Bearer":
+            return None
+        if typ is None:
+            return ("token has no typ claim 'Bearer' (Keycloak marks access tokens with it) and "
+                    f"no header typ at+jwt, so it is not an access token: {SEND_ACCESS_TOKEN}")
+        return _typ_claim_refusal(typ, "a Keycloak")
+
+
+@dataclass(frozen=True, slots=True)
+class AuthentikRule:
+    """authentik: the access token is the ID token's claims plus `azp` (the client id) and `uid`
+    (a random id), both with header `typ: JWT`; so an access token has both and an ID token
+    neither. `nonce` and `aud` do not tell them apart."""
+
+    name: str = "ProviderB"
+
+    def refusal(self, header: Mapping[str, object], claims: Mapping[str, object]) -> str | None:
+        """None for an authentik access token; otherwise why it is not one."""
+        if has_at_jwt_header(header):
+            return None
+        missing = [name for name in ("uid", "azp") if claims.get(name) is None]
+        if not missing:
+            return None
+        lacking = " and ".join(missing)
+        return (f"this is an ID token (it has no {lacking} claim, which authentik puts only in "
+                f"access tokens, and its header typ is not at+jwt), not an access token: "
+                f"{SEND_ACCESS_TOKEN}")
+
+
+@dataclass(frozen=True, slots=True)
+class GenericRule:
+    """Any other OpenID provider: header `typ: at+jwt` is an access token; otherwise refuse what
+    is clearly something else (a `typ` claim other than `Bearer`, or `at_hash`/`c_hash`) and
+    accept the rest, which cannot be told apart without knowing the provider."""
+
+    name: str = "generic"
+
+    def refusal(self, header: Mapping[str, object], claims: Mapping[str, object]) -> str | None:
+        """None unless the token is marked as something other than an access token."""
+        if has_at_jwt_header(header):
+            return None
+        typ = claims.get("typ")
+        if typ is not None and typ != "Bearer":
+            return _typ_claim_refusal(typ, "an")
+        for name in ID_TOKEN_ONLY_CLAIMS:
+            if name in claims:
+                return (f"this is an ID token (it has an {name} claim, which only ID tokens "
+                        f"carry, and its header typ is not at+jwt), not an access token: "
+                        f"{SEND_ACCESS_TOKEN}")
+        return None
+
+
+KEYCLOAK = KeycloakRule()
+AUTHENTIK = AuthentikRule()
+GENERIC = GenericRule()
+_BY_PROVIDER: dict[str, AccessTokenRule] = {
+    "Keycloak": KEYCLOAK, "ProviderB": AUTHENTIK, "Authentik": AUTHENTIK,
+}
+
+
+def access_token_rule(provider: str | None) -> AccessTokenRule:
+    """The rule for a validated `mcp.provider` value (None or unknown: the generic rule)."""
+    return _BY_PROVIDER.get(provider, GENERIC) if provider is not None else GENERIC
