@@ -4,6 +4,7 @@ path, run its prebuilt pipeline, and write one access-log line."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -30,6 +31,8 @@ from .tracing import RequestTracing
 log = logging.getLogger("mcp_oauth_gateway")
 # Ids from callers are kept only when short and plain, so they cannot forge log structure.
 REQUEST_ID_SHAPE = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
+# How long a stream cut at shutdown may take to be ended cleanly (a client not reading).
+SHUTDOWN_END_WAIT = 1.0
 
 
 class GatewayApp:
@@ -154,16 +157,24 @@ class GatewayApp:
         tracing = self.tracing
         span = tracing.start(scope) if tracing is not None and not admin else None
 
+        started_response = complete = cut = False
+
         async def send_logged(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started_response, complete
             if message["type"] == "http.response.start":
-                status = message["status"]
+                started_response = True
                 if request_id is not None:
                     # The gateway's id replaces one a backend may have echoed: one value only.
                     message = {**message, "headers": [
                         *(h for h in message.get("headers", ()) if h[0] != b"x-request-id"),
                         (b"x-request-id", request_id.encode())]}
+                await send(message)
+                # Only once the server took it: a response it refused was never sent.
+                status = message["status"]
+                return
             await send(message)
+            if not message.get("more_body", False):
+                complete = True
 
         try:
             if admin:
@@ -191,16 +202,31 @@ class GatewayApp:
             else:
                 route = entry.route.route
                 await entry.app(scope, receive, send_logged)
+        except asyncio.CancelledError:
+            # The server cancels only what still runs when the shutdown grace period ends (it
+            # does not cancel on client disconnects): end the stream cleanly, so the client
+            # sees it close and can resume elsewhere, and say so in one line.
+            cut = True
+            if started_response and not complete:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(send({"type": "http.response.body", "body": b"",
+                                                 "more_body": False}), SHUTDOWN_END_WAIT)
         except Exception:
             log.exception("unhandled error serving %s %s", scope["method"], scope["path"])
-            if status == 0:
+            if not started_response:
                 await send_error(send_logged, 500, "server_error",
                                  "the gateway failed to handle this request; see its log")
         finally:
             claims = scope.get(CLAIMS_KEY)
             sub = claims.get("sub") if isinstance(claims, dict) else None
-            self.access_log.record(scope["method"], scope["path"], status,
-                                   time.perf_counter() - started, sub, request_id)
+            elapsed = time.perf_counter() - started
+            if cut:
+                log.warning("%s %s %s cut at shutdown after %.1fs: still running when the grace "
+                            "period ended (--grace-period)", scope["method"], scope["path"],
+                            status or "-", elapsed)
+            else:
+                self.access_log.record(scope["method"], scope["path"], status, elapsed, sub,
+                                       request_id)
             if self.metrics is not None and route != "admin":
                 self.metrics.request(route, status)
             if span is not None and tracing is not None:
