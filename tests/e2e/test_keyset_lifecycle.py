@@ -118,19 +118,21 @@ spec:
 
 @pytest.fixture
 def rig(request: pytest.FixtureRequest, tmp_path: Path, logs: Path,
-        backend: str) -> Iterator[tuple[JwksServer, str, Process]]:
+        backend: str) -> Iterator[tuple[JwksServer, str, Process, str]]:
     """A JWKS server (initially down) and a gateway refreshing from it (every 2 s unless the
-    test is marked otherwise)."""
+    test is marked otherwise), with its status listener."""
     marker = request.node.get_closest_marker("cache_duration")
     cache = marker.args[0] if marker else "2s"
     jwks = JwksServer(keys=[new_key("k-1")], up=False, port=free_port())
     server = jwks.serve()
     gw_port = free_port()
     config = write_config(tmp_path / "config", gw_port, jwks.port, backend, cache)
-    gateway = Process(f"gateway-lifecycle-{tmp_path.name}", gateway_cmd(config), logs)
+    status_port = free_port()
+    gateway = Process(f"gateway-lifecycle-{tmp_path.name}",
+                      [*gateway_cmd(config), "--status-port", str(status_port)], logs)
     try:
         wait_for_port(gw_port, gateway)
-        yield jwks, f"http://127.0.0.1:{gw_port}", gateway
+        yield jwks, f"http://127.0.0.1:{gw_port}", gateway, f"http://127.0.0.1:{status_port}"
     finally:
         gateway.stop()
         server.shutdown()
@@ -145,19 +147,19 @@ def call(base: str, token: str) -> httpx.Response:
 
 
 def test_fail_closed_until_first_fetch_then_recovers(rig):
-    jwks, base, gateway = rig
+    jwks, base, gateway, _ = rig
     token = mint(jwks.keys[0], claims_for(ISSUER, AUDIENCE))
     response = call(base, token)
     assert response.status_code == 401
     assert "not yet available" in response.json()["error_description"]
-    assert "not yet available" in gateway.log()
+    wait_until(lambda: "not yet available" in gateway.log(), 30, "the fetch failure to be logged")
     jwks.up = True
     wait_until(lambda: call(base, token).status_code == 200, 30, "recovery after JWKS is up")
 
 
 @pytest.mark.cache_duration("5m")  # no periodic refresh interferes with the fetch count
 def test_unknown_kid_refetches_once_and_rotation_works(rig):
-    jwks, base, _ = rig
+    jwks, base, _, _ = rig
     jwks.up = True
     old = jwks.keys[0]
     wait_until(lambda: call(base, mint(old, claims_for(ISSUER, AUDIENCE))).status_code == 200,
@@ -178,7 +180,7 @@ def test_unknown_kid_refetches_once_and_rotation_works(rig):
 
 
 def test_removed_key_refused_after_refresh_and_last_good_kept(rig):
-    jwks, base, gateway = rig
+    jwks, base, gateway, _ = rig
     first, second = jwks.keys[0], new_key("k-2")
     jwks.keys = [first, second]
     jwks.up = True
@@ -192,6 +194,33 @@ def test_removed_key_refused_after_refresh_and_last_good_kept(rig):
     jwks.up = False
     wait_until(lambda: "keeping the last good keyset" in gateway.log(), 30, "refresh failure log")
     assert call(base, token_second).status_code == 200
+
+
+def keyset_condition(status: str) -> dict[str, str]:
+    conditions = httpx.get(f"{status}/status", timeout=5).json()["policies"][0]["conditions"]
+    return next(c for c in conditions if c["type"] == "ResolvedRefs")
+
+
+def test_status_says_the_keyset_is_stale_while_refreshes_fail(rig):
+    jwks, base, _, status = rig
+    jwks.up = True
+    token = mint(jwks.keys[0], claims_for(ISSUER, AUDIENCE))
+    wait_until(lambda: call(base, token).status_code == 200, 30, "first fetch")
+    assert keyset_condition(status)["reason"] == "ResolvedRefs"
+    jwks.up = False
+    wait_until(lambda: keyset_condition(status)["reason"] == "KeysetStale", 30,
+               "the status to report a stale keyset")
+    condition = keyset_condition(status)
+    assert condition["status"] == "True"  # the last good keys still verify tokens
+    message = condition["message"]
+    assert "refreshing it fails since 20" in message
+    assert "HTTP 503" in message
+    assert "still verifying tokens with the keys fetched at 20" in message
+    assert "next try at 20" in message
+    assert call(base, token).status_code == 200
+    jwks.up = True
+    wait_until(lambda: keyset_condition(status)["reason"] == "ResolvedRefs", 30,
+               "the status to recover")
 
 
 def test_discovery_is_served_stale_while_the_provider_is_down(logs, tmp_path, backend, idp_key):

@@ -7,6 +7,7 @@ configuration keeps every keyset that is still referenced instead of fetching it
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import aiohttp
@@ -90,12 +91,17 @@ class ControlPlane:
         conditions = list(report.conditions)
         if not report.keyset_urls or not report.ok:
             return conditions
-        unavailable = []
+        unavailable, stale = [], []
+        now = time.time()
         for url in report.keyset_urls:
             holder = self.keysets.get(url)
             if holder is None or not holder.available:
                 why = holder.last_error if holder and holder.last_error else "not yet fetched"
                 unavailable.append(f"keyset {url} is not available: {why}")
+            elif isinstance(holder, RemoteKeyset) and holder.failing_since is not None:
+                stale.append(status.stale_message(url, holder.last_error or "unknown error",
+                                                  holder.failing_since, holder.keys_fetched_at,
+                                                  holder.next_attempt_at, now))
         conditions.append(status.resolved_refs(unavailable, report.generation,
-                                               report.conditions[0].last_transition_time))
+                                               report.conditions[0].last_transition_time, stale))
         return conditions

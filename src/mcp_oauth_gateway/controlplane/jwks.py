@@ -36,6 +36,11 @@ class RemoteKeyset:
         self.last_error: str | None = None
         self.fetches = 0
         self.fetched_at: float | None = None
+        # Wall-clock times for status: when refreshes started failing (None while they work),
+        # when the keys in use were fetched, and when the next attempt is due.
+        self.failing_since: float | None = None
+        self.keys_fetched_at: float | None = None
+        self.next_attempt_at: float | None = None
         self._version = 0
         self._last_content: object = None
         self._last_on_demand = float("-inf")
@@ -89,13 +94,14 @@ class RemoteKeyset:
         try:
             document = await fetch_json(session, self.url)
             if document == self._last_content and self.keyset is not None:
-                self.last_error = None
-                self.fetched_at = time.monotonic()
+                self._succeeded()
                 return
             self._version += 1
             keyset = parse_jwks(document, self._version)
         except (FetchError, ValueError) as exc:
             self.last_error = str(exc)
+            if self.failing_since is None:
+                self.failing_since = time.time()
             if self.keyset is None:
                 log.warning("keyset %s is not yet available: %s", self.url, exc)
             else:
@@ -103,12 +109,18 @@ class RemoteKeyset:
                             self.url, exc)
             raise FetchError(str(exc)) from exc
         first = self.keyset is None
-        self.keyset, self._last_content, self.last_error = keyset, document, None
-        self.fetched_at = time.monotonic()
+        self.keyset, self._last_content = keyset, document
+        self._succeeded()
         for reason in keyset.skipped:
             log.warning("JWKS %s: skipped %s", self.url, reason)
         log.info("JWKS %s %s: %d key(s) %s", self.url, "fetched" if first else "changed",
                  len(keyset.by_kid), sorted(str(k) for k in keyset.by_kid))
+
+    def _succeeded(self) -> None:
+        self.last_error = None
+        self.failing_since = None
+        self.fetched_at = time.monotonic()
+        self.keys_fetched_at = time.time()
 
     async def _run(self, session: aiohttp.ClientSession) -> None:
         delay = FIRST_RETRY
@@ -121,6 +133,7 @@ class RemoteKeyset:
             else:
                 wait = self.refresh
                 delay = FIRST_RETRY
+            self.next_attempt_at = time.time() + wait
             await asyncio.sleep(wait)
 
 

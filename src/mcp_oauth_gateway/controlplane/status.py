@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +50,30 @@ def attached(
     return Condition("Attached", True, "Attached", "Attached to all targets", generation, at)
 
 
-def resolved_refs(unavailable: list[str], generation: int, at: str) -> Condition:
-    """`ResolvedRefs=True`, or `False reason=KeysetUnavailable` naming the URLs and errors."""
+def resolved_refs(unavailable: list[str], generation: int, at: str,
+                  stale: list[str] | None = None) -> Condition:
+    """`ResolvedRefs=True`; `False reason=KeysetUnavailable` naming the URLs and errors; or,
+    while refreshes fail but earlier keys still verify tokens, `True reason=KeysetStale`."""
     if unavailable:
         return Condition("ResolvedRefs", False, "KeysetUnavailable",
                          "; ".join(unavailable), generation, at)
+    if stale:
+        return Condition("ResolvedRefs", True, "KeysetStale", "; ".join(stale), generation, at)
     return Condition("ResolvedRefs", True, "ResolvedRefs", "Keyset fetched", generation, at)
+
+
+def stale_message(url: str, error: str, failing_since: float, keys_fetched_at: float | None,
+                  next_attempt_at: float | None, now: float) -> str:
+    """What an operator needs about a keyset whose refresh fails: since when, why, which keys
+    are still in use, and when the next try is."""
+    fetched = f"the keys fetched at {iso(keys_fetched_at)}" if keys_fetched_at else \
+        "the last keys fetched"
+    upcoming = "" if next_attempt_at is None else \
+        f"; next try at {iso(next_attempt_at)} (in {max(0.0, next_attempt_at - now):.0f}s)"
+    return (f"keyset {url} is stale: refreshing it fails since {iso(failing_since)} ({error}); "
+            f"still verifying tokens with {fetched}{upcoming}")
+
+
+def iso(seconds: float) -> str:
+    """A wall-clock time as RFC 3339 UTC, to the second."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
