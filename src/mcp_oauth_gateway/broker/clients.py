@@ -16,6 +16,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
+from ..controlplane.fetch import read_at_most
 from ..registration import validate_redirect_uri
 from ..urls import InvalidUri, hostname_of, parse_document_url
 from .addresses import AddressRefused, CheckedResolver, Lookup, checked_literal
@@ -124,7 +125,7 @@ class MetadataDocuments:
                     if response.status != 200:
                         raise ClientError("invalid_client", f"client metadata document {url} "
                                           f"answered HTTP {response.status}")
-                    body = await response.content.read(CIMD_MAX_BYTES + 1)
+                    body = await read_at_most(response.content, CIMD_MAX_BYTES)
         except AddressRefused as exc:
             raise ClientError("invalid_client", f"client metadata host {exc}; refused") from exc
         except TimeoutError as exc:

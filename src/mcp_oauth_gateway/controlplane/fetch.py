@@ -15,6 +15,21 @@ class FetchError(Exception):
     """A fetch failed; the message names the URL and the reason."""
 
 
+async def read_at_most(content: aiohttp.StreamReader, limit: int) -> bytes:
+    """The body until its end, or its first `limit + 1` bytes when it is longer (so the caller
+    can tell). `StreamReader.read(n)` alone returns whatever has arrived, which cuts documents
+    that come in several packets."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = await content.read(limit + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
 async def fetch_json(
     session: aiohttp.ClientSession, url: str, limit: float = FETCH_TIMEOUT
 ) -> object:
@@ -26,7 +41,7 @@ async def fetch_json(
             ) as response:
                 if response.status != 200:
                     raise FetchError(f"GET {url} answered HTTP {response.status}, expected 200")
-                body = await response.content.read(MAX_DOCUMENT_BYTES + 1)
+                body = await read_at_most(response.content, MAX_DOCUMENT_BYTES)
     except TimeoutError as exc:
         raise FetchError(f"GET {url} timed out after {limit:g}s") from exc
     except aiohttp.ClientError as exc:

@@ -7,6 +7,7 @@ import asyncio
 
 import aiohttp
 
+from ..controlplane.fetch import read_at_most
 from .base import DiscoveryFacade, RegistrationError, RegistrationResult
 
 FORWARD_TIMEOUT = 15.0
@@ -31,7 +32,11 @@ class KeycloakAdapter(DiscoveryFacade):
                 async with session.post(target, data=raw_body, allow_redirects=False,
                                         headers={"Content-Type": "application/json",
                                                  "Accept": "application/json"}) as response:
-                    body = await response.content.read(MAX_RESPONSE)
+                    body = await read_at_most(response.content, MAX_RESPONSE)
+                    if len(body) > MAX_RESPONSE:
+                        raise RegistrationError(502, "server_error",
+                                                f"the provider's registration answer is larger "
+                                                f"than {MAX_RESPONSE} bytes")
                     content_type = response.headers.get("Content-Type", "application/json")
                     return RegistrationResult(response.status, body, content_type.encode())
         except TimeoutError as exc:
