@@ -116,3 +116,12 @@ def test_a_second_authorization_never_reaches_the_backend_even_when_the_first_is
     assert status == 400
     assert body["error_description"].startswith("the request carries more than one "
                                                  "Authorization header")
+
+
+@pytest.mark.parametrize("name", [b"x_user", b"x_forwarded_for", b"mcp_method",
+                                  b"x_request_id"], ids=lambda n: n.decode())
+def test_an_underscore_alias_of_a_guarded_header_is_refused(gateway, stack_b, name):
+    # Servers that map headers to CGI variables read `X_User` as `X-User`.
+    status, body = exchange(gateway, [*base_headers(gateway, stack_b.token()), (name, b"spoof")])
+    assert status == 400, body
+    assert "would be read as" in body["error_description"]

@@ -63,3 +63,17 @@ def test_forwarded_host_and_proto_are_checked_when_trusted():
     chain = [(b"host", b"gw"), (b"x-forwarded-host", b"public.example, inner"),
              (b"x-forwarded-proto", b"HTTPS, http")]
     assert HeaderRules(True).problem(chain) is None
+
+
+@pytest.mark.parametrize("name", [b"x_forwarded_for", b"x_forwarded_host", b"x_request_id",
+                                  b"mcp_method", b"mcp_param_x", b"content_type"])
+def test_underscore_aliases_of_guarded_headers_are_refused(name):
+    # WSGI/CGI servers read `X_Forwarded_For` as `X-Forwarded-For`.
+    for trusted in (False, True):
+        problem = HeaderRules(trusted).problem([*BASE, (name, b"spoof")])
+        assert problem is not None
+        assert "would be read as" in problem
+
+
+def test_underscores_in_other_headers_are_fine():
+    assert HeaderRules(False).problem([*BASE, (b"x_custom_thing", b"1")]) is None

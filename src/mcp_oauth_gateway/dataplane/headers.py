@@ -35,6 +35,17 @@ _HOST = re.compile(rb"(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 _PROTO = frozenset({b"http", b"https"})
 
 
+def underscore_alias(name: bytes, guarded: frozenset[bytes]) -> bytes | None:
+    """The guarded header `name` stands for if `_` is read as `-`, or None.
+
+    CGI-style servers (WSGI's `HTTP_X_USER`, PHP, many frameworks) map `X_User` and `X-User` to
+    the same variable, so `X_User` would smuggle past a rule about `X-User`."""
+    if b"_" not in name:
+        return None
+    dashed = name.replace(b"_", b"-")
+    return dashed if dashed in guarded or dashed.startswith(MCP_PREFIX) else None
+
+
 def display_name(name: bytes) -> str:
     """`x-request-id` → `X-Request-Id`, as people write header names."""
     return "-".join(part.capitalize() for part in name.decode("latin-1").split("-"))
@@ -51,10 +62,19 @@ class HeaderRules:
     def __init__(self, trust_forwarded: bool):
         self.single = SINGLE | FORWARDED if trust_forwarded else SINGLE
         self.trust_forwarded = trust_forwarded
+        # Aliases are refused whether or not forwarded headers are trusted: untrusted ones are
+        # dropped by name, so an alias would outlive the drop.
+        self.aliased = SINGLE | FORWARDED
 
     def problem(self, headers: Headers) -> str | None:
         """Why the request's headers cannot be served, or None."""
         names = [name for name, _ in headers]
+        if b"_" in b"\0".join(names):
+            for name in names:
+                alias = underscore_alias(name, self.aliased)
+                if alias is not None:
+                    return (f"the header {display_name(name)} would be read as "
+                            f"{display_name(alias)} by some servers; send {display_name(alias)}")
         if len(set(names)) != len(names):
             repeated = self._repeated(names)
             if repeated is not None:

@@ -10,7 +10,7 @@ from ..controlplane.cel import value_of
 from ..controlplane.snapshot import CompiledTransformation
 from .asgi import CLAIMS_KEY, ASGIApp, Headers, Receive, Scope, Send
 from .authz import request_variables
-from .headers import display_name
+from .headers import display_name, underscore_alias
 from .responses import send_error
 
 log = logging.getLogger("mcp_oauth_gateway.transform")
@@ -36,15 +36,13 @@ class HeaderTransformation:
         self.set = transformation.set
         self.set_names = frozenset(name for name, _ in transformation.set)
         self.drop = transformation.remove | self.set_names
+        self.guarded = frozenset(self.drop)
         self.needs_request = any(e.uses_request for _, e in self.set)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        repeated = self._repeated(scope["headers"])
-        if repeated is not None:
-            # The gateway sets this header: two copies would mean a client tried to supply one.
-            await send_error(send, 400, "invalid_request",
-                             f"the request carries more than one {display_name(repeated)} "
-                             "header, which this route sets itself; send it at most once")
+        problem = self._problem(scope["headers"])
+        if problem is not None:
+            await send_error(send, 400, "invalid_request", problem)
             return
         activation: dict[str, object] = {"jwt": scope.get(CLAIMS_KEY, {})}
         if self.needs_request:
@@ -66,11 +64,18 @@ class HeaderTransformation:
         scope["headers"] = [(k, v) for k, v in scope["headers"] if k not in self.drop] + added
         await self.app(scope, receive, send)
 
-    def _repeated(self, headers: Headers) -> bytes | None:
+    def _problem(self, headers: Headers) -> str | None:
         seen: set[bytes] = set()
         for name, _ in headers:
             if name in self.set_names:
                 if name in seen:
-                    return name
+                    # The gateway sets it: two copies mean a client tried to supply one.
+                    return (f"the request carries more than one {display_name(name)} header, "
+                            "which this route sets itself; send it at most once")
                 seen.add(name)
+            alias = underscore_alias(name, self.guarded)
+            if alias is not None:
+                return (f"the header {display_name(name)} would be read as "
+                        f"{display_name(alias)} by some servers, and this route sets or removes "
+                        f"{display_name(alias)} itself")
         return None
