@@ -227,3 +227,15 @@ async def test_broker_runtime_close_closes_the_documents_session(local_documents
     assert not session.closed
     await runtime.close()
     assert session.closed
+
+
+def test_client_names_on_the_consent_page_cannot_pose_as_others():
+    from mcp_oauth_gateway.broker.pages import shown
+
+    assert shown("Claude\u202e edoC") == "Claude edoC"  # a bidi override would reverse it
+    assert shown("Cur\u200bsor") == "Cursor"
+    assert shown("<script>x</script>") == "&lt;script&gt;x&lt;/script&gt;"
+    assert shown("a\n\tb") == "a b"
+    assert shown("\u200b") == "(unnamed client)"
+    assert shown("x" * 300).endswith("…")
+    assert len(shown("x" * 300)) == 101

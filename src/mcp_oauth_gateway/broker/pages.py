@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from html import escape
 
 from ..dataplane.asgi import Scope, Send, header
@@ -21,6 +22,18 @@ _SECURITY = [
     # Cross-origin navigations (to the provider, back to the client) still carry no referrer.
     (b"referrer-policy", b"same-origin"),
 ]
+
+
+_HIDDEN = frozenset({"Cc", "Cf", "Co", "Cs"})
+
+
+def shown(text: str, limit: int = 100) -> str:
+    """Text from a client, fit for the consent page: escaped, without control, format (bidi
+    overrides, zero-width) or private-use characters that could make one name look like
+    another, and bounded in length."""
+    kept = " ".join("".join(" " if c.isspace() else c for c in text
+                            if c.isspace() or unicodedata.category(c) not in _HIDDEN).split())
+    return escape(kept[:limit] + ("…" if len(kept) > limit else "")) or "(unnamed client)"
 
 
 def _form_target(url: str | None) -> str | None:
@@ -45,7 +58,8 @@ def _policy(provider_authorize: str | None, redirect_href: str | None) -> bytes:
 
 
 def _html(title: str, content: str) -> bytes:
-    return (f"<!doctype html><html><head><meta charset=utf-8><title>{escape(title)}</title>"
+    # Both arguments are HTML already (anything from a client went through `shown`/`escape`).
+    return (f"<!doctype html><html><head><meta charset=utf-8><title>{title}</title>"
             f"<style>{_STYLE}</style></head><body>{content}</body></html>").encode()
 
 
@@ -59,10 +73,11 @@ async def send_consent(send: Send, action: str, request_id: str, client: BrokerC
     where = (f"<p>Client metadata published at <span class=host>"
              f"{escape(published.partition('://')[2])}</span>.</p>" if published else
              "<p>This client registered itself with the gateway.</p>")
-    items = "".join(f"<li>{escape(s)}</li>" for s in scopes) or "<li>(no scopes)</li>"
+    items = "".join(f"<li>{shown(s)}</li>" for s in scopes) or "<li>(no scopes)</li>"
+    name = shown(client.name)
     body = _html(
-        f"Allow {client.name}?",
-        f"<h1>Allow <b>{escape(client.name)}</b> to use this MCP server?</h1>"
+        f"Allow {name}?",
+        f"<h1>Allow <b>{name}</b> to use this MCP server?</h1>"
         f"{where}<p>After you sign in, you will be sent back to "
         f"<span class=host>{escape(host)}</span>.</p><p>It asks for:</p><ul>{items}</ul>"
         f'<form method="post" action="{escape(action)}">'
