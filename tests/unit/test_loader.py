@@ -73,3 +73,15 @@ def test_parse_duration():
         except ValueError:
             continue
         raise AssertionError(f"{bad!r} parsed")
+
+
+def test_cors_origins_must_be_origins_as_browsers_send_them(tmp_path):
+    for given, hint in [("https://App.example", "browsers send it as 'https://app.example'"),
+                        ("https://app.example/path", "is not an origin"),
+                        ("https://*.example.com", "wildcard origins are not supported"),
+                        ("null", "is not an origin")]:
+        text = BASE.replace('allowOrigins: ["*"]', f'allowOrigins: ["{given}"]') + policy()
+        errors = load_paths([write(tmp_path, text)]).errors
+        assert any("allowOrigins[0]" in e and hint in e for e in errors), (given, errors)
+    fine = BASE.replace('allowOrigins: ["*"]', 'allowOrigins: ["https://app.example"]')
+    assert load_paths([write(tmp_path, fine + policy())]).errors == []

@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from ..urls import navigable, origin_of
+
 POLICY_API_GROUP = "mcp-oauth-gateway.dev"
 POLICY_API_VERSION = f"{POLICY_API_GROUP}/v1alpha1"
 GATEWAY_API_GROUP = "gateway.networking.k8s.io"
@@ -31,9 +33,24 @@ def parse_duration(text: str) -> float:
 
 
 def _absolute_http_url(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    # Read as browsers and MCP clients read it (WHATWG), not as urllib does.
+    if navigable(value) is None or any(c in value for c in "\\\t\r\n "):
         raise ValueError(f"{value!r} is not an absolute http(s) URL")
+    return value
+
+
+def _cors_origin(value: str) -> str:
+    if value == "*":
+        return value
+    if "*" in value:
+        raise ValueError(f"{value!r}: wildcard origins are not supported; list each origin, or "
+                         "use '*' alone")
+    origin = origin_of(value)
+    if origin is None or value.rstrip("/") != origin:
+        hint = f"; browsers send it as {origin!r}" if origin else ""
+        raise ValueError(f"{value!r} is not an origin (scheme://host[:port], as browsers send "
+                         f"it in the Origin header; wildcards other than '*' are not "
+                         f"supported){hint}")
     return value
 
 
@@ -124,7 +141,7 @@ class CorsPolicy(_Model):
     allow_credentials: bool = False
     allow_headers: list[NonEmpty] = []
     allow_methods: list[NonEmpty] = []
-    allow_origins: list[NonEmpty] = []
+    allow_origins: list[Annotated[str, Field(min_length=1), AfterValidator(_cors_origin)]] = []
     expose_headers: list[NonEmpty] = []
     max_age: Annotated[int, Field(ge=0)] = 5
 
