@@ -33,6 +33,7 @@ MCP_PREFIX = b"mcp-"
 # URLs the gateway writes into metadata, challenges and redirects.
 _HOST = re.compile(rb"(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 _PROTO = frozenset({b"http", b"https"})
+MAX_REMEMBERED_HOSTS = 256
 
 
 def underscore_alias(name: bytes, guarded: frozenset[bytes]) -> bytes | None:
@@ -65,36 +66,37 @@ class HeaderRules:
         # Aliases are refused whether or not forwarded headers are trusted: untrusted ones are
         # dropped by name, so an alias would outlive the drop.
         self.aliased = SINGLE | FORWARDED
+        # Host values already found valid: a gateway sees few, and the check runs per request.
+        self._good_hosts: set[bytes] = set()
 
     def problem(self, headers: Headers) -> str | None:
         """Why the request's headers cannot be served, or None."""
-        names = [name for name, _ in headers]
-        if b"_" in b"\0".join(names):
-            for name in names:
+        # One dict built in C answers the common case (no header twice) and, once repeats of
+        # guarded headers are ruled out, gives their single values.
+        values = dict(headers)
+        if len(values) != len(headers):
+            repeated = self._repeated([name for name, _ in headers])
+            if repeated is not None:
+                return (f"the request carries more than one {display_name(repeated)} header; "
+                        "send it once")
+        if b"_" in b"\0".join(values):
+            for name in [n for n in values if b"_" in n]:
                 alias = underscore_alias(name, self.aliased)
                 if alias is not None:
                     return (f"the header {display_name(name)} would be read as "
                             f"{display_name(alias)} by some servers; send {display_name(alias)}")
-        if len(set(names)) != len(names):
-            repeated = self._repeated(names)
-            if repeated is not None:
-                return (f"the request carries more than one {display_name(repeated)} header; "
-                        "send it once")
-        host = None
-        forwarded_host = forwarded_proto = None
-        for name, value in headers:
-            if name == b"host":
-                host = value
-            elif name == b"x-forwarded-host":
-                forwarded_host = value
-            elif name == b"x-forwarded-proto":
-                forwarded_proto = value
-        if host is not None and not _HOST.fullmatch(host):
-            return f"the Host header {host[:100]!r} is not a host name or address with a port"
+        host = values.get(b"host")
+        if host is not None and host not in self._good_hosts:
+            if not _HOST.fullmatch(host):
+                return f"the Host header {host[:100]!r} is not a host name or address with a port"
+            if len(self._good_hosts) < MAX_REMEMBERED_HOSTS:
+                self._good_hosts.add(host)
         if self.trust_forwarded:
+            forwarded_host = values.get(b"x-forwarded-host")
             if forwarded_host is not None and not _HOST.fullmatch(first_item(forwarded_host)):
                 return (f"the X-Forwarded-Host header {forwarded_host[:100]!r} is not a host name "
                         "or address with a port")
+            forwarded_proto = values.get(b"x-forwarded-proto")
             if forwarded_proto is not None and \
                     first_item(forwarded_proto).lower() not in _PROTO:
                 return (f"the X-Forwarded-Proto header {forwarded_proto[:100]!r} is neither http "
