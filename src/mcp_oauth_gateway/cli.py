@@ -14,7 +14,13 @@ from typing import TextIO
 from .controlplane import ControlPlane, Snapshot, build_snapshot
 from .controlplane.fetch import FetchError
 from .controlplane.jwks import RemoteKeyset
-from .dataplane.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES, Limits
+from .dataplane.limits import (
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_HEADER_BYTES,
+    Limits,
+)
 from .resources import load_paths
 
 EXIT_INVALID = 2
@@ -56,6 +62,20 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                        metavar="N", help="larger request bodies get 413 (default "
                                          f"{DEFAULT_MAX_BODY_BYTES})")
+    # Read as text and checked in cmd_serve, so a bad value gets one line naming the flag.
+    serve.add_argument("--header-timeout", default=str(DEFAULT_HEADER_TIMEOUT),
+                       metavar="SECONDS",
+                       help="close a connection whose request head is not complete this long "
+                            "after it opened or the request began; 408 if part of one arrived "
+                            f"(default {DEFAULT_HEADER_TIMEOUT:g})")
+    serve.add_argument("--idle-timeout", default=str(DEFAULT_IDLE_TIMEOUT), metavar="SECONDS",
+                       help="close a connection whose request body stops arriving for this "
+                            "long, or that waits this long for its next request (default "
+                            f"{DEFAULT_IDLE_TIMEOUT:g}; a streamed response is never cut)")
+    serve.add_argument("--max-connections", default=None, metavar="N",
+                       help="open client connections per process; more are answered 503 and "
+                            "closed (default: what the file-descriptor limit leaves room for, "
+                            "after raising it to the hard limit)")
     serve.add_argument("--admin-port", "--status-port", dest="status_port", type=int,
                        default=None, metavar="PORT",
                        help="admin listener on 127.0.0.1:PORT: /status (policy conditions, "
@@ -144,7 +164,19 @@ def _print_problems(snapshot: Snapshot, stream: TextIO = sys.stderr) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Validate, then serve until SIGTERM."""
     from . import logs, server
+    from .connections import parse_count, parse_seconds
 
+    try:
+        header_timeout = parse_seconds("--header-timeout", args.header_timeout)
+        idle_timeout = parse_seconds("--idle-timeout", args.idle_timeout)
+        max_connections = None if args.max_connections is None else \
+            parse_count("--max-connections", args.max_connections)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    limits = Limits(max_header_bytes=args.max_header_bytes, max_body_bytes=args.max_body_bytes,
+                    header_timeout=header_timeout, idle_timeout=idle_timeout,
+                    max_connections=max_connections)
     logs.configure(args.log_level, args.log_format)
     if args.tracing == "otlp":
         from .dataplane import tracing
@@ -184,7 +216,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return server.serve(snapshot, args.host, args.trust_forwarded_headers,
                             args.grace_period, brokers, args.workers, args.log_level,
                             (args.files, args.watch_interval) if args.watch_interval > 0
-                            else None, Limits(args.max_header_bytes, args.max_body_bytes),
+                            else None, limits,
                             args.status_port, args.log_format, args.tracing == "otlp")
     except OSError as exc:
         print(f"error: {exc} (is another process using the port? change the Gateway listener "

@@ -1,5 +1,5 @@
-"""Run the gateway: bind every listener port, serve with uvicorn (uvloop + httptools), drain on
-SIGTERM."""
+"""Run the gateway: bind every listener port, serve with uvicorn (uvloop + httptools, with the
+connection limits of connections.py), drain on SIGTERM."""
 
 from __future__ import annotations
 
@@ -12,15 +12,23 @@ import signal
 import socket
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import uvicorn
 
 from . import logs
 from .broker.runtime import BrokerRuntime
+from .connections import (
+    ConnectionGuard,
+    default_max_connections,
+    protocol_class,
+    raise_fd_limit,
+)
 from .controlplane import ControlPlane, Snapshot
 from .controlplane.watch import ConfigWatcher
 from .dataplane.app import GatewayApp
 from .dataplane.limits import Limits
+from .dataplane.metrics import ConnectionCounts
 from .dataplane.tracing import otlp_tracer
 
 log = logging.getLogger("mcp_oauth_gateway")
@@ -71,12 +79,19 @@ def _run_worker(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarde
     # Built here, in the process that serves: the exporter's thread does not survive a fork.
     tracer = otlp_tracer() if tracing else None
     watcher = ConfigWatcher(watch[0], control, watch[1]) if watch else None
+    limits = limits or Limits()
     app = GatewayApp(control, trust_forwarded=trust_forwarded, brokers=brokers,
                      watcher=watcher, limits=limits, status_port=status_port, tracer=tracer)
+    # Without an admin listener nothing exports the counts, but the cap still needs them.
+    counts = app.metrics.connections if app.metrics is not None else ConnectionCounts()
+    guard = ConnectionGuard(limits, counts, () if status_port is None else (status_port,))
     config = uvicorn.Config(
-        app, loop="uvloop", http="httptools", lifespan="on", access_log=False,
+        app, loop="uvloop", http=protocol_class(guard), lifespan="on", access_log=False,
         server_header=False, log_config=None, timeout_graceful_shutdown=grace_period,
-        timeout_keep_alive=30,
+        timeout_keep_alive=limits.idle_timeout,  # type: ignore[arg-type]  # a float works
+        # The gateway serves no WebSockets; an upgraded connection would leave the protocol
+        # that counts it against --max-connections.
+        ws="none",
         # Forwarded headers are the gateway's own decision (--trust-forwarded-headers).
         proxy_headers=False,
     )
@@ -95,6 +110,23 @@ def _worker_main(snapshot: Snapshot, sockets: list[socket.socket], trust_forward
                 status_port, tracing)
 
 
+def connection_limits(limits: Limits) -> Limits:
+    """`limits` with the connection cap settled: raise the descriptor limit (forked workers
+    inherit it), derive the cap from it unless one was given, and log what applies."""
+    fd_limit = raise_fd_limit()
+    room = default_max_connections(fd_limit)
+    if limits.max_connections is None:
+        limits = replace(limits, max_connections=room)
+    elif limits.max_connections > room:
+        log.warning("--max-connections %d is more than the descriptor limit %d leaves room for "
+                    "(%d, counting a backend connection per client); past that, accepting "
+                    "fails instead of answering 503", limits.max_connections, fd_limit, room)
+    log.info("connections: at most %d open per process (descriptor limit %d), request head "
+             "within %gs, request body and keep-alive idle for at most %gs",
+             limits.max_connections, fd_limit, limits.header_timeout, limits.idle_timeout)
+    return limits
+
+
 def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: float,
           brokers: BrokerRuntime | None = None, workers: int = 1,
           log_level: str = "info", watch: tuple[list[str], float] | None = None,
@@ -103,6 +135,7 @@ def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: fl
     """Serve until SIGTERM/SIGINT; in-flight requests get `grace_period` seconds to finish.
 
     With `workers` > 1, that many processes accept on the same listening sockets."""
+    limits = connection_limits(limits or Limits())
     sockets = [bind(host, port) for port in sorted(snapshot.listeners)]
     if status_port is not None:
         # Status is for operators on the machine only: always loopback.

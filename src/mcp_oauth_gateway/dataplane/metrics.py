@@ -59,10 +59,27 @@ class _Latency:
         self.total += seconds
 
 
+class ConnectionCounts:
+    """Connection-level counts of one process, bumped by the server's HTTP protocol.
+
+    The protocol lives above the data plane; it receives this object rather than the data plane
+    knowing about the protocol."""
+
+    __slots__ = ("header_timeouts", "idle_timeouts", "limit", "open", "refused")
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.limit = 0
+        self.header_timeouts = 0
+        self.idle_timeouts = 0
+        self.refused = 0
+
+
 class Metrics:
     """Counters of one gateway process, exported through their own registry."""
 
     def __init__(self) -> None:
+        self.connections = ConnectionCounts()
         self.requests: dict[tuple[str, int], int] = {}
         self.auth_failures: dict[str, int] = {}
         self.rejections: dict[str, int] = {}
@@ -133,3 +150,22 @@ class Metrics:
             fetched = getattr(holder, "fetched_at", None)
             age.add_metric([url], now - fetched if fetched else -1.0)
         yield from (requests, failures, rejections, latency, fetches, age)
+        yield from self._connection_metrics()
+
+    def _connection_metrics(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        counts = self.connections
+        yield GaugeMetricFamily("mcp_gateway_connections_open", "Client connections open on the "
+                                "gateway listeners", value=counts.open)
+        yield GaugeMetricFamily("mcp_gateway_connections_max", "Client connections this process "
+                                "accepts at once (--max-connections)", value=counts.limit)
+        # A keep-alive connection that ends after its last response is normal and not counted;
+        # these count clients that hold a connection without completing a request.
+        timeouts = CounterMetricFamily("mcp_gateway_connection_timeouts", "Connections closed "
+                                       "because the client stalled: header (no complete request "
+                                       "head in time) or idle (the request body stopped "
+                                       "arriving)", labels=["timeout"])
+        timeouts.add_metric(["header"], counts.header_timeouts)
+        timeouts.add_metric(["idle"], counts.idle_timeouts)
+        yield timeouts
+        yield CounterMetricFamily("mcp_gateway_connections_refused", "Connections refused with 503 "
+                                  "because --max-connections were open", value=counts.refused)
