@@ -56,25 +56,33 @@ def _unsafe_reason(text: str) -> str | None:
     return f"the control or space character {char!r}"
 
 
+def _read(text: str, what: str) -> ada_url.URL:
+    """`text` as browsers read it, after refusing what they would silently drop or rewrite
+    (control characters, backslashes, fragments) and what carries credentials."""
+    shown = repr(text[:200])
+    if len(text) > MAX_URI_LENGTH:
+        raise InvalidUri(f"{what} {shown}… is longer than {MAX_URI_LENGTH} characters")
+    unsafe = _unsafe_reason(text)
+    if unsafe is not None:
+        raise InvalidUri(f"{what} {shown} contains {unsafe}")
+    try:
+        url = ada_url.URL(text)
+    except ValueError as exc:
+        raise InvalidUri(f"{what} {shown} is not a valid absolute URL") from exc
+    if url.username or url.password:
+        raise InvalidUri(f"{what} {shown} has user information ('…@') before its host")
+    return url
+
+
 def parse_redirect_uri(text: object) -> RedirectUri:
     """Validate a redirect URI (RFC 6749 §3.1.2, RFC 8252, MCP); raise InvalidUri saying why."""
     if not isinstance(text, str) or not text:
         raise InvalidUri("redirect URIs must be non-empty strings")
+    url = _read(text, "redirect URI")
     shown = repr(text[:200])
-    if len(text) > MAX_URI_LENGTH:
-        raise InvalidUri(f"redirect URI {shown}… is longer than {MAX_URI_LENGTH} characters")
-    unsafe = _unsafe_reason(text)
-    if unsafe is not None:
-        raise InvalidUri(f"redirect URI {shown} contains {unsafe}")
-    try:
-        url = ada_url.URL(text)
-    except ValueError as exc:
-        raise InvalidUri(f"redirect URI {shown} is not a valid absolute URL") from exc
     scheme = url.protocol[:-1]
     if scheme in FORBIDDEN_SCHEMES:
         raise InvalidUri(f"redirect URI {shown} uses the forbidden scheme {scheme}:")
-    if url.username or url.password:
-        raise InvalidUri(f"redirect URI {shown} has user information ('…@') before its host")
     if scheme in ("http", "https") and not url.hostname:
         raise InvalidUri(f"redirect URI {shown} has no host")
     href = url.href
@@ -93,18 +101,10 @@ def parse_redirect_uri(text: object) -> RedirectUri:
 def parse_document_url(text: str, allow_http: bool) -> str:
     """A Client ID Metadata Document URL (https, a path, nothing a browser would rewrite) as
     its WHATWG serialization; raise InvalidUri saying why not."""
+    url = _read(text, "client_id")
     shown = repr(text[:200])
-    unsafe = _unsafe_reason(text)
-    if unsafe is not None:
-        raise InvalidUri(f"client_id {shown} contains {unsafe}")
-    try:
-        url = ada_url.URL(text)
-    except ValueError as exc:
-        raise InvalidUri(f"client_id {shown} is not a valid absolute URL") from exc
     if url.protocol != "https:" and not (allow_http and url.protocol == "http:"):
         raise InvalidUri(f"client_id {shown} must be an https URL")
-    if url.username or url.password:
-        raise InvalidUri(f"client_id {shown} has user information ('…@') before its host")
     if url.pathname in ("", "/"):
         raise InvalidUri(f"client_id {shown} has no path (a metadata document URL needs one)")
     if url.href != text:
