@@ -1,5 +1,7 @@
 """The proxy when the backend misbehaves: down → 502, slow → 504, a stream that breaks ends
-cleanly for the client, a client that leaves stops the backend's stream; the gateway stays up."""
+cleanly for the client, a client that leaves stops the backend's stream; the gateway stays up.
+Responses without a body (HEAD, 204) come back promptly with one `Date`, and `Expect` is not
+passed on."""
 
 from __future__ import annotations
 
@@ -50,7 +52,8 @@ metadata: {{name: gw}}
 spec: {{listeners: [{{name: http, port: {port}}}]}}
 """ + route("slow", "/slow", up, "\n      timeouts: {backendRequest: 1s}")
       + route("breaks", "/sse-break", up) + route("forever", "/sse-forever", up)
-      + route("down", "/down", down))
+      + route("down", "/down", down) + route("plain", "/plain", up)
+      + route("no-content", "/no-content", up) + route("echo-headers", "/echo-headers", up))
     gateway = Process("gateway-faults", gateway_cmd(config), logs)
     wait_for_port(port, gateway)
     try:
@@ -106,3 +109,49 @@ def test_client_leaving_a_stream_stops_the_backend_stream(faulty):
     wait_until(lambda: httpx.get(f"{backend}/stats").json()["disconnects"] >
                before["disconnects"], 15, "the backend to see the client leave")
     assert healthy(base)
+
+
+# Failure bound, not a timing assertion: a HEAD used to hang until the backend's keep-alive
+# timeout (5 s) closed the connection under the gateway.
+BOUND = 3
+
+
+def test_head_answers_with_the_backends_headers_and_no_body(faulty):
+    base, backend, gateway = faulty
+    with httpx.Client(timeout=BOUND) as http:
+        direct = http.head(f"{backend}/plain")
+        response = http.head(f"{base}/plain")
+        assert response.status_code == 200
+        assert response.headers["x-backend"] == "fault"
+        assert response.headers["content-type"] == "application/json"
+        assert response.headers["content-length"] == direct.headers["content-length"]
+        assert response.content == b""
+        assert len(response.headers.get_list("date")) == 1
+        # The same client connection goes on: it used to stall behind a HEAD answer the
+        # gateway never finished (the client has all it needs from a HEAD at the headers).
+        for _ in range(2):
+            follow = http.get(f"{base}/plain")
+            assert follow.json() == {"plain": True}
+            assert len(follow.headers.get_list("date")) == 1
+    assert "Traceback" not in gateway.log()
+
+
+def test_no_content_is_answered_promptly_with_one_date(faulty):
+    base, _, gateway = faulty
+    with httpx.Client(timeout=BOUND) as http:
+        for method in ("GET", "HEAD", "GET"):
+            response = http.request(method, f"{base}/no-content")
+            assert response.status_code == 204
+            assert response.headers["x-backend"] == "fault"
+            assert response.content == b""
+            assert len(response.headers.get_list("date")) == 1
+    assert "Traceback" not in gateway.log()
+
+
+def test_expect_is_not_passed_to_the_backend(faulty):
+    base, _, _ = faulty
+    response = httpx.post(f"{base}/echo-headers", content=b"{}", timeout=BOUND,
+                          headers={"Expect": "100-continue", "X-Kept": "yes"})
+    received = {name for name, _ in response.json()}
+    assert "x-kept" in received
+    assert "expect" not in received

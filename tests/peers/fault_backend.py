@@ -1,15 +1,24 @@
 """A misbehaving backend for fault tests: slow answers, streams that break, streams that run
-until the client goes away (and counts how often the gateway let it know)."""
+until the client goes away (and counts how often the gateway let it know), plain answers for
+HEAD and 204 checks, and an echo of the request headers the backend received.
+
+`RawBackend` is the in-process variant for unit tests: raw asyncio streams answering with
+scripted bytes (interim responses, bodies where none may be, unsolicited bytes) and never closing
+an idle connection on its own, so that only the gateway's pool can be the one that closes it."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 import uvicorn
 
 STATS = {"disconnects": 0, "forever_started": 0}
+PLAIN = json.dumps({"plain": True}).encode()
 
 
 async def app(scope, receive, send):
@@ -21,6 +30,26 @@ async def app(scope, receive, send):
         more = (await receive()).get("more_body", False)
     if path == "/stats":
         body = json.dumps(STATS).encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+        return
+    if path == "/plain":
+        # For HEAD uvicorn sends these headers (length included) and no body.
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(PLAIN)).encode()),
+                                (b"x-backend", b"fault")]})
+        await send({"type": "http.response.body", "body": PLAIN})
+        return
+    if path == "/no-content":
+        await send({"type": "http.response.start", "status": 204,
+                    "headers": [(b"x-backend", b"fault")]})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    if path == "/echo-headers":
+        body = json.dumps([[k.decode("latin-1"), v.decode("latin-1")]
+                           for k, v in scope["headers"]]).encode()
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": body})
@@ -48,6 +77,81 @@ async def app(scope, receive, send):
         if done and waiter.result()["type"] == "http.disconnect":
             STATS["disconnects"] += 1
             return
+
+
+@dataclass
+class Seen:
+    """One request as the raw backend received it."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    connection: int
+
+
+Answer = Callable[[Seen], bytes | Awaitable[bytes] | AsyncIterator[bytes]]
+
+
+class RawBackend:
+    """HTTP/1.1 on raw asyncio streams: `answer` gives the exact bytes to write back (an async
+    iterator writes its pieces one by one, each drained before the next is asked for)."""
+
+    def __init__(self, answer: Answer):
+        self.answer = answer
+        self.seen: list[Seen] = []
+        self.accepted = 0
+        self.open = 0  # connections the peer has not closed yet
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+        self.url = ""
+
+    async def start(self) -> RawBackend:
+        """Listen on a free loopback port."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def stop(self) -> None:
+        """Stop listening and drop the connections still open."""
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._writers):
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        self.open += 1
+        number = self.accepted
+        self._writers.add(writer)
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return  # the peer closed the connection
+                request, *lines = head.decode("latin-1").rstrip("\r\n").split("\r\n")
+                method, path, _ = request.split(" ")
+                headers = {}
+                for line in lines:
+                    name, _, value = line.partition(":")
+                    headers[name.strip().lower()] = value.strip()
+                length = int(headers.get("content-length", "0"))
+                if length:
+                    await reader.readexactly(length)
+                seen = Seen(method, path, headers, number)
+                self.seen.append(seen)
+                answer = self.answer(seen)
+                if isinstance(answer, AsyncIterator):
+                    async for piece in answer:
+                        writer.write(piece)
+                        await writer.drain()
+                    continue
+                writer.write(await answer if inspect.isawaitable(answer) else answer)
+                await writer.drain()
+        finally:
+            self.open -= 1
+            self._writers.discard(writer)
+            writer.close()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,11 @@ win on the hot path: no per-request client objects, no header re-encoding, bytes
 It speaks only what the proxy needs: plain HTTP/1.1 to a known backend, requests with a length
 or chunked bodies, streamed responses, connection reuse, and one retry when a pooled connection
 turns out to be closed before the request was written.
+
+Framing rules the parser cannot know by itself: a response to HEAD has no body whatever it
+announces, interim 1xx responses are skipped until the final one, 204 and 304 have no body. A
+connection whose framing is uncertain afterwards is closed rather than reused. Idle connections
+are capped per backend and reaped by one timer per backend while any are idle.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import AsyncIterator
+from typing import NoReturn
 from urllib.parse import urlsplit
 
 import httptools
@@ -20,15 +26,33 @@ import httptools
 from .upstream import Headers, UpstreamError
 
 IDLE_LIMIT = 4.0  # uvicorn closes idle keep-alive connections after 5 s
+# Idle connections kept per backend. A burst of N concurrent requests opens N connections; all
+# of them idle would hold N file descriptors here and N on the backend. 256 keeps the sustained
+# concurrency the benchmarks reach warm and still bounds what one spike can leave behind.
+MAX_IDLE = 256
 HIGH_WATER = 1 << 20
-_SKIP = frozenset({b"content-length", b"transfer-encoding", b"connection", b"keep-alive"})
+# `expect` too: the gateway has read the whole body already, so asking the backend for a
+# `100 Continue` only adds an interim response to the exchange.
+_SKIP = frozenset({b"content-length", b"transfer-encoding", b"connection", b"keep-alive",
+                   b"expect"})
+
+
+def _announces_body(headers: Headers) -> bool:
+    """Whether the headers frame a body (Transfer-Encoding, or a non-zero Content-Length)."""
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == b"transfer-encoding" or (lowered == b"content-length"
+                                              and value.strip() != b"0"):
+            return True
+    return False
 
 
 class _Response:
-    __slots__ = ("_chunks", "_conn", "_done", "_error", "_waiter", "headers", "status")
+    __slots__ = ("_chunks", "_conn", "_done", "_error", "_waiter", "head", "headers", "status")
 
-    def __init__(self, conn: _Connection):
+    def __init__(self, conn: _Connection, head: bool = False):
         self._conn = conn
+        self.head = head  # the request was HEAD: the response has no body
         self.status = 0
         self.headers: Headers = []
         self._chunks: deque[bytes] = deque()
@@ -86,13 +110,15 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.response: _Response | None = None
+        # Where header callbacks go: the current response's list until its final headers are
+        # complete, then None (no per-message callback needed to catch a second response).
+        self._headers: Headers | None = None
         self.headers_ready: asyncio.Future[None] | None = None
         self.closed = False
         self.keep_alive = True
         self.idle_since = time.monotonic()
         self._buffered = 0
         self._paused = False
-        self._header_name = b""
 
     # asyncio.Protocol
 
@@ -100,41 +126,89 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if self.response is None:
+            # Bytes while no request is out: the backend's framing cannot be trusted any more.
+            self.close()
+            return
         try:
             self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(UpstreamError("the backend switched protocols without being asked"))
+            self.close()
         except httptools.HttpParserError as exc:
-            self._fail(UpstreamError(f"invalid response from the backend: {exc}"))
+            cause = exc.__context__  # what a callback below raised, if it was one of ours
+            self._fail(cause if isinstance(cause, UpstreamError)
+                       else UpstreamError(f"invalid response from the backend: {exc}"))
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._fail(UpstreamError(f"the backend closed the connection ({exc or 'EOF'})"))
 
-    # httptools callbacks
+    # httptools callbacks (an UpstreamError raised here ends the exchange as broken)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.response is not None:
-            self.response.headers.append((name, value))
+        headers = self._headers
+        if headers is None:
+            self._second_response()
+        headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        if self.response is not None:
-            self.response.status = self.parser.get_status_code()
-            self.keep_alive = self.parser.should_keep_alive()
+        response = self.response
+        if response is None or self._headers is None:
+            self._second_response()
+        self._headers = None  # the final response's headers are complete
+        status = self.parser.get_status_code()
+        response.status = status
+        self.keep_alive = self.parser.should_keep_alive()
+        special = status < 200 or status == 204 or status == 304 or response.head
+        if special and not self._bodiless_headers(response, status):
+            return  # an interim response: the final one is still to come
         if self.headers_ready is not None and not self.headers_ready.done():
             self.headers_ready.set_result(None)
 
+    def _bodiless_headers(self, response: _Response, status: int) -> bool:
+        """Headers of a response without a body; False for an interim one to skip."""
+        announced = _announces_body(response.headers)
+        if status < 200:
+            if status == 101:
+                # Never asked for (no Upgrade is forwarded): the bytes after it are not HTTP.
+                self.keep_alive = False
+                raise UpstreamError("the backend switched protocols without being asked")
+            if announced:
+                self.keep_alive = False
+                raise UpstreamError(f"the backend sent an interim {status} with a body")
+            # 100 Continue, 103 Early Hints: not the answer. Its status stays until the final
+            # one so that a failure from here on is never taken for an unsent request.
+            response.headers = self._headers = []
+            return False
+        if announced:
+            # A body was announced and must not be read; whether the backend sends it anyway
+            # is unknowable, so the connection is not reused.
+            self.keep_alive = False
+        # The parser would wait for a body after HEAD: the message ends with its headers.
+        response.finish()
+        return True
+
+    def _second_response(self) -> NoReturn:
+        # Headers after the response's own: whatever they begin answers nobody.
+        self.keep_alive = False
+        raise UpstreamError("the backend sent more than one response")
+
     def on_body(self, body: bytes) -> None:
-        if self.response is None:
-            return
-        self.response.feed(body)
+        response = self.response
+        if response is None or response._done:
+            return  # after HEAD: bytes that must not be relayed (the connection is not reused)
+        response.feed(body)
         self._buffered += len(body)
         if self._buffered > HIGH_WATER and not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
 
     def on_message_complete(self) -> None:
-        if self.response is not None:
-            self.response.finish()
+        response = self.response
+        if response is not None and response.status >= 200 and not response._done:
+            response.finish()
 
     # pool bookkeeping
 
@@ -153,10 +227,13 @@ class _Connection(asyncio.Protocol):
     def release(self, clean: bool) -> None:
         self.response = None
         self.headers_ready = None
-        if clean and self.keep_alive and not self.closed:
+        pool = self.pool
+        if clean and self.keep_alive and not self.closed and len(pool.idle) < pool.max_idle:
             self.parser = httptools.HttpResponseParser(self)
             self.idle_since = time.monotonic()
-            self.pool.idle.append(self)
+            pool.idle.append(self)
+            if pool.sweep is None:
+                pool.schedule_sweep(pool.idle_limit)
         else:
             self.close()
 
@@ -167,24 +244,54 @@ class _Connection(asyncio.Protocol):
 
 
 class _HostPool:
-    def __init__(self, host: str, port: int):
+    def __init__(self, host: str, port: int, idle_limit: float = IDLE_LIMIT,
+                 max_idle: int = MAX_IDLE):
         self.host = host
         self.port = port
-        self.idle: list[_Connection] = []
+        self.idle_limit = idle_limit
+        self.max_idle = max_idle
+        # A stack: taken and returned at the right end, so the oldest are at the left.
+        self.idle: deque[_Connection] = deque()
+        self.sweep: asyncio.TimerHandle | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def take_idle(self) -> _Connection | None:
         now = time.monotonic()
         while self.idle:
             conn = self.idle.pop()
             if conn.closed or conn.transport is None or conn.transport.is_closing() or \
-                    now - conn.idle_since > IDLE_LIMIT:
+                    now - conn.idle_since > self.idle_limit:
                 conn.close()
                 continue
             return conn
         return None
 
+    def schedule_sweep(self, delay: float) -> None:
+        """One timer per backend while connections are idle (not one per request)."""
+        if self.loop is not None:
+            self.sweep = self.loop.call_later(delay, self._sweep)
+
+    def _sweep(self) -> None:
+        self.sweep = None
+        idle = self.idle
+        expired_before = time.monotonic() - self.idle_limit
+        while idle and (idle[0].idle_since <= expired_before or idle[0].closed):
+            idle.popleft().close()
+        if idle:
+            # Timers may fire a little early; never spin on the same connection.
+            self.schedule_sweep(max(idle[0].idle_since - expired_before, 0.01))
+
+    def close(self) -> None:
+        """Close the idle connections, stop the sweep and keep nothing released later."""
+        if self.sweep is not None:
+            self.sweep.cancel()
+            self.sweep = None
+        self.max_idle = 0
+        while self.idle:
+            self.idle.pop().close()
+
     async def connect(self) -> _Connection:
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         try:
             _, conn = await loop.create_connection(lambda: _Connection(self), self.host,
                                                    self.port)
@@ -214,7 +321,9 @@ def _head(method: str, target: bytes, headers: Headers, length: int | None) -> b
 class RawUpstream:
     """The `Upstream` for the hot path: pooled keep-alive connections per backend."""
 
-    def __init__(self) -> None:
+    def __init__(self, idle_limit: float = IDLE_LIMIT, max_idle: int = MAX_IDLE) -> None:
+        self.idle_limit = idle_limit
+        self.max_idle = max_idle
         self._pools: dict[tuple[str, int], _HostPool] = {}
         self._targets: dict[str, tuple[_HostPool, bytes]] = {}
 
@@ -226,7 +335,8 @@ class RawUpstream:
         host, port = parts.hostname or "127.0.0.1", parts.port or 80
         pool = self._pools.get((host, port))
         if pool is None:
-            pool = self._pools[(host, port)] = _HostPool(host, port)
+            pool = self._pools[(host, port)] = _HostPool(host, port, self.idle_limit,
+                                                         self.max_idle)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         resolved = (pool, target.encode("latin-1"))
         if len(self._targets) < 4096:  # query strings vary; keep the cache bounded
@@ -240,13 +350,15 @@ class RawUpstream:
         pool, target = self._resolve(url)
         streamed = not isinstance(body, bytes)
         head = _head(method, target, headers, None if streamed else len(body))
+        no_body = method == "HEAD"
         for attempt in (1, 2):
             conn = pool.take_idle()
             reused = conn is not None
             if conn is None:
                 conn = await pool.connect()
-            response = _Response(conn)
+            response = _Response(conn, no_body)
             conn.response = response
+            conn._headers = response.headers
             ready = conn.headers_ready = asyncio.get_running_loop().create_future()
             transport = conn.transport
             assert transport is not None
@@ -298,8 +410,6 @@ class RawUpstream:
         transport.write(b"0\r\n\r\n")
 
     async def close(self) -> None:
-        """Close every pooled connection."""
+        """Close every pooled connection and stop the sweeps."""
         for pool in self._pools.values():
-            for conn in pool.idle:
-                conn.close()
-            pool.idle.clear()
+            pool.close()

@@ -1,7 +1,8 @@
 """Streaming reverse proxy stage: request and response bodies flow through without buffering.
 
 MCP headers (`Mcp-Session-Id`, `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`,
-`Last-Event-ID`) pass untouched because only hop-by-hop headers are dropped.
+`Last-Event-ID`) pass untouched because only hop-by-hop headers (and `Expect`) are dropped on the
+way in, and only hop-by-hop headers and `Date` (uvicorn writes its own) on the way out.
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ HOP_BY_HOP = frozenset({
 })
 _FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host",
                         b"forwarded"})
+# The gateway reads the whole request body itself (answering a client's `Expect: 100-continue`
+# through uvicorn); passed on, it only makes the backend send an interim `100 Continue`.
+_REQUEST_ONLY = frozenset({b"host", b"expect"})
+# uvicorn writes its own `Date` on every response: the backend's would make a second one.
+_RESPONSE_DROP = HOP_BY_HOP | {b"date"}
+# 204 and 304 have no body: a length passed on would make uvicorn wait for one that never comes.
+_BODILESS_DROP = _RESPONSE_DROP | {b"content-length"}
 
 
 def _connection_tokens(headers: Headers) -> frozenset[bytes]:
@@ -37,7 +45,7 @@ def _connection_tokens(headers: Headers) -> frozenset[bytes]:
 
 def dropped_request_headers(trust_forwarded: bool) -> frozenset[bytes]:
     """Request headers never forwarded as they came (decided once per route)."""
-    return HOP_BY_HOP | {b"host"} | (frozenset() if trust_forwarded else _FORWARDED)
+    return HOP_BY_HOP | _REQUEST_ONLY | (frozenset() if trust_forwarded else _FORWARDED)
 
 
 def upstream_request_headers(scope: Scope, authority: bytes, trust_forwarded: bool,
@@ -62,9 +70,12 @@ def upstream_request_headers(scope: Scope, authority: bytes, trust_forwarded: bo
     return out
 
 
-def downstream_response_headers(headers: Headers) -> Headers:
-    """Response headers for the client, hop-by-hop removed."""
-    drop = HOP_BY_HOP | _connection_tokens(headers)
+def downstream_response_headers(headers: Headers, status: int = 200) -> Headers:
+    """Response headers for the client: hop-by-hop and those the server sets itself removed."""
+    drop = _BODILESS_DROP if status == 204 or status == 304 else _RESPONSE_DROP
+    tokens = _connection_tokens(headers)
+    if tokens:
+        drop = drop | tokens
     return [(name.lower(), value) for name, value in headers if name.lower() not in drop]
 
 
@@ -127,7 +138,7 @@ class ReverseProxy:
         if self.latency is not None:
             self.latency(time.perf_counter() - started)
         try:
-            response_headers = downstream_response_headers(response.headers)
+            response_headers = downstream_response_headers(response.headers, response.status)
             await send({"type": "http.response.start", "status": response.status,
                         "headers": response_headers})
             streaming = any(name == b"content-type" and value.startswith(b"text/event-stream")
