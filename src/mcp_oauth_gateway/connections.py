@@ -191,12 +191,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         """Parse, then arm whichever timer the parser's new position needs (usually none)."""
-        self._last_read = self.loop.time()
         _data_received(self, data)
         # The common case, a whole request in one read, ends between requests with its
         # response pending: no timer, and this is all the per-request cost.
         phase = self._phase
         if phase == _BODY:
+            # Only a body still arriving needs the time of its last read (the idle timer).
+            self._last_read = self.loop.time()
             if self._idle_timer is None and not self.transport.is_closing():
                 self._idle_timer = self.loop.call_later(self.guard.idle_timeout,
                                                         self._idle_timed_out)
