@@ -32,6 +32,7 @@ FD_RESERVE = 256
 MAX_TIMEOUT = 86_400.0
 # Under a flood every refusal would otherwise log a line: one warning per interval is enough.
 REFUSAL_LOG_INTERVAL = 60.0
+HEAD_LINE_ROOM = 16 * 1024
 
 # Where the request parser is in the byte stream; decides which timer applies.
 _BETWEEN, _HEAD, _BODY = 0, 1, 2
@@ -110,6 +111,10 @@ class ConnectionGuard:
                  uncapped_ports: Iterable[int] = ()) -> None:
         self.header_timeout = limits.header_timeout
         self.idle_timeout = limits.idle_timeout
+        # The HTTP parser keeps a request head in memory until it is complete, whatever its
+        # size: bound it while it arrives (the request line and per-line framing get room of
+        # their own; the exact --max-header-bytes check runs once the head is complete).
+        self.max_head_bytes = 2 * limits.max_header_bytes + HEAD_LINE_ROOM
         self.max_connections = limits.max_connections or default_max_connections(
             resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         self.counts = counts
@@ -124,6 +129,11 @@ class ConnectionGuard:
             "error": "request_timeout",
             "error_description": "the request head was not complete within "
                                  f"{self.header_timeout:g}s (--header-timeout)"}
+        self._too_large = {
+            "error": "request_header_fields_too_large",
+            "error_description": f"the request head grew past {self.max_head_bytes} bytes "
+                                 f"before it was complete (--max-header-bytes "
+                                 f"{limits.max_header_bytes})"}
         self._last_refusal_log = -math.inf
 
     def refusal(self, default_headers: Iterable[tuple[bytes, bytes]]) -> bytes:
@@ -134,6 +144,10 @@ class ConnectionGuard:
             log.warning("refusing connections: %d are open (--max-connections %d)",
                         self.counts.open, self.max_connections)
         return canned_response(503, self._refusal, default_headers, b"retry-after: 1\r\n")
+
+    def head_too_large(self, default_headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+        """The 431 written to a connection whose unfinished request head is too large."""
+        return canned_response(431, self._too_large, default_headers)
 
     def request_timeout(self, default_headers: Iterable[tuple[bytes, bytes]]) -> bytes:
         """The 408 written to a connection whose request head stalled."""
@@ -160,6 +174,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_read = 0.0
+        self._head_bytes = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Refuse over the cap; otherwise count the connection and start the head timer."""
@@ -201,6 +216,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             if self._idle_timer is None and not self.transport.is_closing():
                 self._idle_timer = self.loop.call_later(self.guard.idle_timeout,
                                                         self._idle_timed_out)
+        elif phase == _HEAD and self._head_grew_too_large(len(data)):
+            return
         elif self._head_timer is None and (
                 phase == _HEAD or self.cycle is None or self.cycle.response_complete) \
                 and not self.transport.is_closing():
@@ -210,9 +227,21 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._head_timer = self.loop.call_later(self.guard.header_timeout,
                                                     self._head_timed_out)
 
+    def _head_grew_too_large(self, size: int) -> bool:
+        # Only heads split over reads get here (a whole head in one read is checked by the
+        # application once parsed), so this costs nothing on the common path.
+        self._head_bytes += size
+        if self._head_bytes <= self.guard.max_head_bytes or self.transport.is_closing():
+            return False
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.write(self.guard.head_too_large(self.server_state.default_headers))
+        self.transport.close()
+        return True
+
     def on_message_begin(self) -> None:
         """A request head starts."""
         self._phase = _HEAD
+        self._head_bytes = 0
         _on_message_begin(self)
 
     def on_headers_complete(self) -> None:

@@ -191,6 +191,21 @@ def test_stalled_request_heads_are_closed_with_408_when_a_request_began(gateway)
     assert after == before + len(silent) + len(partial)
 
 
+def test_a_request_head_growing_without_end_is_cut_with_431(gateway):
+    # The parser would hold the head in memory until it ends: it is bounded while it arrives
+    # (twice --max-header-bytes, 16 KiB by default, plus room for the request line).
+    with gateway.connect() as sock:
+        # Just past the bound (about 48 KiB), and no more: nothing is left unread when the
+        # gateway closes, so the answer is not lost to a reset.
+        sock.sendall(b"GET /sse-forever HTTP/1.1\r\nHost: gw\r\n" +
+                     (b"X-Filler: " + b"a" * 1000 + b"\r\n") * 52)
+        status, headers, body = parse(read_until_closed(sock))
+    assert status == 431
+    assert headers["connection"] == "close"
+    assert json.loads(body)["error"] == "request_header_fields_too_large"
+    assert "--max-header-bytes 16384" in json.loads(body)["error_description"]
+
+
 def test_keep_alive_connection_stalling_in_its_second_request_head_gets_408(gateway):
     with gateway.connect() as sock:
         sock.sendall(b"GET /nothing HTTP/1.1\r\nHost: gw\r\n\r\n")
