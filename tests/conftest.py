@@ -101,6 +101,27 @@ def write_example(name: str, target: Path, ports: dict[str, int]) -> Path:
     return target
 
 
+def gateway_beside(stack: Stack, directory: Path, logs: Path, name: str,
+                   policy_insert: str = "", args: tuple[str, ...] = ()) -> Iterator[str]:
+    """Another gateway serving examples/provider-b against `stack`'s IdP and backend, with
+    `policy_insert` placed before the policy's authorization section; yields its base URL."""
+    port = free_port()
+    config = write_example("provider-b", directory, {
+        "8080": str(port), "9000": stack.idp.rsplit(":", 1)[1],
+        "8000": stack.backend.rsplit(":", 1)[1]})
+    policy = config / "policy.yaml"
+    policy.write_text(policy.read_text().replace("    authorization:\n",
+                                                 policy_insert + "    authorization:\n"))
+    process = Process(name, [*gateway_cmd(config), *args], logs)
+    try:
+        wait_for_port(port, process)
+        base = f"http://127.0.0.1:{port}"
+        wait_for_keyset(base, stack.token())
+        yield base
+    finally:
+        process.stop()
+
+
 def use_broker(config: Path) -> Path:
     """Switch a copied example's policy to Broker mode."""
     policy = config / "policy.yaml"

@@ -9,9 +9,8 @@ import socket
 
 import pytest
 
-from conftest import write_example
+from conftest import gateway_beside
 from mcp_oauth_gateway.dataplane.headers import FORWARDED, SINGLE
-from support import Process, free_port, gateway_cmd, wait_for_keyset, wait_for_port
 
 TRANSFORMATION = """    transformation:
       request:
@@ -23,22 +22,11 @@ MCP = [b"mcp-method", b"mcp-name", b"mcp-session-id", b"mcp-protocol-version", b
 
 @pytest.fixture(scope="module")
 def gateway(stack_b, tmp_path_factory, logs):
-    """Provider B with a header transformation, trusting forwarded headers."""
-    port = free_port()
-    config = write_example("provider-b", tmp_path_factory.mktemp("multiplicity"), {
-        "8080": str(port), "9000": stack_b.idp.rsplit(":", 1)[1],
-        "8000": stack_b.backend.rsplit(":", 1)[1]})
-    policy = config / "policy.yaml"
-    policy.write_text(policy.read_text().replace("    authorization:\n",
-                                                 TRANSFORMATION + "    authorization:\n"))
-    process = Process("gateway-multiplicity", [*gateway_cmd(config),
-                                               "--trust-forwarded-headers"], logs)
-    try:
-        wait_for_port(port, process)
-        wait_for_keyset(f"http://127.0.0.1:{port}", stack_b.token())
-        yield port
-    finally:
-        process.stop()
+    """Provider B with a header transformation, trusting forwarded headers; its port."""
+    for base in gateway_beside(stack_b, tmp_path_factory.mktemp("multiplicity"), logs,
+                               "gateway-multiplicity", TRANSFORMATION,
+                               ("--trust-forwarded-headers",)):
+        yield int(base.rsplit(":", 1)[1])
 
 
 def exchange(port: int, headers: list[tuple[bytes, bytes]], body: bytes = b"{}") -> tuple[int,

@@ -8,8 +8,7 @@ import uuid
 import httpx
 import pytest
 
-from conftest import write_example
-from support import Process, free_port, gateway_cmd, wait_for_keyset, wait_for_port
+from conftest import gateway_beside
 
 TRANSFORMATION = """    transformation:
       request:
@@ -24,21 +23,8 @@ TRANSFORMATION = """    transformation:
 
 @pytest.fixture(scope="module")
 def transformed(stack_b, tmp_path_factory, logs):
-    port = free_port()
-    config = write_example("provider-b", tmp_path_factory.mktemp("transform"), {
-        "8080": str(port), "9000": stack_b.idp.rsplit(":", 1)[1],
-        "8000": stack_b.backend.rsplit(":", 1)[1]})
-    policy = config / "policy.yaml"
-    policy.write_text(policy.read_text().replace("    authorization:\n",
-                                                 TRANSFORMATION + "    authorization:\n"))
-    gateway = Process("gateway-transform", gateway_cmd(config), logs)
-    wait_for_port(port, gateway)
-    base = f"http://127.0.0.1:{port}"
-    wait_for_keyset(base, stack_b.token())
-    try:
-        yield base
-    finally:
-        gateway.stop()
+    yield from gateway_beside(stack_b, tmp_path_factory.mktemp("transform"), logs,
+                              "gateway-transform", TRANSFORMATION)
 
 
 def send(base: str, token: str, **headers: str) -> tuple[httpx.Response, dict[str, str]]:

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import re
-import socket
 
 import aiohttp
 import pytest
@@ -16,6 +15,8 @@ from mcp_oauth_gateway.broker.clients import (
 from mcp_oauth_gateway.broker.runtime import BrokerRuntime
 from mcp_oauth_gateway.broker.store import MemoryStore
 from mcp_oauth_gateway.urls import parse_redirect_uri, redirect_matches
+
+from .test_addresses import FakeLookup
 
 SECRET = b"s" * 32
 
@@ -123,21 +124,6 @@ async def test_private_literal_hosts_are_refused_before_any_connection(url, reas
     assert refused.value.error == "invalid_client"
     assert refused.value.description == reason
     assert no_connections == []
-
-
-class FakeLookup:
-    """DNS stand-in: a fixed answer per host, counting every lookup."""
-
-    def __init__(self, answers: dict[str, list[str]]):
-        self.answers = answers
-        self.calls: list[str] = []
-
-    async def __call__(self, host: str, port: int, family: socket.AddressFamily) -> list:
-        self.calls.append(host)
-        return [{"hostname": host, "host": address, "port": port,
-                 "family": socket.AF_INET6 if ":" in address else socket.AF_INET,
-                 "proto": 0, "flags": socket.AI_NUMERICHOST}
-                for address in self.answers[host]]
 
 
 async def test_a_name_with_one_private_address_is_refused_before_connecting(no_sockets):
