@@ -1,6 +1,7 @@
 # `make demo` installs the gateway and serves examples/provider-b.
 # `make test` installs everything the tests need (Python packages, the node test peers) and runs
-# lint plus the whole test suite.
+# lint plus the whole test suite except the contract checks, which need the providers' official
+# API documents (kept outside the repository): `make test-contracts` runs those.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -15,7 +16,12 @@ CONFORMANCE := tests/conformance
 SYSTEM_PACKAGES := redis-server chromium wrk haproxy nginx-light
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install install-test node-peers mcp1-client system-deps demo test bench lint clean
+# The Keycloak and authentik OpenAPI documents for `make test-contracts` (third-party data, never
+# copied into the repository): `make test-contracts CONTRACTS_DIR=/path/to/contracts`.
+CONTRACTS_DIR ?= ../shared/contracts
+
+.PHONY: install install-test node-peers mcp1-client system-deps demo test test-contracts \
+	contracts-dir bench lint lint-imports clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,11 +69,24 @@ demo: install
 bench: install-test system-deps
 	$(PY) benchmarks/run.py
 
-lint: install-test
+lint: install-test lint-imports
 	$(VENV)/bin/ruff check .
 
+# The layers and the absence of import cycles, as stated in pyproject.toml [tool.importlinter].
+lint-imports: install-test
+	$(VENV)/bin/lint-imports
+
 test: install-test node-peers mcp1-client system-deps lint
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not contracts"
+
+# Only the tests marked `contracts`: exchanges checked against the providers' API documents.
+test-contracts: contracts-dir install-test
+	CONTRACTS_DIR="$(CONTRACTS_DIR)" $(PY) -m pytest -m contracts
+
+contracts-dir:
+	@[ -d "$(CONTRACTS_DIR)" ] || { echo "make test-contracts: no directory $(CONTRACTS_DIR)" \
+	  "(from $(CURDIR)) with the providers' API documents; point CONTRACTS_DIR at it:" \
+	  "make test-contracts CONTRACTS_DIR=/path/to/contracts" >&2; exit 1; }
 
 clean:
 	rm -rf $(VENV) $(VENV_MCP1) $(NODE_PEERS)/node_modules $(CONFORMANCE)/node_modules \

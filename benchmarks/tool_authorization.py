@@ -11,9 +11,7 @@ import json
 import sys
 import time
 
-from mcp_oauth_gateway.controlplane.cel import compile_expression
-from mcp_oauth_gateway.controlplane.snapshot import CompiledAuthorization
-from mcp_oauth_gateway.dataplane.asgi import (
+from mcp_oauth_gateway.asgi import (
     CLAIMS_KEY,
     TOKEN_KEY,
     ASGIApp,
@@ -22,6 +20,8 @@ from mcp_oauth_gateway.dataplane.asgi import (
     Scope,
     Send,
 )
+from mcp_oauth_gateway.controlplane.cel import compile_expression
+from mcp_oauth_gateway.controlplane.snapshot import CompiledAuthorization
 from mcp_oauth_gateway.dataplane.mcp_authz import McpAuthorization
 
 LISTED = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {

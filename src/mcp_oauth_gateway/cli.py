@@ -11,16 +11,16 @@ import sys
 from collections.abc import Awaitable, Sequence
 from typing import TextIO
 
-from .controlplane import ControlPlane, Snapshot, build_snapshot
-from .controlplane.fetch import FetchError
-from .controlplane.jwks import RemoteKeyset
-from .dataplane.limits import (
+from .asgi import (
     DEFAULT_HEADER_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_HEADER_BYTES,
     Limits,
 )
+from .controlplane import ControlPlane, Snapshot, build_snapshot
+from .controlplane.fetch import FetchError
+from .controlplane.jwks import RemoteKeyset
 from .resources import load_paths
 
 EXIT_INVALID = 2
@@ -165,6 +165,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Validate, then serve until SIGTERM."""
     from . import logs, server
     from .connections import parse_count, parse_seconds
+    from .serving.options import ServeOptions, Watch
 
     try:
         header_timeout = parse_seconds("--header-timeout", args.header_timeout)
@@ -201,7 +202,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         logging.getLogger("mcp_oauth_gateway").warning(
             "HTTPRoute %s is served without authentication: no GatewayPolicy targets it", route)
     try:
-        from .broker.runtime import BrokerRuntime
+        from .serving.runtime import BrokerRuntime
 
         brokers = BrokerRuntime(args.allow_local_client_metadata,
                                 os.environ.get(REDIS_ENV) or None)
@@ -213,11 +214,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
                   f"mcp.broker.redisUrl or {REDIS_ENV} (worker processes share no memory)",
                   file=sys.stderr)
             return EXIT_INVALID
-        return server.serve(snapshot, args.host, args.trust_forwarded_headers,
-                            args.grace_period, brokers, args.workers, args.log_level,
-                            (args.files, args.watch_interval) if args.watch_interval > 0
-                            else None, limits,
-                            args.status_port, args.log_format, args.tracing == "otlp")
+        options = ServeOptions(
+            host=args.host, trust_forwarded=args.trust_forwarded_headers,
+            grace_period=args.grace_period, workers=args.workers, log_level=args.log_level,
+            log_format=args.log_format, limits=limits, status_port=args.status_port,
+            tracing=args.tracing == "otlp",
+            watch=Watch(tuple(args.files), args.watch_interval) if args.watch_interval > 0
+            else None)
+        return server.serve(snapshot, options, brokers)
     except OSError as exc:
         print(f"error: {exc} (is another process using the port? change the Gateway listener "
               f"port)", file=sys.stderr)

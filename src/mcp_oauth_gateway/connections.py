@@ -22,7 +22,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from .dataplane.limits import Limits
+from .asgi import Limits
 from .dataplane.metrics import ConnectionCounts
 
 log = logging.getLogger("mcp_oauth_gateway")

@@ -17,7 +17,7 @@ from dataclasses import replace
 import uvicorn
 
 from . import logs
-from .broker.runtime import BrokerRuntime
+from .asgi import Limits
 from .connections import (
     ConnectionGuard,
     default_max_connections,
@@ -26,10 +26,11 @@ from .connections import (
 )
 from .controlplane import ControlPlane, Snapshot
 from .controlplane.watch import ConfigWatcher
-from .dataplane.app import GatewayApp
-from .dataplane.limits import Limits
 from .dataplane.metrics import ConnectionCounts
 from .dataplane.tracing import otlp_tracer
+from .serving.app import GatewayApp
+from .serving.options import ServeOptions
+from .serving.runtime import BrokerRuntime
 
 log = logging.getLogger("mcp_oauth_gateway")
 
@@ -71,24 +72,23 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 50, 100)
 
 
-def _run_worker(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarded: bool,
-                grace_period: float, brokers: BrokerRuntime | None,
-                watch: tuple[list[str], float] | None, limits: Limits | None = None,
-                status_port: int | None = None, tracing: bool = False) -> None:
+def _run_worker(snapshot: Snapshot, sockets: list[socket.socket], options: ServeOptions,
+                brokers: BrokerRuntime | None) -> None:
     control = ControlPlane(snapshot)
     # Built here, in the process that serves: the exporter's thread does not survive a fork.
-    tracer = otlp_tracer() if tracing else None
-    watcher = ConfigWatcher(watch[0], control, watch[1]) if watch else None
-    limits = limits or Limits()
-    app = GatewayApp(control, trust_forwarded=trust_forwarded, brokers=brokers,
-                     watcher=watcher, limits=limits, status_port=status_port, tracer=tracer)
+    tracer = otlp_tracer() if options.tracing else None
+    watch = options.watch
+    watcher = ConfigWatcher(list(watch.paths), control, watch.interval) if watch else None
+    app = GatewayApp(control, options, brokers=brokers, watcher=watcher, tracer=tracer)
     # Without an admin listener nothing exports the counts, but the cap still needs them.
     counts = app.metrics.connections if app.metrics is not None else ConnectionCounts()
-    guard = ConnectionGuard(limits, counts, () if status_port is None else (status_port,))
+    status_port = options.status_port
+    guard = ConnectionGuard(options.limits, counts,
+                            () if status_port is None else (status_port,))
     config = uvicorn.Config(
         app, loop="uvloop", http=protocol_class(guard), lifespan="on", access_log=False,
-        server_header=False, log_config=None, timeout_graceful_shutdown=grace_period,
-        timeout_keep_alive=limits.idle_timeout,  # type: ignore[arg-type]  # a float works
+        server_header=False, log_config=None, timeout_graceful_shutdown=options.grace_period,
+        timeout_keep_alive=options.limits.idle_timeout,  # type: ignore[arg-type]  # float works
         # The gateway serves no WebSockets; an upgraded connection would leave the protocol
         # that counts it against --max-connections.
         ws="none",
@@ -99,15 +99,11 @@ def _run_worker(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarde
     _Server(config).run(sockets=sockets)
 
 
-def _worker_main(snapshot: Snapshot, sockets: list[socket.socket], trust_forwarded: bool,
-                 grace_period: float, brokers: BrokerRuntime | None,
-                 watch: tuple[list[str], float] | None, level: str,
-                 limits: Limits | None, status_port: int | None, log_format: str,
-                 tracing: bool) -> None:
+def _worker_main(snapshot: Snapshot, sockets: list[socket.socket], options: ServeOptions,
+                 brokers: BrokerRuntime | None) -> None:
     # A forked child has no logging thread of its own: start one.
-    logs.configure(level, log_format)
-    _run_worker(snapshot, sockets, trust_forwarded, grace_period, brokers, watch, limits,
-                status_port, tracing)
+    logs.configure(options.log_level, options.log_format)
+    _run_worker(snapshot, sockets, options, brokers)
 
 
 def connection_limits(limits: Limits) -> Limits:
@@ -127,36 +123,43 @@ def connection_limits(limits: Limits) -> Limits:
     return limits
 
 
-def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: float,
-          brokers: BrokerRuntime | None = None, workers: int = 1,
-          log_level: str = "info", watch: tuple[list[str], float] | None = None,
-          limits: Limits | None = None, status_port: int | None = None,
-          log_format: str = "text", tracing: bool = False) -> int:
-    """Serve until SIGTERM/SIGINT; in-flight requests get `grace_period` seconds to finish.
-
-    With `workers` > 1, that many processes accept on the same listening sockets."""
-    limits = connection_limits(limits or Limits())
-    sockets = [bind(host, port) for port in sorted(snapshot.listeners)]
-    if status_port is not None:
+def serve(snapshot: Snapshot, options: ServeOptions,
+          brokers: BrokerRuntime | None = None) -> int:
+    """Serve until SIGTERM/SIGINT; in-flight requests get the grace period to finish. With
+    several workers, that many processes accept on the same listening sockets."""
+    options = replace(options, limits=connection_limits(options.limits))
+    sockets = [bind(options.host, port) for port in sorted(snapshot.listeners)]
+    if options.status_port is not None:
         # Status is for operators on the machine only: always loopback.
-        sockets.append(bind("127.0.0.1", status_port))
+        sockets.append(bind("127.0.0.1", options.status_port))
     for sock in sockets:
         address = sock.getsockname()
         log.info("listening on http://%s:%d", address[0], address[1])
-    if workers <= 1:
-        _run_worker(snapshot, sockets, trust_forwarded, grace_period, brokers, watch, limits,
-                    status_port, tracing)
+    if options.workers <= 1:
+        _run_worker(snapshot, sockets, options, brokers)
         log.info("stopped")
         return 0
     context = multiprocessing.get_context("fork")
     children = [context.Process(target=_worker_main, name=f"worker-{i}",
-                                args=(snapshot, sockets, trust_forwarded, grace_period,
-                                      brokers, watch, log_level, limits, status_port,
-                                      log_format, tracing))
-                for i in range(workers)]
+                                args=(snapshot, sockets, options, brokers))
+                for i in range(options.workers)]
     for child in children:
         child.start()
-    log.info("started %d worker processes", workers)
+    log.info("started %d worker processes", options.workers)
+    code = _supervise(children)
+    for child in children:
+        if child.is_alive() and child.pid is not None:
+            os.kill(child.pid, signal.SIGTERM)
+    for child in children:
+        child.join(options.grace_period + 5)
+        if child.is_alive():
+            child.kill()
+    log.info("stopped")
+    return code
+
+
+def _supervise(children: list[multiprocessing.process.BaseProcess]) -> int:
+    """Wait for SIGTERM/SIGINT (0) or for a worker to die (1)."""
     stopping = False
 
     def stop(signum: int, frame: object) -> None:
@@ -164,25 +167,15 @@ def serve(snapshot: Snapshot, host: str, trust_forwarded: bool, grace_period: fl
         stopping = True
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    code = 0
     try:
         while not stopping:
             dead = [c for c in children if not c.is_alive()]
             if dead:
                 log.error("worker %s exited with code %s; stopping the others", dead[0].name,
                           dead[0].exitcode)
-                code = 1
-                break
+                return 1
             time.sleep(0.2)
+        return 0
     finally:
-        for child in children:
-            if child.is_alive() and child.pid is not None:
-                os.kill(child.pid, signal.SIGTERM)
-        for child in children:
-            child.join(grace_period + 5)
-            if child.is_alive():
-                child.kill()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    log.info("stopped")
-    return code

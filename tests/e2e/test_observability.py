@@ -9,8 +9,9 @@ import time
 import httpx
 
 from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
-from mcp_oauth_gateway.dataplane.app import GatewayApp
 from mcp_oauth_gateway.resources import load_paths
+from mcp_oauth_gateway.serving.app import GatewayApp
+from mcp_oauth_gateway.serving.options import ServeOptions
 from support import wait_until
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -25,9 +26,11 @@ def test_metrics_health_and_config(stack_b):
     httpx.post(stack_b.mcp, json=INIT, headers={
         **headers, "Authorization": f"Bearer {stack_b.token(exp=int(time.time()) - 3600)}"})
     admin = stack_b.status.rstrip("/")
+    # A request is counted once its response is sent: the scrape could come first.
+    allowed = 'mcp_gateway_requests_total{decision="allowed",route="default/mcp",status="200"}'
+    wait_until(lambda: allowed in httpx.get(f"{admin}/metrics").text, 30,
+               "the allowed request to be counted")
     metrics = httpx.get(f"{admin}/metrics").text
-    assert 'mcp_gateway_requests_total{decision="allowed",route="default/mcp",status="200"}' \
-        in metrics
     assert 'mcp_gateway_authentication_failures_total{reason="expired"}' in metrics
     assert "mcp_gateway_upstream_latency_seconds_bucket" in metrics
     assert 'mcp_gateway_jwks_age_seconds{url="' in metrics
@@ -46,7 +49,7 @@ async def test_not_ready_until_every_keyset_is_loaded(tmp_path):
     from unit.resources_fixture import BASE, policy, write
 
     snapshot = build_snapshot(load_paths([write(tmp_path, BASE + policy())]))
-    app = GatewayApp(ControlPlane(snapshot), status_port=9901)
+    app = GatewayApp(ControlPlane(snapshot), ServeOptions(status_port=9901))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://127.0.0.1:9901") as client:
         ready = await client.get("/readyz")
@@ -79,7 +82,15 @@ def test_json_logs_carry_a_request_id_end_to_end(stack_json):
     seen = [dict(r["headers"]).get("x-request-id")
             for r in httpx.get(f"http://{stack_json.backend}/debug/requests").json()]
     assert "trace-abc.1" in seen
-    wait_until(lambda: new_id in stack_json.process.log(), what="the access line in the log")
+
+    def logged(request_id: str) -> bool:
+        # The access log is written in batches by a background thread.
+        return any(f'"request_id": "{request_id}"' in line
+                   and '"logger": "mcp_oauth_gateway.access"' in line
+                   for line in stack_json.process.log().splitlines())
+
+    wait_until(lambda: logged("trace-abc.1") and logged(new_id),
+               what="both requests' access lines in the log")
     lines = _json_lines(stack_json.process.log())
     access = {line["request_id"]: line for line in lines
               if line["logger"] == "mcp_oauth_gateway.access"}

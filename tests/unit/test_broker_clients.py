@@ -12,8 +12,8 @@ from mcp_oauth_gateway.broker.clients import (
     issue_client_id,
     read_client_id,
 )
-from mcp_oauth_gateway.broker.runtime import BrokerRuntime
 from mcp_oauth_gateway.broker.store import MemoryStore
+from mcp_oauth_gateway.serving.runtime import BrokerRuntime
 from mcp_oauth_gateway.urls import parse_redirect_uri, redirect_matches
 
 from .test_addresses import FakeLookup

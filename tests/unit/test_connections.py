@@ -11,6 +11,7 @@ import sys
 import h11
 import pytest
 
+from mcp_oauth_gateway.asgi import Limits
 from mcp_oauth_gateway.cli import main
 from mcp_oauth_gateway.connections import (
     ConnectionGuard,
@@ -19,7 +20,6 @@ from mcp_oauth_gateway.connections import (
     parse_count,
     parse_seconds,
 )
-from mcp_oauth_gateway.dataplane.limits import Limits
 from mcp_oauth_gateway.dataplane.metrics import ConnectionCounts, Metrics
 
 INFINITY = resource.RLIM_INFINITY

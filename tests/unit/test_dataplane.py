@@ -6,8 +6,9 @@ import httpx
 import pytest
 
 from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
-from mcp_oauth_gateway.dataplane.app import GatewayApp
 from mcp_oauth_gateway.resources import load_paths
+from mcp_oauth_gateway.serving.app import GatewayApp
+from mcp_oauth_gateway.serving.options import ServeOptions
 
 from .resources_fixture import BASE, policy, write
 
@@ -100,7 +101,7 @@ async def test_disallowed_origin_gets_no_cors_headers(tmp_path):
 ])
 async def test_forwarded_headers_only_when_trusted(tmp_path, trust, expected):
     snapshot = build_snapshot(load_paths([write(tmp_path, BASE + policy())]))
-    app = GatewayApp(ControlPlane(snapshot), trust_forwarded=trust)
+    app = GatewayApp(ControlPlane(snapshot), ServeOptions(trust_forwarded=trust))
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw.example:8080") as client:
         response = await client.get("/.well-known/oauth-protected-resource/mcp", headers={

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
 from mcp_oauth_gateway.controlplane.keys import parse_jwks
-from mcp_oauth_gateway.dataplane.app import GatewayApp
 from mcp_oauth_gateway.dataplane.tokens import TokenError, TokenRules, verify_token
 from mcp_oauth_gateway.providers.base import RegistrationError
 from mcp_oauth_gateway.registration import parse_registration
 from mcp_oauth_gateway.resources import load_paths
+from mcp_oauth_gateway.serving.app import GatewayApp
 from support import claims_for, jwks_of, mint, new_key
 
 from .resources_fixture import BASE, policy

@@ -131,7 +131,7 @@ async def test_sse_events_without_denied_items_pass_byte_for_byte():
 
 
 def test_decisions_are_remembered_per_token_and_item():
-    from mcp_oauth_gateway.dataplane.asgi import CLAIMS_KEY, TOKEN_KEY
+    from mcp_oauth_gateway.asgi import CLAIMS_KEY, TOKEN_KEY
 
     stage = _stage(b"", b"application/json")
     evaluated: list[str] = []

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import httpx
 
+from mcp_oauth_gateway.asgi import CLAIMS_KEY
 from mcp_oauth_gateway.controlplane.cel import compile_expression
 from mcp_oauth_gateway.controlplane.snapshot import CompiledRateLimit
-from mcp_oauth_gateway.dataplane.asgi import CLAIMS_KEY
 from mcp_oauth_gateway.dataplane.ratelimit import LocalLimiter, RateLimit
 
 

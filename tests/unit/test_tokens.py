@@ -247,7 +247,7 @@ def authn(provider: str | None, forward_token: bool = False) -> tuple[JwtAuthent
     compiled = CompiledProvider(ISSUER, frozenset({"mcp-public"}),
                                 KeysetSource("inline", 0.0), "http://idp/.well-known")
     stage = JwtAuthentication(backend, compiled, InlineKeyset(KEYSET), compiled_mcp(provider),
-                              forward_token, trust_forwarded=False)
+                              forward_token)
     return stage, seen
 
 

@@ -20,6 +20,7 @@ from ..controlplane.fetch import read_at_most
 from ..registration import validate_redirect_uri
 from ..urls import InvalidUri, hostname_of, parse_document_url
 from .addresses import AddressRefused, CheckedResolver, Lookup, checked_literal
+from .errors import OAuthError
 
 DCR_PREFIX = "mcpgw."
 CIMD_MAX_BYTES = 64 * 1024
@@ -35,13 +36,11 @@ class BrokerClient:
     kind: str  # "dcr" or "cimd"
 
 
-class ClientError(Exception):
-    """The client cannot be used; `error` is the OAuth error code."""
+class ClientError(OAuthError):
+    """The client cannot be used (400; `error` is the OAuth error code)."""
 
     def __init__(self, error: str, description: str):
-        super().__init__(description)
-        self.error = error
-        self.description = description
+        super().__init__(400, error, description)
 
 
 def _b64(data: bytes) -> str:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import unicodedata
 from html import escape
 
-from ..dataplane.asgi import Scope, Send, header
-from ..dataplane.responses import send_error
+from ..asgi import Scope, Send, header, send_error
 from ..urls import origin_of
 from .clients import BrokerClient
 

@@ -5,13 +5,21 @@ from __future__ import annotations
 import logging
 import time
 
+from ..asgi import (
+    CLAIMS_KEY,
+    TOKEN_KEY,
+    ASGIApp,
+    Headers,
+    Receive,
+    Scope,
+    Send,
+    request_origin,
+    send_error,
+)
 from ..controlplane.control import Keyholder
 from ..controlplane.snapshot import CompiledMcp, CompiledProvider
 from ..providers.access_tokens import access_token_rule
-from .asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send
 from .metrics import Metrics
-from .origin import request_origin
-from .responses import send_error
 from .tokens import TokenError, TokenRules, UnknownKeyId, verify_token
 
 log = logging.getLogger("mcp_oauth_gateway.authn")
@@ -40,7 +48,7 @@ class JwtAuthentication:
     """Verifies the bearer token; on success the claims go to `scope[CLAIMS_KEY]`."""
 
     def __init__(self, app: ASGIApp, provider: CompiledProvider, keys: Keyholder,
-                 mcp: CompiledMcp | None, forward_token: bool, trust_forwarded: bool,
+                 mcp: CompiledMcp | None, forward_token: bool,
                  metrics: Metrics | None = None):
         self.app = app
         self.keys = keys
@@ -49,7 +57,6 @@ class JwtAuthentication:
         self.prm_path = mcp.prm_path if mcp is not None else None
         self.scope_hint = " ".join(mcp.scopes_supported) if mcp and mcp.scopes_supported else None
         self.forward_token = forward_token
-        self.trust_forwarded = trust_forwarded
         self.metrics = metrics
         # token → (claims, exp, keyset version); bounded, insertion-ordered for cheap eviction.
         self._cache: dict[str, tuple[dict[str, object], float, int]] = {}
@@ -108,6 +115,6 @@ class JwtAuthentication:
             self.metrics.auth_failure(why)
         metadata = None
         if self.prm_path is not None:
-            metadata = request_origin(scope, self.trust_forwarded) + self.prm_path
+            metadata = request_origin(scope) + self.prm_path
         value = challenge(metadata, self.scope_hint, why if token_sent else None)
         await send_error(send, 401, "invalid_token", why, [(b"www-authenticate", value)])

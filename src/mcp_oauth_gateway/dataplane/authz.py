@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send, header, send_error
 from ..controlplane.cel import holds
 from ..controlplane.snapshot import CompiledAuthorization
-from .asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send, header
-from .responses import send_error
 
 
 def request_variables(scope: Scope) -> dict[str, object]:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from ..asgi import ASGIApp, Headers, Message, Receive, Scope, Send, header, send_error
 from ..controlplane.snapshot import CompiledCors
-from .asgi import ASGIApp, Headers, Message, Receive, Scope, Send, header
-from .responses import send_error
 
 
 def origin_allowed(cors: CompiledCors, origin: str) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from .asgi import Headers
+from ..asgi import Headers, first_item
 
 # Headers some stage reads (or the gateway sets on the way to the backend): at most one each.
 SINGLE = frozenset({
@@ -50,11 +50,6 @@ def underscore_alias(name: bytes, guarded: frozenset[bytes]) -> bytes | None:
 def display_name(name: bytes) -> str:
     """`x-request-id` → `X-Request-Id`, as people write header names."""
     return "-".join(part.capitalize() for part in name.decode("latin-1").split("-"))
-
-
-def first_item(value: bytes) -> bytes:
-    """The first element of a comma-separated header value, trimmed."""
-    return value.split(b",", 1)[0].strip()
 
 
 class HeaderRules:

@@ -8,8 +8,19 @@ from __future__ import annotations
 
 import orjson
 
+from ..asgi import (
+    CLAIMS_KEY,
+    TOKEN_KEY,
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    header,
+    send_error,
+    send_json,
+)
 from ..controlplane.snapshot import CompiledAuthorization
-from .asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Message, Receive, Scope, Send, header
 from .authz import DECISION_CACHE, decide, request_variables
 from .mcp_messages import (
     GUARDED,
@@ -23,7 +34,6 @@ from .mcp_messages import (
     filter_result,
     read_request,
 )
-from .responses import send_error, send_json
 
 _NAME_FIELD = {kind: field for kind, field in GUARDED.values()}
 

@@ -5,30 +5,21 @@ document) and the client-registration shim (RFC 7591)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import aiohttp
 
+from ..asgi import ASGIApp, Receive, Scope, Send, read_body, request_origin, send_error, send_json
 from ..controlplane.discovery import DiscoveryCache
 from ..controlplane.fetch import FetchError
 from ..controlplane.snapshot import PRM_PREFIX, CompiledMcp, CompiledProvider
 from ..providers import ProviderAdapter, RegistrationError
 from ..registration import parse_registration
-from .asgi import ASGIApp, Receive, Scope, Send
-
-if TYPE_CHECKING:
-    from ..broker.endpoints import Broker
-from .origin import request_origin
-from .responses import send_error, send_json
 
 log = logging.getLogger("mcp_oauth_gateway.oauth")
 
 MCP_PROTOCOL_VERSION = "2025-06-18"
 MAX_REGISTRATION_BODY = 64 * 1024
-Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
 def endpoint_path(scope: Scope) -> str:
     """The request path as endpoints are looked up (trailing slashes ignored): one function, so
     every stage that picks endpoints by path agrees on which endpoint a request is for."""
@@ -38,7 +29,7 @@ def endpoint_path(scope: Scope) -> str:
 class PathDispatch:
     """Serves some exact paths with their own handlers; everything else goes on to `app`."""
 
-    def __init__(self, handlers: dict[str, Handler], app: ASGIApp):
+    def __init__(self, handlers: dict[str, ASGIApp], app: ASGIApp):
         self.handlers = handlers
         self.app = app
 
@@ -64,46 +55,28 @@ def protected_resource_metadata(mcp: CompiledMcp, origin: str, issuer: str) -> d
     return document
 
 
-async def read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole request body, or None when it exceeds `limit` bytes."""
-    chunks = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return b""
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
 class OAuthEndpoints:
     """Answers the three MCP OAuth paths of the policy; everything else goes on down the line."""
 
     def __init__(self, app: ASGIApp, mcp: CompiledMcp, provider: CompiledProvider,
                  adapter: ProviderAdapter | None, discovery: DiscoveryCache | None,
-                 session: Callable[[], aiohttp.ClientSession | None], trust_forwarded: bool,
-                 broker: Broker | None = None):
+                 session: Callable[[], aiohttp.ClientSession | None],
+                 extra: dict[str, ASGIApp] | None = None):
         self.app = app
         self.mcp = mcp
         self.issuer = provider.issuer
         self.adapter = adapter
         self.discovery = discovery
         self.session = session
-        self.trust_forwarded = trust_forwarded
         self.paths = {
             mcp.prm_path: self._prm,
             PRM_PREFIX: self._prm,
             mcp.asm_path: self._asm,
             mcp.registration_path: self._register,
         }
-        if broker is not None:
-            # Broker mode: the gateway's own AS metadata, registration and OAuth endpoints.
-            self.paths.update(broker.routes())
+        if extra:
+            # Broker mode: the gateway's own AS metadata, registration and token endpoints.
+            self.paths.update(extra)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         handler = self.paths.get(endpoint_path(scope))
@@ -121,7 +94,7 @@ class OAuthEndpoints:
         if scope["method"] not in ("GET", "HEAD"):
             await self._method_not_allowed(send, "GET", scope["method"])
             return
-        origin = request_origin(scope, self.trust_forwarded)
+        origin = request_origin(scope)
         await send_json(send, 200, protected_resource_metadata(self.mcp, origin, self.issuer))
 
     async def _asm(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -140,7 +113,7 @@ class OAuthEndpoints:
             await send_error(send, 502, "temporarily_unavailable",
                              f"the provider's discovery document could not be fetched: {exc}")
             return
-        origin = request_origin(scope, self.trust_forwarded)
+        origin = request_origin(scope)
         document = self.adapter.authorization_server_metadata(
             discovery, origin + self.mcp.registration_path)
         await send_json(send, 200, document)

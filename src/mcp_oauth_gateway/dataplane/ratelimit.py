@@ -9,12 +9,11 @@ import time
 from collections import OrderedDict
 from typing import Protocol
 
+from ..asgi import CLAIMS_KEY, ASGIApp, Receive, Scope, Send, send_error
 from ..controlplane.cel import value_of
 from ..controlplane.snapshot import CompiledRateLimit
-from .asgi import CLAIMS_KEY, ASGIApp, Receive, Scope, Send
 from .authz import request_variables
 from .metrics import Metrics
-from .responses import send_error
 
 log = logging.getLogger("mcp_oauth_gateway.ratelimit")
 MAX_LOCAL_KEYS = 100_000

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..asgi import ASGIApp
 from ..controlplane.snapshot import CompiledRoute
-from .asgi import ASGIApp
 
 
 def path_matches(match_type: str, value: str, path: str) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .asgi import Scope
+from ..asgi import Scope
 
 _PROPAGATION_HEADERS = (b"traceparent", b"tracestate")
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import logging
 
+from ..asgi import CLAIMS_KEY, ASGIApp, Headers, Receive, Scope, Send, send_error
 from ..controlplane.cel import value_of
 from ..controlplane.snapshot import CompiledTransformation
-from .asgi import CLAIMS_KEY, ASGIApp, Headers, Receive, Scope, Send
 from .authz import request_variables
 from .headers import display_name, underscore_alias
-from .responses import send_error
 
 log = logging.getLogger("mcp_oauth_gateway.transform")
 _FORBIDDEN = (b"\r", b"\n", b"\x00")

@@ -1,6 +1,6 @@
 """Reverse proxy to the MCP backend, and the upstream client interface it uses."""
 
 from .reverse_proxy import ReverseProxy
-from .upstream import AiohttpUpstream, Upstream, UpstreamError
+from .upstream import Upstream, UpstreamError
 
-__all__ = ["AiohttpUpstream", "ReverseProxy", "Upstream", "UpstreamError"]
+__all__ = ["ReverseProxy", "Upstream", "UpstreamError"]

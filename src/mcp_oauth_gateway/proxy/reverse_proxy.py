@@ -12,10 +12,8 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
+from ..asgi import DEFAULT_MAX_BODY_BYTES, BodyTooLarge, Headers, Receive, Scope, Send, send_error
 from ..controlplane.snapshot import CompiledTarget
-from ..dataplane.asgi import Headers, Receive, Scope, Send
-from ..dataplane.limits import DEFAULT_MAX_BODY_BYTES, BodyTooLarge
-from ..dataplane.responses import send_error
 from .upstream import Upstream, UpstreamError, UpstreamResponse
 
 log = logging.getLogger("mcp_oauth_gateway.proxy")

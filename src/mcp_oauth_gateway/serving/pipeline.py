@@ -4,25 +4,23 @@ header transformation → MCP tool-level authorization → reverse proxy."""
 
 from __future__ import annotations
 
+from ..asgi import ASGIApp, Limits, Receive, Scope, Send, send_error
 from ..broker.endpoints import Broker
-from ..broker.runtime import BrokerRuntime
 from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import CompiledRoute, Snapshot
+from ..dataplane.authn import JwtAuthentication
+from ..dataplane.authz import CelAuthorization
+from ..dataplane.cors import CorsFilter
+from ..dataplane.mcp_authz import McpAuthorization
+from ..dataplane.metrics import Metrics
+from ..dataplane.oauth_endpoints import OAuthEndpoints, PathDispatch
+from ..dataplane.ratelimit import RateLimit
+from ..dataplane.routing import RouteEntry, RouteTable
+from ..dataplane.transform import HeaderTransformation
 from ..providers import adapter_for
 from ..proxy.reverse_proxy import ReverseProxy
 from ..proxy.upstream import Upstream
-from .asgi import ASGIApp, Receive, Scope, Send
-from .authn import JwtAuthentication
-from .authz import CelAuthorization
-from .cors import CorsFilter
-from .limits import Limits
-from .mcp_authz import McpAuthorization
-from .metrics import Metrics
-from .oauth_endpoints import Handler, OAuthEndpoints, PathDispatch
-from .ratelimit import RateLimit
-from .responses import send_error
-from .routing import RouteEntry, RouteTable
-from .transform import HeaderTransformation
+from .runtime import BrokerRuntime
 
 
 class FailClosed:
@@ -43,7 +41,7 @@ def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstr
     """The stages for one route rule, innermost first."""
     policy = route.policy
     app: ASGIApp
-    pages: dict[str, Handler] = {}
+    pages: dict[str, ASGIApp] = {}
     if route.broken is not None or route.target is None:
         app = FailClosed(503, "backend_unavailable", route.broken or "route has no backend")
     elif policy is not None and policy.invalid is not None:
@@ -66,18 +64,18 @@ def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstr
             if policy.provider is not None:
                 keys = control.keysets[policy.provider.keyset.url]
                 app = JwtAuthentication(app, policy.provider, keys, policy.mcp,
-                                        policy.forward_token, trust_forwarded, metrics)
+                                        policy.forward_token, metrics)
                 if policy.mcp is not None:
                     adapter = adapter_for(policy.mcp.provider, policy.mcp.client_id)
                     discovery = control.discoveries.get(policy.provider.discovery_url)
                     broker = None
                     if policy.mcp.mode == "Broker":
                         broker = Broker(policy.mcp, discovery, brokers.store(policy.mcp.redis_url),
-                                        brokers.documents, lambda: control.session,
-                                        trust_forwarded)
+                                        brokers.documents, lambda: control.session)
                         pages = broker.pages()
                     app = OAuthEndpoints(app, policy.mcp, policy.provider, adapter, discovery,
-                                         lambda: control.session, trust_forwarded, broker)
+                                         lambda: control.session,
+                                         broker.routes() if broker is not None else None)
     if route.cors is not None:
         app = CorsFilter(app, route.cors)
     if pages:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from ..broker.clients import MetadataDocuments
+from ..broker.store import BrokerStore, MemoryStore, RedisStore
 from ..controlplane.snapshot import CompiledRateLimit
 from ..dataplane.ratelimit import Limiter, LocalLimiter, RedisLimiter
-from .clients import MetadataDocuments
-from .store import BrokerStore, MemoryStore, RedisStore
 
 
 class BrokerRuntime:

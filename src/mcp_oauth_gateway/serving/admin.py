@@ -1,10 +1,66 @@
-"""The running configuration as JSON for the admin `/config` endpoint, secrets redacted."""
+"""The admin listener (`serve --admin-port`, loopback only): a small ASGI app of its own with
+metrics, health, readiness, live status and the running configuration (secrets redacted)."""
 
 from __future__ import annotations
 
+import asyncio
 from urllib.parse import urlsplit, urlunsplit
 
+from ..asgi import Receive, Scope, Send, send_error, send_json
+from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import Snapshot
+from ..controlplane.watch import ConfigWatcher
+from ..dataplane.metrics import Metrics
+
+
+class AdminApp:
+    """`/metrics`, `/healthz`, `/readyz`, `/status` (also `/`) and `/config`."""
+
+    def __init__(self, control: ControlPlane, metrics: Metrics | None,
+                 watcher: ConfigWatcher | None):
+        self.control = control
+        self.metrics = metrics
+        self.watcher = watcher
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"].rstrip("/") or "/"
+        if path == "/metrics" and self.metrics is not None:
+            body = self.metrics.render()
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
+                (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+        elif path == "/healthz":
+            await send_json(send, 200, {"status": "ok"})
+        elif path == "/readyz":
+            waiting = self.not_ready()
+            await send_json(send, 503 if waiting else 200,
+                            {"ready": not waiting, "waitingFor": waiting})
+        elif path == "/config":
+            await send_json(send, 200, config_dump(self.control.snapshot))
+        elif path in ("/", "/status"):
+            await send_json(send, 200, self.status())
+        else:
+            await send_error(send, 404, "not_found", "admin endpoints: /status, /metrics, "
+                             "/healthz, /readyz, /config")
+
+    def not_ready(self) -> list[str]:
+        """Keysets not loaded yet (ready means every policy can verify tokens)."""
+        return [f"keyset {url} ({holder.last_error or 'not yet fetched'})"
+                for url, holder in self.control.keysets.items() if not holder.available]
+
+    def status(self) -> dict[str, object]:
+        """Policy conditions (live), the snapshot's errors and the last rejected reload."""
+        snapshot = self.control.snapshot
+        return {
+            "builtAt": snapshot.built_at,
+            "tasks": len(asyncio.all_tasks()),
+            "errors": list(snapshot.errors),
+            "lastReloadError": self.watcher.last_error if self.watcher else None,
+            "policies": [{"policy": report.key, "source": report.source,
+                          "conditions": [c.as_dict() for c in self.control.conditions(report)]}
+                         for report in snapshot.policies],
+        }
 
 
 def redact(url: str | None) -> str | None:

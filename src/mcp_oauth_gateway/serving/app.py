@@ -11,22 +11,31 @@ import time
 import uuid
 
 from .. import logs
-from ..broker.runtime import BrokerRuntime
+from ..asgi import (
+    CLAIMS_KEY,
+    TRUST_FORWARDED_KEY,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    header,
+    header_bytes,
+    send_error,
+)
 from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import Snapshot
 from ..controlplane.watch import ConfigWatcher
+from ..dataplane.access_log import AccessLog
+from ..dataplane.headers import HeaderRules
+from ..dataplane.metrics import Metrics
+from ..dataplane.routing import RouteTable
+from ..dataplane.tracing import RequestTracing
 from ..proxy.pool import RawUpstream
 from ..proxy.upstream import Upstream
-from .access_log import AccessLog
-from .asgi import CLAIMS_KEY, Message, Receive, Scope, Send, header
-from .headers import HeaderRules
-from .limits import Limits, header_bytes
-from .metrics import Metrics
+from .admin import AdminApp
+from .options import ServeOptions
 from .pipeline import build_tables
-from .responses import send_error, send_json
-from .routing import RouteTable
-from .snapshot_view import config_dump
-from .tracing import RequestTracing
+from .runtime import BrokerRuntime
 
 log = logging.getLogger("mcp_oauth_gateway")
 # Ids from callers are kept only when short and plain, so they cannot forge log structure.
@@ -38,24 +47,25 @@ SHUTDOWN_END_WAIT = 1.0
 class GatewayApp:
     """ASGI app; rebuilds its route tables whenever the control plane installs a snapshot."""
 
-    def __init__(self, control: ControlPlane, trust_forwarded: bool = False,
+    def __init__(self, control: ControlPlane, options: ServeOptions | None = None,
                  upstream: Upstream | None = None, brokers: BrokerRuntime | None = None,
-                 watcher: ConfigWatcher | None = None, limits: Limits | None = None,
-                 status_port: int | None = None, tracer: object | None = None):
+                 watcher: ConfigWatcher | None = None, tracer: object | None = None):
+        options = options or ServeOptions()
         self.control = control
-        self.trust_forwarded = trust_forwarded
-        self.header_rules = HeaderRules(trust_forwarded)
+        self.trust_forwarded = options.trust_forwarded
+        self.header_rules = HeaderRules(options.trust_forwarded)
         self.upstream = upstream or RawUpstream()
         self.brokers = brokers or BrokerRuntime()
         # With JSON logs every request gets an id: logged, forwarded and returned.
         self.request_ids = logs.json_enabled()
         self.access_log = AccessLog(json_lines=self.request_ids)
         self.watcher = watcher
-        self.limits = limits or Limits()
-        self.status_port = status_port
+        self.limits = options.limits
+        self.status_port = options.status_port
         # Metrics are collected only when there is an admin listener to read them from.
-        self.metrics = Metrics() if status_port is not None else None
+        self.metrics = Metrics() if options.status_port is not None else None
         self.tracing = RequestTracing(tracer) if tracer is not None else None
+        self.admin = AdminApp(control, self.metrics, watcher)
         self.tables: dict[int, RouteTable] = {}
         control.subscribe(self._install)
 
@@ -72,46 +82,6 @@ class GatewayApp:
             await self._http(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
-
-    async def _admin(self, scope: Scope, send: Send) -> None:
-        path = scope["path"].rstrip("/") or "/"
-        if path == "/metrics" and self.metrics is not None:
-            body = self.metrics.render()
-            await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
-                (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
-        elif path == "/healthz":
-            await send_json(send, 200, {"status": "ok"})
-        elif path == "/readyz":
-            waiting = self.not_ready()
-            await send_json(send, 503 if waiting else 200,
-                            {"ready": not waiting, "waitingFor": waiting})
-        elif path == "/config":
-            await send_json(send, 200, config_dump(self.control.snapshot))
-        elif path in ("/", "/status"):
-            await send_json(send, 200, self.status())
-        else:
-            await send_error(send, 404, "not_found", "admin endpoints: /status, /metrics, "
-                             "/healthz, /readyz, /config")
-
-    def not_ready(self) -> list[str]:
-        """Keysets not loaded yet (ready means every policy can verify tokens)."""
-        return [f"keyset {url} ({holder.last_error or 'not yet fetched'})"
-                for url, holder in self.control.keysets.items() if not holder.available]
-
-    def status(self) -> dict[str, object]:
-        """What `--status-port` answers: policy conditions (live) and the last reload."""
-        snapshot = self.control.snapshot
-        return {
-            "builtAt": snapshot.built_at,
-            "tasks": len(asyncio.all_tasks()),
-            "errors": list(snapshot.errors),
-            "lastReloadError": self.watcher.last_error if self.watcher else None,
-            "policies": [{"policy": report.key, "source": report.source,
-                          "conditions": [c.as_dict() for c in self.control.conditions(report)]}
-                         for report in snapshot.policies],
-        }
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -150,6 +120,7 @@ class GatewayApp:
         started = time.perf_counter()
         status = 0
         route = "-"
+        scope[TRUST_FORWARDED_KEY] = self.trust_forwarded
 
         port = (scope.get("server") or (None, None))[1]
         admin = port is not None and port == self.status_port
@@ -179,7 +150,7 @@ class GatewayApp:
         try:
             if admin:
                 route = "admin"
-                await self._admin(scope, send_logged)
+                await self.admin(scope, receive, send_logged)
                 return
             if header_bytes(scope["headers"]) > self.limits.max_header_bytes:
                 await send_error(send_logged, 431, "request_header_fields_too_large",

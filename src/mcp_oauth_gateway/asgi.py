@@ -1,0 +1,149 @@
+"""The HTTP vocabulary every layer shares: ASGI types, JSON and error responses, reading a body,
+the request's public origin, request size limits.
+
+A leaf: it imports nothing of ours, so the stages, the proxy and the Broker can all speak it
+without depending on each other (the way Starlette's `types.py` is a leaf).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any
+
+import orjson
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+Headers = list[tuple[bytes, bytes]]
+
+# Scope keys the pipeline stages hand to each other.
+CLAIMS_KEY = "mcp_oauth_gateway.jwt"
+TOKEN_KEY = "mcp_oauth_gateway.token"
+# Set by the entry point for every request: whether forwarded headers are trusted, and (once
+# asked for) the gateway's public origin as this request's client sees it.
+TRUST_FORWARDED_KEY = "mcp_oauth_gateway.trust_forwarded"
+ORIGIN_KEY = "mcp_oauth_gateway.origin"
+
+JSON = b"application/json"
+
+DEFAULT_MAX_HEADER_BYTES = 16 * 1024
+DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
+DEFAULT_HEADER_TIMEOUT = 10.0
+DEFAULT_IDLE_TIMEOUT = 30.0
+
+
+# --- headers --------------------------------------------------------------------------------
+
+
+def header(scope: Scope, name: bytes) -> bytes | None:
+    """The first value of a request header (`name` in lowercase), or None."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return value
+    return None
+
+
+def first_item(value: bytes) -> bytes:
+    """The first element of a comma-separated header value, trimmed."""
+    return value.split(b",", 1)[0].strip()
+
+
+def request_origin(scope: Scope) -> str:
+    """`scheme://host[:port]` of the gateway as the client sees it, computed once per request
+    (forwarded headers count only when the entry point marked them trusted)."""
+    origin: str | None = scope.get(ORIGIN_KEY)
+    if origin is None:
+        origin = scope[ORIGIN_KEY] = _origin(scope, bool(scope.get(TRUST_FORWARDED_KEY)))
+    return origin
+
+
+def _origin(scope: Scope, trust_forwarded: bool) -> str:
+    scheme = scope.get("scheme", "http")
+    host_value = header(scope, b"host")
+    if trust_forwarded:
+        proto = header(scope, b"x-forwarded-proto")
+        if proto and first_item(proto).lower() in (b"http", b"https"):
+            scheme = first_item(proto).lower().decode("latin-1")
+        forwarded_host = header(scope, b"x-forwarded-host")
+        if forwarded_host and first_item(forwarded_host):
+            host_value = forwarded_host
+    if host_value:
+        host = first_item(host_value).decode("latin-1")
+    else:
+        server_host, server_port = scope.get("server") or ("127.0.0.1", 80)
+        host = f"{server_host}:{server_port}"
+    return f"{scheme}://{host}"
+
+
+# --- bodies and limits ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Request size and connection limits (`serve --max-header-bytes`, `--max-body-bytes`,
+    `--header-timeout`, `--idle-timeout`, `--max-connections`)."""
+
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # Seconds a client has to send a complete request head, counted from the connection (first
+    # request) or from the request's first byte (later requests on a keep-alive connection).
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    # Seconds a request body may stop arriving, and a keep-alive connection may wait between
+    # requests; never applied while a response streams to a client whose request is complete.
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    # Open client connections per process; None: derived from the descriptor limit at start.
+    max_connections: int | None = None
+
+
+class BodyTooLarge(Exception):
+    """The request body grew past the limit while it was being forwarded."""
+
+
+def header_bytes(headers: Headers) -> int:
+    """The size of the request's header section, as counted against the limit."""
+    # map/chain keep the loop in C: this runs on every request.
+    return sum(map(len, chain.from_iterable(headers))) + 4 * len(headers)
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, or None when it exceeds `limit` bytes."""
+    chunks = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b""
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+# --- responses ------------------------------------------------------------------------------
+
+
+async def send_json(send: Send, status: int, payload: object, headers: Headers | None = None
+                    ) -> None:
+    """Send a complete JSON response."""
+    body = orjson.dumps(payload)
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", JSON), (b"content-length", str(len(body)).encode()),
+                    (b"cache-control", b"no-store"), *(headers or ())],
+    })
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(send: Send, status: int, error: str, description: str,
+                     headers: Headers | None = None) -> None:
+    """Send `{"error": …, "error_description": …}` with `status`."""
+    await send_json(send, status, {"error": error, "error_description": description}, headers)

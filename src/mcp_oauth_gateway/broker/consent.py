@@ -1,0 +1,42 @@
+"""Consent remembered per browser: a signed cookie listing the clients the user allowed, and the
+cookie that ties a consent page to the browser that opened it."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+REMEMBERED = 20  # clients per cookie
+
+
+def cookie_names(origin: str) -> tuple[str, str, str]:
+    """(consent cookie, browser cookie, attribute suffix) for a gateway origin."""
+    # `__Host-` needs Secure, which browsers only keep for https origins.
+    secure = origin.startswith("https://")
+    prefix = "__Host-" if secure else ""
+    return f"{prefix}mcp-consent", f"{prefix}mcp-authz", "; Secure" if secure else ""
+
+
+def client_digest(client_id: str) -> str:
+    """What the consent cookie records of a client."""
+    return hashlib.sha256(client_id.encode()).hexdigest()[:16]
+
+
+def _signature(secret: bytes, body: str) -> str:
+    return hmac.new(secret, body.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def read_consent(secret: bytes, value: str | None) -> list[str]:
+    """The clients a valid consent cookie lists (none when absent or tampered with)."""
+    if not value or "." not in value:
+        return []
+    body, _, signature = value.rpartition(".")
+    if not hmac.compare_digest(signature, _signature(secret, body)):
+        return []
+    return [d for d in body.split("-") if d]
+
+
+def write_consent(secret: bytes, digests: list[str]) -> str:
+    """A consent cookie value for these clients (the most recent ones)."""
+    body = "-".join(digests[-REMEMBERED:])
+    return f"{body}.{_signature(secret, body)}"

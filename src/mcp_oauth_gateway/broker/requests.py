@@ -1,0 +1,48 @@
+"""Reading Broker requests: parameters (each at most once), cookies."""
+
+from __future__ import annotations
+
+from http.cookies import CookieError, SimpleCookie
+from urllib.parse import parse_qsl
+
+from ..asgi import Scope, header
+from .errors import OAuthError
+
+
+def single_params(text: str) -> dict[str, str]:
+    """Query or form parameters; a repeated one is refused rather than resolved (RFC 6749
+    §3.1), since the gateway and the provider could pick different copies."""
+    pairs = parse_qsl(text, keep_blank_values=True)
+    params = dict(pairs)
+    if len(params) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise OAuthError(400, "invalid_request",
+                                 f"the parameter {name[:40]!r} appears more than once; send "
+                                 "each parameter once (RFC 6749 §3.1)")
+            seen.add(name)
+    return params
+
+
+def query_params(scope: Scope) -> dict[str, str]:
+    """The query string's parameters."""
+    return single_params(scope.get("query_string", b"").decode("latin-1"))
+
+
+def form_params(raw: bytes | None) -> dict[str, str]:
+    """A form body's parameters."""
+    return single_params((raw or b"").decode("utf-8", "replace"))
+
+
+def cookies(scope: Scope) -> dict[str, str]:
+    """The request's cookies (none when the header is malformed)."""
+    raw = header(scope, b"cookie")
+    if not raw:
+        return {}
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(raw.decode("latin-1"))
+    except CookieError:
+        return {}
+    return {name: morsel.value for name, morsel in jar.items()}

@@ -1,0 +1,34 @@
+"""How one gateway process serves: everything `serve`'s flags decide, in one frozen object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..asgi import Limits
+
+
+@dataclass(frozen=True)
+class Watch:
+    """Resource paths to watch for changes, and how often to look."""
+
+    paths: tuple[str, ...]
+    interval: float
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """`serve`'s settings, passed whole from the command line to every part that needs one."""
+
+    host: str = "127.0.0.1"
+    # Take the public scheme and host from X-Forwarded-* (only behind a proxy you control).
+    trust_forwarded: bool = False
+    # Seconds in-flight requests get to finish after SIGTERM.
+    grace_period: float = 30.0
+    workers: int = 1
+    log_level: str = "info"
+    log_format: str = "text"
+    watch: Watch | None = None
+    limits: Limits = field(default_factory=Limits)
+    # The loopback admin listener (metrics, health, status); None: no admin listener.
+    status_port: int | None = None
+    tracing: bool = False
