@@ -1,28 +1,47 @@
-"""Validate HTTP exchanges against the providers' official OpenAPI documents
-(`../shared/contracts/`), with openapi-core."""
+"""Validate HTTP exchanges against the providers' official OpenAPI documents, with openapi-core.
+
+The documents are third-party data kept outside the repository: in the directory named by the
+environment variable `CONTRACTS_DIR`, by default `../shared/contracts` beside the repository.
+Tests that use them are marked `contracts`: `make test` leaves them out, `make test-contracts`
+runs them (and only them)."""
 
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import parse_qsl
 
 import httpx
+import pytest
 import yaml
 from openapi_core import Config, OpenAPI
 from openapi_core.testing import MockRequest, MockResponse
 
 from support import ROOT
 
-CONTRACTS = ROOT.parent / "shared" / "contracts"
+CONTRACTS = Path(os.environ.get("CONTRACTS_DIR") or ROOT.parent / "shared" / "contracts"
+                 ).expanduser().resolve()
 AUTHENTIK = CONTRACTS / "authentik-2026.5.6-schema.yml"
 KEYCLOAK = CONTRACTS / "keycloak-26.6-admin-rest-openapi.json"
+
+
+def require(path: str | Path) -> None:
+    """Fail in one line naming what is missing and how to point `CONTRACTS_DIR` at it."""
+    if not CONTRACTS.is_dir():
+        pytest.fail(f"the providers' API documents are not in {CONTRACTS}: set CONTRACTS_DIR "
+                    "to the directory that holds them (make test-contracts CONTRACTS_DIR=DIR)",
+                    pytrace=False)
+    if not Path(path).is_file():
+        pytest.fail(f"{Path(path).name} is not in {CONTRACTS} (CONTRACTS_DIR): it holds "
+                    f"{sorted(p.name for p in CONTRACTS.iterdir())}", pytrace=False)
 
 
 @functools.cache
 def openapi(path: str) -> OpenAPI:
     """The parsed document (cached: the authentik one is 1.7 MB)."""
-    assert CONTRACTS.is_dir(), f"{CONTRACTS} is missing: the contracts live in ../shared"
+    require(path)
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     with open(path, encoding="utf-8") as handle:
         document = yaml.load(handle, Loader=loader)

@@ -171,7 +171,9 @@ def test_workers_share_the_listener_and_stop_together(stack_b, tmp_path, logs):
     statuses = {httpx.post(f"{base}/mcp", headers=headers, json=body, timeout=10).status_code
                 for _ in range(20)}
     assert statuses == {200}
-    assert "started 2 worker processes" in gateway.log()
+    # The parent logs this after forking, from its logging thread: the workers may serve first.
+    wait_until(lambda: "started 2 worker processes" in gateway.log(), 30,
+               "the parent to log its workers")
     gateway.popen.send_signal(signal.SIGTERM)
     assert gateway.popen.wait(30) == 0, gateway.log()
     gateway.stop()

@@ -273,6 +273,9 @@ def test_connections_over_the_cap_get_503_and_normal_requests_return_once_slots_
 
 
 def test_chosen_limits_are_logged_once_at_start(gateway):
+    # Written by the logging thread: the listener can be up before the line is in the file.
+    wait_until(lambda: "connections: at most" in gateway.process.log(), WAIT,
+               "the connection limits to be logged")
     lines = [line for line in gateway.process.log().splitlines() if "connections: at most" in line]
     assert len(lines) == 1
     assert f"at most {MAX_CONNECTIONS} open per process" in lines[0]

@@ -7,6 +7,8 @@ import socket
 
 import httpx
 
+from support import wait_until
+
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {},
     "clientInfo": {"name": "t", "version": "1"}}}
@@ -56,10 +58,16 @@ def test_cr_lf_in_header_values_is_refused(stack_b):
 
 
 def test_tokens_never_reach_the_log(stack_b):
+    def access_lines() -> int:
+        return stack_b.process.log().count("mcp_oauth_gateway.access: POST /mcp ")
+
     valid, expired = stack_b.token(), stack_b.token(exp=1)
+    before = access_lines()
     for token in (valid, expired, "not.a.token"):
         httpx.post(stack_b.mcp, json=INIT, headers={
             "Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"})
+    # The access log is written in batches by a background thread: wait for these three lines.
+    wait_until(lambda: access_lines() >= before + 3, 30, "the three requests' access lines")
     log = stack_b.process.log()
     for token in (valid, expired):
         for part in token.split("."):
