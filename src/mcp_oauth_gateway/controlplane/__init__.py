@@ -1,6 +1,7 @@
 """Control plane: resources → immutable snapshot, plus the JWKS and discovery fetchers."""
 
+from .builder import BuildResult, build_from_objects, build_snapshot
 from .control import ControlPlane
-from .snapshot import Snapshot, build_snapshot
+from .snapshot import Snapshot
 
-__all__ = ["ControlPlane", "Snapshot", "build_snapshot"]
+__all__ = ["BuildResult", "ControlPlane", "Snapshot", "build_from_objects", "build_snapshot"]

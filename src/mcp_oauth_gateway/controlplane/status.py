@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from ..resources.models import ParentRef
+
 
 @dataclass(frozen=True, slots=True)
 class Condition:
@@ -77,3 +79,103 @@ def stale_message(url: str, error: str, failing_since: float, keys_fetched_at: f
 def iso(seconds: float) -> str:
     """A wall-clock time as RFC 3339 UTC, to the second."""
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- Gateway API status of the other kinds ---------------------------------------------------
+# Only what the builder decides from the objects alone: `Programmed` (ports bound) and anything
+# read from the cluster are left to whoever serves or writes status.
+
+CONTROLLER_NAME = "mcp-oauth-gateway.dev/gateway-controller"
+
+
+@dataclass(frozen=True, slots=True)
+class ParentStatus:
+    """One `status.parents[]` entry of an HTTPRoute: a parentRef and its conditions."""
+
+    parent_ref: ParentRef
+    conditions: tuple[Condition, ...]
+    controller_name: str = CONTROLLER_NAME
+
+    def as_dict(self) -> dict[str, object]:
+        """The Gateway API representation."""
+        return {
+            "parentRef": self.parent_ref.model_dump(by_alias=True, exclude_none=True),
+            "controllerName": self.controller_name,
+            "conditions": [c.as_dict() for c in self.conditions],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerStatus:
+    """One `status.listeners[]` entry of a Gateway."""
+
+    name: str
+    attached_routes: int
+    conditions: tuple[Condition, ...]
+
+    def as_dict(self) -> dict[str, object]:
+        """The Gateway API representation."""
+        return {"name": self.name, "attachedRoutes": self.attached_routes,
+                "conditions": [c.as_dict() for c in self.conditions]}
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectStatus:
+    """The status of one object: its conditions, and a route's parents or a Gateway's listeners."""
+
+    conditions: tuple[Condition, ...] = ()
+    parents: tuple[ParentStatus, ...] = ()
+    listeners: tuple[ListenerStatus, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        """The Kubernetes `status` representation (fields the kind does not have left out)."""
+        out: dict[str, object] = {}
+        if self.conditions:
+            out["conditions"] = [c.as_dict() for c in self.conditions]
+        if self.parents:
+            out["parents"] = [p.as_dict() for p in self.parents]
+        if self.listeners:
+            out["listeners"] = [listener.as_dict() for listener in self.listeners]
+        return out
+
+
+def gateway_accepted(generation: int, at: str) -> Condition:
+    """`Accepted=True`: every Gateway given to the builder is served."""
+    return Condition("Accepted", True, "Accepted", "Gateway accepted", generation, at)
+
+
+def listener_accepted(generation: int, at: str) -> Condition:
+    """`Accepted=True` for a listener (the schema admits only HTTP listeners we serve)."""
+    return Condition("Accepted", True, "Accepted", "Listener accepted", generation, at)
+
+
+def route_accepted(refusal: str | None, gateway: str, generation: int, at: str) -> Condition:
+    """A route parent's `Accepted`: True, or `False reason=NoMatchingParent` saying why."""
+    if refusal is not None:
+        return Condition("Accepted", False, "NoMatchingParent", refusal, generation, at)
+    return Condition("Accepted", True, "Accepted", f"Accepted by Gateway {gateway}",
+                     generation, at)
+
+
+def route_resolved_refs(missing: list[str], generation: int, at: str) -> Condition:
+    """A route's `ResolvedRefs`: True, or `False reason=BackendNotFound` naming each ref."""
+    if missing:
+        return Condition("ResolvedRefs", False, "BackendNotFound", "; ".join(missing),
+                         generation, at)
+    return Condition("ResolvedRefs", True, "ResolvedRefs", "All references resolved",
+                     generation, at)
+
+
+def backend_accepted(target: str, generation: int, at: str) -> Condition:
+    """`Accepted=True` for a GatewayBackend, naming the target it sends to."""
+    return Condition("Accepted", True, "Accepted", f"Target {target}", generation, at)
+
+
+def service_accepted(service_type: str, address: str | None, generation: int, at: str
+                     ) -> Condition:
+    """A Service's `Accepted`: True when standalone mode can resolve it (ExternalName)."""
+    if address is None:
+        return Condition("Accepted", False, "UnsupportedValue",
+                         f"type {service_type}: standalone mode resolves only type ExternalName "
+                         f"(set spec.externalName to the provider's host)", generation, at)
+    return Condition("Accepted", True, "Accepted", f"Resolves to {address}", generation, at)

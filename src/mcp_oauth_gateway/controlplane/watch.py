@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..resources.loader import expand_paths, load_paths
+from .builder import build_snapshot
 from .control import ControlPlane
-from .snapshot import Snapshot, build_snapshot
+from .snapshot import Snapshot
 
 log = logging.getLogger("mcp_oauth_gateway.reload")
 

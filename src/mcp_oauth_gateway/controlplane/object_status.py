@@ -1,0 +1,102 @@
+"""Derive the status of every input object from the builder's decisions."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from ..resources.models import Gateway, GatewayBackend, GatewayPolicy, HTTPRoute, Service
+from . import status
+from .binding import Attachment, RouteBinding
+from .objects import Entry, ObjectIndex, ObjectKey, object_key
+from .policies import PolicyResult
+from .routes import MissingBackend, RuleKey, missing_backends
+from .snapshot import CompiledTarget, service_address
+
+
+def policy_conditions(policies: Mapping[str, Entry[GatewayPolicy]],
+                      results: Mapping[str, PolicyResult], attachment: Attachment, at: str
+                      ) -> dict[str, tuple[status.Condition, ...]]:
+    """Each policy's `Accepted` and `Attached` (DESIGN §3)."""
+    out: dict[str, tuple[status.Condition, ...]] = {}
+    for key in sorted(policies):
+        generation = policies[key].generation
+        problems = list(results[key].problems)
+        out[key] = (
+            status.accepted(problems, generation, at),
+            status.attached(not problems, list(attachment.missing[key]),
+                            list(attachment.conflicts[key]), generation, at),
+        )
+    return out
+
+
+def attached_routes(bindings: Mapping[str, RouteBinding]) -> Counter[tuple[str, str]]:
+    """(Gateway `namespace/name`, listener name) → how many routes it serves."""
+    return Counter(
+        pair
+        for binding in bindings.values()
+        for pair in {(parent.gateway, listener.name)
+                     for parent in binding.parents for listener in parent.listeners}
+    )
+
+
+def gateway_status(entry: Entry[Gateway], attached: Counter[tuple[str, str]], at: str
+                   ) -> status.ObjectStatus:
+    """`Accepted`, and each listener's `Accepted` and number of attached routes."""
+    generation = entry.generation
+    listeners = tuple(
+        status.ListenerStatus(listener.name, attached[entry.key, listener.name],
+                              (status.listener_accepted(generation, at),))
+        for listener in entry.resource.spec.listeners
+    )
+    return status.ObjectStatus((status.gateway_accepted(generation, at),), listeners=listeners)
+
+
+def route_status(entry: Entry[HTTPRoute], binding: RouteBinding,
+                 missing: list[MissingBackend], at: str) -> status.ObjectStatus:
+    """Per parentRef: `Accepted` by that parent, and `ResolvedRefs` for the route's backends."""
+    generation = entry.generation
+    resolved = status.route_resolved_refs([m.problem for m in missing], generation, at)
+    parents = tuple(
+        status.ParentStatus(parent.ref, (
+            status.route_accepted(parent.refusal, parent.gateway, generation, at), resolved))
+        for parent in binding.parents
+    )
+    return status.ObjectStatus(parents=parents)
+
+
+def backend_status(entry: Entry[GatewayBackend], at: str) -> status.ObjectStatus:
+    """`Accepted`, naming the target the backend sends to."""
+    static = entry.resource.spec.mcp.targets[0].static
+    target = f"{static.host}:{static.port}{static.path}"
+    return status.ObjectStatus((status.backend_accepted(target, entry.generation, at),))
+
+
+def service_status(entry: Entry[Service], at: str) -> status.ObjectStatus:
+    """`Accepted` when standalone mode can resolve the Service's address."""
+    service = entry.resource
+    return status.ObjectStatus((status.service_accepted(
+        service.spec.type, service_address(service), entry.generation, at),))
+
+
+def derive_statuses(index: ObjectIndex, bindings: Mapping[str, RouteBinding],
+                    resolved: Mapping[RuleKey, CompiledTarget | MissingBackend],
+                    policies: Mapping[str, tuple[status.Condition, ...]], at: str
+                    ) -> MappingProxyType[ObjectKey, status.ObjectStatus]:
+    """The status of every input object, keyed by (kind, namespace, name)."""
+    out: dict[ObjectKey, status.ObjectStatus] = {}
+    attached = attached_routes(bindings)
+    for gateway in index.gateways.values():
+        out[object_key(gateway.resource)] = gateway_status(gateway, attached, at)
+    missing = missing_backends(resolved)
+    for key, route in index.routes.items():
+        out[object_key(route.resource)] = route_status(route, bindings[key],
+                                                       missing.get(key, []), at)
+    for backend in index.backends.values():
+        out[object_key(backend.resource)] = backend_status(backend, at)
+    for service in index.services.values():
+        out[object_key(service.resource)] = service_status(service, at)
+    for key, policy in index.policies.items():
+        out[object_key(policy.resource)] = status.ObjectStatus(policies[key])
+    return MappingProxyType(dict(sorted(out.items())))

@@ -1,0 +1,103 @@
+"""The builder's input: resource objects, indexed by kind and `namespace/name`.
+
+Objects come from files (each a `Loaded`, whose source prefixes every message about it) or, in
+Kubernetes mode, from the API server (bare models, without a source). Indexing sorts them, so no
+later step can depend on the order they arrived in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Generic, NamedTuple, TypeVar
+
+from ..resources.loader import Loaded
+from ..resources.models import Gateway, GatewayBackend, GatewayPolicy, HTTPRoute, Resource, Service
+
+ResourceObject = Loaded | Resource
+
+R = TypeVar("R", Gateway, HTTPRoute, GatewayBackend, GatewayPolicy, Service)
+
+
+class ObjectKey(NamedTuple):
+    """The identity of an object, as the status of every object is keyed."""
+
+    kind: str
+    namespace: str
+    name: str
+
+
+def object_key(resource: Resource) -> ObjectKey:
+    """`(kind, namespace, name)` of a resource."""
+    return ObjectKey(resource.kind, resource.metadata.namespace, resource.metadata.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry(Generic[R]):
+    """One input object and, when it was read from a file, where."""
+
+    resource: R
+    source: str | None = None
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`, the identity used in references."""
+        return self.resource.metadata.key
+
+    @property
+    def generation(self) -> int:
+        """`metadata.generation`, reported as every condition's `observedGeneration`."""
+        return self.resource.metadata.generation
+
+    @property
+    def prefix(self) -> str:
+        """`source: Kind namespace/name`, the start of every message about this object."""
+        label = f"{self.resource.kind} {self.key}"
+        return label if self.source is None else f"{self.source}: {label}"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectIndex:
+    """The input objects by kind, each mapping in `namespace/name` order."""
+
+    gateways: Mapping[str, Entry[Gateway]]
+    routes: Mapping[str, Entry[HTTPRoute]]
+    backends: Mapping[str, Entry[GatewayBackend]]
+    services: Mapping[str, Entry[Service]]
+    policies: Mapping[str, Entry[GatewayPolicy]]
+
+
+def _sorted(entries: dict[str, Entry[R]]) -> dict[str, Entry[R]]:
+    return dict(sorted(entries.items()))
+
+
+def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
+    """Index the objects by kind and `namespace/name`; raises ValueError on a duplicate."""
+    gateways: dict[str, Entry[Gateway]] = {}
+    routes: dict[str, Entry[HTTPRoute]] = {}
+    backends: dict[str, Entry[GatewayBackend]] = {}
+    services: dict[str, Entry[Service]] = {}
+    policies: dict[str, Entry[GatewayPolicy]] = {}
+    seen: set[ObjectKey] = set()
+    for item in objects:
+        resource = item.resource if isinstance(item, Loaded) else item
+        source = str(item.source) if isinstance(item, Loaded) else None
+        identity = object_key(resource)
+        # The loader reports duplicates and the API server cannot hold two: keeping either one
+        # would make the result depend on input order.
+        if identity in seen:
+            raise ValueError(f"{resource.kind} {resource.metadata.key} is given twice")
+        seen.add(identity)
+        key = resource.metadata.key
+        if isinstance(resource, Gateway):
+            gateways[key] = Entry(resource, source)
+        elif isinstance(resource, HTTPRoute):
+            routes[key] = Entry(resource, source)
+        elif isinstance(resource, GatewayBackend):
+            backends[key] = Entry(resource, source)
+        elif isinstance(resource, Service):
+            services[key] = Entry(resource, source)
+        else:
+            policies[key] = Entry(resource, source)
+    return ObjectIndex(_sorted(gateways), _sorted(routes), _sorted(backends), _sorted(services),
+                       _sorted(policies))

@@ -1,0 +1,308 @@
+"""Compile one GatewayPolicy: providers, MCP metadata, CEL rules, transformation, rate limit.
+
+Every problem is collected (in field order) instead of stopping at the first, so one `Accepted`
+message names all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import urlsplit
+
+import orjson
+
+from ..resources.models import (
+    Authorization,
+    GatewayPolicy,
+    JwtAuthentication,
+    JwtProvider,
+    McpAuthentication,
+    RateLimit,
+    RemoteJwks,
+    Service,
+    ServiceBackendRef,
+    Transformation,
+    parse_duration,
+)
+from .cel import CelCompileError, CompiledExpression, compile_expression
+from .keys import parse_jwks
+from .objects import Entry
+from .snapshot import (
+    DEFAULT_MCP_PATH,
+    CompiledAuthorization,
+    CompiledMcp,
+    CompiledPolicy,
+    CompiledProvider,
+    CompiledRateLimit,
+    CompiledTransformation,
+    KeysetSource,
+    discovery_url_for,
+    service_address,
+)
+
+PROVIDERS_PATH = "spec.traffic.jwtAuthentication.providers"
+MCP_PATH = "spec.traffic.jwtAuthentication.mcp"
+NEEDS_JWT = "(rules are evaluated against the verified token)"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyResult:
+    """A compiled policy and its problems (none: the policy is valid)."""
+
+    compiled: CompiledPolicy
+    problems: tuple[str, ...]
+
+    @property
+    def valid(self) -> bool:
+        """No problems: the policy is Accepted."""
+        return not self.problems
+
+
+def _service_base(ref: ServiceBackendRef, namespace: str, services: Mapping[str, Service],
+                  path: str, problems: list[str]) -> str | None:
+    """`http://host:port` of the Service a JWKS backendRef names, or None (with a problem)."""
+    key = f"{ref.namespace or namespace}/{ref.name}"
+    service = services.get(key)
+    if service is None:
+        problems.append(f"{path}.jwks.remote.backendRef: Service {key} not found "
+                        f"(define a Service of type ExternalName named {ref.name})")
+        return None
+    host = service_address(service)
+    if host is None:
+        problems.append(
+            f"{path}.jwks.remote.backendRef: Service {key} has type {service.spec.type}; "
+            f"standalone mode resolves only type ExternalName (set spec.externalName to the "
+            f"provider's host)")
+        return None
+    return f"http://{host}:{ref.port}"
+
+
+def _remote_keyset(remote: RemoteJwks, issuer_base: str, namespace: str,
+                   services: Mapping[str, Service], path: str, problems: list[str]
+                   ) -> tuple[KeysetSource, str] | None:
+    """Where a remote keyset is fetched, and the base its discovery document is fetched from."""
+    refresh = parse_duration(remote.cache_duration)
+    if remote.url is not None:
+        return KeysetSource(url=remote.url, refresh=refresh), issuer_base
+    assert remote.backend_ref is not None  # the model guarantees exactly one source
+    assert remote.jwks_path is not None
+    base = _service_base(remote.backend_ref, namespace, services, path, problems)
+    if base is None:
+        return None
+    return KeysetSource(url=base + remote.jwks_path, refresh=refresh), base
+
+
+def compile_provider(policy: GatewayPolicy, index: int, spec: JwtProvider,
+                     services: Mapping[str, Service], problems: list[str]
+                     ) -> CompiledProvider | None:
+    """Compile one JWT provider: its issuer, audiences, keyset source and discovery URL."""
+    path = f"{PROVIDERS_PATH}[{index}]"
+    issuer = urlsplit(spec.issuer)
+    resolved: tuple[KeysetSource, str] | None
+    if spec.jwks.inline is not None:
+        try:
+            keyset = parse_jwks(orjson.loads(spec.jwks.inline), version=1)
+        except (ValueError, orjson.JSONDecodeError) as exc:
+            problems.append(f"{path}.jwks.inline: {exc}")
+            return None
+        source = KeysetSource(url=f"inline:{policy.metadata.key}:{index}", refresh=0,
+                              inline=keyset)
+        resolved = source, f"{issuer.scheme}://{issuer.netloc}"
+    else:
+        assert spec.jwks.remote is not None  # the model guarantees exactly one source
+        resolved = _remote_keyset(spec.jwks.remote, f"{issuer.scheme}://{issuer.netloc}",
+                                  policy.metadata.namespace, services, path, problems)
+    if resolved is None:
+        return None
+    audiences = frozenset(spec.audiences) if spec.audiences else None
+    return CompiledProvider(issuer=spec.issuer, audiences=audiences, keyset=resolved[0],
+                            discovery_url=discovery_url_for(resolved[1], spec.issuer))
+
+
+def _provider_kind(value: str | None) -> Literal["ProviderB", "Keycloak"] | None:
+    """The model's provider name (aliases already normalized) as its literal type."""
+    if value == "ProviderB":
+        return "ProviderB"
+    if value == "Keycloak":
+        return "Keycloak"
+    return None
+
+
+def _provider_b_problems(spec: McpAuthentication, provider: JwtProvider, problems: list[str]
+                         ) -> None:
+    """Provider B needs the pre-registered client, as audience, and a `/`-terminated issuer."""
+    if not spec.client_id:
+        problems.append(f"{MCP_PATH}.clientId is required when provider is ProviderB (the "
+                        f"pre-registered public client returned to MCP clients)")
+    elif provider.audiences and spec.client_id not in provider.audiences:
+        problems.append(
+            f"{PROVIDERS_PATH}[0].audiences must contain "
+            f"mcp.clientId {spec.client_id!r}: provider B sets aud to the client id")
+    if not provider.issuer.endswith("/"):
+        problems.append(
+            f"{PROVIDERS_PATH}[0].issuer {provider.issuer!r} "
+            f"must end with '/': provider B issuers are <url>/application/o/<slug>/")
+
+
+def _broker_problems(spec: McpAuthentication, problems: list[str]) -> None:
+    """Broker mode needs a provider and a client; `broker` settings need Broker mode."""
+    if spec.authorization_server_mode == "Broker":
+        if spec.provider is None:
+            problems.append(f"{MCP_PATH}.provider is required when authorizationServerMode is "
+                            "Broker (the gateway signs users in at that provider)")
+        if not spec.client_id:
+            problems.append(f"{MCP_PATH}.clientId is required when authorizationServerMode is "
+                            "Broker (the public client the gateway uses at the provider)")
+    elif spec.broker is not None:
+        problems.append(f"{MCP_PATH}.broker is only used when authorizationServerMode is Broker")
+
+
+def compile_mcp(spec: McpAuthentication, provider: JwtProvider, problems: list[str]
+                ) -> CompiledMcp:
+    """Compile the MCP OAuth settings: metadata paths and values served by the gateway."""
+    if spec.provider == "ProviderB":
+        _provider_b_problems(spec, provider, problems)
+    _broker_problems(spec, problems)
+    metadata = spec.resource_metadata
+    mcp_path = DEFAULT_MCP_PATH
+    if metadata.resource:
+        mcp_path = urlsplit(metadata.resource).path.rstrip("/") or DEFAULT_MCP_PATH
+    extra = tuple(
+        (name, value)
+        for name, value in (
+            ("resource_name", metadata.resource_name),
+            ("resource_documentation", metadata.resource_documentation),
+            ("resource_policy_uri", metadata.resource_policy_uri),
+            ("resource_tos_uri", metadata.resource_tos_uri),
+        )
+        if value is not None
+    )
+    return CompiledMcp(
+        provider=_provider_kind(spec.provider),
+        client_id=spec.client_id,
+        resource=metadata.resource,
+        mcp_path=mcp_path,
+        scopes_supported=tuple(metadata.scopes_supported),
+        bearer_methods_supported=tuple(metadata.bearer_methods_supported),
+        extra_metadata=extra,
+        mode=spec.authorization_server_mode,
+        redis_url=spec.broker.redis_url if spec.broker else None,
+    )
+
+
+def compile_authorization(spec: Authorization | None, path: str, problems: list[str],
+                          mcp: bool = False) -> CompiledAuthorization | None:
+    """Compile an `Authorization` block, adding one problem per expression that does not."""
+    if spec is None:
+        return None
+    expressions = []
+    for i, source in enumerate(spec.policy.match_expressions):
+        try:
+            expressions.append(compile_expression(source, mcp=mcp))
+        except CelCompileError as exc:
+            problems.append(f"{path}.policy.matchExpressions[{i}]: invalid CEL: {exc}")
+    return CompiledAuthorization(spec.action, tuple(expressions))
+
+
+def compile_transformation(spec: Transformation | None, has_jwt: bool, problems: list[str]
+                           ) -> CompiledTransformation | None:
+    """Compile the request header rewrites (CEL values, header names as lowercase bytes)."""
+    if spec is None:
+        return None
+    compiled: list[tuple[bytes, CompiledExpression]] = []
+    for i, header in enumerate(spec.request.set):
+        try:
+            compiled.append((header.name.lower().encode(), compile_expression(header.value)))
+        except CelCompileError as exc:
+            problems.append(f"spec.traffic.transformation.request.set[{i}].value: "
+                            f"invalid CEL: {exc}")
+    if not has_jwt and any("jwt" in expression.source for _, expression in compiled):
+        problems.append("spec.traffic.transformation uses jwt but the policy has no "
+                        "jwtAuthentication")
+    return CompiledTransformation(tuple(compiled),
+                                  frozenset(n.lower().encode() for n in spec.request.remove))
+
+
+def compile_rate_limit(spec: RateLimit | None, problems: list[str]) -> CompiledRateLimit | None:
+    """Compile the rate limit: its CEL key and token-bucket rate."""
+    if spec is None:
+        return None
+    try:
+        return CompiledRateLimit(compile_expression(spec.key), spec.requests,
+                                 spec.requests / parse_duration(spec.window), spec.redis_url)
+    except CelCompileError as exc:
+        problems.append(f"spec.traffic.rateLimit.key: invalid CEL: {exc}")
+        return None
+
+
+def compile_authentication(policy: GatewayPolicy, jwt_spec: JwtAuthentication,
+                           services: Mapping[str, Service], problems: list[str]
+                           ) -> tuple[CompiledProvider | None, CompiledMcp | None]:
+    """Compile the JWT provider(s) and the MCP settings of a policy."""
+    providers = [compile_provider(policy, i, p, services, problems)
+                 for i, p in enumerate(jwt_spec.providers)]
+    if len(jwt_spec.providers) > 1:
+        # One issuer per route keeps the 401 challenge and the metadata unambiguous.
+        problems.append(f"{PROVIDERS_PATH}: exactly one provider is supported per policy")
+    mcp = None
+    if jwt_spec.mcp is not None:
+        mcp = compile_mcp(jwt_spec.mcp, jwt_spec.providers[0], problems)
+    return providers[0], mcp
+
+
+def compile_policy(policy: GatewayPolicy, services: Mapping[str, Service]) -> PolicyResult:
+    """Compile one policy; its problems make it invalid (its routes then answer 503)."""
+    problems: list[str] = []
+    traffic = policy.spec.traffic
+    jwt_spec = traffic.jwt_authentication
+    if jwt_spec is None and traffic.authorization is not None:
+        problems.append(f"spec.traffic.authorization needs spec.traffic.jwtAuthentication "
+                        f"{NEEDS_JWT}")
+    if jwt_spec is None and traffic.authorization is None:
+        problems.append("spec.traffic: set jwtAuthentication (and optionally authorization)")
+    provider, mcp = (None, None) if jwt_spec is None else \
+        compile_authentication(policy, jwt_spec, services, problems)
+    authorization = compile_authorization(traffic.authorization, "spec.traffic.authorization",
+                                          problems)
+    backend = policy.spec.backend
+    mcp_authorization = compile_authorization(
+        backend.mcp.authorization if backend and backend.mcp else None,
+        "spec.backend.mcp.authorization", problems, mcp=True)
+    if mcp_authorization is not None and jwt_spec is None:
+        problems.append(f"spec.backend.mcp.authorization needs spec.traffic.jwtAuthentication "
+                        f"{NEEDS_JWT}")
+    transformation = compile_transformation(traffic.transformation, jwt_spec is not None,
+                                            problems)
+    rate_limit = compile_rate_limit(traffic.rate_limit, problems)
+    invalid = None
+    if problems:
+        invalid = f"GatewayPolicy {policy.metadata.key} is invalid: " + "; ".join(problems)
+    compiled = CompiledPolicy(policy.metadata.key, provider, mcp, authorization,
+                              bool(jwt_spec and jwt_spec.forward_token), transformation,
+                              rate_limit, invalid, mcp_authorization)
+    return PolicyResult(compiled, tuple(problems))
+
+
+def compile_policies(policies: Mapping[str, Entry[GatewayPolicy]],
+                     services: Mapping[str, Entry[Service]]) -> dict[str, PolicyResult]:
+    """Compile every policy, in `namespace/name` order."""
+    by_key = {key: entry.resource for key, entry in services.items()}
+    return {key: compile_policy(policies[key].resource, by_key) for key in sorted(policies)}
+
+
+def fetch_targets(results: Mapping[str, PolicyResult]
+                  ) -> tuple[dict[str, KeysetSource], dict[str, float]]:
+    """The keysets and discovery documents (URL → cache TTL) the valid policies need fetched."""
+    keysets: dict[str, KeysetSource] = {}
+    discovery: dict[str, float] = {}
+    for key in sorted(results):
+        compiled = results[key].compiled
+        provider = compiled.provider
+        if not results[key].valid or provider is None:
+            continue
+        keysets[provider.keyset.url] = provider.keyset
+        if compiled.mcp is not None and compiled.mcp.provider is not None:
+            discovery[provider.discovery_url] = provider.keyset.refresh or 300.0
+    return keysets, discovery

@@ -1,0 +1,136 @@
+"""Compile HTTPRoute rules into the per-listener route tables the data plane matches against."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from ..resources.models import Gateway, GatewayBackend, HTTPRoute, RouteRule, parse_duration
+from .binding import RouteBinding
+from .objects import Entry
+from .snapshot import (
+    DEFAULT_BACKEND_TIMEOUT,
+    CompiledPolicy,
+    CompiledRoute,
+    CompiledTarget,
+    compile_cors,
+    route_sort_key,
+)
+
+# (route `namespace/name`, rule index): where a rule's backend is looked up.
+RuleKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class MissingBackend:
+    """A rule whose backendRef names no GatewayBackend: the rule answers 503."""
+
+    prefix: str
+    field_path: str
+    backend: str
+
+    @property
+    def problem(self) -> str:
+        """What is wrong, by field path."""
+        return f"{self.field_path}: GatewayBackend {self.backend} not found"
+
+    @property
+    def message(self) -> str:
+        """The load error, also the 503 text: `source: Kind ns/name: field: problem`."""
+        return f"{self.prefix}: {self.problem}"
+
+
+def resolve_backend(entry: Entry[HTTPRoute], rule_index: int,
+                    backends: Mapping[str, Entry[GatewayBackend]]
+                    ) -> CompiledTarget | MissingBackend:
+    """Resolve a rule's first backendRef (the one served) to its GatewayBackend target."""
+    route = entry.resource
+    ref = route.spec.rules[rule_index].backend_refs[0]
+    key = f"{ref.namespace or route.metadata.namespace}/{ref.name}"
+    backend = backends.get(key)
+    if backend is None:
+        return MissingBackend(entry.prefix, f"spec.rules[{rule_index}].backendRefs[0]", key)
+    static = backend.resource.spec.mcp.targets[0].static
+    return CompiledTarget(host=static.host, port=static.port, path=static.path)
+
+
+def resolve_backends(routes: Mapping[str, Entry[HTTPRoute]],
+                     backends: Mapping[str, Entry[GatewayBackend]]
+                     ) -> dict[RuleKey, CompiledTarget | MissingBackend]:
+    """Resolve the backend of every rule of every route."""
+    return {(key, rule_index): resolve_backend(entry, rule_index, backends)
+            for key, entry in routes.items()
+            for rule_index in range(len(entry.resource.spec.rules))}
+
+
+def missing_backends(resolved: Mapping[RuleKey, CompiledTarget | MissingBackend]
+                     ) -> dict[str, list[MissingBackend]]:
+    """Route `namespace/name` → its rules' missing backends, in rule order."""
+    missing: dict[str, list[MissingBackend]] = {}
+    for rule_key in sorted(resolved):
+        target = resolved[rule_key]
+        if isinstance(target, MissingBackend):
+            missing.setdefault(rule_key[0], []).append(target)
+    return missing
+
+
+def backend_errors(resolved: Mapping[RuleKey, CompiledTarget | MissingBackend]) -> list[str]:
+    """The load errors of rules whose backend is missing, in route and rule order."""
+    return [m.message for found in missing_backends(resolved).values() for m in found]
+
+
+def backend_timeout(rule: RouteRule) -> float:
+    """How long to wait for the backend's response headers (`backendRequest`, else `request`)."""
+    if rule.timeouts is not None:
+        chosen = rule.timeouts.backend_request or rule.timeouts.request
+        if chosen:
+            return parse_duration(chosen)
+    return DEFAULT_BACKEND_TIMEOUT
+
+
+def compile_rule(key: str, route: HTTPRoute, rule_index: int,
+                 target: CompiledTarget | MissingBackend, policy: CompiledPolicy | None
+                 ) -> tuple[CompiledRoute, ...]:
+    """One compiled route per path match of a rule, sharing its CORS, backend and policy."""
+    rule = route.spec.rules[rule_index]
+    cors = next((compile_cors(f.cors) for f in rule.filters if f.type == "CORS"), None)
+    timeout = backend_timeout(rule)
+    return tuple(
+        CompiledRoute(
+            route=key, rule=rule_index, match_type=match.path.type, match_value=match.path.value,
+            hostnames=tuple(route.spec.hostnames), cors=cors,
+            target=target if isinstance(target, CompiledTarget) else None,
+            backend_timeout=timeout, policy=policy,
+            broken=target.message if isinstance(target, MissingBackend) else None,
+        )
+        for match in rule.matches
+    )
+
+
+def compile_routes(routes: Mapping[str, Entry[HTTPRoute]],
+                   resolved: Mapping[RuleKey, CompiledTarget | MissingBackend],
+                   policies: Mapping[str, CompiledPolicy]) -> dict[str, tuple[CompiledRoute, ...]]:
+    """Compile every route (`policies`: route key → the policy governing it)."""
+    return {
+        key: tuple(compiled
+                   for rule_index in range(len(entry.resource.spec.rules))
+                   for compiled in compile_rule(key, entry.resource, rule_index,
+                                                resolved[key, rule_index], policies.get(key)))
+        for key, entry in routes.items()
+    }
+
+
+def listener_tables(gateways: Mapping[str, Entry[Gateway]], bindings: Mapping[str, RouteBinding],
+                    compiled: Mapping[str, tuple[CompiledRoute, ...]]
+                    ) -> MappingProxyType[int, tuple[CompiledRoute, ...]]:
+    """Each listener port → the routes bound to it, best match first (ties: route name)."""
+    tables: dict[int, list[CompiledRoute]] = {
+        port: [] for port in sorted({listener.port for entry in gateways.values()
+                                     for listener in entry.resource.spec.listeners})}
+    # Routes are added in namespace/name order, so the stable sort breaks ties by route name.
+    for key in sorted(compiled):
+        for port in bindings[key].ports:
+            tables[port].extend(compiled[key])
+    return MappingProxyType({port: tuple(sorted(routes, key=route_sort_key))
+                             for port, routes in tables.items()})
