@@ -18,7 +18,7 @@ from .asgi import (
     DEFAULT_MAX_HEADER_BYTES,
     Limits,
 )
-from .controlplane import ControlPlane, Snapshot, build_snapshot
+from .controlplane import ControlPlane, Deployment, Snapshot, build_snapshot
 from .controlplane.fetch import FetchError
 from .controlplane.jwks import RemoteKeyset
 from .resources import load_paths
@@ -147,8 +147,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(files: Sequence[str]) -> Snapshot:
-    return build_snapshot(load_paths(files))
+def _load(files: Sequence[str], deployment: Deployment | None = None) -> Snapshot:
+    return build_snapshot(load_paths(files), deployment)
 
 
 def _print_problems(snapshot: Snapshot, stream: TextIO = sys.stderr) -> None:
@@ -187,7 +187,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except tracing.TracingUnavailable as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_INVALID
-    snapshot = _load(args.files)
+    deployment = Deployment(processes=args.workers,
+                            default_redis_url=os.environ.get(REDIS_ENV) or None,
+                            default_redis_hint=f"set {REDIS_ENV}")
+    snapshot = _load(args.files, deployment)
     if not snapshot.ok:
         _print_problems(snapshot)
         print("error: not starting: fix the resources above and run again", file=sys.stderr)
@@ -206,21 +209,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         brokers = BrokerRuntime(args.allow_local_client_metadata,
                                 os.environ.get(REDIS_ENV) or None)
-        if args.workers > 1 and not os.environ.get(REDIS_ENV) and any(
-                route.policy is not None and route.policy.mcp is not None
-                and route.policy.mcp.mode == "Broker" and not route.policy.mcp.redis_url
-                for routes in snapshot.listeners.values() for route in routes):
-            print("error: Broker mode with --workers > 1 needs shared state: set "
-                  f"mcp.broker.redisUrl or {REDIS_ENV} (worker processes share no memory)",
-                  file=sys.stderr)
-            return EXIT_INVALID
         options = ServeOptions(
             host=args.host, trust_forwarded=args.trust_forwarded_headers,
             grace_period=args.grace_period, workers=args.workers, log_level=args.log_level,
             log_format=args.log_format, limits=limits, status_port=args.status_port,
             tracing=args.tracing == "otlp",
             watch=Watch(tuple(args.files), args.watch_interval) if args.watch_interval > 0
-            else None)
+            else None, deployment=deployment)
         return server.serve(snapshot, options, brokers)
     except OSError as exc:
         print(f"error: {exc} (is another process using the port? change the Gateway listener "

@@ -78,7 +78,8 @@ def _run_worker(snapshot: Snapshot, sockets: list[socket.socket], options: Serve
     # Built here, in the process that serves: the exporter's thread does not survive a fork.
     tracer = otlp_tracer() if options.tracing else None
     watch = options.watch
-    watcher = ConfigWatcher(list(watch.paths), control, watch.interval) if watch else None
+    watcher = ConfigWatcher(list(watch.paths), control, watch.interval,
+                            options.deployment) if watch else None
     app = GatewayApp(control, options, brokers=brokers, watcher=watcher, tracer=tracer)
     # Without an admin listener nothing exports the counts, but the cap still needs them.
     counts = app.metrics.connections if app.metrics is not None else ConnectionCounts()

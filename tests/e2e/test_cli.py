@@ -79,6 +79,17 @@ def test_invalid_resources_do_not_start(tmp_path, edit, expected):
     assert "listening" not in done.stderr
 
 
+def test_broker_with_several_workers_needs_shared_state(tmp_path):
+    config = example_with(tmp_path, ("        provider: ", "        authorizationServerMode: "
+                                                      "Broker\n        provider: "))
+    done = run_cli("serve", "-f", str(config), "--workers", "2")
+    assert done.returncode == 2, done.stderr
+    assert ("spec.traffic.jwtAuthentication.mcp.broker.redisUrl is required when Broker mode "
+            "is served by 2 processes") in done.stderr
+    assert "set MCP_OAUTH_GATEWAY_REDIS_URL" in done.stderr
+    assert "listening" not in done.stderr
+
+
 def test_check_prints_all_conditions_true_for_example_b(stack_b):
     done = run_cli("check", "-f", str(stack_b.config_dir))
     assert done.returncode == 0, done.stdout + done.stderr

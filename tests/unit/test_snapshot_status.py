@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mcp_oauth_gateway.controlplane import build_from_objects
+from mcp_oauth_gateway.controlplane import Deployment, build_from_objects
 from mcp_oauth_gateway.resources import load_paths
 
 from .resources_fixture import BASE, policy, write
@@ -132,3 +132,16 @@ def test_objects_without_a_source_are_named_by_kind_and_name(tmp_path):
         "not found",)
     assert result.snapshot.listeners[8080][0].broken == result.snapshot.errors[0]
     assert result.snapshot.policies[0].source == ""
+
+
+def test_broker_across_processes_needs_shared_state(tmp_path):
+    broker = policy().replace("        provider: ", "        authorizationServerMode: Broker\n"
+                                                     "        provider: ")
+    objects = load_paths([write(tmp_path, BASE + broker)]).resources
+    assert build_from_objects(objects, at="t").snapshot.ok
+    shared = Deployment(processes=2, default_redis_url="redis://127.0.0.1:6379/0")
+    assert build_from_objects(objects, at="t", deployment=shared).snapshot.ok
+    split = build_from_objects(objects, at="t", deployment=Deployment(processes=3)).snapshot
+    assert not split.ok
+    assert ("mcp.broker.redisUrl is required when Broker mode is served by 3 processes"
+            in split.policies[0].conditions[0].message)

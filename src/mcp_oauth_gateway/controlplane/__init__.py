@@ -2,6 +2,8 @@
 
 from .builder import BuildResult, build_from_objects, build_snapshot
 from .control import ControlPlane
+from .deployment import Deployment
 from .snapshot import Snapshot
 
-__all__ = ["BuildResult", "ControlPlane", "Snapshot", "build_from_objects", "build_snapshot"]
+__all__ = ["BuildResult", "ControlPlane", "Deployment", "Snapshot", "build_from_objects",
+           "build_snapshot"]

@@ -16,6 +16,7 @@ from ..resources.loader import LoadResult
 from ..resources.models import GatewayPolicy
 from . import status
 from .binding import attach_policies, bind_routes, binding_errors
+from .deployment import Deployment
 from .object_status import derive_statuses, policy_conditions
 from .objects import Entry, ObjectKey, ResourceObject, index_objects
 from .policies import PolicyResult, compile_policies, fetch_targets
@@ -48,11 +49,13 @@ def policy_reports(policies: Mapping[str, Entry[GatewayPolicy]],
     return tuple(reports)
 
 
-def build_from_objects(objects: Iterable[ResourceObject], *, at: str) -> BuildResult:
-    """Compile resource objects (`at`: the conditions' transition time) into snapshot + status."""
+def build_from_objects(objects: Iterable[ResourceObject], *, at: str,
+                       deployment: Deployment | None = None) -> BuildResult:
+    """Compile resource objects (`at`: the conditions' transition time) into snapshot + status,
+    for the given deployment (one process unless told otherwise)."""
     index = index_objects(objects)
     bindings = bind_routes(index.routes, index.gateways)
-    results = compile_policies(index.policies, index.services)
+    results = compile_policies(index.policies, index.services, deployment or Deployment())
     attachment = attach_policies(
         index.policies, {key for key, result in results.items() if result.valid}, bindings)
     resolved = resolve_backends(index.routes, index.backends)
@@ -78,7 +81,7 @@ def _now() -> str:
 # --- the entry point for loaded files ------------------------------------------------------
 
 
-def build_snapshot(loaded: LoadResult) -> Snapshot:
+def build_snapshot(loaded: LoadResult, deployment: Deployment | None = None) -> Snapshot:
     """Resolve references, compile policies and build route tables; never raises for bad input."""
-    snapshot = build_from_objects(loaded.resources, at=_now()).snapshot
+    snapshot = build_from_objects(loaded.resources, at=_now(), deployment=deployment).snapshot
     return replace(snapshot, errors=tuple(loaded.errors) + snapshot.errors)

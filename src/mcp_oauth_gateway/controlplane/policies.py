@@ -27,6 +27,7 @@ from ..resources.models import (
     parse_duration,
 )
 from .cel import CelCompileError, CompiledExpression, compile_expression
+from .deployment import Deployment
 from .keys import parse_jwks
 from .objects import Entry
 from .snapshot import (
@@ -146,9 +147,17 @@ def _provider_b_problems(spec: McpAuthentication, provider: JwtProvider, problem
             f"must end with '/': provider B issuers are <url>/application/o/<slug>/")
 
 
-def _broker_problems(spec: McpAuthentication, problems: list[str]) -> None:
-    """Broker mode needs a provider and a client; `broker` settings need Broker mode."""
+def _broker_problems(spec: McpAuthentication, problems: list[str],
+                     deployment: Deployment) -> None:
+    """Broker mode needs a provider, a client, and state every process sees; `broker`
+    settings need Broker mode."""
     if spec.authorization_server_mode == "Broker":
+        redis_url = spec.broker.redis_url if spec.broker else None
+        if not deployment.shares_memory and not redis_url and not deployment.default_redis_url:
+            problems.append(
+                f"{MCP_PATH}.broker.redisUrl is required when Broker mode is served by "
+                f"{deployment.processes} processes (they share no memory: a sign-in started on "
+                f"one must finish on another); set it, or {deployment.default_redis_hint}")
         if spec.provider is None:
             problems.append(f"{MCP_PATH}.provider is required when authorizationServerMode is "
                             "Broker (the gateway signs users in at that provider)")
@@ -159,12 +168,12 @@ def _broker_problems(spec: McpAuthentication, problems: list[str]) -> None:
         problems.append(f"{MCP_PATH}.broker is only used when authorizationServerMode is Broker")
 
 
-def compile_mcp(spec: McpAuthentication, provider: JwtProvider, problems: list[str]
-                ) -> CompiledMcp:
+def compile_mcp(spec: McpAuthentication, provider: JwtProvider, problems: list[str],
+                deployment: Deployment) -> CompiledMcp:
     """Compile the MCP OAuth settings: metadata paths and values served by the gateway."""
     if spec.provider == "ProviderB":
         _provider_b_problems(spec, provider, problems)
-    _broker_problems(spec, problems)
+    _broker_problems(spec, problems, deployment)
     metadata = spec.resource_metadata
     mcp_path = DEFAULT_MCP_PATH
     if metadata.resource:
@@ -238,7 +247,8 @@ def compile_rate_limit(spec: RateLimit | None, problems: list[str]) -> CompiledR
 
 
 def compile_authentication(policy: GatewayPolicy, jwt_spec: JwtAuthentication,
-                           services: Mapping[str, Service], problems: list[str]
+                           services: Mapping[str, Service], problems: list[str],
+                           deployment: Deployment
                            ) -> tuple[CompiledProvider | None, CompiledMcp | None]:
     """Compile the JWT provider(s) and the MCP settings of a policy."""
     providers = [compile_provider(policy, i, p, services, problems)
@@ -248,11 +258,12 @@ def compile_authentication(policy: GatewayPolicy, jwt_spec: JwtAuthentication,
         problems.append(f"{PROVIDERS_PATH}: exactly one provider is supported per policy")
     mcp = None
     if jwt_spec.mcp is not None:
-        mcp = compile_mcp(jwt_spec.mcp, jwt_spec.providers[0], problems)
+        mcp = compile_mcp(jwt_spec.mcp, jwt_spec.providers[0], problems, deployment)
     return providers[0], mcp
 
 
-def compile_policy(policy: GatewayPolicy, services: Mapping[str, Service]) -> PolicyResult:
+def compile_policy(policy: GatewayPolicy, services: Mapping[str, Service],
+                   deployment: Deployment | None = None) -> PolicyResult:
     """Compile one policy; its problems make it invalid (its routes then answer 503)."""
     problems: list[str] = []
     traffic = policy.spec.traffic
@@ -263,7 +274,8 @@ def compile_policy(policy: GatewayPolicy, services: Mapping[str, Service]) -> Po
     if jwt_spec is None and traffic.authorization is None:
         problems.append("spec.traffic: set jwtAuthentication (and optionally authorization)")
     provider, mcp = (None, None) if jwt_spec is None else \
-        compile_authentication(policy, jwt_spec, services, problems)
+        compile_authentication(policy, jwt_spec, services, problems,
+                               deployment or Deployment())
     authorization = compile_authorization(traffic.authorization, "spec.traffic.authorization",
                                           problems)
     backend = policy.spec.backend
@@ -286,10 +298,12 @@ def compile_policy(policy: GatewayPolicy, services: Mapping[str, Service]) -> Po
 
 
 def compile_policies(policies: Mapping[str, Entry[GatewayPolicy]],
-                     services: Mapping[str, Entry[Service]]) -> dict[str, PolicyResult]:
+                     services: Mapping[str, Entry[Service]],
+                     deployment: Deployment) -> dict[str, PolicyResult]:
     """Compile every policy, in `namespace/name` order."""
     by_key = {key: entry.resource for key, entry in services.items()}
-    return {key: compile_policy(policies[key].resource, by_key) for key in sorted(policies)}
+    return {key: compile_policy(policies[key].resource, by_key, deployment)
+            for key in sorted(policies)}
 
 
 def fetch_targets(results: Mapping[str, PolicyResult]

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..resources.loader import expand_paths, load_paths
 from .builder import build_snapshot
 from .control import ControlPlane
+from .deployment import Deployment
 from .snapshot import Snapshot
 
 log = logging.getLogger("mcp_oauth_gateway.reload")
@@ -49,8 +50,10 @@ def reload_problems(current: Snapshot, candidate: Snapshot) -> list[str]:
 class ConfigWatcher:
     """Polls the files (cheap `stat` calls) and reloads on change."""
 
-    def __init__(self, paths: Sequence[str], control: ControlPlane, interval: float = 1.0):
+    def __init__(self, paths: Sequence[str], control: ControlPlane, interval: float = 1.0,
+                 deployment: Deployment | None = None):
         self.paths = list(paths)
+        self.deployment = deployment
         self.control = control
         self.interval = interval
         self.last_error: str | None = None
@@ -80,7 +83,8 @@ class ConfigWatcher:
     async def reload(self) -> bool:
         """Load, validate and (if valid) install; True when the new snapshot is serving."""
         # Parsing YAML and compiling CEL take milliseconds: off the event loop.
-        candidate = await asyncio.to_thread(lambda: build_snapshot(load_paths(self.paths)))
+        candidate = await asyncio.to_thread(
+            lambda: build_snapshot(load_paths(self.paths), self.deployment))
         problems = reload_problems(self.control.snapshot, candidate)
         if problems:
             self.last_error = "; ".join(problems)

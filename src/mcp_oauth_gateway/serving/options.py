@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..asgi import Limits
+from ..controlplane.deployment import Deployment
 
 
 @dataclass(frozen=True)
@@ -32,3 +33,5 @@ class ServeOptions:
     # The loopback admin listener (metrics, health, status); None: no admin listener.
     status_port: int | None = None
     tracing: bool = False
+    # What reloads validate against (Broker mode across several workers needs Redis, say).
+    deployment: Deployment = field(default_factory=Deployment)

@@ -1,0 +1,21 @@
+"""What the resources cannot say about where they are served, and the rules that depend on it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """How many processes (workers, or replicas in a cluster) share the traffic, and the Redis
+    they share by default, if any."""
+
+    processes: int = 1
+    default_redis_url: str | None = None
+    # How an operator sets the shared default, for messages.
+    default_redis_hint: str = "the MCP_OAUTH_GATEWAY_REDIS_URL environment variable"
+
+    @property
+    def shares_memory(self) -> bool:
+        """Whether in-memory state is seen by every request (one process only)."""
+        return self.processes <= 1
