@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from .asgi import (
     DEFAULT_HEADER_TIMEOUT,
@@ -29,6 +29,11 @@ LOCAL_CIMD_ENV = "MCP_OAUTH_GATEWAY_ALLOW_LOCAL_CLIENT_METADATA"
 REDIS_ENV = "MCP_OAUTH_GATEWAY_REDIS_URL"
 
 
+if TYPE_CHECKING:
+    # argparse names the type of `add_subparsers()`'s result only privately.
+    Commands = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -39,7 +44,17 @@ def _parser() -> argparse.ArgumentParser:
         description="OAuth 2.0 gateway for MCP servers (resources: Gateway, HTTPRoute, "
                     "GatewayBackend, GatewayPolicy, Service).")
     commands = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(commands)
+    _check_parser(commands)
+    from .idp.cli import add_parsers
 
+    add_parsers(commands)
+    _demo_parser(commands)
+    _dev_idp_parser(commands)
+    return parser
+
+
+def _serve_parser(commands: Commands) -> None:
     serve = commands.add_parser("serve", help="serve the gateway described by the resources")
     serve.add_argument("-f", "--file", dest="files", action="append", required=True,
                        metavar="PATH", help="YAML file or directory of resources (repeatable)")
@@ -56,6 +71,29 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--watch-interval", type=float, default=1.0, metavar="SECONDS",
                        help="how often to look for changed resource files (default 1; 0 turns "
                             "watching off)")
+    serve.add_argument("--admin-port", "--status-port", dest="status_port", type=int,
+                       default=None, metavar="PORT",
+                       help="admin listener on 127.0.0.1:PORT: /status (policy conditions, "
+                            "last reload error), /metrics (Prometheus), /healthz, /readyz, "
+                            "/config (secrets redacted)")
+    serve.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="processes accepting on the same sockets (default 1; use the "
+                            "number of cores to use every core)")
+    serve.add_argument("--grace-period", type=float, default=30.0, metavar="SECONDS",
+                       help="on SIGTERM, how long in-flight requests may run (default 30)")
+    serve.add_argument("--log-level", default="info",
+                       choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--tracing", default="off", choices=["off", "otlp"],
+                       help="otlp: one OpenTelemetry span per request, exported over OTLP/HTTP "
+                            "as set by the OTEL_EXPORTER_OTLP_* variables (needs the otel extra)")
+    serve.add_argument("--log-format", default="text", choices=["text", "json"],
+                       help="json: one JSON object per line, each request with a request_id "
+                            "(the caller's X-Request-Id when well-formed, else a new one; "
+                            "forwarded to the backend and returned in the response)")
+    _serve_limit_flags(serve)
+
+
+def _serve_limit_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--max-header-bytes", type=int, default=DEFAULT_MAX_HEADER_BYTES,
                        metavar="N", help="larger request headers get 431 (default "
                                          f"{DEFAULT_MAX_HEADER_BYTES})")
@@ -76,26 +114,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="open client connections per process; more are answered 503 and "
                             "closed (default: what the file-descriptor limit leaves room for, "
                             "after raising it to the hard limit)")
-    serve.add_argument("--admin-port", "--status-port", dest="status_port", type=int,
-                       default=None, metavar="PORT",
-                       help="admin listener on 127.0.0.1:PORT: /status (policy conditions, "
-                            "last reload error), /metrics (Prometheus), /healthz, /readyz, "
-                            "/config (secrets redacted)")
-    serve.add_argument("--workers", type=int, default=1, metavar="N",
-                       help="processes accepting on the same sockets (default 1; use the "
-                            "number of cores to use every core)")
-    serve.add_argument("--grace-period", type=float, default=30.0, metavar="SECONDS",
-                       help="on SIGTERM, how long in-flight requests may run (default 30)")
-    serve.add_argument("--log-level", default="info",
-                       choices=["debug", "info", "warning", "error"])
-    serve.add_argument("--tracing", default="off", choices=["off", "otlp"],
-                       help="otlp: one OpenTelemetry span per request, exported over OTLP/HTTP "
-                            "as set by the OTEL_EXPORTER_OTLP_* variables (needs the otel extra)")
-    serve.add_argument("--log-format", default="text", choices=["text", "json"],
-                       help="json: one JSON object per line, each request with a request_id "
-                            "(the caller's X-Request-Id when well-formed, else a new one; "
-                            "forwarded to the backend and returned in the response)")
 
+
+def _check_parser(commands: Commands) -> None:
     check = commands.add_parser(
         "check", help="validate resources, fetch keysets and discovery, print policy conditions")
     check.add_argument("-f", "--file", dest="files", action="append", required=True,
@@ -104,10 +125,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="time limit for each fetch (default 10)")
     check.add_argument("--output", choices=["text", "json"], default="text")
 
-    from .idp.cli import add_parsers
 
-    add_parsers(commands)
-
+def _demo_parser(commands: Commands) -> None:
     demo = commands.add_parser(
         "demo", help="run everything locally: dev identity provider, demo MCP server, gateway",
         description="Starts the dev identity provider, provisions it, starts a demo MCP server "
@@ -123,6 +142,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--idp-port", type=int, default=9000)
     demo.add_argument("--backend-port", type=int, default=8000)
 
+
+def _dev_idp_parser(commands: Commands) -> None:
     dev = commands.add_parser(
         "dev-idp", help="run the embedded dev identity provider (development and tests only)",
         description="An OpenID provider that speaks the Keycloak or authentik admin API, for "
@@ -144,7 +165,6 @@ def _parser() -> argparse.ArgumentParser:
                      help="authentik: answer 503 (Retry-After) this long after start")
     dev.add_argument("--worker-delay", type=float, default=0.0, metavar="SECONDS",
                      help="authentik: lookups stay empty this long after migrations")
-    return parser
 
 
 def _load(files: Sequence[str], deployment: Deployment | None = None) -> Snapshot:

@@ -118,87 +118,107 @@ class GatewayApp:
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
-        status = 0
-        route = "-"
         scope[TRUST_FORWARDED_KEY] = self.trust_forwarded
-
         port = (scope.get("server") or (None, None))[1]
         admin = port is not None and port == self.status_port
         request_id = self._assign_request_id(scope) if self.request_ids else None
         tracing = self.tracing
         span = tracing.start(scope) if tracing is not None and not admin else None
-
-        started_response = complete = cut = False
-
-        async def send_logged(message: Message) -> None:
-            nonlocal status, started_response, complete
-            if message["type"] == "http.response.start":
-                started_response = True
-                if request_id is not None:
-                    # The gateway's id replaces one a backend may have echoed: one value only.
-                    message = {**message, "headers": [
-                        *(h for h in message.get("headers", ()) if h[0] != b"x-request-id"),
-                        (b"x-request-id", request_id.encode())]}
-                await send(message)
-                # Only once the server took it: a response it refused was never sent.
-                status = message["status"]
-                return
-            await send(message)
-            if not message.get("more_body", False):
-                complete = True
-
+        exchange = _Exchange(send, request_id)
+        cut = False
         try:
             if admin:
-                route = "admin"
-                await self.admin(scope, receive, send_logged)
-                return
-            if header_bytes(scope["headers"]) > self.limits.max_header_bytes:
-                await send_error(send_logged, 431, "request_header_fields_too_large",
-                                 f"the request headers exceed {self.limits.max_header_bytes} "
-                                 "bytes")
-                return
-            problem = self.header_rules.problem(scope["headers"])
-            if problem is not None:
-                await send_error(send_logged, 400, "invalid_request", problem)
-                return
-            table = self.tables.get(port) if port is not None else None
-            if table is None and len(self.tables) == 1:
-                table = next(iter(self.tables.values()))
-            host = header(scope, b"host")
-            entry = table.match(host.decode("latin-1") if host else "", scope["path"]) if table \
-                else None
-            if entry is None:
-                await send_error(send_logged, 404, "not_found",
-                                 f"no HTTPRoute matches {scope['path']} on this listener")
+                exchange.route = "admin"
+                await self.admin(scope, receive, exchange)
             else:
-                route = entry.route.route
-                await entry.app(scope, receive, send_logged)
+                await self._dispatch(scope, receive, exchange, port)
         except asyncio.CancelledError:
             # The server cancels only what still runs when the shutdown grace period ends (it
             # does not cancel on client disconnects): end the stream cleanly, so the client
             # sees it close and can resume elsewhere, and say so in one line.
             cut = True
-            if started_response and not complete:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(send({"type": "http.response.body", "body": b"",
-                                                 "more_body": False}), SHUTDOWN_END_WAIT)
+            await exchange.end_cleanly()
         except Exception:
             log.exception("unhandled error serving %s %s", scope["method"], scope["path"])
-            if not started_response:
-                await send_error(send_logged, 500, "server_error",
+            if not exchange.started:
+                await send_error(exchange, 500, "server_error",
                                  "the gateway failed to handle this request; see its log")
         finally:
+            self._record(scope, exchange, time.perf_counter() - started, cut)
+            if span is not None and tracing is not None:
+                tracing.end(span, exchange.status, exchange.route)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, exchange: _Exchange,
+                        port: int | None) -> None:
+        """The request's checks, then the matching route's pipeline (or 404)."""
+        if header_bytes(scope["headers"]) > self.limits.max_header_bytes:
+            await send_error(exchange, 431, "request_header_fields_too_large",
+                             f"the request headers exceed {self.limits.max_header_bytes} bytes")
+            return
+        problem = self.header_rules.problem(scope["headers"])
+        if problem is not None:
+            await send_error(exchange, 400, "invalid_request", problem)
+            return
+        table = self.tables.get(port) if port is not None else None
+        if table is None and len(self.tables) == 1:
+            table = next(iter(self.tables.values()))
+        host = header(scope, b"host")
+        entry = table.match(host.decode("latin-1") if host else "", scope["path"]) if table \
+            else None
+        if entry is None:
+            await send_error(exchange, 404, "not_found",
+                             f"no HTTPRoute matches {scope['path']} on this listener")
+            return
+        exchange.route = entry.route.route
+        await entry.app(scope, receive, exchange)
+
+    def _record(self, scope: Scope, exchange: _Exchange, elapsed: float, cut: bool) -> None:
+        """One access line (or, for a stream cut at shutdown, one warning) and the metrics."""
+        if cut:
+            log.warning("%s %s %s cut at shutdown after %.1fs: still running when the grace "
+                        "period ended (--grace-period)", scope["method"], scope["path"],
+                        exchange.status or "-", elapsed)
+        else:
             claims = scope.get(CLAIMS_KEY)
             sub = claims.get("sub") if isinstance(claims, dict) else None
-            elapsed = time.perf_counter() - started
-            if cut:
-                log.warning("%s %s %s cut at shutdown after %.1fs: still running when the grace "
-                            "period ended (--grace-period)", scope["method"], scope["path"],
-                            status or "-", elapsed)
-            else:
-                self.access_log.record(scope["method"], scope["path"], status, elapsed, sub,
-                                       request_id)
-            if self.metrics is not None and route != "admin":
-                self.metrics.request(route, status)
-            if span is not None and tracing is not None:
-                tracing.end(span, status, route)
+            self.access_log.record(scope["method"], scope["path"], exchange.status, elapsed,
+                                   sub, exchange.request_id)
+        if self.metrics is not None and exchange.route != "admin":
+            self.metrics.request(exchange.route, exchange.status)
+
+
+class _Exchange:
+    """The response side of one request: what was sent, for the log, metrics and shutdown."""
+
+    __slots__ = ("complete", "request_id", "route", "send", "started", "status")
+
+    def __init__(self, send: Send, request_id: str | None):
+        self.send = send
+        self.request_id = request_id
+        self.status = 0
+        self.started = False
+        self.complete = False
+        self.route = "-"
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+            if self.request_id is not None:
+                # The gateway's id replaces one a backend may have echoed: one value only.
+                message = {**message, "headers": [
+                    *(h for h in message.get("headers", ()) if h[0] != b"x-request-id"),
+                    (b"x-request-id", self.request_id.encode())]}
+            await self.send(message)
+            # Only once the server took it: a response it refused was never sent.
+            self.status = message["status"]
+            return
+        await self.send(message)
+        if not message.get("more_body", False):
+            self.complete = True
+
+    async def end_cleanly(self) -> None:
+        """End a started response (a stream cut at shutdown), within a bounded wait."""
+        if self.started and not self.complete:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.send({"type": "http.response.body", "body": b"",
+                                                  "more_body": False}), SHUTDOWN_END_WAIT)
