@@ -189,6 +189,28 @@ def test_authentik_second_run_changes_nothing(authentik_run):
     assert p.state.read_text() == before
 
 
+def test_authentik_second_slug_after_an_application_list_read(authentik_run, tmp_path):
+    """authentik caches each user's application list page and ignores later filters: after the
+    list has been read (as its admin UI does), a second slug must still provision."""
+    p = authentik_run
+    listed = httpx.get(f"{p.idp}/api/v3/core/applications/",
+                       headers={"Authorization": f"Bearer {BOOTSTRAP_TOKEN}"}).json()
+    assert [a["slug"] for a in listed["results"]] == ["mcp"]
+    args = list(p.tool_args)
+    args[args.index("--slug") + 1] = "mcp-b"
+    args[args.index("--output-dir") + 1] = str(tmp_path / "out-b")
+    second = cli(*args, stdin=BOOTSTRAP_TOKEN + "\n")
+    assert second.returncode == 0, second.stderr
+    assert "OAuth2 provider: created 'mcp-b'" in second.stderr
+    assert f"issuer: {p.idp}/application/o/mcp-b/" in second.stdout
+    before = p.state.read_text()
+    for tool_args in (p.tool_args, args):
+        again = cli(*tool_args, stdin=BOOTSTRAP_TOKEN + "\n")
+        assert again.returncode == 0, again.stderr
+        assert "created" not in again.stderr
+    assert p.state.read_text() == before
+
+
 def test_missing_secret_is_a_usage_error(tmp_path):
     done = cli("idp", "keycloak", "--url", "http://127.0.0.1:1", "--resource",
                "http://127.0.0.1:8080/mcp", "--output-dir", str(tmp_path),

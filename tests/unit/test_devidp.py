@@ -1,5 +1,6 @@
 """The dev identity provider answers as the real servers do (reference/idp-apis.md), and its
-OpenID side issues what the provisioning configured."""
+OpenID side issues what the provisioning configured. The tests marked `contracts` check the same
+exchanges against the providers' OpenAPI documents (kept outside the repository)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,12 @@ from starlette.testclient import TestClient
 from contracts import AUTHENTIK, KEYCLOAK, Recorder, validate
 from mcp_oauth_gateway.controlplane.keys import parse_jwks
 from mcp_oauth_gateway.dataplane.tokens import TokenError, TokenRules, verify_token
-from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
+from mcp_oauth_gateway.devidp import DevIdpSettings, create_app, oidc
 from mcp_oauth_gateway.providers.access_tokens import access_token_rule
 from support import unverified_claims
 
-KC = "http://kc.test"
-AK = "http://ak.test"
+KC = "http://127.0.0.1:8180"
+AK = "http://127.0.0.1:9000"
 REDIRECT = "http://127.0.0.1:5555/callback"
 
 
@@ -82,8 +83,7 @@ def test_keycloak_admin_token_is_short_lived(kc):
     assert token["token_type"] == "Bearer"
 
 
-def test_keycloak_create_and_duplicate_answers(kc):
-    http, recorder, _ = kc
+def _keycloak_creates_and_duplicates(http: TestClient) -> None:
     created = http.post("/admin/realms/master/users", json={
         "username": "Alice", "email": "a@example.com", "enabled": True})
     assert created.status_code == 201
@@ -107,15 +107,41 @@ def test_keycloak_create_and_duplicate_answers(kc):
     assert http.post("/admin/realms/master/client-scopes", json=scope).status_code == 201
     assert http.post("/admin/realms/master/client-scopes", json=scope).json() == {
         "errorMessage": "Client Scope mcp already exists"}
+
+
+def test_keycloak_create_and_duplicate_answers(kc):
+    http, _, _ = kc
+    _keycloak_creates_and_duplicates(http)
+
+
+@pytest.mark.contracts
+def test_keycloak_create_and_duplicate_exchanges_follow_the_contract(kc):
+    http, recorder, _ = kc
+    _keycloak_creates_and_duplicates(http)
     problems = [p for q, r in recorder.exchanges if q.url.path.startswith("/admin/")
                 for p in validate(str(KEYCLOAK), q, r)]
     assert problems == []
 
 
-def test_keycloak_admin_auth_errors():
-    # Token times are whole seconds (as in Keycloak), so a 1 s token can already be expired
-    # when first used; 3 s leaves room, and the wait below is for the token's own `exp`.
-    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="pw", access_token_ttl=3))
+class ServerTime:
+    """The dev IdP's wall clock (token expiry), moved forward instead of waited for."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.offset
+
+
+@pytest.fixture
+def server_time(monkeypatch: pytest.MonkeyPatch) -> ServerTime:
+    shifted = ServerTime()
+    monkeypatch.setattr(oidc, "time", shifted)
+    return shifted
+
+
+def test_keycloak_admin_auth_errors(server_time):
+    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="pw"))
     with make(app, KC) as http:
         assert http.get("/admin/realms/master/groups").json() == {"error": "HTTP 401 Unauthorized"}
         token = http.post("/realms/master/protocol/openid-connect/token", data={
@@ -123,9 +149,12 @@ def test_keycloak_admin_auth_errors():
             "password": "pw"}).json()["access_token"]
         auth = {"Authorization": f"Bearer {token}"}
         assert http.get("/admin/realms/master/groups", headers=auth).status_code == 200
-        time.sleep(max(0.0, unverified_claims(token)["exp"] - time.time()) + 0.2)
+        server_time.offset = 59
+        assert http.get("/admin/realms/master/groups", headers=auth).status_code == 200
+        server_time.offset = 61  # the master realm's admin tokens live 60 s
         expired = http.get("/admin/realms/master/groups", headers=auth)
         assert expired.status_code == 401
+        assert expired.json() == {"error": "HTTP 401 Unauthorized"}
         wrong = http.post("/realms/master/protocol/openid-connect/token", data={
             "grant_type": "password", "client_id": "admin-cli", "username": "admin",
             "password": "nope"})
@@ -285,36 +314,118 @@ def _ak_provision(http: TestClient, grant_types: list[str]) -> dict:
     return provider.json()
 
 
-def test_authentik_api_answers_follow_the_contract():
+def _authentik_answers(http: TestClient) -> None:
+    provider = _ak_provision(http, ["authorization_code", "refresh_token",
+                                    "client_credentials"])
+    assert len(provider["client_id"]) == 40
+    assert len(provider["client_secret"]) == 128
+    listing = http.get("/api/v3/core/groups/", params={"name": "mcp-agent"}).json()
+    assert set(listing["pagination"]) == {"next", "previous", "count", "current",
+                                          "total_pages", "start_index", "end_index"}
+    assert listing["pagination"]["next"] == 0
+    assert http.get("/api/v3/core/applications/mcp/").json()["provider"] == provider["pk"]
+    assert http.get("/api/v3/core/applications/nope/").status_code == 404
+    assert http.get("/api/v3/core/applications/", params={
+        "superuser_full_list": "true", "slug": "nope"}).json()["results"] == []
+    duplicate = http.post("/api/v3/core/groups/", json={"name": "mcp-agent"})
+    assert duplicate.json() == {"name": ["Group with this name already exists."]}
+    reserved = http.post("/api/v3/core/applications/", json={"name": "x", "slug": "token"})
+    assert reserved.json() == {"slug": ["The slug 'token' is reserved and cannot be used "
+                                        "for applications."]}
+
+
+def _authentik_refusals(http: TestClient) -> None:
+    """Requests invalid on purpose, and authentik's field errors."""
+    bad = http.post("/api/v3/providers/oauth2/", json={
+        "name": "x", "authorization_flow": "", "invalidation_flow": "not-a-uuid",
+        "redirect_uris": []})
+    assert bad.status_code == 400
+    assert bad.json()["authorization_flow"] == ["This field may not be null."]
+    assert bad.json()["invalidation_flow"] == ["“not-a-uuid” is not a valid UUID."]
+    missing = http.post("/api/v3/providers/oauth2/", json={"name": "y"})
+    assert missing.json()["authorization_flow"] == ["This field is required."]
+
+
+def test_authentik_api_answers():
+    with make(ak_app(), AK) as http:
+        http.headers["Authorization"] = "Bearer tok"
+        _authentik_answers(http)
+        _authentik_refusals(http)
+
+
+@pytest.mark.contracts
+def test_authentik_api_exchanges_follow_the_contract():
     recorder = Recorder()
     with make(ak_app(), AK, recorder) as http:
         http.headers["Authorization"] = "Bearer tok"
-        provider = _ak_provision(http, ["authorization_code", "refresh_token",
-                                        "client_credentials"])
-        assert len(provider["client_id"]) == 40
-        assert len(provider["client_secret"]) == 128
-        listing = http.get("/api/v3/core/groups/", params={"name": "mcp-agent"}).json()
-        assert set(listing["pagination"]) == {"next", "previous", "count", "current",
-                                              "total_pages", "start_index", "end_index"}
-        assert listing["pagination"]["next"] == 0
-        duplicate = http.post("/api/v3/core/groups/", json={"name": "mcp-agent"})
-        assert duplicate.json() == {"name": ["Group with this name already exists."]}
-        reserved = http.post("/api/v3/core/applications/", json={"name": "x", "slug": "token"})
-        assert reserved.json() == {"slug": ["The slug 'token' is reserved and cannot be used "
-                                            "for applications."]}
-        valid_requests = len(recorder.exchanges)  # the requests below are invalid on purpose
-        bad = http.post("/api/v3/providers/oauth2/", json={
-            "name": "x", "authorization_flow": "", "invalidation_flow": "not-a-uuid",
-            "redirect_uris": []})
-        assert bad.status_code == 400
-        assert bad.json()["authorization_flow"] == ["This field may not be null."]
-        assert bad.json()["invalidation_flow"] == ["“not-a-uuid” is not a valid UUID."]
-        missing = http.post("/api/v3/providers/oauth2/", json={"name": "y"})
-        assert missing.json()["authorization_flow"] == ["This field is required."]
+        _authentik_answers(http)
+        valid_requests = len(recorder.exchanges)
+        _authentik_refusals(http)
     problems = [p for i, (q, r) in enumerate(recorder.exchanges)
                 if q.url.path.startswith("/api/v3/")
                 for p in validate(str(AUTHENTIK), q, r, check_request=i < valid_requests)]
     assert problems == []
+
+
+def _slugs(http: TestClient, **params: str) -> list[str]:
+    response = http.get("/api/v3/core/applications/", params=params)
+    assert response.status_code == 200, response.text
+    return [a["slug"] for a in response.json()["results"]]
+
+
+def test_authentik_application_list_ignores_filters_behind_its_cache():
+    """As authentik 2025.12 to 2026.5: the first page read is cached per user and page, and a
+    later `?slug=` gets it whatever it asks for."""
+    with make(ak_app(), AK) as http:
+        http.headers["Authorization"] = "Bearer tok"
+        _ak_provision(http, ["authorization_code"])
+        assert _slugs(http, slug="nope") == [], "an empty page is computed, not cached"
+        assert _slugs(http) == ["mcp"]
+        stale = http.get("/api/v3/core/applications/", params={"slug": "nope"}).json()
+        assert [a["slug"] for a in stale["results"]] == ["mcp"]
+        assert stale["pagination"]["count"] == 0, "the count is of the filtered list"
+        # what bypasses the cache
+        assert _slugs(http, slug="nope", superuser_full_list="true") == []
+        assert _slugs(http, search="nope") == []
+        assert _slugs(http, search="mc") == ["mcp"]
+        assert http.get("/api/v3/core/applications/nope/").status_code == 404
+        # adding a user to a group saves neither: the cache stays
+        group = http.get("/api/v3/core/groups/", params={"name": "mcp-agent"}).json()
+        bob = http.get("/api/v3/core/users/", params={"username": "bob"}).json()["results"][0]
+        assert http.post(f"/api/v3/core/groups/{group['results'][0]['pk']}/add_user/",
+                         json={"pk": bob["pk"]}).status_code == 204
+        assert _slugs(http, slug="nope") == ["mcp"]
+        # saving a group clears it
+        assert http.post("/api/v3/core/groups/", json={"name": "other"}).status_code == 201
+        assert _slugs(http, slug="nope") == []
+        # creating an application clears it; pages are cached apart
+        assert http.post("/api/v3/core/applications/", json={
+            "name": "another", "slug": "another"}).status_code == 201
+        assert _slugs(http, page_size="1") == ["another"]
+        assert _slugs(http, page_size="1", page="2") == ["mcp"]
+        assert _slugs(http, page_size="1", slug="mcp") == ["another"]
+        assert _slugs(http, page_size="1", page="2", slug="another") == ["mcp"]
+
+
+def test_authentik_application_list_cache_lasts_a_day_or_until_a_user_is_saved():
+    app = ak_app()
+    now = [app.flavour.started]
+    app.flavour.clock = lambda: now[0]
+    with make(app, AK) as http:
+        http.headers["Authorization"] = "Bearer tok"
+        provider = _ak_provision(http, ["authorization_code", "client_credentials"])
+        assert _slugs(http) == ["mcp"]
+        # client_credentials upserts the service account `ak-mcp-client_credentials`: a user
+        # save, which clears every cached page
+        assert http.post("/application/o/token/", headers={"Authorization": ""}, data={
+            "grant_type": "client_credentials", "client_id": provider["client_id"],
+            "client_secret": provider["client_secret"]}).status_code == 200
+        assert _slugs(http, slug="nope") == []
+        assert _slugs(http) == ["mcp"]
+        now[0] += 86399
+        assert _slugs(http, slug="nope") == ["mcp"]
+        now[0] += 2
+        assert _slugs(http, slug="nope") == []
 
 
 def test_authentik_tokens_follow_the_provider():

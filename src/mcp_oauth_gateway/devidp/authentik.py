@@ -1,7 +1,14 @@
 """authentik flavour of the dev identity provider: API v3 subset (DRF conventions: pagination
 envelope, 400 field errors, 403 for bad tokens), the start-up phases of a fresh install (503
 while migrations run, empty lookups until the worker has applied its blueprints), and per-
-application OpenID endpoints with `aud` = client id and `groups` from the `profile` mapping."""
+application OpenID endpoints with `aud` = client id and `groups` from the `profile` mapping.
+
+The application list behaves as authentik's does (`ApplicationViewSet.list`, 2025.12 to 2026.5):
+each user's result page is cached for 24 h under the user and page number only, so the filters of
+a later request are ignored; an empty page is never served from the cache; `superuser_full_list=
+true` and a non-empty `search` bypass it; creating an application and saving a user or a group
+clear it for everyone (`post_save` signals). Adding a user to a group is not a save; nor, here,
+is a sign-in (authentik saves the user's `last_login` then; the dev IdP keeps the cache)."""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ import secrets
 import string
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +34,12 @@ from .settings import DevIdpSettings
 from .store import Record, Store, check_password, hash_password, new_id, new_signing_key
 
 API = "/api/v3"
+# An API view: the request and the path's captured parts (a pk or slug) to a response.
+Handler = Callable[..., Awaitable[Response]]
+# authentik caches each user's application list page for a day (`timeout=86400`).
+APP_LIST_CACHE_SECONDS = 86400.0
+APP_SEARCH_FIELDS = ("name", "slug", "meta_launch_url", "meta_description", "meta_publisher",
+                     "group")
 RESERVED_SLUGS = frozenset({"authorize", "token", "device", "userinfo", "introspect", "revoke"})
 GRANT_TYPES = frozenset({"authorization_code", "implicit", "hybrid", "refresh_token",
                          "client_credentials", "password",
@@ -63,22 +77,36 @@ def _generate_id(length: int = 40) -> str:
     return "".join(secrets.choice(alphabet) for _ in range(length))
 
 
-def paginated(results: list[Record], request: Request) -> Response:
-    """DRF's paginated envelope (`next`/`previous` are 0 when absent)."""
+def page_of(request: Request) -> tuple[int, int] | None:
+    """The requested page number and size (None when they are not numbers)."""
     try:
         page = max(1, int(request.query_params.get("page", "1")))
         size = min(100, max(1, int(request.query_params.get("page_size", "20"))))
     except ValueError:
-        return json_response({"detail": "Invalid page."}, 404)
-    total_pages = max(1, -(-len(results) // size))
-    chunk = results[(page - 1) * size: page * size]
+        return None
+    return page, size
+
+
+def envelope(count: int, page: int, size: int, chunk: list[Record]) -> Response:
+    """DRF's paginated envelope for one page of `count` objects (`next`/`previous` are 0 when
+    absent)."""
+    total_pages = max(1, -(-count // size))
     start = (page - 1) * size + 1 if chunk else 0
     return json_response({
         "pagination": {"next": page + 1 if page < total_pages else 0,
-                       "previous": page - 1 if page > 1 else 0, "count": len(results),
+                       "previous": page - 1 if page > 1 else 0, "count": count,
                        "current": page, "total_pages": total_pages, "start_index": start,
                        "end_index": start + len(chunk) - 1 if chunk else 0},
         "results": chunk, "autocomplete": {}})
+
+
+def paginated(results: list[Record], request: Request) -> Response:
+    """One page of `results` in DRF's paginated envelope."""
+    paging = page_of(request)
+    if paging is None:
+        return json_response({"detail": "Invalid page."}, 404)
+    page, size = paging
+    return envelope(len(results), page, size, results[(page - 1) * size: page * size])
 
 
 class FieldErrors(Exception):
@@ -96,11 +124,17 @@ class AuthentikFlavour:
     interaction_prefix = "/if/flow/authorize"
     grant_not_allowed_error = (400, "invalid_grant")
 
-    def __init__(self, store: Store, settings: DevIdpSettings):
+    def __init__(self, store: Store, settings: DevIdpSettings,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.settings = settings
         self.provider = OpenIdProvider(self)
-        self.started = time.monotonic()
+        # Start-up phases and cache expiry read this clock (tests replace it to skip time).
+        self.clock = clock
+        self.started = clock()
+        # (user pk, page number) -> (expires at, application pks); in memory, as authentik's
+        # cache is separate from the objects (a dev IdP restart empties it).
+        self._app_lists: dict[tuple[int, int], tuple[float, list[str]]] = {}
         self._keys: dict[str, RSAKey] = {}
         self._routes = self._api_routes()
         self._seed_users()
@@ -108,7 +142,7 @@ class AuthentikFlavour:
     # --- start-up phases ------------------------------------------------------------------
 
     def _elapsed(self) -> float:
-        return time.monotonic() - self.started
+        return self.clock() - self.started
 
     def migrating(self) -> bool:
         """Whether the server still runs its database migrations (answers 503)."""
@@ -169,6 +203,21 @@ class AuthentikFlavour:
                           "password": hash_password(self.settings.seed_password),
                           "date_joined": _now()})
         self.store.save()
+
+    # --- the application list cache -------------------------------------------------------
+
+    def _forget_application_lists(self) -> None:
+        """What authentik's `post_save` handlers do when an application is created or a user,
+        group or policy is saved: drop every user's cached application list pages."""
+        self._app_lists.clear()
+
+    def _cached_page(self, user_pk: int, page: int) -> list[str]:
+        """The application pks cached for this user and page ([] when none or expired)."""
+        expires, pks = self._app_lists.get((user_pk, page), (0.0, []))
+        return pks if self.clock() < expires else []
+
+    def _cache_page(self, user_pk: int, page: int, pks: list[str]) -> None:
+        self._app_lists[(user_pk, page)] = (self.clock() + APP_LIST_CACHE_SECONDS, pks)
 
     # --- lookups --------------------------------------------------------------------------
 
@@ -254,6 +303,7 @@ class AuthentikFlavour:
                     "path": f"goauthentik.io/apps/{client.context['slug']}"}
             users.append(user)
             self.store.save()
+            self._forget_application_lists()
         return self._subject(user)
 
     def signing_key(self, client: OAuthClient) -> RSAKey:
@@ -444,9 +494,9 @@ class AuthentikFlavour:
                     return json_response(exc.errors, 400)
         return json_response({"detail": "Not found."}, 404)
 
-    def _api_routes(self) -> list[tuple[str, re.Pattern[str], Any]]:
+    def _api_routes(self) -> list[tuple[str, re.Pattern[str], Handler]]:
         one = "([^/]+)"
-        table = [
+        table: list[tuple[str, str, Handler]] = [
             ("GET", "/flows/instances/", self._list_flows),
             ("GET", "/crypto/certificatekeypairs/", self._list_keypairs),
             ("GET", "/propertymappings/provider/scope/", self._list_mappings),
@@ -558,9 +608,8 @@ class AuthentikFlavour:
             return None
         return value
 
-    async def _create_provider(self, request: Request) -> Response:
-        body = await self._body(request)
-        errors: dict[str, list[str]] = {}
+    def _provider_relations(self, body: Record, errors: dict[str, list[str]]) -> Record:
+        """Name, flows, signing key and property mappings of a new provider, checked."""
         for field in ("name", "authorization_flow", "invalidation_flow", "redirect_uris"):
             if field not in body:
                 errors[field] = ["This field is required."]
@@ -569,10 +618,11 @@ class AuthentikFlavour:
             errors["name"] = ["This field may not be blank."]
         elif isinstance(name, str) and self._find("ak_providers", name=name):
             errors["name"] = ["provider with this name already exists."]
-        flows = {f: self._related(errors, f, body.get(f), "ak_flows", nullable=False)
-                 for f in ("authorization_flow", "invalidation_flow") if f in body}
-        signing_key = self._related(errors, "signing_key", body.get("signing_key"),
-                                    "ak_keypairs", nullable=True)
+        fields: Record = {
+            f: self._related(errors, f, body.get(f), "ak_flows", nullable=False)
+            for f in ("authorization_flow", "invalidation_flow") if f in body}
+        fields["signing_key"] = self._related(errors, "signing_key", body.get("signing_key"),
+                                              "ak_keypairs", nullable=True)
         mappings = body.get("property_mappings", [])
         mapping_errors = []
         if not isinstance(mappings, list):
@@ -583,6 +633,10 @@ class AuthentikFlavour:
                 mapping_errors.append(f'Invalid pk "{pk}" - object does not exist.')
         if mapping_errors:
             errors["property_mappings"] = mapping_errors
+        return {**fields, "name": name, "property_mappings": mappings}
+
+    def _provider_choices(self, body: Record, errors: dict[str, list[str]]) -> Record:
+        """Client type, grant types, sub mode, redirect URIs and client id, checked."""
         client_type = body.get("client_type", "confidential")
         if client_type not in ("confidential", "public"):
             errors["client_type"] = [f'"{client_type}" is not a valid choice.']
@@ -603,23 +657,32 @@ class AuthentikFlavour:
         client_id = body.get("client_id") or _generate_id()
         if self._provider_by_client(client_id):
             errors["client_id"] = ["OAuth2/OpenID Provider with this Client ID already exists."]
+        return {"client_type": client_type, "grant_types": grants, "sub_mode": sub_mode,
+                "redirect_uris": redirect_uris, "client_id": client_id}
+
+    async def _create_provider(self, request: Request) -> Response:
+        body = await self._body(request)
+        errors: dict[str, list[str]] = {}
+        fields = {**self._provider_relations(body, errors),
+                  **self._provider_choices(body, errors)}
         if errors:
             raise FieldErrors(errors)
         providers = self.store.collection("ak_providers")
         provider = {
-            "pk": max((p["pk"] for p in providers), default=0) + 1, "name": name,
+            "pk": max((p["pk"] for p in providers), default=0) + 1, "name": fields["name"],
             "authentication_flow": body.get("authentication_flow"),
-            "authorization_flow": flows["authorization_flow"],
-            "invalidation_flow": flows["invalidation_flow"],
-            "property_mappings": mappings, "client_type": client_type, "grant_types": grants,
-            "client_id": client_id, "client_secret": body.get("client_secret") or
-            _generate_id(128),
+            "authorization_flow": fields["authorization_flow"],
+            "invalidation_flow": fields["invalidation_flow"],
+            "property_mappings": fields["property_mappings"],
+            "client_type": fields["client_type"], "grant_types": fields["grant_types"],
+            "client_id": fields["client_id"],
+            "client_secret": body.get("client_secret") or _generate_id(128),
             "access_code_validity": "minutes=1", "access_token_validity": "hours=1",
             "refresh_token_validity": "days=30", "refresh_token_threshold": "seconds=0",
             "include_claims_in_id_token": bool(body.get("include_claims_in_id_token", True)),
-            "signing_key": signing_key, "encryption_key": None,
-            "redirect_uris": redirect_uris,
-            "logout_uri": "", "logout_method": "backchannel", "sub_mode": sub_mode,
+            "signing_key": fields["signing_key"], "encryption_key": None,
+            "redirect_uris": fields["redirect_uris"],
+            "logout_uri": "", "logout_method": "backchannel", "sub_mode": fields["sub_mode"],
             "issuer_mode": "per_provider", "jwt_federation_sources": [],
             "jwt_federation_providers": [],
         }
@@ -627,18 +690,66 @@ class AuthentikFlavour:
         self.store.save()
         return json_response(self._provider_rep(provider), 201)
 
-    async def _list_applications(self, request: Request) -> Response:
+    def _filtered_applications(self, request: Request) -> list[Record]:
+        """The list's queryset: exact filters, `search` over the search fields, by name."""
         q = request.query_params
-        items = [a for a in self.store.collection("ak_applications")
-                 if ("slug" not in q or a["slug"] == q["slug"])
-                 and ("name" not in q or a["name"] == q["name"])]
-        return paginated([self._application_rep(a) for a in items], request)
+        terms = [t for t in re.split(r"[\s,]+", q.get("search", "").lower()) if t]
+        reps = [self._application_rep(a) for a in self.store.collection("ak_applications")]
+        items = [a for a in reps
+                 if all(str(a[f] or "") == q[f] for f in APP_SEARCH_FIELDS if q.get(f))
+                 and all(any(t in str(a[f] or "").lower() for f in APP_SEARCH_FIELDS)
+                         for t in terms)]
+        return sorted(items, key=lambda a: a["name"])
+
+    async def _list_applications(self, request: Request) -> Response:
+        """authentik's custom list: see the module docstring for its cache."""
+        q = request.query_params
+        items = self._filtered_applications(request)
+        if q.get("superuser_full_list", "").lower() == "true":
+            return paginated(items, request)  # the bootstrap token's user is a superuser
+        paging = page_of(request)
+        if paging is None:
+            return json_response({"detail": "Invalid page."}, 404)
+        page, size = paging
+        chunk = items[(page - 1) * size: page * size]
+        if q.get("search", "") == "":
+            user = self._find("ak_users", username="akadmin")
+            user_pk = user["pk"] if user else 0
+            # authentik tests the cached list for truth: an empty page is computed every time.
+            cached = self._cached_page(user_pk, page)
+            if not cached:
+                cached = [a["pk"] for a in chunk]
+                self._cache_page(user_pk, page, cached)
+            # The cached objects are re-read (`_expand_applications`), so they are current.
+            current = {a["pk"]: a for a in self.store.collection("ak_applications")}
+            chunk = [self._application_rep(current[pk]) for pk in cached if pk in current]
+        if q.get("only_with_launch_url", "").lower() == "true":
+            chunk = [a for a in chunk if a["launch_url"]]
+        # The envelope counts the filtered queryset while the results come from the cache.
+        return envelope(len(items), page, size, chunk)
 
     async def _get_application(self, request: Request, slug: str) -> Response:
         app = self._find("ak_applications", slug=slug)
         if app is None:
             return json_response({"detail": "No Application matches the given query."}, 404)
         return json_response(self._application_rep(app))
+
+    def _slug_errors(self, slug: str) -> list[str]:
+        if not re.fullmatch(r"[-a-zA-Z0-9_]+", slug):
+            return ["Enter a valid “slug” consisting of letters, numbers, underscores or "
+                    "hyphens."]
+        if slug in RESERVED_SLUGS:
+            return [f"The slug '{slug}' is reserved and cannot be used for applications."]
+        if self._find("ak_applications", slug=slug):
+            return ["Application with this slug already exists."]
+        return []
+
+    def _provider_errors(self, provider: Any) -> list[str]:
+        if not isinstance(provider, int) or self._find("ak_providers", pk=provider) is None:
+            return [f'Invalid pk "{provider}" - object does not exist.']
+        if self._find("ak_applications", provider=provider):
+            return ["Application with this provider already exists."]
+        return []
 
     async def _create_application(self, request: Request) -> Response:
         body = await self._body(request)
@@ -647,27 +758,17 @@ class AuthentikFlavour:
             if not isinstance(body.get(field), str) or not body[field].strip():
                 errors[field] = ["This field is required."] if field not in body else \
                     ["This field may not be blank."]
-        slug = body.get("slug")
-        if isinstance(slug, str) and slug:
-            if not re.fullmatch(r"[-a-zA-Z0-9_]+", slug):
-                errors["slug"] = ["Enter a valid “slug” consisting of letters, numbers, "
-                                  "underscores or hyphens."]
-            elif slug in RESERVED_SLUGS:
-                errors["slug"] = [f"The slug '{slug}' is reserved and cannot be used for "
-                                  "applications."]
-            elif self._find("ak_applications", slug=slug):
-                errors["slug"] = ["Application with this slug already exists."]
-        provider = body.get("provider")
-        if provider is not None:
-            if not isinstance(provider, int) or self._find("ak_providers", pk=provider) is None:
-                errors["provider"] = [f'Invalid pk "{provider}" - object does not exist.']
-            elif self._find("ak_applications", provider=provider):
-                errors["provider"] = ["Application with this provider already exists."]
+        slug, provider = body.get("slug"), body.get("provider")
+        if isinstance(slug, str) and slug and (slug_errors := self._slug_errors(slug)):
+            errors["slug"] = slug_errors
+        if provider is not None and (provider_errors := self._provider_errors(provider)):
+            errors["provider"] = provider_errors
         if errors:
             raise FieldErrors(errors)
         app = {"pk": new_id(), "name": body["name"], "slug": slug, "provider": provider}
         self.store.collection("ak_applications").append(app)
         self.store.save()
+        self._forget_application_lists()
         return json_response(self._application_rep(app), 201)
 
     async def _list_groups(self, request: Request) -> Response:
@@ -693,6 +794,7 @@ class AuthentikFlavour:
         group = {"pk": new_id(), "num_pk": len(groups) + 1000, "name": name, "users": []}
         groups.append(group)
         self.store.save()
+        self._forget_application_lists()
         return json_response(self._group_rep(group), 201)
 
     async def _add_user(self, request: Request, group_pk: str) -> Response:

@@ -6,6 +6,7 @@ import argparse
 import functools
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -19,7 +20,7 @@ KEYCLOAK_USER_PASSWORD = "KEYCLOAK_USER_PASSWORD"
 AUTHENTIK_TOKEN = "AUTHENTIK_TOKEN"
 
 
-def add_parsers(commands: argparse._SubParsersAction) -> None:
+def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `idp keycloak` and `idp authentik`."""
     idp = commands.add_parser("idp", help="provision an identity provider for the gateway")
     tools = idp.add_subparsers(dest="idp", required=True)
@@ -94,56 +95,70 @@ def _secret(env: str, from_stdin: bool, flag: str) -> str | None:
     return os.environ.get(env) or None
 
 
+Tool = Callable[[httpx.Client], resources.GatewayValues]
+
+
+class _Usage(Exception):
+    """A usage error: the message is printed and the exit code is 2."""
+
+
+def _keycloak(args: argparse.Namespace) -> tuple[Tool, Progress]:
+    password = _secret(KEYCLOAK_ADMIN_PASSWORD, args.password_stdin, "--password-stdin")
+    if not password:
+        raise _Usage(f"no admin password: set {KEYCLOAK_ADMIN_PASSWORD} or pass "
+                     "--password-stdin and write it to stdin")
+    users = [(u.split(":", 1)[0], u.split(":", 1)[1] if ":" in u else None)
+             for u in args.users]
+    options = keycloak.KeycloakOptions(
+        url=args.url, admin_user=args.admin_user, admin_password=password,
+        resource=args.resource, users=users,
+        user_password=os.environ.get(KEYCLOAK_USER_PASSWORD) or None, scope=args.scope,
+        group=args.group, allow_anonymous_dcr=args.allow_anonymous_dcr,
+        backend=args.backend, mode=args.mode, gateway_client_id=args.gateway_client_id)
+    progress = Progress("keycloak", len(keycloak.STEPS))
+    return functools.partial(keycloak.provision, options, progress=progress), progress
+
+
+def _authentik(args: argparse.Namespace) -> tuple[Tool, Progress]:
+    token = _secret(AUTHENTIK_TOKEN, args.token_stdin, "--token-stdin")
+    if not token:
+        raise _Usage(f"no API token: set {AUTHENTIK_TOKEN} or pass --token-stdin and write "
+                     "it to stdin")
+    redirects = []
+    for item in args.redirect_uris:
+        mode, _, url = item.partition(":")
+        if mode not in ("strict", "regex") or not url:
+            raise _Usage(f"--redirect-uri {item!r}: write MODE:URL with MODE strict or "
+                         "regex, e.g. strict:http://127.0.0.1:33418/callback")
+        redirects.append((mode, url))
+    options = authentik.AuthentikOptions(
+        url=args.url, token=token, slug=args.slug, name=args.name or args.slug,
+        group=args.group, users=args.users, resource=args.resource, backend=args.backend,
+        wait=args.wait, mode=args.mode,
+        redirect_uris=tuple(redirects) or (authentik.broker_redirects(args.resource)
+                                           if args.mode == "Broker"
+                                           else authentik.DEFAULT_REDIRECTS))
+    progress = Progress("authentik", len(authentik.STEPS))
+    return functools.partial(authentik.provision, options, progress=progress), progress
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the chosen provisioning tool."""
-    if args.idp == "keycloak":
-        password = _secret(KEYCLOAK_ADMIN_PASSWORD, args.password_stdin, "--password-stdin")
-        if not password:
-            print(f"error: no admin password: set {KEYCLOAK_ADMIN_PASSWORD} or pass "
-                  "--password-stdin and write it to stdin", file=sys.stderr)
-            return EXIT_USAGE
-        users = [(u.split(":", 1)[0], u.split(":", 1)[1] if ":" in u else None)
-                 for u in args.users]
-        options = keycloak.KeycloakOptions(
-            url=args.url, admin_user=args.admin_user, admin_password=password,
-            resource=args.resource, users=users,
-            user_password=os.environ.get(KEYCLOAK_USER_PASSWORD) or None, scope=args.scope,
-            group=args.group, allow_anonymous_dcr=args.allow_anonymous_dcr,
-            backend=args.backend, mode=args.mode, gateway_client_id=args.gateway_client_id)
-        progress = Progress("keycloak", len(keycloak.STEPS))
-        tool = functools.partial(keycloak.provision, options, progress=progress)
-    else:
-        token = _secret(AUTHENTIK_TOKEN, args.token_stdin, "--token-stdin")
-        if not token:
-            print(f"error: no API token: set {AUTHENTIK_TOKEN} or pass --token-stdin and write "
-                  "it to stdin", file=sys.stderr)
-            return EXIT_USAGE
-        redirects = []
-        for item in args.redirect_uris:
-            mode, _, url = item.partition(":")
-            if mode not in ("strict", "regex") or not url:
-                print(f"error: --redirect-uri {item!r}: write MODE:URL with MODE strict or "
-                      "regex, e.g. strict:http://127.0.0.1:33418/callback", file=sys.stderr)
-                return EXIT_USAGE
-            redirects.append((mode, url))
-        options_ak = authentik.AuthentikOptions(
-            url=args.url, token=token, slug=args.slug, name=args.name or args.slug,
-            group=args.group, users=args.users, resource=args.resource, backend=args.backend,
-            wait=args.wait, mode=args.mode,
-            redirect_uris=tuple(redirects) or (authentik.broker_redirects(args.resource)
-                                               if args.mode == "Broker"
-                                               else authentik.DEFAULT_REDIRECTS))
-        progress = Progress("authentik", len(authentik.STEPS))
-        tool = functools.partial(authentik.provision, options_ak, progress=progress)
+    try:
+        tool, progress = (_keycloak if args.idp == "keycloak" else _authentik)(args)
+    except _Usage as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         with httpx.Client(timeout=args.timeout, follow_redirects=False) as http:
-            values = tool(http=http)
+            values = tool(http)
     except StepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except httpx.HTTPError as exc:
         print(f"error: {progress.tool} step {progress.current}/{progress.total} "
-              f"({progress.step}) failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+              f"({progress.step}) failed: {type(exc).__name__}: {exc}{progress.left_behind()}",
+              file=sys.stderr)
         return 1
     target = resources.write(values, Path(args.output_dir))
     print(f"issuer: {values.issuer}")

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from .resources import GatewayValues
-from .steps import Progress, StepError, describe
+from .steps import Progress, Step, StepError, describe, names, run_steps
 
 REALM = "master"
 POLICY_TYPE = "org.keycloak.services.clientregistration.policy.ClientRegistrationPolicy"
@@ -26,6 +26,8 @@ POLICY_TYPE = "org.keycloak.services.clientregistration.policy.ClientRegistratio
 
 @dataclass
 class KeycloakOptions:
+    """What to provision in Keycloak's master realm, and where (the passwords included)."""
+
     url: str
     admin_user: str
     admin_password: str
@@ -43,7 +45,8 @@ class KeycloakOptions:
 class KeycloakAdmin:
     """Admin REST calls with the token policy described in the module docstring."""
 
-    def __init__(self, http: httpx.Client, options: KeycloakOptions, progress: Progress):
+    def __init__(self, http: httpx.Client, options: KeycloakOptions,
+                 progress: Progress) -> None:
         self.http = http
         self.options = options
         self.progress = progress
@@ -107,7 +110,7 @@ class KeycloakAdmin:
 
 
 def _created_id(response: httpx.Response) -> str:
-    location = response.headers.get("Location", "")
+    location = str(response.headers.get("Location", ""))
     return location.rstrip("/").rsplit("/", 1)[-1]
 
 
@@ -125,157 +128,221 @@ def _mappers(options: KeycloakOptions) -> list[dict[str, Any]]:
     ]
 
 
-STEPS = ["admin token", "client scope", "default scope", "group", "users", "membership",
-         "registration policies", "gateway client", "discovery"]
+@dataclass
+class _Run:
+    """What one provisioning run has found or made so far, step by step."""
+
+    admin: KeycloakAdmin
+    options: KeycloakOptions
+    progress: Progress
+    http: httpx.Client
+    scope_id: str = ""
+    group_id: str = ""
+    user_ids: dict[str, str] = field(default_factory=dict)
+    client_id: str | None = None
+    issuer: str = ""
+    jwks_path: str = ""
+
+    def get(self, path: str, **params: str) -> Any:
+        """The JSON body of an admin GET that must answer 200."""
+        return self.admin.expect(self.admin.call("GET", path, params=params), 200).json()
+
+
+def _admin_token(run: _Run) -> None:
+    run.progress.say(f"password grant for {run.options.admin_user!r} via admin-cli at "
+                     f"{run.admin.base}")
+    run.progress.say(f"ok (token lives {run.admin.login()} s; refreshed as needed)")
+
+
+def _new_scope(run: _Run) -> None:
+    options = run.options
+    body = {"name": options.scope, "protocol": "openid-connect",
+            "attributes": {"include.in.token.scope": "true",
+                           "display.on.consent.screen": "true"},
+            "protocolMappers": _mappers(options)}
+    created = run.admin.expect(run.admin.call("POST", "/client-scopes", json=body), 201)
+    run.scope_id = _created_id(created)
+    run.progress.say(f"created {options.scope!r} ({run.scope_id}) with the audience and group "
+                     "mappers")
+
+
+def _complete_scope(run: _Run, scope: dict[str, Any]) -> None:
+    """Add the mappers an existing scope lacks; refuse one whose audience differs."""
+    options, admin = run.options, run.admin
+    run.scope_id = scope["id"]
+    existing = {m.get("name"): m for m in scope.get("protocolMappers", [])}
+    added = []
+    for mapper in _mappers(options):
+        current = existing.get(mapper["name"])
+        if current is None:
+            admin.expect(admin.call("POST", f"/client-scopes/{run.scope_id}/protocol-mappers/"
+                                    "models", json=mapper), 201)
+            added.append(mapper["name"])
+        elif current.get("config", {}).get("included.custom.audience",
+                                           options.resource) != options.resource:
+            raise run.progress.fail(
+                f"client scope {options.scope!r} already has mapper {mapper['name']!r} "
+                f"with audience {current['config']['included.custom.audience']!r}, not "
+                f"{options.resource!r}; remove that mapper or pass the same --resource")
+    run.progress.say(f"{options.scope!r} exists ({run.scope_id})" +
+                     (f"; added mappers {added}" if added else "; unchanged"))
+
+
+def _client_scope(run: _Run) -> None:
+    scope = next((s for s in run.get("/client-scopes") if s.get("name") == run.options.scope),
+                 None)
+    if scope is None:
+        _new_scope(run)
+    else:
+        _complete_scope(run, scope)
+
+
+def _default_scope(run: _Run) -> None:
+    scope = run.options.scope
+    if any(d.get("id") == run.scope_id for d in run.get("/default-default-client-scopes")):
+        run.progress.say(f"{scope!r} is already a default scope for all clients; unchanged")
+        return
+    run.admin.expect(run.admin.call("PUT", f"/default-default-client-scopes/{run.scope_id}"),
+                     204)
+    run.progress.say(f"{scope!r} is now a default scope for current and future clients")
+
+
+def _group(run: _Run) -> None:
+    name = run.options.group
+    # A search also matches subgroups (returned as their top-level ancestor): keep only a
+    # top-level group of exactly this name.
+    found = run.get("/groups", search=name, exact="true")
+    group = next((g for g in found if g.get("name") == name), None)
+    if group is not None:
+        run.group_id = group["id"]
+        run.progress.say(f"{name!r} exists ({run.group_id}); unchanged")
+        return
+    created = run.admin.expect(run.admin.call("POST", "/groups", json={"name": name}), 201)
+    run.group_id = _created_id(created)
+    run.progress.say(f"created {name!r} ({run.group_id})")
+
+
+def _new_user(run: _Run, username: str, email: str | None) -> str:
+    if not run.options.user_password:
+        raise run.progress.fail(f"user {username!r} does not exist and no password was given; "
+                                "set KEYCLOAK_USER_PASSWORD")
+    body: dict[str, Any] = {
+        "username": username, "enabled": True, "emailVerified": bool(email),
+        "firstName": username.title(), "lastName": "User",
+        "credentials": [{"type": "password", "value": run.options.user_password,
+                         "temporary": False}]}
+    if email:
+        body["email"] = email
+    created = run.admin.expect(run.admin.call("POST", "/users", json=body), 201)
+    run.progress.say(f"created {username!r}")
+    return _created_id(created)
+
+
+def _users(run: _Run) -> None:
+    for username, email in run.options.users:
+        found = run.get("/users", username=username, exact="true")
+        # Keycloak stores usernames in lower case and matches them case-insensitively.
+        match = next((u for u in found if u.get("username", "").lower() == username.lower()),
+                     None)
+        if match is None:
+            run.user_ids[username] = _new_user(run, username, email)
+            continue
+        run.user_ids[username] = match["id"]
+        run.progress.say(f"{username!r} exists; unchanged (its password is left as it is)")
+    if not run.options.users:
+        run.progress.say("no --user given; nothing to do")
+
+
+def _membership(run: _Run) -> None:
+    group = run.options.group
+    for username, user_id in run.user_ids.items():
+        if any(g.get("id") == run.group_id for g in run.get(f"/users/{user_id}/groups")):
+            run.progress.say(f"{username!r} is already in {group!r}; unchanged")
+            continue
+        run.admin.expect(run.admin.call("PUT", f"/users/{user_id}/groups/{run.group_id}"), 204)
+        run.progress.say(f"added {username!r} to {group!r}")
+
+
+def _registration_policies(run: _Run) -> None:
+    if not run.options.allow_anonymous_dcr:
+        run.progress.say("left as they are (pass --allow-anonymous-dcr for local tests only)")
+        return
+    doomed = [c for c in run.get("/components", type=POLICY_TYPE)
+              if c.get("providerId") == "trusted-hosts" or
+              (c.get("providerId") == "allowed-client-templates" and
+               c.get("subType") == "anonymous")]
+    for component in doomed:
+        run.admin.expect(run.admin.call("DELETE", f"/components/{component['id']}"), 204, 404)
+        run.progress.say(f"deleted {component.get('name')!r} ({component['providerId']}, "
+                         f"{component.get('subType')}) — local tests only")
+    if not doomed:
+        run.progress.say("anonymous registration already allowed; unchanged")
+
+
+def _allows(uris: list[str], callback: str) -> bool:
+    """Whether Keycloak would accept `callback` against these redirect URIs (`*` suffix)."""
+    return callback in uris or any(u.endswith("*") and callback.startswith(u[:-1])
+                                   for u in uris)
+
+
+def _gateway_client(run: _Run) -> None:
+    options = run.options
+    if options.mode != "Broker":
+        run.progress.say("not needed in Facade mode (MCP clients register through DCR)")
+        return
+    client_id = run.client_id = options.gateway_client_id
+    callback = options.resource.rstrip("/") + "/oauth/callback"
+    found = [c for c in run.get("/clients", clientId=client_id)
+             if c.get("clientId") == client_id]
+    if found:
+        if not _allows(found[0].get("redirectUris") or [], callback):
+            raise run.progress.fail(f"client {client_id!r} exists but does not allow the "
+                                    f"gateway callback {callback}; add it to its redirect URIs")
+        run.progress.say(f"public client {client_id!r} exists; unchanged")
+        return
+    run.admin.expect(run.admin.call("POST", "/clients", json={
+        "clientId": client_id, "name": "MCP OAuth gateway (broker)",
+        "publicClient": True, "standardFlowEnabled": True,
+        "directAccessGrantsEnabled": False, "serviceAccountsEnabled": False,
+        "redirectUris": [callback], "protocol": "openid-connect",
+        "attributes": {"pkce.code.challenge.method": "S256"}}), 201)
+    run.progress.say(f"created public client {client_id!r} for the gateway, callback "
+                     f"{callback}")
+
+
+def _discovery(run: _Run) -> None:
+    response = run.http.get(f"{run.admin.base}/realms/{REALM}/.well-known/openid-configuration")
+    if response.status_code != 200:
+        raise run.progress.fail(f"GET discovery answered {describe(response)}")
+    document = response.json()
+    issuer, jwks_uri = document.get("issuer"), document.get("jwks_uri")
+    if not isinstance(issuer, str) or not isinstance(jwks_uri, str):
+        raise run.progress.fail("the discovery document has no issuer or jwks_uri")
+    run.issuer, run.jwks_path = issuer, httpx.URL(jwks_uri).path
+    run.progress.say(f"issuer {run.issuer}, JWKS path {run.jwks_path}")
+
+
+_STEPS: tuple[Step[_Run], ...] = (
+    Step("admin token", _admin_token),
+    Step("client scope", _client_scope),
+    Step("default scope", _default_scope),
+    Step("group", _group),
+    Step("users", _users),
+    Step("membership", _membership),
+    Step("registration policies", _registration_policies),
+    Step("gateway client", _gateway_client),
+    Step("discovery", _discovery),
+)
+STEPS = names(_STEPS)
 
 
 def provision(options: KeycloakOptions, http: httpx.Client, progress: Progress) -> GatewayValues:
     """Run spec 4.2 in order, idempotently; returns what the gateway needs."""
-    admin = KeycloakAdmin(http, options, progress)
-
-    progress.begin("admin token")
-    progress.say(f"password grant for {options.admin_user!r} via admin-cli at {admin.base}")
-    progress.say(f"ok (token lives {admin.login()} s; refreshed as needed)")
-
-    progress.begin("client scope")
-    scopes = admin.expect(admin.call("GET", "/client-scopes"), 200).json()
-    scope = next((s for s in scopes if s.get("name") == options.scope), None)
-    if scope is None:
-        body = {"name": options.scope, "protocol": "openid-connect",
-                "attributes": {"include.in.token.scope": "true",
-                               "display.on.consent.screen": "true"},
-                "protocolMappers": _mappers(options)}
-        scope_id = _created_id(admin.expect(admin.call("POST", "/client-scopes", json=body), 201))
-        progress.say(f"created {options.scope!r} ({scope_id}) with the audience and group mappers")
-    else:
-        scope_id = scope["id"]
-        existing = {m.get("name"): m for m in scope.get("protocolMappers", [])}
-        added = []
-        for mapper in _mappers(options):
-            current = existing.get(mapper["name"])
-            if current is None:
-                admin.expect(admin.call("POST", f"/client-scopes/{scope_id}/protocol-mappers/"
-                                        "models", json=mapper), 201)
-                added.append(mapper["name"])
-            elif current.get("config", {}).get("included.custom.audience",
-                                               options.resource) != options.resource:
-                raise progress.fail(
-                    f"client scope {options.scope!r} already has mapper {mapper['name']!r} "
-                    f"with audience {current['config']['included.custom.audience']!r}, not "
-                    f"{options.resource!r}; remove that mapper or pass the same --resource")
-        progress.say(f"{options.scope!r} exists ({scope_id})" +
-                     (f"; added mappers {added}" if added else "; unchanged"))
-
-    progress.begin("default scope")
-    defaults = admin.expect(admin.call("GET", "/default-default-client-scopes"), 200).json()
-    if any(d.get("id") == scope_id for d in defaults):
-        progress.say(f"{options.scope!r} is already a default scope for all clients; unchanged")
-    else:
-        admin.expect(admin.call("PUT", f"/default-default-client-scopes/{scope_id}"), 204)
-        progress.say(f"{options.scope!r} is now a default scope for current and future clients")
-
-    progress.begin("group")
-    found = admin.expect(admin.call("GET", "/groups", params={"search": options.group,
-                                                              "exact": "true"}), 200).json()
-    group = next((g for g in found if g.get("name") == options.group), None)
-    if group is None:
-        group_id = _created_id(admin.expect(admin.call("POST", "/groups",
-                                                       json={"name": options.group}), 201))
-        progress.say(f"created {options.group!r} ({group_id})")
-    else:
-        group_id = group["id"]
-        progress.say(f"{options.group!r} exists ({group_id}); unchanged")
-
-    progress.begin("users")
-    user_ids: dict[str, str] = {}
-    for username, email in options.users:
-        found = admin.expect(admin.call("GET", "/users", params={"username": username,
-                                                                 "exact": "true"}), 200).json()
-        match = next((u for u in found if u.get("username", "").lower() == username.lower()),
-                     None)
-        if match is not None:
-            user_ids[username] = match["id"]
-            progress.say(f"{username!r} exists; unchanged (its password is left as it is)")
-            continue
-        if not options.user_password:
-            raise progress.fail(f"user {username!r} does not exist and no password was given; "
-                                "set KEYCLOAK_USER_PASSWORD")
-        body = {"username": username, "enabled": True, "emailVerified": bool(email),
-                "firstName": username.title(), "lastName": "User",
-                "credentials": [{"type": "password", "value": options.user_password,
-                                 "temporary": False}]}
-        if email:
-            body["email"] = email
-        user_ids[username] = _created_id(admin.expect(admin.call("POST", "/users", json=body),
-                                                      201))
-        progress.say(f"created {username!r}")
-    if not options.users:
-        progress.say("no --user given; nothing to do")
-
-    progress.begin("membership")
-    for username, user_id in user_ids.items():
-        groups = admin.expect(admin.call("GET", f"/users/{user_id}/groups"), 200).json()
-        if any(g.get("id") == group_id for g in groups):
-            progress.say(f"{username!r} is already in {options.group!r}; unchanged")
-            continue
-        admin.expect(admin.call("PUT", f"/users/{user_id}/groups/{group_id}"), 204)
-        progress.say(f"added {username!r} to {options.group!r}")
-
-    progress.begin("registration policies")
-    if options.allow_anonymous_dcr:
-        components = admin.expect(admin.call("GET", "/components",
-                                             params={"type": POLICY_TYPE}), 200).json()
-        doomed = [c for c in components if c.get("providerId") == "trusted-hosts" or
-                  (c.get("providerId") == "allowed-client-templates" and
-                   c.get("subType") == "anonymous")]
-        for component in doomed:
-            admin.expect(admin.call("DELETE", f"/components/{component['id']}"), 204, 404)
-            progress.say(f"deleted {component.get('name')!r} ({component['providerId']}, "
-                         f"{component.get('subType')}) — local tests only")
-        if not doomed:
-            progress.say("anonymous registration already allowed; unchanged")
-    else:
-        progress.say("left as they are (pass --allow-anonymous-dcr for local tests only)")
-
-    progress.begin("gateway client")
-    client_id = None
-    if options.mode == "Broker":
-        client_id = options.gateway_client_id
-        callback = options.resource.rstrip("/") + "/oauth/callback"
-        found = admin.expect(admin.call("GET", "/clients", params={"clientId": client_id}),
-                             200).json()
-        if found:
-            uris = found[0].get("redirectUris") or []
-            if callback not in uris and not any(u.endswith("*") and callback.startswith(u[:-1])
-                                                for u in uris):
-                raise progress.fail(f"client {client_id!r} exists but does not allow the "
-                                    f"gateway callback {callback}; add it to its redirect URIs")
-            progress.say(f"public client {client_id!r} exists; unchanged")
-        else:
-            admin.expect(admin.call("POST", "/clients", json={
-                "clientId": client_id, "name": "MCP OAuth gateway (broker)",
-                "publicClient": True, "standardFlowEnabled": True,
-                "directAccessGrantsEnabled": False, "serviceAccountsEnabled": False,
-                "redirectUris": [callback], "protocol": "openid-connect",
-                "attributes": {"pkce.code.challenge.method": "S256"}}), 201)
-            progress.say(f"created public client {client_id!r} for the gateway, callback "
-                         f"{callback}")
-    else:
-        progress.say("not needed in Facade mode (MCP clients register through DCR)")
-
-    progress.begin("discovery")
-    response = http.get(f"{admin.base}/realms/{REALM}/.well-known/openid-configuration")
-    if response.status_code != 200:
-        raise progress.fail(f"GET discovery answered {describe(response)}")
-    document = response.json()
-    issuer, jwks_uri = document.get("issuer"), document.get("jwks_uri")
-    if not isinstance(issuer, str) or not isinstance(jwks_uri, str):
-        raise progress.fail("the discovery document has no issuer or jwks_uri")
-    jwks_path = httpx.URL(jwks_uri).path
-    progress.say(f"issuer {issuer}, JWKS path {jwks_path}")
-    return GatewayValues(provider="Keycloak", idp_url=admin.base, issuer=issuer,
-                         jwks_path=jwks_path, audiences=(options.resource,),
-                         client_id=client_id, resource=options.resource,
+    run = _Run(KeycloakAdmin(http, options, progress), options, progress, http)
+    run_steps(_STEPS, run, progress)
+    return GatewayValues(provider="Keycloak", idp_url=run.admin.base, issuer=run.issuer,
+                         jwks_path=run.jwks_path, audiences=(options.resource,),
+                         client_id=run.client_id, resource=options.resource,
                          backend=options.backend, group=options.group, mode=options.mode)
 
 

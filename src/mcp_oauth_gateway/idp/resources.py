@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import yaml
 
@@ -25,6 +25,8 @@ CORS = {
 
 @dataclass(frozen=True)
 class GatewayValues:
+    """What a provisioning run found out that the gateway's resources need."""
+
     provider: str  # "ProviderB" or "Keycloak"
     idp_url: str
     issuer: str
@@ -38,11 +40,10 @@ class GatewayValues:
     mode: str = "Facade"
 
 
-def _port(parts: object) -> int:
-    port = parts.port  # type: ignore[attr-defined]
-    if port:
-        return int(port)
-    return 443 if parts.scheme == "https" else 80  # type: ignore[attr-defined]
+def _port(parts: SplitResult) -> int:
+    if parts.port:
+        return parts.port
+    return 443 if parts.scheme == "https" else 80
 
 
 def render(values: GatewayValues) -> list[dict[str, object]]:

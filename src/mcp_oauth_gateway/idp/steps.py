@@ -1,16 +1,20 @@
-"""Progress lines and step errors shared by the provisioning tools."""
+"""Progress lines, step errors and the step runner shared by the provisioning tools."""
 
 from __future__ import annotations
 
 import re
 import sys
-from typing import TextIO
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TextIO, TypeVar
 
 import httpx
 
 _SECRET_FIELDS = re.compile(
     r'("(?:access_token|refresh_token|id_token|client_secret|password|value|token|'
     r'registration_access_token)"\s*:\s*)"[^"]*"')
+
+Context = TypeVar("Context")
 
 
 class StepError(Exception):
@@ -39,6 +43,8 @@ class Progress:
         self.stream = stream
         self.current = 0
         self.step = ""
+        # What this run created or changed, so a failure can say what it leaves behind.
+        self.made: list[str] = []
 
     def begin(self, step: str) -> None:
         """Start the next step."""
@@ -50,7 +56,40 @@ class Progress:
         print(f"[{self.tool} {self.current}/{self.total}] {self.step}: {detail}",
               file=self.stream, flush=True)
 
+    def record(self, what: str) -> None:
+        """Remember an object this run created or changed (named as the error should say)."""
+        self.made.append(what)
+
+    def left_behind(self) -> str:
+        """`; this run already created …; delete it or re-run …`, or "" if it wrote nothing."""
+        if not self.made:
+            return ""
+        made = self.made[0] if len(self.made) == 1 else \
+            ", ".join(self.made[:-1]) + " and " + self.made[-1]
+        them = "it" if len(self.made) == 1 else "them"
+        return f"; this run already {made}: delete {them} or re-run (a re-run reuses {them})"
+
     def fail(self, detail: str) -> StepError:
         """The error to raise for the current step."""
         return StepError(f"{self.tool} step {self.current}/{self.total} ({self.step}) failed: "
-                         f"{detail}")
+                         f"{detail}{self.left_behind()}")
+
+
+@dataclass(frozen=True)
+class Step(Generic[Context]):
+    """One provisioning step: the name its progress lines carry and the function doing it."""
+
+    name: str
+    run: Callable[[Context], None]
+
+
+def names(steps: Sequence[Step[Context]]) -> tuple[str, ...]:
+    """The step names, in order (what `Progress` counts)."""
+    return tuple(step.name for step in steps)
+
+
+def run_steps(steps: Sequence[Step[Context]], context: Context, progress: Progress) -> None:
+    """Run each step in order under its own name."""
+    for step in steps:
+        progress.begin(step.name)
+        step.run(context)
