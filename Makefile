@@ -21,7 +21,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CONTRACTS_DIR ?= ../shared/contracts
 
 .PHONY: install install-test node-peers mcp1-client system-deps demo test test-contracts \
-	contracts-dir bench lint lint-imports clean
+	contracts-dir bench lint lint-imports typecheck clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,8 +69,12 @@ demo: install
 bench: install-test system-deps
 	$(PY) benchmarks/run.py
 
-lint: install-test lint-imports
+lint: install-test lint-imports typecheck
 	$(VENV)/bin/ruff check .
+
+# Strict static types over src/ ([tool.mypy] in pyproject.toml).
+typecheck: install-test
+	$(VENV)/bin/mypy
 
 # The layers and the absence of import cycles, as stated in pyproject.toml [tool.importlinter].
 lint-imports: install-test

@@ -42,7 +42,8 @@ DEFAULT_IDLE_TIMEOUT = 30.0
 
 def header(scope: Scope, name: bytes) -> bytes | None:
     """The first value of a request header (`name` in lowercase), or None."""
-    for key, value in scope["headers"]:
+    headers: Headers = scope["headers"]
+    for key, value in headers:
         if key == name:
             return value
     return None

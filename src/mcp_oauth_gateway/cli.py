@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .asgi import (
     DEFAULT_HEADER_TIMEOUT,
@@ -254,8 +254,10 @@ async def _check_fetches(control: ControlPlane, limit: float) -> dict[str, str |
         except (FetchError, TimeoutError) as exc:
             results[url] = str(exc) or "timed out"
 
+    session = control.session
+    assert session is not None, "ControlPlane.start() opens the session"
     try:
-        jobs = [fetch(url, h.fetch_once(control.session))  # type: ignore[arg-type]
+        jobs = [fetch(url, h.fetch_once(session))
                 for url, h in control.keysets.items() if isinstance(h, RemoteKeyset)]
         jobs += [fetch(url, d.fetch_now()) for url, d in control.discoveries.items()]
         await asyncio.gather(*jobs)
@@ -272,7 +274,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     control = ControlPlane(snapshot)
     fetches = asyncio.run(_check_fetches(control, args.timeout))
     ok = not snapshot.errors
-    policies = []
+    policies: list[dict[str, Any]] = []
     for report in snapshot.policies:
         conditions = control.conditions(report)
         ok = ok and all(c.status for c in conditions)

@@ -176,6 +176,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._last_read = 0.0
         self._head_bytes = 0
 
+    # uvicorn narrows asyncio.Protocol's BaseTransport to Transport the same way.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Refuse over the cap; otherwise count the connection and start the head timer."""
         super().connection_made(transport)

@@ -11,7 +11,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 import uvicorn
@@ -88,8 +88,10 @@ def _run_worker(snapshot: Snapshot, sockets: list[socket.socket], options: Serve
                             () if status_port is None else (status_port,))
     config = uvicorn.Config(
         app, loop="uvloop", http=protocol_class(guard), lifespan="on", access_log=False,
-        server_header=False, log_config=None, timeout_graceful_shutdown=options.grace_period,
-        timeout_keep_alive=options.limits.idle_timeout,  # type: ignore[arg-type]  # float works
+        server_header=False, log_config=None,
+        # uvicorn's annotations say int; it passes the value to asyncio, which takes a float.
+        timeout_graceful_shutdown=options.grace_period,  # type: ignore[arg-type]
+        timeout_keep_alive=options.limits.idle_timeout,  # type: ignore[arg-type]  # likewise
         # The gateway serves no WebSockets; an upgraded connection would leave the protocol
         # that counts it against --max-connections.
         ws="none",
@@ -159,7 +161,7 @@ def serve(snapshot: Snapshot, options: ServeOptions,
     return code
 
 
-def _supervise(children: list[multiprocessing.process.BaseProcess]) -> int:
+def _supervise(children: Sequence[multiprocessing.process.BaseProcess]) -> int:
     """Wait for SIGTERM/SIGINT (0) or for a worker to die (1)."""
     stopping = False
 

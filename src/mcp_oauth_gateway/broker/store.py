@@ -88,8 +88,11 @@ class RedisStore:
         if self._secret is None:
             key = f"{PREFIX}secret"
             await self._client.set(key, secrets.token_bytes(32), nx=True)
-            self._secret = await self._client.get(key)
-        assert self._secret is not None
+            stored = await self._client.get(key)
+            if not isinstance(stored, bytes):
+                raise RuntimeError(f"Redis key {key} holds no secret (was it deleted, or is the "
+                                   "client decoding responses?)")
+            self._secret = stored
         return self._secret
 
     async def close(self) -> None:

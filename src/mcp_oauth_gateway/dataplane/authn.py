@@ -107,7 +107,9 @@ class JwtAuthentication:
             claims = verify_token(token, keyset, self.rules, now)
         if len(self._cache) >= CACHE_SIZE:
             del self._cache[next(iter(self._cache))]
-        self._cache[token] = (claims, float(claims["exp"]), keyset.version)  # type: ignore[arg-type]
+        exp = claims["exp"]  # verify_token checked it is a number
+        self._cache[token] = (claims, float(exp) if isinstance(exp, int | float) else 0.0,
+                              keyset.version)
         return claims
 
     async def _deny(self, scope: Scope, send: Send, why: str, token_sent: bool) -> None:

@@ -52,9 +52,9 @@ class CelAuthorization:
         self.needs_request = any(e.uses_request for e in rules.expressions)
         wanted = [e.claims for e in rules.expressions]
         # Only the claims the rules read are converted for CEL; None means all of them.
-        self.claims: frozenset[str] | None = (
-            None if any(w is None for w in wanted)
-            else frozenset().union(*wanted))  # type: ignore[arg-type]
+        self.claims: frozenset[str] | None = None
+        if all(w is not None for w in wanted):
+            self.claims = frozenset(name for names in wanted if names for name in names)
         # Rules over the token alone give the same answer for the token's whole life.
         self._decisions: dict[str, bool] | None = None if self.needs_request else {}
         self.denial = {

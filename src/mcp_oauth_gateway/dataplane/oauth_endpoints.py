@@ -68,7 +68,7 @@ class OAuthEndpoints:
         self.adapter = adapter
         self.discovery = discovery
         self.session = session
-        self.paths = {
+        self.paths: dict[str, ASGIApp] = {
             mcp.prm_path: self._prm,
             PRM_PREFIX: self._prm,
             mcp.asm_path: self._asm,

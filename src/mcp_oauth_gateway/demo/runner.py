@@ -104,7 +104,8 @@ class Demo:
         """The demo users' password, created once per demo directory."""
         path = self.options.directory / "credentials.json"
         if path.exists():
-            return json.loads(path.read_text())
+            stored: dict[str, str] = json.loads(path.read_text())
+            return stored
         values = {"password": secrets.token_urlsafe(9), "admin_password": secrets.token_urlsafe(12)}
         path.write_text(json.dumps(values))
         path.chmod(0o600)

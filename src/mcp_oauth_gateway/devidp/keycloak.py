@@ -116,12 +116,12 @@ class KeycloakFlavour:
         scopes = store.collection("kc_scopes")
         if not scopes:
             for name, default in _BUILTIN_SCOPES.items():
-                scope = {"id": new_id(), "name": name, "protocol": "openid-connect",
+                scope: Record = {"id": new_id(), "name": name, "protocol": "openid-connect",
                          "attributes": {"include.in.token.scope": "true"},
                          "protocolMappers": []}
                 scopes.append(scope)
                 if default:
-                    store.collection("kc_default_default").append(scope["id"])
+                    store.ids("kc_default_default").append(scope["id"])
         if not store.collection("kc_components"):
             for name, provider, sub, config in _DEFAULT_POLICIES:
                 store.collection("kc_components").append({
@@ -210,7 +210,7 @@ class KeycloakFlavour:
         return self.settings.access_token_ttl
 
     def _applied_scopes(self, requested: list[str]) -> list[Record]:
-        defaults = set(self.store.collection("kc_default_default"))
+        defaults = set(self.store.ids("kc_default_default"))
         return [s for s in self.store.collection("kc_scopes")
                 if s["id"] in defaults or s["name"] in requested]
 
@@ -344,7 +344,7 @@ class KeycloakFlavour:
 
     async def _list_default_default(self, request: Request, parts: list[str]) -> Response:
         out = []
-        for scope_id in self.store.collection("kc_default_default"):
+        for scope_id in self.store.ids("kc_default_default"):
             scope = self._scope(scope_id)
             if scope:
                 out.append({"id": scope["id"], "name": scope["name"]})
@@ -354,7 +354,7 @@ class KeycloakFlavour:
         scope = self._scope(parts[0])
         if scope is None:
             return _not_found("Client scope not found")
-        defaults = self.store.collection("kc_default_default")
+        defaults = self.store.ids("kc_default_default")
         if scope["id"] in defaults:
             # The JPA adapter inserts a second mapping row: a duplicate-key conflict.
             return json_response({"error": "conflict", "error_description":
@@ -497,7 +497,7 @@ class KeycloakFlavour:
                   "grantTypes": grants, "consentRequired": bool(body.get("consentRequired"))}
         self.store.collection("kc_clients").append(record)
         self.store.save()
-        return _created(request, "clients", record["id"])
+        return _created(request, "clients", str(record["id"]))
 
     async def _list_components(self, request: Request, parts: list[str]) -> Response:
         kind = request.query_params.get("type")
@@ -578,7 +578,7 @@ class KeycloakFlavour:
         templates = self._policy("allowed-client-templates")
         if templates is not None and isinstance(body.get("scope"), str):
             allowed = {s["name"] for s in self.store.collection("kc_scopes")
-                       if s["id"] in self.store.collection("kc_default_default")}
+                       if s["id"] in self.store.ids("kc_default_default")}
             allowed |= set(templates["config"].get("allowed-client-scopes", []))
             known = {s["name"] for s in self.store.collection("kc_scopes")}
             if any(s in known and s not in allowed for s in body["scope"].split()):

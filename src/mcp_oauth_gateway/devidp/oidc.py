@@ -354,7 +354,7 @@ class OpenIdProvider:
         except OAuthError as exc:
             return oauth_error(exc)
 
-    def _code_grant(self, base: str, client: OAuthClient, form: dict[str, str]) -> dict:
+    def _code_grant(self, base: str, client: OAuthClient, form: dict[str, str]) -> dict[str, Any]:
         record = self.codes.pop(form.get("code", ""), None)
         invalid = OAuthError(400, "invalid_grant", "The provided authorization grant or refresh "
                              "token is invalid, expired, revoked, does not match the redirection "
@@ -375,7 +375,8 @@ class OpenIdProvider:
         return self.mint(record["base"], client, subject, record["scopes"],
                          form.get("resource") or record["resource"], record["nonce"])
 
-    def _refresh_grant(self, base: str, client: OAuthClient, form: dict[str, str]) -> dict:
+    def _refresh_grant(self, base: str, client: OAuthClient,
+                       form: dict[str, str]) -> dict[str, Any]:
         record = self.refresh_tokens.pop(form.get("refresh_token", ""), None)
         if record is None or record["exp"] < time.time() or \
                 record["client_id"] != client.client_id:
@@ -386,7 +387,7 @@ class OpenIdProvider:
         return self.mint(base, client, subject, record["scopes"], record["resource"])
 
     def _client_credentials_grant(self, base: str, client: OAuthClient,
-                                  form: dict[str, str]) -> dict:
+                                  form: dict[str, str]) -> dict[str, Any]:
         if client.public and client.secret is None:
             raise OAuthError(401, "unauthorized_client",
                              "public clients cannot use client_credentials")
@@ -394,7 +395,8 @@ class OpenIdProvider:
         return self.mint(base, client, self.flavour.service_subject(client), scopes,
                          form.get("resource"), refresh=False)
 
-    def _password_grant(self, base: str, client: OAuthClient, form: dict[str, str]) -> dict:
+    def _password_grant(self, base: str, client: OAuthClient,
+                        form: dict[str, str]) -> dict[str, Any]:
         subject = self.flavour.authenticate(form.get("username", ""), form.get("password", ""))
         if subject is None:
             raise OAuthError(401, "invalid_grant", "Invalid user credentials")

@@ -63,9 +63,15 @@ class Store:
         if path is not None and path.exists():
             self.data = json.loads(path.read_text())
 
+    def ids(self, name: str) -> list[str]:
+        """The named list of ids (created empty on first use)."""
+        ids: list[str] = self.data.setdefault(name, [])
+        return ids
+
     def collection(self, name: str) -> list[Record]:
         """The named list of records (created empty on first use)."""
-        return self.data.setdefault(name, [])
+        records: list[Record] = self.data.setdefault(name, [])
+        return records
 
     def value(self, name: str, default: Any = None) -> Any:
         """A named single value."""

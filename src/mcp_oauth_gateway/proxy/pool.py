@@ -18,12 +18,13 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import NoReturn
+from typing import NoReturn, cast
 from urllib.parse import urlsplit
 
 import httptools
 
-from .upstream import Headers, UpstreamError
+from ..asgi import Headers
+from .upstream import UpstreamError
 
 IDLE_LIMIT = 4.0  # uvicorn closes idle keep-alive connections after 5 s
 # Idle connections kept per backend. A burst of N concurrent requests opens N connections; all
@@ -123,7 +124,9 @@ class _Connection(asyncio.Protocol):
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # loop.create_connection gives a stream transport (uvloop's do not subclass
+        # asyncio.Transport, so this cannot be an isinstance check).
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if self.response is None:
@@ -349,7 +352,7 @@ class RawUpstream:
         `headers_within` seconds: one timer, cheaper than a timeout context)."""
         pool, target = self._resolve(url)
         streamed = not isinstance(body, bytes)
-        head = _head(method, target, headers, None if streamed else len(body))
+        head = _head(method, target, headers, len(body) if isinstance(body, bytes) else None)
         no_body = method == "HEAD"
         for attempt in (1, 2):
             conn = pool.take_idle()
@@ -367,17 +370,17 @@ class RawUpstream:
                 if reused and attempt == 1:
                     continue
                 raise UpstreamError("the backend connection closed before the request")
-            if streamed:
+            if not isinstance(body, bytes):
                 transport.write(head)
                 try:
-                    await self._write_chunked(conn, body)  # type: ignore[arg-type]
+                    await self._write_chunked(conn, body)
                 except BaseException:
                     # The body source failed (client gone, too large): the exchange is dead.
                     conn.close()
                     ready.cancel()
                     raise
             else:
-                transport.write(head + body if body else head)  # type: ignore[operator]
+                transport.write(head + body if body else head)
             # The wait for the response headers starts once the request is out.
             timer = asyncio.get_running_loop().call_later(headers_within, _expire, ready,
                                                           headers_within)

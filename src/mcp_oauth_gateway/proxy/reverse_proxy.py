@@ -112,8 +112,9 @@ class ReverseProxy:
         if first.get("more_body", False):
             body = self._stream_body(first.get("body", b""), receive, self.max_body)
         else:
-            body = first.get("body", b"")
-            if len(body) > self.max_body:
+            whole: bytes = first.get("body", b"")
+            body = whole
+            if len(whole) > self.max_body:
                 await self._too_large(send)
                 return
         started = time.perf_counter()

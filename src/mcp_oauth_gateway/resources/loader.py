@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from .models import KINDS, Resource
 
@@ -60,7 +61,7 @@ def field_path(loc: Iterable[int | str]) -> str:
     return out
 
 
-def _message(error: dict) -> str:
+def _message(error: ErrorDetails) -> str:
     kind = error["type"]
     msg = str(error["msg"])
     if kind == "extra_forbidden":
@@ -112,7 +113,8 @@ def _parse_document(doc: object, source: Source) -> Loaded | list[str]:
     if not isinstance(doc, dict):
         return [f"{source}: expected a mapping with apiVersion and kind, got {type(doc).__name__}"]
     api_version, kind = doc.get("apiVersion"), doc.get("kind")
-    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    given = doc.get("metadata")
+    metadata: dict[str, object] = given if isinstance(given, dict) else {}
     name = f"{metadata.get('namespace', 'default')}/{metadata.get('name', '<unnamed>')}"
     if not isinstance(api_version, str) or not isinstance(kind, str):
         return [f"{source}: {name}: apiVersion and kind are required strings"]

@@ -7,7 +7,7 @@ error that names the field instead of a setting that silently does nothing.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -15,9 +15,9 @@ from pydantic.alias_generators import to_camel
 
 from ..urls import navigable, origin_of
 
-POLICY_API_GROUP = "mcp-oauth-gateway.dev"
+POLICY_API_GROUP: Final = "mcp-oauth-gateway.dev"
 POLICY_API_VERSION = f"{POLICY_API_GROUP}/v1alpha1"
-GATEWAY_API_GROUP = "gateway.networking.k8s.io"
+GATEWAY_API_GROUP: Final = "gateway.networking.k8s.io"
 GATEWAY_API_VERSION = f"{GATEWAY_API_GROUP}/v1"
 
 _DURATION = re.compile(r"^(?:(\d{1,5})h)?(?:(\d{1,5})m(?!s))?(?:(\d{1,5})s)?(?:(\d{1,5})ms)?$")
