@@ -1,0 +1,1 @@
+"""Unit tests of each pipeline stage on its own, driven through `harness` without a server."""

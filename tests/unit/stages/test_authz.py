@@ -1,0 +1,134 @@
+"""The CEL authorization stage (`dataplane/authz.py`) on its own: Allow / Deny / Require over the
+claims (and the request), the 403 it answers, what counts as false, and the per-token cache.
+
+Covered elsewhere, not repeated: which claims a rule reads (`referenced_claims`) and CEL seeing
+every copy of a repeated header (`tests/unit/test_dataplane.py`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcp_oauth_gateway.asgi import CLAIMS_KEY, TOKEN_KEY
+from mcp_oauth_gateway.controlplane.cel import compile_expression
+from mcp_oauth_gateway.controlplane.snapshot import CompiledAuthorization
+from mcp_oauth_gateway.dataplane.authz import CelAuthorization
+
+from .harness import Inner, drive
+
+ADMIN = '"admin" in jwt.groups'
+ALICE = 'jwt.sub == "alice"'
+# A claim nobody has: evaluating it is an error, never true.
+MISSING = 'jwt.department == "ops"'
+
+
+def authz(inner: Inner, action: str, *rules: str) -> CelAuthorization:
+    compiled = CompiledAuthorization(action, tuple(compile_expression(r) for r in rules))  # type: ignore[arg-type]
+    return CelAuthorization(inner, compiled, "default/policy")
+
+
+def claims(sub: str = "alice", groups: tuple[str, ...] = ("users",)) -> dict[str, object]:
+    return {CLAIMS_KEY: {"sub": sub, "groups": list(groups)}}
+
+
+@pytest.mark.parametrize(("action", "rules", "caller", "allowed"), [
+    ("Allow", (ADMIN, ALICE), claims("alice"), True),  # any one rule is enough
+    ("Allow", (ADMIN, ALICE), claims("bob"), False),
+    ("Deny", (ADMIN, 'jwt.sub == "mallory"'), claims("alice"), True),
+    ("Deny", (ADMIN, 'jwt.sub == "mallory"'), claims("mallory"), False),  # any one rule denies
+    ("Require", (ADMIN, ALICE), claims("alice", ("admin",)), True),
+    ("Require", (ADMIN, ALICE), claims("alice"), False),  # every rule must hold
+    ("Require", (ADMIN, ALICE), claims("bob", ("admin",)), False),
+])
+async def test_the_action_decides_how_rules_combine(action, rules, caller, allowed):
+    inner = Inner()
+    response = await drive(authz(inner, action, *rules), "POST", scope=caller, inner=inner)
+    assert response.reached is allowed
+    assert response.status == (200 if allowed else 403)
+
+
+@pytest.mark.parametrize(("action", "description"), [
+    ("Allow", "the token's claims satisfy none of the authorization rules"),
+    ("Deny", "the token's claims match a deny rule"),
+    ("Require", "the token's claims do not satisfy every required rule"),
+])
+async def test_a_refusal_is_403_naming_the_action_and_the_policy(action, description):
+    rule = ADMIN if action != "Deny" else ALICE
+    response = await drive(authz(Inner(), action, rule), "POST", scope=claims("alice"))
+    assert response.status == 403
+    assert response.json() == {"error": "forbidden",
+                               "error_description": f"{description} of GatewayPolicy "
+                                                    "default/policy"}
+    assert response.header(b"content-type") == b"application/json"
+
+
+@pytest.mark.parametrize(("action", "rules", "allowed"), [
+    ("Allow", (MISSING,), False),
+    ("Allow", (MISSING, ALICE), True),  # the erroring rule is false, the other still counts
+    ("Require", (ALICE, MISSING), False),
+    # Under Deny an erroring rule is false too, so it denies nothing (see the report).
+    ("Deny", (MISSING,), True),
+])
+async def test_an_erroring_rule_counts_as_false(action, rules, allowed):
+    response = await drive(authz(Inner(), action, *rules), "POST", scope=claims("alice"))
+    assert response.status == (200 if allowed else 403)
+
+
+@pytest.mark.parametrize("rule", ["jwt.sub", "size(jwt.groups)", '"yes"'])
+async def test_a_rule_that_is_not_a_boolean_is_false(rule):
+    response = await drive(authz(Inner(), "Allow", rule), "POST", scope=claims("alice"))
+    assert response.status == 403
+
+
+async def test_without_claims_in_the_scope_rules_see_an_empty_jwt():
+    allow = await drive(authz(Inner(), "Allow", "size(jwt) == 0"), "POST")
+    deny = await drive(authz(Inner(), "Allow", ALICE), "POST")
+    assert (allow.status, deny.status) == (200, 403)
+
+
+async def test_a_rule_over_the_whole_jwt_sees_every_claim():
+    caller = {CLAIMS_KEY: {"sub": "alice", "groups": [], "email": "a@example.com"}}
+    response = await drive(authz(Inner(), "Allow", "size(jwt) == 3"), "POST", scope=caller)
+    assert response.status == 200
+
+
+@pytest.mark.parametrize(("method", "path", "tenant", "allowed"), [
+    ("POST", "/mcp", b"acme", True),
+    ("GET", "/mcp", b"acme", False),
+    ("POST", "/mcp/admin", b"acme", False),
+    ("POST", "/mcp", b"other", False),
+])
+async def test_rules_read_the_request(method, path, tenant, allowed):
+    rule = ('request.method == "POST" && request.path == "/mcp" && '
+            'request.headers["x-tenant"] == "acme" && request.host == "gw.test" && '
+            'request.scheme == "http"')
+    inner = Inner()
+    response = await drive(authz(inner, "Allow", rule), method, path, inner=inner,
+                           headers=[(b"x-tenant", tenant)], scope=claims())
+    assert response.reached is allowed
+
+
+async def test_the_request_passes_inward_unchanged():
+    inner = Inner()
+    headers = [(b"authorization", b"Bearer t"), (b"x-tenant", b"acme")]
+    await drive(authz(inner, "Allow", ALICE), "POST", headers=headers, body=[b"{", b"}"],
+                scope=claims(), inner=inner)
+    assert inner.last.headers == [(b"host", b"gw.test"), *headers]
+    assert (inner.last.body, inner.last.body_messages) == (b"{}", 2)
+
+
+async def test_decisions_over_the_token_alone_are_remembered_per_token():
+    stage = authz(Inner(), "Allow", ADMIN)
+    admin = {TOKEN_KEY: "t1", **claims(groups=("admin",))}
+    first = await drive(stage, scope=admin)
+    # The same token always carries the same claims: its verdict is reused, not re-evaluated.
+    again = await drive(stage, scope={**admin, CLAIMS_KEY: {"groups": []}})
+    other = await drive(stage, scope={TOKEN_KEY: "t2", CLAIMS_KEY: {"groups": []}})
+    assert (first.status, again.status, other.status) == (200, 200, 403)
+
+
+async def test_decisions_that_read_the_request_are_made_per_request():
+    stage = authz(Inner(), "Allow", 'request.method == "GET"')
+    scope = {TOKEN_KEY: "t1", **claims()}
+    get = await drive(stage, "GET", scope=scope)
+    post = await drive(stage, "POST", scope=scope)
+    assert (get.status, post.status) == (200, 403)

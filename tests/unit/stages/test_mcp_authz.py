@@ -1,0 +1,207 @@
+"""The MCP tool-level authorization stage (`dataplane/mcp_authz.py`) on its own: the calls it
+answers itself (denied, mismatched, ambiguous, too large), what it passes inward and how, and the
+list results it filters on the way back.
+
+Covered elsewhere, not repeated: reading requests and filtering results as pure functions, a JSON
+list's length fixed, SSE lists filtered across chunk boundaries and passed byte for byte when
+nothing is removed, the decision cache (`tests/unit/test_mcp_messages.py`)."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+
+from mcp_oauth_gateway.asgi import CLAIMS_KEY, TOKEN_KEY
+from mcp_oauth_gateway.controlplane.cel import compile_expression
+from mcp_oauth_gateway.controlplane.snapshot import CompiledAuthorization
+from mcp_oauth_gateway.dataplane.mcp_authz import McpAuthorization
+from unit.test_mcp_messages import body as rpc
+
+from .harness import Inner, drive
+
+RULE = ('"admin" in jwt.groups'
+        ' || (has(mcp.tool) && mcp.tool.name == "echo")'
+        ' || (has(mcp.prompt) && mcp.prompt.name == "greet")'
+        ' || (has(mcp.resource) && mcp.resource.uri.startsWith("file:///public/"))')
+USER = {CLAIMS_KEY: {"sub": "alice", "groups": ["users"]}, TOKEN_KEY: "t-alice"}
+ADMIN = {CLAIMS_KEY: {"sub": "root", "groups": ["admin"]}, TOKEN_KEY: "t-root"}
+JSON = [(b"content-type", b"application/json")]
+
+
+def stage(inner: Inner, rule: str = RULE, max_body: int = 1 << 20) -> McpAuthorization:
+    rules = CompiledAuthorization("Allow", (compile_expression(rule, mcp=True),))
+    return McpAuthorization(inner, rules, max_body)
+
+
+def listing(field: str, *items: dict[str, str]) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": 7, "result": {field: list(items)}}).encode()
+
+
+def refiltered(field: str, *items: dict[str, str]) -> bytes:
+    """A list result as the stage writes it back after removing items (compact JSON)."""
+    return orjson.dumps({"jsonrpc": "2.0", "id": 7, "result": {field: list(items)}})
+
+
+# --- answered here ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "params", "message"), [
+    ("tools/call", {"name": "rm", "arguments": {}}, "Unknown tool: rm"),
+    ("prompts/get", {"name": "secret"}, "Unknown prompt: secret"),
+    ("resources/read", {"uri": "file:///etc/passwd"}, "Unknown resource: file:///etc/passwd"),
+    ("tools/call", {}, "Unknown tool: None"),  # no name: nothing to authorize, refused
+])
+async def test_a_denied_call_is_answered_as_an_unknown_item_without_reaching_inside(
+        method, params, message):
+    inner = Inner()
+    response = await drive(stage(inner), "POST", headers=JSON, body=rpc(method, **params),
+                           scope=USER, inner=inner)
+    assert not response.reached
+    assert response.status == 200
+    assert response.json() == {"jsonrpc": "2.0", "id": 7,
+                               "error": {"code": -32602, "message": message}}
+    assert response.header(b"content-type") == b"application/json"
+
+
+async def test_mcp_headers_that_disagree_with_the_body_are_400_with_a_jsonrpc_error():
+    inner = Inner()
+    response = await drive(stage(inner), "POST", body=rpc("tools/call", name="echo"),
+                           headers=[*JSON, (b"mcp-method", b"tools/call"),
+                                    (b"mcp-name", b"admin")], scope=USER, inner=inner)
+    assert not response.reached
+    assert response.status == 400
+    assert response.json() == {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32020, "message": "Mcp-Name 'admin' does not match the body's name 'echo'"}}
+
+
+async def test_a_batch_is_400_invalid_request():
+    inner = Inner()
+    batch = b"[" + rpc("tools/call", name="echo") + b"]"
+    response = await drive(stage(inner), "POST", body=batch, scope=USER, inner=inner)
+    assert not response.reached
+    assert response.status == 400
+    assert response.json()["error"] == {
+        "code": -32600,
+        "message": "JSON-RPC batches are not accepted when tool-level authorization is on"}
+
+
+async def test_a_body_over_the_limit_is_413_before_it_is_read_whole():
+    inner = Inner()
+    response = await drive(stage(inner, max_body=10), "POST", body=[b"x" * 6, b"x" * 6, b"x"],
+                           scope=USER, inner=inner)
+    assert not response.reached
+    assert response.status == 413
+    assert response.json() == {"error": "request_entity_too_large",
+                               "error_description": "the request body exceeds 10 bytes"}
+
+
+async def test_a_client_gone_before_its_body_gets_nothing_and_nothing_goes_inward():
+    inner = Inner()
+    response = await drive(stage(inner), "POST", scope=USER, inner=inner, disconnect_first=True)
+    assert not response.reached
+    assert response.messages == []
+
+
+# --- passed inward --------------------------------------------------------------------------------
+
+
+async def test_an_allowed_call_goes_inward_with_the_same_body_in_one_message():
+    inner = Inner(headers=[*JSON, (b"content-length", b"12")])
+    call = rpc("tools/call", name="echo", arguments={"text": "hi"})
+    response = await drive(stage(inner), "POST", headers=JSON, scope=USER, inner=inner,
+                           body=[call[:10], call[10:20], call[20:]])
+    assert response.reached
+    assert (inner.last.body, inner.last.body_messages) == (call, 1)
+    assert inner.last.headers == [(b"host", b"gw.test"), *JSON]
+    # Not a list: the answer comes back as it was sent, length and all.
+    assert response.headers == [*JSON, (b"content-length", b"12")]
+    assert response.body == b'{"ok": true}'
+
+
+@pytest.mark.parametrize("payload", [
+    rpc("initialize", protocolVersion="2025-06-18"),
+    b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+    b"not json at all",
+])
+async def test_requests_that_name_no_item_pass_inward_untouched(payload):
+    inner = Inner()
+    response = await drive(stage(inner), "POST", body=payload, scope=USER, inner=inner)
+    assert response.reached
+    assert inner.last.body == payload
+
+
+async def test_methods_other_than_post_are_not_read_at_all():
+    # The body reaches the inside as the client sent it, chunk for chunk.
+    inner = Inner()
+    response = await drive(stage(inner), "DELETE", body=[b"a", b"b"], scope=USER, inner=inner)
+    assert response.reached
+    assert (inner.last.body, inner.last.body_messages) == (b"ab", 2)
+
+
+async def test_the_rules_see_the_callers_claims():
+    inner = Inner()
+    response = await drive(stage(inner), "POST", body=rpc("tools/call", name="rm"), scope=ADMIN,
+                           inner=inner)
+    assert response.reached
+
+
+async def test_rules_reading_the_request_are_decided_per_request():
+    rule = 'request.headers["x-tier"] == "gold" || mcp.tool.name == "echo"'
+    app = stage(Inner(), rule)
+    gold = await drive(app, "POST", body=rpc("tools/call", name="rm"), scope=USER,
+                       headers=[(b"x-tier", b"gold")])
+    plain = await drive(app, "POST", body=rpc("tools/call", name="rm"), scope=USER)
+    assert "error" not in gold.json()
+    assert plain.json()["error"]["message"] == "Unknown tool: rm"
+
+
+# --- list results filtered on the way back ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "field", "items", "kept"), [
+    ("tools/list", "tools", [{"name": "echo"}, {"name": "rm"}], [{"name": "echo"}]),
+    ("prompts/list", "prompts", [{"name": "secret"}, {"name": "greet"}], [{"name": "greet"}]),
+    ("resources/list", "resources",
+     [{"uri": "file:///public/a"}, {"uri": "file:///etc/passwd"}], [{"uri": "file:///public/a"}]),
+])
+async def test_list_results_keep_only_what_the_caller_may_use(method, field, items, kept):
+    inner = Inner(headers=JSON, body=listing(field, *items))
+    response = await drive(stage(inner), "POST", body=rpc(method), scope=USER, inner=inner)
+    assert response.json()["result"][field] == kept
+    everything = await drive(stage(Inner(headers=JSON, body=listing(field, *items))), "POST",
+                             body=rpc(method), scope=ADMIN)
+    assert everything.json()["result"][field] == items
+
+
+async def test_a_json_list_sent_in_pieces_is_sent_on_whole_after_filtering():
+    whole = listing("tools", {"name": "echo"}, {"name": "rm"})
+    inner = Inner(headers=[*JSON, (b"content-length", str(len(whole)).encode())],
+                  body=[whole[:15], whole[15:]])
+    response = await drive(stage(inner), "POST", body=rpc("tools/list"), scope=USER, inner=inner)
+    expected = refiltered("tools", {"name": "echo"})
+    assert response.chunks == [expected]
+    assert response.headers == [*JSON, (b"content-length", str(len(expected)).encode())]
+
+
+async def test_a_list_answer_that_is_not_json_passes_with_its_length_recomputed():
+    inner = Inner(status=502, headers=[(b"content-type", b"text/plain"),
+                                       (b"content-length", b"999")], body=b"upstream down")
+    response = await drive(stage(inner), "POST", body=rpc("tools/list"), scope=USER, inner=inner)
+    assert response.status == 502
+    assert response.body == b"upstream down"
+    assert response.header(b"content-length") == b"13"
+
+
+async def test_an_sse_list_is_filtered_event_by_event_as_the_events_arrive():
+    first = b"id: 1\ndata: " + listing("tools", {"name": "rm"}, {"name": "echo"}) + b"\n\n"
+    second = b"data: " + json.dumps({"jsonrpc": "2.0", "method": "notifications/x"}).encode() \
+        + b"\n\n"
+    inner = Inner.sse([first, second], headers=[(b"content-length", b"1000")])
+    response = await drive(stage(inner), "POST", body=rpc("tools/list"), scope=USER, inner=inner)
+    # The head goes out before any event, without the length the filtering changes.
+    assert response.messages[0]["type"] == "http.response.start"
+    assert response.headers == [(b"content-type", b"text/event-stream")]
+    filtered = b"id: 1\ndata: " + refiltered("tools", {"name": "echo"}) + b"\n\n"
+    assert response.chunks == [filtered, second, b""]
