@@ -113,3 +113,37 @@ def test_an_underscore_alias_of_a_guarded_header_is_refused(gateway, stack_b, na
     status, body = exchange(gateway, [*base_headers(gateway, stack_b.token()), (name, b"spoof")])
     assert status == 400, body
     assert "would be read as" in body["error_description"]
+
+
+def exchange_raw(port: int, request: bytes) -> int:
+    """Send raw request bytes; the response status."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return int(data.split(b" ", 2)[1])
+
+
+def test_nul_never_reaches_a_rule(gateway, stack_b):
+    # The CEL runtime reads strings only up to a NUL, so a NUL would cut what a rule compares.
+    auth = b"authorization: Bearer " + stack_b.token().encode() + b"\r\n"
+    path = b"POST /mcp%00/admin HTTP/1.1\r\nhost: gw\r\n" + auth + \
+        b"content-length: 2\r\nconnection: close\r\n\r\n{}"
+    assert exchange_raw(gateway, path) == 400
+    value = b"POST /mcp HTTP/1.1\r\nhost: gw\r\n" + auth + \
+        b"x-tenant: a\x00b\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}"
+    assert exchange_raw(gateway, value) == 400  # the HTTP parser refuses NUL in a value
+    claims = stack_b.token(groups=["mcp-agent\u0000x"])
+    status, body = exchange(gateway, base_headers(gateway, claims))
+    assert status == 401
+    assert "NUL" in body["error_description"]
+
+
+@pytest.mark.parametrize("named", [b"authorization", b"x-user", b"X-Forwarded-For",
+                                   b"mcp-session-id", b"keep-alive, x-request-id"])
+def test_connection_cannot_make_a_header_the_gateway_sets_hop_by_hop(gateway, stack_b, named):
+    status, body = exchange(gateway, [*base_headers(gateway, stack_b.token()),
+                                      (b"connection", b"keep-alive"), (b"connection", named)])
+    assert status == 400, body
+    assert "the Connection header names " in body["error_description"]

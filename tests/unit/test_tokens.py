@@ -56,6 +56,14 @@ def test_claim_failures(claims, reason):
         check_claims(good(**claims), RULES, time.time())
 
 
+@pytest.mark.parametrize("claims", [{"groups": ["admin\u0000x"]}, {"email": "a@b\u0000.evil"},
+                                    {"ext": {"role\u0000": "x"}}])
+def test_a_nul_in_any_claim_refuses_the_token(claims):
+    # The CEL runtime reads strings only up to a NUL: "admin\0x" would pass `"admin" in groups`.
+    with pytest.raises(TokenError, match="a claim contains a NUL character"):
+        verify_token(mint(KEY, good(**claims)), KEYSET, RULES, time.time())
+
+
 def test_leeway_applies_to_exp():
     now = time.time()
     check_claims(good(exp=int(now) - 30), RULES, now)

@@ -68,6 +68,15 @@ def value_of(expression: CompiledExpression, activation: dict[str, object]) -> o
     return result.value()
 
 
+def outcome(expression: CompiledExpression, activation: dict[str, object]) -> bool | None:
+    """True or False when the expression evaluates to a boolean, None when it errors."""
+    try:
+        value = expression.program.eval(data=activation).value()
+    except (RuntimeError, TypeError, ValueError):
+        return None
+    return value if isinstance(value, bool) else None
+
+
 def holds(expression: CompiledExpression, activation: dict[str, object]) -> bool:
     """True only when the expression evaluates to the boolean true; errors count as false."""
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send, header, send_error
-from ..controlplane.cel import holds
+from ..controlplane.cel import holds, outcome
 from ..controlplane.snapshot import CompiledAuthorization
 
 
@@ -31,12 +31,14 @@ def header_map(headers: Headers) -> dict[str, str]:
 
 
 def decide(rules: CompiledAuthorization, activation: dict[str, object]) -> bool:
-    """Whether the request is allowed by the rules."""
+    """Whether the request is allowed by the rules; a rule that errors (a missing claim, a
+    non-boolean result) never lets a request through: it is false for Allow and Require, and
+    denies for Deny (fail closed)."""
+    if rules.action == "Deny":
+        return all(outcome(e, activation) is False for e in rules.expressions)
     results = (holds(expression, activation) for expression in rules.expressions)
     if rules.action == "Allow":
         return any(results)
-    if rules.action == "Deny":
-        return not any(results)
     return all(results)
 
 

@@ -18,11 +18,6 @@ def allow_origin_value(cors: CompiledCors, origin: bytes) -> bytes:
     return origin
 
 
-def without_cors(headers: Headers) -> Headers:
-    """Response headers minus every `Access-Control-*` header."""
-    return [(k, v) for k, v in headers if not k.lower().startswith(b"access-control-")]
-
-
 class CorsFilter:
     """A pipeline stage wrapping the rest of the route's pipeline."""
 
@@ -59,9 +54,9 @@ class CorsFilter:
 
         async def send_with_cors(message: Message) -> None:
             if message["type"] == "http.response.start":
-                # The route's filter alone decides CORS: a backend's own Access-Control-* headers
-                # would grant what the filter refused, or appear twice beside the filter's.
-                message["headers"] = [*without_cors(message.get("headers", ())), *extra]
+                # The backend's own Access-Control-* headers never get this far: the proxy
+                # drops them on routes with a CORS filter (proxy.reverse_proxy.CORS_RESPONSE).
+                message["headers"] = [*message.get("headers", ()), *extra]
             await send(message)
 
         await self.app(scope, receive, send_with_cors)

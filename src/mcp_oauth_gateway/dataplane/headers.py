@@ -47,9 +47,23 @@ def underscore_alias(name: bytes, guarded: frozenset[bytes]) -> bytes | None:
     return dashed if dashed in guarded or dashed.startswith(MCP_PREFIX) else None
 
 
+def hop_by_hop_guarded(connection: bytes, guarded: frozenset[bytes]) -> bytes | None:
+    """A guarded header that a `Connection` header value names, or None.
+
+    Headers named in `Connection` are dropped before proxying (RFC 9110 §7.6.1), so naming one
+    the gateway set (a transformation header, X-Forwarded-For) would remove it."""
+    for token in connection.lower().split(b","):
+        name = token.strip()
+        if name in guarded or name.startswith(MCP_PREFIX):
+            return name
+    return None
+
+
 def display_name(name: bytes) -> str:
     """`x-request-id` → `X-Request-Id`, as people write header names."""
-    return "-".join(part.capitalize() for part in name.decode("latin-1").split("-"))
+    text = name.decode("latin-1")
+    joiner = "_" if "_" in text else "-"
+    return joiner.join(part.capitalize() for part in text.split(joiner))
 
 
 class HeaderRules:
@@ -80,6 +94,15 @@ class HeaderRules:
                 if alias is not None:
                     return (f"the header {display_name(name)} would be read as "
                             f"{display_name(alias)} by some servers; send {display_name(alias)}")
+        if b"connection" in values:
+            # Every Connection header counts: the proxy drops what any of them names.
+            for name, value in headers:
+                named = hop_by_hop_guarded(value, self.aliased) if name == b"connection" \
+                    else None
+                if named is not None:
+                    return (f"the Connection header names {display_name(named)}, which the "
+                            "gateway reads or sets; it cannot be made hop-by-hop (dropped on "
+                            "the way to the backend)")
         host = values.get(b"host")
         if host is not None and host not in self._good_hosts:
             if not _HOST.fullmatch(host):

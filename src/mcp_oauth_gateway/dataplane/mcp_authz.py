@@ -53,7 +53,9 @@ class McpAuthorization:
 
     def allowed(self, scope: Scope, kind: str, name: str | None) -> bool:
         """Whether the caller may use the item `name` of `kind` (tool, prompt or resource)."""
-        if name is None:
+        if name is None or "\x00" in name:
+            # The CEL runtime reads strings only up to a NUL ("echo\x00rm" would pass as
+            # "echo"): such an item can never be authorized.
             return False
         cache = self._decisions
         token = scope.get(TOKEN_KEY)
@@ -161,6 +163,22 @@ class _ListFilter:
         others = [line for line in lines if not line.startswith(b"data:")]
         return b"\n".join([*others, b"data: " + filtered])
 
+    async def _send_events(self, more: bool) -> None:
+        raw, held = self.pending, b""
+        if more and raw.endswith(b"\r"):
+            # It may be the first half of a CRLF: wait for the next chunk to tell.
+            raw, held = raw[:-1], b"\r"
+        # SSE lines end with CRLF, LF or a lone CR; all three must split events here exactly
+        # as a client will, or an event could pass unread.
+        text = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        *events, rest = text.split(b"\n\n")
+        out = b"".join(self._event(e) + b"\n\n" for e in events)
+        self.pending = rest + held
+        if not more:
+            # An unterminated last event: clients should drop it, but a lenient one may not.
+            out, self.pending = out + self._event(self.pending), b""
+        await self.downstream({"type": "http.response.body", "body": out, "more_body": more})
+
     async def send(self, message: Message) -> None:
         """Send `message` downstream, with denied list items removed from bodies."""
         if message["type"] == "http.response.start":
@@ -178,13 +196,7 @@ class _ListFilter:
         more = message.get("more_body", False)
         self.pending += message.get("body", b"")
         if self.sse:
-            text = self.pending.replace(b"\r\n", b"\n")
-            *events, self.pending = text.split(b"\n\n")
-            out = b"".join(self._event(e) + b"\n\n" for e in events)
-            if not more:
-                out, self.pending = out + self.pending, b""
-            await self.downstream({"type": "http.response.body", "body": out,
-                                   "more_body": more})
+            await self._send_events(more)
             return
         if more:
             return

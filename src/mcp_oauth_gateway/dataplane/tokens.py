@@ -120,6 +120,10 @@ def verify_token(token: str, keyset: Keyset, rules: TokenRules, now: float) -> d
         raise TokenError(f"signature check failed: {exc}") from exc
     if not valid:
         raise TokenError(f"signature does not verify with key {kid!r}")
+    if b"\\u0000" in compact.payload:
+        # The CEL runtime reads strings only up to a NUL: "admin\u0000x" would pass
+        # `"admin" in jwt.groups`. No provider issues such claims; refuse the token.
+        raise TokenError("malformed token: a claim contains a NUL character (\\u0000)")
     try:
         claims = orjson.loads(compact.payload)
     except orjson.JSONDecodeError as exc:

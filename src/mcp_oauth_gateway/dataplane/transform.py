@@ -10,7 +10,7 @@ from ..asgi import CLAIMS_KEY, ASGIApp, Headers, Receive, Scope, Send, send_erro
 from ..controlplane.cel import value_of
 from ..controlplane.snapshot import CompiledTransformation
 from .authz import request_variables
-from .headers import display_name, underscore_alias
+from .headers import display_name, hop_by_hop_guarded, underscore_alias
 
 log = logging.getLogger("mcp_oauth_gateway.transform")
 _FORBIDDEN = (b"\r", b"\n", b"\x00")
@@ -65,7 +65,12 @@ class HeaderTransformation:
 
     def _problem(self, headers: Headers) -> str | None:
         seen: set[bytes] = set()
-        for name, _ in headers:
+        for name, value in headers:
+            if name == b"connection":
+                named = hop_by_hop_guarded(value, self.guarded)
+                if named is not None:
+                    return (f"the Connection header names {display_name(named)}, which this "
+                            "route sets or removes itself")
             if name in self.set_names:
                 if name in seen:
                     # The gateway sets it: two copies mean a client tried to supply one.

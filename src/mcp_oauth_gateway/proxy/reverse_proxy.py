@@ -29,14 +29,19 @@ _FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-
 _REQUEST_ONLY = frozenset({b"host", b"expect"})
 # uvicorn writes its own `Date` on every response: the backend's would make a second one.
 _RESPONSE_DROP = HOP_BY_HOP | {b"date"}
-# 204 and 304 have no body: a length passed on would make uvicorn wait for one that never comes.
-_BODILESS_DROP = _RESPONSE_DROP | {b"content-length"}
+# When the route has a CORS filter, it alone decides CORS: the backend's own headers would grant
+# what the filter refused (or appear twice beside the filter's), with or without an Origin.
+CORS_RESPONSE = frozenset({
+    b"access-control-allow-origin", b"access-control-allow-credentials",
+    b"access-control-allow-methods", b"access-control-allow-headers",
+    b"access-control-expose-headers", b"access-control-max-age",
+})
 
 
 def _connection_tokens(headers: Headers) -> frozenset[bytes]:
     tokens: set[bytes] = set()
     for name, value in headers:
-        if name == b"connection":
+        if name.lower() == b"connection":
             tokens.update(t.strip().lower() for t in value.split(b","))
     return frozenset(tokens)
 
@@ -68,9 +73,21 @@ def upstream_request_headers(scope: Scope, authority: bytes, trust_forwarded: bo
     return out
 
 
-def downstream_response_headers(headers: Headers, status: int = 200) -> Headers:
-    """Response headers for the client: hop-by-hop and those the server sets itself removed."""
-    drop = _BODILESS_DROP if status == 204 or status == 304 else _RESPONSE_DROP
+def response_drops(cors_filtered: bool) -> tuple[frozenset[bytes], frozenset[bytes]]:
+    """Response headers never passed on: (for most statuses, for 204 and 304), decided once
+    per route. 204 and 304 have no body: a length passed on would make uvicorn wait for one."""
+    drop = _RESPONSE_DROP | (CORS_RESPONSE if cors_filtered else frozenset())
+    return drop, drop | {b"content-length"}
+
+
+_DEFAULT_DROPS = response_drops(cors_filtered=False)
+
+
+def downstream_response_headers(headers: Headers, status: int = 200,
+                                drops: tuple[frozenset[bytes], frozenset[bytes]] = _DEFAULT_DROPS
+                                ) -> Headers:
+    """Response headers for the client: hop-by-hop and those the gateway sets itself removed."""
+    drop = drops[1] if status == 204 or status == 304 else drops[0]
     tokens = _connection_tokens(headers)
     if tokens:
         drop = drop | tokens
@@ -87,7 +104,7 @@ class ReverseProxy:
 
     def __init__(self, target: CompiledTarget, upstream: Upstream, timeout: float,
                  trust_forwarded: bool, max_body: int = DEFAULT_MAX_BODY_BYTES,
-                 latency: Callable[[float], None] | None = None):
+                 latency: Callable[[float], None] | None = None, cors_filtered: bool = False):
         self.base = f"http://{target.authority}{target.path}"
         self.authority = target.authority.encode()
         self.upstream = upstream
@@ -96,6 +113,7 @@ class ReverseProxy:
         self.drop = dropped_request_headers(trust_forwarded)
         self.max_body = max_body
         self.latency = latency
+        self.response_drops = response_drops(cors_filtered)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         query = scope.get("query_string", b"")
@@ -137,7 +155,8 @@ class ReverseProxy:
         if self.latency is not None:
             self.latency(time.perf_counter() - started)
         try:
-            response_headers = downstream_response_headers(response.headers, response.status)
+            response_headers = downstream_response_headers(response.headers, response.status,
+                                                           self.response_drops)
             await send({"type": "http.response.start", "status": response.status,
                         "headers": response_headers})
             streaming = any(name == b"content-type" and value.startswith(b"text/event-stream")

@@ -156,6 +156,9 @@ class GatewayApp:
                              f"the request headers exceed {self.limits.max_header_bytes} bytes")
             return
         problem = self.header_rules.problem(scope["headers"])
+        if problem is None and "\x00" in scope["path"]:
+            # A NUL (%00) would cut the path short for CEL rules, which read up to it.
+            problem = "the request path contains a NUL character (%00)"
         if problem is not None:
             await send_error(exchange, 400, "invalid_request", problem)
             return

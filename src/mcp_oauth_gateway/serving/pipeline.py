@@ -49,7 +49,8 @@ def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstr
     else:
         app = ReverseProxy(route.target, upstream, route.backend_timeout, trust_forwarded,
                            limits.max_body_bytes,
-                           metrics.latency_observer(route.route) if metrics else None)
+                           metrics.latency_observer(route.route) if metrics else None,
+                           cors_filtered=route.cors is not None)
         if policy is not None:
             if policy.mcp_authorization is not None:
                 app = McpAuthorization(app, policy.mcp_authorization, limits.max_body_bytes)

@@ -65,10 +65,12 @@ async def test_a_refusal_is_403_naming_the_action_and_the_policy(action, descrip
     ("Allow", (MISSING,), False),
     ("Allow", (MISSING, ALICE), True),  # the erroring rule is false, the other still counts
     ("Require", (ALICE, MISSING), False),
-    # Under Deny an erroring rule is false too, so it denies nothing (see the report).
-    ("Deny", (MISSING,), True),
+    # Under Deny an erroring rule denies: a rule that cannot be evaluated never lets a request
+    # through (fail closed).
+    ("Deny", (MISSING,), False),
+    ("Deny", (MISSING, '"nobody" == jwt.sub'), False),
 ])
-async def test_an_erroring_rule_counts_as_false(action, rules, allowed):
+async def test_an_erroring_rule_never_lets_a_request_through(action, rules, allowed):
     response = await drive(authz(Inner(), action, *rules), "POST", scope=claims("alice"))
     assert response.status == (200 if allowed else 403)
 

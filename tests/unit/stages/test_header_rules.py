@@ -38,8 +38,11 @@ async def test_a_clean_request_reaches_the_backend(gateway):
 @pytest.mark.parametrize(("headers", "problem"), [
     ([(b"mcp-session-id", b"a"), (b"mcp-session-id", b"b")],
      "the request carries more than one Mcp-Session-Id header; send it once"),
+    ([(b"connection", b"close, X-Forwarded-For")],
+     "the Connection header names X-Forwarded-For, which the gateway reads or sets; it cannot "
+     "be made hop-by-hop (dropped on the way to the backend)"),
     ([(b"x_forwarded_for", b"10.0.0.1")],
-     "the header X_forwarded_for would be read as X-Forwarded-For by some servers; "
+     "the header X_Forwarded_For would be read as X-Forwarded-For by some servers; "
      "send X-Forwarded-For"),
 ])
 async def test_a_refused_header_is_a_json_400_before_any_stage(gateway, headers, problem):

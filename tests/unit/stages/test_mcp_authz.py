@@ -205,3 +205,37 @@ async def test_an_sse_list_is_filtered_event_by_event_as_the_events_arrive():
     assert response.headers == [(b"content-type", b"text/event-stream")]
     filtered = b"id: 1\ndata: " + refiltered("tools", {"name": "echo"}) + b"\n\n"
     assert response.chunks == [filtered, second, b""]
+
+
+async def test_a_name_with_a_nul_is_never_allowed():
+    # The CEL runtime reads strings only up to a NUL: "echo\0rm" would pass as "echo".
+    inner = Inner()
+    call = await drive(stage(inner), "POST", headers=JSON,
+                       body=rpc("tools/call", name="echo\u0000rm", arguments={}),
+                       scope=USER, inner=inner)
+    assert not call.reached
+    assert call.json()["error"]["message"] == "Unknown tool: echo\u0000rm"
+    listed = Inner(headers=JSON, body=listing("tools", {"name": "echo\u0000rm"},
+                                              {"name": "echo"}))
+    response = await drive(stage(listed), "POST", body=rpc("tools/list"), scope=USER,
+                           inner=listed)
+    assert response.json()["result"]["tools"] == [{"name": "echo"}]
+
+
+@pytest.mark.parametrize("ending", [b"\r", b"\r\n"])
+async def test_sse_events_split_by_any_line_ending_are_filtered(ending):
+    event = (b"data: " + listing("tools", {"name": "rm"}, {"name": "echo"})).replace(
+        b"\n", b"") + ending + ending
+    # Split inside the line ending, where a CRLF could be misread as two line ends.
+    inner = Inner.sse([event[:-1], event[-1:]])
+    response = await drive(stage(inner), "POST", body=rpc("tools/list"), scope=USER, inner=inner)
+    assert b'"rm"' not in response.body
+    assert b'"echo"' in response.body
+
+
+async def test_an_unterminated_last_sse_event_is_filtered_too():
+    tail = b"data: " + listing("tools", {"name": "rm"}, {"name": "echo"})  # no blank line
+    inner = Inner.sse([tail])
+    response = await drive(stage(inner), "POST", body=rpc("tools/list"), scope=USER, inner=inner)
+    assert b'"rm"' not in response.body
+    assert b'"echo"' in response.body

@@ -27,9 +27,10 @@ JSON = (b"content-type", b"application/json")
 
 
 def proxy(upstream: MemoryUpstream, trust_forwarded: bool = False, max_body: int = 1 << 20,
-          timeout: float = 2.5, latency: list[float] | None = None) -> ReverseProxy:
+          timeout: float = 2.5, latency: list[float] | None = None,
+          cors_filtered: bool = False) -> ReverseProxy:
     return ReverseProxy(TARGET, upstream, timeout, trust_forwarded, max_body,
-                        latency.append if latency is not None else None)
+                        latency.append if latency is not None else None, cors_filtered)
 
 
 # --- the request handed to the upstream ---------------------------------------------------------
@@ -222,3 +223,30 @@ async def test_a_client_leaving_a_stream_stops_the_reading_of_the_backend():
     assert response.messages[-1]["more_body"] is True
     assert answer.closed  # the backend stream was abandoned…
     assert answer.released == 1  # …and its connection given back to be dropped
+
+
+BACKEND_CORS = [(b"Access-Control-Allow-Origin", b"*"),
+                (b"access-control-allow-credentials", b"true"),
+                (b"access-control-expose-headers", b"x-secret"), (b"vary", b"Accept")]
+
+
+@pytest.mark.parametrize("origin", [[], [(b"origin", b"https://evil.example")]])
+async def test_on_a_route_with_a_cors_filter_the_backends_cors_headers_never_pass(origin):
+    # With or without an Origin: the route's filter alone decides CORS.
+    upstream = MemoryUpstream(MemoryResponse(200, [JSON, *BACKEND_CORS], b"{}"))
+    response = await drive(proxy(upstream, cors_filtered=True), headers=origin)
+    assert [k for k, _ in response.headers if k.startswith(b"access-control-")] == []
+    assert (b"vary", b"Accept") in response.headers
+
+
+async def test_without_a_cors_filter_the_backend_keeps_its_cors_headers():
+    upstream = MemoryUpstream(MemoryResponse(200, [JSON, *BACKEND_CORS], b"{}"))
+    response = await drive(proxy(upstream))
+    assert (b"access-control-allow-origin", b"*") in response.headers
+
+
+async def test_response_connection_tokens_are_read_whatever_their_case():
+    upstream = MemoryUpstream(MemoryResponse(200, [JSON, (b"Connection", b"close, X-Internal"),
+                                                   (b"x-internal", b"secret")], b"{}"))
+    response = await drive(proxy(upstream))
+    assert response.header(b"x-internal") is None
