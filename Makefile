@@ -71,6 +71,7 @@ bench: install-test system-deps
 
 lint: install-test lint-imports typecheck
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check src tests benchmarks
 
 # Strict static types over src/ ([tool.mypy] in pyproject.toml).
 typecheck: install-test

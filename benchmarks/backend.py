@@ -8,10 +8,14 @@ import sys
 
 import uvicorn
 
-RESULT = (b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"5"}],'
-          b'"structuredContent":{"result":5},"isError":false}}')
-JSON_HEADERS = [(b"content-type", b"application/json"),
-                (b"content-length", str(len(RESULT)).encode())]
+RESULT = (
+    b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"5"}],'
+    b'"structuredContent":{"result":5},"isError":false}}'
+)
+JSON_HEADERS = [
+    (b"content-type", b"application/json"),
+    (b"content-length", str(len(RESULT)).encode()),
+]
 
 
 async def app(scope, receive, send):  # noqa: ANN001, ANN201
@@ -22,12 +26,20 @@ async def app(scope, receive, send):  # noqa: ANN001, ANN201
     while more:
         more = (await receive()).get("more_body", False)
     if scope["method"] == "GET":
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream"),
-                                (b"cache-control", b"no-store")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-store"),
+                ],
+            }
+        )
         for i in range(5):
-            await send({"type": "http.response.body", "body": f"data: {i}\n\n".encode(),
-                        "more_body": True})
+            await send(
+                {"type": "http.response.body", "body": f"data: {i}\n\n".encode(), "more_body": True}
+            )
             await asyncio.sleep(0.1)
         await send({"type": "http.response.body", "body": b""})
         return
@@ -36,5 +48,13 @@ async def app(scope, receive, send):  # noqa: ANN001, ANN201
 
 
 if __name__ == "__main__":
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), loop="uvloop", http="httptools",
-                log_level="warning", access_log=False, lifespan="off")
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=int(sys.argv[1]),
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+    )

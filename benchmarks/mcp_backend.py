@@ -17,6 +17,12 @@ def add(a: int, b: int) -> int:
 
 
 if __name__ == "__main__":
-    uvicorn.run(server.streamable_http_app(json_response=True, stateless_http=True),
-                host="127.0.0.1", port=int(sys.argv[1]), loop="uvloop", http="httptools",
-                log_level="warning", access_log=False)
+    uvicorn.run(
+        server.streamable_http_app(json_response=True, stateless_http=True),
+        host="127.0.0.1",
+        port=int(sys.argv[1]),
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+        access_log=False,
+    )

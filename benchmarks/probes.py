@@ -1,7 +1,7 @@
 """Latency probes run as their own (pinned) processes by run.py.
 
-    probes.py rate URL RATE SECONDS [TOKEN]   fixed-rate POSTs; prints latency percentiles (ms)
-    probes.py sse URL [TOKEN]                 one SSE request; prints event arrival times (ms)
+probes.py rate URL RATE SECONDS [TOKEN]   fixed-rate POSTs; prints latency percentiles (ms)
+probes.py sse URL [TOKEN]                 one SSE request; prints event arrival times (ms)
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ import time
 
 import aiohttp
 
-BODY = (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add",'
-        b'"arguments":{"a":2,"b":3}}}')
+BODY = (
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add",'
+    b'"arguments":{"a":2,"b":3}}}'
+)
 
 
 def _headers(token: str | None) -> dict[str, str]:
-    headers = {"Content-Type": "application/json",
-               "Accept": "application/json, text/event-stream"}
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     return headers
@@ -57,9 +58,12 @@ async def rate(url: str, per_second: float, seconds: float, token: str | None) -
             tasks.append(asyncio.ensure_future(one()))
         await asyncio.gather(*tasks)
     latencies.sort()
-    return {"requests": len(latencies), "errors": errors,
-            "p50": statistics.median(latencies),
-            "p99": latencies[int(len(latencies) * 0.99) - 1]}
+    return {
+        "requests": len(latencies),
+        "errors": errors,
+        "p50": statistics.median(latencies),
+        "p99": latencies[int(len(latencies) * 0.99) - 1],
+    }
 
 
 async def sse(url: str, token: str | None) -> dict:
@@ -80,8 +84,14 @@ async def sse(url: str, token: str | None) -> dict:
 if __name__ == "__main__":
     mode, target = sys.argv[1], sys.argv[2]
     if mode == "rate":
-        out = asyncio.run(rate(target, float(sys.argv[3]), float(sys.argv[4]),
-                               sys.argv[5] if len(sys.argv) > 5 else None))
+        out = asyncio.run(
+            rate(
+                target,
+                float(sys.argv[3]),
+                float(sys.argv[4]),
+                sys.argv[5] if len(sys.argv) > 5 else None,
+            )
+        )
     else:
         out = asyncio.run(sse(target, sys.argv[3] if len(sys.argv) > 3 else None))
     print(json.dumps(out))

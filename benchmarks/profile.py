@@ -49,27 +49,59 @@ def main() -> int:
     if not os.path.exists(spy):
         print("error: py-spy is required (pip install py-spy)", file=sys.stderr)
         return 2
-    options = argparse.Namespace(smoke=True, rounds=1, duration=1, warmup=1, conns=64,
-                                 tokens=10, rate_seconds=1, soak=0)
+    options = argparse.Namespace(
+        smoke=True, rounds=1, duration=1, warmup=1, conns=64, tokens=10, rate_seconds=1, soak=0
+    )
     bench = Bench(options)
     raw = Path(tempfile.mkdtemp()) / "profile.raw"
     try:
         backend = bench.backend(LOAD_CORE)
         gateway = bench.gateway(backend.port)
         env = {**os.environ, "TOKEN": bench.token, "TOKENS_FILE": ""}
-        load = subprocess.Popen(pinned(LOAD_CORE, [
-            "wrk", "-t1", "-c64", f"-d{args.seconds + 4}s", "-s", str(HERE / "post.lua"),
-            f"http://127.0.0.1:{gateway.port}/mcp"]), env=env, stdout=subprocess.PIPE,
-            text=True)
-        subprocess.run([spy, "record", "-p", str(gateway.popen.pid), "-d", str(args.seconds),
-                        "-r", "250", "-f", "raw", "-o", str(raw), "--nonblocking"],
-                       capture_output=True, check=True)
+        load = subprocess.Popen(
+            pinned(
+                LOAD_CORE,
+                [
+                    "wrk",
+                    "-t1",
+                    "-c64",
+                    f"-d{args.seconds + 4}s",
+                    "-s",
+                    str(HERE / "post.lua"),
+                    f"http://127.0.0.1:{gateway.port}/mcp",
+                ],
+            ),
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        subprocess.run(
+            [
+                spy,
+                "record",
+                "-p",
+                str(gateway.popen.pid),
+                "-d",
+                str(args.seconds),
+                "-r",
+                "250",
+                "-f",
+                "raw",
+                "-o",
+                str(raw),
+                "--nonblocking",
+            ],
+            capture_output=True,
+            check=True,
+        )
         out, _ = load.communicate(timeout=60)
     finally:
         bench.stop_all()
     throughput = next((line.strip() for line in out.splitlines() if "Requests/sec" in line), "")
-    text = (f"py-spy, {args.seconds} s at 250 Hz, gateway scenario b (c=64, one token, "
-            f"CEL rule, static backend); wrk {throughput}\n\n" + summarize(raw, 30))
+    text = (
+        f"py-spy, {args.seconds} s at 250 Hz, gateway scenario b (c=64, one token, "
+        f"CEL rule, static backend); wrk {throughput}\n\n" + summarize(raw, 30)
+    )
     Path(args.output).write_text(text)
     print(text)
     return 0

@@ -39,10 +39,12 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 ISSUER = "https://idp.bench.example/application/o/mcp/"
 AUDIENCE = "mcp-bench"
 SERVER_CORE, LOAD_CORE = "0", "1"
-GAP_NOTE = ("Targets not met, and what would close them: see [PROFILE.md](../PROFILE.md) "
-            "(cache misses: verify the signature with `cryptography` once joserfc has parsed "
-            "the header, or `--workers 2`; gateway ÷ direct backend: ASGI's separate head and "
-            "body writes and per-request tasks are the floor of this server stack).")
+GAP_NOTE = (
+    "Targets not met, and what would close them: see [PROFILE.md](../PROFILE.md) "
+    "(cache misses: verify the signature with `cryptography` once joserfc has parsed "
+    "the header, or `--workers 2`; gateway ÷ direct backend: ASGI's separate head and "
+    "body writes and per-request tasks are the floor of this server stack)."
+)
 
 
 def free_port() -> int:
@@ -141,6 +143,7 @@ class Result:
 
 def parse_wrk(text: str) -> tuple[float, float, float, int, int]:
     """req/s, p50 ms, p99 ms, requests, non-2xx/3xx + socket errors."""
+
     def ms(value: str) -> float:
         number, unit = re.match(r"([\d.]+)(\w+)", value).groups()  # type: ignore[union-attr]
         return float(number) * {"us": 0.001, "ms": 1, "s": 1000}[unit]
@@ -151,8 +154,7 @@ def parse_wrk(text: str) -> tuple[float, float, float, int, int]:
     p99 = ms(re.search(r"^\s*99%\s+(\S+)", text, re.M).group(1))  # type: ignore[union-attr]
     requests = int(re.search(r"(\d+) requests in", text).group(1))  # type: ignore[union-attr]
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)",
-                     text)
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
     errors = (int(bad.group(1)) if bad else 0) + (sum(map(int, sock.groups())) if sock else 0)
     return rps, p50, p99, requests, errors
 
@@ -161,8 +163,9 @@ class Bench:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.work = Path(tempfile.mkdtemp(prefix="mcp-gw-bench-"))
-        self.key = RSAKey.generate_key(2048, parameters={"kid": "bench", "alg": "RS256",
-                                                          "use": "sig"})
+        self.key = RSAKey.generate_key(
+            2048, parameters={"kid": "bench", "alg": "RS256", "use": "sig"}
+        )
         self.token = self.mint(0)
         self.servers: list[Server] = []
 
@@ -171,10 +174,19 @@ class Bench:
     def mint(self, i: int) -> str:
         """A valid RS256 token with realistic claims (11 claims, about 800 bytes)."""
         now = int(time.time())
-        claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": f"user-{i}", "exp": now + 7200,
-                  "iat": now, "nbf": now - 5, "jti": f"jti-{i:08d}",
-                  "email": f"user-{i}@example.com", "groups": ["mcp-agent", "users", "admins"],
-                  "scope": "openid profile email", "azp": AUDIENCE}
+        claims = {
+            "iss": ISSUER,
+            "aud": AUDIENCE,
+            "sub": f"user-{i}",
+            "exp": now + 7200,
+            "iat": now,
+            "nbf": now - 5,
+            "jti": f"jti-{i:08d}",
+            "email": f"user-{i}@example.com",
+            "groups": ["mcp-agent", "users", "admins"],
+            "scope": "openid profile email",
+            "azp": AUDIENCE,
+        }
         return jwt.encode({"alg": "RS256", "kid": "bench", "typ": "at+jwt"}, claims, self.key)
 
     def tokens_file(self, count: int) -> Path:
@@ -183,11 +195,17 @@ class Bench:
             path.write_text("\n".join(self.mint(i) for i in range(1, count + 1)) + "\n")
         return path
 
-    def spawn(self, name: str, cmd: list[str], core: str, port: int,
-              env: dict[str, str] | None = None) -> Server:
+    def spawn(
+        self, name: str, cmd: list[str], core: str, port: int, env: dict[str, str] | None = None
+    ) -> Server:
         log = (self.work / f"{name}.log").open("ab")
-        popen = subprocess.Popen(pinned(core, cmd), stdout=log, stderr=subprocess.STDOUT,
-                                 env={**os.environ, **(env or {})}, cwd=self.work)
+        popen = subprocess.Popen(
+            pinned(core, cmd),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            cwd=self.work,
+        )
         server = Server(name, popen, port)
         self.servers.append(server)
         wait_port(port)
@@ -302,8 +320,12 @@ http {{
     }}
 }}
 """)
-        return self.spawn("nginx", ["nginx", "-p", str(prefix), "-c", str(conf), "-g",
-                                    "daemon off;"], SERVER_CORE, port)
+        return self.spawn(
+            "nginx",
+            ["nginx", "-p", str(prefix), "-c", str(conf), "-g", "daemon off;"],
+            SERVER_CORE,
+            port,
+        )
 
     def stop_all(self) -> None:
         for server in reversed(self.servers):
@@ -312,11 +334,28 @@ http {{
 
     # --- measurements ---------------------------------------------------------------------
 
-    def wrk(self, url: str, conns: int, seconds: float, token: str | None = None,
-            tokens: Path | None = None) -> tuple[float, float, float, int, int]:
+    def wrk(
+        self,
+        url: str,
+        conns: int,
+        seconds: float,
+        token: str | None = None,
+        tokens: Path | None = None,
+    ) -> tuple[float, float, float, int, int]:
         env = {**os.environ, "TOKEN": token or "", "TOKENS_FILE": str(tokens or "")}
-        cmd = pinned(LOAD_CORE, ["wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s",
-                                 "--latency", "-s", str(HERE / "post.lua"), url])
+        cmd = pinned(
+            LOAD_CORE,
+            [
+                "wrk",
+                "-t1",
+                f"-c{conns}",
+                f"-d{max(1, round(seconds))}s",
+                "--latency",
+                "-s",
+                str(HERE / "post.lua"),
+                url,
+            ],
+        )
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds + 60)
         if done.returncode != 0:
             raise RuntimeError(f"wrk failed: {done.stderr}")
@@ -325,19 +364,34 @@ http {{
         except (AttributeError, ValueError, KeyError) as exc:
             raise RuntimeError(f"cannot read wrk's output ({exc}):\n{done.stdout}") from exc
 
-    def measure(self, scenario: str, url: str, measured: Server, conns: int,
-                token: str | None = None, tokens: Path | None = None,
-                also: Server | None = None) -> Result:
+    def measure(
+        self,
+        scenario: str,
+        url: str,
+        measured: Server,
+        conns: int,
+        token: str | None = None,
+        tokens: Path | None = None,
+        also: Server | None = None,
+    ) -> Result:
         self.wrk(url, conns, self.args.warmup, token, tokens)
         before = cpu_seconds(measured.popen.pid)
         before_also = cpu_seconds(also.popen.pid) if also else 0.0
         rps, p50, p99, requests, errors = self.wrk(url, conns, self.args.duration, token, tokens)
         cpu = cpu_seconds(measured.popen.pid) - before
-        result = Result(scenario, rps, p50, p99, cpu_us=cpu / max(requests, 1) * 1e6,
-                        rss=rss_mb(measured.popen.pid, "VmHWM"), errors=errors)
+        result = Result(
+            scenario,
+            rps,
+            p50,
+            p99,
+            cpu_us=cpu / max(requests, 1) * 1e6,
+            rss=rss_mb(measured.popen.pid, "VmHWM"),
+            errors=errors,
+        )
         if also is not None:
-            result.extra["backend_cpu_us"] = (cpu_seconds(also.popen.pid) - before_also) / \
-                max(requests, 1) * 1e6
+            result.extra["backend_cpu_us"] = (
+                (cpu_seconds(also.popen.pid) - before_also) / max(requests, 1) * 1e6
+            )
         return result
 
     def run_round(self) -> list[Result]:
@@ -356,6 +410,7 @@ http {{
             url = f"http://127.0.0.1:{b.port}/mcp"
             out.append(self.measure("a direct backend", url, b, a.conns))
             out.append(self.measure("a direct backend c=1", url, b, 1))
+
         with_backend(direct)
 
         def gateway() -> None:
@@ -364,26 +419,33 @@ http {{
             url = f"http://127.0.0.1:{g.port}/mcp"
             out.append(self.measure("b gateway, one token", url, g, a.conns, token=self.token))
             out.append(self.measure("b gateway c=1", url, g, 1, token=self.token))
-            out.append(self.measure("c gateway, a new token per request", url, g, a.conns,
-                                    tokens=tokens))
+            out.append(
+                self.measure("c gateway, a new token per request", url, g, a.conns, tokens=tokens)
+            )
+
         with_backend(gateway)
 
         if shutil.which("haproxy"):
+
             def haproxy() -> None:
                 b = self.backend(LOAD_CORE)
                 h = self.haproxy(b.port)
                 url = f"http://127.0.0.1:{h.port}/mcp"
-                out.append(self.measure("d HAProxy jwt_verify", url, h, a.conns,
-                                        token=self.token))
-                out.append(self.measure("d HAProxy jwt_verify c=1", url, h, 1,
-                                        token=self.token))
+                out.append(self.measure("d HAProxy jwt_verify", url, h, a.conns, token=self.token))
+                out.append(self.measure("d HAProxy jwt_verify c=1", url, h, 1, token=self.token))
+
             with_backend(haproxy)
         if shutil.which("nginx"):
+
             def nginx() -> None:
                 b = self.backend(LOAD_CORE)
                 n = self.nginx(b.port)
-                out.append(self.measure("d nginx plain proxy", f"http://127.0.0.1:{n.port}/mcp",
-                                        n, a.conns))
+                out.append(
+                    self.measure(
+                        "d nginx plain proxy", f"http://127.0.0.1:{n.port}/mcp", n, a.conns
+                    )
+                )
+
             with_backend(nginx)
         return out
 
@@ -392,8 +454,10 @@ http {{
         b = self.backend(LOAD_CORE)
         g = self.gateway(b.port)
         url = f"http://127.0.0.1:{g.port}/mcp"
-        return [self.measure("b gateway, one token", url, g, self.args.conns, token=self.token),
-                self.measure("b gateway c=1", url, g, 1, token=self.token)]
+        return [
+            self.measure("b gateway, one token", url, g, self.args.conns, token=self.token),
+            self.measure("b gateway c=1", url, g, 1, token=self.token),
+        ]
 
     def mcp_share(self) -> list[Result]:
         """(e): a real mcp SDK server alone on one core, then the gateway in front of it (CPU
@@ -405,27 +469,43 @@ http {{
         out = []
         try:
             port = free_port()
-            alone = self.spawn("mcp-sdk", [PY, str(HERE / "mcp_backend.py"), str(port)],
-                               SERVER_CORE, port)
-            out.append(self.measure("e mcp SDK server alone", f"http://127.0.0.1:{port}/mcp",
-                                    alone, self.args.conns))
+            alone = self.spawn(
+                "mcp-sdk", [PY, str(HERE / "mcp_backend.py"), str(port)], SERVER_CORE, port
+            )
+            out.append(
+                self.measure(
+                    "e mcp SDK server alone", f"http://127.0.0.1:{port}/mcp", alone, self.args.conns
+                )
+            )
         finally:
             self.stop_all()
         try:
             port = free_port()
-            backend = self.spawn("mcp-sdk", [PY, str(HERE / "mcp_backend.py"), str(port)],
-                                 LOAD_CORE, port)
+            backend = self.spawn(
+                "mcp-sdk", [PY, str(HERE / "mcp_backend.py"), str(port)], LOAD_CORE, port
+            )
             g = self.gateway(port)
-            out.append(self.measure("e gateway → mcp SDK tools/call",
-                                    f"http://127.0.0.1:{g.port}/mcp", g, 16, token=self.token,
-                                    also=backend))
+            out.append(
+                self.measure(
+                    "e gateway → mcp SDK tools/call",
+                    f"http://127.0.0.1:{g.port}/mcp",
+                    g,
+                    16,
+                    token=self.token,
+                    also=backend,
+                )
+            )
         finally:
             self.stop_all()
         return out
 
     def probe(self, *args: str) -> dict:
-        done = subprocess.run(pinned(LOAD_CORE, [PY, str(HERE / "probes.py"), *args]),
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            pinned(LOAD_CORE, [PY, str(HERE / "probes.py"), *args]),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if done.returncode != 0:
             raise RuntimeError(done.stderr)
         return json.loads(done.stdout)
@@ -437,12 +517,17 @@ http {{
             g = self.gateway(b.port)
             seconds = str(self.args.rate_seconds)
             direct = self.probe("rate", f"http://127.0.0.1:{b.port}/mcp", "500", seconds)
-            through = self.probe("rate", f"http://127.0.0.1:{g.port}/mcp", "500", seconds,
-                                 self.token)
+            through = self.probe(
+                "rate", f"http://127.0.0.1:{g.port}/mcp", "500", seconds, self.token
+            )
             sse_direct = self.probe("sse", f"http://127.0.0.1:{b.port}/mcp")
             sse_gateway = self.probe("sse", f"http://127.0.0.1:{g.port}/mcp", self.token)
-            return {"rate_direct": direct, "rate_gateway": through,
-                    "sse_direct": sse_direct, "sse_gateway": sse_gateway}
+            return {
+                "rate_direct": direct,
+                "rate_gateway": through,
+                "sse_direct": sse_direct,
+                "sse_gateway": sse_gateway,
+            }
         finally:
             self.stop_all()
 
@@ -480,6 +565,7 @@ def median_results(rounds: list[list[Result]]) -> list[Result]:
 
 def versions() -> dict[str, str]:
     """What ran, for the report."""
+
     def first_line(cmd: list[str]) -> str:
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
@@ -488,9 +574,16 @@ def versions() -> dict[str, str]:
             return "not found"
 
     from importlib.metadata import version
+
     out = {"python": platform.python_version()}
-    for package in ("mcp-oauth-gateway", "uvicorn", "uvloop", "httptools", "joserfc",
-                    "cel-expr-python"):
+    for package in (
+        "mcp-oauth-gateway",
+        "uvicorn",
+        "uvloop",
+        "httptools",
+        "joserfc",
+        "cel-expr-python",
+    ):
         try:
             out[package] = version(package)
         except Exception:
@@ -509,28 +602,36 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def report(args: argparse.Namespace, results: list[Result], extras: dict,
-           soak: dict | None) -> str:
+def report(args: argparse.Namespace, results: list[Result], extras: dict, soak: dict | None) -> str:
     """The Markdown report, with the ratios and the targets."""
     r = {x.scenario: x for x in results}
     get = r.get
-    a, b, c = get("a direct backend"), get("b gateway, one token"), \
-        get("c gateway, a new token per request")
+    a, b, c = (
+        get("a direct backend"),
+        get("b gateway, one token"),
+        get("c gateway, a new token per request"),
+    )
     d, d1, b1 = get("d HAProxy jwt_verify"), get("d HAProxy jwt_verify c=1"), get("b gateway c=1")
-    lines = [f"# Benchmark {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}"
-             f"{' (smoke run: numbers are meaningless)' if args.smoke else ''}", "",
-             f"Machine: {os.cpu_count()} cores, {cpu_model()}, Linux {platform.release()}. "
-             f"Servers on core {SERVER_CORE}, wrk (and backends behind a proxy) on core "
-             f"{LOAD_CORE}. wrk -t1 -c{args.conns}, {args.duration:g} s after {args.warmup:g} s "
-             f"warm-up, {args.rounds} interleaved round(s), median shown (min-max). "
-             f"POST /mcp tools/call, 800-byte RS256 token; CEL rule `\"mcp-agent\" in "
-             f"jwt.groups`; scenario c cycles {args.tokens} tokens (cache holds 10,000).", "",
-             "| scenario | req/s (min-max) | p50 ms | p99 ms | CPU µs/req | peak RSS MB | "
-             "errors |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# Benchmark {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}"
+        f"{' (smoke run: numbers are meaningless)' if args.smoke else ''}",
+        "",
+        f"Machine: {os.cpu_count()} cores, {cpu_model()}, Linux {platform.release()}. "
+        f"Servers on core {SERVER_CORE}, wrk (and backends behind a proxy) on core "
+        f"{LOAD_CORE}. wrk -t1 -c{args.conns}, {args.duration:g} s after {args.warmup:g} s "
+        f"warm-up, {args.rounds} interleaved round(s), median shown (min-max). "
+        f'POST /mcp tools/call, 800-byte RS256 token; CEL rule `"mcp-agent" in '
+        f"jwt.groups`; scenario c cycles {args.tokens} tokens (cache holds 10,000).",
+        "",
+        "| scenario | req/s (min-max) | p50 ms | p99 ms | CPU µs/req | peak RSS MB | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for x in results:
-        lines.append(f"| {x.scenario} | {x.rps:,.0f} ({x.extra.get('min_rps', x.rps):,.0f}-"
-                     f"{x.extra.get('max_rps', x.rps):,.0f}) | {x.p50:.2f} | {x.p99:.2f} | "
-                     f"{x.cpu_us:.0f} | {x.rss:.0f} | {x.errors} |")
+        lines.append(
+            f"| {x.scenario} | {x.rps:,.0f} ({x.extra.get('min_rps', x.rps):,.0f}-"
+            f"{x.extra.get('max_rps', x.rps):,.0f}) | {x.p50:.2f} | {x.p99:.2f} | "
+            f"{x.cpu_us:.0f} | {x.rss:.0f} | {x.errors} |"
+        )
     targets = []
 
     def ratio(name: str, num: Result | None, den: Result | None, goal: float) -> None:
@@ -542,38 +643,71 @@ def report(args: argparse.Namespace, results: list[Result], extras: dict,
     ratio("b / d (gateway ÷ HAProxy jwt_verify)", b, d, 0.6)
     ratio("c / d (cache-miss gateway ÷ HAProxy)", c, d, 0.3)
     if b and d:
-        targets.append(("p99 at c=64, gateway ÷ HAProxy", f"{b.p99 / d.p99:.2f}", "≤ 2",
-                        b.p99 / d.p99 <= 2))
+        targets.append(
+            ("p99 at c=64, gateway ÷ HAProxy", f"{b.p99 / d.p99:.2f}", "≤ 2", b.p99 / d.p99 <= 2)
+        )
     if b1 and d1:
-        targets.append(("p50 at c=1, gateway - HAProxy (ms)", f"{b1.p50 - d1.p50:+.2f}",
-                        "≤ +0.15", b1.p50 - d1.p50 <= 0.15))
+        targets.append(
+            (
+                "p50 at c=1, gateway - HAProxy (ms)",
+                f"{b1.p50 - d1.p50:+.2f}",
+                "≤ +0.15",
+                b1.p50 - d1.p50 <= 0.15,
+            )
+        )
         targets.append(("p99 at c=1, gateway (ms)", f"{b1.p99:.2f}", "≤ 1", b1.p99 <= 1))
-    ratio("b / mcp SDK server alone (gateway req/s ÷ a Python MCP backend's, per core)", b,
-          get("e mcp SDK server alone"), 6)
+    ratio(
+        "b / mcp SDK server alone (gateway req/s ÷ a Python MCP backend's, per core)",
+        b,
+        get("e mcp SDK server alone"),
+        6,
+    )
     share = get("e gateway → mcp SDK tools/call")
     if share and share.extra.get("backend_cpu_us"):
-        targets.append(("gateway CPU per tools/call as a share of the mcp SDK backend's "
-                        f"({share.cpu_us:.0f} µs vs {share.extra['backend_cpu_us']:.0f} µs)",
-                        f"{share.cpu_us / share.extra['backend_cpu_us'] * 100:.0f} %",
-                        "report", True))
+        targets.append(
+            (
+                "gateway CPU per tools/call as a share of the mcp SDK backend's "
+                f"({share.cpu_us:.0f} µs vs {share.extra['backend_cpu_us']:.0f} µs)",
+                f"{share.cpu_us / share.extra['backend_cpu_us'] * 100:.0f} %",
+                "report",
+                True,
+            )
+        )
     rate_d, rate_g = extras.get("rate_direct"), extras.get("rate_gateway")
     if rate_d and rate_g:
         added = rate_g["p50"] - rate_d["p50"]
-        targets.append(("added p50 at 500 req/s (ms)", f"{added:+.2f} (direct "
-                        f"{rate_d['p50']:.2f}, gateway {rate_g['p50']:.2f})", "report", True))
+        targets.append(
+            (
+                "added p50 at 500 req/s (ms)",
+                f"{added:+.2f} (direct {rate_d['p50']:.2f}, gateway {rate_g['p50']:.2f})",
+                "report",
+                True,
+            )
+        )
     sse_d, sse_g = extras.get("sse_direct"), extras.get("sse_gateway")
     if sse_d and sse_g and sse_d["arrivals_ms"] and sse_g["arrivals_ms"]:
-        delays = [g - d for g, d in zip(sse_g["arrivals_ms"], sse_d["arrivals_ms"],
-                                        strict=False)]
+        delays = [g - d for g, d in zip(sse_g["arrivals_ms"], sse_d["arrivals_ms"], strict=False)]
         worst = max(delays)
-        targets.append(("SSE: worst extra delay per event (ms); first event direct "
-                        f"{sse_d['arrivals_ms'][0]:.1f}, gateway {sse_g['arrivals_ms'][0]:.1f}",
-                        f"{worst:.1f}", "≤ 10", worst <= 10))
+        targets.append(
+            (
+                "SSE: worst extra delay per event (ms); first event direct "
+                f"{sse_d['arrivals_ms'][0]:.1f}, gateway {sse_g['arrivals_ms'][0]:.1f}",
+                f"{worst:.1f}",
+                "≤ 10",
+                worst <= 10,
+            )
+        )
     if soak:
         growth = (soak["rss_end_mb"] - soak["rss_start_mb"]) / soak["rss_start_mb"] * 100
-        targets.append((f"RSS growth over {soak['requests']:,} requests "
-                        f"({soak['rss_start_mb']:.0f} → {soak['rss_end_mb']:.0f} MB)",
-                        f"{growth:+.1f} %", "≤ 10 %", growth <= 10))
+        targets.append(
+            (
+                f"RSS growth over {soak['requests']:,} requests "
+                f"({soak['rss_start_mb']:.0f} → {soak['rss_end_mb']:.0f} MB)",
+                f"{growth:+.1f} %",
+                "≤ 10 %",
+                growth <= 10,
+            )
+        )
     lines += ["", "| target | measured | goal | met |", "|---|---:|---|---|"]
     for name, value, goal, met in targets:
         lines.append(f"| {name} | {value} | {goal} | {'yes' if met else '**no**'} |")
@@ -585,8 +719,9 @@ def report(args: argparse.Namespace, results: list[Result], extras: dict,
 
 def main() -> int:
     """Run and write the report."""
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--smoke", action="store_true", help="a few seconds; checks it runs")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=10)
@@ -594,26 +729,34 @@ def main() -> int:
     parser.add_argument("--conns", type=int, default=64)
     parser.add_argument("--tokens", type=int, default=12_000)
     parser.add_argument("--rate-seconds", type=float, default=10)
-    parser.add_argument("--soak", type=int, default=1_000_000,
-                        help="requests for the RSS check (0 to skip)")
+    parser.add_argument(
+        "--soak", type=int, default=1_000_000, help="requests for the RSS check (0 to skip)"
+    )
     parser.add_argument("--output", default=str(HERE / "results"))
-    parser.add_argument("--quick", action="store_true",
-                        help="only the gateway scenarios, no report file (for tuning)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="only the gateway scenarios, no report file (for tuning)",
+    )
     args = parser.parse_args()
     if args.smoke:
         args.rounds, args.duration, args.warmup, args.tokens = 1, 1, 1, 200
         args.rate_seconds, args.soak = 1, 0
     for tool in ("wrk",):
         if not shutil.which(tool):
-            print(f"error: {tool} is required (apt-get install wrk haproxy nginx-light)",
-                  file=sys.stderr)
+            print(
+                f"error: {tool} is required (apt-get install wrk haproxy nginx-light)",
+                file=sys.stderr,
+            )
             return 2
     bench = Bench(args)
     if args.quick:
         try:
             for result in bench.quick():
-                print(f"{result.scenario}: {result.rps:,.0f} req/s p50 {result.p50:.2f} ms "
-                      f"p99 {result.p99:.2f} ms, {result.cpu_us:.0f} µs/req")
+                print(
+                    f"{result.scenario}: {result.rps:,.0f} req/s p50 {result.p50:.2f} ms "
+                    f"p99 {result.p99:.2f} ms, {result.cpu_us:.0f} µs/req"
+                )
         finally:
             bench.stop_all()
         return 0
@@ -625,8 +768,9 @@ def main() -> int:
             print(f"[bench] round {i + 1}/{args.rounds}", file=sys.stderr, flush=True)
             rounds.append(bench.run_round())
         results = median_results(rounds)
-        print("[bench] the mcp SDK server, alone and behind the gateway", file=sys.stderr,
-              flush=True)
+        print(
+            "[bench] the mcp SDK server, alone and behind the gateway", file=sys.stderr, flush=True
+        )
         share = bench.mcp_share()
         print("[bench] latency at 500 req/s and SSE", file=sys.stderr, flush=True)
         extras = bench.latency_and_sse()

@@ -15,11 +15,16 @@ from mcp_oauth_gateway.dataplane.headers import HeaderRules
 from mcp_oauth_gateway.urls import parse_redirect_uri, redirect_matches
 
 MCP_CALL = [
-    (b"host", b"gateway.example:8080"), (b"user-agent", b"node"),
-    (b"accept", b"application/json, text/event-stream"), (b"content-type", b"application/json"),
-    (b"authorization", b"Bearer " + b"x" * 900), (b"mcp-protocol-version", b"2025-11-25"),
-    (b"mcp-session-id", b"3f1c0a9e6b7d4e2f"), (b"content-length", b"120"),
-    (b"accept-encoding", b"gzip, deflate"), (b"connection", b"keep-alive"),
+    (b"host", b"gateway.example:8080"),
+    (b"user-agent", b"node"),
+    (b"accept", b"application/json, text/event-stream"),
+    (b"content-type", b"application/json"),
+    (b"authorization", b"Bearer " + b"x" * 900),
+    (b"mcp-protocol-version", b"2025-11-25"),
+    (b"mcp-session-id", b"3f1c0a9e6b7d4e2f"),
+    (b"content-length", b"120"),
+    (b"accept-encoding", b"gzip, deflate"),
+    (b"connection", b"keep-alive"),
 ]
 REGISTERED = ("http://127.0.0.1/callback", "http://localhost/callback")
 URI = "http://127.0.0.1:53412/callback"
@@ -45,11 +50,15 @@ def main() -> None:
         ("entry header check, 10 headers", lambda: plain.problem(MCP_CALL), n),
         ("  with --trust-forwarded-headers", lambda: trusting.problem(MCP_CALL), n),
         ("  with an underscore header present", lambda: plain.problem(with_alias), n),
-        ("redirect URI read + matched (per authorize)",
-         lambda: redirect_matches(REGISTERED, parse_redirect_uri(URI)), n // 10),
+        (
+            "redirect URI read + matched (per authorize)",
+            lambda: redirect_matches(REGISTERED, parse_redirect_uri(URI)),
+            n // 10,
+        ),
     ]
     for label, check, count in rows:
         print(f"{label:<46} {per_call_us(check, count):6.2f} us")
+
 
 if __name__ == "__main__":
     main()

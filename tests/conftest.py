@@ -101,17 +101,30 @@ def write_example(name: str, target: Path, ports: dict[str, int]) -> Path:
     return target
 
 
-def gateway_beside(stack: Stack, directory: Path, logs: Path, name: str,
-                   policy_insert: str = "", args: tuple[str, ...] = ()) -> Iterator[str]:
+def gateway_beside(
+    stack: Stack,
+    directory: Path,
+    logs: Path,
+    name: str,
+    policy_insert: str = "",
+    args: tuple[str, ...] = (),
+) -> Iterator[str]:
     """Another gateway serving examples/provider-b against `stack`'s IdP and backend, with
     `policy_insert` placed before the policy's authorization section; yields its base URL."""
     port = free_port()
-    config = write_example("provider-b", directory, {
-        "8080": str(port), "9000": stack.idp.rsplit(":", 1)[1],
-        "8000": stack.backend.rsplit(":", 1)[1]})
+    config = write_example(
+        "provider-b",
+        directory,
+        {
+            "8080": str(port),
+            "9000": stack.idp.rsplit(":", 1)[1],
+            "8000": stack.backend.rsplit(":", 1)[1],
+        },
+    )
     policy = config / "policy.yaml"
-    policy.write_text(policy.read_text().replace("    authorization:\n",
-                                                 policy_insert + "    authorization:\n"))
+    policy.write_text(
+        policy.read_text().replace("    authorization:\n", policy_insert + "    authorization:\n")
+    )
     process = Process(name, [*gateway_cmd(config), *args], logs)
     try:
         wait_for_port(port, process)
@@ -125,26 +138,46 @@ def gateway_beside(stack: Stack, directory: Path, logs: Path, name: str,
 def use_broker(config: Path) -> Path:
     """Switch a copied example's policy to Broker mode."""
     policy = config / "policy.yaml"
-    policy.write_text(policy.read_text().replace(
-        "        provider: ", "        authorizationServerMode: Broker\n        provider: "))
+    policy.write_text(
+        policy.read_text().replace(
+            "        provider: ", "        authorizationServerMode: Broker\n        provider: "
+        )
+    )
     return config
 
 
-def _start_stack(flavour: str, example: str, idp_port_in_example: str, logs: Path,
-                 tmp: Path, key: tuple[RSAKey, Path], backend: str, broker: bool = False,
-                 gateway_args: tuple[str, ...] = (), name: str = "",
-                 policy_extra: str = "",
-                 gateway_env: dict[str, str] | None = None) -> Iterator[Stack]:
+def _start_stack(
+    flavour: str,
+    example: str,
+    idp_port_in_example: str,
+    logs: Path,
+    tmp: Path,
+    key: tuple[RSAKey, Path],
+    backend: str,
+    broker: bool = False,
+    gateway_args: tuple[str, ...] = (),
+    name: str = "",
+    policy_extra: str = "",
+    gateway_env: dict[str, str] | None = None,
+) -> Iterator[Stack]:
     gw_port, idp_port = free_port(), free_port()
     backend_port = backend.rsplit(":", 1)[1]
     gateway = f"http://127.0.0.1:{gw_port}"
     resource = f"{gateway}/mcp"
-    idp_env = {"IDP_PORT": str(idp_port), "FLAVOUR": flavour, "KEY_FILE": str(key[1]),
-               "CLIENT_ID": CLIENT_ID, "RESOURCE": resource, "SLUG": "mcp"}
+    idp_env = {
+        "IDP_PORT": str(idp_port),
+        "FLAVOUR": flavour,
+        "KEY_FILE": str(key[1]),
+        "CLIENT_ID": CLIENT_ID,
+        "RESOURCE": resource,
+        "SLUG": "mcp",
+    }
     idp = Process(f"idp-{flavour}", [node(), str(NODE_DIR / "idp.mjs")], logs, env=idp_env)
-    config = write_example(example, tmp / example,
-                           {"8080": str(gw_port), idp_port_in_example: str(idp_port),
-                            "8000": backend_port})
+    config = write_example(
+        example,
+        tmp / example,
+        {"8080": str(gw_port), idp_port_in_example: str(idp_port), "8000": backend_port},
+    )
     if broker:
         use_broker(config)
     if policy_extra:
@@ -155,15 +188,28 @@ def _start_stack(flavour: str, example: str, idp_port_in_example: str, logs: Pat
         wait_for_port(idp_port, idp)
         name = name or f"gateway-{flavour}{'-broker' if broker else ''}"
         status_port = free_port()
-        gw = Process(name, [*gateway_cmd(config), "--status-port", str(status_port),
-                            *gateway_args], logs, env=gateway_env)
+        gw = Process(
+            name,
+            [*gateway_cmd(config), "--status-port", str(status_port), *gateway_args],
+            logs,
+            env=gateway_env,
+        )
         wait_for_port(gw_port, gw)
         if flavour == "keycloak":
             issuer, audience = f"http://127.0.0.1:{idp_port}/realms/master", resource
         else:
             issuer, audience = f"http://127.0.0.1:{idp_port}/application/o/mcp/", CLIENT_ID
-        stack = Stack(gateway, f"http://127.0.0.1:{idp_port}", issuer, audience, key[0], config,
-                      gw, backend, f"http://127.0.0.1:{status_port}/")
+        stack = Stack(
+            gateway,
+            f"http://127.0.0.1:{idp_port}",
+            issuer,
+            audience,
+            key[0],
+            config,
+            gw,
+            backend,
+            f"http://127.0.0.1:{status_port}/",
+        )
         wait_for_keyset(gateway, stack.token())
         yield stack
     finally:
@@ -173,28 +219,47 @@ def _start_stack(flavour: str, example: str, idp_port_in_example: str, logs: Pat
 
 
 @pytest.fixture(scope="session")
-def stack_b(logs: Path, tmp_path_factory: pytest.TempPathFactory,
-            idp_key: tuple[RSAKey, Path], backend: str) -> Iterator[Stack]:
+def stack_b(
+    logs: Path, tmp_path_factory: pytest.TempPathFactory, idp_key: tuple[RSAKey, Path], backend: str
+) -> Iterator[Stack]:
     """Provider B: examples/provider-b against oidc-provider in the authentik layout."""
-    yield from _start_stack("authentik", "provider-b", "9000", logs,
-                            tmp_path_factory.mktemp("stack-b"), idp_key, backend)
+    yield from _start_stack(
+        "authentik",
+        "provider-b",
+        "9000",
+        logs,
+        tmp_path_factory.mktemp("stack-b"),
+        idp_key,
+        backend,
+    )
 
 
 @pytest.fixture(scope="session")
-def stack_a(logs: Path, tmp_path_factory: pytest.TempPathFactory,
-            idp_key: tuple[RSAKey, Path], backend: str) -> Iterator[Stack]:
+def stack_a(
+    logs: Path, tmp_path_factory: pytest.TempPathFactory, idp_key: tuple[RSAKey, Path], backend: str
+) -> Iterator[Stack]:
     """Provider A: examples/provider-a against oidc-provider in the Keycloak layout."""
-    yield from _start_stack("keycloak", "provider-a", "8180", logs,
-                            tmp_path_factory.mktemp("stack-a"), idp_key, backend)
+    yield from _start_stack(
+        "keycloak", "provider-a", "8180", logs, tmp_path_factory.mktemp("stack-a"), idp_key, backend
+    )
 
 
 @pytest.fixture(scope="session")
-def stack_json(logs: Path, tmp_path_factory: pytest.TempPathFactory,
-               idp_key: tuple[RSAKey, Path], backend: str) -> Iterator[Stack]:
+def stack_json(
+    logs: Path, tmp_path_factory: pytest.TempPathFactory, idp_key: tuple[RSAKey, Path], backend: str
+) -> Iterator[Stack]:
     """Provider B with `--log-format json`."""
-    yield from _start_stack("authentik", "provider-b", "9000", logs,
-                            tmp_path_factory.mktemp("stack-json"), idp_key, backend,
-                            gateway_args=("--log-format", "json"), name="gateway-json")
+    yield from _start_stack(
+        "authentik",
+        "provider-b",
+        "9000",
+        logs,
+        tmp_path_factory.mktemp("stack-json"),
+        idp_key,
+        backend,
+        gateway_args=("--log-format", "json"),
+        name="gateway-json",
+    )
 
 
 TOOL_RULES = """\
@@ -210,20 +275,30 @@ TOOL_RULES = """\
 
 
 @pytest.fixture(scope="session")
-def stack_tools(logs: Path, tmp_path_factory: pytest.TempPathFactory,
-                idp_key: tuple[RSAKey, Path], backend: str) -> Iterator[Stack]:
+def stack_tools(
+    logs: Path, tmp_path_factory: pytest.TempPathFactory, idp_key: tuple[RSAKey, Path], backend: str
+) -> Iterator[Stack]:
     """Provider B with tool-level rules: `add` for everyone, every tool for group admin."""
-    yield from _start_stack("authentik", "provider-b", "9000", logs,
-                            tmp_path_factory.mktemp("stack-tools"), idp_key, backend,
-                            name="gateway-tools", policy_extra=TOOL_RULES)
+    yield from _start_stack(
+        "authentik",
+        "provider-b",
+        "9000",
+        logs,
+        tmp_path_factory.mktemp("stack-tools"),
+        idp_key,
+        backend,
+        name="gateway-tools",
+        policy_extra=TOOL_RULES,
+    )
 
 
 @pytest.fixture(scope="session")
 def otlp_receiver(logs: Path) -> Iterator[str]:
     """Base URL of an OTLP/HTTP receiver that lists what it got at `/spans`."""
     port = free_port()
-    proc = Process("otlp-receiver", [sys.executable, str(PEERS / "otlp_receiver.py"), str(port)],
-                   logs)
+    proc = Process(
+        "otlp-receiver", [sys.executable, str(PEERS / "otlp_receiver.py"), str(port)], logs
+    )
     try:
         wait_for_port(port, proc)
         yield f"http://127.0.0.1:{port}"
@@ -232,24 +307,47 @@ def otlp_receiver(logs: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def stack_traced(logs: Path, tmp_path_factory: pytest.TempPathFactory,
-                 idp_key: tuple[RSAKey, Path], backend: str,
-                 otlp_receiver: str) -> Iterator[Stack]:
+def stack_traced(
+    logs: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    idp_key: tuple[RSAKey, Path],
+    backend: str,
+    otlp_receiver: str,
+) -> Iterator[Stack]:
     """Provider B with `--tracing otlp`, exporting to the test receiver."""
-    yield from _start_stack("authentik", "provider-b", "9000", logs,
-                            tmp_path_factory.mktemp("stack-traced"), idp_key, backend,
-                            gateway_args=("--tracing", "otlp"), name="gateway-traced",
-                            gateway_env={"OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver,
-                                         "OTEL_BSP_SCHEDULE_DELAY": "100"})
+    yield from _start_stack(
+        "authentik",
+        "provider-b",
+        "9000",
+        logs,
+        tmp_path_factory.mktemp("stack-traced"),
+        idp_key,
+        backend,
+        gateway_args=("--tracing", "otlp"),
+        name="gateway-traced",
+        gateway_env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver,
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+        },
+    )
 
 
 @pytest.fixture(scope="session")
-def broker_b(logs: Path, tmp_path_factory: pytest.TempPathFactory,
-             idp_key: tuple[RSAKey, Path], backend: str) -> Iterator[Stack]:
+def broker_b(
+    logs: Path, tmp_path_factory: pytest.TempPathFactory, idp_key: tuple[RSAKey, Path], backend: str
+) -> Iterator[Stack]:
     """Provider B behind the gateway in Broker mode (local client metadata allowed)."""
-    yield from _start_stack("authentik", "provider-b", "9000", logs,
-                            tmp_path_factory.mktemp("broker-b"), idp_key, backend, broker=True,
-                            gateway_args=("--allow-local-client-metadata",))
+    yield from _start_stack(
+        "authentik",
+        "provider-b",
+        "9000",
+        logs,
+        tmp_path_factory.mktemp("broker-b"),
+        idp_key,
+        backend,
+        broker=True,
+        gateway_args=("--allow-local-client-metadata",),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -258,8 +356,23 @@ def redis_url(logs: Path) -> Iterator[str]:
     binary = shutil.which("redis-server")
     assert binary, "redis-server is required: `make test` installs the Debian package"
     port = free_port()
-    proc = Process("redis", [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--daemonize", "no"], logs)
+    proc = Process(
+        "redis",
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+        ],
+        logs,
+    )
     try:
         wait_for_port(port, proc)
         yield f"redis://127.0.0.1:{port}/0"

@@ -21,8 +21,11 @@ from openapi_core.testing import MockRequest, MockResponse
 
 from support import ROOT
 
-CONTRACTS = Path(os.environ.get("CONTRACTS_DIR") or ROOT.parent / "shared" / "contracts"
-                 ).expanduser().resolve()
+CONTRACTS = (
+    Path(os.environ.get("CONTRACTS_DIR") or ROOT.parent / "shared" / "contracts")
+    .expanduser()
+    .resolve()
+)
 AUTHENTIK = CONTRACTS / "authentik-2026.5.6-schema.yml"
 KEYCLOAK = CONTRACTS / "keycloak-26.6-admin-rest-openapi.json"
 
@@ -30,12 +33,17 @@ KEYCLOAK = CONTRACTS / "keycloak-26.6-admin-rest-openapi.json"
 def require(path: str | Path) -> None:
     """Fail in one line naming what is missing and how to point `CONTRACTS_DIR` at it."""
     if not CONTRACTS.is_dir():
-        pytest.fail(f"the providers' API documents are not in {CONTRACTS}: set CONTRACTS_DIR "
-                    "to the directory that holds them (make test-contracts CONTRACTS_DIR=DIR)",
-                    pytrace=False)
+        pytest.fail(
+            f"the providers' API documents are not in {CONTRACTS}: set CONTRACTS_DIR "
+            "to the directory that holds them (make test-contracts CONTRACTS_DIR=DIR)",
+            pytrace=False,
+        )
     if not Path(path).is_file():
-        pytest.fail(f"{Path(path).name} is not in {CONTRACTS} (CONTRACTS_DIR): it holds "
-                    f"{sorted(p.name for p in CONTRACTS.iterdir())}", pytrace=False)
+        pytest.fail(
+            f"{Path(path).name} is not in {CONTRACTS} (CONTRACTS_DIR): it holds "
+            f"{sorted(p.name for p in CONTRACTS.iterdir())}",
+            pytrace=False,
+        )
 
 
 @functools.cache
@@ -61,10 +69,11 @@ def _fix_document(node: object) -> None:
             node["default"] = default == "true"
         elif schema_type == "integer" and isinstance(default, str) and default.isdigit():
             node["default"] = int(default)
-        if node.get("nullable") is True and "type" not in node and \
-                len(node.get("allOf", ())) == 1:
-            node["anyOf"] = [node.pop("allOf")[0],
-                             {"type": "string", "nullable": True, "enum": [None]}]
+        if node.get("nullable") is True and "type" not in node and len(node.get("allOf", ())) == 1:
+            node["anyOf"] = [
+                node.pop("allOf")[0],
+                {"type": "string", "nullable": True, "enum": [None]},
+            ]
         for value in node.values():
             _fix_document(value)
     elif isinstance(node, list):
@@ -90,15 +99,23 @@ class Recorder:
 def _mock_request(request: httpx.Request, prefix_strip: str = "") -> MockRequest:
     url = request.url
     return MockRequest(
-        host_url=f"{url.scheme}://{url.netloc.decode()}", method=request.method.lower(),
-        path=url.path, args=dict(parse_qsl(url.query.decode())),
+        host_url=f"{url.scheme}://{url.netloc.decode()}",
+        method=request.method.lower(),
+        path=url.path,
+        args=dict(parse_qsl(url.query.decode())),
         headers=dict(request.headers.items()),
         data=request.content or None,
-        content_type=request.headers.get("content-type", "application/json").split(";")[0])
+        content_type=request.headers.get("content-type", "application/json").split(";")[0],
+    )
 
 
-def validate(document: str, request: httpx.Request, response: httpx.Response,
-             documented_only: bool = True, check_request: bool = True) -> list[str]:
+def validate(
+    document: str,
+    request: httpx.Request,
+    response: httpx.Response,
+    documented_only: bool = True,
+    check_request: bool = True,
+) -> list[str]:
     """Problems with this exchange: the request (unless it is invalid on purpose); the response
     when its status is documented for the operation (the Keycloak document lists few)."""
     api = openapi(document)
@@ -111,20 +128,23 @@ def validate(document: str, request: httpx.Request, response: httpx.Response,
             problems.append(f"request {request.method} {request.url.path}: {_reason(exc)}")
             return problems
     content_type = response.headers.get("content-type", "application/json").split(";")[0]
-    mock_response = MockResponse(data=response.content or b"", status_code=response.status_code,
-                                 content_type=content_type if response.content else None)
+    mock_response = MockResponse(
+        data=response.content or b"",
+        status_code=response.status_code,
+        content_type=content_type if response.content else None,
+    )
     try:
         api.validate_response(mock, mock_response)
     except Exception as exc:
         reason = _reason(exc)
         # The Keycloak document lists few error statuses and no error bodies (its README says
         # so); what it does not describe cannot be checked against it.
-        undocumented = ("Unknown response http status", "ResponseNotFound",
-                        "Valid mimetypes: []")
+        undocumented = ("Unknown response http status", "ResponseNotFound", "Valid mimetypes: []")
         if documented_only and any(marker in reason for marker in undocumented):
             return problems
-        problems.append(f"response {response.status_code} to {request.method} "
-                        f"{request.url.path}: {reason}")
+        problems.append(
+            f"response {response.status_code} to {request.method} {request.url.path}: {reason}"
+        )
     return problems
 
 

@@ -48,14 +48,24 @@ def wait_for_port(port: int, proc: Process | None = None, timeout: float = 30.0)
 class Process:
     """A child process whose output goes to a log file; always stopped by the fixture."""
 
-    def __init__(self, name: str, cmd: Sequence[str], log_dir: Path,
-                 env: Mapping[str, str] | None = None, cwd: Path | None = None):
+    def __init__(
+        self,
+        name: str,
+        cmd: Sequence[str],
+        log_dir: Path,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ):
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log = self.log_path.open("wb")
         self.popen = subprocess.Popen(
-            list(cmd), stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd,
-            env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
+            list(cmd),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL,
         )
 
     def log(self) -> str:
@@ -82,7 +92,8 @@ def node() -> str:
     binary = shutil.which("node")
     assert binary, "node is required for the end-to-end tests (install Node.js 20+)"
     assert (NODE_DIR / "node_modules").is_dir(), (
-        "tests/node/node_modules is missing: run `make test` (it runs `npm ci` in tests/node)")
+        "tests/node/node_modules is missing: run `make test` (it runs `npm ci` in tests/node)"
+    )
     return binary
 
 
@@ -104,8 +115,12 @@ def jwks_of(*keys: RSAKey) -> dict[str, object]:
     return {"keys": [k.as_dict(private=False) for k in keys]}
 
 
-def mint(key: RSAKey, claims: Mapping[str, object], header: Mapping[str, object] | None = None,
-         alg: str = "RS256") -> str:
+def mint(
+    key: RSAKey,
+    claims: Mapping[str, object],
+    header: Mapping[str, object] | None = None,
+    alg: str = "RS256",
+) -> str:
     """Sign `claims` with `key` (kid from the key unless the header says otherwise)."""
     head = {"alg": alg, "kid": key.kid, "typ": "at+jwt", **(header or {})}
     return jwt.encode(head, dict(claims), key, algorithms=[alg])
@@ -118,17 +133,30 @@ def b64url(data: bytes) -> str:
 
 def unsigned(header: Mapping[str, object], claims: Mapping[str, object], sig: bytes = b"") -> str:
     """A token assembled by hand (for malformed and `alg: none` cases)."""
-    return ".".join([b64url(json.dumps(header).encode()), b64url(json.dumps(claims).encode()),
-                     b64url(sig)])
+    return ".".join(
+        [b64url(json.dumps(header).encode()), b64url(json.dumps(claims).encode()), b64url(sig)]
+    )
 
 
-def claims_for(issuer: str, audience: str, sub: str = "alice",
-               groups: Sequence[str] = ("mcp-agent", "users"), ttl: int = 600,
-               **extra: object) -> dict[str, object]:
+def claims_for(
+    issuer: str,
+    audience: str,
+    sub: str = "alice",
+    groups: Sequence[str] = ("mcp-agent", "users"),
+    ttl: int = 600,
+    **extra: object,
+) -> dict[str, object]:
     """A valid claim set for `issuer` and `audience`."""
     now = int(time.time())
-    return {"iss": issuer, "aud": audience, "sub": sub, "iat": now, "exp": now + ttl,
-            "groups": list(groups), **extra}
+    return {
+        "iss": issuer,
+        "aud": audience,
+        "sub": sub,
+        "iat": now,
+        "exp": now + ttl,
+        "groups": list(groups),
+        **extra,
+    }
 
 
 def wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> None:
@@ -145,8 +173,9 @@ def wait_for_keyset(base: str, token: str, timeout: float = 30.0) -> None:
     """Until the gateway has fetched its keyset (a valid token is no longer refused for it)."""
 
     def ready() -> bool:
-        response = httpx.post(f"{base}/mcp", headers={"Authorization": f"Bearer {token}"},
-                              json={}, timeout=5)
+        response = httpx.post(
+            f"{base}/mcp", headers={"Authorization": f"Bearer {token}"}, json={}, timeout=5
+        )
         return "not yet available" not in response.text
 
     wait_until(ready, timeout, "the gateway to fetch its keyset")

@@ -131,20 +131,28 @@ async def read_body(receive: Receive, limit: int) -> bytes | None:
 # --- responses ------------------------------------------------------------------------------
 
 
-async def send_json(send: Send, status: int, payload: object, headers: Headers | None = None
-                    ) -> None:
+async def send_json(
+    send: Send, status: int, payload: object, headers: Headers | None = None
+) -> None:
     """Send a complete JSON response."""
     body = orjson.dumps(payload)
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [(b"content-type", JSON), (b"content-length", str(len(body)).encode()),
-                    (b"cache-control", b"no-store"), *(headers or ())],
-    })
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", JSON),
+                (b"content-length", str(len(body)).encode()),
+                (b"cache-control", b"no-store"),
+                *(headers or ()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
-async def send_error(send: Send, status: int, error: str, description: str,
-                     headers: Headers | None = None) -> None:
+async def send_error(
+    send: Send, status: int, error: str, description: str, headers: Headers | None = None
+) -> None:
     """Send `{"error": …, "error_description": …}` with `status`."""
     await send_json(send, status, {"error": error, "error_description": description}, headers)

@@ -76,8 +76,10 @@ def parse_seconds(flag: str, text: str) -> float:
     except ValueError:
         value = math.nan
     if not 0 < value <= MAX_TIMEOUT:  # also refuses nan and inf
-        raise ValueError(f"{flag} must be a number of seconds greater than 0 and at most "
-                         f"{MAX_TIMEOUT:g} (got {text!r})")
+        raise ValueError(
+            f"{flag} must be a number of seconds greater than 0 and at most "
+            f"{MAX_TIMEOUT:g} (got {text!r})"
+        )
     return value
 
 
@@ -92,23 +94,29 @@ def parse_count(flag: str, text: str) -> int:
     return value
 
 
-def canned_response(status: int, payload: dict[str, str],
-                    default_headers: Iterable[tuple[bytes, bytes]] = (),
-                    extra: bytes = b"") -> bytes:
+def canned_response(
+    status: int,
+    payload: dict[str, str],
+    default_headers: Iterable[tuple[bytes, bytes]] = (),
+    extra: bytes = b"",
+) -> bytes:
     """A complete `connection: close` JSON response, written straight to the transport."""
     body = orjson.dumps(payload)
     head = [STATUS_LINE[status]]
     head.extend(b"%s: %s\r\n" % (name, value) for name, value in default_headers)
-    head.append(b"content-type: application/json\r\ncache-control: no-store\r\n"
-                b"connection: close\r\ncontent-length: %d\r\n%s\r\n" % (len(body), extra))
+    head.append(
+        b"content-type: application/json\r\ncache-control: no-store\r\n"
+        b"connection: close\r\ncontent-length: %d\r\n%s\r\n" % (len(body), extra)
+    )
     return b"".join(head) + body
 
 
 class ConnectionGuard:
     """What the connections of one server share: the limits, the counts, the canned answers."""
 
-    def __init__(self, limits: Limits, counts: ConnectionCounts,
-                 uncapped_ports: Iterable[int] = ()) -> None:
+    def __init__(
+        self, limits: Limits, counts: ConnectionCounts, uncapped_ports: Iterable[int] = ()
+    ) -> None:
         self.header_timeout = limits.header_timeout
         self.idle_timeout = limits.idle_timeout
         # The HTTP parser keeps a request head in memory until it is complete, whatever its
@@ -116,7 +124,8 @@ class ConnectionGuard:
         # their own; the exact --max-header-bytes check runs once the head is complete).
         self.max_head_bytes = 2 * limits.max_header_bytes + HEAD_LINE_ROOM
         self.max_connections = limits.max_connections or default_max_connections(
-            resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+            resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        )
         self.counts = counts
         counts.limit = self.max_connections
         # The loopback admin listener stays reachable (metrics, health) while the cap is hit.
@@ -124,16 +133,19 @@ class ConnectionGuard:
         self._refusal = {
             "error": "temporarily_unavailable",
             "error_description": f"the gateway already holds {self.max_connections} open "
-                                 "connections, its limit (--max-connections); try again shortly"}
+            "connections, its limit (--max-connections); try again shortly",
+        }
         self._timeout = {
             "error": "request_timeout",
             "error_description": "the request head was not complete within "
-                                 f"{self.header_timeout:g}s (--header-timeout)"}
+            f"{self.header_timeout:g}s (--header-timeout)",
+        }
         self._too_large = {
             "error": "request_header_fields_too_large",
             "error_description": f"the request head grew past {self.max_head_bytes} bytes "
-                                 f"before it was complete (--max-header-bytes "
-                                 f"{limits.max_header_bytes})"}
+            f"before it was complete (--max-header-bytes "
+            f"{limits.max_header_bytes})",
+        }
         self._last_refusal_log = -math.inf
 
     def refusal(self, default_headers: Iterable[tuple[bytes, bytes]]) -> bytes:
@@ -141,8 +153,11 @@ class ConnectionGuard:
         now = time.monotonic()
         if now - self._last_refusal_log >= REFUSAL_LOG_INTERVAL:
             self._last_refusal_log = now
-            log.warning("refusing connections: %d are open (--max-connections %d)",
-                        self.counts.open, self.max_connections)
+            log.warning(
+                "refusing connections: %d are open (--max-connections %d)",
+                self.counts.open,
+                self.max_connections,
+            )
         return canned_response(503, self._refusal, default_headers, b"retry-after: 1\r\n")
 
     def head_too_large(self, default_headers: Iterable[tuple[bytes, bytes]]) -> bytes:
@@ -166,8 +181,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     guard: ConnectionGuard  # set on the subclass protocol_class() makes
 
-    def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
-                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self._phase = _BETWEEN
         self._counted = False
@@ -215,18 +235,20 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             # Only a body still arriving needs the time of its last read (the idle timer).
             self._last_read = self.loop.time()
             if self._idle_timer is None and not self.transport.is_closing():
-                self._idle_timer = self.loop.call_later(self.guard.idle_timeout,
-                                                        self._idle_timed_out)
+                self._idle_timer = self.loop.call_later(
+                    self.guard.idle_timeout, self._idle_timed_out
+                )
         elif phase == _HEAD and self._head_grew_too_large(len(data)):
             return
-        elif self._head_timer is None and (
-                phase == _HEAD or self.cycle is None or self.cycle.response_complete) \
-                and not self.transport.is_closing():
+        elif (
+            self._head_timer is None
+            and (phase == _HEAD or self.cycle is None or self.cycle.response_complete)
+            and not self.transport.is_closing()
+        ):
             # A head split over reads, or bytes between requests that start no request (the
             # parser skips empty lines): either way the keep-alive timer was just cancelled,
             # and without this a client could hold the connection by trickling them.
-            self._head_timer = self.loop.call_later(self.guard.header_timeout,
-                                                    self._head_timed_out)
+            self._head_timer = self.loop.call_later(self.guard.header_timeout, self._head_timed_out)
 
     def _head_grew_too_large(self, size: int) -> bool:
         # Only heads split over reads get here (a whole head in one read is checked by the
@@ -274,8 +296,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         if self.flow.read_paused:
             # The gateway stopped reading (a pipelined request waits): not the client's stall.
-            self._head_timer = self.loop.call_later(self.guard.header_timeout,
-                                                    self._head_timed_out)
+            self._head_timer = self.loop.call_later(self.guard.header_timeout, self._head_timed_out)
             return
         self.guard.counts.header_timeouts += 1
         # A 408 only for a request that began and when no response is being written: a client

@@ -18,8 +18,7 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 FORMATS = ("text", "json")
 
 # Set by the data plane for the duration of each request.
-REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id",
-                                                                        default=None)
+REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 _json = False
 
 
@@ -30,8 +29,10 @@ def json_enabled() -> bool:
 
 def timestamp(seconds: float) -> str:
     """RFC 3339 UTC time with milliseconds, as written in JSON lines."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + \
-        f".{int((seconds % 1) * 1000):03d}Z"
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+        + f".{int((seconds % 1) * 1000):03d}Z"
+    )
 
 
 class JsonFormatter(logging.Formatter):
@@ -39,8 +40,12 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         """Render `record` as a single JSON line."""
-        line: dict[str, object] = {"time": timestamp(record.created), "level": record.levelname,
-                                   "logger": record.name, "message": record.getMessage()}
+        line: dict[str, object] = {
+            "time": timestamp(record.created),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         request_id = getattr(record, "request_id", None)
         if request_id:
             line["request_id"] = request_id

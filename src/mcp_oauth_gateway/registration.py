@@ -22,15 +22,18 @@ def parse_registration(raw: bytes) -> dict[str, object]:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise RegistrationError(400, "invalid_client_metadata",
-                                "the registration body is not valid JSON") from exc
+        raise RegistrationError(
+            400, "invalid_client_metadata", "the registration body is not valid JSON"
+        ) from exc
     if not isinstance(body, dict):
-        raise RegistrationError(400, "invalid_client_metadata",
-                                "the registration body must be a JSON object")
+        raise RegistrationError(
+            400, "invalid_client_metadata", "the registration body must be a JSON object"
+        )
     uris = body.get("redirect_uris")
     if not isinstance(uris, list) or not uris:
-        raise RegistrationError(400, "invalid_redirect_uri",
-                                "redirect_uris must be a non-empty array of absolute URLs")
+        raise RegistrationError(
+            400, "invalid_redirect_uri", "redirect_uris must be a non-empty array of absolute URLs"
+        )
     for uri in uris:
         problem = validate_redirect_uri(uri)
         if problem:

@@ -40,8 +40,9 @@ class _Server(uvicorn.Server):
     def capture_signals(self) -> Iterator[None]:
         # uvicorn re-raises the captured signal once drained, which would end the process with
         # -15; a drained shutdown is a clean exit, so only trigger the shutdown here.
-        previous = {sig: signal.signal(sig, self.handle_exit)
-                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {
+            sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
         try:
             yield
         finally:
@@ -72,23 +73,34 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 50, 100)
 
 
-def _run_worker(snapshot: Snapshot, sockets: list[socket.socket], options: ServeOptions,
-                brokers: BrokerRuntime | None) -> None:
+def _run_worker(
+    snapshot: Snapshot,
+    sockets: list[socket.socket],
+    options: ServeOptions,
+    brokers: BrokerRuntime | None,
+) -> None:
     control = ControlPlane(snapshot)
     # Built here, in the process that serves: the exporter's thread does not survive a fork.
     tracer = otlp_tracer() if options.tracing else None
     watch = options.watch
-    watcher = ConfigWatcher(list(watch.paths), control, watch.interval,
-                            options.deployment) if watch else None
+    watcher = (
+        ConfigWatcher(list(watch.paths), control, watch.interval, options.deployment)
+        if watch
+        else None
+    )
     app = GatewayApp(control, options, brokers=brokers, watcher=watcher, tracer=tracer)
     # Without an admin listener nothing exports the counts, but the cap still needs them.
     counts = app.metrics.connections if app.metrics is not None else ConnectionCounts()
     status_port = options.status_port
-    guard = ConnectionGuard(options.limits, counts,
-                            () if status_port is None else (status_port,))
+    guard = ConnectionGuard(options.limits, counts, () if status_port is None else (status_port,))
     config = uvicorn.Config(
-        app, loop="uvloop", http=protocol_class(guard), lifespan="on", access_log=False,
-        server_header=False, log_config=None,
+        app,
+        loop="uvloop",
+        http=protocol_class(guard),
+        lifespan="on",
+        access_log=False,
+        server_header=False,
+        log_config=None,
         # uvicorn's annotations say int; it passes the value to asyncio, which takes a float.
         timeout_graceful_shutdown=options.grace_period,  # type: ignore[arg-type]
         timeout_keep_alive=options.limits.idle_timeout,  # type: ignore[arg-type]  # likewise
@@ -102,8 +114,12 @@ def _run_worker(snapshot: Snapshot, sockets: list[socket.socket], options: Serve
     _Server(config).run(sockets=sockets)
 
 
-def _worker_main(snapshot: Snapshot, sockets: list[socket.socket], options: ServeOptions,
-                 brokers: BrokerRuntime | None) -> None:
+def _worker_main(
+    snapshot: Snapshot,
+    sockets: list[socket.socket],
+    options: ServeOptions,
+    brokers: BrokerRuntime | None,
+) -> None:
     # A forked child has no logging thread of its own: start one.
     logs.configure(options.log_level, options.log_format)
     _run_worker(snapshot, sockets, options, brokers)
@@ -117,17 +133,26 @@ def connection_limits(limits: Limits) -> Limits:
     if limits.max_connections is None:
         limits = replace(limits, max_connections=room)
     elif limits.max_connections > room:
-        log.warning("--max-connections %d is more than the descriptor limit %d leaves room for "
-                    "(%d, counting a backend connection per client); past that, accepting "
-                    "fails instead of answering 503", limits.max_connections, fd_limit, room)
-    log.info("connections: at most %d open per process (descriptor limit %d), request head "
-             "within %gs, request body and keep-alive idle for at most %gs",
-             limits.max_connections, fd_limit, limits.header_timeout, limits.idle_timeout)
+        log.warning(
+            "--max-connections %d is more than the descriptor limit %d leaves room for "
+            "(%d, counting a backend connection per client); past that, accepting "
+            "fails instead of answering 503",
+            limits.max_connections,
+            fd_limit,
+            room,
+        )
+    log.info(
+        "connections: at most %d open per process (descriptor limit %d), request head "
+        "within %gs, request body and keep-alive idle for at most %gs",
+        limits.max_connections,
+        fd_limit,
+        limits.header_timeout,
+        limits.idle_timeout,
+    )
     return limits
 
 
-def serve(snapshot: Snapshot, options: ServeOptions,
-          brokers: BrokerRuntime | None = None) -> int:
+def serve(snapshot: Snapshot, options: ServeOptions, brokers: BrokerRuntime | None = None) -> int:
     """Serve until SIGTERM/SIGINT; in-flight requests get the grace period to finish. With
     several workers, that many processes accept on the same listening sockets."""
     options = replace(options, limits=connection_limits(options.limits))
@@ -143,9 +168,12 @@ def serve(snapshot: Snapshot, options: ServeOptions,
         log.info("stopped")
         return 0
     context = multiprocessing.get_context("fork")
-    children = [context.Process(target=_worker_main, name=f"worker-{i}",
-                                args=(snapshot, sockets, options, brokers))
-                for i in range(options.workers)]
+    children = [
+        context.Process(
+            target=_worker_main, name=f"worker-{i}", args=(snapshot, sockets, options, brokers)
+        )
+        for i in range(options.workers)
+    ]
     for child in children:
         child.start()
     log.info("started %d worker processes", options.workers)
@@ -174,8 +202,11 @@ def _supervise(children: Sequence[multiprocessing.process.BaseProcess]) -> int:
         while not stopping:
             dead = [c for c in children if not c.is_alive()]
             if dead:
-                log.error("worker %s exited with code %s; stopping the others", dead[0].name,
-                          dead[0].exitcode)
+                log.error(
+                    "worker %s exited with code %s; stopping the others",
+                    dead[0].name,
+                    dead[0].exitcode,
+                )
                 return 1
             time.sleep(0.2)
         return 0

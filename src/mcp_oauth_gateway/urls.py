@@ -17,8 +17,9 @@ import ada_url
 
 MAX_URI_LENGTH = 2048
 # Schemes that run or read something in the browser instead of navigating to a client.
-FORBIDDEN_SCHEMES = frozenset({"javascript", "data", "file", "vbscript", "about", "blob",
-                               "filesystem", "view-source"})
+FORBIDDEN_SCHEMES = frozenset(
+    {"javascript", "data", "file", "vbscript", "about", "blob", "filesystem", "view-source"}
+)
 # RFC 8252 §7.3 loopback redirects: any port at request time. `localhost` is NOT RECOMMENDED
 # there but is what several MCP clients register, so it is treated like the IP literals.
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "[::1]", "localhost"})
@@ -42,12 +43,15 @@ class RedirectUri:
     loopback: bool  # http on a loopback host: the port may vary (RFC 8252)
 
 
-
 def _unsafe_reason(text: str) -> str | None:
     found = _UNSAFE.search(text)
     if found is None:
-        return None if text.isascii() else "non-ASCII characters (percent-encode them, and " \
+        return (
+            None
+            if text.isascii()
+            else "non-ASCII characters (percent-encode them, and "
             "write international host names in their xn-- form)"
+        )
     char = found.group()
     if char == "\\":
         return "a backslash (browsers read it as '/')"
@@ -88,14 +92,23 @@ def parse_redirect_uri(text: object) -> RedirectUri:
     href = url.href
     # The one difference allowed: an empty path, which browsers write as "/".
     if href not in (text, text + "/"):
-        raise InvalidUri(f"redirect URI {shown} is not written the way browsers read it "
-                         f"({href!r}); register and send {href!r}")
+        raise InvalidUri(
+            f"redirect URI {shown} is not written the way browsers read it "
+            f"({href!r}); register and send {href!r}"
+        )
     loopback = scheme == "http" and url.hostname in LOOPBACK_HOSTS
     if scheme == "http" and not loopback:
-        raise InvalidUri(f"redirect URI {shown} uses http on a host that is not loopback; use "
-                         "https, or http://127.0.0.1, http://[::1] or http://localhost")
-    return RedirectUri(href=href, scheme=scheme, hostname=url.hostname,
-                       path_and_query=url.pathname + url.search, loopback=loopback)
+        raise InvalidUri(
+            f"redirect URI {shown} uses http on a host that is not loopback; use "
+            "https, or http://127.0.0.1, http://[::1] or http://localhost"
+        )
+    return RedirectUri(
+        href=href,
+        scheme=scheme,
+        hostname=url.hostname,
+        path_and_query=url.pathname + url.search,
+        loopback=loopback,
+    )
 
 
 def parse_document_url(text: str, allow_http: bool) -> str:
@@ -108,8 +121,9 @@ def parse_document_url(text: str, allow_http: bool) -> str:
     if url.pathname in ("", "/"):
         raise InvalidUri(f"client_id {shown} has no path (a metadata document URL needs one)")
     if url.href != text:
-        raise InvalidUri(f"client_id {shown} is not written the way browsers read it "
-                         f"({url.href!r})")
+        raise InvalidUri(
+            f"client_id {shown} is not written the way browsers read it ({url.href!r})"
+        )
     return url.href
 
 
@@ -123,8 +137,12 @@ def redirect_matches(registered: tuple[str, ...], requested: RedirectUri) -> boo
             continue
         if have.href == requested.href:
             return True
-        if requested.loopback and have.loopback and have.hostname == requested.hostname and \
-                have.path_and_query == requested.path_and_query:
+        if (
+            requested.loopback
+            and have.loopback
+            and have.hostname == requested.hostname
+            and have.path_and_query == requested.path_and_query
+        ):
             return True
     return False
 

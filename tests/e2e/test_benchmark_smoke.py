@@ -13,17 +13,25 @@ from support import ROOT
 def test_benchmark_smoke_run_writes_a_report(tmp_path):
     for tool in ("wrk", "haproxy", "nginx"):
         assert shutil.which(tool), f"{tool} is required: `make test` installs it"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--smoke",
-                           "--output", str(tmp_path)], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--smoke", "--output", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     reports = list(tmp_path.glob("*-smoke.md"))
     assert len(reports) == 1
     text = reports[0].read_text()
-    for scenario in ("a direct backend", "b gateway, one token",
-                     "c gateway, a new token per request", "d HAProxy jwt_verify",
-                     "d nginx plain proxy", "e mcp SDK server alone",
-                     "e gateway → mcp SDK tools/call"):
+    for scenario in (
+        "a direct backend",
+        "b gateway, one token",
+        "c gateway, a new token per request",
+        "d HAProxy jwt_verify",
+        "d nginx plain proxy",
+        "e mcp SDK server alone",
+        "e gateway → mcp SDK tools/call",
+    ):
         assert f"| {scenario} |" in text, text
     assert "| b / d (gateway ÷ HAProxy jwt_verify) |" in text
     assert "SSE: worst extra delay per event" in text

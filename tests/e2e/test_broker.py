@@ -26,14 +26,16 @@ def s256(verifier: str) -> str:
     import base64
     import hashlib
 
-    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(
-        b"=").decode()
+    return (
+        base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    )
 
 
 def register(stack, redirect: str = CALLBACK) -> str:
-    response = httpx.post(f"{stack.gateway}/.well-known/oauth-authorization-server/mcp/"
-                          "client-registration", json={"client_name": "Attack Lab",
-                                                       "redirect_uris": [redirect]})
+    response = httpx.post(
+        f"{stack.gateway}/.well-known/oauth-authorization-server/mcp/client-registration",
+        json={"client_name": "Attack Lab", "redirect_uris": [redirect]},
+    )
     assert response.status_code == 201, response.text
     body = response.json()
     assert body["redirect_uris"] == [redirect]
@@ -42,9 +44,16 @@ def register(stack, redirect: str = CALLBACK) -> str:
 
 
 def authorize_url(stack, client_id: str, redirect: str = CALLBACK, **extra: str) -> str:
-    params = {"response_type": "code", "client_id": client_id, "redirect_uri": redirect,
-              "state": "client-state-1", "code_challenge": s256(VERIFIER),
-              "code_challenge_method": "S256", "scope": "openid profile", **extra}
+    params = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": redirect,
+        "state": "client-state-1",
+        "code_challenge": s256(VERIFIER),
+        "code_challenge_method": "S256",
+        "scope": "openid profile",
+        **extra,
+    }
     return f"{stack.gateway}/mcp/oauth/authorize?{urlencode(params)}"
 
 
@@ -52,11 +61,19 @@ async def signed_in_code(stack, client_id: str, redirect: str = CALLBACK) -> dic
     return await sign_in(authorize_url(stack, client_id, redirect), "alice", "x", redirect)
 
 
-def redeem(stack, client_id: str, code: str, verifier: str = VERIFIER,
-           redirect: str = CALLBACK) -> httpx.Response:
-    return httpx.post(f"{stack.gateway}/mcp/oauth/token", data={
-        "grant_type": "authorization_code", "code": code, "client_id": client_id,
-        "redirect_uri": redirect, "code_verifier": verifier})
+def redeem(
+    stack, client_id: str, code: str, verifier: str = VERIFIER, redirect: str = CALLBACK
+) -> httpx.Response:
+    return httpx.post(
+        f"{stack.gateway}/mcp/oauth/token",
+        data={
+            "grant_type": "authorization_code",
+            "code": code,
+            "client_id": client_id,
+            "redirect_uri": redirect,
+            "code_verifier": verifier,
+        },
+    )
 
 
 def test_metadata_is_the_gateways_own(broker_b):
@@ -71,8 +88,12 @@ def test_metadata_is_the_gateways_own(broker_b):
 
 
 def test_python_sdk_2_signs_in_through_the_broker(broker_b):
-    done = subprocess.run([sys.executable, str(PEERS / "py_client.py"), broker_b.mcp,
-                           "alice", "x"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(PEERS / "py_client.py"), broker_b.mcp, "alice", "x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["ok"], report
     assert report["result"] == "5"
@@ -97,12 +118,23 @@ async def test_full_flow_gives_the_providers_token_unchanged(broker_b):
     claims = unverified_claims(tokens.json()["access_token"])
     assert claims["iss"] == broker_b.issuer  # the provider's token, not re-minted
     assert claims["aud"] == "mcp-public"
-    call = httpx.post(broker_b.mcp, headers={
-        "Authorization": f"Bearer {tokens.json()['access_token']}",
-        "Accept": "application/json, text/event-stream"}, json={
-        "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}})
+    call = httpx.post(
+        broker_b.mcp,
+        headers={
+            "Authorization": f"Bearer {tokens.json()['access_token']}",
+            "Accept": "application/json, text/event-stream",
+        },
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+    )
     assert call.status_code == 200
 
 
@@ -121,9 +153,11 @@ async def test_wrong_pkce_verifier_is_refused(broker_b):
     query = await signed_in_code(broker_b, client_id)
     wrong = redeem(broker_b, client_id, query["code"], verifier="w" * 64)
     assert wrong.status_code == 400
-    assert wrong.json() == {"error": "invalid_grant", "error_description":
-                            "PKCE verification failed (code_verifier does not match the "
-                            "code_challenge)"}
+    assert wrong.json() == {
+        "error": "invalid_grant",
+        "error_description": "PKCE verification failed (code_verifier does not match the "
+        "code_challenge)",
+    }
 
 
 async def test_code_bound_to_client_and_redirect(broker_b):
@@ -152,8 +186,9 @@ def test_loopback_redirect_may_change_port(broker_b):
 
 def test_pkce_is_required(broker_b):
     client_id = register(broker_b)
-    url = authorize_url(broker_b, client_id).replace("code_challenge_method=S256",
-                                                     "code_challenge_method=plain")
+    url = authorize_url(broker_b, client_id).replace(
+        "code_challenge_method=S256", "code_challenge_method=plain"
+    )
     response = httpx.get(url)
     assert response.status_code == 302
     query = parse_qs(urlsplit(response.headers["location"]).query)
@@ -163,8 +198,10 @@ def test_pkce_is_required(broker_b):
 
 
 def test_forged_state_is_refused(broker_b):
-    response = httpx.get(f"{broker_b.gateway}/mcp/oauth/callback",
-                         params={"code": "x", "state": "forged", "iss": broker_b.issuer})
+    response = httpx.get(
+        f"{broker_b.gateway}/mcp/oauth/callback",
+        params={"code": "x", "state": "forged", "iss": broker_b.issuer},
+    )
     assert response.status_code == 400
     assert "unknown, expired or already used state" in response.json()["error_description"]
 
@@ -183,17 +220,20 @@ def test_consent_from_another_browser_is_refused(broker_b):
         page = victim.get(authorize_url(broker_b, client_id))
         request_id = page.text.split('name="request" value="')[1].split('"')[0]
     # The attacker replays the consent form without the victim's browser cookie.
-    forged = httpx.post(f"{broker_b.gateway}/mcp/oauth/authorize",
-                        data={"request": request_id, "decision": "allow"},
-                        headers={"Origin": broker_b.gateway})
+    forged = httpx.post(
+        f"{broker_b.gateway}/mcp/oauth/authorize",
+        data={"request": request_id, "decision": "allow"},
+        headers={"Origin": broker_b.gateway},
+    )
     assert forged.status_code == 400
     assert "not given in the browser" in forged.json()["error_description"]
 
 
 async def test_denied_consent_returns_access_denied(broker_b):
     client_id = register(broker_b)
-    query = await sign_in(authorize_url(broker_b, client_id), "alice", "x", CALLBACK,
-                          decision="deny")
+    query = await sign_in(
+        authorize_url(broker_b, client_id), "alice", "x", CALLBACK, decision="deny"
+    )
     assert query["error"] == "access_denied"
     assert query["state"] == "client-state-1"
 
@@ -223,14 +263,19 @@ def metadata_server():
 def test_client_metadata_documents(broker_b, metadata_server):
     base, documents = metadata_server
     good = f"{base}/clients/inspector.json"
-    documents["/clients/inspector.json"] = {"client_id": good, "client_name": "Inspector CIMD",
-                                            "redirect_uris": [CALLBACK]}
+    documents["/clients/inspector.json"] = {
+        "client_id": good,
+        "client_name": "Inspector CIMD",
+        "redirect_uris": [CALLBACK],
+    }
     page = httpx.get(authorize_url(broker_b, good))
     assert page.status_code == 200
     assert "Inspector CIMD" in page.text
     liar = f"{base}/clients/liar.json"
-    documents["/clients/liar.json"] = {"client_id": "https://someone-else.example/c.json",
-                                       "redirect_uris": [CALLBACK]}
+    documents["/clients/liar.json"] = {
+        "client_id": "https://someone-else.example/c.json",
+        "redirect_uris": [CALLBACK],
+    }
     refused = httpx.get(authorize_url(broker_b, liar))
     assert refused.status_code == 400
     assert refused.json()["error"] == "invalid_client"
@@ -244,11 +289,15 @@ def test_provider_iss_mismatch_on_callback_is_refused(broker_b):
     with httpx.Client() as browser:
         page = browser.get(authorize_url(broker_b, client_id))
         request_id = page.text.split('name="request" value="')[1].split('"')[0]
-        to_idp = browser.post(f"{broker_b.gateway}/mcp/oauth/authorize",
-                              data={"request": request_id, "decision": "allow"},
-                              headers={"Origin": broker_b.gateway})
+        to_idp = browser.post(
+            f"{broker_b.gateway}/mcp/oauth/authorize",
+            data={"request": request_id, "decision": "allow"},
+            headers={"Origin": broker_b.gateway},
+        )
     upstream_state = parse_qs(urlsplit(to_idp.headers["location"]).query)["state"][0]
-    mixed_up = httpx.get(f"{broker_b.gateway}/mcp/oauth/callback", params={
-        "code": "x", "state": upstream_state, "iss": "https://attacker.example/"})
+    mixed_up = httpx.get(
+        f"{broker_b.gateway}/mcp/oauth/callback",
+        params={"code": "x", "state": upstream_state, "iss": "https://attacker.example/"},
+    )
     assert mixed_up.status_code == 400
     assert "RFC 9207" in mixed_up.json()["error_description"]

@@ -55,22 +55,27 @@ def test_misread_redirect_uris_are_never_redirected_to(broker_b, uri):
 @pytest.mark.parametrize("uri", MISREAD)
 def test_registration_refuses_misread_redirect_uris(broker_b, stack_b, uri):
     for stack in (broker_b, stack_b):  # the Broker and the ProviderB facade
-        response = httpx.post(f"{stack.gateway}/.well-known/oauth-authorization-server/mcp/"
-                              "client-registration", json={"redirect_uris": [uri]})
+        response = httpx.post(
+            f"{stack.gateway}/.well-known/oauth-authorization-server/mcp/client-registration",
+            json={"redirect_uris": [uri]},
+        )
         assert response.status_code == 400, (uri, response.text)
         assert response.json()["error"] == "invalid_redirect_uri"
 
 
 def test_registration_names_what_browsers_read(broker_b):
-    response = httpx.post(f"{broker_b.gateway}/.well-known/oauth-authorization-server/mcp/"
-                          "client-registration", json={"redirect_uris": ["http://127.1/cb"]})
+    response = httpx.post(
+        f"{broker_b.gateway}/.well-known/oauth-authorization-server/mcp/client-registration",
+        json={"redirect_uris": ["http://127.1/cb"]},
+    )
     assert "'http://127.0.0.1/cb'" in response.json()["error_description"]
 
 
 def test_an_error_is_redirected_only_to_the_registered_uri(broker_b):
     client_id = register(broker_b, REGISTERED)
-    response = httpx.get(authorize_url(broker_b, client_id, "http://127.0.0.1:4000/cb",
-                                       response_type="token"))
+    response = httpx.get(
+        authorize_url(broker_b, client_id, "http://127.0.0.1:4000/cb", response_type="token")
+    )
     assert response.status_code == 302
     location = urlsplit(response.headers["location"])
     assert (location.scheme, location.netloc, location.path) == ("http", "127.0.0.1:4000", "/cb")
@@ -79,10 +84,15 @@ def test_an_error_is_redirected_only_to_the_registered_uri(broker_b):
 
 def test_loopback_port_may_vary_but_nothing_else(broker_b):
     client_id = register(broker_b, REGISTERED)
-    assert httpx.get(authorize_url(broker_b, client_id, "http://127.0.0.1:5123/cb")) \
-        .status_code == 200
-    for other in ("http://localhost:5123/cb", "http://127.0.0.1:5123/cb2",
-                  "http://127.0.0.1:5123/cb?x=1", "https://127.0.0.1/cb"):
+    assert (
+        httpx.get(authorize_url(broker_b, client_id, "http://127.0.0.1:5123/cb")).status_code == 200
+    )
+    for other in (
+        "http://localhost:5123/cb",
+        "http://127.0.0.1:5123/cb2",
+        "http://127.0.0.1:5123/cb?x=1",
+        "https://127.0.0.1/cb",
+    ):
         response = httpx.get(authorize_url(broker_b, client_id, other))
         assert response.status_code == 400, other
         assert "not registered for this client" in response.json()["error_description"]
@@ -90,8 +100,10 @@ def test_loopback_port_may_vary_but_nothing_else(broker_b):
 
 def test_errors_before_the_redirect_uri_is_trusted_are_pages_for_browsers(broker_b):
     client_id = register(broker_b, REGISTERED)
-    response = httpx.get(authorize_url(broker_b, client_id, MISREAD[0]),
-                         headers={"Accept": "text/html,application/xhtml+xml"})
+    response = httpx.get(
+        authorize_url(broker_b, client_id, MISREAD[0]),
+        headers={"Accept": "text/html,application/xhtml+xml"},
+    )
     assert response.status_code == 400
     assert response.headers["content-type"].startswith("text/html")
     assert "backslash" in response.text
@@ -100,14 +112,19 @@ def test_errors_before_the_redirect_uri_is_trusted_are_pages_for_browsers(broker
 
 def test_repeated_parameters_are_refused(broker_b):
     client_id = register(broker_b, REGISTERED)
-    url = authorize_url(broker_b, client_id, REGISTERED) + "&" + urlencode(
-        {"redirect_uri": "http://127.0.0.1:9/other"})
+    url = (
+        authorize_url(broker_b, client_id, REGISTERED)
+        + "&"
+        + urlencode({"redirect_uri": "http://127.0.0.1:9/other"})
+    )
     response = httpx.get(url)
     assert response.status_code == 400
     assert "'redirect_uri' appears more than once" in response.json()["error_description"]
-    token = httpx.post(f"{broker_b.gateway}/mcp/oauth/token",
-                       content="grant_type=authorization_code&code=a&code=b",
-                       headers={"Content-Type": "application/x-www-form-urlencoded"})
+    token = httpx.post(
+        f"{broker_b.gateway}/mcp/oauth/token",
+        content="grant_type=authorization_code&code=a&code=b",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
     assert token.status_code == 400
     assert "'code' appears more than once" in token.json()["error_description"]
 
@@ -121,16 +138,22 @@ def test_browser_pages_are_not_readable_cross_origin(broker_b):
     assert page.status_code == 200
     assert "access-control-allow-origin" not in page.headers
     assert "access-control-allow-credentials" not in page.headers
-    preflight = httpx.options(f"{broker_b.gateway}/mcp/oauth/authorize", headers={
-        "Origin": EVIL, "Access-Control-Request-Method": "POST"})
+    preflight = httpx.options(
+        f"{broker_b.gateway}/mcp/oauth/authorize",
+        headers={"Origin": EVIL, "Access-Control-Request-Method": "POST"},
+    )
     assert "access-control-allow-origin" not in preflight.headers
-    callback = httpx.get(f"{broker_b.gateway}/mcp/oauth/callback", params={"state": "x"},
-                         headers={"Origin": EVIL})
+    callback = httpx.get(
+        f"{broker_b.gateway}/mcp/oauth/callback", params={"state": "x"}, headers={"Origin": EVIL}
+    )
     assert "access-control-allow-origin" not in callback.headers
     # What MCP clients call from browsers keeps the route's CORS.
     for path in ("/.well-known/oauth-authorization-server/mcp", "/mcp/oauth/token"):
-        response = httpx.request("GET" if "well-known" in path else "POST",
-                                 broker_b.gateway + path, headers={"Origin": EVIL})
+        response = httpx.request(
+            "GET" if "well-known" in path else "POST",
+            broker_b.gateway + path,
+            headers={"Origin": EVIL},
+        )
         assert response.headers["access-control-allow-origin"] == EVIL, path
 
 
@@ -140,27 +163,42 @@ def _consent_request(broker_b, browser: httpx.Client) -> str:
     return page.text.split('name="request" value="')[1].split('"')[0]
 
 
-@pytest.mark.parametrize("headers", [
-    {"Origin": EVIL},
-    {"Origin": "null"},
-    {"Origin": "http://127.0.0.1"},  # same host, another port: another origin
-    {},  # neither Origin nor Fetch Metadata
-    {"Sec-Fetch-Site": "cross-site"},
-    {"Origin": EVIL, "Sec-Fetch-Site": "same-origin"},
-], ids=["other-site", "null", "other-port", "none", "fetch-metadata-cross-site",
-        "origin-wins-over-fetch-metadata"])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": EVIL},
+        {"Origin": "null"},
+        {"Origin": "http://127.0.0.1"},  # same host, another port: another origin
+        {},  # neither Origin nor Fetch Metadata
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Origin": EVIL, "Sec-Fetch-Site": "same-origin"},
+    ],
+    ids=[
+        "other-site",
+        "null",
+        "other-port",
+        "none",
+        "fetch-metadata-cross-site",
+        "origin-wins-over-fetch-metadata",
+    ],
+)
 def test_consent_posted_from_elsewhere_is_refused_and_consumes_nothing(broker_b, headers):
     with httpx.Client() as browser:
         request_id = _consent_request(broker_b, browser)
-        forged = browser.post(f"{broker_b.gateway}/mcp/oauth/authorize", headers=headers,
-                              data={"request": request_id, "decision": "allow"})
+        forged = browser.post(
+            f"{broker_b.gateway}/mcp/oauth/authorize",
+            headers=headers,
+            data={"request": request_id, "decision": "allow"},
+        )
         assert forged.status_code == 403, forged.text
         assert forged.json()["error"] == "access_denied"
         assert "location" not in forged.headers
         # The user's own answer still works: the forged post used up nothing.
-        mine = browser.post(f"{broker_b.gateway}/mcp/oauth/authorize",
-                            headers={"Origin": broker_b.gateway},
-                            data={"request": request_id, "decision": "allow"})
+        mine = browser.post(
+            f"{broker_b.gateway}/mcp/oauth/authorize",
+            headers={"Origin": broker_b.gateway},
+            data={"request": request_id, "decision": "allow"},
+        )
         assert mine.status_code == 302, mine.text
         assert mine.headers["location"].startswith(broker_b.idp)
 
@@ -168,9 +206,11 @@ def test_consent_posted_from_elsewhere_is_refused_and_consumes_nothing(broker_b,
 def test_consent_without_origin_is_accepted_with_same_origin_fetch_metadata(broker_b):
     with httpx.Client() as browser:
         request_id = _consent_request(broker_b, browser)
-        response = browser.post(f"{broker_b.gateway}/mcp/oauth/authorize",
-                                headers={"Sec-Fetch-Site": "same-origin"},
-                                data={"request": request_id, "decision": "allow"})
+        response = browser.post(
+            f"{broker_b.gateway}/mcp/oauth/authorize",
+            headers={"Sec-Fetch-Site": "same-origin"},
+            data={"request": request_id, "decision": "allow"},
+        )
         assert response.status_code == 302, response.text
 
 
@@ -185,8 +225,9 @@ def test_consent_page_lets_browsers_send_the_real_origin(broker_b):
 
 
 async def _tokens(broker_b, client_id: str) -> dict:
-    url = authorize_url(broker_b, client_id, REGISTERED, scope="openid profile offline_access",
-                        prompt="consent")
+    url = authorize_url(
+        broker_b, client_id, REGISTERED, scope="openid profile offline_access", prompt="consent"
+    )
     query = await sign_in(url, "alice", "x", REGISTERED)
     response = redeem(broker_b, client_id, query["code"], VERIFIER, REGISTERED)
     assert response.status_code == 200, response.text

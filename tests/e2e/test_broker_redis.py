@@ -30,11 +30,19 @@ def replicas(redis_url, broker_b, tmp_path_factory, logs) -> Iterator[tuple[Repl
     try:
         for name in ("a", "b"):
             port = free_port()
-            config = use_broker(write_example(
-                "provider-b", tmp_path_factory.mktemp(f"replica-{name}"),
-                {"8080": str(port), "9000": idp_port, "8000": backend_port}))
-            proc = Process(f"gateway-replica-{name}", gateway_cmd(config), logs,
-                           env={"MCP_OAUTH_GATEWAY_REDIS_URL": redis_url})
+            config = use_broker(
+                write_example(
+                    "provider-b",
+                    tmp_path_factory.mktemp(f"replica-{name}"),
+                    {"8080": str(port), "9000": idp_port, "8000": backend_port},
+                )
+            )
+            proc = Process(
+                f"gateway-replica-{name}",
+                gateway_cmd(config),
+                logs,
+                env={"MCP_OAUTH_GATEWAY_REDIS_URL": redis_url},
+            )
             procs.append(proc)
             wait_for_port(port, proc)
             out.append(Replica(f"http://127.0.0.1:{port}"))
@@ -51,21 +59,31 @@ async def test_sign_in_started_on_one_replica_finishes_on_the_other(replicas):
         consent = browser.get(authorize_url(b, client_id))
         assert consent.status_code == 200, consent.text
         request_id = consent.text.split('name="request" value="')[1].split('"')[0]
-        to_idp = browser.post(f"{b.gateway}/mcp/oauth/authorize",
-                              data={"request": request_id, "decision": "allow"},
-                              headers={"Origin": b.gateway})
+        to_idp = browser.post(
+            f"{b.gateway}/mcp/oauth/authorize",
+            data={"request": request_id, "decision": "allow"},
+            headers={"Origin": b.gateway},
+        )
         assert to_idp.status_code == 302, to_idp.text
     provider_callback = f"{b.gateway}/mcp/oauth/callback"
     answer = await sign_in(to_idp.headers["location"], "alice", "x", provider_callback)
     # The load balancer sends the provider's redirect to the other replica (same public host).
-    finished = httpx.get(f"{a.gateway}/mcp/oauth/callback", params=answer,
-                         headers={"Host": urlsplit(b.gateway).netloc})
+    finished = httpx.get(
+        f"{a.gateway}/mcp/oauth/callback",
+        params=answer,
+        headers={"Host": urlsplit(b.gateway).netloc},
+    )
     assert finished.status_code == 302, finished.text
     query = parse_qs(urlsplit(finished.headers["location"]).query)
     assert query["iss"] == [f"{b.gateway}/mcp"]
     code = query["code"][0]
-    form = {"grant_type": "authorization_code", "code": code, "client_id": client_id,
-            "redirect_uri": CALLBACK, "code_verifier": VERIFIER}
+    form = {
+        "grant_type": "authorization_code",
+        "code": code,
+        "client_id": client_id,
+        "redirect_uri": CALLBACK,
+        "code_verifier": VERIFIER,
+    }
     tokens = httpx.post(f"{b.gateway}/mcp/oauth/token", data=form)
     assert tokens.status_code == 200, tokens.text
     assert tokens.json()["access_token"]

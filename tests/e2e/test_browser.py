@@ -18,9 +18,16 @@ from support import ROOT, free_port
 from .test_demo import running_demo
 
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 class CallbackServer:
@@ -76,8 +83,9 @@ async def test_browser_sign_in_through_the_demo(demo):
 
     async def redirect_handler(authorization_url: str) -> None:
         async with async_playwright() as playwright:
-            browser = await playwright.chromium.launch(executable_path="/usr/bin/chromium",
-                                                       args=CHROMIUM_FLAGS)
+            browser = await playwright.chromium.launch(
+                executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS
+            )
             page = await browser.new_page()
             await page.goto(authorization_url)
             seen["consent_title"] = await page.title()
@@ -94,9 +102,11 @@ async def test_browser_sign_in_through_the_demo(demo):
 
     async def callback_handler() -> AuthorizationCodeResult:
         await asyncio.get_running_loop().run_in_executor(None, callback.arrived.wait, 30)
-        return AuthorizationCodeResult(code=callback.query["code"],
-                                       state=callback.query.get("state"),
-                                       iss=callback.query.get("iss"))
+        return AuthorizationCodeResult(
+            code=callback.query["code"],
+            state=callback.query.get("state"),
+            iss=callback.query.get("iss"),
+        )
 
     class Memory:
         tokens = client_info = None
@@ -114,9 +124,14 @@ async def test_browser_sign_in_through_the_demo(demo):
             self.client_info = info
 
     oauth = OAuthClientProvider(
-        server_url=demo.url, client_metadata=OAuthClientMetadata(
-            client_name="Browser Test Client", redirect_uris=[callback.url]),
-        storage=Memory(), redirect_handler=redirect_handler, callback_handler=callback_handler)
+        server_url=demo.url,
+        client_metadata=OAuthClientMetadata(
+            client_name="Browser Test Client", redirect_uris=[callback.url]
+        ),
+        storage=Memory(),
+        redirect_handler=redirect_handler,
+        callback_handler=callback_handler,
+    )
     http = httpx2.AsyncClient(auth=oauth, timeout=60)
     try:
         async with http, Client(streamable_http_client(demo.url, http_client=http)) as client:

@@ -28,8 +28,12 @@ from support import (
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mcp_oauth_gateway", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "mcp_oauth_gateway", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def example_with(tmp_path: Path, edit: tuple[str, str] | None = None) -> Path:
@@ -51,25 +55,45 @@ def test_invalid_yaml_names_file_and_line(tmp_path):
     assert re.search(rf"{re.escape(str(bad))}:\d+:\d+: invalid YAML: ", done.stderr), done.stderr
 
 
-@pytest.mark.parametrize(("edit", "expected"), [
-    (("              jwksPath: /application/o/mcp/jwks/\n", ""),
-     "spec.traffic.jwtAuthentication.providers[0].jwks.remote: jwksPath is required with "
-     "backendRef"),
-    (("        clientId: mcp-public          # the pre-registered public client (PKCE, no "
-      "secret)\n", ""),
-     "spec.traffic.jwtAuthentication.mcp.clientId is required when provider is ProviderB"),
-    (("'\"mcp-agent\" in jwt.groups'", "'\"mcp-agent\" in jwt.groups.contanis(1)'"),
-     "spec.traffic.authorization.policy.matchExpressions[0]: invalid CEL"),
-    (("mode: Strict", "mode: Strict\n      modee: Strict"),
-     "spec.traffic.jwtAuthentication.modee: unknown field"),
-    (("provider: ProviderB", "provider: Okta"),
-     "unknown provider 'Okta'; allowed values: ProviderB, Authentik, Keycloak"),
-    (("port: 9000\n  ", "port: nine\n  "),
-     "spec.traffic.jwtAuthentication.providers[0].jwks.remote.backendRef.port: Input should be a "
-     "valid integer"),
-    (("name: mcp\n  traffic", "name: missing-route\n  traffic"),
-     "HTTPRoute default/missing-route not found"),
-])
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (
+            ("              jwksPath: /application/o/mcp/jwks/\n", ""),
+            "spec.traffic.jwtAuthentication.providers[0].jwks.remote: jwksPath is required with "
+            "backendRef",
+        ),
+        (
+            (
+                "        clientId: mcp-public          # the pre-registered public client "
+                "(PKCE, no secret)\n",
+                "",
+            ),
+            "spec.traffic.jwtAuthentication.mcp.clientId is required when provider is ProviderB",
+        ),
+        (
+            ("'\"mcp-agent\" in jwt.groups'", "'\"mcp-agent\" in jwt.groups.contanis(1)'"),
+            "spec.traffic.authorization.policy.matchExpressions[0]: invalid CEL",
+        ),
+        (
+            ("mode: Strict", "mode: Strict\n      modee: Strict"),
+            "spec.traffic.jwtAuthentication.modee: unknown field",
+        ),
+        (
+            ("provider: ProviderB", "provider: Okta"),
+            "unknown provider 'Okta'; allowed values: ProviderB, Authentik, Keycloak",
+        ),
+        (
+            ("port: 9000\n  ", "port: nine\n  "),
+            "spec.traffic.jwtAuthentication.providers[0].jwks.remote.backendRef.port: Input "
+            "should be a valid integer",
+        ),
+        (
+            ("name: mcp\n  traffic", "name: missing-route\n  traffic"),
+            "HTTPRoute default/missing-route not found",
+        ),
+    ],
+)
 def test_invalid_resources_do_not_start(tmp_path, edit, expected):
     config = example_with(tmp_path, edit)
     done = run_cli("serve", "-f", str(config))
@@ -80,12 +104,16 @@ def test_invalid_resources_do_not_start(tmp_path, edit, expected):
 
 
 def test_broker_with_several_workers_needs_shared_state(tmp_path):
-    config = example_with(tmp_path, ("        provider: ", "        authorizationServerMode: "
-                                                      "Broker\n        provider: "))
+    config = example_with(
+        tmp_path,
+        ("        provider: ", "        authorizationServerMode: Broker\n        provider: "),
+    )
     done = run_cli("serve", "-f", str(config), "--workers", "2")
     assert done.returncode == 2, done.stderr
-    assert ("spec.traffic.jwtAuthentication.mcp.broker.redisUrl is required when Broker mode "
-            "is served by 2 processes") in done.stderr
+    assert (
+        "spec.traffic.jwtAuthentication.mcp.broker.redisUrl is required when Broker mode "
+        "is served by 2 processes"
+    ) in done.stderr
     assert "set MCP_OAUTH_GATEWAY_REDIS_URL" in done.stderr
     assert "listening" not in done.stderr
 
@@ -93,8 +121,11 @@ def test_broker_with_several_workers_needs_shared_state(tmp_path):
 def test_check_prints_all_conditions_true_for_example_b(stack_b):
     done = run_cli("check", "-f", str(stack_b.config_dir))
     assert done.returncode == 0, done.stdout + done.stderr
-    for line in ("Accepted      True   Valid", "Attached      True   Attached",
-                 "ResolvedRefs  True"):
+    for line in (
+        "Accepted      True   Valid",
+        "Attached      True   Attached",
+        "ResolvedRefs  True",
+    ):
         assert line in done.stdout, done.stdout
 
 
@@ -126,22 +157,39 @@ def test_examples_load_cleanly():
 
 def test_sigterm_drains_in_flight_requests_and_exits_zero(stack_b, tmp_path, logs):
     port = free_port()
-    ports = {"8080": str(port), "9000": stack_b.idp.rsplit(":", 1)[1],
-             "8000": stack_b.backend.rsplit(":", 1)[1]}
+    ports = {
+        "8080": str(port),
+        "9000": stack_b.idp.rsplit(":", 1)[1],
+        "8000": stack_b.backend.rsplit(":", 1)[1],
+    }
     config = write_example("provider-b", tmp_path / "cfg", ports)
     gateway = Process("gateway-sigterm", gateway_cmd(config), logs)
     wait_for_port(port, gateway)
     base = f"http://127.0.0.1:{port}"
     token = stack_b.token()
     wait_for_keyset(base, token)
-    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream",
-               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call",
-               "Mcp-Name": "count", "Mcp-Param-Probe": uuid.uuid4().hex}
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": "count", "arguments": {"n": 20},
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                  "io.modelcontextprotocol/clientCapabilities": {},
-                  "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}}}}
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "count",
+        "Mcp-Param-Probe": uuid.uuid4().hex,
+    }
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "count",
+            "arguments": {"n": 20},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+    }
     result: dict[str, object] = {}
 
     def long_call() -> None:
@@ -151,9 +199,14 @@ def test_sigterm_drains_in_flight_requests_and_exits_zero(stack_b, tmp_path, log
     caller = threading.Thread(target=long_call)
     caller.start()
     # signal once the backend is working on the call (the tool runs about a second)
-    wait_until(lambda: any(dict(r["headers"]).get("mcp-param-probe") == headers["Mcp-Param-Probe"]
-                           for r in httpx.get(f"http://{stack_b.backend}/debug/requests").json()),
-               30, "the call to reach the backend")
+    wait_until(
+        lambda: any(
+            dict(r["headers"]).get("mcp-param-probe") == headers["Mcp-Param-Probe"]
+            for r in httpx.get(f"http://{stack_b.backend}/debug/requests").json()
+        ),
+        30,
+        "the call to reach the backend",
+    )
     gateway.popen.send_signal(signal.SIGTERM)
     caller.join(30)
     code = gateway.popen.wait(30)
@@ -167,24 +220,39 @@ def test_sigterm_drains_in_flight_requests_and_exits_zero(stack_b, tmp_path, log
 
 def test_workers_share_the_listener_and_stop_together(stack_b, tmp_path, logs):
     port = free_port()
-    ports = {"8080": str(port), "9000": stack_b.idp.rsplit(":", 1)[1],
-             "8000": stack_b.backend.rsplit(":", 1)[1]}
+    ports = {
+        "8080": str(port),
+        "9000": stack_b.idp.rsplit(":", 1)[1],
+        "8000": stack_b.backend.rsplit(":", 1)[1],
+    }
     config = write_example("provider-b", tmp_path / "cfg", ports)
     gateway = Process("gateway-workers", [*gateway_cmd(config), "--workers", "2"], logs)
     wait_for_port(port, gateway)
     base = f"http://127.0.0.1:{port}"
     wait_for_keyset(base, stack_b.token())
-    headers = {"Authorization": f"Bearer {stack_b.token()}",
-               "Accept": "application/json, text/event-stream"}
-    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"}}}
-    statuses = {httpx.post(f"{base}/mcp", headers=headers, json=body, timeout=10).status_code
-                for _ in range(20)}
+    headers = {
+        "Authorization": f"Bearer {stack_b.token()}",
+        "Accept": "application/json, text/event-stream",
+    }
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    statuses = {
+        httpx.post(f"{base}/mcp", headers=headers, json=body, timeout=10).status_code
+        for _ in range(20)
+    }
     assert statuses == {200}
     # The parent logs this after forking, from its logging thread: the workers may serve first.
-    wait_until(lambda: "started 2 worker processes" in gateway.log(), 30,
-               "the parent to log its workers")
+    wait_until(
+        lambda: "started 2 worker processes" in gateway.log(), 30, "the parent to log its workers"
+    )
     gateway.popen.send_signal(signal.SIGTERM)
     assert gateway.popen.wait(30) == 0, gateway.log()
     gateway.stop()

@@ -13,8 +13,13 @@ from support import NODE_DIR, node, unverified_claims
 
 def run_ts_client(mcp_url: str, user: str, password: str = "x", sdk: str = "sdk1") -> dict:
     """Run tests/node/ts_client.mjs and return its JSON report."""
-    done = subprocess.run([node(), str(NODE_DIR / "ts_client.mjs"), mcp_url, user, password, sdk],
-                          capture_output=True, text=True, timeout=120, cwd=NODE_DIR)
+    done = subprocess.run(
+        [node(), str(NODE_DIR / "ts_client.mjs"), mcp_url, user, password, sdk],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=NODE_DIR,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -45,8 +50,11 @@ def test_ts_client_full_flow_provider_b(stack_b):
 def test_ts_client_session_wire_reaches_backend_untouched(stack_b):
     report = run_ts_client(stack_b.mcp, "alice")
     assert report["ok"], report
-    seen = [r for r in backend_requests(stack_b.backend)
-            if dict(r["headers"]).get("mcp-session-id") == report["sessionId"]]
+    seen = [
+        r
+        for r in backend_requests(stack_b.backend)
+        if dict(r["headers"]).get("mcp-session-id") == report["sessionId"]
+    ]
     methods = {r["method"] for r in seen}
     assert {"POST", "GET", "DELETE"} <= methods, methods
     for request in seen:

@@ -45,8 +45,12 @@ def run_client(client: str, target: Target) -> dict:
     if client.startswith("python"):
         python = str(MCP1_PYTHON) if "1.x" in client else sys.executable
         assert Path(python).exists(), f"{python} is missing: `make test` creates .venv-mcp1"
-        done = subprocess.run([python, str(PEERS / "py_client.py"), target.mcp, "alice",
-                               target.password], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [python, str(PEERS / "py_client.py"), target.mcp, "alice", target.password],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         lines = done.stdout.strip().splitlines()
         assert lines, done.stderr[-2000:]
         return json.loads(lines[-1])
@@ -55,8 +59,9 @@ def run_client(client: str, target: Target) -> dict:
 
 
 @pytest.fixture(scope="module")
-def dev_idp_targets(logs: Path, tmp_path_factory: pytest.TempPathFactory,
-                    backend: str) -> Iterator[dict[str, Target]]:
+def dev_idp_targets(
+    logs: Path, tmp_path_factory: pytest.TempPathFactory, backend: str
+) -> Iterator[dict[str, Target]]:
     tmp = tmp_path_factory.mktemp("matrix-devidp")
     idp, url = start_dev_idp("authentik", logs, tmp / "state.json", "--user", "alice")
     gateways = []
@@ -65,11 +70,25 @@ def dev_idp_targets(logs: Path, tmp_path_factory: pytest.TempPathFactory,
         for mode in ("Facade", "Broker"):
             port = free_port()
             out = tmp / mode
-            done = cli("idp", "authentik", "--url", url, "--user", "alice", "--mode", mode,
-                       "--redirect-uri", r"regex:http://127\.0\.0\.1:[0-9]+/.*",
-                       "--resource", f"http://127.0.0.1:{port}/mcp", "--backend",
-                       f"http://{backend}/mcp", "--output-dir", str(out),
-                       env={"AUTHENTIK_TOKEN": BOOTSTRAP_TOKEN})
+            done = cli(
+                "idp",
+                "authentik",
+                "--url",
+                url,
+                "--user",
+                "alice",
+                "--mode",
+                mode,
+                "--redirect-uri",
+                r"regex:http://127\.0\.0\.1:[0-9]+/.*",
+                "--resource",
+                f"http://127.0.0.1:{port}/mcp",
+                "--backend",
+                f"http://{backend}/mcp",
+                "--output-dir",
+                str(out),
+                env={"AUTHENTIK_TOKEN": BOOTSTRAP_TOKEN},
+            )
             assert done.returncode == 0, done.stderr
             gateway = Process(f"gateway-matrix-{mode.lower()}", gateway_cmd(out), logs)
             gateways.append(gateway)
@@ -130,17 +149,34 @@ async def test_broker_proxies_refresh_grants(dev_idp_targets):
 
     client_id = register(Gateway)
     query = await sign_in(authorize_url(Gateway, client_id), "alice", USER_PASSWORD, CALLBACK)
-    tokens = httpx.post(f"{Gateway.gateway}/mcp/oauth/token", data={
-        "grant_type": "authorization_code", "code": query["code"], "client_id": client_id,
-        "redirect_uri": CALLBACK, "code_verifier": VERIFIER}).json()
+    tokens = httpx.post(
+        f"{Gateway.gateway}/mcp/oauth/token",
+        data={
+            "grant_type": "authorization_code",
+            "code": query["code"],
+            "client_id": client_id,
+            "redirect_uri": CALLBACK,
+            "code_verifier": VERIFIER,
+        },
+    ).json()
     assert tokens["refresh_token"]
-    refreshed = httpx.post(f"{Gateway.gateway}/mcp/oauth/token", data={
-        "grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
-        "client_id": client_id})
+    refreshed = httpx.post(
+        f"{Gateway.gateway}/mcp/oauth/token",
+        data={
+            "grant_type": "refresh_token",
+            "refresh_token": tokens["refresh_token"],
+            "client_id": client_id,
+        },
+    )
     assert refreshed.status_code == 200, refreshed.text
     assert refreshed.json()["access_token"] != tokens["access_token"]
-    reused = httpx.post(f"{Gateway.gateway}/mcp/oauth/token", data={
-        "grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
-        "client_id": client_id})
+    reused = httpx.post(
+        f"{Gateway.gateway}/mcp/oauth/token",
+        data={
+            "grant_type": "refresh_token",
+            "refresh_token": tokens["refresh_token"],
+            "client_id": client_id,
+        },
+    )
     assert reused.status_code == 400  # the provider rotates refresh tokens
     assert reused.json()["error"] == "invalid_grant"

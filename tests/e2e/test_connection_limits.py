@@ -41,16 +41,19 @@ class Gateway:
     def metrics(self) -> dict[str, float]:
         """The scraped samples, by name with labels."""
         text = httpx.get(f"{self.admin}/metrics", timeout=WAIT).text
-        return {name: float(value) for name, _, value in
-                (line.rpartition(" ") for line in text.splitlines())
-                if name and not name.startswith("#")}
+        return {
+            name: float(value)
+            for name, _, value in (line.rpartition(" ") for line in text.splitlines())
+            if name and not name.startswith("#")
+        }
 
 
 @pytest.fixture(scope="module")
 def gateway(logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     backend_port = free_port()
-    backend = Process("limits-backend", [sys.executable, str(PEERS / "fault_backend.py"),
-                                         str(backend_port)], logs)
+    backend = Process(
+        "limits-backend", [sys.executable, str(PEERS / "fault_backend.py"), str(backend_port)], logs
+    )
     wait_for_port(backend_port, backend)
     port, admin_port = free_port(), free_port()
     config = tmp_path_factory.mktemp("limits") / "gateway.yaml"
@@ -77,10 +80,21 @@ spec:
     targets: [{{name: t, static: {{host: 127.0.0.1, port: {backend_port},
                                    path: /sse-forever}}}}]
 """)
-    process = Process("gateway-limits", [
-        *gateway_cmd(config), "--status-port", str(admin_port),
-        "--header-timeout", str(HEADER_TIMEOUT), "--idle-timeout", str(IDLE_TIMEOUT),
-        "--max-connections", str(MAX_CONNECTIONS)], logs)
+    process = Process(
+        "gateway-limits",
+        [
+            *gateway_cmd(config),
+            "--status-port",
+            str(admin_port),
+            "--header-timeout",
+            str(HEADER_TIMEOUT),
+            "--idle-timeout",
+            str(IDLE_TIMEOUT),
+            "--max-connections",
+            str(MAX_CONNECTIONS),
+        ],
+        logs,
+    )
     try:
         wait_for_port(port, process)
         wait_for_port(admin_port, process)
@@ -183,7 +197,8 @@ def test_stalled_request_heads_are_closed_with_408_when_a_request_began(gateway)
             assert json.loads(body) == {
                 "error": "request_timeout",
                 "error_description": "the request head was not complete within 1s "
-                                     "(--header-timeout)"}
+                "(--header-timeout)",
+            }
     finally:
         for sock in silent + partial:
             sock.close()
@@ -197,8 +212,10 @@ def test_a_request_head_growing_without_end_is_cut_with_431(gateway):
     with gateway.connect() as sock:
         # Just past the bound (about 48 KiB), and no more: nothing is left unread when the
         # gateway closes, so the answer is not lost to a reset.
-        sock.sendall(b"GET /sse-forever HTTP/1.1\r\nHost: gw\r\n" +
-                     (b"X-Filler: " + b"a" * 1000 + b"\r\n") * 52)
+        sock.sendall(
+            b"GET /sse-forever HTTP/1.1\r\nHost: gw\r\n"
+            + (b"X-Filler: " + b"a" * 1000 + b"\r\n") * 52
+        )
         status, headers, body = parse(read_until_closed(sock))
     assert status == 431
     assert headers["connection"] == "close"
@@ -223,8 +240,10 @@ def test_stalled_request_body_is_closed_while_a_streamed_response_lives_on(gatew
     stream = open_stream(gateway)
     try:
         with gateway.connect() as sock:
-            sock.sendall(b"POST /sse-forever HTTP/1.1\r\nHost: gw\r\nContent-Type: "
-                         b"application/json\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\": ")
+            sock.sendall(
+                b"POST /sse-forever HTTP/1.1\r\nHost: gw\r\nContent-Type: "
+                b'application/json\r\nContent-Length: 100\r\n\r\n{"jsonrpc": '
+            )
             # The request is being forwarded, so there is nothing to answer: only a close.
             assert read_until_closed(sock) == b""
         # The stream began before the stalled body and has outlived it: no timer cuts a
@@ -239,8 +258,11 @@ def test_stalled_request_body_is_closed_while_a_streamed_response_lives_on(gatew
 
 
 def test_connections_over_the_cap_get_503_and_normal_requests_return_once_slots_free(gateway):
-    wait_until(lambda: gateway.metrics()["mcp_gateway_connections_open"] == 0, WAIT,
-               "earlier tests' connections to close")
+    wait_until(
+        lambda: gateway.metrics()["mcp_gateway_connections_open"] == 0,
+        WAIT,
+        "earlier tests' connections to close",
+    )
     refused_before = gateway.metrics()["mcp_gateway_connections_refused_total"]
     streams = []
     try:
@@ -254,16 +276,20 @@ def test_connections_over_the_cap_get_503_and_normal_requests_return_once_slots_
             assert json.loads(body) == {
                 "error": "temporarily_unavailable",
                 "error_description": f"the gateway already holds {MAX_CONNECTIONS} open "
-                                     "connections, its limit (--max-connections); try again "
-                                     "shortly"}
+                "connections, its limit (--max-connections); try again "
+                "shortly",
+            }
         # The admin listener is not capped: operators can still read what is going on.
         samples = gateway.metrics()
         assert samples["mcp_gateway_connections_open"] == MAX_CONNECTIONS
         assert samples["mcp_gateway_connections_max"] == MAX_CONNECTIONS
         assert samples["mcp_gateway_connections_refused_total"] == refused_before + 3
         streams.pop().close()
-        wait_until(lambda: gateway.metrics()["mcp_gateway_connections_open"] ==
-                   MAX_CONNECTIONS - 1, WAIT, "the gateway to see the stream close")
+        wait_until(
+            lambda: gateway.metrics()["mcp_gateway_connections_open"] == MAX_CONNECTIONS - 1,
+            WAIT,
+            "the gateway to see the stream close",
+        )
         response = httpx.get(f"{gateway.base}/nothing", timeout=WAIT)
         assert response.status_code == 404
         assert response.json()["error"] == "not_found"
@@ -274,8 +300,11 @@ def test_connections_over_the_cap_get_503_and_normal_requests_return_once_slots_
 
 def test_chosen_limits_are_logged_once_at_start(gateway):
     # Written by the logging thread: the listener can be up before the line is in the file.
-    wait_until(lambda: "connections: at most" in gateway.process.log(), WAIT,
-               "the connection limits to be logged")
+    wait_until(
+        lambda: "connections: at most" in gateway.process.log(),
+        WAIT,
+        "the connection limits to be logged",
+    )
     lines = [line for line in gateway.process.log().splitlines() if "connections: at most" in line]
     assert len(lines) == 1
     assert f"at most {MAX_CONNECTIONS} open per process" in lines[0]

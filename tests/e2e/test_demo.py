@@ -28,13 +28,31 @@ class RunningDemo:
     ports: list[str]
 
 
-def start_demo(directory: Path, flavour: str = "authentik",
-               ports: list[str] | None = None) -> RunningDemo:
+def start_demo(
+    directory: Path, flavour: str = "authentik", ports: list[str] | None = None
+) -> RunningDemo:
     ports = ports or [str(free_port()) for _ in range(3)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "mcp_oauth_gateway", "demo", "--flavor", flavour, "--dir",
-         str(directory), "--port", ports[0], "--idp-port", ports[1], "--backend-port",
-         ports[2]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "mcp_oauth_gateway",
+            "demo",
+            "--flavor",
+            flavour,
+            "--dir",
+            str(directory),
+            "--port",
+            ports[0],
+            "--idp-port",
+            ports[1],
+            "--backend-port",
+            ports[2],
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert process.stdout is not None
     lines, _ = read_until(process.stdout, lambda line: "Ctrl-C stops everything" in line)
     text = "".join(lines)
@@ -65,8 +83,12 @@ def stop(demo: RunningDemo) -> int:
 
 
 def py_client(url: str, user: str, password: str) -> dict:
-    done = subprocess.run([sys.executable, str(PEERS / "py_client.py"), url, user, password],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(PEERS / "py_client.py"), url, user, password],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

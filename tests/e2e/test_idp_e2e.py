@@ -23,11 +23,17 @@ USER_PASSWORD = "user-test-pw"
 BOOTSTRAP_TOKEN = "ak-bootstrap-test-token"
 
 
-def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mcp_oauth_gateway", *args], input=stdin,
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+def cli(
+    *args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mcp_oauth_gateway", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @dataclass
@@ -43,11 +49,29 @@ class Provisioned:
 
 def start_dev_idp(flavour: str, logs: Path, state: Path, *extra: str) -> tuple[Process, str]:
     port = free_port()
-    env = {"DEV_IDP_ADMIN_PASSWORD": ADMIN_PASSWORD, "DEV_IDP_BOOTSTRAP_TOKEN": BOOTSTRAP_TOKEN,
-           "DEV_IDP_USER_PASSWORD": USER_PASSWORD}
-    proc = Process(f"dev-idp-{flavour}", [sys.executable, "-m", "mcp_oauth_gateway", "dev-idp",
-                                          "--flavor", flavour, "--port", str(port), "--state",
-                                          str(state), *extra], logs, env=env)
+    env = {
+        "DEV_IDP_ADMIN_PASSWORD": ADMIN_PASSWORD,
+        "DEV_IDP_BOOTSTRAP_TOKEN": BOOTSTRAP_TOKEN,
+        "DEV_IDP_USER_PASSWORD": USER_PASSWORD,
+    }
+    proc = Process(
+        f"dev-idp-{flavour}",
+        [
+            sys.executable,
+            "-m",
+            "mcp_oauth_gateway",
+            "dev-idp",
+            "--flavor",
+            flavour,
+            "--port",
+            str(port),
+            "--state",
+            str(state),
+            *extra,
+        ],
+        logs,
+        env=env,
+    )
     wait_for_port(port, proc)
     return proc, f"http://127.0.0.1:{port}"
 
@@ -63,16 +87,30 @@ def serve_and_check(p: Provisioned, logs: Path, name: str) -> Process:
 
 
 @pytest.fixture(scope="module")
-def keycloak_run(logs: Path, tmp_path_factory: pytest.TempPathFactory,
-                 backend: str) -> Iterator[Provisioned]:
+def keycloak_run(
+    logs: Path, tmp_path_factory: pytest.TempPathFactory, backend: str
+) -> Iterator[Provisioned]:
     tmp = tmp_path_factory.mktemp("kc-e2e")
     state = tmp / "state.json"
     idp, url = start_dev_idp("keycloak", logs, state)
     gateway = f"http://127.0.0.1:{free_port()}"
-    args = ["idp", "keycloak", "--url", url, "--resource", f"{gateway}/mcp",
-            "--user", "alice:alice@example.com", "--user", "bob:bob@example.com",
-            "--allow-anonymous-dcr", "--backend", f"http://{backend}/mcp",
-            "--output-dir", str(tmp / "out")]
+    args = [
+        "idp",
+        "keycloak",
+        "--url",
+        url,
+        "--resource",
+        f"{gateway}/mcp",
+        "--user",
+        "alice:alice@example.com",
+        "--user",
+        "bob:bob@example.com",
+        "--allow-anonymous-dcr",
+        "--backend",
+        f"http://{backend}/mcp",
+        "--output-dir",
+        str(tmp / "out"),
+    ]
     env = {"KEYCLOAK_ADMIN_PASSWORD": ADMIN_PASSWORD, "KEYCLOAK_USER_PASSWORD": USER_PASSWORD}
     first = cli(*args, env=env)
     try:
@@ -82,18 +120,46 @@ def keycloak_run(logs: Path, tmp_path_factory: pytest.TempPathFactory,
 
 
 @pytest.fixture(scope="module")
-def authentik_run(logs: Path, tmp_path_factory: pytest.TempPathFactory,
-                  backend: str) -> Iterator[Provisioned]:
+def authentik_run(
+    logs: Path, tmp_path_factory: pytest.TempPathFactory, backend: str
+) -> Iterator[Provisioned]:
     tmp = tmp_path_factory.mktemp("ak-e2e")
     state = tmp / "state.json"
     # A fresh install: migrations for 1 s (the tool then honours Retry-After: 5), then the
     # worker needs 8 s for its blueprints, creating part of them half-way.
-    idp, url = start_dev_idp("authentik", logs, state, "--user", "alice", "--user", "carol",
-                             "--migrations-delay", "1", "--worker-delay", "8")
+    idp, url = start_dev_idp(
+        "authentik",
+        logs,
+        state,
+        "--user",
+        "alice",
+        "--user",
+        "carol",
+        "--migrations-delay",
+        "1",
+        "--worker-delay",
+        "8",
+    )
     gateway = f"http://127.0.0.1:{free_port()}"
-    args = ["idp", "authentik", "--url", url, "--slug", "mcp", "--user", "alice",
-            "--resource", f"{gateway}/mcp", "--backend", f"http://{backend}/mcp",
-            "--output-dir", str(tmp / "out"), "--token-stdin", "--wait", "60"]
+    args = [
+        "idp",
+        "authentik",
+        "--url",
+        url,
+        "--slug",
+        "mcp",
+        "--user",
+        "alice",
+        "--resource",
+        f"{gateway}/mcp",
+        "--backend",
+        f"http://{backend}/mcp",
+        "--output-dir",
+        str(tmp / "out"),
+        "--token-stdin",
+        "--wait",
+        "60",
+    ]
     first = cli(*args, stdin=BOOTSTRAP_TOKEN + "\n")
     try:
         yield Provisioned(url, gateway, tmp / "out", state, first, args, {})
@@ -114,25 +180,48 @@ def test_keycloak_end_to_end(keycloak_run, logs):
         assert report["ok"], report
         assert report["add"]["structuredContent"] == {"result": 5}
         # a user outside the group
-        admin = httpx.post(f"{p.idp}/realms/master/protocol/openid-connect/token", data={
-            "grant_type": "password", "client_id": "admin-cli", "username": "admin",
-            "password": ADMIN_PASSWORD}).json()["access_token"]
-        created = httpx.post(f"{p.idp}/admin/realms/master/users",
-                             headers={"Authorization": f"Bearer {admin}"},
-                             json={"username": "carol", "enabled": True, "credentials": [
-                                 {"type": "password", "value": USER_PASSWORD}]})
+        admin = httpx.post(
+            f"{p.idp}/realms/master/protocol/openid-connect/token",
+            data={
+                "grant_type": "password",
+                "client_id": "admin-cli",
+                "username": "admin",
+                "password": ADMIN_PASSWORD,
+            },
+        ).json()["access_token"]
+        created = httpx.post(
+            f"{p.idp}/admin/realms/master/users",
+            headers={"Authorization": f"Bearer {admin}"},
+            json={
+                "username": "carol",
+                "enabled": True,
+                "credentials": [{"type": "password", "value": USER_PASSWORD}],
+            },
+        )
         assert created.status_code == 201
         outsider = run_ts_client(f"{p.gateway}/mcp", "carol", USER_PASSWORD)
         assert outsider["status"] == 403, outsider
         # a client_credentials token for a client of the same realm and audience
-        client = httpx.post(f"{p.idp}/realms/master/clients-registrations/openid-connect", json={
-            "client_name": "robot", "grant_types": ["client_credentials"],
-            "token_endpoint_auth_method": "client_secret_post", "redirect_uris": []}).json()
-        token = httpx.post(f"{p.idp}/realms/master/protocol/openid-connect/token", data={
-            "grant_type": "client_credentials", "client_id": client["client_id"],
-            "client_secret": client["client_secret"]}).json()["access_token"]
-        response = httpx.post(f"{p.gateway}/mcp", json={}, headers={
-            "Authorization": f"Bearer {token}"})
+        client = httpx.post(
+            f"{p.idp}/realms/master/clients-registrations/openid-connect",
+            json={
+                "client_name": "robot",
+                "grant_types": ["client_credentials"],
+                "token_endpoint_auth_method": "client_secret_post",
+                "redirect_uris": [],
+            },
+        ).json()
+        token = httpx.post(
+            f"{p.idp}/realms/master/protocol/openid-connect/token",
+            data={
+                "grant_type": "client_credentials",
+                "client_id": client["client_id"],
+                "client_secret": client["client_secret"],
+            },
+        ).json()["access_token"]
+        response = httpx.post(
+            f"{p.gateway}/mcp", json={}, headers={"Authorization": f"Bearer {token}"}
+        )
         assert response.status_code == 403, response.text
     finally:
         gateway.stop()
@@ -156,8 +245,11 @@ def test_authentik_end_to_end(authentik_run, logs):
     assert "found ['openid']" in p.first.stderr, "partial blueprints are waited out"
     assert f"issuer: {p.idp}/application/o/mcp/" in p.first.stdout
     assert BOOTSTRAP_TOKEN not in p.first.stdout + p.first.stderr
-    client_id = next(line.split(": ", 1)[1] for line in p.first.stdout.splitlines()
-                     if line.startswith("client_id: "))
+    client_id = next(
+        line.split(": ", 1)[1]
+        for line in p.first.stdout.splitlines()
+        if line.startswith("client_id: ")
+    )
     gateway = serve_and_check(p, logs, "gateway-ak-e2e")
     try:
         report = run_ts_client(f"{p.gateway}/mcp", "alice", USER_PASSWORD)
@@ -166,15 +258,23 @@ def test_authentik_end_to_end(authentik_run, logs):
         assert report["progress"] == [1, 2, 3]
         outsider = run_ts_client(f"{p.gateway}/mcp", "carol", USER_PASSWORD)
         assert outsider["status"] == 403, outsider
-        provider = httpx.get(f"{p.idp}/api/v3/providers/oauth2/", params={"name": "mcp"},
-                             headers={"Authorization": f"Bearer {BOOTSTRAP_TOKEN}"}
-                             ).json()["results"][0]
-        token = httpx.post(f"{p.idp}/application/o/token/", data={
-            "grant_type": "client_credentials", "client_id": client_id,
-            "client_secret": provider["client_secret"], "scope": "openid profile"}
+        provider = httpx.get(
+            f"{p.idp}/api/v3/providers/oauth2/",
+            params={"name": "mcp"},
+            headers={"Authorization": f"Bearer {BOOTSTRAP_TOKEN}"},
+        ).json()["results"][0]
+        token = httpx.post(
+            f"{p.idp}/application/o/token/",
+            data={
+                "grant_type": "client_credentials",
+                "client_id": client_id,
+                "client_secret": provider["client_secret"],
+                "scope": "openid profile",
+            },
         ).json()["access_token"]
-        response = httpx.post(f"{p.gateway}/mcp", json={}, headers={
-            "Authorization": f"Bearer {token}"})
+        response = httpx.post(
+            f"{p.gateway}/mcp", json={}, headers={"Authorization": f"Bearer {token}"}
+        )
         assert response.status_code == 403, response.text
     finally:
         gateway.stop()
@@ -193,8 +293,9 @@ def test_authentik_second_slug_after_an_application_list_read(authentik_run, tmp
     """authentik caches each user's application list page and ignores later filters: after the
     list has been read (as its admin UI does), a second slug must still provision."""
     p = authentik_run
-    listed = httpx.get(f"{p.idp}/api/v3/core/applications/",
-                       headers={"Authorization": f"Bearer {BOOTSTRAP_TOKEN}"}).json()
+    listed = httpx.get(
+        f"{p.idp}/api/v3/core/applications/", headers={"Authorization": f"Bearer {BOOTSTRAP_TOKEN}"}
+    ).json()
     assert [a["slug"] for a in listed["results"]] == ["mcp"]
     args = list(p.tool_args)
     args[args.index("--slug") + 1] = "mcp-b"
@@ -212,8 +313,16 @@ def test_authentik_second_slug_after_an_application_list_read(authentik_run, tmp
 
 
 def test_missing_secret_is_a_usage_error(tmp_path):
-    done = cli("idp", "keycloak", "--url", "http://127.0.0.1:1", "--resource",
-               "http://127.0.0.1:8080/mcp", "--output-dir", str(tmp_path),
-               env={"KEYCLOAK_ADMIN_PASSWORD": ""})
+    done = cli(
+        "idp",
+        "keycloak",
+        "--url",
+        "http://127.0.0.1:1",
+        "--resource",
+        "http://127.0.0.1:8080/mcp",
+        "--output-dir",
+        str(tmp_path),
+        env={"KEYCLOAK_ADMIN_PASSWORD": ""},
+    )
     assert done.returncode == 2
     assert "KEYCLOAK_ADMIN_PASSWORD" in done.stderr

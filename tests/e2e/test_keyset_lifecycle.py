@@ -65,8 +65,9 @@ class JwksServer:
         return server
 
 
-def write_config(directory: Path, gateway_port: int, jwks_port: int, backend: str,
-                 cache: str) -> Path:
+def write_config(
+    directory: Path, gateway_port: int, jwks_port: int, backend: str, cache: str
+) -> Path:
     host, port = backend.rsplit(":", 1)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "all.yaml").write_text(f"""
@@ -117,8 +118,9 @@ spec:
 
 
 @pytest.fixture
-def rig(request: pytest.FixtureRequest, tmp_path: Path, logs: Path,
-        backend: str) -> Iterator[tuple[JwksServer, str, Process, str]]:
+def rig(
+    request: pytest.FixtureRequest, tmp_path: Path, logs: Path, backend: str
+) -> Iterator[tuple[JwksServer, str, Process, str]]:
     """A JWKS server (initially down) and a gateway refreshing from it (every 2 s unless the
     test is marked otherwise), with its status listener."""
     marker = request.node.get_closest_marker("cache_duration")
@@ -128,8 +130,11 @@ def rig(request: pytest.FixtureRequest, tmp_path: Path, logs: Path,
     gw_port = free_port()
     config = write_config(tmp_path / "config", gw_port, jwks.port, backend, cache)
     status_port = free_port()
-    gateway = Process(f"gateway-lifecycle-{tmp_path.name}",
-                      [*gateway_cmd(config), "--status-port", str(status_port)], logs)
+    gateway = Process(
+        f"gateway-lifecycle-{tmp_path.name}",
+        [*gateway_cmd(config), "--status-port", str(status_port)],
+        logs,
+    )
     try:
         wait_for_port(gw_port, gateway)
         yield jwks, f"http://127.0.0.1:{gw_port}", gateway, f"http://127.0.0.1:{status_port}"
@@ -139,11 +144,24 @@ def rig(request: pytest.FixtureRequest, tmp_path: Path, logs: Path,
 
 
 def call(base: str, token: str) -> httpx.Response:
-    return httpx.post(f"{base}/mcp", headers={"Authorization": f"Bearer {token}",
-                                             "Accept": "application/json, text/event-stream"},
-                      json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                          "protocolVersion": "2025-11-25", "capabilities": {},
-                          "clientInfo": {"name": "t", "version": "1"}}}, timeout=10)
+    return httpx.post(
+        f"{base}/mcp",
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/json, text/event-stream",
+        },
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+        timeout=10,
+    )
 
 
 def test_fail_closed_until_first_fetch_then_recovers(rig):
@@ -162,8 +180,11 @@ def test_unknown_kid_refetches_once_and_rotation_works(rig):
     jwks, base, _, _ = rig
     jwks.up = True
     old = jwks.keys[0]
-    wait_until(lambda: call(base, mint(old, claims_for(ISSUER, AUDIENCE))).status_code == 200,
-               30, "first fetch")
+    wait_until(
+        lambda: call(base, mint(old, claims_for(ISSUER, AUDIENCE))).status_code == 200,
+        30,
+        "first fetch",
+    )
     # A new signing key appears: the first token naming it triggers one refetch and passes.
     rotated = new_key("k-2")
     jwks.keys = [old, rotated]
@@ -208,8 +229,11 @@ def test_status_says_the_keyset_is_stale_while_refreshes_fail(rig):
     wait_until(lambda: call(base, token).status_code == 200, 30, "first fetch")
     assert keyset_condition(status)["reason"] == "ResolvedRefs"
     jwks.up = False
-    wait_until(lambda: keyset_condition(status)["reason"] == "KeysetStale", 30,
-               "the status to report a stale keyset")
+    wait_until(
+        lambda: keyset_condition(status)["reason"] == "KeysetStale",
+        30,
+        "the status to report a stale keyset",
+    )
     condition = keyset_condition(status)
     assert condition["status"] == "True"  # the last good keys still verify tokens
     message = condition["message"]
@@ -219,8 +243,9 @@ def test_status_says_the_keyset_is_stale_while_refreshes_fail(rig):
     assert "next try at 20" in message
     assert call(base, token).status_code == 200
     jwks.up = True
-    wait_until(lambda: keyset_condition(status)["reason"] == "ResolvedRefs", 30,
-               "the status to recover")
+    wait_until(
+        lambda: keyset_condition(status)["reason"] == "ResolvedRefs", 30, "the status to recover"
+    )
 
 
 def test_discovery_is_served_stale_while_the_provider_is_down(logs, tmp_path, backend, idp_key):
@@ -230,14 +255,24 @@ def test_discovery_is_served_stale_while_the_provider_is_down(logs, tmp_path, ba
     from support import NODE_DIR, node
 
     idp_port, gw_port = free_port(), free_port()
-    idp = Process("idp-discovery", [node(), str(NODE_DIR / "idp.mjs")], logs, env={
-        "IDP_PORT": str(idp_port), "KEY_FILE": str(idp_key[1]), "SLUG": "mcp"})
-    config = write_example("provider-b", tmp_path / "cfg", {
-        "8080": str(gw_port), "9000": str(idp_port), "8000": backend.rsplit(":", 1)[1]})
+    idp = Process(
+        "idp-discovery",
+        [node(), str(NODE_DIR / "idp.mjs")],
+        logs,
+        env={"IDP_PORT": str(idp_port), "KEY_FILE": str(idp_key[1]), "SLUG": "mcp"},
+    )
+    config = write_example(
+        "provider-b",
+        tmp_path / "cfg",
+        {"8080": str(gw_port), "9000": str(idp_port), "8000": backend.rsplit(":", 1)[1]},
+    )
     policy = config / "policy.yaml"
-    policy.write_text(policy.read_text().replace(
-        "              jwksPath: /application/o/mcp/jwks/",
-        "              jwksPath: /application/o/mcp/jwks/\n              cacheDuration: 1s"))
+    policy.write_text(
+        policy.read_text().replace(
+            "              jwksPath: /application/o/mcp/jwks/",
+            "              jwksPath: /application/o/mcp/jwks/\n              cacheDuration: 1s",
+        )
+    )
     gateway = Process("gateway-discovery", gateway_cmd(config), logs)
     url = f"http://127.0.0.1:{gw_port}/.well-known/oauth-authorization-server/mcp"
     try:
@@ -247,9 +282,13 @@ def test_discovery_is_served_stale_while_the_provider_is_down(logs, tmp_path, ba
         first = httpx.get(url).json()
         idp.stop()
         # each request after the TTL starts a background refresh, which fails
-        wait_until(lambda: httpx.get(url).status_code == 200
-                   and "serving the cached copy" in gateway.log(), 30,
-                   "a failed refresh after the TTL")
+        wait_until(
+            lambda: (
+                httpx.get(url).status_code == 200 and "serving the cached copy" in gateway.log()
+            ),
+            30,
+            "a failed refresh after the TTL",
+        )
         stale = httpx.get(url)
         assert stale.status_code == 200
         assert stale.json() == first

@@ -53,21 +53,41 @@ async def one(client: httpx.AsyncClient, stack, kind: str, token: str | None) ->
     if token:
         headers["Authorization"] = f"Bearer {token}"
     if kind == "valid-stream":
-        headers.update({"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call",
-                        "Mcp-Name": "count"})
-        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": "count", "arguments": {"n": 2}, "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {},
-                "io.modelcontextprotocol/clientInfo": {"name": "load", "version": "1"}}}}
+        headers.update(
+            {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "count"}
+        )
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "count",
+                "arguments": {"n": 2},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                    "io.modelcontextprotocol/clientInfo": {"name": "load", "version": "1"},
+                },
+            },
+        }
         async with client.stream("POST", stack.mcp, headers=headers, json=body) as response:
             text = (await response.aread()).decode()
             assert response.status_code != 200 or "counted to 2" in text
             return response.status_code, mark
-    response = await client.post(stack.mcp, headers=headers, json={
-        "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "load", "version": "1"}}})
+    response = await client.post(
+        stack.mcp,
+        headers=headers,
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "load", "version": "1"},
+            },
+        },
+    )
     return response.status_code, mark
 
 
@@ -111,21 +131,27 @@ async def test_mixed_load_makes_no_wrong_decision(stack_b):
     # shortly after. The same bounds as asserted below, with the numbers, if they never hold.
     fds_bound, tasks_bound = fds_before + 8, tasks_before + 4
     with contextlib.suppress(AssertionError):
-        wait_until(lambda: fds(pid) <= fds_bound
-                   and httpx.get(stack_b.status).json()["tasks"] <= tasks_bound, 10,
-                   "closed connections and their tasks to go")
+        wait_until(
+            lambda: (
+                fds(pid) <= fds_bound and httpx.get(stack_b.status).json()["tasks"] <= tasks_bound
+            ),
+            10,
+            "closed connections and their tasks to go",
+        )
     rss_after, fds_after = rss_kb(pid), fds(pid)
     tasks_after = httpx.get(stack_b.status).json()["tasks"]
     async with httpx.AsyncClient() as client:
         ledger = set((await client.get(f"http://{stack_b.backend}/debug/load")).json())
     reached = [m for m in ledger if m.split(":", 1)[0] not in ("valid", "valid-stream")]
     total = sum(outcomes.values())
-    print(f"\nload: {total} requests in {DURATION:g}s by {WORKERS} clients; "
-          f"{sum(n for (k, s), n in outcomes.items() if s == 200)} served, "
-          f"{sum(n for (k, s), n in outcomes.items() if s in (401, 403))} refused; "
-          f"{len(wrong)} wrong decisions; {len(reached)} invalid requests reached the backend; "
-          f"RSS {rss_before // 1024}→{rss_after // 1024} MB; fds {fds_before}→{fds_after}; "
-          f"tasks {tasks_before}→{tasks_after}")
+    print(
+        f"\nload: {total} requests in {DURATION:g}s by {WORKERS} clients; "
+        f"{sum(n for (k, s), n in outcomes.items() if s == 200)} served, "
+        f"{sum(n for (k, s), n in outcomes.items() if s in (401, 403))} refused; "
+        f"{len(wrong)} wrong decisions; {len(reached)} invalid requests reached the backend; "
+        f"RSS {rss_before // 1024}→{rss_after // 1024} MB; fds {fds_before}→{fds_after}; "
+        f"tasks {tasks_before}→{tasks_after}"
+    )
     assert wrong == []
     assert reached == []
     assert set(served) <= ledger, "every valid request reached the backend"

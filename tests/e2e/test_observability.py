@@ -14,22 +14,39 @@ from mcp_oauth_gateway.serving.app import GatewayApp
 from mcp_oauth_gateway.serving.options import ServeOptions
 from support import wait_until
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {},
-    "clientInfo": {"name": "t", "version": "1"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
 
 
 def test_metrics_health_and_config(stack_b):
     headers = {"Accept": "application/json, text/event-stream"}
-    httpx.post(stack_b.mcp, json=INIT, headers={**headers,
-                                                "Authorization": f"Bearer {stack_b.token()}"})
-    httpx.post(stack_b.mcp, json=INIT, headers={
-        **headers, "Authorization": f"Bearer {stack_b.token(exp=int(time.time()) - 3600)}"})
+    httpx.post(
+        stack_b.mcp, json=INIT, headers={**headers, "Authorization": f"Bearer {stack_b.token()}"}
+    )
+    httpx.post(
+        stack_b.mcp,
+        json=INIT,
+        headers={
+            **headers,
+            "Authorization": f"Bearer {stack_b.token(exp=int(time.time()) - 3600)}",
+        },
+    )
     admin = stack_b.status.rstrip("/")
     # A request is counted once its response is sent: the scrape could come first.
     allowed = 'mcp_gateway_requests_total{decision="allowed",route="default/mcp",status="200"}'
-    wait_until(lambda: allowed in httpx.get(f"{admin}/metrics").text, 30,
-               "the allowed request to be counted")
+    wait_until(
+        lambda: allowed in httpx.get(f"{admin}/metrics").text,
+        30,
+        "the allowed request to be counted",
+    )
     metrics = httpx.get(f"{admin}/metrics").text
     assert 'mcp_gateway_authentication_failures_total{reason="expired"}' in metrics
     assert "mcp_gateway_upstream_latency_seconds_bucket" in metrics
@@ -50,8 +67,9 @@ async def test_not_ready_until_every_keyset_is_loaded(tmp_path):
 
     snapshot = build_snapshot(load_paths([write(tmp_path, BASE + policy())]))
     app = GatewayApp(ControlPlane(snapshot), ServeOptions(status_port=9901))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://127.0.0.1:9901") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:9901"
+    ) as client:
         ready = await client.get("/readyz")
         status = (await client.get("/status")).json()
     assert ready.status_code == 503
@@ -67,33 +85,49 @@ def _json_lines(text: str) -> list[dict[str, object]]:
 
 def test_json_logs_carry_a_request_id_end_to_end(stack_json):
     headers = {"Accept": "application/json, text/event-stream"}
-    given = httpx.post(stack_json.mcp, json=INIT, headers={
-        **headers, "X-Request-Id": "trace-abc.1",
-        "Authorization": f"Bearer {stack_json.token()}"})
+    given = httpx.post(
+        stack_json.mcp,
+        json=INIT,
+        headers={
+            **headers,
+            "X-Request-Id": "trace-abc.1",
+            "Authorization": f"Bearer {stack_json.token()}",
+        },
+    )
     assert given.status_code == 200
     assert given.headers["x-request-id"] == "trace-abc.1"
     expired = stack_json.token(exp=int(time.time()) - 3600)
-    made = httpx.post(stack_json.mcp, json=INIT, headers={
-        **headers, "X-Request-Id": "x" * 200, "Authorization": f"Bearer {expired}"})
+    made = httpx.post(
+        stack_json.mcp,
+        json=INIT,
+        headers={**headers, "X-Request-Id": "x" * 200, "Authorization": f"Bearer {expired}"},
+    )
     assert made.status_code == 401
     new_id = made.headers["x-request-id"]
     assert re.fullmatch(r"[0-9a-f]{32}", new_id)
 
-    seen = [dict(r["headers"]).get("x-request-id")
-            for r in httpx.get(f"http://{stack_json.backend}/debug/requests").json()]
+    seen = [
+        dict(r["headers"]).get("x-request-id")
+        for r in httpx.get(f"http://{stack_json.backend}/debug/requests").json()
+    ]
     assert "trace-abc.1" in seen
 
     def logged(request_id: str) -> bool:
         # The access log is written in batches by a background thread.
-        return any(f'"request_id": "{request_id}"' in line
-                   and '"logger": "mcp_oauth_gateway.access"' in line
-                   for line in stack_json.process.log().splitlines())
+        return any(
+            f'"request_id": "{request_id}"' in line
+            and '"logger": "mcp_oauth_gateway.access"' in line
+            for line in stack_json.process.log().splitlines()
+        )
 
-    wait_until(lambda: logged("trace-abc.1") and logged(new_id),
-               what="both requests' access lines in the log")
+    wait_until(
+        lambda: logged("trace-abc.1") and logged(new_id),
+        what="both requests' access lines in the log",
+    )
     lines = _json_lines(stack_json.process.log())
-    access = {line["request_id"]: line for line in lines
-              if line["logger"] == "mcp_oauth_gateway.access"}
+    access = {
+        line["request_id"]: line for line in lines if line["logger"] == "mcp_oauth_gateway.access"
+    }
     assert access["trace-abc.1"]["status"] == 200
     assert access["trace-abc.1"]["sub"] == "alice"
     assert access[new_id]["status"] == 401
@@ -104,13 +138,19 @@ def test_json_logs_carry_a_request_id_end_to_end(stack_json):
     assert "x" * 200 not in log_text
 
 
-def test_tracing_continues_the_callers_trace_and_hands_it_to_the_backend(stack_traced,
-                                                                         otlp_receiver):
+def test_tracing_continues_the_callers_trace_and_hands_it_to_the_backend(
+    stack_traced, otlp_receiver
+):
     trace_id, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-    response = httpx.post(stack_traced.mcp, json=INIT, headers={
-        "Accept": "application/json, text/event-stream",
-        "Authorization": f"Bearer {stack_traced.token()}",
-        "traceparent": f"00-{trace_id}-{caller_span}-01"})
+    response = httpx.post(
+        stack_traced.mcp,
+        json=INIT,
+        headers={
+            "Accept": "application/json, text/event-stream",
+            "Authorization": f"Bearer {stack_traced.token()}",
+            "traceparent": f"00-{trace_id}-{caller_span}-01",
+        },
+    )
     assert response.status_code == 200
 
     def gateway_span():
@@ -123,7 +163,9 @@ def test_tracing_continues_the_callers_trace_and_hands_it_to_the_backend(stack_t
     assert span["parent_span_id"] == caller_span
     assert span["attributes"]["http.response.status_code"] == 200
     assert span["attributes"]["http.route"] == "default/mcp"
-    forwarded = [dict(r["headers"]).get("traceparent")
-                 for r in httpx.get(f"http://{stack_traced.backend}/debug/requests").json()]
+    forwarded = [
+        dict(r["headers"]).get("traceparent")
+        for r in httpx.get(f"http://{stack_traced.backend}/debug/requests").json()
+    ]
     # The backend's parent is the gateway's span, not the caller's.
     assert f"00-{trace_id}-{span['span_id']}-01" in forwarded

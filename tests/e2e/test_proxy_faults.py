@@ -31,7 +31,7 @@ kind: GatewayBackend
 metadata: {{name: {name}}}
 spec:
   mcp:
-    targets: [{{name: t, static: {{host: 127.0.0.1, port: {backend.rsplit(':', 1)[1]},
+    targets: [{{name: t, static: {{host: 127.0.0.1, port: {backend.rsplit(":", 1)[1]},
                                    path: {path}}}}}]
 """
 
@@ -39,21 +39,28 @@ spec:
 @pytest.fixture(scope="module")
 def faulty(logs: Path, tmp_path_factory):
     backend_port = free_port()
-    backend = Process("fault-backend", [sys.executable, str(PEERS / "fault_backend.py"),
-                                        str(backend_port)], logs)
+    backend = Process(
+        "fault-backend", [sys.executable, str(PEERS / "fault_backend.py"), str(backend_port)], logs
+    )
     wait_for_port(backend_port, backend)
     port = free_port()
     up, down = f"127.0.0.1:{backend_port}", f"127.0.0.1:{free_port()}"
     config = tmp_path_factory.mktemp("faults") / "gateway.yaml"
-    config.write_text(f"""
+    config.write_text(
+        f"""
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {{name: gw}}
 spec: {{listeners: [{{name: http, port: {port}}}]}}
-""" + route("slow", "/slow", up, "\n      timeouts: {backendRequest: 1s}")
-      + route("breaks", "/sse-break", up) + route("forever", "/sse-forever", up)
-      + route("down", "/down", down) + route("plain", "/plain", up)
-      + route("no-content", "/no-content", up) + route("echo-headers", "/echo-headers", up))
+"""
+        + route("slow", "/slow", up, "\n      timeouts: {backendRequest: 1s}")
+        + route("breaks", "/sse-break", up)
+        + route("forever", "/sse-forever", up)
+        + route("down", "/down", down)
+        + route("plain", "/plain", up)
+        + route("no-content", "/no-content", up)
+        + route("echo-headers", "/echo-headers", up)
+    )
     gateway = Process("gateway-faults", gateway_cmd(config), logs)
     wait_for_port(port, gateway)
     try:
@@ -79,9 +86,11 @@ def test_slow_backend_is_504_json(faulty):
     base, _, _ = faulty
     response = httpx.get(f"{base}/slow", timeout=10)
     assert response.status_code == 504
-    assert response.json() == {"error": "gateway_timeout", "error_description":
-                               "the MCP backend 127.0.0.1:"
-                               f"{faulty[1].rsplit(':', 1)[1]} did not answer within 1s"}
+    assert response.json() == {
+        "error": "gateway_timeout",
+        "error_description": "the MCP backend 127.0.0.1:"
+        f"{faulty[1].rsplit(':', 1)[1]} did not answer within 1s",
+    }
     assert healthy(base)
 
 
@@ -106,8 +115,11 @@ def test_client_leaving_a_stream_stops_the_backend_stream(faulty):
         for chunk in response.iter_raw():
             if b"data: 3" in chunk:
                 break
-    wait_until(lambda: httpx.get(f"{backend}/stats").json()["disconnects"] >
-               before["disconnects"], 15, "the backend to see the client leave")
+    wait_until(
+        lambda: httpx.get(f"{backend}/stats").json()["disconnects"] > before["disconnects"],
+        15,
+        "the backend to see the client leave",
+    )
     assert healthy(base)
 
 
@@ -150,8 +162,12 @@ def test_no_content_is_answered_promptly_with_one_date(faulty):
 
 def test_expect_is_not_passed_to_the_backend(faulty):
     base, _, _ = faulty
-    response = httpx.post(f"{base}/echo-headers", content=b"{}", timeout=BOUND,
-                          headers={"Expect": "100-continue", "X-Kept": "yes"})
+    response = httpx.post(
+        f"{base}/echo-headers",
+        content=b"{}",
+        timeout=BOUND,
+        headers={"Expect": "100-continue", "X-Kept": "yes"},
+    )
     received = {name for name, _ in response.json()}
     assert "x-kept" in received
     assert "expect" not in received

@@ -10,24 +10,38 @@ import pytest
 from conftest import write_example
 from support import Process, free_port, gateway_cmd, wait_for_keyset, wait_for_port
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {},
-    "clientInfo": {"name": "t", "version": "1"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
 
 
-def limited_gateway(stack_b, tmp_path_factory, logs, name: str, requests: int,
-                    redis_url: str | None = None) -> tuple[str, Process]:
+def limited_gateway(
+    stack_b, tmp_path_factory, logs, name: str, requests: int, redis_url: str | None = None
+) -> tuple[str, Process]:
     port = free_port()
-    config = write_example("provider-b", tmp_path_factory.mktemp(name), {
-        "8080": str(port), "9000": stack_b.idp.rsplit(":", 1)[1],
-        "8000": stack_b.backend.rsplit(":", 1)[1]})
-    block = (f"    rateLimit:\n      key: 'jwt.sub'\n      requests: {requests}\n"
-             f"      window: 1m\n")
+    config = write_example(
+        "provider-b",
+        tmp_path_factory.mktemp(name),
+        {
+            "8080": str(port),
+            "9000": stack_b.idp.rsplit(":", 1)[1],
+            "8000": stack_b.backend.rsplit(":", 1)[1],
+        },
+    )
+    block = f"    rateLimit:\n      key: 'jwt.sub'\n      requests: {requests}\n      window: 1m\n"
     if redis_url:
         block += f"      redisUrl: {redis_url}\n"
     policy = config / "policy.yaml"
-    policy.write_text(policy.read_text().replace("    authorization:\n",
-                                                 block + "    authorization:\n"))
+    policy.write_text(
+        policy.read_text().replace("    authorization:\n", block + "    authorization:\n")
+    )
     gateway = Process(name, gateway_cmd(config), logs)
     wait_for_port(port, gateway)
     base = f"http://127.0.0.1:{port}"
@@ -36,8 +50,14 @@ def limited_gateway(stack_b, tmp_path_factory, logs, name: str, requests: int,
 
 
 def call(base: str, token: str) -> httpx.Response:
-    return httpx.post(f"{base}/mcp", json=INIT, headers={
-        "Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"})
+    return httpx.post(
+        f"{base}/mcp",
+        json=INIT,
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/json, text/event-stream",
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +85,12 @@ def test_replicas_share_the_bucket_through_redis(stack_b, tmp_path_factory, logs
     b, gw_b = limited_gateway(stack_b, tmp_path_factory, logs, "gateway-rl-b", 4, redis_url)
     try:
         token = stack_b.token(sub="shared-rl")
-        statuses = [call(a, token).status_code, call(b, token).status_code,
-                    call(a, token).status_code, call(b, token).status_code]
+        statuses = [
+            call(a, token).status_code,
+            call(b, token).status_code,
+            call(a, token).status_code,
+            call(b, token).status_code,
+        ]
         assert statuses == [200, 200, 200, 200]
         assert call(a, token).status_code == 429
         assert call(b, token).status_code == 429

@@ -31,22 +31,86 @@ READ = """u => { try { const x = new URL(u);
 PARTS = [
     (["http", "https"], ["HTTP", "hTtP", "javascript", "data", "cursor", " http", "http\t"]),
     (["://"], [":/", ":\\\\", ":///", ":\\/", ":/\\", ":"]),
-    ([""], ["evil.example@", "evil.example\\@", "a:b@", "@", "evil.example%40", "127.0.0.1@",
-            ":@", "evil.example:80@"]),
-    (["127.0.0.1", "localhost", "[::1]", "client.example"],
-     ["127.1", "0x7f.0.0.1", "0177.0.0.1", "2130706433", "[0:0::1]", "[::ffff:127.0.0.1]",
-      "LOCALHOST", "localhost.", "127.0.0.1.", "evil.example", "CLIENT.example",
-      "xn--bcher-kva.example", "bücher.example", "127.0.0.1%2f", "127%2e0.0.1", "127。0。0。1",
-      "client。example", "127.0.0.1\\evil.example", ""]),
-    (["", ":8123", ":5000"], [":80", ":443", ":0", ":08123", ":65535", ":65536", ":",
-                              ":8123\\"]),
-    (["/cb"], ["/CB", "/c%62", "/x/../cb", "/%2e%2e/cb", "/.%2e/cb", "/cb/", "\\cb", "/c\tb",
-               "/cb%2f", "//cb", "/cb/.", "", "/"]),
+    (
+        [""],
+        [
+            "evil.example@",
+            "evil.example\\@",
+            "a:b@",
+            "@",
+            "evil.example%40",
+            "127.0.0.1@",
+            ":@",
+            "evil.example:80@",
+        ],
+    ),
+    (
+        ["127.0.0.1", "localhost", "[::1]", "client.example"],
+        [
+            "127.1",
+            "0x7f.0.0.1",
+            "0177.0.0.1",
+            "2130706433",
+            "[0:0::1]",
+            "[::ffff:127.0.0.1]",
+            "LOCALHOST",
+            "localhost.",
+            "127.0.0.1.",
+            "evil.example",
+            "CLIENT.example",
+            "xn--bcher-kva.example",
+            "bücher.example",
+            "127.0.0.1%2f",
+            "127%2e0.0.1",
+            "127。0。0。1",
+            "client。example",
+            "127.0.0.1\\evil.example",
+            "",
+        ],
+    ),
+    (["", ":8123", ":5000"], [":80", ":443", ":0", ":08123", ":65535", ":65536", ":", ":8123\\"]),
+    (
+        ["/cb"],
+        [
+            "/CB",
+            "/c%62",
+            "/x/../cb",
+            "/%2e%2e/cb",
+            "/.%2e/cb",
+            "/cb/",
+            "\\cb",
+            "/c\tb",
+            "/cb%2f",
+            "//cb",
+            "/cb/.",
+            "",
+            "/",
+        ],
+    ),
     (["", "?app=1"], ["?", "?app=1&x=2", "?app=%31", "?#"]),
     ([""], ["#", "#x", "#@evil.example"]),
 ]
-STRAY = ["\t", "\n", "\r", " ", "\x00", "\\", "@", "#", "%", "/", ":", "[", "]", "。", "\u3000",
-         "\u200b", "\x7f", "?", "%0a"]
+STRAY = [
+    "\t",
+    "\n",
+    "\r",
+    " ",
+    "\x00",
+    "\\",
+    "@",
+    "#",
+    "%",
+    "/",
+    ":",
+    "[",
+    "]",
+    "。",
+    "\u3000",
+    "\u200b",
+    "\x7f",
+    "?",
+    "%0a",
+]
 
 
 @st.composite
@@ -54,10 +118,13 @@ def candidate_uris(draw: st.DrawFn) -> str:
     """Mostly well-formed URIs with one or two parts swapped for a troublesome variant, and
     sometimes a stray character anywhere: close enough to valid that many are accepted."""
     odd = draw(st.sets(st.integers(0, len(PARTS) - 1), max_size=2))
-    text = "".join(draw(st.sampled_from(variants if i in odd else clean))
-                   for i, (clean, variants) in enumerate(PARTS))
-    for position, char in draw(st.lists(st.tuples(st.integers(0, 80), st.sampled_from(STRAY)),
-                                        max_size=1)):
+    text = "".join(
+        draw(st.sampled_from(variants if i in odd else clean))
+        for i, (clean, variants) in enumerate(PARTS)
+    )
+    for position, char in draw(
+        st.lists(st.tuples(st.integers(0, 80), st.sampled_from(STRAY)), max_size=1)
+    ):
         at = min(position, len(text))
         text = text[:at] + char + text[at:]
     return text
@@ -67,8 +134,9 @@ def candidate_uris(draw: st.DrawFn) -> str:
 def browser_page() -> Iterator[Page]:
     assert shutil.which("chromium"), "chromium is required: `make test` installs it"
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium",
-                                             args=CHROMIUM_FLAGS)
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS
+        )
         page = browser.new_page()
         page.set_content("<title>oracle</title>")
         yield page
@@ -86,8 +154,12 @@ def test_the_oracle_reads_the_reported_attack_like_a_browser(browser_page):
     assert reading["hostname"] == "evil.example"  # why the URI must be refused
 
 
-@settings(max_examples=400, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=400,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(text=candidate_uris())
 def test_an_accepted_redirect_uri_is_exactly_what_the_browser_reads(browser_page, text):
     try:
@@ -107,11 +179,22 @@ def test_an_accepted_redirect_uri_is_exactly_what_the_browser_reads(browser_page
         for uri in REGISTERED:
             have = browser_reading(browser_page, uri)
             assert have is not None
-            allowed.append((have["protocol"], have["hostname"], have["pathname"],
-                            have["search"], have["port"]))
-        where = (reading["protocol"], reading["hostname"], reading["pathname"],
-                 reading["search"], reading["port"])
-        loopback = reading["protocol"] == "http:" and \
-            reading["hostname"] in ("127.0.0.1", "[::1]", "localhost")
-        assert where in allowed or (loopback and where[:4] in [a[:4] for a in allowed]), \
-            (text, reading)
+            allowed.append(
+                (have["protocol"], have["hostname"], have["pathname"], have["search"], have["port"])
+            )
+        where = (
+            reading["protocol"],
+            reading["hostname"],
+            reading["pathname"],
+            reading["search"],
+            reading["port"],
+        )
+        loopback = reading["protocol"] == "http:" and reading["hostname"] in (
+            "127.0.0.1",
+            "[::1]",
+            "localhost",
+        )
+        assert where in allowed or (loopback and where[:4] in [a[:4] for a in allowed]), (
+            text,
+            reading,
+        )

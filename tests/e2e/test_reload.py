@@ -12,21 +12,33 @@ import pytest
 from conftest import write_example
 from support import Process, free_port, gateway_cmd, wait_for_keyset, wait_for_port, wait_until
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {},
-    "clientInfo": {"name": "t", "version": "1"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
 
 
 @pytest.fixture
 def watched(stack_b, tmp_path, logs):
     port = free_port()
-    ports = {"8080": str(port), "9000": stack_b.idp.rsplit(":", 1)[1],
-             "8000": stack_b.backend.rsplit(":", 1)[1]}
+    ports = {
+        "8080": str(port),
+        "9000": stack_b.idp.rsplit(":", 1)[1],
+        "8000": stack_b.backend.rsplit(":", 1)[1],
+    }
     config = write_example("provider-b", tmp_path / "cfg", ports)
     status_port = free_port()
-    gateway = Process(f"gateway-reload-{tmp_path.name}",
-                      [*gateway_cmd(config), "--watch-interval", "0.2", "--status-port",
-                       str(status_port)], logs)
+    gateway = Process(
+        f"gateway-reload-{tmp_path.name}",
+        [*gateway_cmd(config), "--watch-interval", "0.2", "--status-port", str(status_port)],
+        logs,
+    )
     wait_for_port(port, gateway)
     base = f"http://127.0.0.1:{port}"
     wait_for_keyset(base, stack_b.token())
@@ -38,9 +50,15 @@ def watched(stack_b, tmp_path, logs):
 
 
 def status(base: str, token: str) -> int:
-    return httpx.post(f"{base}/mcp", json=INIT, timeout=10, headers={
-        "Authorization": f"Bearer {token}",
-        "Accept": "application/json, text/event-stream"}).status_code
+    return httpx.post(
+        f"{base}/mcp",
+        json=INIT,
+        timeout=10,
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/json, text/event-stream",
+        },
+    ).status_code
 
 
 def test_valid_change_applies_without_failing_requests_in_flight(watched, stack_b):
@@ -50,25 +68,48 @@ def test_valid_change_applies_without_failing_requests_in_flight(watched, stack_
     result: dict[str, object] = {}
 
     def long_call() -> None:
-        response = httpx.post(f"{base}/mcp", timeout=30, headers={
-            "Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream",
-            "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call",
-            "Mcp-Name": "count", "Mcp-Param-Probe": probe}, json={
-            "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-                "name": "count", "arguments": {"n": 15}, "_meta": {
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {},
-                    "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}}}})
+        response = httpx.post(
+            f"{base}/mcp",
+            timeout=30,
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Accept": "application/json, text/event-stream",
+                "MCP-Protocol-Version": "2026-07-28",
+                "Mcp-Method": "tools/call",
+                "Mcp-Name": "count",
+                "Mcp-Param-Probe": probe,
+            },
+            json={
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {
+                    "name": "count",
+                    "arguments": {"n": 15},
+                    "_meta": {
+                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientCapabilities": {},
+                        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+                    },
+                },
+            },
+        )
         result["status"], result["text"] = response.status_code, response.text
 
     caller = threading.Thread(target=long_call)
     caller.start()
-    wait_until(lambda: any(dict(r["headers"]).get("mcp-param-probe") == probe for r in
-                           httpx.get(f"http://{stack_b.backend}/debug/requests").json()),
-               30, "the long call to reach the backend")
+    wait_until(
+        lambda: any(
+            dict(r["headers"]).get("mcp-param-probe") == probe
+            for r in httpx.get(f"http://{stack_b.backend}/debug/requests").json()
+        ),
+        30,
+        "the long call to reach the backend",
+    )
     policy = config / "policy.yaml"
-    policy.write_text(policy.read_text().replace('"mcp-agent" in jwt.groups',
-                                                 '"operators" in jwt.groups'))
+    policy.write_text(
+        policy.read_text().replace('"mcp-agent" in jwt.groups', '"operators" in jwt.groups')
+    )
     wait_until(lambda: status(base, token) == 403, 30, "the new rule to apply")
     caller.join(30)
     assert result["status"] == 200, result
@@ -84,8 +125,14 @@ def test_invalid_change_keeps_the_running_configuration(watched, stack_b):
     policy = config / "policy.yaml"
     original = policy.read_text()
     policy.write_text(original.replace("jwksPath: /application/o/mcp/jwks/", "jwksPth: x"))
-    wait_until(lambda: "configuration change rejected" in gateway.log()
-               and "jwksPth: unknown field" in gateway.log(), 30, "the rejection, naming the field")
+    wait_until(
+        lambda: (
+            "configuration change rejected" in gateway.log()
+            and "jwksPth: unknown field" in gateway.log()
+        ),
+        30,
+        "the rejection, naming the field",
+    )
     assert status(base, token) == 200, "still serving the previous configuration"
     live = httpx.get(gateway.status_url).json()
     assert "jwksPth: unknown field" in live["lastReloadError"]
@@ -93,8 +140,12 @@ def test_invalid_change_keeps_the_running_configuration(watched, stack_b):
     assert conditions == {"Accepted": "True", "Attached": "True", "ResolvedRefs": "True"}
     gateway_yaml = config / "gateway.yaml"
     policy.write_text(original)
-    gateway_yaml.write_text(gateway_yaml.read_text().replace(f"port: {base.rsplit(':', 1)[1]}",
-                                                             f"port: {free_port()}"))
-    wait_until(lambda: "restart the gateway to apply that" in gateway.log(), 30,
-               "the listener change to be refused")
+    gateway_yaml.write_text(
+        gateway_yaml.read_text().replace(f"port: {base.rsplit(':', 1)[1]}", f"port: {free_port()}")
+    )
+    wait_until(
+        lambda: "restart the gateway to apply that" in gateway.log(),
+        30,
+        "the listener change to be refused",
+    )
     assert status(base, token) == 200

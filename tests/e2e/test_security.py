@@ -9,9 +9,16 @@ import httpx
 
 from support import wait_until
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {},
-    "clientInfo": {"name": "t", "version": "1"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
 
 
 def raw(base: str, request: bytes) -> bytes:
@@ -46,14 +53,16 @@ def test_oversized_body_gets_413(stack_b):
 
 
 def test_conflicting_length_and_chunked_is_refused(stack_b):
-    answer = raw(stack_b.gateway, b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
-                                  b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+    answer = raw(
+        stack_b.gateway,
+        b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    )
     assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
 
 
 def test_cr_lf_in_header_values_is_refused(stack_b):
-    answer = raw(stack_b.gateway, b"GET /mcp HTTP/1.1\r\nHost: x\r\nX-Evil: a\rInjected: 1\r\n"
-                                  b"\r\n")
+    answer = raw(stack_b.gateway, b"GET /mcp HTTP/1.1\r\nHost: x\r\nX-Evil: a\rInjected: 1\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
 
 
@@ -64,8 +73,14 @@ def test_tokens_never_reach_the_log(stack_b):
     valid, expired = stack_b.token(), stack_b.token(exp=1)
     before = access_lines()
     for token in (valid, expired, "not.a.token"):
-        httpx.post(stack_b.mcp, json=INIT, headers={
-            "Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"})
+        httpx.post(
+            stack_b.mcp,
+            json=INIT,
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Accept": "application/json, text/event-stream",
+            },
+        )
     # The access log is written in batches by a background thread: wait for these three lines.
     wait_until(lambda: access_lines() >= before + 3, 30, "the three requests' access lines")
     log = stack_b.process.log()

@@ -19,15 +19,21 @@ STREAMS = 3
 
 def test_streams_cut_at_shutdown_are_logged_once_each(logs: Path, tmp_path):
     backend_port, port = free_port(), free_port()
-    backend = Process("shutdown-backend", [sys.executable, str(PEERS / "fault_backend.py"),
-                                           str(backend_port)], logs)
+    backend = Process(
+        "shutdown-backend",
+        [sys.executable, str(PEERS / "fault_backend.py"), str(backend_port)],
+        logs,
+    )
     config = tmp_path / "gateway.yaml"
-    config.write_text(f"""
+    config.write_text(
+        f"""
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {{name: gw}}
 spec: {{listeners: [{{name: http, port: {port}}}]}}
-""" + route("forever", "/sse-forever", f"127.0.0.1:{backend_port}"))
+"""
+        + route("forever", "/sse-forever", f"127.0.0.1:{backend_port}")
+    )
     gateway = Process("gateway-shutdown", [*gateway_cmd(config), "--grace-period", "1"], logs)
     try:
         wait_for_port(backend_port, backend)
@@ -37,8 +43,9 @@ spec: {{listeners: [{{name: http, port: {port}}}]}}
 
         def listen() -> None:
             tail = b""
-            with httpx.stream("GET", f"http://127.0.0.1:{port}/sse-forever",
-                              timeout=30) as response:
+            with httpx.stream(
+                "GET", f"http://127.0.0.1:{port}/sse-forever", timeout=30
+            ) as response:
                 assert response.status_code == 200
                 for chunk in response.iter_raw():
                     if not tail:
@@ -59,8 +66,7 @@ spec: {{listeners: [{{name: http, port: {port}}}]}}
         log = gateway.log()
         assert log.count("cut at shutdown") == STREAMS, log[-3000:]
         assert "GET /sse-forever 200 cut at shutdown" in log
-        for noise in ("Traceback", "Exception in ASGI application",
-                      "returned without completing"):
+        for noise in ("Traceback", "Exception in ASGI application", "returned without completing"):
             assert noise not in log, log[-3000:]
     finally:
         gateway.stop()

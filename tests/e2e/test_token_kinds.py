@@ -12,9 +12,14 @@ import pytest
 from support import claims_for, mint
 
 INITIALIZE = {
-    "jsonrpc": "2.0", "id": 1, "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-               "clientInfo": {"name": "token-kinds-test", "version": "1"}},
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "token-kinds-test", "version": "1"},
+    },
 }
 ACCEPT = {"Accept": "application/json, text/event-stream"}
 # Keycloak and authentik put `typ: JWT` in the header of every token they sign (no RFC 9068).
@@ -22,14 +27,14 @@ JWT_HEADER = {"typ": "JWT"}
 
 
 def post_mcp(stack, headers: list[tuple[str, str]]) -> httpx.Response:
-    return httpx.post(stack.mcp, json=INITIALIZE, headers=[*ACCEPT.items(), *headers],
-                      timeout=10)
+    return httpx.post(stack.mcp, json=INITIALIZE, headers=[*ACCEPT.items(), *headers], timeout=10)
 
 
 def provider_token(stack, header: dict | None = None, **claims: object) -> str:
     """Signed by the stack's IdP key, with its iss and aud: only the kind can be wrong."""
-    return mint(stack.key, claims_for(stack.issuer, stack.audience, **claims),
-                header=header or JWT_HEADER)
+    return mint(
+        stack.key, claims_for(stack.issuer, stack.audience, **claims), header=header or JWT_HEADER
+    )
 
 
 def assert_refused(response: httpx.Response, reason: str) -> None:
@@ -43,10 +48,14 @@ def assert_refused(response: httpx.Response, reason: str) -> None:
 
 
 KEYCLOAK_REFUSED = {
-    "ID token": ({"typ": "ID", "azp": "mcp-public"},
-                 "this is an ID token (typ claim 'ID'), not an access token"),
-    "refresh token": ({"typ": "Refresh", "azp": "mcp-public"},
-                      "this is a refresh token (typ claim 'Refresh')"),
+    "ID token": (
+        {"typ": "ID", "azp": "mcp-public"},
+        "this is an ID token (typ claim 'ID'), not an access token",
+    ),
+    "refresh token": (
+        {"typ": "Refresh", "azp": "mcp-public"},
+        "this is a refresh token (typ claim 'Refresh')",
+    ),
 }
 
 
@@ -66,8 +75,10 @@ def test_keycloak_access_token_shape_gets_through(stack_a):
 def test_authentik_id_token_is_refused_with_reason(stack_b):
     # the attack as found: aud = client id on both kinds, so iss/aud/signature all match
     token = provider_token(stack_b, nonce="n-1", auth_time=1)
-    assert_refused(post_mcp(stack_b, [("Authorization", f"Bearer {token}")]),
-                   "this is an ID token (it has no uid and azp claim")
+    assert_refused(
+        post_mcp(stack_b, [("Authorization", f"Bearer {token}")]),
+        "this is an ID token (it has no uid and azp claim",
+    )
 
 
 def test_authentik_access_token_shape_gets_through(stack_b):

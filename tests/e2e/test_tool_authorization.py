@@ -15,27 +15,41 @@ ACCEPT = "application/json, text/event-stream"
 def messages(response: httpx.Response) -> list[dict]:
     if response.headers["content-type"].startswith("application/json"):
         return [response.json()]
-    return [json.loads(line[5:]) for line in response.text.splitlines()
-            if line.startswith("data:")]
+    return [json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:")]
 
 
 def session(stack, token: str, http: httpx.Client) -> dict[str, str]:
     headers = {"Authorization": f"Bearer {token}", "Accept": ACCEPT}
-    init = http.post(stack.mcp, headers=headers, json={
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                   "clientInfo": {"name": "t", "version": "1"}}})
+    init = http.post(
+        stack.mcp,
+        headers=headers,
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+    )
     assert init.status_code == 200, init.text
-    headers = {**headers, "Mcp-Session-Id": init.headers["mcp-session-id"],
-               "MCP-Protocol-Version": "2025-11-25"}
-    http.post(stack.mcp, headers=headers, json={"jsonrpc": "2.0",
-                                                "method": "notifications/initialized"})
+    headers = {
+        **headers,
+        "Mcp-Session-Id": init.headers["mcp-session-id"],
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    http.post(
+        stack.mcp, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"}
+    )
     return headers
 
 
 def tool_names(stack, headers, http) -> list[str]:
-    listed = http.post(stack.mcp, headers=headers,
-                       json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+    listed = http.post(
+        stack.mcp, headers=headers, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    )
     assert listed.status_code == 200
     return sorted(t["name"] for t in messages(listed)[-1]["result"]["tools"])
 
@@ -57,28 +71,58 @@ def test_a_denied_call_never_reaches_the_backend(stack_tools):
     with httpx.Client(timeout=10) as http:
         headers = session(stack_tools, stack_tools.token(), http)
         probe = uuid.uuid4().hex
-        call = http.post(stack_tools.mcp, headers={**headers, "X-Probe": probe}, json={
-            "jsonrpc": "2.0", "id": 9, "method": "tools/call",
-            "params": {"name": "count", "arguments": {"n": 2}}})
+        call = http.post(
+            stack_tools.mcp,
+            headers={**headers, "X-Probe": probe},
+            json={
+                "jsonrpc": "2.0",
+                "id": 9,
+                "method": "tools/call",
+                "params": {"name": "count", "arguments": {"n": 2}},
+            },
+        )
         assert call.status_code == 200
-        assert call.json() == {"jsonrpc": "2.0", "id": 9,
-                               "error": {"code": -32602, "message": "Unknown tool: count"}}
+        assert call.json() == {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "error": {"code": -32602, "message": "Unknown tool: count"},
+        }
         assert not reached_backend(stack_tools, probe)
         allowed_probe = uuid.uuid4().hex
-        added = http.post(stack_tools.mcp, headers={**headers, "X-Probe": allowed_probe}, json={
-            "jsonrpc": "2.0", "id": 10, "method": "tools/call",
-            "params": {"name": "add", "arguments": {"a": 2, "b": 3}}})
+        added = http.post(
+            stack_tools.mcp,
+            headers={**headers, "X-Probe": allowed_probe},
+            json={
+                "jsonrpc": "2.0",
+                "id": 10,
+                "method": "tools/call",
+                "params": {"name": "add", "arguments": {"a": 2, "b": 3}},
+            },
+        )
         assert messages(added)[-1]["result"]["structuredContent"] == {"result": 5}
         assert reached_backend(stack_tools, allowed_probe)
 
 
 def test_headers_must_match_the_body_on_the_new_wire(stack_tools):
     probe = uuid.uuid4().hex
-    mismatch = httpx.post(stack_tools.mcp, headers={
-        "Authorization": f"Bearer {stack_tools.token()}", "Accept": ACCEPT, "X-Probe": probe,
-        "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "add"},
-        json={"jsonrpc": "2.0", "id": 4, "method": "tools/call",
-              "params": {"name": "count", "arguments": {"n": 1}}}, timeout=10)
+    mismatch = httpx.post(
+        stack_tools.mcp,
+        headers={
+            "Authorization": f"Bearer {stack_tools.token()}",
+            "Accept": ACCEPT,
+            "X-Probe": probe,
+            "MCP-Protocol-Version": "2026-07-28",
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": "add",
+        },
+        json={
+            "jsonrpc": "2.0",
+            "id": 4,
+            "method": "tools/call",
+            "params": {"name": "count", "arguments": {"n": 1}},
+        },
+        timeout=10,
+    )
     assert mismatch.status_code == 400
     assert mismatch.json()["error"]["code"] == -32020
     assert not reached_backend(stack_tools, probe)
@@ -87,5 +131,7 @@ def test_headers_must_match_the_body_on_the_new_wire(stack_tools):
 def test_the_config_dump_shows_the_tool_rules(stack_tools):
     config = httpx.get(f"{stack_tools.status.rstrip('/')}/config", timeout=5).json()
     rules = config["policies"]["default/mcp-authn"]["mcpAuthorization"]
-    assert rules == {"action": "Allow",
-                     "rules": ['mcp.tool.name == "add"', '"admin" in jwt.groups']}
+    assert rules == {
+        "action": "Allow",
+        "rules": ['mcp.tool.name == "add"', '"admin" in jwt.groups'],
+    }

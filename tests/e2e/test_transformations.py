@@ -23,18 +23,32 @@ TRANSFORMATION = """    transformation:
 
 @pytest.fixture(scope="module")
 def transformed(stack_b, tmp_path_factory, logs):
-    yield from gateway_beside(stack_b, tmp_path_factory.mktemp("transform"), logs,
-                              "gateway-transform", TRANSFORMATION)
+    yield from gateway_beside(
+        stack_b, tmp_path_factory.mktemp("transform"), logs, "gateway-transform", TRANSFORMATION
+    )
 
 
 def send(base: str, token: str, **headers: str) -> tuple[httpx.Response, dict[str, str]]:
     stack_mark = uuid.uuid4().hex
-    response = httpx.post(f"{base}/mcp", json={
-        "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}},
-        headers={"Authorization": f"Bearer {token}", "Mcp-Param-Mark": stack_mark,
-                 "Accept": "application/json, text/event-stream", **headers})
+    response = httpx.post(
+        f"{base}/mcp",
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Mcp-Param-Mark": stack_mark,
+            "Accept": "application/json, text/event-stream",
+            **headers,
+        },
+    )
     return response, stack_mark  # type: ignore[return-value]
 
 
@@ -47,8 +61,11 @@ def seen_by_backend(stack_b, mark: str) -> dict[str, str]:
 
 
 def test_claims_become_headers_and_spoofs_are_dropped(transformed, stack_b):
-    response, mark = send(transformed, stack_b.token(), **{
-        "X-User": "mallory", "X-Internal-Secret": "s3cret", "X-Email": "spoof@evil"})
+    response, mark = send(
+        transformed,
+        stack_b.token(),
+        **{"X-User": "mallory", "X-Internal-Secret": "s3cret", "X-Email": "spoof@evil"},
+    )
     assert response.status_code == 200
     headers = seen_by_backend(stack_b, mark)
     assert headers["x-user"] == "alice"

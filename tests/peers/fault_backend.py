@@ -30,28 +30,47 @@ async def app(scope, receive, send):
         more = (await receive()).get("more_body", False)
     if path == "/stats":
         body = json.dumps(STATS).encode()
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
         return
     if path == "/plain":
         # For HEAD uvicorn sends these headers (length included) and no body.
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(PLAIN)).encode()),
-                                (b"x-backend", b"fault")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(PLAIN)).encode()),
+                    (b"x-backend", b"fault"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": PLAIN})
         return
     if path == "/no-content":
-        await send({"type": "http.response.start", "status": 204,
-                    "headers": [(b"x-backend", b"fault")]})
+        await send(
+            {"type": "http.response.start", "status": 204, "headers": [(b"x-backend", b"fault")]}
+        )
         await send({"type": "http.response.body", "body": b""})
         return
     if path == "/echo-headers":
-        body = json.dumps([[k.decode("latin-1"), v.decode("latin-1")]
-                           for k, v in scope["headers"]]).encode()
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json")]})
+        body = json.dumps(
+            [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]]
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
         return
     if path == "/slow":
@@ -59,19 +78,26 @@ async def app(scope, receive, send):
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"late"})
         return
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"text/event-stream")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"text/event-stream")],
+        }
+    )
     if path == "/sse-break":
         for i in range(2):
-            await send({"type": "http.response.body", "body": f"data: {i}\n\n".encode(),
-                        "more_body": True})
+            await send(
+                {"type": "http.response.body", "body": f"data: {i}\n\n".encode(), "more_body": True}
+            )
         raise RuntimeError("the backend dies in the middle of the stream")
     STATS["forever_started"] += 1
     waiter = asyncio.ensure_future(receive())
     i = 0
     while True:
-        await send({"type": "http.response.body", "body": f"data: {i}\n\n".encode(),
-                    "more_body": True})
+        await send(
+            {"type": "http.response.body", "body": f"data: {i}\n\n".encode(), "more_body": True}
+        )
         i += 1
         done, _ = await asyncio.wait({waiter}, timeout=0.05)
         if done and waiter.result()["type"] == "http.disconnect":
@@ -155,5 +181,4 @@ class RawBackend:
 
 
 if __name__ == "__main__":
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="critical",
-                lifespan="off")
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="critical", lifespan="off")

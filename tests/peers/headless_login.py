@@ -13,8 +13,9 @@ ACTION = re.compile(r'<form[^>]*action="([^"]+)"')
 REQUEST = re.compile(r'name="request" value="([^"]+)"')
 
 
-async def sign_in(url: str, user: str, password: str, callback: str,
-                  decision: str = "allow") -> dict[str, str]:
+async def sign_in(
+    url: str, user: str, password: str, callback: str, decision: str = "allow"
+) -> dict[str, str]:
     """Follow redirects and submit forms until the browser would land on `callback`."""
     async with httpx.AsyncClient(follow_redirects=False, timeout=20) as browser:
         for _ in range(25):
@@ -25,8 +26,9 @@ async def sign_in(url: str, user: str, password: str, callback: str,
                 url = urljoin(url, response.headers["location"])
                 continue
             if response.status_code != 200:
-                raise RuntimeError(f"sign-in stopped at {url}: HTTP {response.status_code} "
-                                   f"{response.text[:300]}")
+                raise RuntimeError(
+                    f"sign-in stopped at {url}: HTTP {response.status_code} {response.text[:300]}"
+                )
             page = response.text
             action = ACTION.search(page)
             if action is None:
@@ -45,7 +47,8 @@ async def sign_in(url: str, user: str, password: str, callback: str,
             headers = {"Origin": page_origin} if target.startswith(page_origin + "/") else {}
             response = await browser.post(target, data=form, headers=headers)
             if response.status_code not in (301, 302, 303, 307):
-                raise RuntimeError(f"form on {url} answered HTTP {response.status_code}: "
-                                   f"{response.text[:300]}")
+                raise RuntimeError(
+                    f"form on {url} answered HTTP {response.status_code}: {response.text[:300]}"
+                )
             url = urljoin(url, response.headers["location"])
     raise RuntimeError("the sign-in did not reach the client's callback")

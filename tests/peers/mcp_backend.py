@@ -41,26 +41,41 @@ async def app(scope, receive, send):
         import json
 
         body = json.dumps(sorted(LOAD_MARKS)).encode()
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
         return
     if scope["type"] == "http" and scope["path"] == "/debug/requests":
         import json
 
         body = json.dumps(RECEIVED).encode()
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
         return
     if scope["type"] == "http":
         for name, value in scope["headers"]:
             if name == b"mcp-param-load":
                 LOAD_MARKS.add(value.decode("latin-1"))
-        RECEIVED.append({
-            "method": scope["method"], "path": scope["path"],
-            "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]],
-        })
+        RECEIVED.append(
+            {
+                "method": scope["method"],
+                "path": scope["path"],
+                "headers": [
+                    [k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]
+                ],
+            }
+        )
         del RECEIVED[:-200]
     await mcp_app(scope, receive, send)
 

@@ -35,17 +35,26 @@ async def app(scope, receive, send):
             service = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
-                    SPANS.append({
-                        "service": service.get("service.name"), "name": span.name,
-                        "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(),
-                        "parent_span_id": span.parent_span_id.hex(), "kind": span.kind,
-                        "attributes": {a.key: _value(a.value) for a in span.attributes}})
-        answer, content_type = ExportTraceServiceResponse().SerializeToString(), \
-            b"application/x-protobuf"
+                    SPANS.append(
+                        {
+                            "service": service.get("service.name"),
+                            "name": span.name,
+                            "trace_id": span.trace_id.hex(),
+                            "span_id": span.span_id.hex(),
+                            "parent_span_id": span.parent_span_id.hex(),
+                            "kind": span.kind,
+                            "attributes": {a.key: _value(a.value) for a in span.attributes},
+                        }
+                    )
+        answer, content_type = (
+            ExportTraceServiceResponse().SerializeToString(),
+            b"application/x-protobuf",
+        )
     else:
         answer, content_type = json.dumps(SPANS).encode(), b"application/json"
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", content_type)]})
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-type", content_type)]}
+    )
     await send({"type": "http.response.body", "body": answer})
 
 

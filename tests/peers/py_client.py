@@ -49,18 +49,24 @@ async def main(url: str, user: str, password: str) -> dict:
         from mcp.client.auth import AuthorizationCodeResult
 
         async def callback_handler():
-            return AuthorizationCodeResult(code=result["code"], state=result.get("state"),
-                                           iss=result.get("iss"))
+            return AuthorizationCodeResult(
+                code=result["code"], state=result.get("state"), iss=result.get("iss")
+            )
     else:
+
         async def callback_handler():
             return result["code"], result.get("state")
 
     storage = Memory()
     oauth = OAuthClientProvider(
         server_url=url,
-        client_metadata=OAuthClientMetadata(client_name=f"py-mcp-{MAJOR}",
-                                            redirect_uris=[CALLBACK]),
-        storage=storage, redirect_handler=redirect_handler, callback_handler=callback_handler)
+        client_metadata=OAuthClientMetadata(
+            client_name=f"py-mcp-{MAJOR}", redirect_uris=[CALLBACK]
+        ),
+        storage=storage,
+        redirect_handler=redirect_handler,
+        callback_handler=callback_handler,
+    )
     try:
         if MAJOR >= 2:
             import httpx2
@@ -75,8 +81,10 @@ async def main(url: str, user: str, password: str) -> dict:
             from mcp import ClientSession
             from mcp.client.streamable_http import streamablehttp_client
 
-            async with streamablehttp_client(url, auth=oauth) as (read, write, _), \
-                    ClientSession(read, write) as session:
+            async with (
+                streamablehttp_client(url, auth=oauth) as (read, write, _),
+                ClientSession(read, write) as session,
+            ):
                 await session.initialize()
                 tools = await session.list_tools()
                 called = await session.call_tool("add", {"a": 2, "b": 3})

@@ -18,10 +18,13 @@ async def forward(request: web.Request) -> web.StreamResponse:
     headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
     headers["Authorization"] = f"Bearer {os.environ['INJECT_TOKEN']}"
     session: aiohttp.ClientSession = request.app["session"]
-    async with session.request(request.method, target, headers=headers,
-                               data=await request.read(), allow_redirects=False) as upstream:
-        response = web.StreamResponse(status=upstream.status, headers={
-            k: v for k, v in upstream.headers.items() if k.lower() not in HOP})
+    async with session.request(
+        request.method, target, headers=headers, data=await request.read(), allow_redirects=False
+    ) as upstream:
+        response = web.StreamResponse(
+            status=upstream.status,
+            headers={k: v for k, v in upstream.headers.items() if k.lower() not in HOP},
+        )
         await response.prepare(request)
         async for chunk in upstream.content.iter_any():
             await response.write(chunk)

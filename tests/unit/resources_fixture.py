@@ -40,10 +40,15 @@ spec: {type: ExternalName, externalName: idp.internal}
 """
 
 
-def policy(name: str = "auth", target: str = "mcp", provider: str = "ProviderB",
-           client_id: str | None = "mcp-public", rules: tuple[str, ...] = (
-               '"mcp-agent" in jwt.groups',), issuer: str = "http://idp/application/o/mcp/",
-           audiences: str = "[mcp-public]") -> str:
+def policy(
+    name: str = "auth",
+    target: str = "mcp",
+    provider: str = "ProviderB",
+    client_id: str | None = "mcp-public",
+    rules: tuple[str, ...] = ('"mcp-agent" in jwt.groups',),
+    issuer: str = "http://idp/application/o/mcp/",
+    audiences: str = "[mcp-public]",
+) -> str:
     client = f"\n        clientId: {client_id}" if client_id else ""
     expressions = "".join(f"\n          - {r!r}" for r in rules)
     return f"""

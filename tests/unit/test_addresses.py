@@ -84,70 +84,114 @@ def test_every_special_purpose_address_is_refused_with_its_registry_name(address
     assert not is_public(address)
 
 
-@pytest.mark.parametrize(("address", "words"), [
-    ("100.64.0.1", "Shared Address Space"),
-    ("100.100.100.200", "Shared Address Space"),  # Alibaba Cloud metadata
-    ("169.254.169.254", "Link Local"),  # AWS/GCP/Azure instance metadata
-    ("fd00:ec2::254", "Unique-Local"),  # AWS instance metadata over IPv6
-    ("fe80::1%eth0", "Link-Local"),  # a zone does not hide the address
-    ("4000::1", "outside Global Unicast"),  # unassigned IPv6
-    ("::1:0:0:0", "outside Global Unicast"),
-])
+@pytest.mark.parametrize(
+    ("address", "words"),
+    [
+        ("100.64.0.1", "Shared Address Space"),
+        ("100.100.100.200", "Shared Address Space"),  # Alibaba Cloud metadata
+        ("169.254.169.254", "Link Local"),  # AWS/GCP/Azure instance metadata
+        ("fd00:ec2::254", "Unique-Local"),  # AWS instance metadata over IPv6
+        ("fe80::1%eth0", "Link-Local"),  # a zone does not hide the address
+        ("4000::1", "outside Global Unicast"),  # unassigned IPv6
+        ("::1:0:0:0", "outside Global Unicast"),
+    ],
+)
 def test_cloud_metadata_and_reserved_addresses_are_refused(address, words):
     assert words in (refusal(address) or "")
 
 
-@pytest.mark.parametrize(("address", "words"), [
-    ("::ffff:10.0.0.1", "IPv4-mapped Address, RFC 4291 §2.5.5.2: 10.0.0.1 is Private-Use"),
-    ("::ffff:127.0.0.1", "IPv4-mapped Address, RFC 4291 §2.5.5.2: 127.0.0.1 is Loopback"),
-    ("::ffff:100.100.100.200", "100.100.100.200 is Shared Address Space"),
-    ("::ffff:169.254.169.254", "169.254.169.254 is Link Local"),
-    ("::ffff:0.0.0.0", "0.0.0.0 is \"This host"),
-    ("::10.0.0.1", "IPv4-compatible Address (deprecated), RFC 4291 §2.5.5.1: 10.0.0.1"),
-    ("::127.0.0.1", "IPv4-compatible Address (deprecated), RFC 4291 §2.5.5.1: 127.0.0.1"),
-    ("::0.0.0.2", "0.0.0.2 is \"This network"),
-    ("64:ff9b::10.0.0.1", "IPv4-IPv6 Translat., RFC 6052: 10.0.0.1 is Private-Use"),
-    ("64:ff9b::169.254.169.254", "RFC 6052: 169.254.169.254 is Link Local"),
-    ("64:ff9b:1::8.8.8.8", "IPv4-IPv6 Translat. (local-use), RFC 8215"),
-    ("2002:a00:1::1", "6to4, RFC 3056"),  # 6to4 of 10.0.0.1
-    ("2002:808:808::1", "6to4, RFC 3056"),  # 6to4 of 8.8.8.8: refused all the same
-    ("2001:0:4136:e378:8000:63bf:f5ff:fff5", "TEREDO, RFC 4380"),  # Teredo of 10.0.0.10
-    ("2001:0:4136:e378:8000:63bf:f7f7:f7f7", "TEREDO, RFC 4380"),  # Teredo of 8.8.8.8
-])
+@pytest.mark.parametrize(
+    ("address", "words"),
+    [
+        ("::ffff:10.0.0.1", "IPv4-mapped Address, RFC 4291 §2.5.5.2: 10.0.0.1 is Private-Use"),
+        ("::ffff:127.0.0.1", "IPv4-mapped Address, RFC 4291 §2.5.5.2: 127.0.0.1 is Loopback"),
+        ("::ffff:100.100.100.200", "100.100.100.200 is Shared Address Space"),
+        ("::ffff:169.254.169.254", "169.254.169.254 is Link Local"),
+        ("::ffff:0.0.0.0", '0.0.0.0 is "This host'),
+        ("::10.0.0.1", "IPv4-compatible Address (deprecated), RFC 4291 §2.5.5.1: 10.0.0.1"),
+        ("::127.0.0.1", "IPv4-compatible Address (deprecated), RFC 4291 §2.5.5.1: 127.0.0.1"),
+        ("::0.0.0.2", '0.0.0.2 is "This network'),
+        ("64:ff9b::10.0.0.1", "IPv4-IPv6 Translat., RFC 6052: 10.0.0.1 is Private-Use"),
+        ("64:ff9b::169.254.169.254", "RFC 6052: 169.254.169.254 is Link Local"),
+        ("64:ff9b:1::8.8.8.8", "IPv4-IPv6 Translat. (local-use), RFC 8215"),
+        ("2002:a00:1::1", "6to4, RFC 3056"),  # 6to4 of 10.0.0.1
+        ("2002:808:808::1", "6to4, RFC 3056"),  # 6to4 of 8.8.8.8: refused all the same
+        ("2001:0:4136:e378:8000:63bf:f5ff:fff5", "TEREDO, RFC 4380"),  # Teredo of 10.0.0.10
+        ("2001:0:4136:e378:8000:63bf:f7f7:f7f7", "TEREDO, RFC 4380"),  # Teredo of 8.8.8.8
+    ],
+)
 def test_addresses_embedding_ipv4_are_judged_by_the_ipv4_they_carry(address, words):
     assert words in (refusal(address) or "")
 
 
-@pytest.mark.parametrize("address", [
-    "8.8.8.8", "1.1.1.1", "93.184.215.14", "100.63.255.255", "100.128.0.0", "172.15.255.255",
-    "172.32.0.0", "192.0.1.0", "192.167.255.255", "192.169.0.0", "198.17.255.255",
-    "198.20.0.0", "223.255.255.255",
-    "192.31.196.1", "192.52.193.1",  # AS112-v4 and AMT: globally reachable in the registry
-    "2606:4700:4700::1111", "2001:4860:4860::8888", "2a00:1450:4001:80e::200e",
-    "2001:200::1",  # just past 2001::/23
-    "2620:4f:8000::1",  # AS112 direct delegation: globally reachable in the registry
-    "::ffff:8.8.8.8", "::8.8.8.8", "64:ff9b::8.8.8.8",  # mapped/compatible/NAT64 of public
-])
+@pytest.mark.parametrize(
+    "address",
+    [
+        "8.8.8.8",
+        "1.1.1.1",
+        "93.184.215.14",
+        "100.63.255.255",
+        "100.128.0.0",
+        "172.15.255.255",
+        "172.32.0.0",
+        "192.0.1.0",
+        "192.167.255.255",
+        "192.169.0.0",
+        "198.17.255.255",
+        "198.20.0.0",
+        "223.255.255.255",
+        "192.31.196.1",
+        "192.52.193.1",  # AS112-v4 and AMT: globally reachable in the registry
+        "2606:4700:4700::1111",
+        "2001:4860:4860::8888",
+        "2a00:1450:4001:80e::200e",
+        "2001:200::1",  # just past 2001::/23
+        "2620:4f:8000::1",  # AS112 direct delegation: globally reachable in the registry
+        "::ffff:8.8.8.8",
+        "::8.8.8.8",
+        "64:ff9b::8.8.8.8",  # mapped/compatible/NAT64 of public
+    ],
+)
 def test_ordinary_public_addresses_are_accepted(address):
     assert refusal(address) is None
     assert is_public(address)
 
 
-@pytest.mark.parametrize("address", [
-    "127.0.0.1", "10.0.0.1", "100.64.0.1", "169.254.169.254", "::1", "fe80::1", "fd00::1",
-    "::ffff:127.0.0.1", "64:ff9b::10.0.0.1", "2002:a00:1::1",
-])
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "10.0.0.1",
+        "100.64.0.1",
+        "169.254.169.254",
+        "::1",
+        "fe80::1",
+        "fd00::1",
+        "::ffff:127.0.0.1",
+        "64:ff9b::10.0.0.1",
+        "2002:a00:1::1",
+    ],
+)
 def test_allow_private_allows_local_addresses(address):
     assert refusal(address, allow_private=True) is None
     assert refusal(address) is not None
 
 
-@pytest.mark.parametrize(("address", "words"), [
-    ("0.0.0.0", "This host"), ("0.1.2.3", "This network"), ("::", "Unspecified"),
-    ("224.0.0.1", "Multicast"), ("239.255.255.250", "Multicast"), ("ff02::1", "Multicast"),
-    ("255.255.255.255", "Limited Broadcast"), ("240.0.0.1", "Reserved"),
-    ("::ffff:0.0.0.0", "IPv4-mapped"), ("::ffff:224.0.0.1", "Multicast"),
-])
+@pytest.mark.parametrize(
+    ("address", "words"),
+    [
+        ("0.0.0.0", "This host"),
+        ("0.1.2.3", "This network"),
+        ("::", "Unspecified"),
+        ("224.0.0.1", "Multicast"),
+        ("239.255.255.250", "Multicast"),
+        ("ff02::1", "Multicast"),
+        ("255.255.255.255", "Limited Broadcast"),
+        ("240.0.0.1", "Reserved"),
+        ("::ffff:0.0.0.0", "IPv4-mapped"),
+        ("::ffff:224.0.0.1", "Multicast"),
+    ],
+)
 def test_allow_private_still_refuses_what_is_never_a_host(address, words):
     assert words in (refusal(address, allow_private=True) or "")
 
@@ -159,8 +203,10 @@ def test_a_host_is_allowed_only_when_all_its_addresses_are():
         checked_addresses("cimd.example", ["8.8.8.8", "100.64.0.1", "1.1.1.1"])
     assert refused.value.host == "cimd.example"
     assert refused.value.address == "100.64.0.1"
-    assert str(refused.value) == ("cimd.example resolves to the non-public address 100.64.0.1 "
-                                  "(Shared Address Space, RFC 6598)")
+    assert str(refused.value) == (
+        "cimd.example resolves to the non-public address 100.64.0.1 "
+        "(Shared Address Space, RFC 6598)"
+    )
     with pytest.raises(AddressRefused, match="resolves to no address"):
         checked_addresses("cimd.example", [])
     # A record that is not a numeric address would be resolved again when connecting.
@@ -169,23 +215,29 @@ def test_a_host_is_allowed_only_when_all_its_addresses_are():
     assert checked_addresses("dev.test", ["127.0.0.1"], allow_private=True) == ["127.0.0.1"]
 
 
-@pytest.mark.parametrize(("host", "result"), [
-    ("cimd.example", None),
-    ("8.8.8.8", "8.8.8.8"),
-    ("2606:4700:4700::1111", "2606:4700:4700::1111"),
-])
+@pytest.mark.parametrize(
+    ("host", "result"),
+    [
+        ("cimd.example", None),
+        ("8.8.8.8", "8.8.8.8"),
+        ("2606:4700:4700::1111", "2606:4700:4700::1111"),
+    ],
+)
 def test_checked_literal_passes_names_and_public_literals(host, result):
     assert checked_literal(host) == result
 
 
-@pytest.mark.parametrize(("host", "words"), [
-    ("100.64.0.1", "Shared Address Space"),
-    ("::ffff:a00:1", "10.0.0.1 is Private-Use"),
-    ("2130706433", "not a canonical IP address"),  # 127.0.0.1 as one number
-    ("127.1", "not a canonical IP address"),
-    ("127.0.0.1.", "not a canonical IP address"),
-    ("010.0.0.1", "not a canonical IP address"),
-])
+@pytest.mark.parametrize(
+    ("host", "words"),
+    [
+        ("100.64.0.1", "Shared Address Space"),
+        ("::ffff:a00:1", "10.0.0.1 is Private-Use"),
+        ("2130706433", "not a canonical IP address"),  # 127.0.0.1 as one number
+        ("127.1", "not a canonical IP address"),
+        ("127.0.0.1.", "not a canonical IP address"),
+        ("010.0.0.1", "not a canonical IP address"),
+    ],
+)
 def test_checked_literal_refuses_private_and_legacy_literals(host, words):
     with pytest.raises(AddressRefused, match=words):
         checked_literal(host)
@@ -200,27 +252,39 @@ class FakeLookup:
 
     async def __call__(self, host: str, port: int, family: socket.AddressFamily) -> list:
         self.calls.append(host)
-        return [{"hostname": host, "host": address, "port": port,
-                 "family": socket.AF_INET6 if ":" in address else socket.AF_INET,
-                 "proto": 0, "flags": socket.AI_NUMERICHOST}
-                for address in self.answers[host]]
+        return [
+            {
+                "hostname": host,
+                "host": address,
+                "port": port,
+                "family": socket.AF_INET6 if ":" in address else socket.AF_INET,
+                "proto": 0,
+                "flags": socket.AI_NUMERICHOST,
+            }
+            for address in self.answers[host]
+        ]
 
 
 async def test_resolver_returns_exactly_the_checked_records_from_one_lookup():
     lookup = FakeLookup({"cimd.example": ["8.8.8.8", "2606:4700:4700::1111"]})
     resolver = CheckedResolver(lookup=lookup)
     results = await resolver.resolve("cimd.example", 443, socket.AF_UNSPEC)
-    assert [(r["host"], r["port"]) for r in results] == [("8.8.8.8", 443),
-                                                         ("2606:4700:4700::1111", 443)]
+    assert [(r["host"], r["port"]) for r in results] == [
+        ("8.8.8.8", 443),
+        ("2606:4700:4700::1111", 443),
+    ]
     assert lookup.calls == ["cimd.example"]
 
 
-@pytest.mark.parametrize("answer", [
-    ["10.0.0.1"],
-    ["8.8.8.8", "100.100.100.200"],  # one private address among public ones
-    ["::ffff:10.0.0.1"],
-    ["fd00:ec2::254", "2606:4700:4700::1111"],
-])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        ["10.0.0.1"],
+        ["8.8.8.8", "100.100.100.200"],  # one private address among public ones
+        ["::ffff:10.0.0.1"],
+        ["fd00:ec2::254", "2606:4700:4700::1111"],
+    ],
+)
 async def test_resolver_refuses_a_host_with_any_non_public_address(answer):
     resolver = CheckedResolver(lookup=FakeLookup({"rebind.example": answer}))
     with pytest.raises(AddressRefused, match=r"rebind\.example resolves to the non-public"):

@@ -32,15 +32,18 @@ def test_signed_client_ids_round_trip_and_resist_tampering():
     assert read_client_id(SECRET, "mcp-public") is None
 
 
-@pytest.mark.parametrize(("registered", "requested", "ok"), [
-    (("http://127.0.0.1:3000/cb",), "http://127.0.0.1:4000/cb", True),  # RFC 8252 port
-    (("http://localhost/cb",), "http://localhost:9/cb", True),
-    (("http://127.0.0.1/cb",), "http://127.0.0.1:9/other", False),
-    (("https://app.example/cb",), "https://app.example/cb", True),
-    (("https://app.example/cb",), "https://app.example:444/cb", False),
-    (("https://app.example/cb",), "https://app.example/cb?x=1", False),
-    (("cursor://auth/cb",), "cursor://auth/cb", True),
-])
+@pytest.mark.parametrize(
+    ("registered", "requested", "ok"),
+    [
+        (("http://127.0.0.1:3000/cb",), "http://127.0.0.1:4000/cb", True),  # RFC 8252 port
+        (("http://localhost/cb",), "http://localhost:9/cb", True),
+        (("http://127.0.0.1/cb",), "http://127.0.0.1:9/other", False),
+        (("https://app.example/cb",), "https://app.example/cb", True),
+        (("https://app.example/cb",), "https://app.example:444/cb", False),
+        (("https://app.example/cb",), "https://app.example/cb?x=1", False),
+        (("cursor://auth/cb",), "cursor://auth/cb", True),
+    ],
+)
 def test_redirect_matching(registered, requested, ok):
     assert redirect_matches(registered, parse_redirect_uri(requested)) is ok
 
@@ -71,22 +74,25 @@ def no_sockets(monkeypatch):
     return attempts
 
 
-@pytest.mark.parametrize(("url", "reason"), [
-    ("http://example.com/client.json", "must be an https URL"),
-    ("https://example.com/", "has no path"),
-    ("https://user@example.com/c.json", "user information"),
-    ("https://evil.example\\@example.com/c.json", "backslash"),
-    ("https://example.com/c.json#x", "fragment"),
-    ("https://EXAMPLE.com/c.json", "not written the way browsers read it"),
-    ("https://127.0.0.1/client.json", "non-public address 127.0.0.1"),
-    ("https://10.1.2.3/client.json", "non-public address 10.1.2.3"),
-    ("https://[::1]/client.json", "non-public address ::1"),
-    ("https://100.64.0.1/client.json", "non-public address 100.64.0.1 \\(Shared Address Space"),
-    ("https://169.254.169.254/latest/meta-data", "non-public address 169.254.169.254"),
-    # Browsers read both as 127.0.0.1: refused as written differently from what they mean.
-    ("https://2130706433/client.json", "'https://127.0.0.1/client.json'"),
-    ("https://\uff11\uff12\uff17.0.0.1/c.json", "non-ASCII"),
-])
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://example.com/client.json", "must be an https URL"),
+        ("https://example.com/", "has no path"),
+        ("https://user@example.com/c.json", "user information"),
+        ("https://evil.example\\@example.com/c.json", "backslash"),
+        ("https://example.com/c.json#x", "fragment"),
+        ("https://EXAMPLE.com/c.json", "not written the way browsers read it"),
+        ("https://127.0.0.1/client.json", "non-public address 127.0.0.1"),
+        ("https://10.1.2.3/client.json", "non-public address 10.1.2.3"),
+        ("https://[::1]/client.json", "non-public address ::1"),
+        ("https://100.64.0.1/client.json", "non-public address 100.64.0.1 \\(Shared Address Space"),
+        ("https://169.254.169.254/latest/meta-data", "non-public address 169.254.169.254"),
+        # Browsers read both as 127.0.0.1: refused as written differently from what they mean.
+        ("https://2130706433/client.json", "'https://127.0.0.1/client.json'"),
+        ("https://\uff11\uff12\uff17.0.0.1/c.json", "non-ASCII"),
+    ],
+)
 async def test_metadata_documents_refuse_unsafe_urls(url, reason, no_connections):
     documents = MetadataDocuments(allow_private=False)
     try:
@@ -106,15 +112,23 @@ async def test_memory_store_take_is_single_use():
     assert await store.take("code", "c2") is None
 
 
-@pytest.mark.parametrize(("url", "reason"), [
-    ("https://100.64.0.1/client.json", "client metadata host 100.64.0.1 resolves to the "
-     "non-public address 100.64.0.1 (Shared Address Space, RFC 6598); refused"),
-    ("https://[::ffff:a00:1]/c.json", "client metadata host ::ffff:a00:1 resolves to the "
-     "non-public address ::ffff:a00:1 (IPv4-mapped Address, RFC 4291 §2.5.5.2: 10.0.0.1 is "
-     "Private-Use, RFC 1918); refused"),
-])
-async def test_private_literal_hosts_are_refused_before_any_connection(url, reason,
-                                                                       no_connections):
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        (
+            "https://100.64.0.1/client.json",
+            "client metadata host 100.64.0.1 resolves to the "
+            "non-public address 100.64.0.1 (Shared Address Space, RFC 6598); refused",
+        ),
+        (
+            "https://[::ffff:a00:1]/c.json",
+            "client metadata host ::ffff:a00:1 resolves to the "
+            "non-public address ::ffff:a00:1 (IPv4-mapped Address, RFC 4291 §2.5.5.2: 10.0.0.1 is "
+            "Private-Use, RFC 1918); refused",
+        ),
+    ],
+)
+async def test_private_literal_hosts_are_refused_before_any_connection(url, reason, no_connections):
     documents = MetadataDocuments(allow_private=False)
     try:
         with pytest.raises(ClientError) as refused:
@@ -130,9 +144,13 @@ async def test_a_name_with_one_private_address_is_refused_before_connecting(no_s
     lookup = FakeLookup({"cimd.example": ["8.8.8.8", "100.100.100.200"]})
     documents = MetadataDocuments(allow_private=False, lookup=lookup)
     try:
-        with pytest.raises(ClientError, match=re.escape(
+        with pytest.raises(
+            ClientError,
+            match=re.escape(
                 "client metadata host cimd.example resolves to the non-public address "
-                "100.100.100.200 (Shared Address Space, RFC 6598); refused")):
+                "100.100.100.200 (Shared Address Space, RFC 6598); refused"
+            ),
+        ):
             await documents.resolve("https://cimd.example/client.json")
     finally:
         await documents.close()
@@ -162,15 +180,19 @@ async def local_documents():
 
 
 async def test_allow_private_fetches_from_loopback_and_connects_to_the_checked_address(
-        local_documents):
+    local_documents,
+):
     port, served = local_documents
     literal = f"http://127.0.0.1:{port}/clients/a.json"
     # "cimd.test" exists only in the fake lookup: fetching it proves aiohttp connected to the
     # address the resolver checked instead of resolving the name again.
     named = f"http://cimd.test:{port}/clients/b.json"
     for url in (literal, named):
-        served[url.split(str(port), 1)[1]] = {"client_id": url, "client_name": "Local",
-                                             "redirect_uris": ["http://127.0.0.1/cb"]}
+        served[url.split(str(port), 1)[1]] = {
+            "client_id": url,
+            "client_name": "Local",
+            "redirect_uris": ["http://127.0.0.1/cb"],
+        }
     lookup = FakeLookup({"cimd.test": ["127.0.0.1"]})
     documents = MetadataDocuments(allow_private=True, lookup=lookup)
     try:
@@ -185,15 +207,17 @@ async def test_allow_private_fetches_from_loopback_and_connects_to_the_checked_a
         await documents.close()
 
 
-@pytest.mark.parametrize(("url", "address"), [
-    ("http://0.0.0.0:8080/c.json", "0.0.0.0"),
-    ("http://[::]:8080/c.json", "::"),
-    ("http://224.0.0.1/c.json", "224.0.0.1"),
-    ("http://zero.test:8080/c.json", "0.0.0.0"),  # a name takes the resolver's path
-])
+@pytest.mark.parametrize(
+    ("url", "address"),
+    [
+        ("http://0.0.0.0:8080/c.json", "0.0.0.0"),
+        ("http://[::]:8080/c.json", "::"),
+        ("http://224.0.0.1/c.json", "224.0.0.1"),
+        ("http://zero.test:8080/c.json", "0.0.0.0"),  # a name takes the resolver's path
+    ],
+)
 async def test_allow_private_still_refuses_unspecified_and_multicast(url, address, no_sockets):
-    documents = MetadataDocuments(allow_private=True, lookup=FakeLookup({"zero.test":
-                                                                         ["0.0.0.0"]}))
+    documents = MetadataDocuments(allow_private=True, lookup=FakeLookup({"zero.test": ["0.0.0.0"]}))
     try:
         with pytest.raises(ClientError, match=f"non-public address {address} "):
             await documents.resolve(url)

@@ -18,9 +18,16 @@ from mcp_oauth_gateway.broker.state import (
 from mcp_oauth_gateway.broker.store import MemoryStore
 
 PENDING = PendingAuthorization(
-    client_id="c", client_name="n", redirect_uri="http://127.0.0.1:5/cb",
-    redirect_href="http://127.0.0.1:5/cb", state=None, challenge="x" * 43,
-    scope="openid", resource=None, browser="b")
+    client_id="c",
+    client_name="n",
+    redirect_uri="http://127.0.0.1:5/cb",
+    redirect_href="http://127.0.0.1:5/cb",
+    state=None,
+    challenge="x" * 43,
+    scope="openid",
+    resource=None,
+    browser="b",
+)
 
 
 async def test_records_round_trip_once():

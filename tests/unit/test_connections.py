@@ -25,8 +25,10 @@ from mcp_oauth_gateway.dataplane.metrics import ConnectionCounts, Metrics
 INFINITY = resource.RLIM_INFINITY
 
 
-@pytest.mark.parametrize(("fd_limit", "cap"), [
-    (1024, 384), (4096, 1920), (65536, 32640), (256, 96), (64, 24), (3, 1), (1, 1)])
+@pytest.mark.parametrize(
+    ("fd_limit", "cap"),
+    [(1024, 384), (4096, 1920), (65536, 32640), (256, 96), (64, 24), (3, 1), (1, 1)],
+)
 def test_default_cap_leaves_a_descriptor_per_backend_connection_and_a_reserve(fd_limit, cap):
     assert default_max_connections(fd_limit) == cap
 
@@ -38,14 +40,17 @@ def test_default_cap_never_needs_more_descriptors_than_the_limit():
         assert cap >= default_max_connections(fd_limit - 37)
 
 
-@pytest.mark.parametrize(("soft", "hard", "target"), [
-    (1024, 1_048_576, 65536),      # bounded: a million descriptors is not needed
-    (1024, 4096, 4096),            # up to the hard limit
-    (100_000, 1_048_576, 100_000),  # never lowered
-    (1024, INFINITY, 65536),
-    (INFINITY, INFINITY, INFINITY),
-    (4096, 4096, 4096),
-])
+@pytest.mark.parametrize(
+    ("soft", "hard", "target"),
+    [
+        (1024, 1_048_576, 65536),  # bounded: a million descriptors is not needed
+        (1024, 4096, 4096),  # up to the hard limit
+        (100_000, 1_048_576, 100_000),  # never lowered
+        (1024, INFINITY, 65536),
+        (INFINITY, INFINITY, INFINITY),
+        (4096, 4096, 4096),
+    ],
+)
 def test_descriptor_limit_target(soft, hard, target):
     assert fd_limit_target(soft, hard) == target
 
@@ -60,9 +65,11 @@ def test_raise_fd_limit_lifts_a_low_soft_limit_to_the_hard_one():
         "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
         "low = 64 if hard == resource.RLIM_INFINITY else min(256, hard // 2)\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))\n"
-        "print(raise_fd_limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=60, check=True)
+        "print(raise_fd_limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
     reported, in_force = map(int, done.stdout.split())
     expected = 65536 if hard == INFINITY else min(hard, 65536)
     assert reported == in_force == expected
@@ -90,8 +97,10 @@ def test_max_connections_refuses_other_values_naming_the_flag(text):
         parse_count("--max-connections", text)
 
 
-@pytest.mark.parametrize(("flag", "value"), [
-    ("--header-timeout", "0"), ("--idle-timeout", "soon"), ("--max-connections", "-1")])
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--header-timeout", "0"), ("--idle-timeout", "soon"), ("--max-connections", "-1")],
+)
 def test_serve_refuses_a_bad_connection_flag_with_one_line_naming_it(flag, value, capsys):
     assert main(["serve", "-f", "does-not-matter.yaml", flag, value]) == 2
     err = capsys.readouterr().err
@@ -133,9 +142,10 @@ def test_request_timeout_is_a_complete_408_naming_the_timeout():
     response, body, must_close = _client_reads(guard.request_timeout([]))
     assert response.status_code == 408
     assert must_close
-    assert json.loads(body) == {"error": "request_timeout", "error_description":
-                                "the request head was not complete within 2.5s "
-                                "(--header-timeout)"}
+    assert json.loads(body) == {
+        "error": "request_timeout",
+        "error_description": "the request head was not complete within 2.5s (--header-timeout)",
+    }
 
 
 def test_guard_publishes_its_cap_and_derives_one_when_none_is_given():
@@ -143,8 +153,7 @@ def test_guard_publishes_its_cap_and_derives_one_when_none_is_given():
     ConnectionGuard(Limits(max_connections=7), counts)
     assert counts.limit == 7
     ConnectionGuard(Limits(), counts)
-    assert counts.limit == default_max_connections(
-        resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    assert counts.limit == default_max_connections(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 
 
 def test_metrics_export_the_connection_counts():
@@ -153,8 +162,11 @@ def test_metrics_export_the_connection_counts():
     counts.open, counts.limit, counts.refused = 5, 40, 3
     counts.header_timeouts, counts.idle_timeouts = 7, 2
     text = metrics.render().decode()
-    for sample in ("mcp_gateway_connections_open 5.0", "mcp_gateway_connections_max 40.0",
-                   "mcp_gateway_connections_refused_total 3.0",
-                   'mcp_gateway_connection_timeouts_total{timeout="header"} 7.0',
-                   'mcp_gateway_connection_timeouts_total{timeout="idle"} 2.0'):
+    for sample in (
+        "mcp_gateway_connections_open 5.0",
+        "mcp_gateway_connections_max 40.0",
+        "mcp_gateway_connections_refused_total 3.0",
+        'mcp_gateway_connection_timeouts_total{timeout="header"} 7.0',
+        'mcp_gateway_connection_timeouts_total{timeout="idle"} 2.0',
+    ):
         assert sample + "\n" in text

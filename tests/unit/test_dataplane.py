@@ -17,15 +17,21 @@ ORIGIN = "http://inspector.local:6274"
 
 def client_for(tmp_path, text: str) -> httpx.AsyncClient:
     app = GatewayApp(ControlPlane(build_snapshot(load_paths([write(tmp_path, text)]))))
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                             base_url="http://gw.example:8080")
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://gw.example:8080"
+    )
 
 
 async def test_preflight_is_answered_before_authentication(tmp_path):
     async with client_for(tmp_path, BASE + policy()) as client:
-        response = await client.options("/mcp", headers={
-            "Origin": ORIGIN, "Access-Control-Request-Method": "POST",
-            "Access-Control-Request-Headers": "authorization, content-type"})
+        response = await client.options(
+            "/mcp",
+            headers={
+                "Origin": ORIGIN,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type",
+            },
+        )
     assert response.status_code == 204
     assert response.headers["access-control-allow-origin"] == ORIGIN  # echoed: credentials
     assert response.headers["access-control-allow-credentials"] == "true"
@@ -36,14 +42,14 @@ async def test_preflight_is_answered_before_authentication(tmp_path):
 
 async def test_cors_headers_on_401_and_fail_closed_before_keyset(tmp_path):
     async with client_for(tmp_path, BASE + policy()) as client:
-        response = await client.post("/mcp", json={}, headers={
-            "Origin": ORIGIN, "Authorization": "Bearer a.b.c"})
+        response = await client.post(
+            "/mcp", json={}, headers={"Origin": ORIGIN, "Authorization": "Bearer a.b.c"}
+        )
     assert response.status_code == 401
     assert "not yet available" in response.json()["error_description"]
     assert response.headers["access-control-allow-origin"] == ORIGIN
     assert response.headers["access-control-expose-headers"] == "Origin, Mcp-Session-Id"
-    assert response.headers["www-authenticate"].startswith(
-        'Bearer error="invalid_token"')
+    assert response.headers["www-authenticate"].startswith('Bearer error="invalid_token"')
 
 
 async def test_protected_resource_metadata_document(tmp_path):
@@ -67,8 +73,9 @@ async def test_as_metadata_502_when_discovery_was_never_fetched(tmp_path):
     assert "discovery document could not be fetched" in response.json()["error_description"]
 
 
-@pytest.mark.parametrize("path", [
-    "/mcp", "/.well-known/oauth-authorization-server/mcp/client-registration"])
+@pytest.mark.parametrize(
+    "path", ["/mcp", "/.well-known/oauth-authorization-server/mcp/client-registration"]
+)
 async def test_invalid_policy_fails_closed_with_503(tmp_path, path):
     async with client_for(tmp_path, BASE + policy(client_id=None)) as client:
         response = await client.post(path, json={"redirect_uris": ["http://127.0.0.1/cb"]})
@@ -89,25 +96,36 @@ async def test_disallowed_origin_gets_no_cors_headers(tmp_path):
     text = BASE.replace('allowOrigins: ["*"]', "allowOrigins: [https://app.example]")
     async with client_for(tmp_path, text + policy()) as client:
         simple = await client.post("/mcp", json={}, headers={"Origin": "https://evil.example"})
-        preflight = await client.options("/mcp", headers={
-            "Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
+        preflight = await client.options(
+            "/mcp",
+            headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"},
+        )
     assert "access-control-allow-origin" not in simple.headers
     assert preflight.status_code == 403
 
 
-@pytest.mark.parametrize(("trust", "expected"), [
-    (True, "https://mcp.example.com/mcp"),
-    (False, "http://gw.example:8080/mcp"),
-])
+@pytest.mark.parametrize(
+    ("trust", "expected"),
+    [
+        (True, "https://mcp.example.com/mcp"),
+        (False, "http://gw.example:8080/mcp"),
+    ],
+)
 async def test_forwarded_headers_only_when_trusted(tmp_path, trust, expected):
     snapshot = build_snapshot(load_paths([write(tmp_path, BASE + policy())]))
     app = GatewayApp(ControlPlane(snapshot), ServeOptions(trust_forwarded=trust))
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw.example:8080") as client:
-        response = await client.get("/.well-known/oauth-protected-resource/mcp", headers={
-            "X-Forwarded-Proto": "https", "X-Forwarded-Host": "mcp.example.com"})
-        challenge = (await client.post("/mcp", headers={
-            "X-Forwarded-Proto": "https", "X-Forwarded-Host": "mcp.example.com"})).headers
+        response = await client.get(
+            "/.well-known/oauth-protected-resource/mcp",
+            headers={"X-Forwarded-Proto": "https", "X-Forwarded-Host": "mcp.example.com"},
+        )
+        challenge = (
+            await client.post(
+                "/mcp",
+                headers={"X-Forwarded-Proto": "https", "X-Forwarded-Host": "mcp.example.com"},
+            )
+        ).headers
     assert response.json()["authorization_servers"] == [expected]
     assert f'resource_metadata="{expected.removesuffix("/mcp")}' in challenge["www-authenticate"]
 
@@ -124,4 +142,6 @@ def test_cel_sees_every_copy_of_a_repeated_header():
     from mcp_oauth_gateway.dataplane.authz import header_map
 
     assert header_map([(b"x-tenant", b"a"), (b"accept", b"*/*"), (b"x-tenant", b"b")]) == {
-        "x-tenant": "a, b", "accept": "*/*"}
+        "x-tenant": "a, b",
+        "accept": "*/*",
+    }

@@ -38,14 +38,28 @@ def pkce() -> tuple[str, str]:
     return verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def sign_in(http: TestClient, authorize: str, client_id: str, username: str, password: str,
-            scope: str = "openid profile") -> tuple[dict[str, list[str]], str]:
+def sign_in(
+    http: TestClient,
+    authorize: str,
+    client_id: str,
+    username: str,
+    password: str,
+    scope: str = "openid profile",
+) -> tuple[dict[str, list[str]], str]:
     """Run the browser part of the code flow; returns the callback query and the verifier."""
     verifier, challenge = pkce()
-    response = http.get(authorize, params={
-        "response_type": "code", "client_id": client_id, "redirect_uri": REDIRECT,
-        "scope": scope, "state": "st-1", "code_challenge": challenge,
-        "code_challenge_method": "S256"})
+    response = http.get(
+        authorize,
+        params={
+            "response_type": "code",
+            "client_id": client_id,
+            "redirect_uri": REDIRECT,
+            "scope": scope,
+            "state": "st-1",
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+        },
+    )
     for _ in range(8):
         assert response.status_code in (302, 303), response.text
         location = response.headers["location"]
@@ -55,8 +69,11 @@ def sign_in(http: TestClient, authorize: str, client_id: str, username: str, pas
         if page.status_code in (302, 303):
             response = page
             continue
-        form = ({"prompt": "login", "login": username, "password": password}
-                if 'value="login"' in page.text else {"prompt": "consent"})
+        form = (
+            {"prompt": "login", "login": username, "password": password}
+            if 'value="login"' in page.text
+            else {"prompt": "consent"}
+        )
         response = http.post(location, data=form)
     raise AssertionError("the sign-in did not reach the redirect URI")
 
@@ -69,9 +86,15 @@ def kc():
     app = create_app(DevIdpSettings(flavour="keycloak", admin_password="pw"))
     recorder = Recorder()
     with make(app, KC, recorder) as http:
-        token = http.post("/realms/master/protocol/openid-connect/token", data={
-            "grant_type": "password", "client_id": "admin-cli", "username": "admin",
-            "password": "pw"}).json()
+        token = http.post(
+            "/realms/master/protocol/openid-connect/token",
+            data={
+                "grant_type": "password",
+                "client_id": "admin-cli",
+                "username": "admin",
+                "password": "pw",
+            },
+        ).json()
         http.headers["Authorization"] = f"Bearer {token['access_token']}"
         yield http, recorder, token
 
@@ -84,19 +107,23 @@ def test_keycloak_admin_token_is_short_lived(kc):
 
 
 def _keycloak_creates_and_duplicates(http: TestClient) -> None:
-    created = http.post("/admin/realms/master/users", json={
-        "username": "Alice", "email": "a@example.com", "enabled": True})
+    created = http.post(
+        "/admin/realms/master/users",
+        json={"username": "Alice", "email": "a@example.com", "enabled": True},
+    )
     assert created.status_code == 201
     assert created.content == b""
     assert created.headers["location"].startswith(f"{KC}/admin/realms/master/users/")
     duplicate = http.post("/admin/realms/master/users", json={"username": "alice"})
     assert duplicate.status_code == 409
     assert duplicate.json() == {"errorMessage": "User exists with same username"}
-    same_email = http.post("/admin/realms/master/users", json={"username": "x",
-                                                               "email": "a@example.com"})
+    same_email = http.post(
+        "/admin/realms/master/users", json={"username": "x", "email": "a@example.com"}
+    )
     assert same_email.json() == {"errorMessage": "User exists with same email"}
     assert http.post("/admin/realms/master/users", json={}).json() == {
-        "errorMessage": "User name is missing"}
+        "errorMessage": "User name is missing"
+    }
     found = http.get("/admin/realms/master/users", params={"username": "ALICE", "exact": "true"})
     assert [u["username"] for u in found.json()] == ["alice"]
     http.post("/admin/realms/master/groups", json={"name": "users"})
@@ -106,7 +133,8 @@ def _keycloak_creates_and_duplicates(http: TestClient) -> None:
     scope = {"name": "mcp", "protocol": "openid-connect"}
     assert http.post("/admin/realms/master/client-scopes", json=scope).status_code == 201
     assert http.post("/admin/realms/master/client-scopes", json=scope).json() == {
-        "errorMessage": "Client Scope mcp already exists"}
+        "errorMessage": "Client Scope mcp already exists"
+    }
 
 
 def test_keycloak_create_and_duplicate_answers(kc):
@@ -118,8 +146,12 @@ def test_keycloak_create_and_duplicate_answers(kc):
 def test_keycloak_create_and_duplicate_exchanges_follow_the_contract(kc):
     http, recorder, _ = kc
     _keycloak_creates_and_duplicates(http)
-    problems = [p for q, r in recorder.exchanges if q.url.path.startswith("/admin/")
-                for p in validate(str(KEYCLOAK), q, r)]
+    problems = [
+        p
+        for q, r in recorder.exchanges
+        if q.url.path.startswith("/admin/")
+        for p in validate(str(KEYCLOAK), q, r)
+    ]
     assert problems == []
 
 
@@ -144,9 +176,15 @@ def test_keycloak_admin_auth_errors(server_time):
     app = create_app(DevIdpSettings(flavour="keycloak", admin_password="pw"))
     with make(app, KC) as http:
         assert http.get("/admin/realms/master/groups").json() == {"error": "HTTP 401 Unauthorized"}
-        token = http.post("/realms/master/protocol/openid-connect/token", data={
-            "grant_type": "password", "client_id": "admin-cli", "username": "admin",
-            "password": "pw"}).json()["access_token"]
+        token = http.post(
+            "/realms/master/protocol/openid-connect/token",
+            data={
+                "grant_type": "password",
+                "client_id": "admin-cli",
+                "username": "admin",
+                "password": "pw",
+            },
+        ).json()["access_token"]
         auth = {"Authorization": f"Bearer {token}"}
         assert http.get("/admin/realms/master/groups", headers=auth).status_code == 200
         server_time.offset = 59
@@ -155,30 +193,53 @@ def test_keycloak_admin_auth_errors(server_time):
         expired = http.get("/admin/realms/master/groups", headers=auth)
         assert expired.status_code == 401
         assert expired.json() == {"error": "HTTP 401 Unauthorized"}
-        wrong = http.post("/realms/master/protocol/openid-connect/token", data={
-            "grant_type": "password", "client_id": "admin-cli", "username": "admin",
-            "password": "nope"})
+        wrong = http.post(
+            "/realms/master/protocol/openid-connect/token",
+            data={
+                "grant_type": "password",
+                "client_id": "admin-cli",
+                "username": "admin",
+                "password": "nope",
+            },
+        )
         assert wrong.status_code == 401
         assert wrong.json()["error"] == "invalid_grant"
 
 
 def _provision_realm(http: TestClient, resource: str) -> None:
     mappers = [
-        {"name": "aud", "protocol": "openid-connect", "protocolMapper": "oidc-audience-mapper",
-         "config": {"included.custom.audience": resource, "access.token.claim": "true"}},
-        {"name": "groups", "protocol": "openid-connect",
-         "protocolMapper": "oidc-group-membership-mapper",
-         "config": {"claim.name": "groups", "full.path": "false", "access.token.claim": "true"}}]
-    scope = http.post("/admin/realms/master/client-scopes", json={
-        "name": "mcp", "protocol": "openid-connect", "protocolMappers": mappers})
+        {
+            "name": "aud",
+            "protocol": "openid-connect",
+            "protocolMapper": "oidc-audience-mapper",
+            "config": {"included.custom.audience": resource, "access.token.claim": "true"},
+        },
+        {
+            "name": "groups",
+            "protocol": "openid-connect",
+            "protocolMapper": "oidc-group-membership-mapper",
+            "config": {"claim.name": "groups", "full.path": "false", "access.token.claim": "true"},
+        },
+    ]
+    scope = http.post(
+        "/admin/realms/master/client-scopes",
+        json={"name": "mcp", "protocol": "openid-connect", "protocolMappers": mappers},
+    )
     scope_id = scope.headers["location"].rsplit("/", 1)[1]
-    assert http.put(f"/admin/realms/master/default-default-client-scopes/{scope_id}"
-                    ).status_code == 204
+    assert (
+        http.put(f"/admin/realms/master/default-default-client-scopes/{scope_id}").status_code
+        == 204
+    )
     group = http.post("/admin/realms/master/groups", json={"name": "users"})
     group_id = group.headers["location"].rsplit("/", 1)[1]
-    user = http.post("/admin/realms/master/users", json={
-        "username": "alice", "enabled": True,
-        "credentials": [{"type": "password", "value": "alice-pw", "temporary": False}]})
+    user = http.post(
+        "/admin/realms/master/users",
+        json={
+            "username": "alice",
+            "enabled": True,
+            "credentials": [{"type": "password", "value": "alice-pw", "temporary": False}],
+        },
+    )
     user_id = user.headers["location"].rsplit("/", 1)[1]
     assert http.put(f"/admin/realms/master/users/{user_id}/groups/{group_id}").status_code == 204
     # idempotent join
@@ -191,15 +252,17 @@ def test_keycloak_dcr_is_blocked_until_the_policies_go(kc):
     blocked = http.post("/realms/master/clients-registrations/openid-connect", json=body)
     assert blocked.status_code == 403
     assert "Trusted Hosts" in blocked.json()["error_description"]
-    components = http.get("/admin/realms/master/components", params={
-        "type": "org.keycloak.services.clientregistration.policy.ClientRegistrationPolicy"}
+    components = http.get(
+        "/admin/realms/master/components",
+        params={"type": "org.keycloak.services.clientregistration.policy.ClientRegistrationPolicy"},
     ).json()
     assert len(components) == 10
     for c in components:
         if c["providerId"] == "trusted-hosts":
             assert http.delete(f"/admin/realms/master/components/{c['id']}").status_code == 204
     assert http.delete("/admin/realms/master/components/nope").json() == {
-        "error": "Could not find component"}
+        "error": "Could not find component"
+    }
     registered = http.post("/realms/master/clients-registrations/openid-connect", json=body)
     assert registered.status_code == 201
     assert registered.json()["client_id"]
@@ -212,33 +275,60 @@ def test_keycloak_tokens_follow_the_configured_mappers(kc):
     for c in http.get("/admin/realms/master/components").json():
         if c["providerId"] == "trusted-hosts":
             http.delete(f"/admin/realms/master/components/{c['id']}")
-    client_id = http.post("/realms/master/clients-registrations/openid-connect", json={
-        "client_name": "Inspector", "redirect_uris": [REDIRECT],
-        "token_endpoint_auth_method": "none"}).json()["client_id"]
+    client_id = http.post(
+        "/realms/master/clients-registrations/openid-connect",
+        json={
+            "client_name": "Inspector",
+            "redirect_uris": [REDIRECT],
+            "token_endpoint_auth_method": "none",
+        },
+    ).json()["client_id"]
     del http.headers["Authorization"]
-    query, verifier = sign_in(http, "/realms/master/protocol/openid-connect/auth", client_id,
-                              "alice", "alice-pw")
+    query, verifier = sign_in(
+        http, "/realms/master/protocol/openid-connect/auth", client_id, "alice", "alice-pw"
+    )
     assert query["state"] == ["st-1"]
     assert query["iss"] == [f"{KC}/realms/master"]  # RFC 9207
-    tokens = http.post("/realms/master/protocol/openid-connect/token", data={
-        "grant_type": "authorization_code", "code": query["code"][0], "redirect_uri": REDIRECT,
-        "client_id": client_id, "code_verifier": verifier}).json()
+    tokens = http.post(
+        "/realms/master/protocol/openid-connect/token",
+        data={
+            "grant_type": "authorization_code",
+            "code": query["code"][0],
+            "redirect_uri": REDIRECT,
+            "client_id": client_id,
+            "code_verifier": verifier,
+        },
+    ).json()
     claims = unverified_claims(tokens["access_token"])
     assert claims["aud"] == resource
     assert claims["groups"] == ["users"]
     assert claims["iss"] == f"{KC}/realms/master"
     assert claims["azp"] == client_id
     # the code is single use
-    again = http.post("/realms/master/protocol/openid-connect/token", data={
-        "grant_type": "authorization_code", "code": query["code"][0], "redirect_uri": REDIRECT,
-        "client_id": client_id, "code_verifier": verifier})
+    again = http.post(
+        "/realms/master/protocol/openid-connect/token",
+        data={
+            "grant_type": "authorization_code",
+            "code": query["code"][0],
+            "redirect_uri": REDIRECT,
+            "client_id": client_id,
+            "code_verifier": verifier,
+        },
+    )
     assert again.json()["error"] == "invalid_grant"
-    refreshed = http.post("/realms/master/protocol/openid-connect/token", data={
-        "grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
-        "client_id": client_id}).json()
+    refreshed = http.post(
+        "/realms/master/protocol/openid-connect/token",
+        data={
+            "grant_type": "refresh_token",
+            "refresh_token": tokens["refresh_token"],
+            "client_id": client_id,
+        },
+    ).json()
     assert unverified_claims(refreshed["access_token"])["groups"] == ["users"]
-    denied = http.post("/realms/master/protocol/openid-connect/token", data={
-        "grant_type": "client_credentials", "client_id": client_id})
+    denied = http.post(
+        "/realms/master/protocol/openid-connect/token",
+        data={"grant_type": "client_credentials", "client_id": client_id},
+    )
     assert denied.status_code == 400
     assert denied.json()["error"] == "unauthorized_client"
 
@@ -249,24 +339,42 @@ def test_keycloak_pkce_is_verified(kc):
     for c in http.get("/admin/realms/master/components").json():
         if c["providerId"] == "trusted-hosts":
             http.delete(f"/admin/realms/master/components/{c['id']}")
-    client_id = http.post("/realms/master/clients-registrations/openid-connect", json={
-        "redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}).json()["client_id"]
-    query, _ = sign_in(http, "/realms/master/protocol/openid-connect/auth", client_id, "alice",
-                       "alice-pw")
-    wrong = http.post("/realms/master/protocol/openid-connect/token", data={
-        "grant_type": "authorization_code", "code": query["code"][0], "redirect_uri": REDIRECT,
-        "client_id": client_id, "code_verifier": "x" * 50})
-    assert wrong.json() == {"error": "invalid_grant", "error_description":
-                            "PKCE verification failed"}
+    client_id = http.post(
+        "/realms/master/clients-registrations/openid-connect",
+        json={"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"},
+    ).json()["client_id"]
+    query, _ = sign_in(
+        http, "/realms/master/protocol/openid-connect/auth", client_id, "alice", "alice-pw"
+    )
+    wrong = http.post(
+        "/realms/master/protocol/openid-connect/token",
+        data={
+            "grant_type": "authorization_code",
+            "code": query["code"][0],
+            "redirect_uri": REDIRECT,
+            "client_id": client_id,
+            "code_verifier": "x" * 50,
+        },
+    )
+    assert wrong.json() == {
+        "error": "invalid_grant",
+        "error_description": "PKCE verification failed",
+    }
 
 
 # --- authentik flavour ----------------------------------------------------------------------
 
 
 def ak_app(**settings: object):
-    return create_app(DevIdpSettings(flavour="authentik", bootstrap_token="tok",
-                                     seed_users=["alice", "bob"], access_token_ttl=3600,
-                                     **settings))  # type: ignore[arg-type]
+    return create_app(
+        DevIdpSettings(
+            flavour="authentik",
+            bootstrap_token="tok",
+            seed_users=["alice", "bob"],
+            access_token_ttl=3600,
+            **settings,
+        )
+    )  # type: ignore[arg-type]
 
 
 def test_authentik_startup_phases():
@@ -291,54 +399,87 @@ def test_authentik_auth_errors_are_403():
 
 def _ak_provision(http: TestClient, grant_types: list[str]) -> dict:
     flows = {f["slug"]: f["pk"] for f in http.get("/api/v3/flows/instances/").json()["results"]}
-    key = http.get("/api/v3/crypto/certificatekeypairs/", params={"has_key": "true"}
-                   ).json()["results"][0]["pk"]
-    mappings = [m["pk"] for m in http.get("/api/v3/propertymappings/provider/scope/"
-                                          ).json()["results"]
-                if m["scope_name"] in ("openid", "profile", "email")]
-    provider = http.post("/api/v3/providers/oauth2/", json={
-        "name": "mcp", "authorization_flow":
-            flows["default-provider-authorization-implicit-consent"],
-        "invalidation_flow": flows["default-invalidation-flow"], "client_type": "public",
-        "grant_types": grant_types, "redirect_uris": [{"matching_mode": "regex",
-                                                        "url": r"http://127\.0\.0\.1:\d+/.*"}],
-        "sub_mode": "user_username", "signing_key": key, "property_mappings": mappings})
+    key = http.get("/api/v3/crypto/certificatekeypairs/", params={"has_key": "true"}).json()[
+        "results"
+    ][0]["pk"]
+    mappings = [
+        m["pk"]
+        for m in http.get("/api/v3/propertymappings/provider/scope/").json()["results"]
+        if m["scope_name"] in ("openid", "profile", "email")
+    ]
+    provider = http.post(
+        "/api/v3/providers/oauth2/",
+        json={
+            "name": "mcp",
+            "authorization_flow": flows["default-provider-authorization-implicit-consent"],
+            "invalidation_flow": flows["default-invalidation-flow"],
+            "client_type": "public",
+            "grant_types": grant_types,
+            "redirect_uris": [{"matching_mode": "regex", "url": r"http://127\.0\.0\.1:\d+/.*"}],
+            "sub_mode": "user_username",
+            "signing_key": key,
+            "property_mappings": mappings,
+        },
+    )
     assert provider.status_code == 201, provider.text
-    app = http.post("/api/v3/core/applications/", json={
-        "name": "mcp", "slug": "mcp", "provider": provider.json()["pk"]})
+    app = http.post(
+        "/api/v3/core/applications/",
+        json={"name": "mcp", "slug": "mcp", "provider": provider.json()["pk"]},
+    )
     assert app.status_code == 201
     group = http.post("/api/v3/core/groups/", json={"name": "mcp-agent"}).json()
     alice = http.get("/api/v3/core/users/", params={"username": "alice"}).json()["results"][0]
-    assert http.post(f"/api/v3/core/groups/{group['pk']}/add_user/",
-                     json={"pk": alice["pk"]}).status_code == 204
+    assert (
+        http.post(
+            f"/api/v3/core/groups/{group['pk']}/add_user/", json={"pk": alice["pk"]}
+        ).status_code
+        == 204
+    )
     return provider.json()
 
 
 def _authentik_answers(http: TestClient) -> None:
-    provider = _ak_provision(http, ["authorization_code", "refresh_token",
-                                    "client_credentials"])
+    provider = _ak_provision(http, ["authorization_code", "refresh_token", "client_credentials"])
     assert len(provider["client_id"]) == 40
     assert len(provider["client_secret"]) == 128
     listing = http.get("/api/v3/core/groups/", params={"name": "mcp-agent"}).json()
-    assert set(listing["pagination"]) == {"next", "previous", "count", "current",
-                                          "total_pages", "start_index", "end_index"}
+    assert set(listing["pagination"]) == {
+        "next",
+        "previous",
+        "count",
+        "current",
+        "total_pages",
+        "start_index",
+        "end_index",
+    }
     assert listing["pagination"]["next"] == 0
     assert http.get("/api/v3/core/applications/mcp/").json()["provider"] == provider["pk"]
     assert http.get("/api/v3/core/applications/nope/").status_code == 404
-    assert http.get("/api/v3/core/applications/", params={
-        "superuser_full_list": "true", "slug": "nope"}).json()["results"] == []
+    assert (
+        http.get(
+            "/api/v3/core/applications/", params={"superuser_full_list": "true", "slug": "nope"}
+        ).json()["results"]
+        == []
+    )
     duplicate = http.post("/api/v3/core/groups/", json={"name": "mcp-agent"})
     assert duplicate.json() == {"name": ["Group with this name already exists."]}
     reserved = http.post("/api/v3/core/applications/", json={"name": "x", "slug": "token"})
-    assert reserved.json() == {"slug": ["The slug 'token' is reserved and cannot be used "
-                                        "for applications."]}
+    assert reserved.json() == {
+        "slug": ["The slug 'token' is reserved and cannot be used for applications."]
+    }
 
 
 def _authentik_refusals(http: TestClient) -> None:
     """Requests invalid on purpose, and authentik's field errors."""
-    bad = http.post("/api/v3/providers/oauth2/", json={
-        "name": "x", "authorization_flow": "", "invalidation_flow": "not-a-uuid",
-        "redirect_uris": []})
+    bad = http.post(
+        "/api/v3/providers/oauth2/",
+        json={
+            "name": "x",
+            "authorization_flow": "",
+            "invalidation_flow": "not-a-uuid",
+            "redirect_uris": [],
+        },
+    )
     assert bad.status_code == 400
     assert bad.json()["authorization_flow"] == ["This field may not be null."]
     assert bad.json()["invalidation_flow"] == ["“not-a-uuid” is not a valid UUID."]
@@ -361,9 +502,12 @@ def test_authentik_api_exchanges_follow_the_contract():
         _authentik_answers(http)
         valid_requests = len(recorder.exchanges)
         _authentik_refusals(http)
-    problems = [p for i, (q, r) in enumerate(recorder.exchanges)
-                if q.url.path.startswith("/api/v3/")
-                for p in validate(str(AUTHENTIK), q, r, check_request=i < valid_requests)]
+    problems = [
+        p
+        for i, (q, r) in enumerate(recorder.exchanges)
+        if q.url.path.startswith("/api/v3/")
+        for p in validate(str(AUTHENTIK), q, r, check_request=i < valid_requests)
+    ]
     assert problems == []
 
 
@@ -392,15 +536,23 @@ def test_authentik_application_list_ignores_filters_behind_its_cache():
         # adding a user to a group saves neither: the cache stays
         group = http.get("/api/v3/core/groups/", params={"name": "mcp-agent"}).json()
         bob = http.get("/api/v3/core/users/", params={"username": "bob"}).json()["results"][0]
-        assert http.post(f"/api/v3/core/groups/{group['results'][0]['pk']}/add_user/",
-                         json={"pk": bob["pk"]}).status_code == 204
+        assert (
+            http.post(
+                f"/api/v3/core/groups/{group['results'][0]['pk']}/add_user/", json={"pk": bob["pk"]}
+            ).status_code
+            == 204
+        )
         assert _slugs(http, slug="nope") == ["mcp"]
         # saving a group clears it
         assert http.post("/api/v3/core/groups/", json={"name": "other"}).status_code == 201
         assert _slugs(http, slug="nope") == []
         # creating an application clears it; pages are cached apart
-        assert http.post("/api/v3/core/applications/", json={
-            "name": "another", "slug": "another"}).status_code == 201
+        assert (
+            http.post(
+                "/api/v3/core/applications/", json={"name": "another", "slug": "another"}
+            ).status_code
+            == 201
+        )
         assert _slugs(http, page_size="1") == ["another"]
         assert _slugs(http, page_size="1", page="2") == ["mcp"]
         assert _slugs(http, page_size="1", slug="mcp") == ["another"]
@@ -417,9 +569,18 @@ def test_authentik_application_list_cache_lasts_a_day_or_until_a_user_is_saved()
         assert _slugs(http) == ["mcp"]
         # client_credentials upserts the service account `ak-mcp-client_credentials`: a user
         # save, which clears every cached page
-        assert http.post("/application/o/token/", headers={"Authorization": ""}, data={
-            "grant_type": "client_credentials", "client_id": provider["client_id"],
-            "client_secret": provider["client_secret"]}).status_code == 200
+        assert (
+            http.post(
+                "/application/o/token/",
+                headers={"Authorization": ""},
+                data={
+                    "grant_type": "client_credentials",
+                    "client_id": provider["client_id"],
+                    "client_secret": provider["client_secret"],
+                },
+            ).status_code
+            == 200
+        )
         assert _slugs(http, slug="nope") == []
         assert _slugs(http) == ["mcp"]
         now[0] += 86399
@@ -431,33 +592,46 @@ def test_authentik_application_list_cache_lasts_a_day_or_until_a_user_is_saved()
 def test_authentik_tokens_follow_the_provider():
     with make(ak_app(), AK) as http:
         http.headers["Authorization"] = "Bearer tok"
-        provider = _ak_provision(http, ["authorization_code", "refresh_token",
-                                        "client_credentials"])
+        provider = _ak_provision(
+            http, ["authorization_code", "refresh_token", "client_credentials"]
+        )
         del http.headers["Authorization"]
         discovery = http.get("/application/o/mcp/.well-known/openid-configuration").json()
         assert discovery["issuer"] == f"{AK}/application/o/mcp/"
         assert "registration_endpoint" not in discovery
-        query, verifier = sign_in(http, "/application/o/authorize/", provider["client_id"],
-                                  "alice", "dev-password")
+        query, verifier = sign_in(
+            http, "/application/o/authorize/", provider["client_id"], "alice", "dev-password"
+        )
         assert query["iss"] == [f"{AK}/application/o/mcp/"]
-        tokens = http.post("/application/o/token/", data={
-            "grant_type": "authorization_code", "code": query["code"][0],
-            "redirect_uri": REDIRECT, "client_id": provider["client_id"],
-            "code_verifier": verifier}).json()
+        tokens = http.post(
+            "/application/o/token/",
+            data={
+                "grant_type": "authorization_code",
+                "code": query["code"][0],
+                "redirect_uri": REDIRECT,
+                "client_id": provider["client_id"],
+                "code_verifier": verifier,
+            },
+        ).json()
         claims = unverified_claims(tokens["access_token"])
         assert claims["aud"] == provider["client_id"]
         assert claims["sub"] == "alice"
         assert claims["groups"] == ["mcp-agent"]
-        service = http.post("/application/o/token/", data={
-            "grant_type": "client_credentials", "client_id": provider["client_id"],
-            "client_secret": provider["client_secret"], "scope": "openid profile"}).json()
+        service = http.post(
+            "/application/o/token/",
+            data={
+                "grant_type": "client_credentials",
+                "client_id": provider["client_id"],
+                "client_secret": provider["client_secret"],
+                "scope": "openid profile",
+            },
+        ).json()
         service_claims = unverified_claims(service["access_token"])
         assert service_claims["sub"] == "ak-mcp-client_credentials"
         assert service_claims["aud"] == provider["client_id"]
         assert service_claims["groups"] == []
         jwks = http.get("/application/o/mcp/jwks/").json()
-        assert [k["kid"] for k in jwks["keys"]] == [
-            unverified_header_kid(tokens["access_token"])]
+        assert [k["kid"] for k in jwks["keys"]] == [unverified_header_kid(tokens["access_token"])]
 
 
 def unverified_header_kid(token: str) -> str:
@@ -472,9 +646,14 @@ def test_authentik_rejects_grants_the_provider_lacks():
         http.headers["Authorization"] = "Bearer tok"
         provider = _ak_provision(http, ["authorization_code"])
         del http.headers["Authorization"]
-        response = http.post("/application/o/token/", data={
-            "grant_type": "client_credentials", "client_id": provider["client_id"],
-            "client_secret": provider["client_secret"]})
+        response = http.post(
+            "/application/o/token/",
+            data={
+                "grant_type": "client_credentials",
+                "client_id": provider["client_id"],
+                "client_secret": provider["client_secret"],
+            },
+        )
         assert response.status_code == 400
         assert response.json()["error"] == "invalid_grant"
 
@@ -484,31 +663,49 @@ def test_login_page_says_it_is_for_development_only():
         http.headers["Authorization"] = "Bearer tok"
         provider = _ak_provision(http, ["authorization_code"])
         _, challenge = pkce()
-        first = http.get("/application/o/authorize/", params={
-            "response_type": "code", "client_id": provider["client_id"],
-            "redirect_uri": REDIRECT, "code_challenge": challenge,
-            "code_challenge_method": "S256"})
+        first = http.get(
+            "/application/o/authorize/",
+            params={
+                "response_type": "code",
+                "client_id": provider["client_id"],
+                "redirect_uri": REDIRECT,
+                "code_challenge": challenge,
+                "code_challenge_method": "S256",
+            },
+        )
         page = http.get(first.headers["location"])
         assert "for development and tests only" in page.text
-        wrong = http.post(first.headers["location"], data={"prompt": "login", "login": "alice",
-                                                           "password": "wrong"})
+        wrong = http.post(
+            first.headers["location"],
+            data={"prompt": "login", "login": "alice", "password": "wrong"},
+        )
         assert wrong.status_code == 401
         assert "Invalid username or password" in wrong.text
-        evil = http.get("/application/o/authorize/", params={
-            "response_type": "code", "client_id": provider["client_id"],
-            "redirect_uri": "https://evil.example/cb", "code_challenge": challenge,
-            "code_challenge_method": "S256"})
+        evil = http.get(
+            "/application/o/authorize/",
+            params={
+                "response_type": "code",
+                "client_id": provider["client_id"],
+                "redirect_uri": "https://evil.example/cb",
+                "code_challenge": challenge,
+                "code_challenge_method": "S256",
+            },
+        )
         assert evil.status_code == 400, "never redirect to an unregistered URI"
 
 
 # --- the ID token is not an access token, as the gateway's rule for each provider sees it ---
 
 
-def _gateway_verify(token: str, jwks: dict, issuer: str, provider: str,
-                    audience: str | None = None) -> dict:
+def _gateway_verify(
+    token: str, jwks: dict, issuer: str, provider: str, audience: str | None = None
+) -> dict:
     """What the gateway's authentication stage does with this token (rule by provider)."""
-    rules = TokenRules(issuer=issuer, audiences=frozenset({audience}) if audience else None,
-                       access_token=access_token_rule(provider))
+    rules = TokenRules(
+        issuer=issuer,
+        audiences=frozenset({audience}) if audience else None,
+        access_token=access_token_rule(provider),
+    )
     return verify_token(token, parse_jwks(jwks, version=1), rules, time.time())
 
 
@@ -518,14 +715,24 @@ def test_keycloak_id_token_fails_the_keycloak_access_token_rule(kc):
     for c in http.get("/admin/realms/master/components").json():
         if c["providerId"] == "trusted-hosts":
             http.delete(f"/admin/realms/master/components/{c['id']}")
-    client_id = http.post("/realms/master/clients-registrations/openid-connect", json={
-        "redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}).json()["client_id"]
+    client_id = http.post(
+        "/realms/master/clients-registrations/openid-connect",
+        json={"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"},
+    ).json()["client_id"]
     del http.headers["Authorization"]
-    query, verifier = sign_in(http, "/realms/master/protocol/openid-connect/auth", client_id,
-                              "alice", "alice-pw")
-    tokens = http.post("/realms/master/protocol/openid-connect/token", data={
-        "grant_type": "authorization_code", "code": query["code"][0], "redirect_uri": REDIRECT,
-        "client_id": client_id, "code_verifier": verifier}).json()
+    query, verifier = sign_in(
+        http, "/realms/master/protocol/openid-connect/auth", client_id, "alice", "alice-pw"
+    )
+    tokens = http.post(
+        "/realms/master/protocol/openid-connect/token",
+        data={
+            "grant_type": "authorization_code",
+            "code": query["code"][0],
+            "redirect_uri": REDIRECT,
+            "client_id": client_id,
+            "code_verifier": verifier,
+        },
+    ).json()
     jwks = http.get("/realms/master/protocol/openid-connect/certs").json()
     issuer = f"{KC}/realms/master"
     access = _gateway_verify(tokens["access_token"], jwks, issuer, "Keycloak", "http://gw/mcp")
@@ -544,12 +751,19 @@ def test_authentik_id_token_fails_the_authentik_access_token_rule():
         provider = _ak_provision(http, ["authorization_code", "refresh_token"])
         del http.headers["Authorization"]
         client_id = provider["client_id"]
-        query, verifier = sign_in(http, "/application/o/authorize/", client_id, "alice",
-                                  "dev-password")
-        tokens = http.post("/application/o/token/", data={
-            "grant_type": "authorization_code", "code": query["code"][0],
-            "redirect_uri": REDIRECT, "client_id": client_id,
-            "code_verifier": verifier}).json()
+        query, verifier = sign_in(
+            http, "/application/o/authorize/", client_id, "alice", "dev-password"
+        )
+        tokens = http.post(
+            "/application/o/token/",
+            data={
+                "grant_type": "authorization_code",
+                "code": query["code"][0],
+                "redirect_uri": REDIRECT,
+                "client_id": client_id,
+                "code_verifier": verifier,
+            },
+        ).json()
         jwks = http.get("/application/o/mcp/jwks/").json()
     issuer = f"{AK}/application/o/mcp/"
     access = _gateway_verify(tokens["access_token"], jwks, issuer, "ProviderB", client_id)

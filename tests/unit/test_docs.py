@@ -9,8 +9,11 @@ from support import ROOT
 
 def test_every_test_named_in_the_security_checklist_exists():
     text = (ROOT / "docs" / "security.md").read_text()
-    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line
-            and not line.startswith("| guarantee")]
+    rows = [
+        line
+        for line in text.splitlines()
+        if line.startswith("| ") and "---" not in line and not line.startswith("| guarantee")
+    ]
     assert len(rows) >= 25
     for row in rows:
         references = re.findall(r"`((?:tests/[\w/]+\.py|…)(?:::[\w\[\] ]+)?)`", row)

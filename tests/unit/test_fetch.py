@@ -21,7 +21,7 @@ class _OpenConnection(BaseProtocol):
 
 async def _stream(chunks: list[bytes]) -> aiohttp.StreamReader:
     loop = asyncio.get_running_loop()
-    reader = aiohttp.StreamReader(_OpenConnection(loop), 2 ** 16, loop=loop)
+    reader = aiohttp.StreamReader(_OpenConnection(loop), 2**16, loop=loop)
 
     async def arrive() -> None:
         for chunk in chunks:

@@ -27,9 +27,11 @@ from support import claims_for, jwks_of, mint, new_key
 from .resources_fixture import BASE, policy
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                       HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 ISSUER = "http://idp/application/o/mcp/"
 RULES = TokenRules(ISSUER, frozenset({"mcp-public"}))
 KEY, ATTACKER = new_key("k1"), new_key("k1")
@@ -37,9 +39,11 @@ KEYSET = parse_jwks(jwks_of(KEY), version=1)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children,
-                                                                         max_size=4),
-    max_leaves=12)
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 
 def b64(data: bytes) -> str:
@@ -57,12 +61,15 @@ def test_arbitrary_token_text_is_refused_cleanly(token):
 
 
 @FUZZ
-@given(header=st.dictionaries(st.text(max_size=8), json_values, max_size=5),
-       claims=st.dictionaries(st.text(max_size=8), json_values, max_size=6),
-       signature=st.binary(max_size=300))
+@given(
+    header=st.dictionaries(st.text(max_size=8), json_values, max_size=5),
+    claims=st.dictionaries(st.text(max_size=8), json_values, max_size=6),
+    signature=st.binary(max_size=300),
+)
 def test_forged_tokens_are_never_accepted(header, claims, signature):
-    token = ".".join([b64(json.dumps(header).encode()), b64(json.dumps(claims).encode()),
-                      b64(signature)])
+    token = ".".join(
+        [b64(json.dumps(header).encode()), b64(json.dumps(claims).encode()), b64(signature)]
+    )
     try:
         verify_token(token, KEYSET, RULES, time.time())
     except TokenError:
@@ -71,9 +78,13 @@ def test_forged_tokens_are_never_accepted(header, claims, signature):
 
 
 @FUZZ
-@given(st.dictionaries(st.sampled_from(["alg", "kid", "typ", "jku", "x5u", "x5c", "jwk", "cty"]),
-                       st.text(max_size=20) | st.sampled_from(["RS256", "k1", "JWT", "none"]),
-                       max_size=6))
+@given(
+    st.dictionaries(
+        st.sampled_from(["alg", "kid", "typ", "jku", "x5u", "x5c", "jwk", "cty"]),
+        st.text(max_size=20) | st.sampled_from(["RS256", "k1", "JWT", "none"]),
+        max_size=6,
+    )
+)
 def test_tokens_signed_by_another_key_are_refused_whatever_the_header(extra):
     header = {"kid": "k1", **{k: v for k, v in extra.items() if k not in ("alg", "kid")}}
     try:
@@ -88,10 +99,14 @@ def test_tokens_signed_by_another_key_are_refused_whatever_the_header(extra):
 
 
 @FUZZ
-@given(st.binary(max_size=400) | json_values.map(lambda v: json.dumps(v).encode()) |
-       st.fixed_dictionaries({"redirect_uris": st.lists(st.text(max_size=40), max_size=3)},
-                             optional={"client_name": json_values}).map(
-                                 lambda v: json.dumps(v).encode()))
+@given(
+    st.binary(max_size=400)
+    | json_values.map(lambda v: json.dumps(v).encode())
+    | st.fixed_dictionaries(
+        {"redirect_uris": st.lists(st.text(max_size=40), max_size=3)},
+        optional={"client_name": json_values},
+    ).map(lambda v: json.dumps(v).encode())
+)
 def test_registration_bodies_parse_or_fail_clearly(body):
     try:
         parsed = parse_registration(body)
@@ -105,19 +120,26 @@ def test_registration_bodies_parse_or_fail_clearly(body):
 
 
 @FUZZ
-@given(origin=st.text(max_size=60), method=st.sampled_from(["OPTIONS", "POST", "GET"]),
-       request_headers=st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126),
-                               max_size=40))
-async def test_cors_never_fails_and_never_reflects_unlisted_origins(origin, method,
-                                                                    request_headers, tmp_path):
+@given(
+    origin=st.text(max_size=60),
+    method=st.sampled_from(["OPTIONS", "POST", "GET"]),
+    request_headers=st.text(
+        alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=40
+    ),
+)
+async def test_cors_never_fails_and_never_reflects_unlisted_origins(
+    origin, method, request_headers, tmp_path
+):
     text = BASE.replace('allowOrigins: ["*"]', "allowOrigins: [https://app.example]")
     path = tmp_path / "r.yaml"
     path.write_text(text + policy())
     app = GatewayApp(ControlPlane(build_snapshot(load_paths([path]))))
     transport = httpx.ASGITransport(app=app)
-    headers = {"Origin": origin.encode("utf-8", "replace").decode("latin-1", "replace"),
-               "Access-Control-Request-Method": "POST",
-               "Access-Control-Request-Headers": request_headers}
+    headers = {
+        "Origin": origin.encode("utf-8", "replace").decode("latin-1", "replace"),
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": request_headers,
+    }
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://gw:8080") as client:
             response = await client.request(method, "/mcp", headers=headers)

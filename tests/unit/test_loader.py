@@ -30,7 +30,8 @@ def test_unknown_field_names_file_resource_and_path(tmp_path):
     assert any(
         f"{path} (document 5): GatewayPolicy default/auth: "
         "spec.traffic.jwtAuthentication.providers[0].jwks.remote.jwksPth: unknown field" in e
-        for e in errors), errors
+        for e in errors
+    ), errors
 
 
 def test_missing_jwks_path_with_backend_ref(tmp_path):
@@ -76,10 +77,12 @@ def test_parse_duration():
 
 
 def test_cors_origins_must_be_origins_as_browsers_send_them(tmp_path):
-    for given, hint in [("https://App.example", "browsers send it as 'https://app.example'"),
-                        ("https://app.example/path", "is not an origin"),
-                        ("https://*.example.com", "wildcard origins are not supported"),
-                        ("null", "is not an origin")]:
+    for given, hint in [
+        ("https://App.example", "browsers send it as 'https://app.example'"),
+        ("https://app.example/path", "is not an origin"),
+        ("https://*.example.com", "wildcard origins are not supported"),
+        ("null", "is not an origin"),
+    ]:
         text = BASE.replace('allowOrigins: ["*"]', f'allowOrigins: ["{given}"]') + policy()
         errors = load_paths([write(tmp_path, text)]).errors
         assert any("allowOrigins[0]" in e and hint in e for e in errors), (given, errors)

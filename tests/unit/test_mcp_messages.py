@@ -22,8 +22,12 @@ def body(method: str, **params: object) -> bytes:
 
 def test_a_tool_call_names_its_tool():
     request = read_request(body("tools/call", name="echo", arguments={}))
-    assert (request.method, request.kind, request.name, request.id) == \
-        ("tools/call", "tool", "echo", 7)
+    assert (request.method, request.kind, request.name, request.id) == (
+        "tools/call",
+        "tool",
+        "echo",
+        7,
+    )
 
 
 def test_resources_are_named_by_uri():
@@ -77,24 +81,39 @@ def _stage(response_body: bytes, content_type: bytes, chunks: int = 1):
     async def backend(scope, receive, send):
         # A backend that answers every POST with `response_body`, split into `chunks` parts.
         await receive()
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", content_type),
-            (b"content-length", str(len(response_body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", content_type),
+                    (b"content-length", str(len(response_body)).encode()),
+                ],
+            }
+        )
         step = -(-len(response_body) // chunks)
         for i in range(0, len(response_body), step):
-            await send({"type": "http.response.body", "body": response_body[i:i + step],
-                        "more_body": i + step < len(response_body)})
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": response_body[i : i + step],
+                    "more_body": i + step < len(response_body),
+                }
+            )
 
-    rules = CompiledAuthorization("Allow", (compile_expression('mcp.tool.name == "echo"',
-                                                               mcp=True),))
+    rules = CompiledAuthorization(
+        "Allow", (compile_expression('mcp.tool.name == "echo"', mcp=True),)
+    )
     return McpAuthorization(backend, rules, 1 << 20)
 
 
 async def _post(app, payload: bytes) -> httpx.Response:
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://gw") as client:
-        return await client.post("/mcp", content=payload,
-                                 headers={"content-type": "application/json"})
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://gw"
+    ) as client:
+        return await client.post(
+            "/mcp", content=payload, headers={"content-type": "application/json"}
+        )
 
 
 LISTED = {"jsonrpc": "2.0", "id": 7, "result": {"tools": [{"name": "echo"}, {"name": "rm"}]}}
@@ -108,7 +127,7 @@ async def test_a_json_list_response_is_filtered_and_its_length_fixed():
 
 
 async def test_an_sse_list_response_is_filtered_across_chunk_boundaries():
-    stream = (b"event: message\r\ndata: " + json.dumps(LISTED).encode() + b"\r\n\r\n")
+    stream = b"event: message\r\ndata: " + json.dumps(LISTED).encode() + b"\r\n\r\n"
     app = _stage(stream, b"text/event-stream", chunks=5)
     response = await _post(app, body("tools/list"))
     data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
@@ -124,7 +143,7 @@ async def test_a_denied_call_is_answered_without_the_backend():
 
 async def test_sse_events_without_denied_items_pass_byte_for_byte():
     # Multi-line data and a comment: rebuilt events would change them.
-    stream = b": keep-alive\nid: 4\ndata: {\"jsonrpc\": \"2.0\",\ndata:  \"id\": 1}\n\n"
+    stream = b': keep-alive\nid: 4\ndata: {"jsonrpc": "2.0",\ndata:  "id": 1}\n\n'
     app = _stage(stream, b"text/event-stream", chunks=3)
     response = await _post(app, body("tools/list"))
     assert response.content == stream
@@ -138,8 +157,12 @@ def test_decisions_are_remembered_per_token_and_item():
     decide = stage._decide
     stage._decide = lambda scope, kind, name: evaluated.append(name) or decide(scope, kind, name)
     scope = {"method": "POST", "path": "/mcp", "headers": [], TOKEN_KEY: "t1", CLAIMS_KEY: {}}
-    assert [stage.allowed(scope, "tool", n) for n in ("echo", "rm", "echo", "rm")] == \
-        [True, False, True, False]
+    assert [stage.allowed(scope, "tool", n) for n in ("echo", "rm", "echo", "rm")] == [
+        True,
+        False,
+        True,
+        False,
+    ]
     assert evaluated == ["echo", "rm"]
     assert stage.allowed({**scope, TOKEN_KEY: "t2"}, "tool", "echo")
     assert evaluated == ["echo", "rm", "echo"]

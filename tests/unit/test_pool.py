@@ -33,39 +33,68 @@ async def backend_app(scope, receive, send):
     if scope["path"] == "/slow":
         await asyncio.sleep(0.5)
     if scope["path"] == "/stream":
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
         for i in range(3):
-            await send({"type": "http.response.body", "body": f"data: {i}\n\n".encode(),
-                        "more_body": True})
+            await send(
+                {"type": "http.response.body", "body": f"data: {i}\n\n".encode(), "more_body": True}
+            )
             await asyncio.sleep(0.02)
         await send({"type": "http.response.body", "body": b""})
         return
     if scope["path"] == "/sized":
         # For HEAD uvicorn sends the length and no body.
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-length", b"11"), (b"x-test", b"sized")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-length", b"11"), (b"x-test", b"sized")],
+            }
+        )
         await send({"type": "http.response.body", "body": b"hello world"})
         return
     if scope["path"] == "/broken":
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-length", b"100")]})
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"100")]}
+        )
         await send({"type": "http.response.body", "body": b"short", "more_body": True})
         raise RuntimeError("backend dies mid-body")
-    payload = json.dumps({"length": len(body), "te": headers.get("transfer-encoding"),
-                          "cl": headers.get("content-length"),
-                          "client": scope["client"][1]}).encode()
-    await send({"type": "http.response.start", "status": 201,
-                "headers": [(b"content-type", b"application/json"), (b"x-test", b"yes")]})
+    payload = json.dumps(
+        {
+            "length": len(body),
+            "te": headers.get("transfer-encoding"),
+            "cl": headers.get("content-length"),
+            "client": scope["client"][1],
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 201,
+            "headers": [(b"content-type", b"application/json"), (b"x-test", b"yes")],
+        }
+    )
     await send({"type": "http.response.body", "body": payload})
 
 
 @pytest.fixture
 async def backend():
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(backend_app, host="127.0.0.1", port=port,
-                                           log_level="critical", timeout_keep_alive=1,
-                                           lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            backend_app,
+            host="127.0.0.1",
+            port=port,
+            log_level="critical",
+            timeout_keep_alive=1,
+            lifespan="off",
+        )
+    )
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)
@@ -102,8 +131,7 @@ async def test_streamed_request_body_is_chunked(backend):
             yield b"y" * 1000
 
     pool = RawUpstream()
-    echoed = json.loads(await read(await pool.request("POST", f"{backend}/echo", HOST,
-                                                      body(), 10)))
+    echoed = json.loads(await read(await pool.request("POST", f"{backend}/echo", HOST, body(), 10)))
     assert echoed == {**echoed, "length": 4000, "te": "chunked"}
     await pool.close()
 
@@ -171,8 +199,9 @@ async def until(predicate, what: str, bound: float = 5.0) -> None:
         raise AssertionError(f"timed out after {bound}s waiting for {what}") from None
 
 
-async def exchange(pool: RawUpstream, method: str, url: str,
-                   headers=HOST) -> tuple[int, dict[bytes, bytes], bytes]:
+async def exchange(
+    pool: RawUpstream, method: str, url: str, headers=HOST
+) -> tuple[int, dict[bytes, bytes], bytes]:
     """Status, headers (lower-cased names) and body, within BOUND seconds."""
     async with asyncio.timeout(BOUND):
         response = await pool.request(method, url, headers, b"", 10)
@@ -203,22 +232,30 @@ async def test_head_is_answered_without_waiting_for_a_body(backend):
     status, headers, body = await exchange(pool, "HEAD", f"{backend}/echo")
     assert (status, headers[b"x-test"], body) == (201, b"yes", b"")
     status, headers, body = await exchange(pool, "HEAD", f"{backend}/sized")
-    assert (status, headers[b"content-length"], headers[b"x-test"], body) == \
-        (200, b"11", b"sized", b"")
+    assert (status, headers[b"content-length"], headers[b"x-test"], body) == (
+        200,
+        b"11",
+        b"sized",
+        b"",
+    )
     _, _, after = await exchange(pool, "POST", f"{backend}/echo")
     assert json.loads(after)["length"] == 0
     await pool.close()
 
 
-@pytest.mark.parametrize(("framing", "sent", "reused"), [
-    (b"content-length: 12\r\n", b"body of HEAD", False),  # sent anyway: must reach nobody
-    (b"content-length: 12\r\n", b"", False),
-    (b"transfer-encoding: chunked\r\n", b"0\r\n\r\n", False),
-    (b"", b"", False),  # no framing at all: the parser cannot say the message ended
-    (b"content-length: 0\r\n", b"", True),
-])
-async def test_head_reuses_a_connection_only_when_its_framing_is_certain(raw, framing, sent,
-                                                                         reused):
+@pytest.mark.parametrize(
+    ("framing", "sent", "reused"),
+    [
+        (b"content-length: 12\r\n", b"body of HEAD", False),  # sent anyway: must reach nobody
+        (b"content-length: 12\r\n", b"", False),
+        (b"transfer-encoding: chunked\r\n", b"0\r\n\r\n", False),
+        (b"", b"", False),  # no framing at all: the parser cannot say the message ended
+        (b"content-length: 0\r\n", b"", True),
+    ],
+)
+async def test_head_reuses_a_connection_only_when_its_framing_is_certain(
+    raw, framing, sent, reused
+):
     def answer(seen: Seen) -> bytes:
         if seen.method == "HEAD":
             return b"HTTP/1.1 200 OK\r\nx-head: yes\r\n" + framing + b"\r\n" + sent
@@ -228,32 +265,42 @@ async def test_head_reuses_a_connection_only_when_its_framing_is_certain(raw, fr
     pool = RawUpstream(idle_limit=PATIENT)
     status, headers, body = await exchange(pool, "HEAD", f"{backend.url}/")
     assert (status, headers[b"x-head"], body) == (200, b"yes", b"")
-    assert await exchange(pool, "GET", f"{backend.url}/") == \
-        (200, {b"content-length": b"11"}, b"body of GET")
+    assert await exchange(pool, "GET", f"{backend.url}/") == (
+        200,
+        {b"content-length": b"11"},
+        b"body of GET",
+    )
     assert (backend.seen[1].connection == 1) is reused
     if not reused:
         await until(lambda: backend.open == 1, "the backend to see the HEAD connection closed")
     await pool.close()
 
 
-@pytest.mark.parametrize("interim", [
-    b"HTTP/1.1 100 Continue\r\n\r\n",
-    b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n",
-    b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\n"
-    b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n",
-])
+@pytest.mark.parametrize(
+    "interim",
+    [
+        b"HTTP/1.1 100 Continue\r\n\r\n",
+        b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\n"
+        b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n",
+    ],
+)
 async def test_interim_responses_are_skipped_for_the_final_one(raw, interim):
     async def answer(seen: Seen) -> bytes:
-        return interim + ok(b"final", b"x-final: yes\r\n") if seen.path == "/together" \
-            else ok(b"next")
+        return (
+            interim + ok(b"final", b"x-final: yes\r\n") if seen.path == "/together" else ok(b"next")
+        )
 
     backend = await raw(answer)
     pool = RawUpstream(idle_limit=PATIENT)
     status, headers, body = await exchange(pool, "POST", f"{backend.url}/together")
     assert (status, body) == (200, b"final")
     assert headers == {b"content-length": b"5", b"x-final": b"yes"}, "no interim header leaks"
-    assert await exchange(pool, "GET", f"{backend.url}/next") == \
-        (200, {b"content-length": b"4"}, b"next")
+    assert await exchange(pool, "GET", f"{backend.url}/next") == (
+        200,
+        {b"content-length": b"4"},
+        b"next",
+    )
     assert [s.connection for s in backend.seen] == [1, 1], "the exchange ended cleanly"
     await pool.close()
 
@@ -276,8 +323,11 @@ async def test_interim_response_arriving_alone_is_not_the_answer(raw, monkeypatc
 
     backend = await raw(answer)
     pool = RawUpstream(idle_limit=PATIENT)
-    assert await exchange(pool, "POST", f"{backend.url}/") == \
-        (200, {b"content-length": b"5"}, b"final")
+    assert await exchange(pool, "POST", f"{backend.url}/") == (
+        200,
+        {b"content-length": b"5"},
+        b"final",
+    )
     assert received[0] == b"HTTP/1.1 100 Continue\r\n\r\n"
     await pool.close()
 
@@ -290,14 +340,17 @@ async def test_expect_is_not_forwarded(raw):
     await pool.close()
 
 
-@pytest.mark.parametrize(("status_line", "extra", "reused"), [
-    (b"204 No Content", b"", True),
-    (b"204 No Content", b"content-length: 0\r\n", True),
-    (b"204 No Content", b"content-length: 5\r\n", False),
-    (b"304 Not Modified", b"", True),
-    (b"304 Not Modified", b"content-length: 10\r\n", False),
-    (b"304 Not Modified", b"transfer-encoding: chunked\r\n", False),
-])
+@pytest.mark.parametrize(
+    ("status_line", "extra", "reused"),
+    [
+        (b"204 No Content", b"", True),
+        (b"204 No Content", b"content-length: 0\r\n", True),
+        (b"204 No Content", b"content-length: 5\r\n", False),
+        (b"304 Not Modified", b"", True),
+        (b"304 Not Modified", b"content-length: 10\r\n", False),
+        (b"304 Not Modified", b"transfer-encoding: chunked\r\n", False),
+    ],
+)
 async def test_no_content_and_not_modified_have_no_body(raw, status_line, extra, reused):
     # Where a body is announced the backend also sends one: it must not be taken for anything.
     sneaked = b"" if reused else b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nevil!"
@@ -311,16 +364,20 @@ async def test_no_content_and_not_modified_have_no_body(raw, status_line, extra,
     pool = RawUpstream(idle_limit=PATIENT)
     status, _, body = await exchange(pool, "GET", f"{backend.url}/")
     assert (status, body) == (int(status_line[:3]), b"")
-    assert await exchange(pool, "GET", f"{backend.url}/next") == \
-        (200, {b"content-length": b"4"}, b"next")
+    assert await exchange(pool, "GET", f"{backend.url}/next") == (
+        200,
+        {b"content-length": b"4"},
+        b"next",
+    )
     assert (backend.seen[1].connection == 1) is reused
     await pool.close()
 
 
 @pytest.mark.parametrize("extra", [b"", b"upgrade: websocket\r\nconnection: upgrade\r\n"])
 async def test_switching_protocols_is_a_broken_exchange(raw, extra):
-    backend = await raw(lambda seen: b"HTTP/1.1 101 Switching Protocols\r\n" + extra +
-                        b"\r\n\x81\x05hello")
+    backend = await raw(
+        lambda seen: b"HTTP/1.1 101 Switching Protocols\r\n" + extra + b"\r\n\x81\x05hello"
+    )
     pool = RawUpstream(idle_limit=PATIENT)
     with pytest.raises(UpstreamError, match="switched protocols"):
         await exchange(pool, "GET", f"{backend.url}/")
@@ -337,16 +394,20 @@ async def test_interim_response_with_a_body_is_a_broken_exchange(raw):
     await pool.close()
 
 
-@pytest.mark.parametrize("second", [ok(b"evil", b"x-evil: 1\r\n"),
-                                    b"HTTP/1.1 204 No Content\r\n\r\n"])
+@pytest.mark.parametrize(
+    "second", [ok(b"evil", b"x-evil: 1\r\n"), b"HTTP/1.1 204 No Content\r\n\r\n"]
+)
 async def test_a_second_response_to_one_request_reaches_nobody(raw, second):
     def answer(seen: Seen) -> bytes:
         return ok(b"ok") + second if seen.path == "/first" else ok(b"good")
 
     backend = await raw(answer)
     pool = RawUpstream(idle_limit=PATIENT)
-    assert await exchange(pool, "GET", f"{backend.url}/first") == \
-        (200, {b"content-length": b"2"}, b"ok")
+    assert await exchange(pool, "GET", f"{backend.url}/first") == (
+        200,
+        {b"content-length": b"2"},
+        b"ok",
+    )
     assert (await exchange(pool, "GET", f"{backend.url}/second"))[2] == b"good"
     assert [s.connection for s in backend.seen] == [1, 2]
     await pool.close()
@@ -383,8 +444,9 @@ async def test_idle_connections_are_capped_after_a_burst(raw):
 
     backend = await raw(answer)
     pool = RawUpstream(idle_limit=PATIENT, max_idle=cap)
-    results = await asyncio.gather(*(exchange(pool, "GET", f"{backend.url}/")
-                                     for _ in range(burst)))
+    results = await asyncio.gather(
+        *(exchange(pool, "GET", f"{backend.url}/") for _ in range(burst))
+    )
     assert all(status == 200 for status, _, _ in results)
     assert backend.accepted == burst
     await until(lambda: backend.open == cap, f"the surplus over {cap} idle connections to close")

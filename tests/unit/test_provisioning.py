@@ -43,8 +43,11 @@ def step_names(log: str, tool: str) -> list[str]:
 
 def writes(recorder: Recorder) -> list[str]:
     """The API requests that change something."""
-    return [f"{q.method} {q.url.path}" for q, _ in recorder.exchanges
-            if q.method not in ("GET", "HEAD") and "/token" not in q.url.path]
+    return [
+        f"{q.method} {q.url.path}"
+        for q, _ in recorder.exchanges
+        if q.method not in ("GET", "HEAD") and "/token" not in q.url.path
+    ]
 
 
 class ServerTime:
@@ -81,25 +84,33 @@ class Clock:
 
 
 def kc_options(**overrides: object) -> keycloak.KeycloakOptions:
-    base = {"url": KC_URL, "admin_user": "admin", "admin_password": "admin-pw",
-            "resource": RESOURCE, "users": [("alice", "alice@example.com"), ("bob", None)],
-            "user_password": "user-pw", "allow_anonymous_dcr": True}
+    base = {
+        "url": KC_URL,
+        "admin_user": "admin",
+        "admin_password": "admin-pw",
+        "resource": RESOURCE,
+        "users": [("alice", "alice@example.com"), ("bob", None)],
+        "user_password": "user-pw",
+        "allow_anonymous_dcr": True,
+    }
     base.update(overrides)
     return keycloak.KeycloakOptions(**base)  # type: ignore[arg-type]
 
 
 @pytest.fixture
 def kc_app(tmp_path: Path):
-    settings = DevIdpSettings(flavour="keycloak", admin_password="admin-pw",
-                              state=tmp_path / "kc.json")
+    settings = DevIdpSettings(
+        flavour="keycloak", admin_password="admin-pw", state=tmp_path / "kc.json"
+    )
     return create_app(settings), settings
 
 
 def run_kc(app, options: keycloak.KeycloakOptions, recorder: Recorder) -> tuple:
     stream = io.StringIO()
     with client(app, recorder, KC_URL) as http:
-        values = keycloak.provision(options, http,
-                                    Progress("keycloak", len(keycloak.STEPS), stream))
+        values = keycloak.provision(
+            options, http, Progress("keycloak", len(keycloak.STEPS), stream)
+        )
     return values, stream.getvalue()
 
 
@@ -157,8 +168,11 @@ def test_keycloak_token_is_refreshed_after_a_401(server_time):
 
 def test_keycloak_wrong_admin_password_names_the_step(kc_app):
     app, _ = kc_app
-    with pytest.raises(StepError, match=r"step 1/9 \(admin token\) failed: admin login as "
-                                        r"'admin' was refused \(HTTP 401"):
+    with pytest.raises(
+        StepError,
+        match=r"step 1/9 \(admin token\) failed: admin login as "
+        r"'admin' was refused \(HTTP 401",
+    ):
         run_kc(app, kc_options(admin_password="nope"), Recorder())
 
 
@@ -184,39 +198,46 @@ def ak_options(**overrides: object) -> authentik.AuthentikOptions:
 
 def ak_app(tmp_path: Path, migrations: float = 0.0, worker: float = 0.0) -> tuple:
     """The dev IdP's authentik flavour on a clock the tool's waits advance."""
-    settings = DevIdpSettings(flavour="authentik", bootstrap_token="test-token",
-                              seed_users=["alice", "bob"], state=tmp_path / "ak.json",
-                              access_token_ttl=3600, migrations_seconds=migrations,
-                              worker_seconds=worker)
+    settings = DevIdpSettings(
+        flavour="authentik",
+        bootstrap_token="test-token",
+        seed_users=["alice", "bob"],
+        state=tmp_path / "ak.json",
+        access_token_ttl=3600,
+        migrations_seconds=migrations,
+        worker_seconds=worker,
+    )
     app = create_app(settings)
     clock = Clock(app.flavour.started)
     app.flavour.clock = clock.monotonic
     return app, settings, clock
 
 
-def run_ak(app, clock: Clock, options: authentik.AuthentikOptions,
-           recorder: Recorder) -> tuple:
+def run_ak(app, clock: Clock, options: authentik.AuthentikOptions, recorder: Recorder) -> tuple:
     stream = io.StringIO()
     progress = Progress("authentik", len(authentik.STEPS), stream)
     with client(app, recorder, AK_URL) as http:
-        api = authentik.AuthentikApi(http, options, progress, clock=clock.monotonic,
-                                     sleep=clock.sleep)
+        api = authentik.AuthentikApi(
+            http, options, progress, clock=clock.monotonic, sleep=clock.sleep
+        )
         values = authentik.provision(options, http, progress, api=api)
     return values, stream.getvalue()
 
 
 def api_get(app, path: str, **params: str) -> dict:
     with TestClient(app, base_url=AK_URL) as http:
-        response = http.get(f"/api/v3{path}", params=params,
-                            headers={"Authorization": "Bearer test-token"})
+        response = http.get(
+            f"/api/v3{path}", params=params, headers={"Authorization": "Bearer test-token"}
+        )
     assert response.status_code == 200, response.text
     return response.json()
 
 
 def api_post(app, path: str, body: dict) -> dict:
     with TestClient(app, base_url=AK_URL) as http:
-        response = http.post(f"/api/v3{path}", json=body,
-                             headers={"Authorization": "Bearer test-token"})
+        response = http.post(
+            f"/api/v3{path}", json=body, headers={"Authorization": "Bearer test-token"}
+        )
     assert response.status_code == 201, response.text
     return response.json()
 
@@ -234,11 +255,17 @@ def test_authentik_waits_out_startup_then_provisions(tmp_path):
     assert values.client_id
     assert values.audiences == (values.client_id,)
     assert "test-token" not in log
-    created = next(json.loads(q.content) for q, r in recorder.exchanges
-                   if q.url.path == "/api/v3/providers/oauth2/" and q.method == "POST")
+    created = next(
+        json.loads(q.content)
+        for q, r in recorder.exchanges
+        if q.url.path == "/api/v3/providers/oauth2/" and q.method == "POST"
+    )
     assert created["client_type"] == "public"
-    assert set(created["grant_types"]) >= {"authorization_code", "refresh_token",
-                                           "client_credentials"}
+    assert set(created["grant_types"]) >= {
+        "authorization_code",
+        "refresh_token",
+        "client_credentials",
+    }
     assert created["sub_mode"] == "user_username"
     assert created["include_claims_in_id_token"] is True
     assert len(created["property_mappings"]) == 3
@@ -260,8 +287,11 @@ def test_authentik_looks_applications_up_by_their_detail_url(tmp_path):
     recorder = Recorder()
     run_ak(app, clock, ak_options(), recorder)
     run_ak(app, clock, ak_options(), recorder)
-    lookups = [(q.url.path, q.url.query.decode()) for q, _ in recorder.exchanges
-               if q.method == "GET" and q.url.path.startswith("/api/v3/core/applications/")]
+    lookups = [
+        (q.url.path, q.url.query.decode())
+        for q, _ in recorder.exchanges
+        if q.method == "GET" and q.url.path.startswith("/api/v3/core/applications/")
+    ]
     assert lookups == [("/api/v3/core/applications/mcp/", "")] * 2
 
 
@@ -305,19 +335,28 @@ def test_authentik_application_of_another_provider_stops_before_anything_is_made
         run_ak(app, clock, ak_options(slug="taken", name="mcp-t"), recorder)
     assert str(failure.value).startswith(
         "authentik step 3/6 (OAuth2 provider) failed: application 'taken' exists but uses "
-        "provider None, not a provider named 'mcp-t'; nothing was created")
-    with pytest.raises(StepError, match="application 'mcp-a' exists but uses provider 1, not "
-                                        "a provider named 'other'; nothing was created"):
+        "provider None, not a provider named 'mcp-t'; nothing was created"
+    )
+    with pytest.raises(
+        StepError,
+        match="application 'mcp-a' exists but uses provider 1, not "
+        "a provider named 'other'; nothing was created",
+    ):
         run_ak(app, clock, ak_options(slug="mcp-a", name="other"), recorder)
-    with pytest.raises(StepError, match=r"provider 'mcp-a' \(pk 1\) is already used by "
-                                        "application 'mcp-a'; nothing was created"):
+    with pytest.raises(
+        StepError,
+        match=r"provider 'mcp-a' \(pk 1\) is already used by "
+        "application 'mcp-a'; nothing was created",
+    ):
         run_ak(app, clock, ak_options(slug="mcp-c", name="mcp-a"), recorder)
     assert writes(recorder) == []
     assert settings.state.read_text() == before
 
 
-@pytest.mark.parametrize(("slug", "why"), [("token", "is reserved by authentik"),
-                                           ("a/b", "is not one authentik accepts")])
+@pytest.mark.parametrize(
+    ("slug", "why"),
+    [("token", "is reserved by authentik"), ("a/b", "is not one authentik accepts")],
+)
 def test_authentik_refused_slug_stops_before_anything_is_made(tmp_path, slug, why):
     app, _, clock = ak_app(tmp_path)
     recorder = Recorder()
@@ -328,11 +367,13 @@ def test_authentik_refused_slug_stops_before_anything_is_made(tmp_path, slug, wh
 
 def refusing(app: ASGIApp, method: str, path: str) -> ASGIApp:
     """The dev IdP, except that it fails one kind of request with a server error."""
+
     async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == method and scope["path"] == path:
             await PlainTextResponse("Internal Server Error", 500)(scope, receive, send)
             return
         await app(scope, receive, send)
+
     return wrapped
 
 
@@ -345,7 +386,8 @@ def test_authentik_failed_application_says_what_it_left_and_a_rerun_finishes(tmp
     assert str(failure.value) == (
         "authentik step 4/6 (application) failed: POST /api/v3/core/applications/ answered "
         "HTTP 500: Internal Server Error; this run already created provider 2 ('mcp-b'): "
-        "delete it or re-run (a re-run reuses it)")
+        "delete it or re-run (a re-run reuses it)"
+    )
     names = [p["name"] for p in api_get(app, "/providers/oauth2/")["results"]]
     assert names == ["mcp-a", "mcp-b"]
 
@@ -357,12 +399,17 @@ def test_authentik_failed_application_says_what_it_left_and_a_rerun_finishes(tmp
 
 def ignoring_filters(app: ASGIApp) -> ASGIApp:
     """The dev IdP, except that its lists ignore every filter (only the paging stays)."""
+
     async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET":
-            kept = [p for p in scope["query_string"].split(b"&")
-                    if p.startswith((b"page=", b"page_size="))]
+            kept = [
+                p
+                for p in scope["query_string"].split(b"&")
+                if p.startswith((b"page=", b"page_size="))
+            ]
             scope = {**scope, "query_string": b"&".join(kept)}
         await app(scope, receive, send)
+
     return wrapped
 
 
@@ -372,8 +419,9 @@ def test_authentik_lists_that_ignore_their_filters_yield_no_other_object(tmp_pat
     app, _, clock = ak_app(tmp_path)
     first, _ = run_ak(app, clock, ak_options(slug="mcp-a", name="mcp-a"), Recorder())
     lax = ignoring_filters(app)
-    second, log = run_ak(lax, clock, ak_options(slug="mcp-b", name="mcp-b",
-                                                users=["alice", "bob"]), Recorder())
+    second, log = run_ak(
+        lax, clock, ak_options(slug="mcp-b", name="mcp-b", users=["alice", "bob"]), Recorder()
+    )
     assert "[authentik 3/6] OAuth2 provider: created 'mcp-b' (pk 2)" in log
     assert "'alice' is already in 'mcp-agent'; unchanged" in log
     assert "added 'bob' to 'mcp-agent'" in log
@@ -388,7 +436,8 @@ def test_authentik_missing_user_is_named_with_what_the_run_made(tmp_path):
         "authentik step 6/6 (users) failed: user 'zoe' does not exist in authentik; create it "
         "first (Directory → Users) or drop --user; this run already created provider 1 "
         "('mcp'), created application 'mcp', created group 'mcp-agent' and added 'alice' to "
-        "'mcp-agent': delete them or re-run (a re-run reuses them)")
+        "'mcp-agent': delete them or re-run (a re-run reuses them)"
+    )
 
 
 def test_authentik_validation_failure_reports_field_errors(tmp_path):
@@ -416,8 +465,9 @@ def test_authentik_gives_up_with_bounded_wait(tmp_path):
 def test_authentik_adds_missing_redirect_uris_to_an_existing_provider(tmp_path):
     app, _, clock = ak_app(tmp_path)
     run_ak(app, clock, ak_options(), Recorder())
-    moved = ak_options(mode="Broker",
-                       redirect_uris=authentik.broker_redirects("http://127.0.0.1:9999/mcp"))
+    moved = ak_options(
+        mode="Broker", redirect_uris=authentik.broker_redirects("http://127.0.0.1:9999/mcp")
+    )
     recorder = Recorder()
     _, log = run_ak(app, clock, moved, recorder)
     assert "added redirect URIs ['http://127.0.0.1:9999/mcp/oauth/callback']" in log
@@ -432,14 +482,25 @@ def test_authentik_provisioning_exchanges_follow_the_contract(tmp_path):
     recorder = Recorder()
     run_ak(app, clock, ak_options(slug="mcp-a", name="mcp-a"), recorder)
     run_ak(app, clock, ak_options(slug="mcp-a", name="mcp-a"), recorder)
-    run_ak(app, clock, ak_options(slug="mcp-b", name="mcp-b", mode="Broker",
-                                  redirect_uris=authentik.broker_redirects(RESOURCE)), recorder)
+    run_ak(
+        app,
+        clock,
+        ak_options(
+            slug="mcp-b",
+            name="mcp-b",
+            mode="Broker",
+            redirect_uris=authentik.broker_redirects(RESOURCE),
+        ),
+        recorder,
+    )
     run_ak(app, clock, ak_options(slug="mcp-b", name="mcp-b"), recorder)  # adds a redirect URI
-    api_calls = [(q, r) for q, r in recorder.exchanges
-                 if q.url.path.startswith("/api/v3/") and r.status_code != 503]
+    api_calls = [
+        (q, r)
+        for q, r in recorder.exchanges
+        if q.url.path.startswith("/api/v3/") and r.status_code != 503
+    ]
     statuses = {(q.method, r.status_code) for q, r in api_calls}
-    assert {("GET", 200), ("GET", 404), ("POST", 201), ("POST", 204),
-            ("PATCH", 200)} <= statuses
+    assert {("GET", 200), ("GET", 404), ("POST", 201), ("POST", 204), ("PATCH", 200)} <= statuses
     assert [p for q, r in api_calls for p in validate(str(AUTHENTIK), q, r)] == []
 
 

@@ -50,11 +50,19 @@ async def proxy_to(answer) -> AsyncIterator[tuple[Served, RawBackend]]:
             served.errors.append(exc)
             raise
 
-    server = uvicorn.Server(uvicorn.Config(
-        app, host="127.0.0.1", port=listen, http="httptools", lifespan="off",
-        log_level="critical", server_header=False,
-        # A proxy stuck on a body that never comes must not hold the test up at shutdown.
-        timeout_graceful_shutdown=1))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=listen,
+            http="httptools",
+            lifespan="off",
+            log_level="critical",
+            server_header=False,
+            # A proxy stuck on a body that never comes must not hold the test up at shutdown.
+            timeout_graceful_shutdown=1,
+        )
+    )
     task = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(10):
@@ -81,19 +89,25 @@ def answer_with(first: bytes):
     return answer
 
 
-@pytest.mark.parametrize(("status", "extra"), [
-    (204, b""),
-    (204, b"content-length: 5\r\n"),
-    (304, b""),
-    (304, b"content-length: 10\r\n"),
-    (304, b"transfer-encoding: chunked\r\n"),
-])
+@pytest.mark.parametrize(
+    ("status", "extra"),
+    [
+        (204, b""),
+        (204, b"content-length: 5\r\n"),
+        (304, b""),
+        (304, b"content-length: 10\r\n"),
+        (304, b"transfer-encoding: chunked\r\n"),
+    ],
+)
 async def test_bodiless_responses_reach_the_client_whole(status, extra):
     reason = b"No Content" if status == 204 else b"Not Modified"
-    first = b"HTTP/1.1 %d %s\r\ndate: %s\r\netag: \"v1\"\r\n%s\r\n" % (status, reason, OLD_DATE,
-                                                                      extra)
-    async with proxy_to(answer_with(first)) as (served, _), \
-            httpx.AsyncClient(timeout=3) as client:
+    first = b'HTTP/1.1 %d %s\r\ndate: %s\r\netag: "v1"\r\n%s\r\n' % (
+        status,
+        reason,
+        OLD_DATE,
+        extra,
+    )
+    async with proxy_to(answer_with(first)) as (served, _), httpx.AsyncClient(timeout=3) as client:
         response = await client.get(served.url)
         assert response.status_code == status
         assert response.headers["etag"] == '"v1"'
@@ -109,8 +123,7 @@ async def test_bodiless_responses_reach_the_client_whole(status, extra):
 
 async def test_head_relays_the_headers_and_no_body():
     first = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 42\r\n\r\n"
-    async with proxy_to(answer_with(first)) as (served, _), \
-            httpx.AsyncClient(timeout=3) as client:
+    async with proxy_to(answer_with(first)) as (served, _), httpx.AsyncClient(timeout=3) as client:
         response = await client.head(served.url)
         assert response.status_code == 200
         assert response.headers["content-length"] == "42"
@@ -122,9 +135,14 @@ async def test_head_relays_the_headers_and_no_body():
 
 
 async def test_one_date_header_and_it_is_the_gateways():
-    async with proxy_to(answer_with(b"HTTP/1.1 200 OK\r\ndate: " + OLD_DATE +
-                                    b"\r\ncontent-length: 2\r\n\r\nok")) as (served, _), \
-            httpx.AsyncClient(timeout=3) as client:
+    async with (
+        proxy_to(
+            answer_with(
+                b"HTTP/1.1 200 OK\r\ndate: " + OLD_DATE + b"\r\ncontent-length: 2\r\n\r\nok"
+            )
+        ) as (served, _),
+        httpx.AsyncClient(timeout=3) as client,
+    ):
         for _ in range(2):
             response = await client.get(served.url)
             dates = response.headers.get_list("date")
@@ -134,15 +152,20 @@ async def test_one_date_header_and_it_is_the_gateways():
 
 
 async def test_expect_reaches_neither_the_pool_nor_the_backend():
-    scope = {"headers": [(b"host", b"gw"), (b"expect", b"100-continue"),
-                         (b"content-length", b"2")], "client": ("127.0.0.1", 1)}
-    headers = upstream_request_headers(scope, b"backend:80", False,
-                                       dropped_request_headers(False))
+    scope = {
+        "headers": [(b"host", b"gw"), (b"expect", b"100-continue"), (b"content-length", b"2")],
+        "client": ("127.0.0.1", 1),
+    }
+    headers = upstream_request_headers(scope, b"backend:80", False, dropped_request_headers(False))
     assert b"expect" not in {name for name, _ in headers}
-    async with proxy_to(answer_with(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")) as \
-            (served, backend), httpx.AsyncClient(timeout=3) as client:
-        response = await client.post(served.url, content=b"{}",
-                                     headers={"expect": "100-continue"})
+    async with (
+        proxy_to(answer_with(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")) as (
+            served,
+            backend,
+        ),
+        httpx.AsyncClient(timeout=3) as client,
+    ):
+        response = await client.post(served.url, content=b"{}", headers={"expect": "100-continue"})
         assert response.content == b"ok"
         assert "expect" not in backend.seen[0].headers
     assert served.errors == []

@@ -33,8 +33,9 @@ async def test_an_unavailable_limiter_fails_closed():
         scope[CLAIMS_KEY] = {"sub": "alice"}
         await stage(scope, receive, send)
 
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://gw") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://gw"
+    ) as client:
         response = await client.get("/mcp")
     assert response.status_code == 503
     assert response.json()["error"] == "temporarily_unavailable"

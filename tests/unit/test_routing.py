@@ -5,17 +5,24 @@ import pytest
 from mcp_oauth_gateway.dataplane.routing import host_matches, path_matches
 
 
-@pytest.mark.parametrize(("kind", "value", "path", "expected"), [
-    ("PathPrefix", "/mcp", "/mcp", True),
-    ("PathPrefix", "/mcp", "/mcp/x", True),
-    ("PathPrefix", "/mcp", "/mcpx", False),
-    ("PathPrefix", "/mcp/", "/mcp", True),
-    ("PathPrefix", "/", "/anything", True),
-    ("Exact", "/mcp", "/mcp", True),
-    ("Exact", "/mcp", "/mcp/", False),
-    ("PathPrefix", "/.well-known/oauth-protected-resource/mcp",
-     "/.well-known/oauth-protected-resource/mcp", True),
-])
+@pytest.mark.parametrize(
+    ("kind", "value", "path", "expected"),
+    [
+        ("PathPrefix", "/mcp", "/mcp", True),
+        ("PathPrefix", "/mcp", "/mcp/x", True),
+        ("PathPrefix", "/mcp", "/mcpx", False),
+        ("PathPrefix", "/mcp/", "/mcp", True),
+        ("PathPrefix", "/", "/anything", True),
+        ("Exact", "/mcp", "/mcp", True),
+        ("Exact", "/mcp", "/mcp/", False),
+        (
+            "PathPrefix",
+            "/.well-known/oauth-protected-resource/mcp",
+            "/.well-known/oauth-protected-resource/mcp",
+            True,
+        ),
+    ],
+)
 def test_path_matches(kind, value, path, expected):
     assert path_matches(kind, value, path) is expected
 

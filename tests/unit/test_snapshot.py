@@ -22,7 +22,8 @@ def test_valid_policy_is_accepted_and_attached(tmp_path):
     assert cond["Attached"][:2] == (True, "Attached")
     assert snapshot.keysets.keys() == {"http://idp.internal:9000/application/o/mcp/jwks/"}
     assert dict(snapshot.discovery_urls) == {
-        "http://idp.internal:9000/application/o/mcp/.well-known/openid-configuration": 300.0}
+        "http://idp.internal:9000/application/o/mcp/.well-known/openid-configuration": 300.0
+    }
     routes = snapshot.listeners[8080]
     assert routes[0].match_value == "/.well-known/oauth-authorization-server/mcp"
     assert routes[0].target.authority == "127.0.0.1:9"
@@ -50,8 +51,9 @@ def test_bad_cel_and_missing_client_id_make_policy_invalid(tmp_path):
 
 
 def test_provider_b_audience_and_issuer_rules(tmp_path):
-    snapshot = build(tmp_path, BASE + policy(audiences="[other]",
-                                             issuer="http://idp/application/o/mcp"))
+    snapshot = build(
+        tmp_path, BASE + policy(audiences="[other]", issuer="http://idp/application/o/mcp")
+    )
     message = conditions(snapshot.policies[0])["Accepted"][2]
     assert "audiences must contain mcp.clientId 'mcp-public'" in message
     assert "must end with '/'" in message
@@ -74,8 +76,9 @@ def test_second_policy_on_same_route_conflicts(tmp_path):
 
 
 def test_route_without_gateway_and_missing_backend(tmp_path):
-    text = (BASE.replace("parentRefs: [{name: gw}]", "parentRefs: [{name: other}]")
-            .replace("backendRefs: [{name: backend}]", "backendRefs: [{name: missing}]"))
+    text = BASE.replace("parentRefs: [{name: gw}]", "parentRefs: [{name: other}]").replace(
+        "backendRefs: [{name: backend}]", "backendRefs: [{name: missing}]"
+    )
     snapshot = build(tmp_path, text + policy())
     assert any("Gateway default/other not found" in e for e in snapshot.errors)
     assert any("GatewayBackend default/missing not found" in e for e in snapshot.errors)
@@ -83,8 +86,10 @@ def test_route_without_gateway_and_missing_backend(tmp_path):
 
 
 def test_service_must_be_external_name_in_standalone(tmp_path):
-    text = BASE.replace("spec: {type: ExternalName, externalName: idp.internal}",
-                        "spec: {type: ClusterIP, selector: {app: x}}")
+    text = BASE.replace(
+        "spec: {type: ExternalName, externalName: idp.internal}",
+        "spec: {type: ClusterIP, selector: {app: x}}",
+    )
     message = conditions(build(tmp_path, text + policy()).policies[0])["Accepted"][2]
     assert "standalone mode resolves only type ExternalName" in message
 
@@ -92,24 +97,29 @@ def test_service_must_be_external_name_in_standalone(tmp_path):
 def test_transformation_fields_are_validated(tmp_path):
     from mcp_oauth_gateway.resources import load_paths as load
 
-    block = ("    transformation:\n      request:\n        set:\n"
-             "          - {name: 'Bad Header', value: 'jwt.sub'}\n"
-             "          - {name: Authorization, value: 'jwt.sub'}\n"
-             "    authorization:\n")
-    errors = load([write(tmp_path, BASE + policy().replace("    authorization:\n", block))]
-                  ).errors
+    block = (
+        "    transformation:\n      request:\n        set:\n"
+        "          - {name: 'Bad Header', value: 'jwt.sub'}\n"
+        "          - {name: Authorization, value: 'jwt.sub'}\n"
+        "    authorization:\n"
+    )
+    errors = load([write(tmp_path, BASE + policy().replace("    authorization:\n", block))]).errors
     assert any("'Bad Header' is not a valid HTTP header name" in e for e in errors), errors
     assert any("the gateway manages 'Authorization' itself" in e for e in errors), errors
-    bad_cel = ("    transformation:\n      request:\n        set:\n"
-               "          - {name: X-User, value: 'jwt.sub.nosuch()'}\n    authorization:\n")
+    bad_cel = (
+        "    transformation:\n      request:\n        set:\n"
+        "          - {name: X-User, value: 'jwt.sub.nosuch()'}\n    authorization:\n"
+    )
     snapshot = build(tmp_path, BASE + policy().replace("    authorization:\n", bad_cel))
     message = conditions(snapshot.policies[0])["Accepted"][2]
     assert "spec.traffic.transformation.request.set[0].value: invalid CEL" in message
 
 
 def test_tool_rules_are_compiled_at_load_with_the_mcp_variable(tmp_path):
-    block = ("  backend:\n    mcp:\n      authorization:\n        policy:\n"
-             "          matchExpressions: ['mcp.tool.name == \"add\"', 'mcp.tool.name ==']\n")
+    block = (
+        "  backend:\n    mcp:\n      authorization:\n        policy:\n"
+        "          matchExpressions: ['mcp.tool.name == \"add\"', 'mcp.tool.name ==']\n"
+    )
     snapshot = build(tmp_path, BASE + policy() + block)
     message = conditions(snapshot.policies[0])["Accepted"][2]
     assert "spec.backend.mcp.authorization.policy.matchExpressions[1]: invalid CEL" in message
@@ -120,13 +130,18 @@ def test_tool_rules_are_compiled_at_load_with_the_mcp_variable(tmp_path):
 
 
 def test_redis_urls_must_name_redis(tmp_path):
-    rate = ("    rateLimit: {key: 'jwt.sub', requests: 5, window: 1m, "
-            "redisUrl: 'http://cache:6379'}\n    authorization:\n")
+    rate = (
+        "    rateLimit: {key: 'jwt.sub', requests: 5, window: 1m, "
+        "redisUrl: 'http://cache:6379'}\n    authorization:\n"
+    )
     broker = "        provider: ProviderB\n        broker: {redisUrl: 'memcached://x'}\n"
     text = BASE + policy().replace("    authorization:\n", rate, 1).replace(
-        "        provider: ProviderB\n", broker, 1)
+        "        provider: ProviderB\n", broker, 1
+    )
     errors = load_paths([write(tmp_path, text)]).errors
-    assert any("rateLimit.redisUrl" in e and "'http://cache:6379' is not a redis://" in e
-               for e in errors), errors
-    assert any("broker.redisUrl" in e and "'memcached://x' is not a redis://" in e
-               for e in errors), errors
+    assert any(
+        "rateLimit.redisUrl" in e and "'http://cache:6379' is not a redis://" in e for e in errors
+    ), errors
+    assert any(
+        "broker.redisUrl" in e and "'memcached://x' is not a redis://" in e for e in errors
+    ), errors

@@ -49,8 +49,10 @@ def test_parent_ref_to_a_missing_gateway_is_a_load_error(tmp_path):
     assert not bound["default/r"].has_gateway
     assert bound["default/r"].ports == frozenset()
     errors = binding_errors(objects.routes, bound)
-    assert errors == [f"{tmp_path / 'resources.yaml'} (document 2): HTTPRoute default/r: "
-                      "spec.parentRefs[0]: Gateway default/other not found"]
+    assert errors == [
+        f"{tmp_path / 'resources.yaml'} (document 2): HTTPRoute default/r: "
+        "spec.parentRefs[0]: Gateway default/other not found"
+    ]
 
 
 def test_section_name_selects_one_listener(tmp_path):
@@ -63,7 +65,8 @@ def test_unknown_section_name_names_the_listeners(tmp_path):
     _, bound = bindings(tmp_path, GATEWAY + route("r", "[{name: gw, sectionName: nope}]"))
     assert bound["default/r"].parents[0].problem == (
         "spec.parentRefs[0].sectionName: Gateway default/gw has no listener 'nope' "
-        "(listeners: ['alt', 'http'])")
+        "(listeners: ['alt', 'http'])"
+    )
 
 
 def test_a_port_no_listener_has_refuses_the_route_without_a_load_error(tmp_path):
@@ -72,8 +75,9 @@ def test_a_port_no_listener_has_refuses_the_route_without_a_load_error(tmp_path)
     parent = binding.parents[0]
     assert parent.problem is None
     assert not parent.accepted
-    assert parent.refusal == "spec.parentRefs[0].port: Gateway default/gw has no listener on " \
-                             "port 9999"
+    assert (
+        parent.refusal == "spec.parentRefs[0].port: Gateway default/gw has no listener on port 9999"
+    )
     # The Gateway exists, so a policy still attaches to the route (as before the split).
     assert binding.has_gateway
     assert binding.ports == frozenset()
@@ -98,7 +102,8 @@ def test_first_policy_by_name_governs_and_later_ones_conflict(tmp_path):
     result = attach_policies(objects.policies, {"default/a", "default/b"}, bound)
     assert result.governing == {"default/mcp": "default/a"}
     assert result.conflicts["default/b"] == (
-        "HTTPRoute default/mcp is already governed by GatewayPolicy default/a",)
+        "HTTPRoute default/mcp is already governed by GatewayPolicy default/a",
+    )
     assert result.conflicts["default/a"] == ()
 
 

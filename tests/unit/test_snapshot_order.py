@@ -26,8 +26,14 @@ spec:
     - matches: [{path: {type: PathPrefix, value: /mcp}}]
       backendRefs: [{name: gone}]
 """
-OBJECTS = (BASE + SECOND_ROUTE + policy(name="z") + policy(name="a", target="also")
-           + policy(name="m", client_id=None) + policy(name="q", target="none"))
+OBJECTS = (
+    BASE
+    + SECOND_ROUTE
+    + policy(name="z")
+    + policy(name="a", target="also")
+    + policy(name="m", client_id=None)
+    + policy(name="q", target="none")
+)
 
 
 def comparable(value: object) -> object:
@@ -35,8 +41,10 @@ def comparable(value: object) -> object:
     if isinstance(value, CompiledExpression):
         return value.source
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return (type(value).__name__, tuple(
-            comparable(getattr(value, f.name)) for f in dataclasses.fields(value)))
+        return (
+            type(value).__name__,
+            tuple(comparable(getattr(value, f.name)) for f in dataclasses.fields(value)),
+        )
     if isinstance(value, dict | MappingProxyType):
         return {key: comparable(item) for key, item in value.items()}
     if isinstance(value, tuple | list):
@@ -60,8 +68,9 @@ def test_the_same_objects_in_any_order_build_equal_results(tmp_path):
 
 
 def test_equal_matches_are_ordered_by_route_name(tmp_path):
-    text = BASE + SECOND_ROUTE.replace("backendRefs: [{name: gone}]",
-                                       "backendRefs: [{name: backend}]")
+    text = BASE + SECOND_ROUTE.replace(
+        "backendRefs: [{name: gone}]", "backendRefs: [{name: backend}]"
+    )
     loaded = load_paths([write(tmp_path, text)])
     for objects in (loaded.resources, loaded.resources[::-1]):
         table = build_from_objects(objects, at="T").snapshot.listeners[8080]
@@ -79,17 +88,23 @@ def test_errors_are_ordered_by_route_not_by_input(tmp_path):
             "HTTPRoute default/also: spec.rules[0].backendRefs[0]: GatewayBackend default/gone "
             "not found",
             "HTTPRoute default/mcp: spec.rules[0].backendRefs[0]: GatewayBackend default/lost "
-            "not found"]
+            "not found",
+        ]
 
 
 def test_the_time_is_passed_in_not_read(tmp_path):
     loaded = load_paths([write(tmp_path, OBJECTS)])
     result = build_from_objects(loaded.resources, at="2030-01-01T00:00:00Z")
     assert result.snapshot.built_at == "2030-01-01T00:00:00Z"
-    stamps = {c.last_transition_time for status in result.statuses.values()
-              for c in (*status.conditions,
-                        *(c for p in status.parents for c in p.conditions),
-                        *(c for lst in status.listeners for c in lst.conditions))}
+    stamps = {
+        c.last_transition_time
+        for status in result.statuses.values()
+        for c in (
+            *status.conditions,
+            *(c for p in status.parents for c in p.conditions),
+            *(c for lst in status.listeners for c in lst.conditions),
+        )
+    }
     assert stamps == {"2030-01-01T00:00:00Z"}
 
 

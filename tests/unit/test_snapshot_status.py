@@ -24,9 +24,12 @@ def conditions(entry) -> dict[str, tuple[bool, str, str]]:
 def test_every_object_gets_a_status_keyed_by_kind_namespace_and_name(tmp_path):
     result = build(tmp_path, BASE + policy())
     assert set(result.statuses) == {
-        ("Gateway", "default", "gw"), ("HTTPRoute", "default", "mcp"),
-        ("GatewayBackend", "default", "backend"), ("Service", "default", "authentik"),
-        ("GatewayPolicy", "default", "auth")}
+        ("Gateway", "default", "gw"),
+        ("HTTPRoute", "default", "mcp"),
+        ("GatewayBackend", "default", "backend"),
+        ("Service", "default", "authentik"),
+        ("GatewayPolicy", "default", "auth"),
+    }
 
 
 def test_policy_status_is_exactly_its_reported_conditions(tmp_path):
@@ -34,8 +37,9 @@ def test_policy_status_is_exactly_its_reported_conditions(tmp_path):
     for report in result.snapshot.policies:
         namespace, name = report.key.split("/")
         assert result.statuses["GatewayPolicy", namespace, name].conditions == report.conditions
-    assert conditions(result.statuses["GatewayPolicy", "default", "b"].conditions)[
-        "Attached"][:2] == (False, "Conflicted")
+    assert conditions(result.statuses["GatewayPolicy", "default", "b"].conditions)["Attached"][
+        :2
+    ] == (False, "Conflicted")
 
 
 def test_attached_route_is_accepted_with_resolved_refs(tmp_path):
@@ -46,23 +50,36 @@ def test_attached_route_is_accepted_with_resolved_refs(tmp_path):
     assert parent.controller_name == "mcp-oauth-gateway.dev/gateway-controller"
     assert conditions(parent.conditions) == {
         "Accepted": (True, "Accepted", "Accepted by Gateway default/gw"),
-        "ResolvedRefs": (True, "ResolvedRefs", "All references resolved")}
+        "ResolvedRefs": (True, "ResolvedRefs", "All references resolved"),
+    }
 
 
 def test_route_to_a_missing_gateway_and_backend(tmp_path):
-    text = (BASE.replace("metadata: {name: mcp}", "metadata: {name: mcp, generation: 4}")
-            .replace("parentRefs: [{name: gw}]", "parentRefs: [{name: other}, {name: gw}]")
-            .replace("backendRefs: [{name: backend}]", "backendRefs: [{name: missing}]"))
+    text = (
+        BASE.replace("metadata: {name: mcp}", "metadata: {name: mcp, generation: 4}")
+        .replace("parentRefs: [{name: gw}]", "parentRefs: [{name: other}, {name: gw}]")
+        .replace("backendRefs: [{name: backend}]", "backendRefs: [{name: missing}]")
+    )
     route = build(tmp_path, text).statuses["HTTPRoute", "default", "mcp"]
     first, second = route.parents
     assert conditions(first.conditions) == {
-        "Accepted": (False, "NoMatchingParent", "spec.parentRefs[0]: Gateway default/other "
-                                                "not found"),
-        "ResolvedRefs": (False, "BackendNotFound", "spec.rules[0].backendRefs[0]: "
-                                                   "GatewayBackend default/missing not found")}
+        "Accepted": (
+            False,
+            "NoMatchingParent",
+            "spec.parentRefs[0]: Gateway default/other not found",
+        ),
+        "ResolvedRefs": (
+            False,
+            "BackendNotFound",
+            "spec.rules[0].backendRefs[0]: GatewayBackend default/missing not found",
+        ),
+    }
     assert conditions(second.conditions)["Accepted"][:2] == (True, "Accepted")
-    assert {(c.observed_generation, c.last_transition_time)
-            for parent in route.parents for c in parent.conditions} == {(4, AT)}
+    assert {
+        (c.observed_generation, c.last_transition_time)
+        for parent in route.parents
+        for c in parent.conditions
+    } == {(4, AT)}
 
 
 def test_route_whose_port_matches_no_listener_is_not_accepted(tmp_path):
@@ -70,57 +87,109 @@ def test_route_whose_port_matches_no_listener_is_not_accepted(tmp_path):
     result = build(tmp_path, text)
     (parent,) = result.statuses["HTTPRoute", "default", "mcp"].parents
     assert conditions(parent.conditions)["Accepted"] == (
-        False, "NoMatchingParent", "spec.parentRefs[0].port: Gateway default/gw has no listener "
-                                   "on port 9090")
+        False,
+        "NoMatchingParent",
+        "spec.parentRefs[0].port: Gateway default/gw has no listener on port 9090",
+    )
     assert result.snapshot.errors == ()
 
 
 def test_gateway_counts_the_routes_attached_to_each_listener(tmp_path):
-    text = BASE.replace("listeners: [{name: http, port: 8080, protocol: HTTP}]",
-                        "listeners: [{name: http, port: 8080}, {name: alt, port: 8081}]")
-    second = text.split("---")[1].replace("name: mcp", "name: other").replace(
-        "parentRefs: [{name: gw}]", "parentRefs: [{name: gw, sectionName: alt}, {name: gw}]")
+    text = BASE.replace(
+        "listeners: [{name: http, port: 8080, protocol: HTTP}]",
+        "listeners: [{name: http, port: 8080}, {name: alt, port: 8081}]",
+    )
+    second = (
+        text.split("---")[1]
+        .replace("name: mcp", "name: other")
+        .replace(
+            "parentRefs: [{name: gw}]", "parentRefs: [{name: gw, sectionName: alt}, {name: gw}]"
+        )
+    )
     gateway = build(tmp_path, text + "---" + second).statuses["Gateway", "default", "gw"]
     assert conditions(gateway.conditions) == {"Accepted": (True, "Accepted", "Gateway accepted")}
     assert [(lst.name, lst.attached_routes) for lst in gateway.listeners] == [
-        ("http", 2), ("alt", 2)]
-    assert all(c.type == "Accepted" and c.status for lst in gateway.listeners
-               for c in lst.conditions)
+        ("http", 2),
+        ("alt", 2),
+    ]
+    assert all(
+        c.type == "Accepted" and c.status for lst in gateway.listeners for c in lst.conditions
+    )
 
 
 def test_backend_and_service_status(tmp_path):
-    cluster_ip = BASE + """---
+    cluster_ip = (
+        BASE
+        + """---
 apiVersion: v1
 kind: Service
 metadata: {name: internal, namespace: tools}
 spec: {type: ClusterIP}
 """
+    )
     statuses = build(tmp_path, cluster_ip).statuses
     assert conditions(statuses["GatewayBackend", "default", "backend"].conditions) == {
-        "Accepted": (True, "Accepted", "Target 127.0.0.1:9/mcp")}
+        "Accepted": (True, "Accepted", "Target 127.0.0.1:9/mcp")
+    }
     assert conditions(statuses["Service", "default", "authentik"].conditions) == {
-        "Accepted": (True, "Accepted", "Resolves to idp.internal")}
+        "Accepted": (True, "Accepted", "Resolves to idp.internal")
+    }
     assert conditions(statuses["Service", "tools", "internal"].conditions)["Accepted"][:2] == (
-        False, "UnsupportedValue")
+        False,
+        "UnsupportedValue",
+    )
 
 
 def test_status_as_dict_has_the_gateway_api_shape(tmp_path):
     statuses = build(tmp_path, BASE + policy()).statuses
     route = statuses["HTTPRoute", "default", "mcp"].as_dict()
-    assert route == {"parents": [{
-        "parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"},
-        "controllerName": "mcp-oauth-gateway.dev/gateway-controller",
-        "conditions": [
-            {"type": "Accepted", "status": "True", "reason": "Accepted",
-             "message": "Accepted by Gateway default/gw", "observedGeneration": 1,
-             "lastTransitionTime": AT},
-            {"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs",
-             "message": "All references resolved", "observedGeneration": 1,
-             "lastTransitionTime": AT}]}]}
+    assert route == {
+        "parents": [
+            {
+                "parentRef": {
+                    "group": "gateway.networking.k8s.io",
+                    "kind": "Gateway",
+                    "name": "gw",
+                },
+                "controllerName": "mcp-oauth-gateway.dev/gateway-controller",
+                "conditions": [
+                    {
+                        "type": "Accepted",
+                        "status": "True",
+                        "reason": "Accepted",
+                        "message": "Accepted by Gateway default/gw",
+                        "observedGeneration": 1,
+                        "lastTransitionTime": AT,
+                    },
+                    {
+                        "type": "ResolvedRefs",
+                        "status": "True",
+                        "reason": "ResolvedRefs",
+                        "message": "All references resolved",
+                        "observedGeneration": 1,
+                        "lastTransitionTime": AT,
+                    },
+                ],
+            }
+        ]
+    }
     gateway = statuses["Gateway", "default", "gw"].as_dict()
-    assert gateway["listeners"] == [{"name": "http", "attachedRoutes": 1, "conditions": [
-        {"type": "Accepted", "status": "True", "reason": "Accepted",
-         "message": "Listener accepted", "observedGeneration": 1, "lastTransitionTime": AT}]}]
+    assert gateway["listeners"] == [
+        {
+            "name": "http",
+            "attachedRoutes": 1,
+            "conditions": [
+                {
+                    "type": "Accepted",
+                    "status": "True",
+                    "reason": "Accepted",
+                    "message": "Listener accepted",
+                    "observedGeneration": 1,
+                    "lastTransitionTime": AT,
+                }
+            ],
+        }
+    ]
     assert set(statuses["GatewayPolicy", "default", "auth"].as_dict()) == {"conditions"}
 
 
@@ -129,19 +198,23 @@ def test_objects_without_a_source_are_named_by_kind_and_name(tmp_path):
     result = build(tmp_path, text + policy(), sources=False)
     assert result.snapshot.errors == (
         "HTTPRoute default/mcp: spec.rules[0].backendRefs[0]: GatewayBackend default/missing "
-        "not found",)
+        "not found",
+    )
     assert result.snapshot.listeners[8080][0].broken == result.snapshot.errors[0]
     assert result.snapshot.policies[0].source == ""
 
 
 def test_broker_across_processes_needs_shared_state(tmp_path):
-    broker = policy().replace("        provider: ", "        authorizationServerMode: Broker\n"
-                                                     "        provider: ")
+    broker = policy().replace(
+        "        provider: ", "        authorizationServerMode: Broker\n        provider: "
+    )
     objects = load_paths([write(tmp_path, BASE + broker)]).resources
     assert build_from_objects(objects, at="t").snapshot.ok
     shared = Deployment(processes=2, default_redis_url="redis://127.0.0.1:6379/0")
     assert build_from_objects(objects, at="t", deployment=shared).snapshot.ok
     split = build_from_objects(objects, at="t", deployment=Deployment(processes=3)).snapshot
     assert not split.ok
-    assert ("mcp.broker.redisUrl is required when Broker mode is served by 3 processes"
-            in split.policies[0].conditions[0].message)
+    assert (
+        "mcp.broker.redisUrl is required when Broker mode is served by 3 processes"
+        in split.policies[0].conditions[0].message
+    )

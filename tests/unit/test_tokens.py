@@ -41,23 +41,28 @@ def test_valid_token_returns_claims():
     assert claims["sub"] == "alice"
 
 
-@pytest.mark.parametrize(("claims", "reason"), [
-    ({"iss": ISSUER.rstrip("/")}, "a trailing slash matters"),
-    ({"aud": ["a", "b"]}, "does not include any accepted audience"),
-    ({"aud": None}, "no aud claim"),
-    ({"exp": None}, "no numeric exp"),
-    ({"exp": True}, "no numeric exp"),
-    ({"exp": 1}, "expired"),
-    ({"nbf": 2**40}, "not yet valid"),
-    ({"iat": 2**40}, "issued in the future"),
-])
+@pytest.mark.parametrize(
+    ("claims", "reason"),
+    [
+        ({"iss": ISSUER.rstrip("/")}, "a trailing slash matters"),
+        ({"aud": ["a", "b"]}, "does not include any accepted audience"),
+        ({"aud": None}, "no aud claim"),
+        ({"exp": None}, "no numeric exp"),
+        ({"exp": True}, "no numeric exp"),
+        ({"exp": 1}, "expired"),
+        ({"nbf": 2**40}, "not yet valid"),
+        ({"iat": 2**40}, "issued in the future"),
+    ],
+)
 def test_claim_failures(claims, reason):
     with pytest.raises(TokenError, match=reason):
         check_claims(good(**claims), RULES, time.time())
 
 
-@pytest.mark.parametrize("claims", [{"groups": ["admin\u0000x"]}, {"email": "a@b\u0000.evil"},
-                                    {"ext": {"role\u0000": "x"}}])
+@pytest.mark.parametrize(
+    "claims",
+    [{"groups": ["admin\u0000x"]}, {"email": "a@b\u0000.evil"}, {"ext": {"role\u0000": "x"}}],
+)
 def test_a_nul_in_any_claim_refuses_the_token(claims):
     # The CEL runtime reads strings only up to a NUL: "admin\0x" would pass `"admin" in groups`.
     with pytest.raises(TokenError, match="a claim contains a NUL character"):
@@ -73,13 +78,16 @@ def test_aud_array_any_of():
     check_claims(good(aud=["other", "mcp-public"]), RULES, time.time())
 
 
-@pytest.mark.parametrize(("header", "reason"), [
-    ({"alg": "none", "kid": "k1"}, "alg 'none' is not accepted"),
-    ({"alg": "HS256", "kid": "k1"}, "alg 'HS256' is not accepted"),
-    ({"alg": "RS256", "kid": "k1", "typ": "JWE"}, "typ 'JWE'"),
-    ({"alg": "RS256", "kid": "k1", "crit": ["exp"]}, "crit"),
-    ({"alg": "RS256", "kid": 7}, "kid is not a string"),
-])
+@pytest.mark.parametrize(
+    ("header", "reason"),
+    [
+        ({"alg": "none", "kid": "k1"}, "alg 'none' is not accepted"),
+        ({"alg": "HS256", "kid": "k1"}, "alg 'HS256' is not accepted"),
+        ({"alg": "RS256", "kid": "k1", "typ": "JWE"}, "typ 'JWE'"),
+        ({"alg": "RS256", "kid": "k1", "crit": ["exp"]}, "crit"),
+        ({"alg": "RS256", "kid": 7}, "kid is not a string"),
+    ],
+)
 def test_header_refusals(header, reason):
     with pytest.raises(TokenError, match=reason):
         verify_token(unsigned(header, good(), b"sig"), KEYSET, RULES, time.time())
@@ -99,15 +107,24 @@ def test_kid_with_path_characters_is_just_unknown():
 def test_jku_and_jwk_headers_are_ignored_for_key_choice():
     attacker = new_key("k1")
     small = ECKey.generate_key("P-256").as_dict(private=False)
-    token = mint(attacker, good(), header={"jku": "http://evil/jwks", "x5u": "http://evil/x",
-                                           "jwk": small, "x5c": ["MIIBevil"]})
+    token = mint(
+        attacker,
+        good(),
+        header={
+            "jku": "http://evil/jwks",
+            "x5u": "http://evil/x",
+            "jwk": small,
+            "x5c": ["MIIBevil"],
+        },
+    )
     with pytest.raises(TokenError, match="signature does not verify"):
         verify_token(token, KEYSET, RULES, time.time())
 
 
 def test_key_alg_restricts_algorithms():
-    unrestricted = RSAKey.import_key({k: v for k, v in KEY.as_dict(private=True).items()
-                                      if k != "alg"})
+    unrestricted = RSAKey.import_key(
+        {k: v for k, v in KEY.as_dict(private=True).items() if k != "alg"}
+    )
     ps_token = mint(unrestricted, good(), alg="PS256")
     with pytest.raises(TokenError, match="cannot be verified with key"):
         verify_token(ps_token, KEYSET, RULES, time.time())
@@ -115,9 +132,11 @@ def test_key_alg_restricts_algorithms():
 
 def test_jwks_skips_unusable_keys_but_keeps_good_ones():
     document = jwks_of(KEY)
-    document["keys"] += [{"kty": "oct", "k": "c2VjcmV0", "kid": "hmac"},
-                         {"kty": "RSA", "kid": "enc", "use": "enc", "n": "x", "e": "AQAB"},
-                         "garbage"]
+    document["keys"] += [
+        {"kty": "oct", "k": "c2VjcmV0", "kid": "hmac"},
+        {"kty": "RSA", "kid": "enc", "use": "enc", "n": "x", "e": "AQAB"},
+        "garbage",
+    ]
     keyset = parse_jwks(document, version=3)
     assert set(keyset.by_kid) == {"k1"}
     assert len(keyset.skipped) == 3
@@ -153,8 +172,9 @@ JWT_HEADER = {"typ": "JWT"}  # what Keycloak and authentik put in the header of 
 
 
 def rules_for(provider: str | None) -> TokenRules:
-    return TokenRules(issuer=ISSUER, audiences=frozenset({"mcp-public"}),
-                      access_token=access_token_rule(provider))
+    return TokenRules(
+        issuer=ISSUER, audiences=frozenset({"mcp-public"}), access_token=access_token_rule(provider)
+    )
 
 
 def test_each_provider_gets_its_own_rule():
@@ -184,8 +204,11 @@ def test_access_token_shape_is_accepted(provider, claims, header):
 
 
 REFUSED = [
-    ("Keycloak", good(typ="ID", azp="mcp-public"),
-     "this is an ID token (typ claim 'ID'), not an access token: " + ID_TOKEN_HINT),
+    (
+        "Keycloak",
+        good(typ="ID", azp="mcp-public"),
+        "this is an ID token (typ claim 'ID'), not an access token: " + ID_TOKEN_HINT,
+    ),
     ("Keycloak", good(typ="Refresh"), "this is a refresh token (typ claim 'Refresh')"),
     ("Keycloak", good(typ="Offline"), "this is an offline refresh token (typ claim 'Offline')"),
     ("Keycloak", good(typ="Logout"), "this is a logout token (typ claim 'Logout')"),
@@ -217,31 +240,42 @@ def test_other_token_kinds_are_refused_with_the_reason(provider, claims, reason)
 def test_rfc9068_header_marks_an_access_token_for_every_provider(provider, typ):
     # no typ claim, no uid/azp, an at_hash: every rule would refuse this with a JWT header
     claims = good(at_hash="x4Gm")
-    verify_token(mint(KEY, claims, header={"typ": typ}), KEYSET, rules_for(provider),
-                 time.time())
+    verify_token(mint(KEY, claims, header={"typ": typ}), KEYSET, rules_for(provider), time.time())
     with pytest.raises(TokenError, match="not an access token"):
-        verify_token(mint(KEY, claims, header=JWT_HEADER), KEYSET, rules_for(provider),
-                     time.time())
+        verify_token(mint(KEY, claims, header=JWT_HEADER), KEYSET, rules_for(provider), time.time())
 
 
 def test_kind_is_checked_after_signature_and_claims():
     # a forged or expired ID token is refused for that, not for being an ID token
     with pytest.raises(TokenError, match="signature does not verify"):
-        verify_token(mint(new_key("k1"), good(typ="ID"), header=JWT_HEADER), KEYSET,
-                     rules_for("Keycloak"), time.time())
+        verify_token(
+            mint(new_key("k1"), good(typ="ID"), header=JWT_HEADER),
+            KEYSET,
+            rules_for("Keycloak"),
+            time.time(),
+        )
     with pytest.raises(TokenError, match="expired"):
-        verify_token(mint(KEY, good(typ="ID", exp=1), header=JWT_HEADER), KEYSET,
-                     rules_for("Keycloak"), time.time())
+        verify_token(
+            mint(KEY, good(typ="ID", exp=1), header=JWT_HEADER),
+            KEYSET,
+            rules_for("Keycloak"),
+            time.time(),
+        )
 
 
 # --- the authentication stage: rule chosen from mcp.provider, Authorization headers ---------
 
 
 def compiled_mcp(provider: str | None) -> CompiledMcp:
-    return CompiledMcp(provider=provider, client_id="mcp-public",  # type: ignore[arg-type]
-                       resource="http://gw.test/mcp", mcp_path="/mcp",
-                       scopes_supported=("openid",), bearer_methods_supported=("header",),
-                       extra_metadata=())
+    return CompiledMcp(
+        provider=provider,
+        client_id="mcp-public",  # type: ignore[arg-type]
+        resource="http://gw.test/mcp",
+        mcp_path="/mcp",
+        scopes_supported=("openid",),
+        bearer_methods_supported=("header",),
+        extra_metadata=(),
+    )
 
 
 def authn(provider: str | None, forward_token: bool = False) -> tuple[JwtAuthentication, list]:
@@ -252,10 +286,12 @@ def authn(provider: str | None, forward_token: bool = False) -> tuple[JwtAuthent
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 
-    compiled = CompiledProvider(ISSUER, frozenset({"mcp-public"}),
-                                KeysetSource("inline", 0.0), "http://idp/.well-known")
-    stage = JwtAuthentication(backend, compiled, InlineKeyset(KEYSET), compiled_mcp(provider),
-                              forward_token)
+    compiled = CompiledProvider(
+        ISSUER, frozenset({"mcp-public"}), KeysetSource("inline", 0.0), "http://idp/.well-known"
+    )
+    stage = JwtAuthentication(
+        backend, compiled, InlineKeyset(KEYSET), compiled_mcp(provider), forward_token
+    )
     return stage, seen
 
 
@@ -268,8 +304,14 @@ def call(stage: JwtAuthentication, headers: list[tuple[bytes, bytes]]) -> tuple[
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": "/mcp", "scheme": "http",
-             "headers": [(b"host", b"gw.test"), *headers], "query_string": b""}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/mcp",
+        "scheme": "http",
+        "headers": [(b"host", b"gw.test"), *headers],
+        "query_string": b"",
+    }
     asyncio.run(stage(scope, receive, send))
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return sent[0]["status"], orjson.loads(body) if sent[0]["status"] != 200 else {}
@@ -279,11 +321,14 @@ def bearer(token: str) -> tuple[bytes, bytes]:
     return (b"authorization", f"Bearer {token}".encode())
 
 
-@pytest.mark.parametrize(("provider", "id_claims"), [
-    ("Keycloak", {"typ": "ID", "azp": "mcp-public"}),
-    ("ProviderB", {}),
-    (None, {"at_hash": "x4Gm"}),
-])
+@pytest.mark.parametrize(
+    ("provider", "id_claims"),
+    [
+        ("Keycloak", {"typ": "ID", "azp": "mcp-public"}),
+        ("ProviderB", {}),
+        (None, {"at_hash": "x4Gm"}),
+    ],
+)
 def test_stage_refuses_the_id_token_with_401_and_reason(provider, id_claims):
     stage, seen = authn(provider)
     status, body = call(stage, [bearer(mint(KEY, good(**id_claims), header=JWT_HEADER))])

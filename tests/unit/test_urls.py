@@ -20,8 +20,10 @@ ACCEPTED = [
     ("http://localhost:6276/oauth/callback", "http://localhost:6276/oauth/callback"),
     ("http://[::1]:5000/cb", "http://[::1]:5000/cb"),
     ("https://vscode.dev/redirect", "https://vscode.dev/redirect"),
-    ("cursor://anysphere.cursor-mcp/oauth/callback",
-     "cursor://anysphere.cursor-mcp/oauth/callback"),  # private-use scheme (RFC 8252 §7.1)
+    (
+        "cursor://anysphere.cursor-mcp/oauth/callback",
+        "cursor://anysphere.cursor-mcp/oauth/callback",
+    ),  # private-use scheme (RFC 8252 §7.1)
     ("com.example.app:/callback", "com.example.app:/callback"),
     ("https://client.example/cb?tenant=a", "https://client.example/cb?tenant=a"),
     ("https://client.example/a%2Fb", "https://client.example/a%2Fb"),
@@ -74,8 +76,8 @@ def test_refused_redirect_uris_say_why(text, why):
 
 
 def test_matching_is_exact_but_for_the_loopback_port():
-    registered = ("http://127.0.0.1/cb", "https://client.example/cb",
-                  "http://localhost:8000/a?x=1")
+    registered = ("http://127.0.0.1/cb", "https://client.example/cb", "http://localhost:8000/a?x=1")
+
     def match(uri: str) -> bool:
         return redirect_matches(registered, parse_redirect_uri(uri))
 
@@ -92,19 +94,23 @@ def test_matching_is_exact_but_for_the_loopback_port():
 
 
 def test_a_registration_made_before_these_rules_never_matches():
-    assert not redirect_matches(("http://evil.example\\@127.0.0.1/cb",),
-                                parse_redirect_uri("http://127.0.0.1/cb"))
+    assert not redirect_matches(
+        ("http://evil.example\\@127.0.0.1/cb",), parse_redirect_uri("http://127.0.0.1/cb")
+    )
 
 
 def test_path_only_registration_matches_its_slash_form():
-    assert redirect_matches(("http://127.0.0.1:33418",),
-                            parse_redirect_uri("http://127.0.0.1:5555/"))
+    assert redirect_matches(
+        ("http://127.0.0.1:33418",), parse_redirect_uri("http://127.0.0.1:5555/")
+    )
 
 
 def test_navigable_urls_from_provider_metadata():
     assert navigable("https://idp.example/authorize?x=1") == "https://idp.example/authorize?x=1"
-    assert navigable("https://idp.example/auth\r\nSet-Cookie: x") == \
-        "https://idp.example/authSet-Cookie:%20x"  # what a browser would make of it, no CR/LF
+    assert (
+        navigable("https://idp.example/auth\r\nSet-Cookie: x")
+        == "https://idp.example/authSet-Cookie:%20x"
+    )  # what a browser would make of it, no CR/LF
     assert navigable("javascript:alert(1)") is None
     assert navigable("https://u:p@idp.example/") is None
     assert navigable("https://idp.example/#x") is None

@@ -40,8 +40,9 @@ class Block:
 
 
 def _blocks(*rows: tuple[str, str] | tuple[str, str, bool]) -> tuple[Block, ...]:
-    built = [Block(ipaddress.ip_network(row[0]), row[1], len(row) == 3 and bool(row[-1]))
-             for row in rows]
+    built = [
+        Block(ipaddress.ip_network(row[0]), row[1], len(row) == 3 and bool(row[-1])) for row in rows
+    ]
     # Most specific first, so a refusal names the narrowest entry (192.0.0.9 is "PCP Anycast",
     # not "IETF Protocol Assignments").
     return tuple(sorted(built, key=lambda block: -block.network.prefixlen))
@@ -185,12 +186,16 @@ class AddressRefused(Exception):
         self.host = host
         self.address = address
         self.reason = reason
-        super().__init__(f"{host} resolves to no address" if address is None else
-                         f"{host} resolves to the non-public address {address} ({reason})")
+        super().__init__(
+            f"{host} resolves to no address"
+            if address is None
+            else f"{host} resolves to the non-public address {address} ({reason})"
+        )
 
 
-def checked_addresses(host: str, addresses: Sequence[str],
-                      allow_private: bool = False) -> list[str]:
+def checked_addresses(
+    host: str, addresses: Sequence[str], allow_private: bool = False
+) -> list[str]:
     """The addresses of `host` to connect to: all of them, or AddressRefused if any is bad."""
     if not addresses:
         raise AddressRefused(host, None, "no address")
@@ -234,8 +239,9 @@ class CheckedResolver(AbstractResolver):
         self._lookup = lookup
         self._threaded: ThreadedResolver | None = None
 
-    async def resolve(self, host: str, port: int = 0,
-                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
         """Resolve `host`; AddressRefused when any of its addresses is not allowed."""
         # aiohttp connects to literal IPs without asking its resolver, so callers must also
         # call checked_literal; checking here too covers any client that does ask.
@@ -245,8 +251,9 @@ class CheckedResolver(AbstractResolver):
         # The very records that were checked: aiohttp connects to their "host" and "port".
         return results
 
-    async def _default_lookup(self, host: str, port: int,
-                              family: socket.AddressFamily) -> list[ResolveResult]:
+    async def _default_lookup(
+        self, host: str, port: int, family: socket.AddressFamily
+    ) -> list[ResolveResult]:
         if self._threaded is None:
             # Created here because it binds the running loop.
             self._threaded = ThreadedResolver()

@@ -59,8 +59,16 @@ def issue_client_id(secret: bytes, name: str, redirect_uris: list[str]) -> str:
     """A client id that carries (and signs) the client's name and redirect URIs."""
     # A random part makes every registration its own client (RFC 7591 §3.2.1: unique ids), so
     # what is bound to a client id (codes, refresh tokens) is bound to that registration.
-    body = _b64(orjson.dumps({"n": name[:100], "r": redirect_uris, "t": int(time.time()),
-                              "i": secrets.token_urlsafe(9)}))
+    body = _b64(
+        orjson.dumps(
+            {
+                "n": name[:100],
+                "r": redirect_uris,
+                "t": int(time.time()),
+                "i": secrets.token_urlsafe(9),
+            }
+        )
+    )
     return f"{DCR_PREFIX}{body}.{_sign(secret, body)}"
 
 
@@ -68,15 +76,19 @@ def read_client_id(secret: bytes, client_id: str) -> BrokerClient | None:
     """The registered client behind a DCR client id, or None when it is not ours."""
     if not client_id.startswith(DCR_PREFIX):
         return None
-    body, _, signature = client_id[len(DCR_PREFIX):].rpartition(".")
+    body, _, signature = client_id[len(DCR_PREFIX) :].rpartition(".")
     if not body or not hmac.compare_digest(signature, _sign(secret, body)):
         return None
     try:
         record = orjson.loads(_unb64(body))
     except (ValueError, orjson.JSONDecodeError):
         return None
-    return BrokerClient(client_id=client_id, name=str(record.get("n") or "MCP client"),
-                        redirect_uris=tuple(record.get("r") or ()), kind="dcr")
+    return BrokerClient(
+        client_id=client_id,
+        name=str(record.get("n") or "MCP client"),
+        redirect_uris=tuple(record.get("r") or ()),
+        kind="dcr",
+    )
 
 
 class MetadataDocuments:
@@ -110,32 +122,46 @@ class MetadataDocuments:
             target = URL(href, encoded=True)
         except ValueError as exc:
             raise ClientError("invalid_client", f"client_id {url!r} is not a valid URL") from exc
-        if f"{target.scheme}:" != href.partition(":")[0] + ":" or not target.raw_host or \
-                target.user is not None or target.raw_host.strip("[]") != \
-                hostname_of(href).strip("[]"):
-            raise ClientError("invalid_client", f"client_id {url!r} is read differently by "
-                              "URL parsers; write it plainly (https, a host, a path)")
+        if (
+            f"{target.scheme}:" != href.partition(":")[0] + ":"
+            or not target.raw_host
+            or target.user is not None
+            or target.raw_host.strip("[]") != hostname_of(href).strip("[]")
+        ):
+            raise ClientError(
+                "invalid_client",
+                f"client_id {url!r} is read differently by "
+                "URL parsers; write it plainly (https, a host, a path)",
+            )
         try:
             # aiohttp never asks its resolver about literal IPs, so they are checked here.
             checked_literal(target.raw_host, self.allow_private)
             async with asyncio.timeout(CIMD_TIMEOUT):
-                async with self._client().get(target, allow_redirects=False,
-                                              headers={"Accept": "application/json"}) as response:
+                async with self._client().get(
+                    target, allow_redirects=False, headers={"Accept": "application/json"}
+                ) as response:
                     if response.status != 200:
-                        raise ClientError("invalid_client", f"client metadata document {url} "
-                                          f"answered HTTP {response.status}")
+                        raise ClientError(
+                            "invalid_client",
+                            f"client metadata document {url} answered HTTP {response.status}",
+                        )
                     body = await read_at_most(response.content, CIMD_MAX_BYTES)
         except AddressRefused as exc:
             raise ClientError("invalid_client", f"client metadata host {exc}; refused") from exc
         except TimeoutError as exc:
-            raise ClientError("invalid_client", f"client metadata document {url} did not "
-                              f"answer within {CIMD_TIMEOUT:g}s") from exc
+            raise ClientError(
+                "invalid_client",
+                f"client metadata document {url} did not answer within {CIMD_TIMEOUT:g}s",
+            ) from exc
         except aiohttp.ClientError as exc:
-            raise ClientError("invalid_client", f"client metadata document {url} could not "
-                              f"be fetched: {exc}") from exc
+            raise ClientError(
+                "invalid_client", f"client metadata document {url} could not be fetched: {exc}"
+            ) from exc
         if len(body) > CIMD_MAX_BYTES:
-            raise ClientError("invalid_client", f"client metadata document {url} is larger "
-                              f"than {CIMD_MAX_BYTES} bytes")
+            raise ClientError(
+                "invalid_client",
+                f"client metadata document {url} is larger than {CIMD_MAX_BYTES} bytes",
+            )
         client = self._validate(url, body)
         self._cache[url] = (time.monotonic() + CIMD_CACHE, client)
         return client
@@ -146,13 +172,15 @@ class MetadataDocuments:
             # A session belongs to the loop it was made in; a new loop (tests, a restarted
             # app) needs a new one.
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(resolver=self._resolver, use_dns_cache=False,
-                                               limit=16),
+                connector=aiohttp.TCPConnector(
+                    resolver=self._resolver, use_dns_cache=False, limit=16
+                ),
                 cookie_jar=aiohttp.DummyCookieJar(),
                 # No proxy from the environment: a proxy would resolve the host itself,
                 # past the check.
                 trust_env=False,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=CIMD_TIMEOUT))
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=CIMD_TIMEOUT),
+            )
             self._loop = loop
         return self._session
 
@@ -168,23 +196,32 @@ class MetadataDocuments:
         try:
             document = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
-            raise ClientError("invalid_client", f"client metadata document {url} is not "
-                              "JSON") from exc
+            raise ClientError(
+                "invalid_client", f"client metadata document {url} is not JSON"
+            ) from exc
         if not isinstance(document, dict):
-            raise ClientError("invalid_client", f"client metadata document {url} is not a "
-                              "JSON object")
+            raise ClientError(
+                "invalid_client", f"client metadata document {url} is not a JSON object"
+            )
         if document.get("client_id") != url:
-            raise ClientError("invalid_client", f"client metadata document {url} names "
-                              f"client_id {document.get('client_id')!r}, not its own URL")
+            raise ClientError(
+                "invalid_client",
+                f"client metadata document {url} names "
+                f"client_id {document.get('client_id')!r}, not its own URL",
+            )
         uris = document.get("redirect_uris")
         if not isinstance(uris, list) or not uris:
-            raise ClientError("invalid_client", f"client metadata document {url} has no "
-                              "redirect_uris")
+            raise ClientError(
+                "invalid_client", f"client metadata document {url} has no redirect_uris"
+            )
         for uri in uris:
             problem = validate_redirect_uri(uri)
             if problem:
-                raise ClientError("invalid_client", f"client metadata document {url}: "
-                                  f"{problem}")
+                raise ClientError("invalid_client", f"client metadata document {url}: {problem}")
         name = document.get("client_name")
-        return BrokerClient(client_id=url, name=name if isinstance(name, str) else url,
-                            redirect_uris=tuple(uris), kind="cimd")
+        return BrokerClient(
+            client_id=url,
+            name=name if isinstance(name, str) else url,
+            redirect_uris=tuple(uris),
+            kind="cimd",
+        )

@@ -60,18 +60,32 @@ Handler = Callable[[Scope, Receive, Send], Any]
 
 
 async def _redirect(send: Send, location: str, headers: Headers | None = None) -> None:
-    await send({"type": "http.response.start", "status": 302,
-                "headers": [(b"location", location.encode()), (b"content-length", b"0"),
-                            (b"cache-control", b"no-store"), *(headers or ())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 302,
+            "headers": [
+                (b"location", location.encode()),
+                (b"content-length", b"0"),
+                (b"cache-control", b"no-store"),
+                *(headers or ()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": b""})
 
 
 class Broker:
     """The broker's endpoints for one policy; stateless apart from `store`."""
 
-    def __init__(self, mcp: CompiledMcp, discovery: DiscoveryCache | None, store: BrokerStore,
-                 documents: MetadataDocuments,
-                 session: Callable[[], aiohttp.ClientSession | None]):
+    def __init__(
+        self,
+        mcp: CompiledMcp,
+        discovery: DiscoveryCache | None,
+        store: BrokerStore,
+        documents: MetadataDocuments,
+        session: Callable[[], aiohttp.ClientSession | None],
+    ):
         self.mcp = mcp
         self.discovery = discovery
         self.store = store
@@ -95,8 +109,10 @@ class Broker:
     def pages(self) -> dict[str, ASGIApp]:
         """Path → handler for the browser pages, which no CORS setting may expose to scripts
         of other sites."""
-        return {self.authorize_path: self._guard(self.authorize, page=True),
-                self.callback_path: self._guard(self.callback, page=True)}
+        return {
+            self.authorize_path: self._guard(self.authorize, page=True),
+            self.callback_path: self._guard(self.callback, page=True),
+        }
 
     # --- errors, in one place ---------------------------------------------------------------
 
@@ -106,12 +122,16 @@ class Broker:
                 await handler(scope, receive, send)
             except OAuthError as exc:
                 await self._write_error(scope, send, exc, page)
+
         return guarded
 
     async def _write_error(self, scope: Scope, send: Send, exc: OAuthError, page: bool) -> None:
         if exc.redirect_href is not None:
-            params = {"error": exc.error, "error_description": exc.description,
-                      "iss": self._issuer(scope)}
+            params = {
+                "error": exc.error,
+                "error_description": exc.description,
+                "iss": self._issuer(scope),
+            }
             if exc.state is not None:
                 params["state"] = exc.state
             await _redirect(send, with_query(exc.redirect_href, urlencode(params)))
@@ -132,8 +152,11 @@ class Broker:
                 raise FetchError("no discovery document is configured for this provider")
             return await self.discovery.get()
         except FetchError as exc:
-            raise OAuthError(502, "temporarily_unavailable",
-                             f"the identity provider's metadata is unavailable: {exc}") from exc
+            raise OAuthError(
+                502,
+                "temporarily_unavailable",
+                f"the identity provider's metadata is unavailable: {exc}",
+            ) from exc
 
     async def _client(self, client_id: str) -> BrokerClient:
         client = read_client_id(await self.store.secret(), client_id)
@@ -141,9 +164,12 @@ class Broker:
             return client
         if client_id.startswith(("https://", "http://")):
             return await self.documents.resolve(client_id)
-        raise ClientError("invalid_client", f"client_id {client_id[:80]!r} is not registered "
-                          "with this gateway (register through the registration_endpoint or "
-                          "use a client metadata document URL)")
+        raise ClientError(
+            "invalid_client",
+            f"client_id {client_id[:80]!r} is not registered "
+            "with this gateway (register through the registration_endpoint or "
+            "use a client metadata document URL)",
+        )
 
     # --- metadata and registration --------------------------------------------------------
 
@@ -181,19 +207,30 @@ class Broker:
         except RegistrationError as exc:
             raise OAuthError(exc.status, exc.error, exc.description) from exc
         if metadata.get("token_endpoint_auth_method", "none") != "none":
-            raise OAuthError(400, "invalid_client_metadata",
-                             "only public clients (token_endpoint_auth_method none) can "
-                             "register; they prove themselves with PKCE")
+            raise OAuthError(
+                400,
+                "invalid_client_metadata",
+                "only public clients (token_endpoint_auth_method none) can "
+                "register; they prove themselves with PKCE",
+            )
         redirect_uris = metadata["redirect_uris"]
         uris = [str(u) for u in redirect_uris] if isinstance(redirect_uris, list) else []
         given = metadata.get("client_name")
         name = given if isinstance(given, str) else "MCP client"
         client_id = issue_client_id(await self.store.secret(), name, uris)
-        await send_json(send, 201, {
-            "client_id": client_id, "client_id_issued_at": int(time.time()),
-            "client_name": name, "redirect_uris": uris, "token_endpoint_auth_method": "none",
-            "grant_types": ["authorization_code", "refresh_token"],
-            "response_types": ["code"]})
+        await send_json(
+            send,
+            201,
+            {
+                "client_id": client_id,
+                "client_id_issued_at": int(time.time()),
+                "client_name": name,
+                "redirect_uris": uris,
+                "token_endpoint_auth_method": "none",
+                "grant_types": ["authorization_code", "refresh_token"],
+                "response_types": ["code"],
+            },
+        )
 
     # --- authorization --------------------------------------------------------------------
 
@@ -208,24 +245,34 @@ class Broker:
         consent_name, browser_name, secure = consent.cookie_names(request_origin(scope))
         secret = await self.store.secret()
         if consent.client_digest(client.client_id) in consent.read_consent(
-                secret, cookies(scope).get(consent_name)):
+            secret, cookies(scope).get(consent_name)
+        ):
             await self._to_provider(scope, send, pending)
             return
         request_id = secrets.token_urlsafe(24)
         await self.state.put_pending(request_id, pending)
-        cookie = (f"{browser_name}={pending.browser}; Path=/; HttpOnly; SameSite=Lax; "
-                  f"Max-Age={PENDING_TTL}{secure}")
+        cookie = (
+            f"{browser_name}={pending.browser}; Path=/; HttpOnly; SameSite=Lax; "
+            f"Max-Age={PENDING_TTL}{secure}"
+        )
         try:
             authorize_at = navigable((await self._provider()).get("authorization_endpoint"))
         except OAuthError:
             authorize_at = None  # the consent page still works; only its CSP is narrower
-        await pages.send_consent(send, action=self.authorize_path, request_id=request_id,
-                                 client=client, redirect_href=pending.redirect_href,
-                                 scopes=pending.scope.split(), cookie=cookie,
-                                 provider_authorize=authorize_at)
+        await pages.send_consent(
+            send,
+            action=self.authorize_path,
+            request_id=request_id,
+            client=client,
+            redirect_href=pending.redirect_href,
+            scopes=pending.scope.split(),
+            cookie=cookie,
+            provider_authorize=authorize_at,
+        )
 
-    async def _authorization_request(self, scope: Scope
-                                     ) -> tuple[BrokerClient, PendingAuthorization]:
+    async def _authorization_request(
+        self, scope: Scope
+    ) -> tuple[BrokerClient, PendingAuthorization]:
         """The client and its checked request. Until the redirect URI is known to be the
         client's, errors are answered in place: a redirect to an unchecked URI is how codes and
         errors leak."""
@@ -236,26 +283,42 @@ class Broker:
         except InvalidUri as exc:
             raise OAuthError(400, "invalid_request", str(exc)) from exc
         if not redirect_matches(client.redirect_uris, requested):
-            raise OAuthError(400, "invalid_request",
-                             f"redirect_uri {requested.href!r} is not registered for this "
-                             f"client (registered: {list(client.redirect_uris)})")
+            raise OAuthError(
+                400,
+                "invalid_request",
+                f"redirect_uri {requested.href!r} is not registered for this "
+                f"client (registered: {list(client.redirect_uris)})",
+            )
         state = params.get("state")
         if params.get("response_type") != "code":
-            raise OAuthError(400, "unsupported_response_type",
-                             "only response_type=code is supported",
-                             redirect_href=requested.href, state=state)
+            raise OAuthError(
+                400,
+                "unsupported_response_type",
+                "only response_type=code is supported",
+                redirect_href=requested.href,
+                state=state,
+            )
         challenge = params.get("code_challenge", "")
         if params.get("code_challenge_method") != "S256" or not 43 <= len(challenge) <= 128:
-            raise OAuthError(400, "invalid_request", "PKCE is required: code_challenge with "
-                             "code_challenge_method=S256", redirect_href=requested.href,
-                             state=state)
+            raise OAuthError(
+                400,
+                "invalid_request",
+                "PKCE is required: code_challenge with code_challenge_method=S256",
+                redirect_href=requested.href,
+                state=state,
+            )
         _, browser_name, _ = consent.cookie_names(request_origin(scope))
         return client, PendingAuthorization(
-            client_id=client.client_id, client_name=client.name,
-            redirect_uri=params["redirect_uri"], redirect_href=requested.href, state=state,
-            challenge=challenge, scope=params.get("scope") or self.scopes,
+            client_id=client.client_id,
+            client_name=client.name,
+            redirect_uri=params["redirect_uri"],
+            redirect_href=requested.href,
+            state=state,
+            challenge=challenge,
+            scope=params.get("scope") or self.scopes,
             resource=params.get("resource") or self.mcp.resource,
-            browser=cookies(scope).get(browser_name) or secrets.token_urlsafe(24))
+            browser=cookies(scope).get(browser_name) or secrets.token_urlsafe(24),
+        )
 
     def _cross_origin(self, scope: Scope) -> str | None:
         """Why a consent POST did not come from the gateway's own page, or None."""
@@ -265,17 +328,23 @@ class Broker:
             # Browsers that send no Origin still send Fetch Metadata, which pages cannot forge.
             if header(scope, b"sec-fetch-site") == b"same-origin":
                 return None
-            return ("the consent form must be posted from the gateway's own page (no Origin "
-                    "header and no Sec-Fetch-Site: same-origin)")
+            return (
+                "the consent form must be posted from the gateway's own page (no Origin "
+                "header and no Sec-Fetch-Site: same-origin)"
+            )
         posted_from = origin.decode("latin-1")
         if posted_from == own:
             return None
         hint = ""
         if posted_from.partition("://")[2] == own.partition("://")[2]:
-            hint = ("; if a proxy in front of the gateway terminates TLS, start the gateway with "
-                    "--trust-forwarded-headers")
-        return (f"the consent form was posted from {posted_from[:100]!r}, not from the "
-                f"gateway's own origin {own!r}{hint}")
+            hint = (
+                "; if a proxy in front of the gateway terminates TLS, start the gateway with "
+                "--trust-forwarded-headers"
+            )
+        return (
+            f"the consent form was posted from {posted_from[:100]!r}, not from the "
+            f"gateway's own origin {own!r}{hint}"
+        )
 
     async def _consent(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Checked before anything is read or consumed: another site's form must not be able to
@@ -286,39 +355,68 @@ class Broker:
         form = form_params(await read_body(receive, MAX_FORM))
         pending = await self.state.take_pending(form.get("request", ""))
         if pending is None:
-            raise OAuthError(400, "invalid_request", "unknown, expired or already answered "
-                             "authorization request; start the sign-in again")
+            raise OAuthError(
+                400,
+                "invalid_request",
+                "unknown, expired or already answered "
+                "authorization request; start the sign-in again",
+            )
         consent_name, browser_name, secure = consent.cookie_names(request_origin(scope))
         jar = cookies(scope)
         if not hmac.compare_digest(jar.get(browser_name, ""), pending.browser):
-            raise OAuthError(400, "invalid_request", "this consent was not given in the "
-                             "browser that started the sign-in; start again")
+            raise OAuthError(
+                400,
+                "invalid_request",
+                "this consent was not given in the browser that started the sign-in; start again",
+            )
         if form.get("decision") != "allow":
-            raise OAuthError(400, "access_denied", "the user denied the request",
-                             redirect_href=pending.redirect_href, state=pending.state)
+            raise OAuthError(
+                400,
+                "access_denied",
+                "the user denied the request",
+                redirect_href=pending.redirect_href,
+                state=pending.state,
+            )
         secret = await self.store.secret()
         digests = consent.read_consent(secret, jar.get(consent_name))
         digest = consent.client_digest(pending.client_id)
         if digest not in digests:
             digests.append(digest)
-        cookie = (f"{consent_name}={consent.write_consent(secret, digests)}; Path=/; "
-                  f"HttpOnly; SameSite=Lax; Max-Age={CONSENT_DAYS * 86400}{secure}")
+        cookie = (
+            f"{consent_name}={consent.write_consent(secret, digests)}; Path=/; "
+            f"HttpOnly; SameSite=Lax; Max-Age={CONSENT_DAYS * 86400}{secure}"
+        )
         await self._to_provider(scope, send, pending, [(b"set-cookie", cookie.encode())])
 
-    async def _to_provider(self, scope: Scope, send: Send, pending: PendingAuthorization,
-                           headers: Headers | None = None) -> None:
+    async def _to_provider(
+        self,
+        scope: Scope,
+        send: Send,
+        pending: PendingAuthorization,
+        headers: Headers | None = None,
+    ) -> None:
         endpoint = navigable((await self._provider()).get("authorization_endpoint"))
         if endpoint is None:
-            raise OAuthError(502, "server_error", "the identity provider's metadata has no "
-                             "usable authorization_endpoint (an http or https URL)")
+            raise OAuthError(
+                502,
+                "server_error",
+                "the identity provider's metadata has no "
+                "usable authorization_endpoint (an http or https URL)",
+            )
         upstream_state = secrets.token_urlsafe(32)
-        upstream = UpstreamRequest(pending, pkce.new_verifier(),
-                                   request_origin(scope) + self.callback_path)
+        upstream = UpstreamRequest(
+            pending, pkce.new_verifier(), request_origin(scope) + self.callback_path
+        )
         await self.state.put_upstream(upstream_state, upstream)
-        params = {"response_type": "code", "client_id": self.mcp.client_id or "",
-                  "redirect_uri": upstream.callback, "scope": pending.scope,
-                  "state": upstream_state, "code_challenge": pkce.s256(upstream.verifier),
-                  "code_challenge_method": "S256"}
+        params = {
+            "response_type": "code",
+            "client_id": self.mcp.client_id or "",
+            "redirect_uri": upstream.callback,
+            "scope": pending.scope,
+            "state": upstream_state,
+            "code_challenge": pkce.s256(upstream.verifier),
+            "code_challenge_method": "S256",
+        }
         if pending.resource:
             params["resource"] = pending.resource
         await _redirect(send, with_query(endpoint, urlencode(params)), headers)
@@ -328,49 +426,75 @@ class Broker:
         params = query_params(scope)
         upstream = await self.state.take_upstream(params.get("state", ""))
         if upstream is None:
-            raise OAuthError(400, "invalid_request", "unknown, expired or already used state; "
-                             "start the sign-in again")
+            raise OAuthError(
+                400,
+                "invalid_request",
+                "unknown, expired or already used state; start the sign-in again",
+            )
         provider = await self._provider()
         expected_iss = provider.get("issuer")
         iss = params.get("iss")
         if (iss is not None and iss != expected_iss) or (
-                iss is None and provider.get("authorization_response_iss_parameter_supported")):
-            raise OAuthError(400, "invalid_request", f"the authorization response iss {iss!r} "
-                             f"is not the provider issuer {expected_iss!r} (RFC 9207 mix-up "
-                             "defence)")
+            iss is None and provider.get("authorization_response_iss_parameter_supported")
+        ):
+            raise OAuthError(
+                400,
+                "invalid_request",
+                f"the authorization response iss {iss!r} "
+                f"is not the provider issuer {expected_iss!r} (RFC 9207 mix-up "
+                "defence)",
+            )
         pending = upstream.pending
         if "error" in params:
-            raise OAuthError(400, params["error"], params.get("error_description",
-                                                              "the provider refused"),
-                             redirect_href=pending.redirect_href, state=pending.state)
-        status, tokens = await self._provider_token(provider, {
-            "grant_type": "authorization_code", "code": params.get("code", ""),
-            "redirect_uri": upstream.callback, "code_verifier": upstream.verifier,
-            **({"resource": pending.resource} if pending.resource else {})})
+            raise OAuthError(
+                400,
+                params["error"],
+                params.get("error_description", "the provider refused"),
+                redirect_href=pending.redirect_href,
+                state=pending.state,
+            )
+        status, tokens = await self._provider_token(
+            provider,
+            {
+                "grant_type": "authorization_code",
+                "code": params.get("code", ""),
+                "redirect_uri": upstream.callback,
+                "code_verifier": upstream.verifier,
+                **({"resource": pending.resource} if pending.resource else {}),
+            },
+        )
         if status != 200 or not isinstance(tokens, dict) or "access_token" not in tokens:
             log.warning("provider code exchange failed: HTTP %s", status)
-            raise OAuthError(502, "server_error", "the identity provider refused the code "
-                             "exchange", redirect_href=pending.redirect_href,
-                             state=pending.state)
+            raise OAuthError(
+                502,
+                "server_error",
+                "the identity provider refused the code exchange",
+                redirect_href=pending.redirect_href,
+                state=pending.state,
+            )
         code = secrets.token_urlsafe(32)
-        await self.state.put_code(code, IssuedCode(pending.client_id, pending.redirect_uri,
-                                                   pending.challenge, tokens))
+        await self.state.put_code(
+            code, IssuedCode(pending.client_id, pending.redirect_uri, pending.challenge, tokens)
+        )
         out = {"code": code, "iss": self._issuer(scope)}
         if pending.state is not None:
             out["state"] = pending.state
         await _redirect(send, with_query(pending.redirect_href, urlencode(out)))
 
-    async def _provider_token(self, provider: dict[str, Any],
-                              form: dict[str, str]) -> tuple[int, Any]:
+    async def _provider_token(
+        self, provider: dict[str, Any], form: dict[str, str]
+    ) -> tuple[int, Any]:
         endpoint = provider.get("token_endpoint")
         session = self.session()
         if not isinstance(endpoint, str) or session is None:
             return 502, None
         try:
             async with asyncio.timeout(UPSTREAM_TIMEOUT):
-                async with session.post(endpoint, data={"client_id": self.mcp.client_id or "",
-                                                        **form},
-                                        headers={"Accept": "application/json"}) as response:
+                async with session.post(
+                    endpoint,
+                    data={"client_id": self.mcp.client_id or "", **form},
+                    headers={"Accept": "application/json"},
+                ) as response:
                     body = await response.read()
                     try:
                         return response.status, orjson.loads(body)
@@ -393,30 +517,42 @@ class Broker:
         elif grant == "refresh_token":
             tokens = await self._refresh(form)
         else:
-            raise OAuthError(400, "unsupported_grant_type", f"grant_type {grant!r} is not "
-                             "supported (authorization_code, refresh_token)")
+            raise OAuthError(
+                400,
+                "unsupported_grant_type",
+                f"grant_type {grant!r} is not supported (authorization_code, refresh_token)",
+            )
         await send_json(send, 200, tokens, [(b"pragma", b"no-cache")])
 
     async def _redeem(self, form: dict[str, str]) -> dict[str, Any]:
         issued = await self.state.take_code(form.get("code", ""))
         if issued is None:
-            raise OAuthError(400, "invalid_grant", "unknown, expired or already used "
-                             "authorization code")
+            raise OAuthError(
+                400, "invalid_grant", "unknown, expired or already used authorization code"
+            )
         if not hmac.compare_digest(form.get("client_id", ""), issued.client_id):
             raise OAuthError(400, "invalid_grant", "the code was issued to another client")
         if not hmac.compare_digest(form.get("redirect_uri", ""), issued.redirect_uri):
-            raise OAuthError(400, "invalid_grant", "redirect_uri does not match the "
-                             "authorization request")
+            raise OAuthError(
+                400, "invalid_grant", "redirect_uri does not match the authorization request"
+            )
         if not pkce.verify(form.get("code_verifier", ""), issued.challenge):
-            raise OAuthError(400, "invalid_grant", "PKCE verification failed (code_verifier "
-                             "does not match the code_challenge)")
+            raise OAuthError(
+                400,
+                "invalid_grant",
+                "PKCE verification failed (code_verifier does not match the code_challenge)",
+            )
         return await self.refresh.issue(issued.client_id, issued.tokens)
 
     async def _refresh(self, form: dict[str, str]) -> dict[str, Any]:
         client_id = form.get("client_id", "")
         if not client_id:
-            raise OAuthError(400, "invalid_client", "client_id is required: a refresh token "
-                             "can only be used by the client it was issued to")
+            raise OAuthError(
+                400,
+                "invalid_client",
+                "client_id is required: a refresh token "
+                "can only be used by the client it was issued to",
+            )
         await self._client(client_id)
         if not form.get("refresh_token"):
             raise OAuthError(400, "invalid_request", "refresh_token is required")
@@ -425,38 +561,49 @@ class Broker:
         try:
             grant = await self.refresh.take(form["refresh_token"])
         except RefreshReused as exc:
-            log.warning("a rotated-away refresh token was presented for client %s; its sign-in "
-                        "was revoked", client_id[:80])
-            raise OAuthError(400, "invalid_grant", "this refresh token was already exchanged "
-                             "once; using it again revokes the sign-in (sign in again)") from exc
+            log.warning(
+                "a rotated-away refresh token was presented for client %s; its sign-in was revoked",
+                client_id[:80],
+            )
+            raise OAuthError(
+                400,
+                "invalid_grant",
+                "this refresh token was already exchanged "
+                "once; using it again revokes the sign-in (sign in again)",
+            ) from exc
         if grant is None:
             raise OAuthError(400, "invalid_grant", "unknown, expired or revoked refresh token")
         if not hmac.compare_digest(grant.client_id, client_id):
             await self.refresh.put_back(grant)
-            raise OAuthError(400, "invalid_grant", "the refresh token was issued to another "
-                             "client")
+            raise OAuthError(400, "invalid_grant", "the refresh token was issued to another client")
         upstream = {"grant_type": "refresh_token", "refresh_token": grant.provider_token}
         if form.get("scope"):
             upstream["scope"] = form["scope"]
         status, body = await self._provider_token(provider, upstream)
         if body is None or status >= 500:
             await self.refresh.put_back(grant)
-            raise OAuthError(502, "temporarily_unavailable", "the identity provider's token "
-                             "endpoint did not answer; the refresh token is still valid, try "
-                             "again")
+            raise OAuthError(
+                502,
+                "temporarily_unavailable",
+                "the identity provider's token "
+                "endpoint did not answer; the refresh token is still valid, try "
+                "again",
+            )
         if status != 200 or not isinstance(body, dict) or "access_token" not in body:
             raise await self._refused_refresh(grant, status, body)
         return await self.refresh.rotate(grant, body)
 
-    async def _refused_refresh(self, grant: RefreshGrant, status: int,
-                               body: object) -> OAuthError:
+    async def _refused_refresh(self, grant: RefreshGrant, status: int, body: object) -> OAuthError:
         """The provider's refusal, passed on. invalid_grant means its token is gone; anything
         else (a scope it will not grant, say) leaves it valid, and so the client's."""
         error = body.get("error") if isinstance(body, dict) else None
         if error != "invalid_grant":
             await self.refresh.put_back(grant)
         description = body.get("error_description") if isinstance(body, dict) else None
-        return OAuthError(status if 400 <= status < 500 else 502,
-                          error if isinstance(error, str) else "invalid_grant",
-                          description if isinstance(description, str)
-                          else "the identity provider refused the refresh")
+        return OAuthError(
+            status if 400 <= status < 500 else 502,
+            error if isinstance(error, str) else "invalid_grant",
+            description
+            if isinstance(description, str)
+            else "the identity provider refused the refresh",
+        )

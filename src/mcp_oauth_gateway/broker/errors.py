@@ -12,9 +12,16 @@ class OAuthError(Exception):
     goes back to the client as query parameters; otherwise it is answered in place: a page on
     the browser endpoints, JSON elsewhere."""
 
-    def __init__(self, status: int, error: str, description: str, *,
-                 redirect_href: str | None = None, state: str | None = None,
-                 headers: Headers | None = None):
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        description: str,
+        *,
+        redirect_href: str | None = None,
+        state: str | None = None,
+        headers: Headers | None = None,
+    ):
         super().__init__(description)
         self.status = status
         self.error = error
@@ -26,5 +33,6 @@ class OAuthError(Exception):
 
 def method_not_allowed(allowed: str) -> OAuthError:
     """405 naming the methods the endpoint answers."""
-    return OAuthError(405, "invalid_request", f"use {allowed}",
-                      headers=[(b"allow", allowed.encode())])
+    return OAuthError(
+        405, "invalid_request", f"use {allowed}", headers=[(b"allow", allowed.encode())]
+    )

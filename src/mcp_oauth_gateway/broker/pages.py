@@ -9,9 +9,11 @@ from ..asgi import Scope, Send, header, send_error
 from ..urls import origin_of
 from .clients import BrokerClient
 
-_STYLE = ("body{font-family:system-ui,sans-serif;max-width:30rem;margin:4rem auto;padding:0 1rem}"
-          "button{padding:.6rem 1.2rem;margin-right:.5rem;font-size:1rem}"
-          ".host{font-family:monospace;background:#eee;padding:0 .2rem}")
+_STYLE = (
+    "body{font-family:system-ui,sans-serif;max-width:30rem;margin:4rem auto;padding:0 1rem}"
+    "button{padding:.6rem 1.2rem;margin-right:.5rem;font-size:1rem}"
+    ".host{font-family:monospace;background:#eee;padding:0 .2rem}"
+)
 _SECURITY = [
     (b"content-type", b"text/html; charset=utf-8"),
     (b"cache-control", b"no-store"),
@@ -30,8 +32,13 @@ def shown(text: str, limit: int = 100) -> str:
     """Text from a client, fit for the consent page: escaped, without control, format (bidi
     overrides, zero-width) or private-use characters that could make one name look like
     another, and bounded in length."""
-    kept = " ".join("".join(" " if c.isspace() else c for c in text
-                            if c.isspace() or unicodedata.category(c) not in _HIDDEN).split())
+    kept = " ".join(
+        "".join(
+            " " if c.isspace() else c
+            for c in text
+            if c.isspace() or unicodedata.category(c) not in _HIDDEN
+        ).split()
+    )
     return escape(kept[:limit] + ("…" if len(kept) > limit else "")) or "(unnamed client)"
 
 
@@ -50,28 +57,43 @@ def _form_target(url: str | None) -> str | None:
 def _policy(provider_authorize: str | None, redirect_href: str | None) -> bytes:
     # form-action also governs where the form's redirect may go: the provider (allow) and the
     # client (deny), nowhere else.
-    targets = " ".join(o for o in ("'self'", _form_target(provider_authorize),
-                                   _form_target(redirect_href)) if o)
-    return (f"default-src 'none'; style-src 'unsafe-inline'; form-action {targets}; "
-            "frame-ancestors 'none'").encode()
+    targets = " ".join(
+        o for o in ("'self'", _form_target(provider_authorize), _form_target(redirect_href)) if o
+    )
+    return (
+        f"default-src 'none'; style-src 'unsafe-inline'; form-action {targets}; "
+        "frame-ancestors 'none'"
+    ).encode()
 
 
 def _html(title: str, content: str) -> bytes:
     # Both arguments are HTML already (anything from a client went through `shown`/`escape`).
-    return (f"<!doctype html><html><head><meta charset=utf-8><title>{title}</title>"
-            f"<style>{_STYLE}</style></head><body>{content}</body></html>").encode()
+    return (
+        f"<!doctype html><html><head><meta charset=utf-8><title>{title}</title>"
+        f"<style>{_STYLE}</style></head><body>{content}</body></html>"
+    ).encode()
 
 
-async def send_consent(send: Send, action: str, request_id: str, client: BrokerClient,
-                       redirect_href: str, scopes: list[str], cookie: str,
-                       provider_authorize: str | None) -> None:
+async def send_consent(
+    send: Send,
+    action: str,
+    request_id: str,
+    client: BrokerClient,
+    redirect_href: str,
+    scopes: list[str],
+    cookie: str,
+    provider_authorize: str | None,
+) -> None:
     """Ask the user whether this client may sign in through the gateway."""
     origin = origin_of(redirect_href)
     host = origin.partition("://")[2] if origin else redirect_href
     published = origin_of(client.client_id) if client.kind == "cimd" else None
-    where = (f"<p>Client metadata published at <span class=host>"
-             f"{escape(published.partition('://')[2])}</span>.</p>" if published else
-             "<p>This client registered itself with the gateway.</p>")
+    where = (
+        f"<p>Client metadata published at <span class=host>"
+        f"{escape(published.partition('://')[2])}</span>.</p>"
+        if published
+        else "<p>This client registered itself with the gateway.</p>"
+    )
     items = "".join(f"<li>{shown(s)}</li>" for s in scopes) or "<li>(no scopes)</li>"
     name = shown(client.name)
     body = _html(
@@ -83,28 +105,49 @@ async def send_consent(send: Send, action: str, request_id: str, client: BrokerC
         f'<input type="hidden" name="request" value="{escape(request_id)}"/>'
         '<button type="submit" name="decision" value="allow">Allow</button>'
         '<button type="submit" name="decision" value="deny">Deny</button>'
-        "</form><p><small>Only allow clients you started yourself.</small></p>")
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [*_SECURITY, (b"content-length", str(len(body)).encode()),
-                            (b"content-security-policy",
-                             _policy(provider_authorize, redirect_href)),
-                            (b"set-cookie", cookie.encode())]})
+        "</form><p><small>Only allow clients you started yourself.</small></p>",
+    )
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                *_SECURITY,
+                (b"content-length", str(len(body)).encode()),
+                (b"content-security-policy", _policy(provider_authorize, redirect_href)),
+                (b"set-cookie", cookie.encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
-async def send_error_page(scope: Scope, send: Send, status: int, error: str,
-                          description: str) -> None:
+async def send_error_page(
+    scope: Scope, send: Send, status: int, error: str, description: str
+) -> None:
     """An OAuth error answered in place: an HTML page for browsers, JSON for programs."""
     accept = header(scope, b"accept") or b""
     if b"text/html" not in accept:
         await send_error(send, status, error, description)
         return
-    body = _html("Sign-in failed", f"<h1>Sign-in failed</h1><p><b>{escape(error)}</b>: "
-                 f"{escape(description)}</p><p>Start the sign-in again from your MCP client."
-                 "</p>")
-    await send({"type": "http.response.start", "status": status,
-                "headers": [*_SECURITY, (b"content-length", str(len(body)).encode()),
-                            (b"content-security-policy",
-                             b"default-src 'none'; style-src 'unsafe-inline'; "
-                             b"frame-ancestors 'none'")]})
+    body = _html(
+        "Sign-in failed",
+        f"<h1>Sign-in failed</h1><p><b>{escape(error)}</b>: "
+        f"{escape(description)}</p><p>Start the sign-in again from your MCP client."
+        "</p>",
+    )
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                *_SECURITY,
+                (b"content-length", str(len(body)).encode()),
+                (
+                    b"content-security-policy",
+                    b"default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'",
+                ),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

@@ -36,8 +36,12 @@ class RefreshGrant:
 
     def as_record(self) -> dict[str, Any]:
         """The stored form."""
-        return {"client_id": self.client_id, "provider": self.provider_token,
-                "family": self.family, "expires_at": self.expires_at}
+        return {
+            "client_id": self.client_id,
+            "provider": self.provider_token,
+            "family": self.family,
+            "expires_at": self.expires_at,
+        }
 
 
 class RefreshReused(Exception):
@@ -63,16 +67,22 @@ class RefreshTokens:
     def __init__(self, store: BrokerStore):
         self.store = store
 
-    async def issue(self, client_id: str, tokens: dict[str, Any],
-                    family: str | None = None) -> dict[str, Any]:
+    async def issue(
+        self, client_id: str, tokens: dict[str, Any], family: str | None = None
+    ) -> dict[str, Any]:
         """`tokens` with the provider's refresh token replaced by a new gateway token."""
         provider_token = tokens.get("refresh_token")
         if not isinstance(provider_token, str) or not provider_token:
             return tokens
         token = secrets.token_urlsafe(32)
         ttl = lifetime(tokens)
-        grant = RefreshGrant(digest(token), client_id, provider_token,
-                             family or secrets.token_urlsafe(16), time.time() + ttl)
+        grant = RefreshGrant(
+            digest(token),
+            client_id,
+            provider_token,
+            family or secrets.token_urlsafe(16),
+            time.time() + ttl,
+        )
         await self.store.put("refresh", grant.digest, grant.as_record(), ttl)
         await self.store.put("refresh-family", grant.family, {"current": grant.digest}, ttl)
         return {**tokens, "refresh_token": token}
@@ -83,8 +93,13 @@ class RefreshTokens:
         key = digest(token)
         record = await self.store.take("refresh", key)
         if record is not None:
-            return RefreshGrant(key, record["client_id"], record["provider"], record["family"],
-                                float(record["expires_at"]))
+            return RefreshGrant(
+                key,
+                record["client_id"],
+                record["provider"],
+                record["family"],
+                float(record["expires_at"]),
+            )
         rotated = await self.store.take("refresh-rotated", key)
         if rotated is not None:
             await self.revoke_family(rotated["family"])

@@ -18,9 +18,12 @@ def single_params(text: str) -> dict[str, str]:
         seen: set[str] = set()
         for name, _ in pairs:
             if name in seen:
-                raise OAuthError(400, "invalid_request",
-                                 f"the parameter {name[:40]!r} appears more than once; send "
-                                 "each parameter once (RFC 6749 §3.1)")
+                raise OAuthError(
+                    400,
+                    "invalid_request",
+                    f"the parameter {name[:40]!r} appears more than once; send "
+                    "each parameter once (RFC 6749 §3.1)",
+                )
             seen.add(name)
     return params
 

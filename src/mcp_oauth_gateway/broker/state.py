@@ -95,8 +95,7 @@ class BrokerState:
         return _read(await self.store.take("code", code), _code)
 
 
-def _read(record: dict[str, Any] | None,
-          build: Callable[[dict[str, Any]], T]) -> T | None:
+def _read(record: dict[str, Any] | None, build: Callable[[dict[str, Any]], T]) -> T | None:
     if record is None:
         return None
     try:

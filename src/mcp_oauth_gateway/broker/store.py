@@ -90,8 +90,10 @@ class RedisStore:
             await self._client.set(key, secrets.token_bytes(32), nx=True)
             stored = await self._client.get(key)
             if not isinstance(stored, bytes):
-                raise RuntimeError(f"Redis key {key} holds no secret (was it deleted, or is the "
-                                   "client decoding responses?)")
+                raise RuntimeError(
+                    f"Redis key {key} holds no secret (was it deleted, or is the "
+                    "client decoding responses?)"
+                )
             self._secret = stored
         return self._secret
 

@@ -5,5 +5,11 @@ from .control import ControlPlane
 from .deployment import Deployment
 from .snapshot import Snapshot
 
-__all__ = ["BuildResult", "ControlPlane", "Deployment", "Snapshot", "build_from_objects",
-           "build_snapshot"]
+__all__ = [
+    "BuildResult",
+    "ControlPlane",
+    "Deployment",
+    "Snapshot",
+    "build_from_objects",
+    "build_snapshot",
+]

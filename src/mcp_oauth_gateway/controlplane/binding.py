@@ -33,8 +33,10 @@ class ParentBinding:
         if self.problem is not None or self.listeners:
             return self.problem
         section = "" if self.ref.section_name is None else f" {self.ref.section_name!r}"
-        return (f"spec.parentRefs[{self.index}].port: Gateway {self.gateway} has no listener"
-                f"{section} on port {self.ref.port}")
+        return (
+            f"spec.parentRefs[{self.index}].port: Gateway {self.gateway} has no listener"
+            f"{section} on port {self.ref.port}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,45 +56,63 @@ class RouteBinding:
         return frozenset(listener.port for parent in self.parents for listener in parent.listeners)
 
 
-def bind_parent(route: HTTPRoute, index: int, gateways: Mapping[str, Entry[Gateway]]
-                ) -> ParentBinding:
+def bind_parent(
+    route: HTTPRoute, index: int, gateways: Mapping[str, Entry[Gateway]]
+) -> ParentBinding:
     """Resolve one parentRef to its Gateway and the listeners matching its sectionName and port."""
     ref = route.spec.parent_refs[index]
     key = f"{ref.namespace or route.metadata.namespace}/{ref.name}"
     entry = gateways.get(key)
     if entry is None:
-        return ParentBinding(index, ref, key, problem=f"spec.parentRefs[{index}]: "
-                                                      f"Gateway {key} not found")
+        return ParentBinding(
+            index, ref, key, problem=f"spec.parentRefs[{index}]: Gateway {key} not found"
+        )
     listeners = entry.resource.spec.listeners
     names = {listener.name for listener in listeners}
     if ref.section_name is not None and ref.section_name not in names:
-        return ParentBinding(index, ref, key, problem=(
-            f"spec.parentRefs[{index}].sectionName: Gateway {key} has no listener "
-            f"{ref.section_name!r} (listeners: {sorted(names)})"))
+        return ParentBinding(
+            index,
+            ref,
+            key,
+            problem=(
+                f"spec.parentRefs[{index}].sectionName: Gateway {key} has no listener "
+                f"{ref.section_name!r} (listeners: {sorted(names)})"
+            ),
+        )
     matching = tuple(
-        listener for listener in listeners
+        listener
+        for listener in listeners
         if (ref.section_name is None or listener.name == ref.section_name)
         and (ref.port is None or listener.port == ref.port)
     )
     return ParentBinding(index, ref, key, matching)
 
 
-def bind_routes(routes: Mapping[str, Entry[HTTPRoute]], gateways: Mapping[str, Entry[Gateway]]
-                ) -> dict[str, RouteBinding]:
+def bind_routes(
+    routes: Mapping[str, Entry[HTTPRoute]], gateways: Mapping[str, Entry[Gateway]]
+) -> dict[str, RouteBinding]:
     """Bind every route to the Gateways and listeners its parentRefs name."""
     return {
-        key: RouteBinding(tuple(bind_parent(entry.resource, i, gateways)
-                                for i in range(len(entry.resource.spec.parent_refs))))
+        key: RouteBinding(
+            tuple(
+                bind_parent(entry.resource, i, gateways)
+                for i in range(len(entry.resource.spec.parent_refs))
+            )
+        )
         for key, entry in routes.items()
     }
 
 
-def binding_errors(routes: Mapping[str, Entry[HTTPRoute]], bindings: Mapping[str, RouteBinding]
-                   ) -> list[str]:
+def binding_errors(
+    routes: Mapping[str, Entry[HTTPRoute]], bindings: Mapping[str, RouteBinding]
+) -> list[str]:
     """The load errors of parentRefs that name no existing Gateway or listener."""
-    return [f"{routes[key].prefix}: {parent.problem}"
-            for key, binding in bindings.items()
-            for parent in binding.parents if parent.problem is not None]
+    return [
+        f"{routes[key].prefix}: {parent.problem}"
+        for key, binding in bindings.items()
+        for parent in binding.parents
+        if parent.problem is not None
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +124,12 @@ class Attachment:
     conflicts: Mapping[str, tuple[str, ...]]
 
 
-def _claim(policy: GatewayPolicy, valid: bool, bindings: Mapping[str, RouteBinding],
-           governing: dict[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _claim(
+    policy: GatewayPolicy,
+    valid: bool,
+    bindings: Mapping[str, RouteBinding],
+    governing: dict[str, str],
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Claim the policy's target routes in `governing`; return its missing and conflicting ones."""
     key = policy.metadata.key
     missing: list[str] = []
@@ -118,8 +142,9 @@ def _claim(policy: GatewayPolicy, valid: bool, bindings: Mapping[str, RouteBindi
         elif not binding.has_gateway:
             missing.append(f"HTTPRoute {route} is not attached to any Gateway")
         elif route in governing and governing[route] != key:
-            conflicts.append(f"HTTPRoute {route} is already governed by GatewayPolicy "
-                             f"{governing[route]}")
+            conflicts.append(
+                f"HTTPRoute {route} is already governed by GatewayPolicy {governing[route]}"
+            )
         elif valid:
             governing[route] = key
         else:
@@ -128,13 +153,17 @@ def _claim(policy: GatewayPolicy, valid: bool, bindings: Mapping[str, RouteBindi
     return tuple(missing), tuple(conflicts)
 
 
-def attach_policies(policies: Mapping[str, Entry[GatewayPolicy]], valid: Set[str],
-                    bindings: Mapping[str, RouteBinding]) -> Attachment:
+def attach_policies(
+    policies: Mapping[str, Entry[GatewayPolicy]],
+    valid: Set[str],
+    bindings: Mapping[str, RouteBinding],
+) -> Attachment:
     """Attach policies to routes: the first by namespace/name wins, later ones conflict."""
     governing: dict[str, str] = {}
     missing: dict[str, tuple[str, ...]] = {}
     conflicts: dict[str, tuple[str, ...]] = {}
     for key in sorted(policies):
-        missing[key], conflicts[key] = _claim(policies[key].resource, key in valid, bindings,
-                                              governing)
+        missing[key], conflicts[key] = _claim(
+            policies[key].resource, key in valid, bindings, governing
+        )
     return Attachment(governing, missing, conflicts)

@@ -32,32 +32,39 @@ class BuildResult:
     statuses: MappingProxyType[ObjectKey, status.ObjectStatus]
 
 
-def policy_reports(policies: Mapping[str, Entry[GatewayPolicy]],
-                   results: Mapping[str, PolicyResult],
-                   conditions: Mapping[str, tuple[status.Condition, ...]]
-                   ) -> tuple[PolicyReport, ...]:
+def policy_reports(
+    policies: Mapping[str, Entry[GatewayPolicy]],
+    results: Mapping[str, PolicyResult],
+    conditions: Mapping[str, tuple[status.Condition, ...]],
+) -> tuple[PolicyReport, ...]:
     """Each policy's conditions and the keyset and discovery URLs it depends on."""
     reports = []
     for key in sorted(policies):
         entry, compiled = policies[key], results[key].compiled
         provider = compiled.provider
         keyset_urls = (provider.keyset.url,) if provider else ()
-        discovery = ((provider.discovery_url,)
-                     if provider and compiled.mcp and compiled.mcp.provider else ())
-        reports.append(PolicyReport(key, entry.source or "", entry.generation, conditions[key],
-                                    keyset_urls, discovery))
+        discovery = (
+            (provider.discovery_url,) if provider and compiled.mcp and compiled.mcp.provider else ()
+        )
+        reports.append(
+            PolicyReport(
+                key, entry.source or "", entry.generation, conditions[key], keyset_urls, discovery
+            )
+        )
     return tuple(reports)
 
 
-def build_from_objects(objects: Iterable[ResourceObject], *, at: str,
-                       deployment: Deployment | None = None) -> BuildResult:
+def build_from_objects(
+    objects: Iterable[ResourceObject], *, at: str, deployment: Deployment | None = None
+) -> BuildResult:
     """Compile resource objects (`at`: the conditions' transition time) into snapshot + status,
     for the given deployment (one process unless told otherwise)."""
     index = index_objects(objects)
     bindings = bind_routes(index.routes, index.gateways)
     results = compile_policies(index.policies, index.services, deployment or Deployment())
     attachment = attach_policies(
-        index.policies, {key for key, result in results.items() if result.valid}, bindings)
+        index.policies, {key for key, result in results.items() if result.valid}, bindings
+    )
     resolved = resolve_backends(index.routes, index.backends)
     governed = {route: results[key].compiled for route, key in attachment.governing.items()}
     compiled = compile_routes(index.routes, resolved, governed)

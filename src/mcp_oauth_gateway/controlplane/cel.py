@@ -13,8 +13,9 @@ from cel_expr_python import cel
 
 _MAP = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
 # The strings extension gives `join`, `split`, `lowerAscii`… (e.g. `jwt.groups.join(",")`).
-_CONFIG = cel.NewEnvConfigFromYaml("name: mcp-oauth-gateway\nextensions:\n"
-                                   "  - name: strings\n    version: latest\n")
+_CONFIG = cel.NewEnvConfigFromYaml(
+    "name: mcp-oauth-gateway\nextensions:\n  - name: strings\n    version: latest\n"
+)
 _ENV = cel.NewEnv(config=_CONFIG, variables={"jwt": _MAP, "request": _MAP})
 # Tool-level rules also see the MCP item being listed or called.
 _MCP_ENV = cel.NewEnv(config=_CONFIG, variables={"jwt": _MAP, "request": _MAP, "mcp": _MAP})
@@ -53,8 +54,12 @@ def compile_expression(source: str, mcp: bool = False) -> CompiledExpression:
         text = str(exc).removeprefix("INVALID_ARGUMENT: ").replace(" [INVALID_ARGUMENT]", "")
         raise CelCompileError(text.strip()) from exc
     # A textual check is conservative: at worst the request map is built when not needed.
-    return CompiledExpression(source=source, program=program, uses_request="request" in source,
-                              claims=referenced_claims(source))
+    return CompiledExpression(
+        source=source,
+        program=program,
+        uses_request="request" in source,
+        claims=referenced_claims(source),
+    )
 
 
 def value_of(expression: CompiledExpression, activation: dict[str, object]) -> object:

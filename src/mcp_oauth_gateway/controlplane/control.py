@@ -49,8 +49,10 @@ class ControlPlane:
 
     async def stop(self) -> None:
         """Stop fetchers and close the session."""
-        await asyncio.gather(*(h.stop() for h in self.keysets.values()),
-                             *(d.stop() for d in self.discoveries.values()))
+        await asyncio.gather(
+            *(h.stop() for h in self.keysets.values()),
+            *(d.stop() for d in self.discoveries.values()),
+        )
         if self.session is not None:
             await self.session.close()
             self.session = None
@@ -69,8 +71,11 @@ class ControlPlane:
     def _sync(self) -> list[Keyholder]:
         for url, source in self.snapshot.keysets.items():
             if url not in self.keysets:
-                holder: Keyholder = (InlineKeyset(source.inline) if source.inline is not None
-                                     else RemoteKeyset(url, source.refresh))
+                holder: Keyholder = (
+                    InlineKeyset(source.inline)
+                    if source.inline is not None
+                    else RemoteKeyset(url, source.refresh)
+                )
                 self.keysets[url] = holder
                 if self.session is not None:
                     holder.start(self.session)
@@ -99,9 +104,19 @@ class ControlPlane:
                 why = holder.last_error if holder and holder.last_error else "not yet fetched"
                 unavailable.append(f"keyset {url} is not available: {why}")
             elif isinstance(holder, RemoteKeyset) and holder.failing_since is not None:
-                stale.append(status.stale_message(url, holder.last_error or "unknown error",
-                                                  holder.failing_since, holder.keys_fetched_at,
-                                                  holder.next_attempt_at, now))
-        conditions.append(status.resolved_refs(unavailable, report.generation,
-                                               report.conditions[0].last_transition_time, stale))
+                stale.append(
+                    status.stale_message(
+                        url,
+                        holder.last_error or "unknown error",
+                        holder.failing_since,
+                        holder.keys_fetched_at,
+                        holder.next_attempt_at,
+                        now,
+                    )
+                )
+        conditions.append(
+            status.resolved_refs(
+                unavailable, report.generation, report.conditions[0].last_transition_time, stale
+            )
+        )
         return conditions

@@ -105,16 +105,22 @@ class RemoteKeyset:
             if self.keyset is None:
                 log.warning("keyset %s is not yet available: %s", self.url, exc)
             else:
-                log.warning("JWKS refresh from %s failed, keeping the last good keyset: %s",
-                            self.url, exc)
+                log.warning(
+                    "JWKS refresh from %s failed, keeping the last good keyset: %s", self.url, exc
+                )
             raise FetchError(str(exc)) from exc
         first = self.keyset is None
         self.keyset, self._last_content = keyset, document
         self._succeeded()
         for reason in keyset.skipped:
             log.warning("JWKS %s: skipped %s", self.url, reason)
-        log.info("JWKS %s %s: %d key(s) %s", self.url, "fetched" if first else "changed",
-                 len(keyset.by_kid), sorted(str(k) for k in keyset.by_kid))
+        log.info(
+            "JWKS %s %s: %d key(s) %s",
+            self.url,
+            "fetched" if first else "changed",
+            len(keyset.by_kid),
+            sorted(str(k) for k in keyset.by_kid),
+        )
 
     def _succeeded(self) -> None:
         self.last_error = None

@@ -77,8 +77,10 @@ def parse_jwks(document: object, version: int) -> Keyset:
             continue
         algorithms = _algorithms_for(jwk)
         if not algorithms:
-            skipped.append(f"{label}: kty={jwk.get('kty')!r} alg={jwk.get('alg')!r} cannot verify "
-                           f"any allowed algorithm")
+            skipped.append(
+                f"{label}: kty={jwk.get('kty')!r} alg={jwk.get('alg')!r} cannot verify "
+                f"any allowed algorithm"
+            )
             continue
         if "d" in jwk:
             skipped.append(f"{label}: holds private key material; a JWKS must be public")

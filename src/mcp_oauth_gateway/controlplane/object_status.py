@@ -15,9 +15,12 @@ from .routes import MissingBackend, RuleKey, missing_backends
 from .snapshot import CompiledTarget, service_address
 
 
-def policy_conditions(policies: Mapping[str, Entry[GatewayPolicy]],
-                      results: Mapping[str, PolicyResult], attachment: Attachment, at: str
-                      ) -> dict[str, tuple[status.Condition, ...]]:
+def policy_conditions(
+    policies: Mapping[str, Entry[GatewayPolicy]],
+    results: Mapping[str, PolicyResult],
+    attachment: Attachment,
+    at: str,
+) -> dict[str, tuple[status.Condition, ...]]:
     """Each policy's `Accepted` and `Attached` (DESIGN §3)."""
     out: dict[str, tuple[status.Condition, ...]] = {}
     for key in sorted(policies):
@@ -25,8 +28,13 @@ def policy_conditions(policies: Mapping[str, Entry[GatewayPolicy]],
         problems = list(results[key].problems)
         out[key] = (
             status.accepted(problems, generation, at),
-            status.attached(not problems, list(attachment.missing[key]),
-                            list(attachment.conflicts[key]), generation, at),
+            status.attached(
+                not problems,
+                list(attachment.missing[key]),
+                list(attachment.conflicts[key]),
+                generation,
+                at,
+            ),
         )
     return out
 
@@ -36,31 +44,41 @@ def attached_routes(bindings: Mapping[str, RouteBinding]) -> Counter[tuple[str, 
     return Counter(
         pair
         for binding in bindings.values()
-        for pair in {(parent.gateway, listener.name)
-                     for parent in binding.parents for listener in parent.listeners}
+        for pair in {
+            (parent.gateway, listener.name)
+            for parent in binding.parents
+            for listener in parent.listeners
+        }
     )
 
 
-def gateway_status(entry: Entry[Gateway], attached: Counter[tuple[str, str]], at: str
-                   ) -> status.ObjectStatus:
+def gateway_status(
+    entry: Entry[Gateway], attached: Counter[tuple[str, str]], at: str
+) -> status.ObjectStatus:
     """`Accepted`, and each listener's `Accepted` and number of attached routes."""
     generation = entry.generation
     listeners = tuple(
-        status.ListenerStatus(listener.name, attached[entry.key, listener.name],
-                              (status.listener_accepted(generation, at),))
+        status.ListenerStatus(
+            listener.name,
+            attached[entry.key, listener.name],
+            (status.listener_accepted(generation, at),),
+        )
         for listener in entry.resource.spec.listeners
     )
     return status.ObjectStatus((status.gateway_accepted(generation, at),), listeners=listeners)
 
 
-def route_status(entry: Entry[HTTPRoute], binding: RouteBinding,
-                 missing: list[MissingBackend], at: str) -> status.ObjectStatus:
+def route_status(
+    entry: Entry[HTTPRoute], binding: RouteBinding, missing: list[MissingBackend], at: str
+) -> status.ObjectStatus:
     """Per parentRef: `Accepted` by that parent, and `ResolvedRefs` for the route's backends."""
     generation = entry.generation
     resolved = status.route_resolved_refs([m.problem for m in missing], generation, at)
     parents = tuple(
-        status.ParentStatus(parent.ref, (
-            status.route_accepted(parent.refusal, parent.gateway, generation, at), resolved))
+        status.ParentStatus(
+            parent.ref,
+            (status.route_accepted(parent.refusal, parent.gateway, generation, at), resolved),
+        )
         for parent in binding.parents
     )
     return status.ObjectStatus(parents=parents)
@@ -76,14 +94,22 @@ def backend_status(entry: Entry[GatewayBackend], at: str) -> status.ObjectStatus
 def service_status(entry: Entry[Service], at: str) -> status.ObjectStatus:
     """`Accepted` when standalone mode can resolve the Service's address."""
     service = entry.resource
-    return status.ObjectStatus((status.service_accepted(
-        service.spec.type, service_address(service), entry.generation, at),))
+    return status.ObjectStatus(
+        (
+            status.service_accepted(
+                service.spec.type, service_address(service), entry.generation, at
+            ),
+        )
+    )
 
 
-def derive_statuses(index: ObjectIndex, bindings: Mapping[str, RouteBinding],
-                    resolved: Mapping[RuleKey, CompiledTarget | MissingBackend],
-                    policies: Mapping[str, tuple[status.Condition, ...]], at: str
-                    ) -> MappingProxyType[ObjectKey, status.ObjectStatus]:
+def derive_statuses(
+    index: ObjectIndex,
+    bindings: Mapping[str, RouteBinding],
+    resolved: Mapping[RuleKey, CompiledTarget | MissingBackend],
+    policies: Mapping[str, tuple[status.Condition, ...]],
+    at: str,
+) -> MappingProxyType[ObjectKey, status.ObjectStatus]:
     """The status of every input object, keyed by (kind, namespace, name)."""
     out: dict[ObjectKey, status.ObjectStatus] = {}
     attached = attached_routes(bindings)
@@ -91,8 +117,9 @@ def derive_statuses(index: ObjectIndex, bindings: Mapping[str, RouteBinding],
         out[object_key(gateway.resource)] = gateway_status(gateway, attached, at)
     missing = missing_backends(resolved)
     for key, route in index.routes.items():
-        out[object_key(route.resource)] = route_status(route, bindings[key],
-                                                       missing.get(key, []), at)
+        out[object_key(route.resource)] = route_status(
+            route, bindings[key], missing.get(key, []), at
+        )
     for backend in index.backends.values():
         out[object_key(backend.resource)] = backend_status(backend, at)
     for service in index.services.values():

@@ -99,5 +99,6 @@ def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
             services[key] = Entry(resource, source)
         else:
             policies[key] = Entry(resource, source)
-    return ObjectIndex(_sorted(gateways), _sorted(routes), _sorted(backends), _sorted(services),
-                       _sorted(policies))
+    return ObjectIndex(
+        _sorted(gateways), _sorted(routes), _sorted(backends), _sorted(services), _sorted(policies)
+    )

@@ -61,28 +61,41 @@ class PolicyResult:
         return not self.problems
 
 
-def _service_base(ref: ServiceBackendRef, namespace: str, services: Mapping[str, Service],
-                  path: str, problems: list[str]) -> str | None:
+def _service_base(
+    ref: ServiceBackendRef,
+    namespace: str,
+    services: Mapping[str, Service],
+    path: str,
+    problems: list[str],
+) -> str | None:
     """`http://host:port` of the Service a JWKS backendRef names, or None (with a problem)."""
     key = f"{ref.namespace or namespace}/{ref.name}"
     service = services.get(key)
     if service is None:
-        problems.append(f"{path}.jwks.remote.backendRef: Service {key} not found "
-                        f"(define a Service of type ExternalName named {ref.name})")
+        problems.append(
+            f"{path}.jwks.remote.backendRef: Service {key} not found "
+            f"(define a Service of type ExternalName named {ref.name})"
+        )
         return None
     host = service_address(service)
     if host is None:
         problems.append(
             f"{path}.jwks.remote.backendRef: Service {key} has type {service.spec.type}; "
             f"standalone mode resolves only type ExternalName (set spec.externalName to the "
-            f"provider's host)")
+            f"provider's host)"
+        )
         return None
     return f"http://{host}:{ref.port}"
 
 
-def _remote_keyset(remote: RemoteJwks, issuer_base: str, namespace: str,
-                   services: Mapping[str, Service], path: str, problems: list[str]
-                   ) -> tuple[KeysetSource, str] | None:
+def _remote_keyset(
+    remote: RemoteJwks,
+    issuer_base: str,
+    namespace: str,
+    services: Mapping[str, Service],
+    path: str,
+    problems: list[str],
+) -> tuple[KeysetSource, str] | None:
     """Where a remote keyset is fetched, and the base its discovery document is fetched from."""
     refresh = parse_duration(remote.cache_duration)
     if remote.url is not None:
@@ -95,9 +108,13 @@ def _remote_keyset(remote: RemoteJwks, issuer_base: str, namespace: str,
     return KeysetSource(url=base + remote.jwks_path, refresh=refresh), base
 
 
-def compile_provider(policy: GatewayPolicy, index: int, spec: JwtProvider,
-                     services: Mapping[str, Service], problems: list[str]
-                     ) -> CompiledProvider | None:
+def compile_provider(
+    policy: GatewayPolicy,
+    index: int,
+    spec: JwtProvider,
+    services: Mapping[str, Service],
+    problems: list[str],
+) -> CompiledProvider | None:
     """Compile one JWT provider: its issuer, audiences, keyset source and discovery URL."""
     path = f"{PROVIDERS_PATH}[{index}]"
     issuer = urlsplit(spec.issuer)
@@ -108,18 +125,27 @@ def compile_provider(policy: GatewayPolicy, index: int, spec: JwtProvider,
         except (ValueError, orjson.JSONDecodeError) as exc:
             problems.append(f"{path}.jwks.inline: {exc}")
             return None
-        source = KeysetSource(url=f"inline:{policy.metadata.key}:{index}", refresh=0,
-                              inline=keyset)
+        source = KeysetSource(url=f"inline:{policy.metadata.key}:{index}", refresh=0, inline=keyset)
         resolved = source, f"{issuer.scheme}://{issuer.netloc}"
     else:
         assert spec.jwks.remote is not None  # the model guarantees exactly one source
-        resolved = _remote_keyset(spec.jwks.remote, f"{issuer.scheme}://{issuer.netloc}",
-                                  policy.metadata.namespace, services, path, problems)
+        resolved = _remote_keyset(
+            spec.jwks.remote,
+            f"{issuer.scheme}://{issuer.netloc}",
+            policy.metadata.namespace,
+            services,
+            path,
+            problems,
+        )
     if resolved is None:
         return None
     audiences = frozenset(spec.audiences) if spec.audiences else None
-    return CompiledProvider(issuer=spec.issuer, audiences=audiences, keyset=resolved[0],
-                            discovery_url=discovery_url_for(resolved[1], spec.issuer))
+    return CompiledProvider(
+        issuer=spec.issuer,
+        audiences=audiences,
+        keyset=resolved[0],
+        discovery_url=discovery_url_for(resolved[1], spec.issuer),
+    )
 
 
 def _provider_kind(value: str | None) -> Literal["ProviderB", "Keycloak"] | None:
@@ -131,24 +157,28 @@ def _provider_kind(value: str | None) -> Literal["ProviderB", "Keycloak"] | None
     return None
 
 
-def _provider_b_problems(spec: McpAuthentication, provider: JwtProvider, problems: list[str]
-                         ) -> None:
+def _provider_b_problems(
+    spec: McpAuthentication, provider: JwtProvider, problems: list[str]
+) -> None:
     """Provider B needs the pre-registered client, as audience, and a `/`-terminated issuer."""
     if not spec.client_id:
-        problems.append(f"{MCP_PATH}.clientId is required when provider is ProviderB (the "
-                        f"pre-registered public client returned to MCP clients)")
+        problems.append(
+            f"{MCP_PATH}.clientId is required when provider is ProviderB (the "
+            f"pre-registered public client returned to MCP clients)"
+        )
     elif provider.audiences and spec.client_id not in provider.audiences:
         problems.append(
             f"{PROVIDERS_PATH}[0].audiences must contain "
-            f"mcp.clientId {spec.client_id!r}: provider B sets aud to the client id")
+            f"mcp.clientId {spec.client_id!r}: provider B sets aud to the client id"
+        )
     if not provider.issuer.endswith("/"):
         problems.append(
             f"{PROVIDERS_PATH}[0].issuer {provider.issuer!r} "
-            f"must end with '/': provider B issuers are <url>/application/o/<slug>/")
+            f"must end with '/': provider B issuers are <url>/application/o/<slug>/"
+        )
 
 
-def _broker_problems(spec: McpAuthentication, problems: list[str],
-                     deployment: Deployment) -> None:
+def _broker_problems(spec: McpAuthentication, problems: list[str], deployment: Deployment) -> None:
     """Broker mode needs a provider, a client, and state every process sees; `broker`
     settings need Broker mode."""
     if spec.authorization_server_mode == "Broker":
@@ -157,19 +187,25 @@ def _broker_problems(spec: McpAuthentication, problems: list[str],
             problems.append(
                 f"{MCP_PATH}.broker.redisUrl is required when Broker mode is served by "
                 f"{deployment.processes} processes (they share no memory: a sign-in started on "
-                f"one must finish on another); set it, or {deployment.default_redis_hint}")
+                f"one must finish on another); set it, or {deployment.default_redis_hint}"
+            )
         if spec.provider is None:
-            problems.append(f"{MCP_PATH}.provider is required when authorizationServerMode is "
-                            "Broker (the gateway signs users in at that provider)")
+            problems.append(
+                f"{MCP_PATH}.provider is required when authorizationServerMode is "
+                "Broker (the gateway signs users in at that provider)"
+            )
         if not spec.client_id:
-            problems.append(f"{MCP_PATH}.clientId is required when authorizationServerMode is "
-                            "Broker (the public client the gateway uses at the provider)")
+            problems.append(
+                f"{MCP_PATH}.clientId is required when authorizationServerMode is "
+                "Broker (the public client the gateway uses at the provider)"
+            )
     elif spec.broker is not None:
         problems.append(f"{MCP_PATH}.broker is only used when authorizationServerMode is Broker")
 
 
-def compile_mcp(spec: McpAuthentication, provider: JwtProvider, problems: list[str],
-                deployment: Deployment) -> CompiledMcp:
+def compile_mcp(
+    spec: McpAuthentication, provider: JwtProvider, problems: list[str], deployment: Deployment
+) -> CompiledMcp:
     """Compile the MCP OAuth settings: metadata paths and values served by the gateway."""
     if spec.provider == "ProviderB":
         _provider_b_problems(spec, provider, problems)
@@ -201,8 +237,9 @@ def compile_mcp(spec: McpAuthentication, provider: JwtProvider, problems: list[s
     )
 
 
-def compile_authorization(spec: Authorization | None, path: str, problems: list[str],
-                          mcp: bool = False) -> CompiledAuthorization | None:
+def compile_authorization(
+    spec: Authorization | None, path: str, problems: list[str], mcp: bool = False
+) -> CompiledAuthorization | None:
     """Compile an `Authorization` block, adding one problem per expression that does not."""
     if spec is None:
         return None
@@ -215,8 +252,9 @@ def compile_authorization(spec: Authorization | None, path: str, problems: list[
     return CompiledAuthorization(spec.action, tuple(expressions))
 
 
-def compile_transformation(spec: Transformation | None, has_jwt: bool, problems: list[str]
-                           ) -> CompiledTransformation | None:
+def compile_transformation(
+    spec: Transformation | None, has_jwt: bool, problems: list[str]
+) -> CompiledTransformation | None:
     """Compile the request header rewrites (CEL values, header names as lowercase bytes)."""
     if spec is None:
         return None
@@ -225,13 +263,16 @@ def compile_transformation(spec: Transformation | None, has_jwt: bool, problems:
         try:
             compiled.append((header.name.lower().encode(), compile_expression(header.value)))
         except CelCompileError as exc:
-            problems.append(f"spec.traffic.transformation.request.set[{i}].value: "
-                            f"invalid CEL: {exc}")
+            problems.append(
+                f"spec.traffic.transformation.request.set[{i}].value: invalid CEL: {exc}"
+            )
     if not has_jwt and any("jwt" in expression.source for _, expression in compiled):
-        problems.append("spec.traffic.transformation uses jwt but the policy has no "
-                        "jwtAuthentication")
-    return CompiledTransformation(tuple(compiled),
-                                  frozenset(n.lower().encode() for n in spec.request.remove))
+        problems.append(
+            "spec.traffic.transformation uses jwt but the policy has no jwtAuthentication"
+        )
+    return CompiledTransformation(
+        tuple(compiled), frozenset(n.lower().encode() for n in spec.request.remove)
+    )
 
 
 def compile_rate_limit(spec: RateLimit | None, problems: list[str]) -> CompiledRateLimit | None:
@@ -239,20 +280,28 @@ def compile_rate_limit(spec: RateLimit | None, problems: list[str]) -> CompiledR
     if spec is None:
         return None
     try:
-        return CompiledRateLimit(compile_expression(spec.key), spec.requests,
-                                 spec.requests / parse_duration(spec.window), spec.redis_url)
+        return CompiledRateLimit(
+            compile_expression(spec.key),
+            spec.requests,
+            spec.requests / parse_duration(spec.window),
+            spec.redis_url,
+        )
     except CelCompileError as exc:
         problems.append(f"spec.traffic.rateLimit.key: invalid CEL: {exc}")
         return None
 
 
-def compile_authentication(policy: GatewayPolicy, jwt_spec: JwtAuthentication,
-                           services: Mapping[str, Service], problems: list[str],
-                           deployment: Deployment
-                           ) -> tuple[CompiledProvider | None, CompiledMcp | None]:
+def compile_authentication(
+    policy: GatewayPolicy,
+    jwt_spec: JwtAuthentication,
+    services: Mapping[str, Service],
+    problems: list[str],
+    deployment: Deployment,
+) -> tuple[CompiledProvider | None, CompiledMcp | None]:
     """Compile the JWT provider(s) and the MCP settings of a policy."""
-    providers = [compile_provider(policy, i, p, services, problems)
-                 for i, p in enumerate(jwt_spec.providers)]
+    providers = [
+        compile_provider(policy, i, p, services, problems) for i, p in enumerate(jwt_spec.providers)
+    ]
     if len(jwt_spec.providers) > 1:
         # One issuer per route keeps the 401 challenge and the metadata unambiguous.
         problems.append(f"{PROVIDERS_PATH}: exactly one provider is supported per policy")
@@ -262,52 +311,74 @@ def compile_authentication(policy: GatewayPolicy, jwt_spec: JwtAuthentication,
     return providers[0], mcp
 
 
-def compile_policy(policy: GatewayPolicy, services: Mapping[str, Service],
-                   deployment: Deployment | None = None) -> PolicyResult:
+def compile_policy(
+    policy: GatewayPolicy, services: Mapping[str, Service], deployment: Deployment | None = None
+) -> PolicyResult:
     """Compile one policy; its problems make it invalid (its routes then answer 503)."""
     problems: list[str] = []
     traffic = policy.spec.traffic
     jwt_spec = traffic.jwt_authentication
     if jwt_spec is None and traffic.authorization is not None:
-        problems.append(f"spec.traffic.authorization needs spec.traffic.jwtAuthentication "
-                        f"{NEEDS_JWT}")
+        problems.append(
+            f"spec.traffic.authorization needs spec.traffic.jwtAuthentication {NEEDS_JWT}"
+        )
     if jwt_spec is None and traffic.authorization is None:
         problems.append("spec.traffic: set jwtAuthentication (and optionally authorization)")
-    provider, mcp = (None, None) if jwt_spec is None else \
-        compile_authentication(policy, jwt_spec, services, problems,
-                               deployment or Deployment())
-    authorization = compile_authorization(traffic.authorization, "spec.traffic.authorization",
-                                          problems)
+    provider, mcp = (
+        (None, None)
+        if jwt_spec is None
+        else compile_authentication(
+            policy, jwt_spec, services, problems, deployment or Deployment()
+        )
+    )
+    authorization = compile_authorization(
+        traffic.authorization, "spec.traffic.authorization", problems
+    )
     backend = policy.spec.backend
     mcp_authorization = compile_authorization(
         backend.mcp.authorization if backend and backend.mcp else None,
-        "spec.backend.mcp.authorization", problems, mcp=True)
+        "spec.backend.mcp.authorization",
+        problems,
+        mcp=True,
+    )
     if mcp_authorization is not None and jwt_spec is None:
-        problems.append(f"spec.backend.mcp.authorization needs spec.traffic.jwtAuthentication "
-                        f"{NEEDS_JWT}")
-    transformation = compile_transformation(traffic.transformation, jwt_spec is not None,
-                                            problems)
+        problems.append(
+            f"spec.backend.mcp.authorization needs spec.traffic.jwtAuthentication {NEEDS_JWT}"
+        )
+    transformation = compile_transformation(traffic.transformation, jwt_spec is not None, problems)
     rate_limit = compile_rate_limit(traffic.rate_limit, problems)
     invalid = None
     if problems:
         invalid = f"GatewayPolicy {policy.metadata.key} is invalid: " + "; ".join(problems)
-    compiled = CompiledPolicy(policy.metadata.key, provider, mcp, authorization,
-                              bool(jwt_spec and jwt_spec.forward_token), transformation,
-                              rate_limit, invalid, mcp_authorization)
+    compiled = CompiledPolicy(
+        policy.metadata.key,
+        provider,
+        mcp,
+        authorization,
+        bool(jwt_spec and jwt_spec.forward_token),
+        transformation,
+        rate_limit,
+        invalid,
+        mcp_authorization,
+    )
     return PolicyResult(compiled, tuple(problems))
 
 
-def compile_policies(policies: Mapping[str, Entry[GatewayPolicy]],
-                     services: Mapping[str, Entry[Service]],
-                     deployment: Deployment) -> dict[str, PolicyResult]:
+def compile_policies(
+    policies: Mapping[str, Entry[GatewayPolicy]],
+    services: Mapping[str, Entry[Service]],
+    deployment: Deployment,
+) -> dict[str, PolicyResult]:
     """Compile every policy, in `namespace/name` order."""
     by_key = {key: entry.resource for key, entry in services.items()}
-    return {key: compile_policy(policies[key].resource, by_key, deployment)
-            for key in sorted(policies)}
+    return {
+        key: compile_policy(policies[key].resource, by_key, deployment) for key in sorted(policies)
+    }
 
 
-def fetch_targets(results: Mapping[str, PolicyResult]
-                  ) -> tuple[dict[str, KeysetSource], dict[str, float]]:
+def fetch_targets(
+    results: Mapping[str, PolicyResult],
+) -> tuple[dict[str, KeysetSource], dict[str, float]]:
     """The keysets and discovery documents (URL → cache TTL) the valid policies need fetched."""
     keysets: dict[str, KeysetSource] = {}
     discovery: dict[str, float] = {}

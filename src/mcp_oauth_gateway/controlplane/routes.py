@@ -41,9 +41,9 @@ class MissingBackend:
         return f"{self.prefix}: {self.problem}"
 
 
-def resolve_backend(entry: Entry[HTTPRoute], rule_index: int,
-                    backends: Mapping[str, Entry[GatewayBackend]]
-                    ) -> CompiledTarget | MissingBackend:
+def resolve_backend(
+    entry: Entry[HTTPRoute], rule_index: int, backends: Mapping[str, Entry[GatewayBackend]]
+) -> CompiledTarget | MissingBackend:
     """Resolve a rule's first backendRef (the one served) to its GatewayBackend target."""
     route = entry.resource
     ref = route.spec.rules[rule_index].backend_refs[0]
@@ -55,17 +55,20 @@ def resolve_backend(entry: Entry[HTTPRoute], rule_index: int,
     return CompiledTarget(host=static.host, port=static.port, path=static.path)
 
 
-def resolve_backends(routes: Mapping[str, Entry[HTTPRoute]],
-                     backends: Mapping[str, Entry[GatewayBackend]]
-                     ) -> dict[RuleKey, CompiledTarget | MissingBackend]:
+def resolve_backends(
+    routes: Mapping[str, Entry[HTTPRoute]], backends: Mapping[str, Entry[GatewayBackend]]
+) -> dict[RuleKey, CompiledTarget | MissingBackend]:
     """Resolve the backend of every rule of every route."""
-    return {(key, rule_index): resolve_backend(entry, rule_index, backends)
-            for key, entry in routes.items()
-            for rule_index in range(len(entry.resource.spec.rules))}
+    return {
+        (key, rule_index): resolve_backend(entry, rule_index, backends)
+        for key, entry in routes.items()
+        for rule_index in range(len(entry.resource.spec.rules))
+    }
 
 
-def missing_backends(resolved: Mapping[RuleKey, CompiledTarget | MissingBackend]
-                     ) -> dict[str, list[MissingBackend]]:
+def missing_backends(
+    resolved: Mapping[RuleKey, CompiledTarget | MissingBackend],
+) -> dict[str, list[MissingBackend]]:
     """Route `namespace/name` → its rules' missing backends, in rule order."""
     missing: dict[str, list[MissingBackend]] = {}
     for rule_key in sorted(resolved):
@@ -89,48 +92,72 @@ def backend_timeout(rule: RouteRule) -> float:
     return DEFAULT_BACKEND_TIMEOUT
 
 
-def compile_rule(key: str, route: HTTPRoute, rule_index: int,
-                 target: CompiledTarget | MissingBackend, policy: CompiledPolicy | None
-                 ) -> tuple[CompiledRoute, ...]:
+def compile_rule(
+    key: str,
+    route: HTTPRoute,
+    rule_index: int,
+    target: CompiledTarget | MissingBackend,
+    policy: CompiledPolicy | None,
+) -> tuple[CompiledRoute, ...]:
     """One compiled route per path match of a rule, sharing its CORS, backend and policy."""
     rule = route.spec.rules[rule_index]
     cors = next((compile_cors(f.cors) for f in rule.filters if f.type == "CORS"), None)
     timeout = backend_timeout(rule)
     return tuple(
         CompiledRoute(
-            route=key, rule=rule_index, match_type=match.path.type, match_value=match.path.value,
-            hostnames=tuple(route.spec.hostnames), cors=cors,
+            route=key,
+            rule=rule_index,
+            match_type=match.path.type,
+            match_value=match.path.value,
+            hostnames=tuple(route.spec.hostnames),
+            cors=cors,
             target=target if isinstance(target, CompiledTarget) else None,
-            backend_timeout=timeout, policy=policy,
+            backend_timeout=timeout,
+            policy=policy,
             broken=target.message if isinstance(target, MissingBackend) else None,
         )
         for match in rule.matches
     )
 
 
-def compile_routes(routes: Mapping[str, Entry[HTTPRoute]],
-                   resolved: Mapping[RuleKey, CompiledTarget | MissingBackend],
-                   policies: Mapping[str, CompiledPolicy]) -> dict[str, tuple[CompiledRoute, ...]]:
+def compile_routes(
+    routes: Mapping[str, Entry[HTTPRoute]],
+    resolved: Mapping[RuleKey, CompiledTarget | MissingBackend],
+    policies: Mapping[str, CompiledPolicy],
+) -> dict[str, tuple[CompiledRoute, ...]]:
     """Compile every route (`policies`: route key → the policy governing it)."""
     return {
-        key: tuple(compiled
-                   for rule_index in range(len(entry.resource.spec.rules))
-                   for compiled in compile_rule(key, entry.resource, rule_index,
-                                                resolved[key, rule_index], policies.get(key)))
+        key: tuple(
+            compiled
+            for rule_index in range(len(entry.resource.spec.rules))
+            for compiled in compile_rule(
+                key, entry.resource, rule_index, resolved[key, rule_index], policies.get(key)
+            )
+        )
         for key, entry in routes.items()
     }
 
 
-def listener_tables(gateways: Mapping[str, Entry[Gateway]], bindings: Mapping[str, RouteBinding],
-                    compiled: Mapping[str, tuple[CompiledRoute, ...]]
-                    ) -> MappingProxyType[int, tuple[CompiledRoute, ...]]:
+def listener_tables(
+    gateways: Mapping[str, Entry[Gateway]],
+    bindings: Mapping[str, RouteBinding],
+    compiled: Mapping[str, tuple[CompiledRoute, ...]],
+) -> MappingProxyType[int, tuple[CompiledRoute, ...]]:
     """Each listener port → the routes bound to it, best match first (ties: route name)."""
     tables: dict[int, list[CompiledRoute]] = {
-        port: [] for port in sorted({listener.port for entry in gateways.values()
-                                     for listener in entry.resource.spec.listeners})}
+        port: []
+        for port in sorted(
+            {
+                listener.port
+                for entry in gateways.values()
+                for listener in entry.resource.spec.listeners
+            }
+        )
+    }
     # Routes are added in namespace/name order, so the stable sort breaks ties by route name.
     for key in sorted(compiled):
         for port in bindings[key].ports:
             tables[port].extend(compiled[key])
-    return MappingProxyType({port: tuple(sorted(routes, key=route_sort_key))
-                             for port, routes in tables.items()})
+    return MappingProxyType(
+        {port: tuple(sorted(routes, key=route_sort_key)) for port, routes in tables.items()}
+    )

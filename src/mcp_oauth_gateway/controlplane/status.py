@@ -41,39 +41,73 @@ def attached(
 ) -> Condition:
     """`Attached=True reason=Attached`, or why the policy is not attached."""
     if not valid:
-        return Condition("Attached", False, "Pending",
-                         "Policy is not attached due to invalid status", generation, at)
+        return Condition(
+            "Attached",
+            False,
+            "Pending",
+            "Policy is not attached due to invalid status",
+            generation,
+            at,
+        )
     if missing:
-        return Condition("Attached", False, "TargetNotFound",
-                         "Policy is not attached: " + "; ".join(missing), generation, at)
+        return Condition(
+            "Attached",
+            False,
+            "TargetNotFound",
+            "Policy is not attached: " + "; ".join(missing),
+            generation,
+            at,
+        )
     if conflicts:
-        return Condition("Attached", False, "Conflicted",
-                         "Policy is not attached: " + "; ".join(conflicts), generation, at)
+        return Condition(
+            "Attached",
+            False,
+            "Conflicted",
+            "Policy is not attached: " + "; ".join(conflicts),
+            generation,
+            at,
+        )
     return Condition("Attached", True, "Attached", "Attached to all targets", generation, at)
 
 
-def resolved_refs(unavailable: list[str], generation: int, at: str,
-                  stale: list[str] | None = None) -> Condition:
+def resolved_refs(
+    unavailable: list[str], generation: int, at: str, stale: list[str] | None = None
+) -> Condition:
     """`ResolvedRefs=True`; `False reason=KeysetUnavailable` naming the URLs and errors; or,
     while refreshes fail but earlier keys still verify tokens, `True reason=KeysetStale`."""
     if unavailable:
-        return Condition("ResolvedRefs", False, "KeysetUnavailable",
-                         "; ".join(unavailable), generation, at)
+        return Condition(
+            "ResolvedRefs", False, "KeysetUnavailable", "; ".join(unavailable), generation, at
+        )
     if stale:
         return Condition("ResolvedRefs", True, "KeysetStale", "; ".join(stale), generation, at)
     return Condition("ResolvedRefs", True, "ResolvedRefs", "Keyset fetched", generation, at)
 
 
-def stale_message(url: str, error: str, failing_since: float, keys_fetched_at: float | None,
-                  next_attempt_at: float | None, now: float) -> str:
+def stale_message(
+    url: str,
+    error: str,
+    failing_since: float,
+    keys_fetched_at: float | None,
+    next_attempt_at: float | None,
+    now: float,
+) -> str:
     """What an operator needs about a keyset whose refresh fails: since when, why, which keys
     are still in use, and when the next try is."""
-    fetched = f"the keys fetched at {iso(keys_fetched_at)}" if keys_fetched_at else \
-        "the last keys fetched"
-    upcoming = "" if next_attempt_at is None else \
-        f"; next try at {iso(next_attempt_at)} (in {max(0.0, next_attempt_at - now):.0f}s)"
-    return (f"keyset {url} is stale: refreshing it fails since {iso(failing_since)} ({error}); "
-            f"still verifying tokens with {fetched}{upcoming}")
+    fetched = (
+        f"the keys fetched at {iso(keys_fetched_at)}"
+        if keys_fetched_at
+        else "the last keys fetched"
+    )
+    upcoming = (
+        ""
+        if next_attempt_at is None
+        else f"; next try at {iso(next_attempt_at)} (in {max(0.0, next_attempt_at - now):.0f}s)"
+    )
+    return (
+        f"keyset {url} is stale: refreshing it fails since {iso(failing_since)} ({error}); "
+        f"still verifying tokens with {fetched}{upcoming}"
+    )
 
 
 def iso(seconds: float) -> str:
@@ -115,8 +149,11 @@ class ListenerStatus:
 
     def as_dict(self) -> dict[str, object]:
         """The Gateway API representation."""
-        return {"name": self.name, "attachedRoutes": self.attached_routes,
-                "conditions": [c.as_dict() for c in self.conditions]}
+        return {
+            "name": self.name,
+            "attachedRoutes": self.attached_routes,
+            "conditions": [c.as_dict() for c in self.conditions],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,17 +190,18 @@ def route_accepted(refusal: str | None, gateway: str, generation: int, at: str) 
     """A route parent's `Accepted`: True, or `False reason=NoMatchingParent` saying why."""
     if refusal is not None:
         return Condition("Accepted", False, "NoMatchingParent", refusal, generation, at)
-    return Condition("Accepted", True, "Accepted", f"Accepted by Gateway {gateway}",
-                     generation, at)
+    return Condition("Accepted", True, "Accepted", f"Accepted by Gateway {gateway}", generation, at)
 
 
 def route_resolved_refs(missing: list[str], generation: int, at: str) -> Condition:
     """A route's `ResolvedRefs`: True, or `False reason=BackendNotFound` naming each ref."""
     if missing:
-        return Condition("ResolvedRefs", False, "BackendNotFound", "; ".join(missing),
-                         generation, at)
-    return Condition("ResolvedRefs", True, "ResolvedRefs", "All references resolved",
-                     generation, at)
+        return Condition(
+            "ResolvedRefs", False, "BackendNotFound", "; ".join(missing), generation, at
+        )
+    return Condition(
+        "ResolvedRefs", True, "ResolvedRefs", "All references resolved", generation, at
+    )
 
 
 def backend_accepted(target: str, generation: int, at: str) -> Condition:
@@ -171,11 +209,16 @@ def backend_accepted(target: str, generation: int, at: str) -> Condition:
     return Condition("Accepted", True, "Accepted", f"Target {target}", generation, at)
 
 
-def service_accepted(service_type: str, address: str | None, generation: int, at: str
-                     ) -> Condition:
+def service_accepted(service_type: str, address: str | None, generation: int, at: str) -> Condition:
     """A Service's `Accepted`: True when standalone mode can resolve it (ExternalName)."""
     if address is None:
-        return Condition("Accepted", False, "UnsupportedValue",
-                         f"type {service_type}: standalone mode resolves only type ExternalName "
-                         f"(set spec.externalName to the provider's host)", generation, at)
+        return Condition(
+            "Accepted",
+            False,
+            "UnsupportedValue",
+            f"type {service_type}: standalone mode resolves only type ExternalName "
+            f"(set spec.externalName to the provider's host)",
+            generation,
+            at,
+        )
     return Condition("Accepted", True, "Accepted", f"Resolves to {address}", generation, at)

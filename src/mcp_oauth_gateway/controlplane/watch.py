@@ -39,19 +39,28 @@ def reload_problems(current: Snapshot, candidate: Snapshot) -> list[str]:
     for report in candidate.policies:
         for condition in report.conditions:
             if not condition.status:
-                problems.append(f"GatewayPolicy {report.key}: {condition.type}=False "
-                                f"({condition.reason}): {condition.message}")
+                problems.append(
+                    f"GatewayPolicy {report.key}: {condition.type}=False "
+                    f"({condition.reason}): {condition.message}"
+                )
     if set(candidate.listeners) != set(current.listeners):
-        problems.append(f"listener ports changed ({sorted(current.listeners)} → "
-                        f"{sorted(candidate.listeners)}); restart the gateway to apply that")
+        problems.append(
+            f"listener ports changed ({sorted(current.listeners)} → "
+            f"{sorted(candidate.listeners)}); restart the gateway to apply that"
+        )
     return problems
 
 
 class ConfigWatcher:
     """Polls the files (cheap `stat` calls) and reloads on change."""
 
-    def __init__(self, paths: Sequence[str], control: ControlPlane, interval: float = 1.0,
-                 deployment: Deployment | None = None):
+    def __init__(
+        self,
+        paths: Sequence[str],
+        control: ControlPlane,
+        interval: float = 1.0,
+        deployment: Deployment | None = None,
+    ):
         self.paths = list(paths)
         self.deployment = deployment
         self.control = control
@@ -84,16 +93,21 @@ class ConfigWatcher:
         """Load, validate and (if valid) install; True when the new snapshot is serving."""
         # Parsing YAML and compiling CEL take milliseconds: off the event loop.
         candidate = await asyncio.to_thread(
-            lambda: build_snapshot(load_paths(self.paths), self.deployment))
+            lambda: build_snapshot(load_paths(self.paths), self.deployment)
+        )
         problems = reload_problems(self.control.snapshot, candidate)
         if problems:
             self.last_error = "; ".join(problems)
-            log.error("configuration change rejected, still serving the previous one: %s",
-                      self.last_error)
+            log.error(
+                "configuration change rejected, still serving the previous one: %s", self.last_error
+            )
             return False
         self.control.install(candidate)
         self.last_error = None
-        log.info("configuration reloaded: %d route(s) on %d listener(s), %d policy(ies)",
-                 sum(len(r) for r in candidate.listeners.values()), len(candidate.listeners),
-                 len(candidate.policies))
+        log.info(
+            "configuration reloaded: %d route(s) on %d listener(s), %d policy(ies)",
+            sum(len(r) for r in candidate.listeners.values()),
+            len(candidate.listeners),
+            len(candidate.policies),
+        )
         return True

@@ -39,19 +39,39 @@ class AccessLog:
             self._thread = threading.Thread(target=self._run, name="access-log", daemon=True)
             self._thread.start()
 
-    def record(self, method: str, path: str, status: int, seconds: float, sub: object,
-               request_id: str | None = None) -> None:
+    def record(
+        self,
+        method: str,
+        path: str,
+        status: int,
+        seconds: float,
+        sub: object,
+        request_id: str | None = None,
+    ) -> None:
         """Queue one access line."""
         if not self.enabled:
             return
         now = time.time()
         if self.json_lines:
             if len(self._pending) < MAX_PENDING:
-                self._pending.append(json.dumps({
-                    "time": timestamp(now), "level": "INFO", "logger": log.name,
-                    "message": "request", "request_id": request_id, "method": method,
-                    "path": path, "status": status, "duration_ms": round(seconds * 1000, 3),
-                    "sub": None if sub is None else str(sub)}, ensure_ascii=False) + "\n")
+                self._pending.append(
+                    json.dumps(
+                        {
+                            "time": timestamp(now),
+                            "level": "INFO",
+                            "logger": log.name,
+                            "message": "request",
+                            "request_id": request_id,
+                            "method": method,
+                            "path": path,
+                            "status": status,
+                            "duration_ms": round(seconds * 1000, 3),
+                            "sub": None if sub is None else str(sub),
+                        },
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
             else:
                 self._dropped += 1
             return
@@ -64,7 +84,8 @@ class AccessLog:
             return
         self._pending.append(
             f"{self._stamp},{int((now - second) * 1000):03d} INFO mcp_oauth_gateway.access: "
-            f"{method} {path} {status} {seconds * 1000:.1f}ms sub={sub or '-'}\n")
+            f"{method} {path} {status} {seconds * 1000:.1f}ms sub={sub or '-'}\n"
+        )
 
     def _run(self) -> None:
         while not self._stopped:
@@ -76,15 +97,25 @@ class AccessLog:
         batch, self._pending = self._pending, []
         if self._dropped:
             message = f"{self._dropped} lines dropped (the log output could not keep up)"
-            batch.append(json.dumps({"time": timestamp(time.time()), "level": "WARNING",
-                                     "logger": log.name, "message": message}) + "\n"
-                         if self.json_lines else f"WARNING {log.name}: {message}\n")
+            batch.append(
+                json.dumps(
+                    {
+                        "time": timestamp(time.time()),
+                        "level": "WARNING",
+                        "logger": log.name,
+                        "message": message,
+                    }
+                )
+                + "\n"
+                if self.json_lines
+                else f"WARNING {log.name}: {message}\n"
+            )
             self._dropped = 0
         if batch:
             data = "".join(batch).encode("utf-8", "replace")
             try:
                 while data:
-                    data = data[os.write(self._fd, data):]
+                    data = data[os.write(self._fd, data) :]
             except OSError:
                 pass
 

@@ -47,13 +47,22 @@ def challenge(resource_metadata: str | None, scope: str | None, error: str | Non
 class JwtAuthentication:
     """Verifies the bearer token; on success the claims go to `scope[CLAIMS_KEY]`."""
 
-    def __init__(self, app: ASGIApp, provider: CompiledProvider, keys: Keyholder,
-                 mcp: CompiledMcp | None, forward_token: bool,
-                 metrics: Metrics | None = None):
+    def __init__(
+        self,
+        app: ASGIApp,
+        provider: CompiledProvider,
+        keys: Keyholder,
+        mcp: CompiledMcp | None,
+        forward_token: bool,
+        metrics: Metrics | None = None,
+    ):
         self.app = app
         self.keys = keys
-        self.rules = TokenRules(issuer=provider.issuer, audiences=provider.audiences,
-                                access_token=access_token_rule(mcp.provider if mcp else None))
+        self.rules = TokenRules(
+            issuer=provider.issuer,
+            audiences=provider.audiences,
+            access_token=access_token_rule(mcp.provider if mcp else None),
+        )
         self.prm_path = mcp.prm_path if mcp is not None else None
         self.scope_hint = " ".join(mcp.scopes_supported) if mcp and mcp.scopes_supported else None
         self.forward_token = forward_token
@@ -92,8 +101,10 @@ class JwtAuthentication:
     async def _verify(self, token: str) -> dict[str, object]:
         keyset = self.keys.keyset
         if keyset is None:
-            raise TokenError(f"the signing keyset ({self.keys.url}) is not yet available; "
-                             f"requests fail closed until it is fetched")
+            raise TokenError(
+                f"the signing keyset ({self.keys.url}) is not yet available; "
+                f"requests fail closed until it is fetched"
+            )
         now = time.time()
         hit = self._cache.get(token)
         if hit is not None and hit[2] == keyset.version and now <= hit[1] + self.rules.leeway:
@@ -108,8 +119,11 @@ class JwtAuthentication:
         if len(self._cache) >= CACHE_SIZE:
             del self._cache[next(iter(self._cache))]
         exp = claims["exp"]  # verify_token checked it is a number
-        self._cache[token] = (claims, float(exp) if isinstance(exp, int | float) else 0.0,
-                              keyset.version)
+        self._cache[token] = (
+            claims,
+            float(exp) if isinstance(exp, int | float) else 0.0,
+            keyset.version,
+        )
         return claims
 
     async def _deny(self, scope: Scope, send: Send, why: str, token_sent: bool) -> None:

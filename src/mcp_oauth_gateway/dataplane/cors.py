@@ -30,10 +30,13 @@ class CorsFilter:
             common.append((b"access-control-allow-credentials", b"true"))
         self.simple_headers: Headers = list(common)
         if cors.expose_headers:
-            self.simple_headers.append((b"access-control-expose-headers",
-                                        cors.expose_headers.encode()))
-        self.preflight_headers: Headers = [*common, (b"access-control-max-age",
-                                                     cors.max_age.encode())]
+            self.simple_headers.append(
+                (b"access-control-expose-headers", cors.expose_headers.encode())
+            )
+        self.preflight_headers: Headers = [
+            *common,
+            (b"access-control-max-age", cors.max_age.encode()),
+        ]
         # The origin decides the response, so caches must key on it.
         self.vary = (b"vary", b"Origin")
 
@@ -46,11 +49,23 @@ class CorsFilter:
         allowed = origin_allowed(self.cors, origin_text)
         requested_method = header(scope, b"access-control-request-method")
         if scope["method"] == "OPTIONS" and requested_method is not None:
-            await self._preflight(send, origin, allowed, requested_method,
-                                  header(scope, b"access-control-request-headers"))
+            await self._preflight(
+                send,
+                origin,
+                allowed,
+                requested_method,
+                header(scope, b"access-control-request-headers"),
+            )
             return
-        extra = [(b"access-control-allow-origin", allow_origin_value(self.cors, origin)),
-                 *self.simple_headers, self.vary] if allowed else [self.vary]
+        extra = (
+            [
+                (b"access-control-allow-origin", allow_origin_value(self.cors, origin)),
+                *self.simple_headers,
+                self.vary,
+            ]
+            if allowed
+            else [self.vary]
+        )
 
         async def send_with_cors(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -61,12 +76,22 @@ class CorsFilter:
 
         await self.app(scope, receive, send_with_cors)
 
-    async def _preflight(self, send: Send, origin: bytes, allowed: bool, method: bytes,
-                         requested_headers: bytes | None) -> None:
+    async def _preflight(
+        self,
+        send: Send,
+        origin: bytes,
+        allowed: bool,
+        method: bytes,
+        requested_headers: bytes | None,
+    ) -> None:
         if not allowed:
-            await send_error(send, 403, "cors_forbidden",
-                             f"origin {origin.decode('latin-1')} is not in the route's CORS "
-                             f"allowOrigins", [self.vary])
+            await send_error(
+                send,
+                403,
+                "cors_forbidden",
+                f"origin {origin.decode('latin-1')} is not in the route's CORS allowOrigins",
+                [self.vary],
+            )
             return
         methods = method if self.allow_all_methods else self.cors.allow_methods.encode()
         if self.cors.allow_all_headers:

@@ -12,18 +12,24 @@ import re
 from ..asgi import Headers, first_item
 
 # Headers some stage reads (or the gateway sets on the way to the backend): at most one each.
-SINGLE = frozenset({
-    b"authorization",  # authentication
-    b"host",  # routing, and every URL the gateway builds for the client
-    b"origin", b"access-control-request-method", b"access-control-request-headers",  # CORS
-    b"sec-fetch-site", b"cookie",  # the Broker's browser pages
-    b"content-type", b"content-length",  # body framing, MCP message reading
-    b"x-request-id",  # logged, forwarded, returned
-    b"traceparent", b"tracestate",  # tracing context handed to the backend
-})
+SINGLE = frozenset(
+    {
+        b"authorization",  # authentication
+        b"host",  # routing, and every URL the gateway builds for the client
+        b"origin",
+        b"access-control-request-method",
+        b"access-control-request-headers",  # CORS
+        b"sec-fetch-site",
+        b"cookie",  # the Broker's browser pages
+        b"content-type",
+        b"content-length",  # body framing, MCP message reading
+        b"x-request-id",  # logged, forwarded, returned
+        b"traceparent",
+        b"tracestate",  # tracing context handed to the backend
+    }
+)
 # Trusted only with --trust-forwarded-headers; otherwise the gateway drops and sets them itself.
-FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host",
-                       b"forwarded"})
+FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"forwarded"})
 # MCP headers (Mcp-Method, Mcp-Name, Mcp-Session-Id, Mcp-Protocol-Version, Mcp-Param-*): the
 # tool-level authorization compares some of them with the body, the backend routes on the others.
 MCP_PREFIX = b"mcp-"
@@ -86,23 +92,28 @@ class HeaderRules:
         if len(values) != len(headers):
             repeated = self._repeated([name for name, _ in headers])
             if repeated is not None:
-                return (f"the request carries more than one {display_name(repeated)} header; "
-                        "send it once")
+                return (
+                    f"the request carries more than one {display_name(repeated)} header; "
+                    "send it once"
+                )
         if b"_" in b"\0".join(values):
             for name in [n for n in values if b"_" in n]:
                 alias = underscore_alias(name, self.aliased)
                 if alias is not None:
-                    return (f"the header {display_name(name)} would be read as "
-                            f"{display_name(alias)} by some servers; send {display_name(alias)}")
+                    return (
+                        f"the header {display_name(name)} would be read as "
+                        f"{display_name(alias)} by some servers; send {display_name(alias)}"
+                    )
         if b"connection" in values:
             # Every Connection header counts: the proxy drops what any of them names.
             for name, value in headers:
-                named = hop_by_hop_guarded(value, self.aliased) if name == b"connection" \
-                    else None
+                named = hop_by_hop_guarded(value, self.aliased) if name == b"connection" else None
                 if named is not None:
-                    return (f"the Connection header names {display_name(named)}, which the "
-                            "gateway reads or sets; it cannot be made hop-by-hop (dropped on "
-                            "the way to the backend)")
+                    return (
+                        f"the Connection header names {display_name(named)}, which the "
+                        "gateway reads or sets; it cannot be made hop-by-hop (dropped on "
+                        "the way to the backend)"
+                    )
         host = values.get(b"host")
         if host is not None and host not in self._good_hosts:
             if not _HOST.fullmatch(host):
@@ -112,13 +123,16 @@ class HeaderRules:
         if self.trust_forwarded:
             forwarded_host = values.get(b"x-forwarded-host")
             if forwarded_host is not None and not _HOST.fullmatch(first_item(forwarded_host)):
-                return (f"the X-Forwarded-Host header {forwarded_host[:100]!r} is not a host name "
-                        "or address with a port")
+                return (
+                    f"the X-Forwarded-Host header {forwarded_host[:100]!r} is not a host name "
+                    "or address with a port"
+                )
             forwarded_proto = values.get(b"x-forwarded-proto")
-            if forwarded_proto is not None and \
-                    first_item(forwarded_proto).lower() not in _PROTO:
-                return (f"the X-Forwarded-Proto header {forwarded_proto[:100]!r} is neither http "
-                        "nor https")
+            if forwarded_proto is not None and first_item(forwarded_proto).lower() not in _PROTO:
+                return (
+                    f"the X-Forwarded-Proto header {forwarded_proto[:100]!r} is neither http "
+                    "nor https"
+                )
         return None
 
     def _repeated(self, names: list[bytes]) -> bytes | None:

@@ -48,8 +48,9 @@ class McpAuthorization:
         self.needs_request = any(e.uses_request for e in rules.expressions)
         # Rules over the token and the item alone answer the same for the token's whole life,
         # so a session's lists and calls evaluate each item once.
-        self._decisions: dict[tuple[str, str, str], bool] | None = \
+        self._decisions: dict[tuple[str, str, str], bool] | None = (
             None if self.needs_request else {}
+        )
 
     def allowed(self, scope: Scope, kind: str, name: str | None) -> bool:
         """Whether the caller may use the item `name` of `kind` (tool, prompt or resource)."""
@@ -71,8 +72,10 @@ class McpAuthorization:
         return self._decide(scope, kind, name)
 
     def _decide(self, scope: Scope, kind: str, name: str) -> bool:
-        activation: dict[str, object] = {"jwt": scope.get(CLAIMS_KEY, {}),
-                                         "mcp": {kind: {_NAME_FIELD[kind]: name}}}
+        activation: dict[str, object] = {
+            "jwt": scope.get(CLAIMS_KEY, {}),
+            "mcp": {kind: {_NAME_FIELD[kind]: name}},
+        }
         if self.needs_request:
             activation["request"] = request_variables(scope)
         return decide(self.rules, activation)
@@ -90,8 +93,12 @@ class McpAuthorization:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
-                await send_error(send, 413, "request_entity_too_large",
-                                 f"the request body exceeds {self.max_body_bytes} bytes")
+                await send_error(
+                    send,
+                    413,
+                    "request_entity_too_large",
+                    f"the request body exceeds {self.max_body_bytes} bytes",
+                )
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -101,11 +108,17 @@ class McpAuthorization:
             request = read_request(body, header(scope, b"mcp-method"), header(scope, b"mcp-name"))
         except (HeaderMismatch, Ambiguous) as exc:
             code = HEADER_MISMATCH if isinstance(exc, HeaderMismatch) else INVALID_REQUEST
-            await send_json(send, 400, {"jsonrpc": "2.0", "id": None, "error": {
-                "code": code, "message": str(exc)}})
+            await send_json(
+                send,
+                400,
+                {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": str(exc)}},
+            )
             return
-        if request is not None and request.kind is not None \
-                and not self.allowed(scope, request.kind, request.name):
+        if (
+            request is not None
+            and request.kind is not None
+            and not self.allowed(scope, request.kind, request.name)
+        ):
             await send_json(send, 200, denied(request))
             return
         replay = _replay(body, receive)
@@ -202,6 +215,10 @@ class _ListFilter:
             return
         body = self._filtered(self.pending) if self.pending else b""
         assert self.start is not None
-        await self.downstream({**self.start, "headers": [
-            *self.start["headers"], (b"content-length", str(len(body)).encode())]})
+        await self.downstream(
+            {
+                **self.start,
+                "headers": [*self.start["headers"], (b"content-length", str(len(body)).encode())],
+            }
+        )
         await self.downstream({"type": "http.response.body", "body": body, "more_body": False})

@@ -55,8 +55,9 @@ def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return dict(pairs)
 
 
-def read_request(body: bytes, method_header: bytes | None = None,
-                 name_header: bytes | None = None) -> McpRequest | None:
+def read_request(
+    body: bytes, method_header: bytes | None = None, name_header: bytes | None = None
+) -> McpRequest | None:
     """The request in `body`, or None when it is not a JSON-RPC request object."""
     try:
         message = json.loads(body, object_pairs_hook=_no_duplicates)
@@ -71,8 +72,10 @@ def read_request(body: bytes, method_header: bytes | None = None,
         return None
     method = message["method"]
     if method_header is not None and method_header.decode("latin-1") != method:
-        raise HeaderMismatch(f"Mcp-Method {method_header.decode('latin-1')!r} does not match "
-                             f"the body's method {method!r}")
+        raise HeaderMismatch(
+            f"Mcp-Method {method_header.decode('latin-1')!r} does not match "
+            f"the body's method {method!r}"
+        )
     guarded = GUARDED.get(method)
     if guarded is None:
         return McpRequest(message.get("id"), method)
@@ -81,13 +84,16 @@ def read_request(body: bytes, method_header: bytes | None = None,
     if not isinstance(name, str):
         name = None
     if name_header is not None and name_header.decode("utf-8", "replace") != name:
-        raise HeaderMismatch(f"Mcp-Name {name_header.decode('utf-8', 'replace')!r} does not "
-                             f"match the body's {guarded[1]} {name!r}")
+        raise HeaderMismatch(
+            f"Mcp-Name {name_header.decode('utf-8', 'replace')!r} does not "
+            f"match the body's {guarded[1]} {name!r}"
+        )
     return McpRequest(message.get("id"), method, guarded[0], name)
 
 
-def filter_result(message: dict[str, object], method: str,
-                  allowed: Callable[[str, str], bool]) -> bool:
+def filter_result(
+    message: dict[str, object], method: str, allowed: Callable[[str, str], bool]
+) -> bool:
     """Drop the items of a list result that `allowed(kind, name)` refuses; True if any were."""
     shape = LISTS.get(method)
     result = message.get("result")
@@ -98,13 +104,19 @@ def filter_result(message: dict[str, object], method: str,
     if not isinstance(items, list):
         return False
     # An item without a usable name cannot be authorized, so it is not shown (fail closed).
-    kept = [item for item in items if isinstance(item, dict) and isinstance(item.get(key), str)
-            and allowed(kind, item[key])]
+    kept = [
+        item
+        for item in items
+        if isinstance(item, dict) and isinstance(item.get(key), str) and allowed(kind, item[key])
+    ]
     result[field] = kept
     return len(kept) != len(items)
 
 
 def denied(request: McpRequest) -> dict[str, object]:
     """The JSON-RPC error for a call to an item the caller may not use."""
-    return {"jsonrpc": "2.0", "id": request.id,
-            "error": {"code": INVALID_PARAMS, "message": f"Unknown {request.kind}: {request.name}"}}
+    return {
+        "jsonrpc": "2.0",
+        "id": request.id,
+        "error": {"code": INVALID_PARAMS, "message": f"Unknown {request.kind}: {request.name}"},
+    }

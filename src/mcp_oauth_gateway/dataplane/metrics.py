@@ -17,15 +17,24 @@ from prometheus_client.core import (
 )
 
 REASONS = (
-    ("missing bearer token", "missing"), ("malformed token", "malformed"),
-    ("is not accepted", "algorithm"), ("typ ", "type"), ("crit", "crit"),
-    ("no key with kid", "unknown_kid"), ("has no kid", "unknown_kid"),
-    ("signature", "signature"), ("cannot be verified with key", "algorithm"),
-    ("expired", "expired"), ("not yet valid", "not_yet_valid"), ("issued in the future", "iat"),
-    ("not the expected issuer", "issuer"), ("aud", "audience"),
-    ("not yet available", "keyset_unavailable"), ("longer than", "too_large"),
+    ("missing bearer token", "missing"),
+    ("malformed token", "malformed"),
+    ("is not accepted", "algorithm"),
+    ("typ ", "type"),
+    ("crit", "crit"),
+    ("no key with kid", "unknown_kid"),
+    ("has no kid", "unknown_kid"),
+    ("signature", "signature"),
+    ("cannot be verified with key", "algorithm"),
+    ("expired", "expired"),
+    ("not yet valid", "not_yet_valid"),
+    ("issued in the future", "iat"),
+    ("not the expected issuer", "issuer"),
+    ("aud", "audience"),
+    ("not yet available", "keyset_unavailable"),
+    ("longer than", "too_large"),
 )
-BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30)
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 def failure_reason(description: str) -> str:
@@ -100,8 +109,10 @@ class Metrics:
 
     def rejection_counter(self, policy: str) -> Callable[[], None]:
         """A function counting one rate-limit rejection of `policy`."""
+
         def count() -> None:
             self.rejections[policy] = self.rejections.get(policy, 0) + 1
+
         return count
 
     def latency_observer(self, route: str) -> Callable[[float], None]:
@@ -116,34 +127,48 @@ class Metrics:
         """The Prometheus text exposition."""
         return generate_latest(self.registry)
 
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily |
-                                  HistogramMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         """The prometheus_client collector protocol, read at scrape time."""
-        requests = CounterMetricFamily("mcp_gateway_requests", "Requests by route, status and "
-                                       "decision", labels=["route", "status", "decision"])
+        requests = CounterMetricFamily(
+            "mcp_gateway_requests",
+            "Requests by route, status and decision",
+            labels=["route", "status", "decision"],
+        )
         for (route, status), n in sorted(self.requests.items()):
             requests.add_metric([route, str(status), decision_of(status)], n)
-        failures = CounterMetricFamily("mcp_gateway_authentication_failures",
-                                       "Bearer tokens refused, by reason", labels=["reason"])
+        failures = CounterMetricFamily(
+            "mcp_gateway_authentication_failures",
+            "Bearer tokens refused, by reason",
+            labels=["reason"],
+        )
         for reason, n in sorted(self.auth_failures.items()):
             failures.add_metric([reason], n)
-        rejections = CounterMetricFamily("mcp_gateway_rate_limit_rejections",
-                                         "Requests refused by a rate limit", labels=["policy"])
+        rejections = CounterMetricFamily(
+            "mcp_gateway_rate_limit_rejections",
+            "Requests refused by a rate limit",
+            labels=["policy"],
+        )
         for policy, n in sorted(self.rejections.items()):
             rejections.add_metric([policy], n)
-        latency = HistogramMetricFamily("mcp_gateway_upstream_latency_seconds",
-                                        "Time until the MCP backend's response headers",
-                                        labels=["route"])
+        latency = HistogramMetricFamily(
+            "mcp_gateway_upstream_latency_seconds",
+            "Time until the MCP backend's response headers",
+            labels=["route"],
+        )
         for route, hist in sorted(self.latency.items()):
             cumulative, running = [], 0
             for bound, n in zip([*map(str, BUCKETS), "+Inf"], hist.buckets, strict=True):
                 running += n
                 cumulative.append((bound, running))
             latency.add_metric([route], cumulative, hist.total)
-        fetches = GaugeMetricFamily("mcp_gateway_jwks_fetches", "JWKS fetches so far",
-                                    labels=["url"])
-        age = GaugeMetricFamily("mcp_gateway_jwks_age_seconds", "Seconds since the keyset was "
-                                "last fetched successfully (-1: never)", labels=["url"])
+        fetches = GaugeMetricFamily(
+            "mcp_gateway_jwks_fetches", "JWKS fetches so far", labels=["url"]
+        )
+        age = GaugeMetricFamily(
+            "mcp_gateway_jwks_age_seconds",
+            "Seconds since the keyset was last fetched successfully (-1: never)",
+            labels=["url"],
+        )
         now = time.monotonic()
         for url, holder in self._keysets:
             fetches.add_metric([url], getattr(holder, "fetches", 0))
@@ -154,18 +179,31 @@ class Metrics:
 
     def _connection_metrics(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         counts = self.connections
-        yield GaugeMetricFamily("mcp_gateway_connections_open", "Client connections open on the "
-                                "gateway listeners", value=counts.open)
-        yield GaugeMetricFamily("mcp_gateway_connections_max", "Client connections this process "
-                                "accepts at once (--max-connections)", value=counts.limit)
+        yield GaugeMetricFamily(
+            "mcp_gateway_connections_open",
+            "Client connections open on the gateway listeners",
+            value=counts.open,
+        )
+        yield GaugeMetricFamily(
+            "mcp_gateway_connections_max",
+            "Client connections this process accepts at once (--max-connections)",
+            value=counts.limit,
+        )
         # A keep-alive connection that ends after its last response is normal and not counted;
         # these count clients that hold a connection without completing a request.
-        timeouts = CounterMetricFamily("mcp_gateway_connection_timeouts", "Connections closed "
-                                       "because the client stalled: header (no complete request "
-                                       "head in time) or idle (the request body stopped "
-                                       "arriving)", labels=["timeout"])
+        timeouts = CounterMetricFamily(
+            "mcp_gateway_connection_timeouts",
+            "Connections closed "
+            "because the client stalled: header (no complete request "
+            "head in time) or idle (the request body stopped "
+            "arriving)",
+            labels=["timeout"],
+        )
         timeouts.add_metric(["header"], counts.header_timeouts)
         timeouts.add_metric(["idle"], counts.idle_timeouts)
         yield timeouts
-        yield CounterMetricFamily("mcp_gateway_connections_refused", "Connections refused with 503 "
-                                  "because --max-connections were open", value=counts.refused)
+        yield CounterMetricFamily(
+            "mcp_gateway_connections_refused",
+            "Connections refused with 503 because --max-connections were open",
+            value=counts.refused,
+        )

@@ -20,6 +20,8 @@ log = logging.getLogger("mcp_oauth_gateway.oauth")
 
 MCP_PROTOCOL_VERSION = "2025-06-18"
 MAX_REGISTRATION_BODY = 64 * 1024
+
+
 def endpoint_path(scope: Scope) -> str:
     """The request path as endpoints are looked up (trailing slashes ignored): one function, so
     every stage that picks endpoints by path agrees on which endpoint a request is for."""
@@ -58,10 +60,16 @@ def protected_resource_metadata(mcp: CompiledMcp, origin: str, issuer: str) -> d
 class OAuthEndpoints:
     """Answers the three MCP OAuth paths of the policy; everything else goes on down the line."""
 
-    def __init__(self, app: ASGIApp, mcp: CompiledMcp, provider: CompiledProvider,
-                 adapter: ProviderAdapter | None, discovery: DiscoveryCache | None,
-                 session: Callable[[], aiohttp.ClientSession | None],
-                 extra: dict[str, ASGIApp] | None = None):
+    def __init__(
+        self,
+        app: ASGIApp,
+        mcp: CompiledMcp,
+        provider: CompiledProvider,
+        adapter: ProviderAdapter | None,
+        discovery: DiscoveryCache | None,
+        session: Callable[[], aiohttp.ClientSession | None],
+        extra: dict[str, ASGIApp] | None = None,
+    ):
         self.app = app
         self.mcp = mcp
         self.issuer = provider.issuer
@@ -87,8 +95,13 @@ class OAuthEndpoints:
 
     @staticmethod
     async def _method_not_allowed(send: Send, allowed: str, method: str) -> None:
-        await send_error(send, 405, "invalid_request", f"{method} is not allowed here; use "
-                         f"{allowed}", [(b"allow", allowed.encode())])
+        await send_error(
+            send,
+            405,
+            "invalid_request",
+            f"{method} is not allowed here; use {allowed}",
+            [(b"allow", allowed.encode())],
+        )
 
     async def _prm(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] not in ("GET", "HEAD"):
@@ -102,20 +115,29 @@ class OAuthEndpoints:
             await self._method_not_allowed(send, "GET", scope["method"])
             return
         if self.adapter is None or self.discovery is None:
-            await send_error(send, 404, "not_found",
-                             "this gateway does not front an authorization server for this "
-                             "route (mcp.provider is not set); use the issuer named in the "
-                             "protected resource metadata")
+            await send_error(
+                send,
+                404,
+                "not_found",
+                "this gateway does not front an authorization server for this "
+                "route (mcp.provider is not set); use the issuer named in the "
+                "protected resource metadata",
+            )
             return
         try:
             discovery = await self.discovery.get()
         except FetchError as exc:
-            await send_error(send, 502, "temporarily_unavailable",
-                             f"the provider's discovery document could not be fetched: {exc}")
+            await send_error(
+                send,
+                502,
+                "temporarily_unavailable",
+                f"the provider's discovery document could not be fetched: {exc}",
+            )
             return
         origin = request_origin(scope)
         document = self.adapter.authorization_server_metadata(
-            discovery, origin + self.mcp.registration_path)
+            discovery, origin + self.mcp.registration_path
+        )
         await send_json(send, 200, document)
 
     async def _register(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -123,13 +145,21 @@ class OAuthEndpoints:
             await self._method_not_allowed(send, "POST", scope["method"])
             return
         if self.adapter is None:
-            await send_error(send, 404, "not_found",
-                             "client registration is not offered here (mcp.provider is not set)")
+            await send_error(
+                send,
+                404,
+                "not_found",
+                "client registration is not offered here (mcp.provider is not set)",
+            )
             return
         raw = await read_body(receive, MAX_REGISTRATION_BODY)
         if raw is None:
-            await send_error(send, 413, "invalid_client_metadata",
-                             f"registration body larger than {MAX_REGISTRATION_BODY} bytes")
+            await send_error(
+                send,
+                413,
+                "invalid_client_metadata",
+                f"registration body larger than {MAX_REGISTRATION_BODY} bytes",
+            )
             return
         try:
             metadata = parse_registration(raw)
@@ -141,14 +171,22 @@ class OAuthEndpoints:
             await send_error(send, exc.status, exc.error, exc.description)
             return
         except FetchError as exc:
-            await send_error(send, 502, "server_error",
-                             f"the provider's discovery document could not be fetched: {exc}")
+            await send_error(
+                send,
+                502,
+                "server_error",
+                f"the provider's discovery document could not be fetched: {exc}",
+            )
             return
-        await send({
-            "type": "http.response.start",
-            "status": result.status,
-            "headers": [(b"content-type", result.content_type),
-                        (b"content-length", str(len(result.body)).encode()),
-                        (b"cache-control", b"no-store")],
-        })
+        await send(
+            {
+                "type": "http.response.start",
+                "status": result.status,
+                "headers": [
+                    (b"content-type", result.content_type),
+                    (b"content-length", str(len(result.body)).encode()),
+                    (b"cache-control", b"no-store"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": result.body})

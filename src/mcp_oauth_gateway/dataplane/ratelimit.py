@@ -87,16 +87,23 @@ class RedisLimiter:
 
     async def take(self, key: str) -> float:
         """One atomic script call."""
-        allowed, wait = await self._script(keys=[self.prefix + key],
-                                           args=[self.capacity, self.per_second])
+        allowed, wait = await self._script(
+            keys=[self.prefix + key], args=[self.capacity, self.per_second]
+        )
         return 0.0 if int(allowed) == 1 else float(wait)
 
 
 class RateLimit:
     """429 with `Retry-After` once a caller's bucket is empty."""
 
-    def __init__(self, app: ASGIApp, limit: CompiledRateLimit, limiter: Limiter, policy: str,
-                 metrics: Metrics | None = None):
+    def __init__(
+        self,
+        app: ASGIApp,
+        limit: CompiledRateLimit,
+        limiter: Limiter,
+        policy: str,
+        metrics: Metrics | None = None,
+    ):
         self.app = app
         self.key = limit.key
         self.limiter = limiter
@@ -114,15 +121,22 @@ class RateLimit:
             wait = await self.limiter.take(key)
         except Exception as exc:  # a limiter that cannot answer must not let traffic through
             log.error("rate limiter of GatewayPolicy %s unavailable: %s", self.policy, exc)
-            await send_error(send, 503, "temporarily_unavailable",
-                             "the rate limiter is unavailable; try again shortly")
+            await send_error(
+                send,
+                503,
+                "temporarily_unavailable",
+                "the rate limiter is unavailable; try again shortly",
+            )
             return
         if wait > 0:
             if self.rejected is not None:
                 self.rejected()
-            await send_error(send, 429, "rate_limited",
-                             f"too many requests for this caller; retry in "
-                             f"{math.ceil(wait)} s",
-                             [(b"retry-after", str(max(1, math.ceil(wait))).encode())])
+            await send_error(
+                send,
+                429,
+                "rate_limited",
+                f"too many requests for this caller; retry in {math.ceil(wait)} s",
+                [(b"retry-after", str(max(1, math.ceil(wait))).encode())],
+            )
             return
         await self.app(scope, receive, send)

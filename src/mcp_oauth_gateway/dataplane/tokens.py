@@ -55,8 +55,9 @@ def check_claims(claims: Mapping[str, object], rules: TokenRules, now: float) ->
         if values is None:
             raise TokenError("token has no aud claim")
         if not any(isinstance(v, str) and v in rules.audiences for v in values):
-            raise TokenError(f"aud {aud!r} does not include any accepted audience "
-                             f"{sorted(rules.audiences)!r}")
+            raise TokenError(
+                f"aud {aud!r} does not include any accepted audience {sorted(rules.audiences)!r}"
+            )
     exp = claims.get("exp")
     if not _is_number(exp):
         raise TokenError("token has no numeric exp claim")
@@ -81,8 +82,9 @@ def parse_token(token: str) -> tuple[jws.CompactSignature, dict[str, object]]:
     if len(token) > MAX_TOKEN_BYTES:
         raise TokenError(f"token is longer than {MAX_TOKEN_BYTES} bytes")
     if token.count(".") != 2:
-        raise TokenError("malformed token: expected three dot-separated parts "
-                         "(header.payload.signature)")
+        raise TokenError(
+            "malformed token: expected three dot-separated parts (header.payload.signature)"
+        )
     try:
         compact = jws.extract_compact(token.encode("ascii"))
         header = compact.headers()
@@ -109,11 +111,14 @@ def verify_token(token: str, keyset: Keyset, rules: TokenRules, now: float) -> d
         raise TokenError("kid is not a string")
     key = keyset.find(kid)
     if key is None:
-        raise UnknownKeyId(f"no key with kid {kid!r} in the issuer's keyset" if kid
-                           else "token header has no kid")
+        raise UnknownKeyId(
+            f"no key with kid {kid!r} in the issuer's keyset" if kid else "token header has no kid"
+        )
     if alg not in key.algorithms:
-        raise TokenError(f"alg {alg} cannot be verified with key {kid!r} "
-                         f"(it allows {', '.join(sorted(key.algorithms))})")
+        raise TokenError(
+            f"alg {alg} cannot be verified with key {kid!r} "
+            f"(it allows {', '.join(sorted(key.algorithms))})"
+        )
     try:
         valid = jws.validate_compact(compact, key.key, [alg])
     except (JoseError, ValueError, TypeError) as exc:

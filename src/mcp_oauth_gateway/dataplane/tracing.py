@@ -31,7 +31,8 @@ def otlp_tracer(build: bool = True) -> Any:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError as exc:
         raise TracingUnavailable(
-            "--tracing otlp needs the otel extra: pip install 'mcp-oauth-gateway[otel]'") from exc
+            "--tracing otlp needs the otel extra: pip install 'mcp-oauth-gateway[otel]'"
+        ) from exc
     if not build:
         return None
     provider = TracerProvider(resource=Resource.create({"service.name": "mcp-oauth-gateway"}))
@@ -51,18 +52,23 @@ class RequestTracing:
 
     def start(self, scope: Scope) -> Any:
         """Open the request's span and hand its context to the backend in `scope`'s headers."""
-        carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
-                   if k in _PROPAGATION_HEADERS}
+        carrier = {
+            k.decode("latin-1"): v.decode("latin-1")
+            for k, v in scope["headers"]
+            if k in _PROPAGATION_HEADERS
+        }
         parent = self._propagate.extract(carrier)
         span = self.tracer.start_span(
-            f"{scope['method']} {scope['path']}", context=parent,
+            f"{scope['method']} {scope['path']}",
+            context=parent,
             kind=self._trace.SpanKind.SERVER,
-            attributes={"http.request.method": scope["method"], "url.path": scope["path"]})
+            attributes={"http.request.method": scope["method"], "url.path": scope["path"]},
+        )
         outgoing: dict[str, str] = {}
         self._propagate.inject(outgoing, context=self._trace.set_span_in_context(span))
-        scope["headers"] = [(k, v) for k, v in scope["headers"]
-                            if k not in _PROPAGATION_HEADERS] + \
-            [(k.encode("latin-1"), v.encode("latin-1")) for k, v in outgoing.items()]
+        scope["headers"] = [
+            (k, v) for k, v in scope["headers"] if k not in _PROPAGATION_HEADERS
+        ] + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in outgoing.items()]
         return span
 
     def end(self, span: Any, status: int, route: str) -> None:

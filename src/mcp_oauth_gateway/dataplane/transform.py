@@ -53,11 +53,15 @@ class HeaderTransformation:
                 # A missing claim leaves the header unset rather than set to something wrong.
                 continue
             if any(c in value for c in _FORBIDDEN):
-                log.warning("transformation %s produced a value with CR/LF/NUL; refused",
-                            name.decode())
-                await send_error(send, 400, "invalid_request",
-                                 f"the value computed for header {name.decode()} contains "
-                                 "control characters")
+                log.warning(
+                    "transformation %s produced a value with CR/LF/NUL; refused", name.decode()
+                )
+                await send_error(
+                    send,
+                    400,
+                    "invalid_request",
+                    f"the value computed for header {name.decode()} contains control characters",
+                )
                 return
             added.append((name, value))
         scope["headers"] = [(k, v) for k, v in scope["headers"] if k not in self.drop] + added
@@ -69,17 +73,23 @@ class HeaderTransformation:
             if name == b"connection":
                 named = hop_by_hop_guarded(value, self.guarded)
                 if named is not None:
-                    return (f"the Connection header names {display_name(named)}, which this "
-                            "route sets or removes itself")
+                    return (
+                        f"the Connection header names {display_name(named)}, which this "
+                        "route sets or removes itself"
+                    )
             if name in self.set_names:
                 if name in seen:
                     # The gateway sets it: two copies mean a client tried to supply one.
-                    return (f"the request carries more than one {display_name(name)} header, "
-                            "which this route sets itself; send it at most once")
+                    return (
+                        f"the request carries more than one {display_name(name)} header, "
+                        "which this route sets itself; send it at most once"
+                    )
                 seen.add(name)
             alias = underscore_alias(name, self.guarded)
             if alias is not None:
-                return (f"the header {display_name(name)} would be read as "
-                        f"{display_name(alias)} by some servers, and this route sets or removes "
-                        f"{display_name(alias)} itself")
+                return (
+                    f"the header {display_name(name)} would be read as "
+                    f"{display_name(alias)} by some servers, and this route sets or removes "
+                    f"{display_name(alias)} itself"
+                )
         return None

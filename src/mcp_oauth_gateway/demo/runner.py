@@ -48,20 +48,22 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _wait_port(port: int, proc: subprocess.Popen[bytes], name: str, log: Path,
-               timeout: float = 60.0) -> None:
+def _wait_port(
+    port: int, proc: subprocess.Popen[bytes], name: str, log: Path, timeout: float = 60.0
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with code {proc.returncode}; its log "
-                               f"({log}) ends with:\n{_tail(log)}")
+            raise RuntimeError(
+                f"{name} exited with code {proc.returncode}; its log "
+                f"({log}) ends with:\n{_tail(log)}"
+            )
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
         except OSError:
             time.sleep(0.1)
-    raise RuntimeError(f"{name} did not listen on 127.0.0.1:{port} within {timeout:g}s; "
-                       f"see {log}")
+    raise RuntimeError(f"{name} did not listen on 127.0.0.1:{port} within {timeout:g}s; see {log}")
 
 
 def _tail(log: Path, lines: int = 15) -> str:
@@ -79,13 +81,19 @@ class Demo:
         self.children: list[tuple[str, subprocess.Popen[bytes], Path]] = []
         self.logs = options.directory / "logs"
 
-    def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> \
-            subprocess.Popen[bytes]:
+    def spawn(
+        self, name: str, args: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         """Start a child process whose output goes to logs/<name>.log."""
         log = self.logs / f"{name}.log"
         handle = log.open("ab")
-        proc = subprocess.Popen([sys.executable, *args], stdout=handle, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(
+            [sys.executable, *args],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+        )
         self.children.append((name, proc, log))
         return proc
 
@@ -116,83 +124,145 @@ class Demo:
         o = self.options
         o.directory.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
-        for port, what in ((o.idp_port, "--idp-port"), (o.backend_port, "--backend-port"),
-                           (o.gateway_port, "--port")):
-            if not _port_free(port):
-                print(f"error: 127.0.0.1:{port} is in use; stop what uses it or pick another "
-                      f"port with {what}", file=sys.stderr)
-                return 2
+        if not self._ports_free():
+            return 2
         creds = self.credentials()
         gateway = f"http://127.0.0.1:{o.gateway_port}"
         idp_url = f"http://127.0.0.1:{o.idp_port}"
         say(f"directory {o.directory} (state, generated resources, logs)")
-
-        say(f"starting the dev identity provider ({o.flavour} flavour) on {idp_url}")
-        env = {"DEV_IDP_USER_PASSWORD": creds["password"],
-               "DEV_IDP_ADMIN_PASSWORD": creds["admin_password"],
-               "DEV_IDP_BOOTSTRAP_TOKEN": BOOTSTRAP_TOKEN}
-        seed = ["--user", "alice", "--user", "bob"] if o.flavour == "authentik" else []
-        idp = self.spawn("dev-idp", ["-m", "mcp_oauth_gateway", "dev-idp", "--flavor",
-                                     o.flavour, "--port", str(o.idp_port), "--state",
-                                     str(o.directory / "idp-state.json"), *seed], env)
-        _wait_port(o.idp_port, idp, "the dev identity provider", self.logs / "dev-idp.log")
+        self._start_idp(idp_url, creds)
 
         say("provisioning it (the same tool you would run against a real server)")
         values = self._provision(idp_url, gateway, creds)
         target = resources.write(values, o.directory / "resources")
         say(f"resources written to {target}")
 
-        say(f"starting the demo MCP server on http://127.0.0.1:{o.backend_port}/mcp")
-        backend = self.spawn("mcp-server", ["-m", "mcp_oauth_gateway.demo.server", "--port",
-                                            str(o.backend_port)])
-        _wait_port(o.backend_port, backend, "the demo MCP server",
-                   self.logs / "mcp-server.log")
+        self._start_backend()
+        self._start_gateway(gateway, target)
+        self._print_connection_help(gateway, creds, target)
+        return self._wait()
 
+    def _ports_free(self) -> bool:
+        o = self.options
+        for port, what in (
+            (o.idp_port, "--idp-port"),
+            (o.backend_port, "--backend-port"),
+            (o.gateway_port, "--port"),
+        ):
+            if not _port_free(port):
+                print(
+                    f"error: 127.0.0.1:{port} is in use; stop what uses it or pick another "
+                    f"port with {what}",
+                    file=sys.stderr,
+                )
+                return False
+        return True
+
+    def _start_idp(self, idp_url: str, creds: dict[str, str]) -> None:
+        o = self.options
+        say(f"starting the dev identity provider ({o.flavour} flavour) on {idp_url}")
+        env = {
+            "DEV_IDP_USER_PASSWORD": creds["password"],
+            "DEV_IDP_ADMIN_PASSWORD": creds["admin_password"],
+            "DEV_IDP_BOOTSTRAP_TOKEN": BOOTSTRAP_TOKEN,
+        }
+        # Keycloak provisioning creates its users itself; authentik's only adds existing ones.
+        seed = ["--user", "alice", "--user", "bob"] if o.flavour == "authentik" else []
+        idp = self.spawn(
+            "dev-idp",
+            [
+                "-m",
+                "mcp_oauth_gateway",
+                "dev-idp",
+                "--flavor",
+                o.flavour,
+                "--port",
+                str(o.idp_port),
+                "--state",
+                str(o.directory / "idp-state.json"),
+                *seed,
+            ],
+            env,
+        )
+        _wait_port(o.idp_port, idp, "the dev identity provider", self.logs / "dev-idp.log")
+
+    def _start_backend(self) -> None:
+        port = self.options.backend_port
+        say(f"starting the demo MCP server on http://127.0.0.1:{port}/mcp")
+        backend = self.spawn(
+            "mcp-server", ["-m", "mcp_oauth_gateway.demo.server", "--port", str(port)]
+        )
+        _wait_port(port, backend, "the demo MCP server", self.logs / "mcp-server.log")
+
+    def _start_gateway(self, gateway: str, target: Path) -> None:
         say(f"starting the gateway (Broker mode) on {gateway}")
-        gw = self.spawn("gateway", ["-m", "mcp_oauth_gateway", "serve", "-f",
-                                    str(target.parent)])
-        _wait_port(o.gateway_port, gw, "the gateway", self.logs / "gateway.log")
+        gw = self.spawn("gateway", ["-m", "mcp_oauth_gateway", "serve", "-f", str(target.parent)])
+        _wait_port(self.options.gateway_port, gw, "the gateway", self.logs / "gateway.log")
         self._wait_ready(gateway)
 
-        outsider = "bob" if o.flavour == "authentik" else None
-        print(f"""
+    def _print_connection_help(self, gateway: str, creds: dict[str, str], target: Path) -> None:
+        # Only the authentik flavour seeds a user outside the group, to show the 403.
+        outsider = "bob" if self.options.flavour == "authentik" else None
+        print(
+            f"""
 MCP server URL:   {gateway}/mcp
-Sign in as:       alice / {creds['password']}   (member of the group: tools work)""" + (
-            f"\n                  {outsider} / {creds['password']}"
-            "     (signed in but not in the group: 403)" if outsider else "") + f"""
+Sign in as:       alice / {creds["password"]}   (member of the group: tools work)"""
+            + (
+                f"\n                  {outsider} / {creds['password']}"
+                "     (signed in but not in the group: 403)"
+                if outsider
+                else ""
+            )
+            + f"""
 Try it:           npx @modelcontextprotocol/inspector   → Streamable HTTP → {gateway}/mcp
                   claude mcp add --transport http gateway-demo {gateway}/mcp
 Resources:        {target}
 Logs:             {self.logs}
 For development only. Ctrl-C stops everything.
-""", flush=True)
-        return self._wait()
+""",
+            flush=True,
+        )
 
-    def _provision(self, idp_url: str, gateway: str, creds: dict[str, str]) -> \
-            resources.GatewayValues:
+    def _provision(
+        self, idp_url: str, gateway: str, creds: dict[str, str]
+    ) -> resources.GatewayValues:
         o = self.options
         resource = f"{gateway}/mcp"
         backend = f"http://127.0.0.1:{o.backend_port}/mcp"
         with httpx.Client(timeout=30) as http:
             if o.flavour == "authentik":
                 options = authentik.AuthentikOptions(
-                    url=idp_url, token=BOOTSTRAP_TOKEN, users=["alice"], resource=resource,
-                    backend=backend, wait=120, mode="Broker",
-                    redirect_uris=authentik.broker_redirects(resource))
-                return authentik.provision(options, http,
-                                           Progress("authentik", len(authentik.STEPS)))
+                    url=idp_url,
+                    token=BOOTSTRAP_TOKEN,
+                    users=["alice"],
+                    resource=resource,
+                    backend=backend,
+                    wait=120,
+                    mode="Broker",
+                    redirect_uris=authentik.broker_redirects(resource),
+                )
+                return authentik.provision(
+                    options, http, Progress("authentik", len(authentik.STEPS))
+                )
             kc = keycloak.KeycloakOptions(
-                url=idp_url, admin_user="admin", admin_password=creds["admin_password"],
-                resource=resource, users=[("alice", "alice@example.com")],
-                user_password=creds["password"], backend=backend, mode="Broker")
+                url=idp_url,
+                admin_user="admin",
+                admin_password=creds["admin_password"],
+                resource=resource,
+                users=[("alice", "alice@example.com")],
+                user_password=creds["password"],
+                backend=backend,
+                mode="Broker",
+            )
             return keycloak.provision(kc, http, Progress("keycloak", len(keycloak.STEPS)))
 
     def _wait_ready(self, gateway: str) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                metadata = httpx.get(f"{gateway}/.well-known/oauth-authorization-server/mcp",
-                                     timeout=2)
+                metadata = httpx.get(
+                    f"{gateway}/.well-known/oauth-authorization-server/mcp", timeout=2
+                )
                 if metadata.status_code == 200:
                     return
             except httpx.HTTPError:

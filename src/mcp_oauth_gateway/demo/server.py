@@ -13,9 +13,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 
-server = MCPServer("mcp-oauth-gateway demo", instructions=(
-    "A demo server behind mcp-oauth-gateway. Every call reached it only after the gateway "
-    "verified the caller's token and group."))
+server = MCPServer(
+    "mcp-oauth-gateway demo",
+    instructions=(
+        "A demo server behind mcp-oauth-gateway. Every call reached it only after the gateway "
+        "verified the caller's token and group."
+    ),
+)
 
 
 @server.tool()
@@ -27,8 +31,11 @@ def add(a: float, b: float) -> float:
 @server.tool()
 def word_count(text: str) -> dict[str, int]:
     """Count the words, characters and lines of a text."""
-    return {"words": len(text.split()), "characters": len(text),
-            "lines": text.count("\n") + 1 if text else 0}
+    return {
+        "words": len(text.split()),
+        "characters": len(text),
+        "lines": text.count("\n") + 1 if text else 0,
+    }
 
 
 @server.tool()
@@ -56,8 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="the demo MCP server (streamable HTTP)")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
-    uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=args.port,
-                log_level="warning")
+    uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

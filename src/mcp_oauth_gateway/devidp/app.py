@@ -13,8 +13,10 @@ from .keycloak import KeycloakFlavour
 from .settings import DevIdpSettings
 from .store import Store
 
-BANNER = ("mcp-oauth-gateway dev identity provider ({flavour} flavour) on {url}: "
-          "FOR DEVELOPMENT AND TESTS ONLY, never for real users or data")
+BANNER = (
+    "mcp-oauth-gateway dev identity provider ({flavour} flavour) on {url}: "
+    "FOR DEVELOPMENT AND TESTS ONLY, never for real users or data"
+)
 
 
 class _Startup:
@@ -25,8 +27,11 @@ class _Startup:
         self.flavour = flavour
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.flavour.migrating() and \
-                scope["path"] != "/-/health/live/":
+        if (
+            scope["type"] == "http"
+            and self.flavour.migrating()
+            and scope["path"] != "/-/health/live/"
+        ):
             await starting_response(Request(scope, receive))(scope, receive, send)
             return
         await self.app(scope, receive, send)
@@ -44,7 +49,8 @@ def create_app(settings: DevIdpSettings) -> Starlette | _Startup:
         return Starlette(routes=[*flavour.routes(), Route("/health/live", live)])
     if settings.flavour == "authentik":
         ak = AuthentikFlavour(store, settings)
-        app = Starlette(routes=[*ak.routes(), Route("/-/health/live/", live),
-                                Route("/-/health/ready/", live)])
+        app = Starlette(
+            routes=[*ak.routes(), Route("/-/health/live/", live), Route("/-/health/ready/", live)]
+        )
         return _Startup(app, ak)
     raise ValueError(f"unknown flavour {settings.flavour!r}; use keycloak or authentik")

@@ -38,19 +38,42 @@ API = "/api/v3"
 Handler = Callable[..., Awaitable[Response]]
 # authentik caches each user's application list page for a day (`timeout=86400`).
 APP_LIST_CACHE_SECONDS = 86400.0
-APP_SEARCH_FIELDS = ("name", "slug", "meta_launch_url", "meta_description", "meta_publisher",
-                     "group")
+APP_SEARCH_FIELDS = (
+    "name",
+    "slug",
+    "meta_launch_url",
+    "meta_description",
+    "meta_publisher",
+    "group",
+)
 RESERVED_SLUGS = frozenset({"authorize", "token", "device", "userinfo", "introspect", "revoke"})
-GRANT_TYPES = frozenset({"authorization_code", "implicit", "hybrid", "refresh_token",
-                         "client_credentials", "password",
-                         "urn:ietf:params:oauth:grant-type:device_code"})
-SUB_MODES = frozenset({"hashed_user_id", "user_id", "user_uuid", "user_username", "user_email",
-                       "user_upn"})
+GRANT_TYPES = frozenset(
+    {
+        "authorization_code",
+        "implicit",
+        "hybrid",
+        "refresh_token",
+        "client_credentials",
+        "password",
+        "urn:ietf:params:oauth:grant-type:device_code",
+    }
+)
+SUB_MODES = frozenset(
+    {"hashed_user_id", "user_id", "user_uuid", "user_username", "user_email", "user_upn"}
+)
 FLOWS = [  # slug, name, designation, authentication
-    ("default-provider-authorization-implicit-consent", "Authorize Application",
-     "authorization", "require_authenticated"),
-    ("default-provider-authorization-explicit-consent", "Authorize Application",
-     "authorization", "require_authenticated"),
+    (
+        "default-provider-authorization-implicit-consent",
+        "Authorize Application",
+        "authorization",
+        "require_authenticated",
+    ),
+    (
+        "default-provider-authorization-explicit-consent",
+        "Authorize Application",
+        "authorization",
+        "require_authenticated",
+    ),
     ("default-provider-invalidation-flow", "Logged out of application", "invalidation", "none"),
     ("default-invalidation-flow", "Default Invalidation Flow", "invalidation", "none"),
     ("default-authentication-flow", "Welcome to authentik!", "authentication", "none"),
@@ -59,13 +82,80 @@ SCOPES = [  # scope_name, managed suffix, name
     ("openid", "scope-openid", "authentik default OAuth Mapping: OpenID 'openid'"),
     ("email", "scope-email", "authentik default OAuth Mapping: OpenID 'email'"),
     ("profile", "scope-profile", "authentik default OAuth Mapping: OpenID 'profile'"),
-    ("entitlements", "scope-entitlements",
-     "authentik default OAuth Mapping: Application Entitlements"),
-    ("offline_access", "scope-offline_access",
-     "authentik default OAuth Mapping: OpenID 'offline_access'"),
-    ("goauthentik.io/api", "scope-authentik_api",
-     "authentik default OAuth Mapping: authentik API access"),
+    (
+        "entitlements",
+        "scope-entitlements",
+        "authentik default OAuth Mapping: Application Entitlements",
+    ),
+    (
+        "offline_access",
+        "scope-offline_access",
+        "authentik default OAuth Mapping: OpenID 'offline_access'",
+    ),
+    (
+        "goauthentik.io/api",
+        "scope-authentik_api",
+        "authentik default OAuth Mapping: authentik API access",
+    ),
 ]
+# The OpenID endpoints, as paths under the server's base URL; `{slug}` is the application's.
+DISCOVERY_ENDPOINTS = (
+    ("authorization_endpoint", "/application/o/authorize/"),
+    ("token_endpoint", "/application/o/token/"),
+    ("userinfo_endpoint", "/application/o/userinfo/"),
+    ("end_session_endpoint", "/application/o/{slug}/end-session/"),
+    ("introspection_endpoint", "/application/o/introspect/"),
+    ("revocation_endpoint", "/application/o/revoke/"),
+    ("jwks_uri", "/application/o/{slug}/jwks/"),
+)
+# What every application advertises, in authentik's key order; `scopes_supported` is replaced by
+# the provider's own (replacing an entry keeps its place in that order).
+DISCOVERY_METADATA: dict[str, object] = {
+    "response_types_supported": [
+        "code",
+        "id_token",
+        "id_token token",
+        "code token",
+        "code id_token",
+        "code id_token token",
+    ],
+    "response_modes_supported": ["query", "fragment", "form_post"],
+    "grant_types_supported": [
+        "authorization_code",
+        "refresh_token",
+        "implicit",
+        "client_credentials",
+        "password",
+        "urn:ietf:params:oauth:grant-type:device_code",
+    ],
+    "subject_types_supported": ["public"],
+    "id_token_signing_alg_values_supported": ["RS256"],
+    "scopes_supported": ["openid"],
+    "token_endpoint_auth_methods_supported": [
+        "client_secret_post",
+        "client_secret_basic",
+    ],
+    "code_challenge_methods_supported": ["plain", "S256"],
+    "claims_supported": [
+        "sub",
+        "iss",
+        "aud",
+        "exp",
+        "iat",
+        "auth_time",
+        "acr",
+        "amr",
+        "nonce",
+        "email",
+        "email_verified",
+        "name",
+        "given_name",
+        "preferred_username",
+        "nickname",
+        "groups",
+    ],
+    "authorization_response_iss_parameter_supported": True,
+}
 
 
 def _now() -> str:
@@ -75,6 +165,17 @@ def _now() -> str:
 def _generate_id(length: int = 40) -> str:
     alphabet = string.ascii_letters + string.digits
     return "".join(secrets.choice(alphabet) for _ in range(length))
+
+
+def _discovery_document(base: str, slug: str, scopes: list[str]) -> dict[str, object]:
+    """The OpenID configuration of the application `slug` whose provider maps `scopes`."""
+    endpoints = {name: base + path.format(slug=slug) for name, path in DISCOVERY_ENDPOINTS}
+    return {
+        "issuer": f"{base}/application/o/{slug}/",
+        **endpoints,
+        **DISCOVERY_METADATA,
+        "scopes_supported": sorted({"openid", *scopes}),
+    }
 
 
 def page_of(request: Request) -> tuple[int, int] | None:
@@ -92,12 +193,21 @@ def envelope(count: int, page: int, size: int, chunk: list[Record]) -> Response:
     absent)."""
     total_pages = max(1, -(-count // size))
     start = (page - 1) * size + 1 if chunk else 0
-    return json_response({
-        "pagination": {"next": page + 1 if page < total_pages else 0,
-                       "previous": page - 1 if page > 1 else 0, "count": count,
-                       "current": page, "total_pages": total_pages, "start_index": start,
-                       "end_index": start + len(chunk) - 1 if chunk else 0},
-        "results": chunk, "autocomplete": {}})
+    return json_response(
+        {
+            "pagination": {
+                "next": page + 1 if page < total_pages else 0,
+                "previous": page - 1 if page > 1 else 0,
+                "count": count,
+                "current": page,
+                "total_pages": total_pages,
+                "start_index": start,
+                "end_index": start + len(chunk) - 1 if chunk else 0,
+            },
+            "results": chunk,
+            "autocomplete": {},
+        }
+    )
 
 
 def paginated(results: list[Record], request: Request) -> Response:
@@ -106,7 +216,7 @@ def paginated(results: list[Record], request: Request) -> Response:
     if paging is None:
         return json_response({"detail": "Invalid page."}, 404)
     page, size = paging
-    return envelope(len(results), page, size, results[(page - 1) * size: page * size])
+    return envelope(len(results), page, size, results[(page - 1) * size : page * size])
 
 
 class FieldErrors(Exception):
@@ -124,8 +234,9 @@ class AuthentikFlavour:
     interaction_prefix = "/if/flow/authorize"
     grant_not_allowed_error = (400, "invalid_grant")
 
-    def __init__(self, store: Store, settings: DevIdpSettings,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, store: Store, settings: DevIdpSettings, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.store = store
         self.settings = settings
         self.provider = OpenIdProvider(self)
@@ -155,9 +266,15 @@ class AuthentikFlavour:
             return
         changed = False
         if not self.store.collection("ak_keypairs"):
-            self.store.collection("ak_keypairs").append({
-                "pk": new_id(), "name": "authentik Self-signed Certificate", "managed": None,
-                "jwk": new_signing_key("ak"), "created": _now()})
+            self.store.collection("ak_keypairs").append(
+                {
+                    "pk": new_id(),
+                    "name": "authentik Self-signed Certificate",
+                    "managed": None,
+                    "jwk": new_signing_key("ak"),
+                    "created": _now(),
+                }
+            )
             changed = True
         # The worker applies blueprints in two steps, so a client sees partial results.
         if worker >= self.settings.worker_seconds / 2:
@@ -173,8 +290,16 @@ class AuthentikFlavour:
         if flows:
             return False
         for slug, name, designation, authentication in FLOWS:
-            flows.append({"pk": new_id(), "slug": slug, "name": name, "title": name,
-                          "designation": designation, "authentication": authentication})
+            flows.append(
+                {
+                    "pk": new_id(),
+                    "slug": slug,
+                    "name": name,
+                    "title": name,
+                    "designation": designation,
+                    "authentication": authentication,
+                }
+            )
         return True
 
     def _ensure_mappings(self, wanted: list[tuple[str, str, str]]) -> bool:
@@ -184,9 +309,16 @@ class AuthentikFlavour:
         for scope_name, suffix, name in wanted:
             managed = f"goauthentik.io/providers/oauth2/{suffix}"
             if managed not in present:
-                mappings.append({"pk": new_id(), "managed": managed, "name": name,
-                                 "scope_name": scope_name, "expression": "return {}",
-                                 "description": ""})
+                mappings.append(
+                    {
+                        "pk": new_id(),
+                        "managed": managed,
+                        "name": name,
+                        "scope_name": scope_name,
+                        "expression": "return {}",
+                        "description": "",
+                    }
+                )
                 changed = True
         return changed
 
@@ -196,12 +328,21 @@ class AuthentikFlavour:
         for username in names:
             if any(u["username"] == username for u in users):
                 continue
-            users.append({"pk": len(users) + 1, "username": username,
-                          "name": "authentik Default Admin" if username == "akadmin" else
-                          username.title(), "email": f"{username}@example.com",
-                          "uuid": new_id(), "type": "internal", "is_active": True,
-                          "password": hash_password(self.settings.seed_password),
-                          "date_joined": _now()})
+            users.append(
+                {
+                    "pk": len(users) + 1,
+                    "username": username,
+                    "name": "authentik Default Admin"
+                    if username == "akadmin"
+                    else username.title(),
+                    "email": f"{username}@example.com",
+                    "uuid": new_id(),
+                    "type": "internal",
+                    "is_active": True,
+                    "password": hash_password(self.settings.seed_password),
+                    "date_joined": _now(),
+                }
+            )
         self.store.save()
 
     # --- the application list cache -------------------------------------------------------
@@ -259,22 +400,32 @@ class AuthentikFlavour:
             return None
         flow = self._find("ak_flows", pk=provider["authorization_flow"])
         return OAuthClient(
-            client_id=provider["client_id"], public=provider["client_type"] == "public",
+            client_id=provider["client_id"],
+            public=provider["client_type"] == "public",
             secret=provider["client_secret"],
-            redirect_uris=tuple((r["matching_mode"], r["url"]) for r in provider["redirect_uris"]
-                                if r.get("redirect_uri_type", "authorization") ==
-                                "authorization"),
+            redirect_uris=tuple(
+                (r["matching_mode"], r["url"])
+                for r in provider["redirect_uris"]
+                if r.get("redirect_uri_type", "authorization") == "authorization"
+            ),
             grant_types=frozenset(provider["grant_types"]),
             consent=bool(flow and flow["slug"].endswith("explicit-consent")),
             name=application["name"],
-            context={"slug": application["slug"], "provider": provider["pk"]})
+            context={"slug": application["slug"], "provider": provider["pk"]},
+        )
 
     def _subject(self, user: Record) -> Subject:
-        groups = tuple(g["name"] for g in self.store.collection("ak_groups")
-                       if user["pk"] in g["users"])
-        return Subject(id=str(user["pk"]), username=user["username"], email=user.get("email"),
-                       name=user.get("name"), groups=groups,
-                       service_account=user.get("type") == "service_account")
+        groups = tuple(
+            g["name"] for g in self.store.collection("ak_groups") if user["pk"] in g["users"]
+        )
+        return Subject(
+            id=str(user["pk"]),
+            username=user["username"],
+            email=user.get("email"),
+            name=user.get("name"),
+            groups=groups,
+            service_account=user.get("type") == "service_account",
+        )
 
     def authenticate(self, username: str, password: str) -> Subject | None:
         """An active user whose password matches."""
@@ -285,8 +436,9 @@ class AuthentikFlavour:
 
     def subject_by_id(self, subject_id: str) -> Subject | None:
         """Reload a user by pk."""
-        user = next((u for u in self.store.collection("ak_users")
-                     if str(u["pk"]) == subject_id), None)
+        user = next(
+            (u for u in self.store.collection("ak_users") if str(u["pk"]) == subject_id), None
+        )
         return self._subject(user) if user else None
 
     def service_subject(self, client: OAuthClient) -> Subject:
@@ -297,10 +449,16 @@ class AuthentikFlavour:
         user = self._find("ak_users", username=username)
         if user is None:
             users = self.store.collection("ak_users")
-            user = {"pk": max((u["pk"] for u in users), default=0) + 1, "username": username,
-                    "name": username, "uuid": new_id(), "type": "service_account",
-                    "is_active": True, "date_joined": _now(),
-                    "path": f"goauthentik.io/apps/{client.context['slug']}"}
+            user = {
+                "pk": max((u["pk"] for u in users), default=0) + 1,
+                "username": username,
+                "name": username,
+                "uuid": new_id(),
+                "type": "service_account",
+                "is_active": True,
+                "date_joined": _now(),
+                "path": f"goauthentik.io/apps/{client.context['slug']}",
+            }
             users.append(user)
             self.store.save()
             self._forget_application_lists()
@@ -319,8 +477,9 @@ class AuthentikFlavour:
         """The provider's access-token validity."""
         return self.settings.access_token_ttl
 
-    def token_claims(self, client: OAuthClient, subject: Subject, scopes: list[str],
-                     resource: str | None) -> dict[str, Any]:
+    def token_claims(
+        self, client: OAuthClient, subject: Subject, scopes: list[str], resource: str | None
+    ) -> dict[str, Any]:
         """`aud` = client id, `sub` by `sub_mode`, scope claims from the provider's mappings."""
         provider = self._find("ak_providers", pk=client.context["provider"])
         assert provider is not None
@@ -331,29 +490,45 @@ class AuthentikFlavour:
             "user_uuid": user.get("uuid", subject.id),
             "user_email": subject.email or subject.username,
         }.get(provider["sub_mode"], hashlib.sha256(subject.username.encode()).hexdigest())
-        mapped = {m["scope_name"] for m in self.store.collection("ak_mappings")
-                  if m["pk"] in provider["property_mappings"]}
+        mapped = {
+            m["scope_name"]
+            for m in self.store.collection("ak_mappings")
+            if m["pk"] in provider["property_mappings"]
+        }
         granted = [s for s in scopes if s in mapped]
-        claims: dict[str, Any] = {"sub": sub, "aud": client.client_id, "azp": client.client_id,
-                                  "uid": secrets.token_hex(16), "scope": " ".join(granted),
-                                  "acr": "goauthentik.io/providers/oauth2/default"}
+        claims: dict[str, Any] = {
+            "sub": sub,
+            "aud": client.client_id,
+            "azp": client.client_id,
+            "uid": secrets.token_hex(16),
+            "scope": " ".join(granted),
+            "acr": "goauthentik.io/providers/oauth2/default",
+        }
         if provider.get("include_claims_in_id_token", True):
             if "email" in granted:
                 claims["email"] = subject.email
                 claims["email_verified"] = False
             if "profile" in granted:
-                claims.update({"name": subject.name, "given_name": subject.name,
-                               "preferred_username": subject.username,
-                               "nickname": subject.username, "groups": list(subject.groups)})
+                claims.update(
+                    {
+                        "name": subject.name,
+                        "given_name": subject.name,
+                        "preferred_username": subject.username,
+                        "nickname": subject.username,
+                        "groups": list(subject.groups),
+                    }
+                )
         return claims
 
-    def id_token_claims(self, client: OAuthClient, access: dict[str, Any],
-                        standard: dict[str, Any]) -> dict[str, Any]:
+    def id_token_claims(
+        self, client: OAuthClient, access: dict[str, Any], standard: dict[str, Any]
+    ) -> dict[str, Any]:
         """authentik's ID token: the access token is the ID token plus `azp` and `uid`
         (IDToken.to_access_token), so the ID token is the access token's claims without them.
         `jti` is the dev IdP's own bookkeeping of access tokens, not an authentik claim."""
-        claims = {name: value for name, value in access.items()
-                  if name not in ("azp", "uid", "jti")}
+        claims = {
+            name: value for name, value in access.items() if name not in ("azp", "uid", "jti")
+        }
         claims["auth_time"] = standard["auth_time"]
         return claims
 
@@ -363,80 +538,135 @@ class AuthentikFlavour:
         auth = request.headers.get("authorization", "")
         if not auth.lower().startswith("bearer ") or not auth[7:].strip():
             return json_response({"detail": "Authentication credentials were not provided."}, 403)
-        if not hmac.compare_digest(auth[7:].strip().encode(),
-                                   self.settings.bootstrap_token.encode()):
+        if not hmac.compare_digest(
+            auth[7:].strip().encode(), self.settings.bootstrap_token.encode()
+        ):
             return json_response({"detail": "Token invalid/expired"}, 403)
         return None
 
     # --- representations ------------------------------------------------------------------
 
     def _flow_rep(self, flow: Record) -> Record:
-        return {"pk": flow["pk"], "policybindingmodel_ptr_id": flow["pk"], "name": flow["name"],
-                "slug": flow["slug"], "title": flow["title"], "designation": flow["designation"],
-                "background": "",
-                "background_url": "/static/dist/assets/images/flow_background.jpg",
-                "background_themed_urls": None, "stages": [], "policies": [], "cache_count": 0,
-                "policy_engine_mode": "any", "compatibility_mode": False,
-                "export_url": f"{API}/flows/instances/{flow['slug']}/export/",
-                "layout": "stacked", "denied_action": "message_continue",
-                "authentication": flow["authentication"]}
+        return {
+            "pk": flow["pk"],
+            "policybindingmodel_ptr_id": flow["pk"],
+            "name": flow["name"],
+            "slug": flow["slug"],
+            "title": flow["title"],
+            "designation": flow["designation"],
+            "background": "",
+            "background_url": "/static/dist/assets/images/flow_background.jpg",
+            "background_themed_urls": None,
+            "stages": [],
+            "policies": [],
+            "cache_count": 0,
+            "policy_engine_mode": "any",
+            "compatibility_mode": False,
+            "export_url": f"{API}/flows/instances/{flow['slug']}/export/",
+            "layout": "stacked",
+            "denied_action": "message_continue",
+            "authentication": flow["authentication"],
+        }
 
     def _keypair_rep(self, keypair: Record) -> Record:
         key = RSAKey.import_key(keypair["jwk"])
         fingerprint = hashlib.sha256(key.thumbprint().encode()).hexdigest()
-        return {"pk": keypair["pk"], "name": keypair["name"],
-                "fingerprint_sha256": fingerprint, "fingerprint_sha1": fingerprint[:40],
-                "cert_expiry": None, "cert_subject": None, "private_key_available": True,
-                "key_type": "rsa",
-                "certificate_download_url": f"{API}/crypto/certificatekeypairs/"
-                                            f"{keypair['pk']}/view_certificate/?download",
-                "private_key_download_url": f"{API}/crypto/certificatekeypairs/"
-                                            f"{keypair['pk']}/view_private_key/?download",
-                "managed": keypair["managed"]}
+        return {
+            "pk": keypair["pk"],
+            "name": keypair["name"],
+            "fingerprint_sha256": fingerprint,
+            "fingerprint_sha1": fingerprint[:40],
+            "cert_expiry": None,
+            "cert_subject": None,
+            "private_key_available": True,
+            "key_type": "rsa",
+            "certificate_download_url": f"{API}/crypto/certificatekeypairs/"
+            f"{keypair['pk']}/view_certificate/?download",
+            "private_key_download_url": f"{API}/crypto/certificatekeypairs/"
+            f"{keypair['pk']}/view_private_key/?download",
+            "managed": keypair["managed"],
+        }
 
     def _mapping_rep(self, mapping: Record) -> Record:
-        return {**{k: mapping[k] for k in ("pk", "managed", "name", "expression", "scope_name",
-                                           "description")},
-                "component": "ak-property-mapping-provider-scope-form",
-                "verbose_name": "Scope Mapping", "verbose_name_plural": "Scope Mappings",
-                "meta_model_name": "authentik_providers_oauth2.scopemapping"}
+        return {
+            **{
+                k: mapping[k]
+                for k in ("pk", "managed", "name", "expression", "scope_name", "description")
+            },
+            "component": "ak-property-mapping-provider-scope-form",
+            "verbose_name": "Scope Mapping",
+            "verbose_name_plural": "Scope Mappings",
+            "meta_model_name": "authentik_providers_oauth2.scopemapping",
+        }
 
     def _provider_rep(self, provider: Record) -> Record:
         application = self._application_of(provider)
-        return {**{k: v for k, v in provider.items() if k != "created"},
-                "component": "ak-provider-oauth2-form",
-                "assigned_application_slug": application["slug"] if application else None,
-                "assigned_application_name": application["name"] if application else None,
-                "assigned_backchannel_application_slug": None,
-                "assigned_backchannel_application_name": None,
-                "verbose_name": "OAuth2/OpenID Provider",
-                "verbose_name_plural": "OAuth2/OpenID Providers",
-                "meta_model_name": "authentik_providers_oauth2.oauth2provider"}
+        return {
+            **{k: v for k, v in provider.items() if k != "created"},
+            "component": "ak-provider-oauth2-form",
+            "assigned_application_slug": application["slug"] if application else None,
+            "assigned_application_name": application["name"] if application else None,
+            "assigned_backchannel_application_slug": None,
+            "assigned_backchannel_application_name": None,
+            "verbose_name": "OAuth2/OpenID Provider",
+            "verbose_name_plural": "OAuth2/OpenID Providers",
+            "meta_model_name": "authentik_providers_oauth2.oauth2provider",
+        }
 
     def _provider_brief(self, provider: Record) -> Record:
         rep = self._provider_rep(provider)
-        keep = ("pk", "name", "authentication_flow", "authorization_flow", "invalidation_flow",
-                "property_mappings", "component", "assigned_application_slug",
-                "assigned_application_name", "assigned_backchannel_application_slug",
-                "assigned_backchannel_application_name", "verbose_name", "verbose_name_plural",
-                "meta_model_name")
+        keep = (
+            "pk",
+            "name",
+            "authentication_flow",
+            "authorization_flow",
+            "invalidation_flow",
+            "property_mappings",
+            "component",
+            "assigned_application_slug",
+            "assigned_application_name",
+            "assigned_backchannel_application_slug",
+            "assigned_backchannel_application_name",
+            "verbose_name",
+            "verbose_name_plural",
+            "meta_model_name",
+        )
         return {k: rep.get(k) for k in keep}
 
     def _application_rep(self, app: Record) -> Record:
         provider = self._find("ak_providers", pk=app["provider"]) if app["provider"] else None
-        return {"pk": app["pk"], "name": app["name"], "slug": app["slug"],
-                "provider": app["provider"],
-                "provider_obj": self._provider_brief(provider) if provider else None,
-                "backchannel_providers": [], "backchannel_providers_obj": [],
-                "launch_url": None, "open_in_new_tab": False, "meta_launch_url": "",
-                "meta_icon": "", "meta_icon_url": None, "meta_icon_themed_urls": None,
-                "meta_description": "", "meta_publisher": "", "policy_engine_mode": "any",
-                "group": "", "meta_hide": False}
+        return {
+            "pk": app["pk"],
+            "name": app["name"],
+            "slug": app["slug"],
+            "provider": app["provider"],
+            "provider_obj": self._provider_brief(provider) if provider else None,
+            "backchannel_providers": [],
+            "backchannel_providers_obj": [],
+            "launch_url": None,
+            "open_in_new_tab": False,
+            "meta_launch_url": "",
+            "meta_icon": "",
+            "meta_icon_url": None,
+            "meta_icon_themed_urls": None,
+            "meta_description": "",
+            "meta_publisher": "",
+            "policy_engine_mode": "any",
+            "group": "",
+            "meta_hide": False,
+        }
 
     def _partial_user(self, user: Record) -> Record:
-        return {"pk": user["pk"], "username": user["username"], "name": user["name"],
-                "is_active": user.get("is_active", True), "last_login": None,
-                "email": user.get("email", ""), "attributes": {}, "uid": self._uid(user)}
+        return {
+            "pk": user["pk"],
+            "username": user["username"],
+            "name": user["name"],
+            "is_active": user.get("is_active", True),
+            "last_login": None,
+            "email": user.get("email", ""),
+            "attributes": {},
+            "uid": self._uid(user),
+        }
 
     @staticmethod
     def _uid(user: Record) -> str:
@@ -444,27 +674,57 @@ class AuthentikFlavour:
 
     def _group_rep(self, group: Record) -> Record:
         members = [u for u in self.store.collection("ak_users") if u["pk"] in group["users"]]
-        return {"pk": group["pk"], "num_pk": group["num_pk"], "name": group["name"],
-                "is_superuser": False, "parents": [], "parents_obj": [],
-                "users": group["users"], "users_obj": [self._partial_user(u) for u in members],
-                "attributes": {}, "roles": [], "roles_obj": [], "inherited_roles_obj": [],
-                "children": [], "children_obj": []}
+        return {
+            "pk": group["pk"],
+            "num_pk": group["num_pk"],
+            "name": group["name"],
+            "is_superuser": False,
+            "parents": [],
+            "parents_obj": [],
+            "users": group["users"],
+            "users_obj": [self._partial_user(u) for u in members],
+            "attributes": {},
+            "roles": [],
+            "roles_obj": [],
+            "inherited_roles_obj": [],
+            "children": [],
+            "children_obj": [],
+        }
 
     def _user_rep(self, user: Record) -> Record:
         groups = [g for g in self.store.collection("ak_groups") if user["pk"] in g["users"]]
-        return {"pk": user["pk"], "username": user["username"], "name": user["name"],
-                "is_active": user.get("is_active", True), "last_login": None,
-                "date_joined": user.get("date_joined", _now()), "is_superuser":
-                user["username"] == "akadmin", "groups": [g["pk"] for g in groups],
-                "groups_obj": [{"pk": g["pk"], "num_pk": g["num_pk"], "name": g["name"],
-                                "is_superuser": False, "parents": [], "attributes": {}}
-                               for g in groups],
-                "roles": [], "roles_obj": [], "email": user.get("email", ""),
-                "avatar": "data:image/svg+xml;base64,", "attributes": {},
-                "uid": self._uid(user), "path": user.get("path", "users"),
-                "type": user.get("type", "internal"), "uuid": user["uuid"],
-                "password_change_date": user.get("date_joined", _now()),
-                "last_updated": user.get("date_joined", _now())}
+        return {
+            "pk": user["pk"],
+            "username": user["username"],
+            "name": user["name"],
+            "is_active": user.get("is_active", True),
+            "last_login": None,
+            "date_joined": user.get("date_joined", _now()),
+            "is_superuser": user["username"] == "akadmin",
+            "groups": [g["pk"] for g in groups],
+            "groups_obj": [
+                {
+                    "pk": g["pk"],
+                    "num_pk": g["num_pk"],
+                    "name": g["name"],
+                    "is_superuser": False,
+                    "parents": [],
+                    "attributes": {},
+                }
+                for g in groups
+            ],
+            "roles": [],
+            "roles_obj": [],
+            "email": user.get("email", ""),
+            "avatar": "data:image/svg+xml;base64,",
+            "attributes": {},
+            "uid": self._uid(user),
+            "path": user.get("path", "users"),
+            "type": user.get("type", "internal"),
+            "uuid": user["uuid"],
+            "password_change_date": user.get("date_joined", _now()),
+            "last_updated": user.get("date_joined", _now()),
+        }
 
     # --- API ------------------------------------------------------------------------------
 
@@ -474,8 +734,13 @@ class AuthentikFlavour:
         except orjson.JSONDecodeError as exc:
             raise FieldErrors({"non_field_errors": [f"JSON parse error - {exc}"]}) from exc
         if not isinstance(body, dict):
-            raise FieldErrors({"non_field_errors": [
-                f"Invalid data. Expected a dictionary, but got {type(body).__name__}."]})
+            raise FieldErrors(
+                {
+                    "non_field_errors": [
+                        f"Invalid data. Expected a dictionary, but got {type(body).__name__}."
+                    ]
+                }
+            )
         return body
 
     async def api(self, request: Request) -> Response:
@@ -513,8 +778,7 @@ class AuthentikFlavour:
             ("POST", "/core/groups/{}/add_user/", self._add_user),
             ("GET", "/core/users/", self._list_users),
         ]
-        return [(m, re.compile(re.escape(p).replace(re.escape("{}"), one)), h)
-                for m, p, h in table]
+        return [(m, re.compile(re.escape(p).replace(re.escape("{}"), one)), h) for m, p, h in table]
 
     async def _list_flows(self, request: Request) -> Response:
         slug = request.query_params.get("slug")
@@ -528,38 +792,47 @@ class AuthentikFlavour:
     async def _list_mappings(self, request: Request) -> Response:
         q = request.query_params
         managed = q.getlist("managed")
-        items = [m for m in self.store.collection("ak_mappings")
-                 if ("scope_name" not in q or m["scope_name"] == q["scope_name"])
-                 and (not managed or m["managed"] in managed)
-                 and ("name" not in q or m["name"] == q["name"])]
+        items = [
+            m
+            for m in self.store.collection("ak_mappings")
+            if ("scope_name" not in q or m["scope_name"] == q["scope_name"])
+            and (not managed or m["managed"] in managed)
+            and ("name" not in q or m["name"] == q["name"])
+        ]
         items.sort(key=lambda m: (m["scope_name"], m["name"]))
         return paginated([self._mapping_rep(m) for m in items], request)
 
     async def _list_providers(self, request: Request) -> Response:
         q = request.query_params
-        items = [p for p in self.store.collection("ak_providers")
-                 if ("name" not in q or p["name"] == q["name"])
-                 and ("client_id" not in q or p["client_id"] == q["client_id"])]
+        items = [
+            p
+            for p in self.store.collection("ak_providers")
+            if ("name" not in q or p["name"] == q["name"])
+            and ("client_id" not in q or p["client_id"] == q["client_id"])
+        ]
         return paginated([self._provider_rep(p) for p in items], request)
 
     async def _get_provider(self, request: Request, pk: str) -> Response:
-        provider = next((p for p in self.store.collection("ak_providers")
-                         if str(p["pk"]) == pk), None)
+        provider = next(
+            (p for p in self.store.collection("ak_providers") if str(p["pk"]) == pk), None
+        )
         if provider is None:
             return json_response({"detail": "No OAuth2Provider matches the given query."}, 404)
         return json_response(self._provider_rep(provider))
 
     async def _patch_provider(self, request: Request, pk: str) -> Response:
-        provider = next((p for p in self.store.collection("ak_providers")
-                         if str(p["pk"]) == pk), None)
+        provider = next(
+            (p for p in self.store.collection("ak_providers") if str(p["pk"]) == pk), None
+        )
         if provider is None:
             return json_response({"detail": "No OAuth2Provider matches the given query."}, 404)
         body = await self._body(request)
         unsupported = sorted(set(body) - {"redirect_uris"})
         if unsupported:
             # The dev IdP only emulates the partial update the provisioning tool sends.
-            raise FieldErrors({k: ["The dev identity provider cannot change this field."]
-                               for k in unsupported})
+            raise FieldErrors(
+                {k: ["The dev identity provider cannot change this field."] for k in unsupported}
+            )
         entries = self._redirect_entries(body.get("redirect_uris"))
         provider["redirect_uris"] = entries
         self.store.save()
@@ -572,9 +845,11 @@ class AuthentikFlavour:
         if not isinstance(value, list):
             errors.append('Expected a list of items but got type "str".')
         for entry in entries:
-            if not isinstance(entry, dict) or entry.get("matching_mode") not in ("strict",
-                                                                                  "regex") \
-                    or not isinstance(entry.get("url"), str):
+            if (
+                not isinstance(entry, dict)
+                or entry.get("matching_mode") not in ("strict", "regex")
+                or not isinstance(entry.get("url"), str)
+            ):
                 errors.append("Each redirect URI needs matching_mode (strict|regex) and url.")
                 continue
             if entry["matching_mode"] == "regex":
@@ -584,19 +859,24 @@ class AuthentikFlavour:
                     errors.append(f"Invalid Regex Pattern: {entry['url']}")
         if errors:
             raise FieldErrors({"redirect_uris": errors})
-        return [{"matching_mode": e["matching_mode"], "url": e["url"],
-                 "redirect_uri_type": e.get("redirect_uri_type", "authorization")}
-                for e in entries]
+        return [
+            {
+                "matching_mode": e["matching_mode"],
+                "url": e["url"],
+                "redirect_uri_type": e.get("redirect_uri_type", "authorization"),
+            }
+            for e in entries
+        ]
 
-    def _related(self, errors: dict[str, list[str]], field: str, value: Any, collection: str,
-                 nullable: bool) -> Any:
+    def _related(
+        self, errors: dict[str, list[str]], field: str, value: Any, collection: str, nullable: bool
+    ) -> Any:
         if value is None or value == "":
             if not nullable:
                 errors[field] = ["This field may not be null."]
             return None
         if not isinstance(value, str):
-            errors[field] = [f"Incorrect type. Expected pk value, received "
-                             f"{type(value).__name__}."]
+            errors[field] = [f"Incorrect type. Expected pk value, received {type(value).__name__}."]
             return None
         try:
             uuid.UUID(value)
@@ -620,9 +900,12 @@ class AuthentikFlavour:
             errors["name"] = ["provider with this name already exists."]
         fields: Record = {
             f: self._related(errors, f, body.get(f), "ak_flows", nullable=False)
-            for f in ("authorization_flow", "invalidation_flow") if f in body}
-        fields["signing_key"] = self._related(errors, "signing_key", body.get("signing_key"),
-                                              "ak_keypairs", nullable=True)
+            for f in ("authorization_flow", "invalidation_flow")
+            if f in body
+        }
+        fields["signing_key"] = self._related(
+            errors, "signing_key", body.get("signing_key"), "ak_keypairs", nullable=True
+        )
         mappings = body.get("property_mappings", [])
         mapping_errors = []
         if not isinstance(mappings, list):
@@ -642,9 +925,11 @@ class AuthentikFlavour:
             errors["client_type"] = [f'"{client_type}" is not a valid choice.']
         grants = body.get("grant_types", sorted(GRANT_TYPES))
         if not isinstance(grants, list) or any(g not in GRANT_TYPES for g in grants):
-            errors["grant_types"] = [f'"{g}" is not a valid choice.' for g in
-                                     (grants if isinstance(grants, list) else [grants])
-                                     if g not in GRANT_TYPES]
+            errors["grant_types"] = [
+                f'"{g}" is not a valid choice.'
+                for g in (grants if isinstance(grants, list) else [grants])
+                if g not in GRANT_TYPES
+            ]
         sub_mode = body.get("sub_mode", "hashed_user_id")
         if sub_mode not in SUB_MODES:
             errors["sub_mode"] = [f'"{sub_mode}" is not a valid choice.']
@@ -657,33 +942,45 @@ class AuthentikFlavour:
         client_id = body.get("client_id") or _generate_id()
         if self._provider_by_client(client_id):
             errors["client_id"] = ["OAuth2/OpenID Provider with this Client ID already exists."]
-        return {"client_type": client_type, "grant_types": grants, "sub_mode": sub_mode,
-                "redirect_uris": redirect_uris, "client_id": client_id}
+        return {
+            "client_type": client_type,
+            "grant_types": grants,
+            "sub_mode": sub_mode,
+            "redirect_uris": redirect_uris,
+            "client_id": client_id,
+        }
 
     async def _create_provider(self, request: Request) -> Response:
         body = await self._body(request)
         errors: dict[str, list[str]] = {}
-        fields = {**self._provider_relations(body, errors),
-                  **self._provider_choices(body, errors)}
+        fields = {**self._provider_relations(body, errors), **self._provider_choices(body, errors)}
         if errors:
             raise FieldErrors(errors)
         providers = self.store.collection("ak_providers")
         provider = {
-            "pk": max((p["pk"] for p in providers), default=0) + 1, "name": fields["name"],
+            "pk": max((p["pk"] for p in providers), default=0) + 1,
+            "name": fields["name"],
             "authentication_flow": body.get("authentication_flow"),
             "authorization_flow": fields["authorization_flow"],
             "invalidation_flow": fields["invalidation_flow"],
             "property_mappings": fields["property_mappings"],
-            "client_type": fields["client_type"], "grant_types": fields["grant_types"],
+            "client_type": fields["client_type"],
+            "grant_types": fields["grant_types"],
             "client_id": fields["client_id"],
             "client_secret": body.get("client_secret") or _generate_id(128),
-            "access_code_validity": "minutes=1", "access_token_validity": "hours=1",
-            "refresh_token_validity": "days=30", "refresh_token_threshold": "seconds=0",
+            "access_code_validity": "minutes=1",
+            "access_token_validity": "hours=1",
+            "refresh_token_validity": "days=30",
+            "refresh_token_threshold": "seconds=0",
             "include_claims_in_id_token": bool(body.get("include_claims_in_id_token", True)),
-            "signing_key": fields["signing_key"], "encryption_key": None,
+            "signing_key": fields["signing_key"],
+            "encryption_key": None,
             "redirect_uris": fields["redirect_uris"],
-            "logout_uri": "", "logout_method": "backchannel", "sub_mode": fields["sub_mode"],
-            "issuer_mode": "per_provider", "jwt_federation_sources": [],
+            "logout_uri": "",
+            "logout_method": "backchannel",
+            "sub_mode": fields["sub_mode"],
+            "issuer_mode": "per_provider",
+            "jwt_federation_sources": [],
             "jwt_federation_providers": [],
         }
         providers.append(provider)
@@ -695,10 +992,12 @@ class AuthentikFlavour:
         q = request.query_params
         terms = [t for t in re.split(r"[\s,]+", q.get("search", "").lower()) if t]
         reps = [self._application_rep(a) for a in self.store.collection("ak_applications")]
-        items = [a for a in reps
-                 if all(str(a[f] or "") == q[f] for f in APP_SEARCH_FIELDS if q.get(f))
-                 and all(any(t in str(a[f] or "").lower() for f in APP_SEARCH_FIELDS)
-                         for t in terms)]
+        items = [
+            a
+            for a in reps
+            if all(str(a[f] or "") == q[f] for f in APP_SEARCH_FIELDS if q.get(f))
+            and all(any(t in str(a[f] or "").lower() for f in APP_SEARCH_FIELDS) for t in terms)
+        ]
         return sorted(items, key=lambda a: a["name"])
 
     async def _list_applications(self, request: Request) -> Response:
@@ -711,7 +1010,7 @@ class AuthentikFlavour:
         if paging is None:
             return json_response({"detail": "Invalid page."}, 404)
         page, size = paging
-        chunk = items[(page - 1) * size: page * size]
+        chunk = items[(page - 1) * size : page * size]
         if q.get("search", "") == "":
             user = self._find("ak_users", username="akadmin")
             user_pk = user["pk"] if user else 0
@@ -736,8 +1035,7 @@ class AuthentikFlavour:
 
     def _slug_errors(self, slug: str) -> list[str]:
         if not re.fullmatch(r"[-a-zA-Z0-9_]+", slug):
-            return ["Enter a valid “slug” consisting of letters, numbers, underscores or "
-                    "hyphens."]
+            return ["Enter a valid “slug” consisting of letters, numbers, underscores or hyphens."]
         if slug in RESERVED_SLUGS:
             return [f"The slug '{slug}' is reserved and cannot be used for applications."]
         if self._find("ak_applications", slug=slug):
@@ -756,8 +1054,11 @@ class AuthentikFlavour:
         errors: dict[str, list[str]] = {}
         for field in ("name", "slug"):
             if not isinstance(body.get(field), str) or not body[field].strip():
-                errors[field] = ["This field is required."] if field not in body else \
-                    ["This field may not be blank."]
+                errors[field] = (
+                    ["This field is required."]
+                    if field not in body
+                    else ["This field may not be blank."]
+                )
         slug, provider = body.get("slug"), body.get("provider")
         if isinstance(slug, str) and slug and (slug_errors := self._slug_errors(slug)):
             errors["slug"] = slug_errors
@@ -786,8 +1087,15 @@ class AuthentikFlavour:
         body = await self._body(request)
         name = body.get("name")
         if not isinstance(name, str) or not name.strip():
-            raise FieldErrors({"name": ["This field is required." if "name" not in body
-                                        else "This field may not be blank."]})
+            raise FieldErrors(
+                {
+                    "name": [
+                        "This field is required."
+                        if "name" not in body
+                        else "This field may not be blank."
+                    ]
+                }
+            )
         if self._find("ak_groups", name=name):
             raise FieldErrors({"name": ["Group with this name already exists."]})
         groups = self.store.collection("ak_groups")
@@ -814,8 +1122,11 @@ class AuthentikFlavour:
 
     async def _list_users(self, request: Request) -> Response:
         username = request.query_params.get("username")
-        items = [u for u in self.store.collection("ak_users")
-                 if username is None or u["username"] == username]
+        items = [
+            u
+            for u in self.store.collection("ak_users")
+            if username is None or u["username"] == username
+        ]
         return paginated([self._user_rep(u) for u in items], request)
 
     # --- OpenID endpoints -----------------------------------------------------------------
@@ -833,36 +1144,13 @@ class AuthentikFlavour:
         if found is None:
             return json_response({"detail": "Not found."}, 404)
         app, provider = found
+        scopes = [
+            m["scope_name"]
+            for m in self.store.collection("ak_mappings")
+            if m["pk"] in provider["property_mappings"]
+        ]
         base = str(request.base_url).rstrip("/")
-        issuer = f"{base}/application/o/{app['slug']}/"
-        scopes = [m["scope_name"] for m in self.store.collection("ak_mappings")
-                  if m["pk"] in provider["property_mappings"]]
-        return json_response({
-            "issuer": issuer,
-            "authorization_endpoint": f"{base}/application/o/authorize/",
-            "token_endpoint": f"{base}/application/o/token/",
-            "userinfo_endpoint": f"{base}/application/o/userinfo/",
-            "end_session_endpoint": f"{base}/application/o/{app['slug']}/end-session/",
-            "introspection_endpoint": f"{base}/application/o/introspect/",
-            "revocation_endpoint": f"{base}/application/o/revoke/",
-            "jwks_uri": f"{base}/application/o/{app['slug']}/jwks/",
-            "response_types_supported": ["code", "id_token", "id_token token", "code token",
-                                         "code id_token", "code id_token token"],
-            "response_modes_supported": ["query", "fragment", "form_post"],
-            "grant_types_supported": ["authorization_code", "refresh_token", "implicit",
-                                      "client_credentials", "password",
-                                      "urn:ietf:params:oauth:grant-type:device_code"],
-            "subject_types_supported": ["public"],
-            "id_token_signing_alg_values_supported": ["RS256"],
-            "scopes_supported": sorted({"openid", *scopes}),
-            "token_endpoint_auth_methods_supported": ["client_secret_post",
-                                                      "client_secret_basic"],
-            "code_challenge_methods_supported": ["plain", "S256"],
-            "claims_supported": ["sub", "iss", "aud", "exp", "iat", "auth_time", "acr", "amr",
-                                 "nonce", "email", "email_verified", "name", "given_name",
-                                 "preferred_username", "nickname", "groups"],
-            "authorization_response_iss_parameter_supported": True,
-        })
+        return json_response(_discovery_document(base, app["slug"], scopes))
 
     async def jwks(self, request: Request) -> Response:
         """The application's provider's public signing key."""
@@ -878,8 +1166,16 @@ class AuthentikFlavour:
             key = self._key_for(keypair["pk"])
             claims = self.provider.bearer_claims(request, key) if key else None
             if claims is not None:
-                keep = ("sub", "email", "email_verified", "name", "given_name",
-                        "preferred_username", "nickname", "groups")
+                keep = (
+                    "sub",
+                    "email",
+                    "email_verified",
+                    "name",
+                    "given_name",
+                    "preferred_username",
+                    "nickname",
+                    "groups",
+                )
                 return json_response({k: claims[k] for k in keep if k in claims})
         return json_response({"error": "invalid_token"}, 401)
 
@@ -896,8 +1192,9 @@ class AuthentikFlavour:
             Route("/application/o/authorize/", provider.authorize),
             Route("/application/o/token/", self.token, methods=["POST"]),
             Route("/application/o/userinfo/", self.userinfo, methods=["GET", "POST"]),
-            Route(f"{self.interaction_prefix}/{{uid}}", provider.interaction,
-                  methods=["GET", "POST"]),
+            Route(
+                f"{self.interaction_prefix}/{{uid}}", provider.interaction, methods=["GET", "POST"]
+            ),
             Route(API + "/{rest:path}", self.api, methods=["GET", "POST", "PATCH"]),
         ]
 
@@ -909,6 +1206,10 @@ def starting_response(request: Request) -> Response:
     if "application/json" in accept:
         return json_response({"error": "authentik starting"}, 503, headers)
     if "text/html" in accept:
-        return Response("<html><body><h1>authentik is starting…</h1></body></html>", 503,
-                        headers, media_type="text/html")
+        return Response(
+            "<html><body><h1>authentik is starting…</h1></body></html>",
+            503,
+            headers,
+            media_type="text/html",
+        )
     return Response("authentik starting", 503, headers, media_type="text/plain")

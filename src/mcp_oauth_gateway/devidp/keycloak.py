@@ -27,27 +27,58 @@ OIDC = f"/realms/{REALM}/protocol/openid-connect"
 ADMIN = f"/admin/realms/{REALM}"
 
 _BUILTIN_SCOPES = {  # name → default-default?
-    "profile": True, "email": True, "roles": True, "web-origins": True, "acr": True,
-    "basic": True, "offline_access": False, "address": False, "phone": False,
-    "microprofile-jwt": False, "organization": False,
+    "profile": True,
+    "email": True,
+    "roles": True,
+    "web-origins": True,
+    "acr": True,
+    "basic": True,
+    "offline_access": False,
+    "address": False,
+    "phone": False,
+    "microprofile-jwt": False,
+    "organization": False,
 }
 _DEFAULT_POLICIES = [
-    ("Trusted Hosts", "trusted-hosts", "anonymous",
-     {"trusted-hosts": [], "host-sending-registration-request-must-match": ["true"],
-      "client-uris-must-match": ["true"]}),
+    (
+        "Trusted Hosts",
+        "trusted-hosts",
+        "anonymous",
+        {
+            "trusted-hosts": [],
+            "host-sending-registration-request-must-match": ["true"],
+            "client-uris-must-match": ["true"],
+        },
+    ),
     ("Consent Required", "consent-required", "anonymous", {}),
     ("Full Scope Disabled", "scope", "anonymous", {}),
     ("Max Clients Limit", "max-clients", "anonymous", {"max-clients": ["200"]}),
     ("Allowed Protocol Mapper Types", "allowed-protocol-mappers", "anonymous", {}),
-    ("Allowed Client Scopes", "allowed-client-templates", "anonymous",
-     {"allowed-client-scopes": [], "allow-default-scopes": ["true"]}),
-    ("Allowed Registration Web Origins", "registration-web-origins", "anonymous",
-     {"web-origins": []}),
+    (
+        "Allowed Client Scopes",
+        "allowed-client-templates",
+        "anonymous",
+        {"allowed-client-scopes": [], "allow-default-scopes": ["true"]},
+    ),
+    (
+        "Allowed Registration Web Origins",
+        "registration-web-origins",
+        "anonymous",
+        {"web-origins": []},
+    ),
     ("Allowed Protocol Mapper Types", "allowed-protocol-mappers", "authenticated", {}),
-    ("Allowed Client Scopes", "allowed-client-templates", "authenticated",
-     {"allowed-client-scopes": [], "allow-default-scopes": ["true"]}),
-    ("Allowed Registration Web Origins", "registration-web-origins", "authenticated",
-     {"web-origins": []}),
+    (
+        "Allowed Client Scopes",
+        "allowed-client-templates",
+        "authenticated",
+        {"allowed-client-scopes": [], "allow-default-scopes": ["true"]},
+    ),
+    (
+        "Allowed Registration Web Origins",
+        "registration-web-origins",
+        "authenticated",
+        {"web-origins": []},
+    ),
 ]
 
 
@@ -65,6 +96,46 @@ def _created(request: Request, collection: str, new: str) -> Response:
     return Response(status_code=201, headers={"Location": f"{base}{ADMIN}/{collection}/{new}"})
 
 
+def _registration_error(status: int, error: str, description: str) -> Response:
+    """An RFC 7591 error body, as Keycloak's client-registration service sends it."""
+    return json_response({"error": error, "error_description": description}, status)
+
+
+def _unparsable_metadata() -> Response:
+    """The 400 for a registration body that is not a JSON object."""
+    return _registration_error(400, "invalid_client_metadata", "Failed to parse client metadata")
+
+
+def _policy_rejection(policy: str, details: str) -> Response:
+    """The 403 for a registration one of the realm's anonymous policies refuses."""
+    return _registration_error(
+        403,
+        "insufficient_scope",
+        f"Policy '{policy}' rejected request to client-registration service. Details: {details}",
+    )
+
+
+def _registration_response(request: Request, record: Record, method: str) -> Record:
+    """The registered client's metadata, with the secret only for a confidential client."""
+    base = str(request.base_url).rstrip("/")
+    out = {
+        "client_id": record["clientId"],
+        "client_name": record["name"],
+        "redirect_uris": record["redirectUris"],
+        "token_endpoint_auth_method": method,
+        "grant_types": record["grantTypes"],
+        "response_types": ["code", "none"],
+        "client_id_issued_at": int(time.time()),
+        "client_secret_expires_at": 0,
+        "registration_client_uri": f"{base}/realms/{REALM}/clients-registrations/"
+        f"openid-connect/{record['clientId']}",
+        "registration_access_token": secrets.token_urlsafe(32),
+    }
+    if record["secret"]:
+        out["client_secret"] = record["secret"]
+    return out
+
+
 class KeycloakFlavour:
     """Realm state, the admin API and the token contents of a Keycloak `master` realm."""
 
@@ -77,26 +148,28 @@ class KeycloakFlavour:
         self.settings = settings
         self.provider = OpenIdProvider(self)
         one = "([^/]+)"
-        self._admin_routes = [(method, re.compile(pattern.replace("{id}", one)), handler)
-                              for method, pattern, handler in (
-            ("GET", "client-scopes", self._list_scopes),
-            ("POST", "client-scopes", self._create_scope),
-            ("GET", "client-scopes/{id}", self._get_scope),
-            ("GET", "client-scopes/{id}/protocol-mappers/models", self._list_mappers),
-            ("POST", "client-scopes/{id}/protocol-mappers/models", self._add_mapper),
-            ("GET", "default-default-client-scopes", self._list_default_default),
-            ("PUT", "default-default-client-scopes/{id}", self._add_default_default),
-            ("GET", "groups", self._list_groups),
-            ("POST", "groups", self._create_group),
-            ("GET", "users", self._list_users),
-            ("POST", "users", self._create_user),
-            ("GET", "users/{id}/groups", self._user_groups),
-            ("PUT", "users/{id}/groups/{id}", self._join_group),
-            ("GET", "clients", self._list_clients),
-            ("POST", "clients", self._create_client),
-            ("GET", "components", self._list_components),
-            ("DELETE", "components/{id}", self._delete_component),
-        )]
+        self._admin_routes = [
+            (method, re.compile(pattern.replace("{id}", one)), handler)
+            for method, pattern, handler in (
+                ("GET", "client-scopes", self._list_scopes),
+                ("POST", "client-scopes", self._create_scope),
+                ("GET", "client-scopes/{id}", self._get_scope),
+                ("GET", "client-scopes/{id}/protocol-mappers/models", self._list_mappers),
+                ("POST", "client-scopes/{id}/protocol-mappers/models", self._add_mapper),
+                ("GET", "default-default-client-scopes", self._list_default_default),
+                ("PUT", "default-default-client-scopes/{id}", self._add_default_default),
+                ("GET", "groups", self._list_groups),
+                ("POST", "groups", self._create_group),
+                ("GET", "users", self._list_users),
+                ("POST", "users", self._create_user),
+                ("GET", "users/{id}/groups", self._user_groups),
+                ("PUT", "users/{id}/groups/{id}", self._join_group),
+                ("GET", "clients", self._list_clients),
+                ("POST", "clients", self._create_client),
+                ("GET", "components", self._list_components),
+                ("DELETE", "components/{id}", self._delete_component),
+            )
+        ]
         self._seed()
         self._key = RSAKey.import_key(self.store.value("kc_key"))
 
@@ -109,31 +182,58 @@ class KeycloakFlavour:
         users = store.collection("kc_users")
         admin = self.settings.admin_username.lower()
         if not any(u["username"] == admin for u in users):
-            users.append({"id": new_id(), "username": admin, "enabled": True,
-                          "emailVerified": False, "createdTimestamp": int(time.time() * 1000),
-                          "password": hash_password(self.settings.admin_password),
-                          "groups": [], "admin": True})
+            users.append(
+                {
+                    "id": new_id(),
+                    "username": admin,
+                    "enabled": True,
+                    "emailVerified": False,
+                    "createdTimestamp": int(time.time() * 1000),
+                    "password": hash_password(self.settings.admin_password),
+                    "groups": [],
+                    "admin": True,
+                }
+            )
         scopes = store.collection("kc_scopes")
         if not scopes:
             for name, default in _BUILTIN_SCOPES.items():
-                scope: Record = {"id": new_id(), "name": name, "protocol": "openid-connect",
-                         "attributes": {"include.in.token.scope": "true"},
-                         "protocolMappers": []}
+                scope: Record = {
+                    "id": new_id(),
+                    "name": name,
+                    "protocol": "openid-connect",
+                    "attributes": {"include.in.token.scope": "true"},
+                    "protocolMappers": [],
+                }
                 scopes.append(scope)
                 if default:
                     store.ids("kc_default_default").append(scope["id"])
         if not store.collection("kc_components"):
             for name, provider, sub, config in _DEFAULT_POLICIES:
-                store.collection("kc_components").append({
-                    "id": new_id(), "name": name, "providerId": provider,
-                    "providerType": POLICY_TYPE, "parentId": REALM_ID, "subType": sub,
-                    "config": config})
+                store.collection("kc_components").append(
+                    {
+                        "id": new_id(),
+                        "name": name,
+                        "providerId": provider,
+                        "providerType": POLICY_TYPE,
+                        "parentId": REALM_ID,
+                        "subType": sub,
+                        "config": config,
+                    }
+                )
         clients = store.collection("kc_clients")
         if not any(c["clientId"] == "admin-cli" for c in clients):
-            clients.append({"id": new_id(), "clientId": "admin-cli", "name": "admin-cli",
-                            "publicClient": True, "secret": None, "redirectUris": [],
-                            "grantTypes": ["password", "refresh_token"],
-                            "consentRequired": False})
+            clients.append(
+                {
+                    "id": new_id(),
+                    "clientId": "admin-cli",
+                    "name": "admin-cli",
+                    "publicClient": True,
+                    "secret": None,
+                    "redirectUris": [],
+                    "grantTypes": ["password", "refresh_token"],
+                    "consentRequired": False,
+                }
+            )
         store.save()
 
     def _user(self, **match: str) -> Record | None:
@@ -156,24 +256,35 @@ class KeycloakFlavour:
 
     def find_client(self, client_id: str) -> OAuthClient | None:
         """A client of the realm (admin-cli or dynamically registered)."""
-        record = next((c for c in self.store.collection("kc_clients")
-                       if c["clientId"] == client_id), None)
+        record = next(
+            (c for c in self.store.collection("kc_clients") if c["clientId"] == client_id), None
+        )
         if record is None:
             return None
-        uris = tuple(("wildcard" if u.endswith("*") else "strict", u)
-                     for u in record["redirectUris"])
-        return OAuthClient(client_id=record["clientId"], public=record["publicClient"],
-                           secret=record["secret"], redirect_uris=uris,
-                           grant_types=frozenset(record["grantTypes"]),
-                           consent=record.get("consentRequired", False),
-                           name=record.get("name") or record["clientId"])
+        uris = tuple(
+            ("wildcard" if u.endswith("*") else "strict", u) for u in record["redirectUris"]
+        )
+        return OAuthClient(
+            client_id=record["clientId"],
+            public=record["publicClient"],
+            secret=record["secret"],
+            redirect_uris=uris,
+            grant_types=frozenset(record["grantTypes"]),
+            consent=record.get("consentRequired", False),
+            name=record.get("name") or record["clientId"],
+        )
 
     def _subject(self, user: Record) -> Subject:
         names = [g["name"] for gid in user.get("groups", []) if (g := self._group(gid))]
         full = " ".join(filter(None, [user.get("firstName"), user.get("lastName")])) or None
-        return Subject(id=user["id"], username=user["username"], email=user.get("email"),
-                       name=full, groups=tuple(names),
-                       service_account=user.get("serviceAccountClientId") is not None)
+        return Subject(
+            id=user["id"],
+            username=user["username"],
+            email=user.get("email"),
+            name=full,
+            groups=tuple(names),
+            service_account=user.get("serviceAccountClientId") is not None,
+        )
 
     def authenticate(self, username: str, password: str) -> Subject | None:
         """The enabled user with these credentials."""
@@ -194,9 +305,14 @@ class KeycloakFlavour:
         username = f"service-account-{client.client_id}".lower()
         user = self._user(username=username)
         if user is None:
-            user = {"id": new_id(), "username": username, "enabled": True, "groups": [],
-                    "serviceAccountClientId": client.client_id,
-                    "createdTimestamp": int(time.time() * 1000)}
+            user = {
+                "id": new_id(),
+                "username": username,
+                "enabled": True,
+                "groups": [],
+                "serviceAccountClientId": client.client_id,
+                "createdTimestamp": int(time.time() * 1000),
+            }
             self.store.collection("kc_users").append(user)
             self.store.save()
         return self._subject(user)
@@ -211,17 +327,25 @@ class KeycloakFlavour:
 
     def _applied_scopes(self, requested: list[str]) -> list[Record]:
         defaults = set(self.store.ids("kc_default_default"))
-        return [s for s in self.store.collection("kc_scopes")
-                if s["id"] in defaults or s["name"] in requested]
+        return [
+            s
+            for s in self.store.collection("kc_scopes")
+            if s["id"] in defaults or s["name"] in requested
+        ]
 
-    def token_claims(self, client: OAuthClient, subject: Subject, scopes: list[str],
-                     resource: str | None) -> dict[str, Any]:
+    def token_claims(
+        self, client: OAuthClient, subject: Subject, scopes: list[str], resource: str | None
+    ) -> dict[str, Any]:
         """Claims from the applied client scopes' mappers (audience, group membership)."""
         applied = self._applied_scopes(scopes)
         names = [s["name"] for s in applied]
-        claims: dict[str, Any] = {"sub": subject.id, "typ": "Bearer", "azp": client.client_id,
-                                  "sid": new_id(), "scope": " ".join(["openid", *names])
-                                  if "openid" in scopes else " ".join(names)}
+        claims: dict[str, Any] = {
+            "sub": subject.id,
+            "typ": "Bearer",
+            "azp": client.client_id,
+            "sid": new_id(),
+            "scope": " ".join(["openid", *names]) if "openid" in scopes else " ".join(names),
+        }
         if "profile" in names:
             claims["preferred_username"] = subject.username
             if subject.name:
@@ -236,20 +360,23 @@ class KeycloakFlavour:
                 if config.get("access.token.claim", "true") != "true":
                     continue
                 if mapper.get("protocolMapper") == "oidc-audience-mapper":
-                    value = config.get("included.client.audience") or \
-                        config.get("included.custom.audience")
+                    value = config.get("included.client.audience") or config.get(
+                        "included.custom.audience"
+                    )
                     if value and value not in audiences:
                         audiences.append(value)
                 elif mapper.get("protocolMapper") == "oidc-group-membership-mapper":
                     full = config.get("full.path", "true") == "true"
                     claims[config.get("claim.name", "groups")] = [
-                        f"/{g}" if full else g for g in subject.groups]
+                        f"/{g}" if full else g for g in subject.groups
+                    ]
         if audiences:
             claims["aud"] = audiences[0] if len(audiences) == 1 else audiences
         return claims
 
-    def id_token_claims(self, client: OAuthClient, access: dict[str, Any],
-                        standard: dict[str, Any]) -> dict[str, Any]:
+    def id_token_claims(
+        self, client: OAuthClient, access: dict[str, Any], standard: dict[str, Any]
+    ) -> dict[str, Any]:
         """Keycloak's ID token: the standard claims, the session id, and the `typ` claim `ID`
         (access tokens say `Bearer`), which is how a resource server tells them apart."""
         claims = {**standard, "typ": "ID"}
@@ -313,9 +440,13 @@ class KeycloakFlavour:
         mappers = []
         for mapper in body.get("protocolMappers") or []:
             mappers.append({**mapper, "id": new_id()})
-        scope = {"id": new_id(), "name": name, "protocol": body.get("protocol", "openid-connect"),
-                 "attributes": body.get("attributes") or {"include.in.token.scope": "true"},
-                 "protocolMappers": mappers}
+        scope = {
+            "id": new_id(),
+            "name": name,
+            "protocol": body.get("protocol", "openid-connect"),
+            "attributes": body.get("attributes") or {"include.in.token.scope": "true"},
+            "protocolMappers": mappers,
+        }
         if body.get("description"):
             scope["description"] = body["description"]
         self.store.collection("kc_scopes").append(scope)
@@ -324,8 +455,11 @@ class KeycloakFlavour:
 
     async def _list_mappers(self, request: Request, parts: list[str]) -> Response:
         scope = self._scope(parts[0])
-        return json_response(scope["protocolMappers"]) if scope else \
-            _not_found("Could not find client scope")
+        return (
+            json_response(scope["protocolMappers"])
+            if scope
+            else _not_found("Could not find client scope")
+        )
 
     async def _add_mapper(self, request: Request, parts: list[str]) -> Response:
         scope = self._scope(parts[0])
@@ -339,8 +473,9 @@ class KeycloakFlavour:
         mapper = {**body, "id": new_id()}
         scope["protocolMappers"].append(mapper)
         self.store.save()
-        return _created(request, f"client-scopes/{scope['id']}/protocol-mappers/models",
-                        mapper["id"])
+        return _created(
+            request, f"client-scopes/{scope['id']}/protocol-mappers/models", mapper["id"]
+        )
 
     async def _list_default_default(self, request: Request, parts: list[str]) -> Response:
         out = []
@@ -357,24 +492,40 @@ class KeycloakFlavour:
         defaults = self.store.ids("kc_default_default")
         if scope["id"] in defaults:
             # The JPA adapter inserts a second mapping row: a duplicate-key conflict.
-            return json_response({"error": "conflict", "error_description":
-                          "Conflict detected. See logs for details"}, 409)
+            return json_response(
+                {
+                    "error": "conflict",
+                    "error_description": "Conflict detected. See logs for details",
+                },
+                409,
+            )
         defaults.append(scope["id"])
         self.store.save()
         return Response(status_code=204)
 
     def _group_rep(self, group: Record) -> Record:
-        return {"id": group["id"], "name": group["name"], "path": f"/{group['name']}",
-                "subGroupCount": 0, "subGroups": [], "attributes": {}, "realmRoles": [],
-                "clientRoles": {}, "access": {"view": True, "manage": True}}
+        return {
+            "id": group["id"],
+            "name": group["name"],
+            "path": f"/{group['name']}",
+            "subGroupCount": 0,
+            "subGroups": [],
+            "attributes": {},
+            "realmRoles": [],
+            "clientRoles": {},
+            "access": {"view": True, "manage": True},
+        }
 
     async def _list_groups(self, request: Request, parts: list[str]) -> Response:
         search = request.query_params.get("search")
         exact = request.query_params.get("exact", "false") == "true"
         groups = self.store.collection("kc_groups")
         if search is not None:
-            groups = [g for g in groups if (g["name"] == search if exact
-                                            else search.lower() in g["name"].lower())]
+            groups = [
+                g
+                for g in groups
+                if (g["name"] == search if exact else search.lower() in g["name"].lower())
+            ]
         return json_response([self._group_rep(g) for g in groups])
 
     async def _create_group(self, request: Request, parts: list[str]) -> Response:
@@ -392,8 +543,16 @@ class KeycloakFlavour:
         return _created(request, "groups", group["id"])
 
     def _user_rep(self, user: Record) -> Record:
-        keep = ("id", "username", "enabled", "emailVerified", "createdTimestamp", "firstName",
-                "lastName", "email")
+        keep = (
+            "id",
+            "username",
+            "enabled",
+            "emailVerified",
+            "createdTimestamp",
+            "firstName",
+            "lastName",
+            "email",
+        )
         rep = {k: user[k] for k in keep if k in user}
         rep.setdefault("emailVerified", False)
         rep["totp"] = False
@@ -403,12 +562,14 @@ class KeycloakFlavour:
     async def _list_users(self, request: Request, parts: list[str]) -> Response:
         username = request.query_params.get("username")
         exact = request.query_params.get("exact", "false") == "true"
-        users = [u for u in self.store.collection("kc_users")
-                 if not u.get("serviceAccountClientId")]
+        users = [
+            u for u in self.store.collection("kc_users") if not u.get("serviceAccountClientId")
+        ]
         if username is not None:
             wanted = username.lower()
-            users = [u for u in users
-                     if (u["username"] == wanted if exact else wanted in u["username"])]
+            users = [
+                u for u in users if (u["username"] == wanted if exact else wanted in u["username"])
+            ]
         return json_response([self._user_rep(u) for u in users])
 
     async def _create_user(self, request: Request, parts: list[str]) -> Response:
@@ -424,10 +585,14 @@ class KeycloakFlavour:
         email = body.get("email")
         if email and self._user(email=email):
             return _error(409, "User exists with same email")
-        user: Record = {"id": new_id(), "username": username,
-                        "enabled": bool(body.get("enabled", False)),
-                        "emailVerified": bool(body.get("emailVerified", False)),
-                        "createdTimestamp": int(time.time() * 1000), "groups": []}
+        user: Record = {
+            "id": new_id(),
+            "username": username,
+            "enabled": bool(body.get("enabled", False)),
+            "emailVerified": bool(body.get("emailVerified", False)),
+            "createdTimestamp": int(time.time() * 1000),
+            "groups": [],
+        }
         for name in ("email", "firstName", "lastName"):
             if isinstance(body.get(name), str):
                 user[name] = body[name]
@@ -442,8 +607,13 @@ class KeycloakFlavour:
         user = self._user(id=parts[0])
         if user is None:
             return _not_found("User not found")
-        return json_response([{"id": g["id"], "name": g["name"], "path": f"/{g['name']}"}
-                      for gid in user["groups"] if (g := self._group(gid))])
+        return json_response(
+            [
+                {"id": g["id"], "name": g["name"], "path": f"/{g['name']}"}
+                for gid in user["groups"]
+                if (g := self._group(gid))
+            ]
+        )
 
     async def _join_group(self, request: Request, parts: list[str]) -> Response:
         user = self._user(id=parts[0])
@@ -458,19 +628,29 @@ class KeycloakFlavour:
         return Response(status_code=204)
 
     def _client_rep(self, record: Record) -> Record:
-        return {"id": record["id"], "clientId": record["clientId"], "name": record.get("name"),
-                "enabled": True, "publicClient": record["publicClient"],
-                "redirectUris": record["redirectUris"],
-                "standardFlowEnabled": "authorization_code" in record["grantTypes"],
-                "directAccessGrantsEnabled": "password" in record["grantTypes"],
-                "serviceAccountsEnabled": "client_credentials" in record["grantTypes"],
-                "consentRequired": record.get("consentRequired", False),
-                "protocol": "openid-connect"}
+        return {
+            "id": record["id"],
+            "clientId": record["clientId"],
+            "name": record.get("name"),
+            "enabled": True,
+            "publicClient": record["publicClient"],
+            "redirectUris": record["redirectUris"],
+            "standardFlowEnabled": "authorization_code" in record["grantTypes"],
+            "directAccessGrantsEnabled": "password" in record["grantTypes"],
+            "serviceAccountsEnabled": "client_credentials" in record["grantTypes"],
+            "consentRequired": record.get("consentRequired", False),
+            "protocol": "openid-connect",
+        }
 
     async def _list_clients(self, request: Request, parts: list[str]) -> Response:
         wanted = request.query_params.get("clientId")
-        return json_response([self._client_rep(c) for c in self.store.collection("kc_clients")
-                              if wanted is None or c["clientId"] == wanted])
+        return json_response(
+            [
+                self._client_rep(c)
+                for c in self.store.collection("kc_clients")
+                if wanted is None or c["clientId"] == wanted
+            ]
+        )
 
     async def _create_client(self, request: Request, parts: list[str]) -> Response:
         body = await self._body(request)
@@ -489,12 +669,16 @@ class KeycloakFlavour:
         if body.get("serviceAccountsEnabled"):
             grants.append("client_credentials")
         public = bool(body.get("publicClient", False))
-        record = {"id": new_id(), "clientId": client_id, "name": body.get("name") or client_id,
-                  "publicClient": public,
-                  "secret": None if public else (body.get("secret") or secrets.token_urlsafe(24)),
-                  "redirectUris": [u for u in body.get("redirectUris") or []
-                                   if isinstance(u, str)],
-                  "grantTypes": grants, "consentRequired": bool(body.get("consentRequired"))}
+        record = {
+            "id": new_id(),
+            "clientId": client_id,
+            "name": body.get("name") or client_id,
+            "publicClient": public,
+            "secret": None if public else (body.get("secret") or secrets.token_urlsafe(24)),
+            "redirectUris": [u for u in body.get("redirectUris") or [] if isinstance(u, str)],
+            "grantTypes": grants,
+            "consentRequired": bool(body.get("consentRequired")),
+        }
         self.store.collection("kc_clients").append(record)
         self.store.save()
         return _created(request, "clients", str(record["id"]))
@@ -502,9 +686,11 @@ class KeycloakFlavour:
     async def _list_components(self, request: Request, parts: list[str]) -> Response:
         kind = request.query_params.get("type")
         name = request.query_params.get("name")
-        items = [c for c in self.store.collection("kc_components")
-                 if (kind is None or c["providerType"] == kind)
-                 and (name is None or c["name"] == name)]
+        items = [
+            c
+            for c in self.store.collection("kc_components")
+            if (kind is None or c["providerType"] == kind) and (name is None or c["name"] == name)
+        ]
         return json_response(items)
 
     async def _delete_component(self, request: Request, parts: list[str]) -> Response:
@@ -522,28 +708,49 @@ class KeycloakFlavour:
         """The realm's OpenID configuration, with `registration_endpoint`."""
         base = str(request.base_url).rstrip("/")
         issuer = f"{base}/realms/{REALM}"
-        return json_response({
-            "issuer": issuer,
-            "authorization_endpoint": f"{base}{OIDC}/auth",
-            "token_endpoint": f"{base}{OIDC}/token",
-            "userinfo_endpoint": f"{base}{OIDC}/userinfo",
-            "jwks_uri": f"{base}{OIDC}/certs",
-            "registration_endpoint": f"{base}/realms/{REALM}/clients-registrations/openid-connect",
-            "grant_types_supported": ["authorization_code", "refresh_token", "password",
-                                      "client_credentials"],
-            "response_types_supported": ["code"],
-            "response_modes_supported": ["query"],
-            "subject_types_supported": ["public"],
-            "id_token_signing_alg_values_supported": ["RS256"],
-            "token_endpoint_auth_methods_supported": ["client_secret_basic",
-                                                      "client_secret_post", "none"],
-            "code_challenge_methods_supported": ["S256"],
-            "scopes_supported": ["openid", *[s["name"] for s in
-                                             self.store.collection("kc_scopes")]],
-            "claims_supported": ["sub", "iss", "aud", "exp", "iat", "preferred_username",
-                                 "email", "groups"],
-            "authorization_response_iss_parameter_supported": True,
-        })
+        return json_response(
+            {
+                "issuer": issuer,
+                "authorization_endpoint": f"{base}{OIDC}/auth",
+                "token_endpoint": f"{base}{OIDC}/token",
+                "userinfo_endpoint": f"{base}{OIDC}/userinfo",
+                "jwks_uri": f"{base}{OIDC}/certs",
+                "registration_endpoint": (
+                    f"{base}/realms/{REALM}/clients-registrations/openid-connect"
+                ),
+                "grant_types_supported": [
+                    "authorization_code",
+                    "refresh_token",
+                    "password",
+                    "client_credentials",
+                ],
+                "response_types_supported": ["code"],
+                "response_modes_supported": ["query"],
+                "subject_types_supported": ["public"],
+                "id_token_signing_alg_values_supported": ["RS256"],
+                "token_endpoint_auth_methods_supported": [
+                    "client_secret_basic",
+                    "client_secret_post",
+                    "none",
+                ],
+                "code_challenge_methods_supported": ["S256"],
+                "scopes_supported": [
+                    "openid",
+                    *[s["name"] for s in self.store.collection("kc_scopes")],
+                ],
+                "claims_supported": [
+                    "sub",
+                    "iss",
+                    "aud",
+                    "exp",
+                    "iat",
+                    "preferred_username",
+                    "email",
+                    "groups",
+                ],
+                "authorization_response_iss_parameter_supported": True,
+            }
+        )
 
     async def jwks(self, request: Request) -> Response:
         """The realm's public keys."""
@@ -558,58 +765,67 @@ class KeycloakFlavour:
         return json_response({k: claims[k] for k in keep if k in claims})
 
     def _policy(self, provider_id: str) -> Record | None:
-        return next((c for c in self.store.collection("kc_components")
-                     if c["providerId"] == provider_id and c["subType"] == "anonymous"), None)
+        return next(
+            (
+                c
+                for c in self.store.collection("kc_components")
+                if c["providerId"] == provider_id and c["subType"] == "anonymous"
+            ),
+            None,
+        )
 
     async def register(self, request: Request) -> Response:
         """Anonymous Dynamic Client Registration (RFC 7591), subject to the realm's policies."""
         if self._policy("trusted-hosts") is not None:
-            return json_response({"error": "insufficient_scope", "error_description":
-                          "Policy 'Trusted Hosts' rejected request to client-registration "
-                          "service. Details: Host not trusted."}, 403)
+            return _policy_rejection("Trusted Hosts", "Host not trusted.")
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError:
-            return json_response({"error": "invalid_client_metadata",
-                          "error_description": "Failed to parse client metadata"}, 400)
+            return _unparsable_metadata()
         if not isinstance(body, dict):
-            return json_response({"error": "invalid_client_metadata",
-                          "error_description": "Failed to parse client metadata"}, 400)
-        templates = self._policy("allowed-client-templates")
-        if templates is not None and isinstance(body.get("scope"), str):
-            allowed = {s["name"] for s in self.store.collection("kc_scopes")
-                       if s["id"] in self.store.ids("kc_default_default")}
-            allowed |= set(templates["config"].get("allowed-client-scopes", []))
-            known = {s["name"] for s in self.store.collection("kc_scopes")}
-            if any(s in known and s not in allowed for s in body["scope"].split()):
-                return json_response({"error": "insufficient_scope", "error_description":
-                              "Policy 'Allowed Client Scopes' rejected request to "
-                              "client-registration service. Details: Not permitted to use "
-                              "specified clientScope"}, 403)
+            return _unparsable_metadata()
+        if self._scopes_rejected(body.get("scope")):
+            return _policy_rejection(
+                "Allowed Client Scopes", "Not permitted to use specified clientScope"
+            )
         method = body.get("token_endpoint_auth_method", "client_secret_basic")
-        public = method == "none"
-        grants = body.get("grant_types") or ["authorization_code", "refresh_token"]
         uris = body.get("redirect_uris") or []
         if not isinstance(uris, list) or not all(isinstance(u, str) for u in uris):
-            return json_response({"error": "invalid_redirect_uri",
-                          "error_description": "redirect_uris must be an array"}, 400)
-        record = {"id": new_id(), "clientId": new_id(), "name": body.get("client_name"),
-                  "publicClient": public, "secret": None if public else secrets.token_urlsafe(24),
-                  "redirectUris": uris, "grantTypes": [g for g in grants if isinstance(g, str)],
-                  "consentRequired": self._policy("consent-required") is not None}
+            return _registration_error(
+                400, "invalid_redirect_uri", "redirect_uris must be an array"
+            )
+        record = self._register_client(body, method == "none", uris)
+        return json_response(_registration_response(request, record, method), 201)
+
+    def _scopes_rejected(self, scope: object) -> bool:
+        # The policy guards the realm's client scopes only: names it does not know pass.
+        templates = self._policy("allowed-client-templates")
+        if templates is None or not isinstance(scope, str):
+            return False
+        allowed = {
+            s["name"]
+            for s in self.store.collection("kc_scopes")
+            if s["id"] in self.store.ids("kc_default_default")
+        }
+        allowed |= set(templates["config"].get("allowed-client-scopes", []))
+        known = {s["name"] for s in self.store.collection("kc_scopes")}
+        return any(s in known and s not in allowed for s in scope.split())
+
+    def _register_client(self, body: dict[str, Any], public: bool, uris: list[str]) -> Record:
+        grants = body.get("grant_types") or ["authorization_code", "refresh_token"]
+        record = {
+            "id": new_id(),
+            "clientId": new_id(),
+            "name": body.get("client_name"),
+            "publicClient": public,
+            "secret": None if public else secrets.token_urlsafe(24),
+            "redirectUris": uris,
+            "grantTypes": [g for g in grants if isinstance(g, str)],
+            "consentRequired": self._policy("consent-required") is not None,
+        }
         self.store.collection("kc_clients").append(record)
         self.store.save()
-        base = str(request.base_url).rstrip("/")
-        out = {"client_id": record["clientId"], "client_name": record["name"],
-               "redirect_uris": uris, "token_endpoint_auth_method": method,
-               "grant_types": record["grantTypes"], "response_types": ["code", "none"],
-               "client_id_issued_at": int(time.time()), "client_secret_expires_at": 0,
-               "registration_client_uri": f"{base}/realms/{REALM}/clients-registrations/"
-                                          f"openid-connect/{record['clientId']}",
-               "registration_access_token": secrets.token_urlsafe(32)}
-        if record["secret"]:
-            out["client_secret"] = record["secret"]
-        return json_response(out, 201)
+        return record
 
     def routes(self) -> list[Route]:
         """The Starlette routes of this flavour."""
@@ -620,10 +836,17 @@ class KeycloakFlavour:
             Route(f"{OIDC}/auth", provider.authorize),
             Route(f"{OIDC}/token", provider.token, methods=["POST"]),
             Route(f"{OIDC}/userinfo", self.userinfo, methods=["GET", "POST"]),
-            Route(f"/realms/{REALM}/clients-registrations/openid-connect", self.register,
-                  methods=["POST"]),
-            Route(f"{self.interaction_prefix}/{{uid}}", provider.interaction,
-                  methods=["GET", "POST"]),
-            Route("/admin/realms/{realm}/{rest:path}", self.admin,
-                  methods=["GET", "POST", "PUT", "DELETE"]),
+            Route(
+                f"/realms/{REALM}/clients-registrations/openid-connect",
+                self.register,
+                methods=["POST"],
+            ),
+            Route(
+                f"{self.interaction_prefix}/{{uid}}", provider.interaction, methods=["GET", "POST"]
+            ),
+            Route(
+                "/admin/realms/{realm}/{rest:path}",
+                self.admin,
+                methods=["GET", "POST", "PUT", "DELETE"],
+            ),
         ]

@@ -84,13 +84,15 @@ class Flavour(Protocol):
         """The service account a client-credentials token stands for."""
         ...
 
-    def token_claims(self, client: OAuthClient, subject: Subject, scopes: list[str],
-                     resource: str | None) -> dict[str, Any]:
+    def token_claims(
+        self, client: OAuthClient, subject: Subject, scopes: list[str], resource: str | None
+    ) -> dict[str, Any]:
         """Claims of the access token (beyond iss, iat, exp, jti)."""
         ...
 
-    def id_token_claims(self, client: OAuthClient, access: dict[str, Any],
-                        standard: dict[str, Any]) -> dict[str, Any]:
+    def id_token_claims(
+        self, client: OAuthClient, access: dict[str, Any], standard: dict[str, Any]
+    ) -> dict[str, Any]:
         """Claims of the ID token, from the access token's and the standard OpenID ones."""
         ...
 
@@ -109,8 +111,15 @@ class Flavour(Protocol):
 
 def standard_id_claims(client: OAuthClient, access: dict[str, Any], now: int) -> dict[str, Any]:
     """The OpenID Connect ID-token claims for an access token's subject (Core §2)."""
-    claims = {"iss": access["iss"], "sub": access.get("sub"), "aud": client.client_id,
-              "iat": now, "exp": access["exp"], "auth_time": now, "azp": client.client_id}
+    claims = {
+        "iss": access["iss"],
+        "sub": access.get("sub"),
+        "aud": client.client_id,
+        "iat": now,
+        "exp": access["exp"],
+        "auth_time": now,
+        "azp": client.client_id,
+    }
     for name in ("email", "groups", "preferred_username", "name"):
         if name in access:
             claims[name] = access[name]
@@ -139,23 +148,25 @@ async def read_form(request: Request) -> dict[str, str]:
     return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
 
 
-def json_response(payload: Any, status: int = 200,
-                  headers: dict[str, str] | None = None) -> Response:
+def json_response(
+    payload: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
     """A JSON response rendered with orjson (both providers' renderers)."""
-    return Response(orjson.dumps(payload), status_code=status, headers=headers,
-                    media_type="application/json")
+    return Response(
+        orjson.dumps(payload), status_code=status, headers=headers, media_type="application/json"
+    )
 
 
 def token_response(payload: dict[str, Any], status: int = 200) -> JSONResponse:
     """A token-endpoint JSON response (never cached)."""
-    return JSONResponse(payload, status_code=status,
-                        headers={"Cache-Control": "no-store", "Pragma": "no-cache"})
+    return JSONResponse(
+        payload, status_code=status, headers={"Cache-Control": "no-store", "Pragma": "no-cache"}
+    )
 
 
 def oauth_error(exc: OAuthError) -> JSONResponse:
     """The JSON form of an OAuth error."""
-    return token_response({"error": exc.error, "error_description": exc.description},
-                          exc.status)
+    return token_response({"error": exc.error, "error_description": exc.description}, exc.status)
 
 
 class OpenIdProvider:
@@ -172,35 +183,56 @@ class OpenIdProvider:
 
     # --- tokens ---------------------------------------------------------------------------
 
-    def mint(self, base: str, client: OAuthClient, subject: Subject, scopes: list[str],
-             resource: str | None, nonce: str | None = None,
-             refresh: bool = True) -> dict[str, Any]:
+    def mint(
+        self,
+        base: str,
+        client: OAuthClient,
+        subject: Subject,
+        scopes: list[str],
+        resource: str | None,
+        nonce: str | None = None,
+        refresh: bool = True,
+    ) -> dict[str, Any]:
         """Issue access (and id, refresh) tokens for `subject`."""
         flavour = self.flavour
         now = int(time.time())
         ttl = flavour.access_token_ttl(client)
         issuer = flavour.issuer(base, client)
         key = flavour.signing_key(client)
-        claims = {"iss": issuer, "iat": now, "exp": now + ttl, "jti": secrets.token_urlsafe(16),
-                  **flavour.token_claims(client, subject, scopes, resource)}
+        claims = {
+            "iss": issuer,
+            "iat": now,
+            "exp": now + ttl,
+            "jti": secrets.token_urlsafe(16),
+            **flavour.token_claims(client, subject, scopes, resource),
+        }
         header = {"alg": "RS256", "kid": key.kid, "typ": "JWT"}
         access = jwt.encode(header, claims, key)
         self.access_tokens[claims["jti"]] = {"subject": subject.id, "exp": now + ttl}
-        out: dict[str, Any] = {"access_token": access, "token_type": "Bearer", "expires_in": ttl,
-                               "scope": " ".join(scopes)}
+        out: dict[str, Any] = {
+            "access_token": access,
+            "token_type": "Bearer",
+            "expires_in": ttl,
+            "scope": " ".join(scopes),
+        }
         if "openid" in scopes and not subject.service_account:
             # Each provider shapes its ID token differently, and the gateway tells them from
             # access tokens by exactly that difference, so the flavour decides.
-            id_claims = flavour.id_token_claims(client, claims,
-                                                standard_id_claims(client, claims, now))
+            id_claims = flavour.id_token_claims(
+                client, claims, standard_id_claims(client, claims, now)
+            )
             if nonce:
                 id_claims["nonce"] = nonce
             out["id_token"] = jwt.encode(header, id_claims, key)
         if refresh and "refresh_token" in client.grant_types and not subject.service_account:
             token = secrets.token_urlsafe(32)
-            self.refresh_tokens[token] = {"client_id": client.client_id, "subject": subject.id,
-                                          "scopes": scopes, "resource": resource,
-                                          "exp": now + 1800}
+            self.refresh_tokens[token] = {
+                "client_id": client.client_id,
+                "subject": subject.id,
+                "scopes": scopes,
+                "resource": resource,
+                "exp": now + 1800,
+            }
             out["refresh_token"] = token
             out["refresh_expires_in"] = 1800
         return out
@@ -212,12 +244,18 @@ class OpenIdProvider:
         params = dict(request.query_params)
         client = self.flavour.find_client(params.get("client_id", ""))
         if client is None:
-            return pages.error_page("Unknown client", f"client_id {params.get('client_id')!r} is "
-                                    "not registered with this provider.", 400)
+            return pages.error_page(
+                "Unknown client",
+                f"client_id {params.get('client_id')!r} is not registered with this provider.",
+                400,
+            )
         redirect_uri = params.get("redirect_uri", "")
         if not redirect_allowed(client, redirect_uri):
-            return pages.error_page("Invalid redirect URI", f"{redirect_uri!r} is not a "
-                                    f"registered redirect URI of client {client.client_id}.", 400)
+            return pages.error_page(
+                "Invalid redirect URI",
+                f"{redirect_uri!r} is not a registered redirect URI of client {client.client_id}.",
+                400,
+            )
         base = str(request.base_url).rstrip("/")
         issuer = self.flavour.issuer(base, client)
 
@@ -230,8 +268,9 @@ class OpenIdProvider:
         if params.get("response_type") != "code":
             return fail("unsupported_response_type", "only response_type=code is supported")
         if "authorization_code" not in client.grant_types:
-            return fail("unauthorized_client", "the client may not use the authorization code "
-                        "grant")
+            return fail(
+                "unauthorized_client", "the client may not use the authorization code grant"
+            )
         challenge = params.get("code_challenge")
         method = params.get("code_challenge_method", "plain")
         if client.public and not challenge:
@@ -239,10 +278,13 @@ class OpenIdProvider:
         if challenge and method != "S256":
             return fail("invalid_request", "code_challenge_method must be S256")
         uid = secrets.token_urlsafe(16)
-        self.interactions[uid] = {"params": params, "client_id": client.client_id,
-                                  "base": base, "exp": time.time() + INTERACTION_TTL}
-        return RedirectResponse(f"{base}{self.flavour.interaction_prefix}/{uid}",
-                                status_code=303)
+        self.interactions[uid] = {
+            "params": params,
+            "client_id": client.client_id,
+            "base": base,
+            "exp": time.time() + INTERACTION_TTL,
+        }
+        return RedirectResponse(f"{base}{self.flavour.interaction_prefix}/{uid}", status_code=303)
 
     def _interaction(self, uid: str) -> dict[str, Any] | None:
         item = self.interactions.get(uid)
@@ -256,19 +298,23 @@ class OpenIdProvider:
         uid = request.path_params["uid"]
         item = self._interaction(uid)
         if item is None:
-            return pages.error_page("Sign-in expired", "Start the sign-in again from your "
-                                    "application.", 400)
+            return pages.error_page(
+                "Sign-in expired", "Start the sign-in again from your application.", 400
+            )
         client = self.flavour.find_client(item["client_id"])
         assert client is not None
         action = f"{self.flavour.interaction_prefix}/{uid}"
         if request.method == "POST":
             form = await read_form(request)
             if form.get("prompt") == "login":
-                subject = self.flavour.authenticate(form.get("login", ""),
-                                                    form.get("password", ""))
+                subject = self.flavour.authenticate(form.get("login", ""), form.get("password", ""))
                 if subject is None:
-                    return pages.login_page(action, client.name or client.client_id,
-                                            "Invalid username or password.", 401)
+                    return pages.login_page(
+                        action,
+                        client.name or client.client_id,
+                        "Invalid username or password.",
+                        401,
+                    )
                 item["subject"] = subject.id
             elif form.get("prompt") == "consent" and "subject" in item:
                 if form.get("decision", "allow") != "allow":
@@ -279,16 +325,23 @@ class OpenIdProvider:
             return pages.login_page(action, client.name or client.client_id)
         if client.consent and (item["subject"], client.client_id) not in self.consents:
             scopes = item["params"].get("scope", "").split()
-            return pages.consent_page(action, client.name or client.client_id, scopes,
-                                      urlsplit(item["params"]["redirect_uri"]).netloc)
+            return pages.consent_page(
+                action,
+                client.name or client.client_id,
+                scopes,
+                urlsplit(item["params"]["redirect_uri"]).netloc,
+            )
         return self._finish(uid, item, client)
 
     def _finish_error(self, item: dict[str, Any], error: str, description: str) -> Response:
         params = item["params"]
         client = self.flavour.find_client(item["client_id"])
         assert client is not None
-        query = {"error": error, "error_description": description,
-                 "iss": self.flavour.issuer(item["base"], client)}
+        query = {
+            "error": error,
+            "error_description": description,
+            "iss": self.flavour.issuer(item["base"], client),
+        }
         if "state" in params:
             query["state"] = params["state"]
         return RedirectResponse(_append_query(params["redirect_uri"], query), status_code=303)
@@ -298,10 +351,15 @@ class OpenIdProvider:
         self.interactions.pop(uid, None)
         code = secrets.token_urlsafe(32)
         self.codes[code] = {
-            "client_id": client.client_id, "redirect_uri": params["redirect_uri"],
-            "subject": item["subject"], "scopes": params.get("scope", "").split(),
-            "challenge": params.get("code_challenge"), "resource": params.get("resource"),
-            "nonce": params.get("nonce"), "exp": time.time() + CODE_TTL, "base": item["base"],
+            "client_id": client.client_id,
+            "redirect_uri": params["redirect_uri"],
+            "subject": item["subject"],
+            "scopes": params.get("scope", "").split(),
+            "challenge": params.get("code_challenge"),
+            "resource": params.get("resource"),
+            "nonce": params.get("nonce"),
+            "exp": time.time() + CODE_TTL,
+            "base": item["base"],
         }
         query = {"code": code, "iss": self.flavour.issuer(item["base"], client)}
         if "state" in params:
@@ -336,67 +394,94 @@ class OpenIdProvider:
         try:
             client = self._client_from_request(request, form)
             grant = form.get("grant_type", "")
-            if grant not in ("authorization_code", "refresh_token", "client_credentials",
-                             "password"):
-                raise OAuthError(400, "unsupported_grant_type",
-                                 f"grant_type {grant!r} is not supported")
+            if grant not in (
+                "authorization_code",
+                "refresh_token",
+                "client_credentials",
+                "password",
+            ):
+                raise OAuthError(
+                    400, "unsupported_grant_type", f"grant_type {grant!r} is not supported"
+                )
             if grant not in client.grant_types:
                 status, error = self.flavour.grant_not_allowed_error
-                raise OAuthError(status, error,
-                                 f"the {grant} grant is not allowed for client "
-                                 f"{client.client_id}")
+                raise OAuthError(
+                    status, error, f"the {grant} grant is not allowed for client {client.client_id}"
+                )
             base = str(request.base_url).rstrip("/")
-            handler = {"authorization_code": self._code_grant,
-                       "refresh_token": self._refresh_grant,
-                       "client_credentials": self._client_credentials_grant,
-                       "password": self._password_grant}[grant]
+            handler = {
+                "authorization_code": self._code_grant,
+                "refresh_token": self._refresh_grant,
+                "client_credentials": self._client_credentials_grant,
+                "password": self._password_grant,
+            }[grant]
             return token_response(handler(base, client, form))
         except OAuthError as exc:
             return oauth_error(exc)
 
     def _code_grant(self, base: str, client: OAuthClient, form: dict[str, str]) -> dict[str, Any]:
         record = self.codes.pop(form.get("code", ""), None)
-        invalid = OAuthError(400, "invalid_grant", "The provided authorization grant or refresh "
-                             "token is invalid, expired, revoked, does not match the redirection "
-                             "URI used in the authorization request, or was issued to another "
-                             "client")
+        invalid = OAuthError(
+            400,
+            "invalid_grant",
+            "The provided authorization grant or refresh "
+            "token is invalid, expired, revoked, does not match the redirection "
+            "URI used in the authorization request, or was issued to another "
+            "client",
+        )
         if record is None or record["exp"] < time.time():
             raise invalid
         if record["client_id"] != client.client_id:
             raise invalid
         if record["redirect_uri"] != form.get("redirect_uri"):
             raise invalid
-        if record["challenge"] and not pkce.verify(form.get("code_verifier", ""),
-                                                   record["challenge"]):
+        if record["challenge"] and not pkce.verify(
+            form.get("code_verifier", ""), record["challenge"]
+        ):
             raise OAuthError(400, "invalid_grant", "PKCE verification failed")
         subject = self.flavour.subject_by_id(record["subject"])
         if subject is None:
             raise invalid
-        return self.mint(record["base"], client, subject, record["scopes"],
-                         form.get("resource") or record["resource"], record["nonce"])
+        return self.mint(
+            record["base"],
+            client,
+            subject,
+            record["scopes"],
+            form.get("resource") or record["resource"],
+            record["nonce"],
+        )
 
-    def _refresh_grant(self, base: str, client: OAuthClient,
-                       form: dict[str, str]) -> dict[str, Any]:
+    def _refresh_grant(
+        self, base: str, client: OAuthClient, form: dict[str, str]
+    ) -> dict[str, Any]:
         record = self.refresh_tokens.pop(form.get("refresh_token", ""), None)
-        if record is None or record["exp"] < time.time() or \
-                record["client_id"] != client.client_id:
+        if record is None or record["exp"] < time.time() or record["client_id"] != client.client_id:
             raise OAuthError(400, "invalid_grant", "Token is not active")
         subject = self.flavour.subject_by_id(record["subject"])
         if subject is None:
             raise OAuthError(400, "invalid_grant", "Session not active")
         return self.mint(base, client, subject, record["scopes"], record["resource"])
 
-    def _client_credentials_grant(self, base: str, client: OAuthClient,
-                                  form: dict[str, str]) -> dict[str, Any]:
+    def _client_credentials_grant(
+        self, base: str, client: OAuthClient, form: dict[str, str]
+    ) -> dict[str, Any]:
         if client.public and client.secret is None:
-            raise OAuthError(401, "unauthorized_client",
-                             "public clients cannot use client_credentials")
+            raise OAuthError(
+                401, "unauthorized_client", "public clients cannot use client_credentials"
+            )
         scopes = form.get("scope", "").split()
-        return self.mint(base, client, self.flavour.service_subject(client), scopes,
-                         form.get("resource"), refresh=False)
+        return self.mint(
+            base,
+            client,
+            self.flavour.service_subject(client),
+            scopes,
+            form.get("resource"),
+            refresh=False,
+        )
 
-    def _password_grant(self, base: str, client: OAuthClient,
-                        form: dict[str, str]) -> dict[str, Any]:
+    def _password_grant(
+        self, base: str, client: OAuthClient, form: dict[str, str]
+    ) -> dict[str, Any]:
         subject = self.flavour.authenticate(form.get("username", ""), form.get("password", ""))
         if subject is None:
             raise OAuthError(401, "invalid_grant", "Invalid user credentials")

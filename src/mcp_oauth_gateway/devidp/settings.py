@@ -19,14 +19,15 @@ class DevIdpSettings:
     state: Path | None = None
     # Keycloak: the master realm's admin (weak defaults: local development only).
     admin_username: str = "admin"
-    admin_password: str = field(default_factory=lambda: os.environ.get(ADMIN_PASSWORD_ENV,
-                                                                       "admin"))
+    admin_password: str = field(default_factory=lambda: os.environ.get(ADMIN_PASSWORD_ENV, "admin"))
     # authentik: the bootstrap API token and users that exist before provisioning.
-    bootstrap_token: str = field(default_factory=lambda: os.environ.get(
-        BOOTSTRAP_TOKEN_ENV, "dev-bootstrap-token"))
+    bootstrap_token: str = field(
+        default_factory=lambda: os.environ.get(BOOTSTRAP_TOKEN_ENV, "dev-bootstrap-token")
+    )
     seed_users: list[str] = field(default_factory=list)
-    seed_password: str = field(default_factory=lambda: os.environ.get(USER_PASSWORD_ENV,
-                                                                      "dev-password"))
+    seed_password: str = field(
+        default_factory=lambda: os.environ.get(USER_PASSWORD_ENV, "dev-password")
+    )
     # Keycloak's master realm issues 60 s tokens; authentik providers default to 1 h.
     access_token_ttl: int = 60
     # authentik start-up: 503 while "migrations" run, then empty lookups until the "worker" has

@@ -62,9 +62,14 @@ class AuthentikOptions:
 class AuthentikApi:
     """API v3 calls that wait out start-up within one bounded budget."""
 
-    def __init__(self, http: httpx.Client, options: AuthentikOptions, progress: Progress,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        http: httpx.Client,
+        options: AuthentikOptions,
+        progress: Progress,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.http = http
         self.options = options
         self.progress = progress
@@ -77,8 +82,7 @@ class AuthentikApi:
     def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One call; 503 (starting), connection failures and early 403s are waited out."""
         url = f"{self.base}/api/v3{path}"
-        headers = {"Authorization": f"Bearer {self.options.token}",
-                   "Accept": "application/json"}
+        headers = {"Authorization": f"Bearer {self.options.token}", "Accept": "application/json"}
         while True:
             try:
                 response = self.http.request(method, url, headers=headers, **kwargs)
@@ -89,15 +93,23 @@ class AuthentikApi:
                 retry = float(response.headers.get("Retry-After", "5") or 5)
                 self.wait("authentik is starting (HTTP 503, migrations running)", retry)
                 continue
-            if response.status_code == 403 and "Token invalid" in response.text and \
-                    self.clock() - self.started < TOKEN_GRACE:
-                self.wait("the API token is rejected (403 Token invalid/expired); waiting in "
-                          "case the worker has not applied the bootstrap blueprint yet (check "
-                          "AUTHENTIK_TOKEN if this persists)", 2.0)
+            if (
+                response.status_code == 403
+                and "Token invalid" in response.text
+                and self.clock() - self.started < TOKEN_GRACE
+            ):
+                self.wait(
+                    "the API token is rejected (403 Token invalid/expired); waiting in "
+                    "case the worker has not applied the bootstrap blueprint yet (check "
+                    "AUTHENTIK_TOKEN if this persists)",
+                    2.0,
+                )
                 continue
             if response.status_code == 403:
-                raise self.progress.fail(f"{method} {path} was refused: {describe(response)}; "
-                                         "check AUTHENTIK_TOKEN (an API token of an admin)")
+                raise self.progress.fail(
+                    f"{method} {path} was refused: {describe(response)}; "
+                    "check AUTHENTIK_TOKEN (an API token of an admin)"
+                )
             return response
 
     def wait(self, why: str, seconds: float) -> None:
@@ -112,8 +124,10 @@ class AuthentikApi:
     def expect(self, response: httpx.Response, *ok: int) -> Any:
         """The JSON body when the status is one of `ok` (None for 204), else fail the step."""
         if response.status_code not in ok:
-            raise self.progress.fail(f"{response.request.method} {response.request.url.path} "
-                                     f"answered {describe(response)}")
+            raise self.progress.fail(
+                f"{response.request.method} {response.request.url.path} "
+                f"answered {describe(response)}"
+            )
         return None if response.status_code == 204 else response.json()
 
     def create(self, path: str, body: dict[str, Any], what: str) -> dict[str, Any]:
@@ -126,15 +140,15 @@ class AuthentikApi:
 
     def results(self, path: str, **params: str) -> list[dict[str, Any]]:
         """The `results` of a paginated list (first page)."""
-        found: list[dict[str, Any]] = self.expect(self.call("GET", path, params=params),
-                                                  200)["results"]
+        found: list[dict[str, Any]] = self.expect(self.call("GET", path, params=params), 200)[
+            "results"
+        ]
         return found
 
     def matching(self, path: str, field: str, value: str, **params: str) -> list[dict[str, Any]]:
         """The listed objects whose `field` is `value`, filtered by authentik with `field=value`
         and checked again here: a list that ignored its filter must not yield another object."""
-        return [o for o in self.results(path, **{field: value}, **params)
-                if o.get(field) == value]
+        return [o for o in self.results(path, **{field: value}, **params) if o.get(field) == value]
 
     def every(self, path: str, **params: str) -> list[dict[str, Any]]:
         """The `results` of every page of a paginated list."""
@@ -151,7 +165,6 @@ class AuthentikApi:
         """One object by its detail URL; None when authentik answers 404."""
         response = self.call("GET", path)
         return None if response.status_code == 404 else self.expect(response, 200)
-
 
 
 @dataclass
@@ -171,8 +184,7 @@ class _Run:
 
 
 def _api_ready(run: _Run) -> None:
-    run.progress.say(f"waiting for {run.api.base}/api/v3 to answer "
-                     f"(up to {run.options.wait:g}s)")
+    run.progress.say(f"waiting for {run.api.base}/api/v3 to answer (up to {run.options.wait:g}s)")
     run.api.matching("/flows/instances/", "slug", run.options.authorization_flow)
     run.progress.say("ok")
 
@@ -182,13 +194,18 @@ def _missing_prerequisites(run: _Run) -> list[str]:
     api, options = run.api, run.options
     auth = api.matching("/flows/instances/", "slug", options.authorization_flow)
     invalidation = api.matching("/flows/instances/", "slug", options.invalidation_flow)
-    keys = [k for k in api.results("/crypto/certificatekeypairs/", has_key="true")
-            if k.get("private_key_available", True)]
+    keys = [
+        k
+        for k in api.results("/crypto/certificatekeypairs/", has_key="true")
+        if k.get("private_key_available", True)
+    ]
     # The `managed` filter is no use here: authentik validates its values against the mappings
     # that exist, so it answers 400 until the worker has made them. Read them all instead.
-    mappings = [m for m in api.every("/propertymappings/provider/scope/", page_size="100")
-                if m.get("scope_name") in SCOPES and
-                str(m.get("managed") or "").startswith(MANAGED)]
+    mappings = [
+        m
+        for m in api.every("/propertymappings/provider/scope/", page_size="100")
+        if m.get("scope_name") in SCOPES and str(m.get("managed") or "").startswith(MANAGED)
+    ]
     missing = []
     if not auth:
         missing.append(f"flow {options.authorization_flow}")
@@ -208,9 +225,11 @@ def _missing_prerequisites(run: _Run) -> list[str]:
 def _prerequisites(run: _Run) -> None:
     while missing := _missing_prerequisites(run):
         run.api.wait("the worker has not created " + ", ".join(missing) + " yet", 2.0)
-    run.progress.say(f"authorization flow {run.auth_flow}, invalidation flow "
-                     f"{run.invalidation_flow}, signing key {run.signing_key}, "
-                     f"scope mappings {len(run.mappings)}")
+    run.progress.say(
+        f"authorization flow {run.auth_flow}, invalidation flow "
+        f"{run.invalidation_flow}, signing key {run.signing_key}, "
+        f"scope mappings {len(run.mappings)}"
+    )
 
 
 def _check_before_writing(run: _Run, provider: dict[str, Any] | None) -> None:
@@ -218,32 +237,45 @@ def _check_before_writing(run: _Run, provider: dict[str, Any] | None) -> None:
     options, slug = run.options, run.options.slug
     nothing = "nothing was created"
     if not SLUG.fullmatch(slug):
-        raise run.progress.fail(f"the slug {slug!r} is not one authentik accepts (letters, "
-                                f"digits, '-' and '_'); {nothing}")
+        raise run.progress.fail(
+            f"the slug {slug!r} is not one authentik accepts (letters, "
+            f"digits, '-' and '_'); {nothing}"
+        )
     if slug in RESERVED_SLUGS:
         raise run.progress.fail(f"the slug {slug!r} is reserved by authentik; {nothing}")
     app = run.application
     if app is not None and (provider is None or app.get("provider") != provider["pk"]):
         ours = f"{provider['pk']}" if provider else f"a provider named {options.name!r}"
-        raise run.progress.fail(f"application {slug!r} exists but uses provider "
-                                f"{app.get('provider')}, not {ours}; {nothing}: pass the "
-                                "--name of its provider or another --slug")
+        raise run.progress.fail(
+            f"application {slug!r} exists but uses provider "
+            f"{app.get('provider')}, not {ours}; {nothing}: pass the "
+            "--name of its provider or another --slug"
+        )
     bound = (provider or {}).get("assigned_application_slug")
     if provider is not None and bound not in (None, slug):
-        raise run.progress.fail(f"provider {options.name!r} (pk {provider['pk']}) is already "
-                                f"used by application {bound!r}; {nothing}: pass another "
-                                "--name or --slug")
+        raise run.progress.fail(
+            f"provider {options.name!r} (pk {provider['pk']}) is already "
+            f"used by application {bound!r}; {nothing}: pass another "
+            "--name or --slug"
+        )
 
 
 def _new_provider(run: _Run) -> dict[str, Any]:
     options = run.options
-    body = {"name": options.name, "authorization_flow": run.auth_flow,
-            "invalidation_flow": run.invalidation_flow, "client_type": "public",
-            "grant_types": ["authorization_code", "refresh_token", "client_credentials"],
-            "redirect_uris": [{"matching_mode": mode, "url": url}
-                              for mode, url in options.redirect_uris],
-            "sub_mode": "user_username", "include_claims_in_id_token": True,
-            "signing_key": run.signing_key, "property_mappings": run.mappings}
+    body = {
+        "name": options.name,
+        "authorization_flow": run.auth_flow,
+        "invalidation_flow": run.invalidation_flow,
+        "client_type": "public",
+        "grant_types": ["authorization_code", "refresh_token", "client_credentials"],
+        "redirect_uris": [
+            {"matching_mode": mode, "url": url} for mode, url in options.redirect_uris
+        ],
+        "sub_mode": "user_username",
+        "include_claims_in_id_token": True,
+        "signing_key": run.signing_key,
+        "property_mappings": run.mappings,
+    }
     provider = run.api.create("/providers/oauth2/", body, "provider")
     run.progress.record(f"created provider {provider['pk']} ({options.name!r})")
     run.progress.say(f"created {options.name!r} (pk {provider['pk']})")
@@ -259,16 +291,17 @@ def _with_redirects(run: _Run, provider: dict[str, Any]) -> dict[str, Any]:
         run.progress.say(f"{options.name!r} exists (pk {provider['pk']}); unchanged")
         return provider
     entries = provider.get("redirect_uris", []) + [
-        {"matching_mode": mode, "url": url} for mode, url in missing]
-    response = run.api.call("PATCH", f"/providers/oauth2/{provider['pk']}/",
-                            json={"redirect_uris": entries})
+        {"matching_mode": mode, "url": url} for mode, url in missing
+    ]
+    response = run.api.call(
+        "PATCH", f"/providers/oauth2/{provider['pk']}/", json={"redirect_uris": entries}
+    )
     if response.status_code == 400:
         raise run.progress.fail(f"authentik rejected the redirect URIs: {describe(response)}")
     changed: dict[str, Any] = run.api.expect(response, 200)
     urls = [url for _, url in missing]
     run.progress.record(f"added redirect URIs {urls} to provider {changed['pk']}")
-    run.progress.say(f"{options.name!r} exists (pk {changed['pk']}); added redirect URIs "
-                     f"{urls}")
+    run.progress.say(f"{options.name!r} exists (pk {changed['pk']}); added redirect URIs {urls}")
     return changed
 
 
@@ -278,13 +311,17 @@ def _provider(run: _Run) -> None:
     # By its detail URL, not `?slug=`: authentik's application list answers from a per-user
     # cache of whole pages that ignores filters (real-authentik.md), so a filtered list can
     # return another application. The detail view answers 200 or 404 from the database.
-    run.application = run.api.detail(f"/core/applications/{options.slug}/") \
-        if SLUG.fullmatch(options.slug) else None  # (a slug it refuses is refused below)
+    run.application = (
+        run.api.detail(f"/core/applications/{options.slug}/")
+        if SLUG.fullmatch(options.slug)
+        else None
+    )  # (a slug it refuses is refused below)
     _check_before_writing(run, existing[0] if existing else None)
     run.provider = _with_redirects(run, existing[0]) if existing else _new_provider(run)
     if not run.provider.get("client_id"):
-        raise run.progress.fail(f"provider {options.name!r} has no client_id: "
-                                f"{sorted(run.provider)}")
+        raise run.progress.fail(
+            f"provider {options.name!r} has no client_id: {sorted(run.provider)}"
+        )
 
 
 def _application(run: _Run) -> None:
@@ -292,8 +329,11 @@ def _application(run: _Run) -> None:
     if run.application is not None:
         run.progress.say(f"{options.slug!r} exists; unchanged")
         return
-    run.api.create("/core/applications/", {"name": options.name, "slug": options.slug,
-                                           "provider": run.provider["pk"]}, "application")
+    run.api.create(
+        "/core/applications/",
+        {"name": options.name, "slug": options.slug, "provider": run.provider["pk"]},
+        "application",
+    )
     run.progress.record(f"created application {options.slug!r}")
     run.progress.say(f"created {options.slug!r}")
 
@@ -316,14 +356,17 @@ def _users(run: _Run) -> None:
     for username in options.users:
         found = api.matching("/core/users/", "username", username)
         if not found:
-            raise progress.fail(f"user {username!r} does not exist in authentik; create it "
-                                "first (Directory → Users) or drop --user")
+            raise progress.fail(
+                f"user {username!r} does not exist in authentik; create it "
+                "first (Directory → Users) or drop --user"
+            )
         pk = found[0]["pk"]
         if pk in members:
             progress.say(f"{username!r} is already in {options.group!r}; unchanged")
             continue
-        api.expect(api.call("POST", f"/core/groups/{run.group['pk']}/add_user/",
-                            json={"pk": pk}), 204)
+        api.expect(
+            api.call("POST", f"/core/groups/{run.group['pk']}/add_user/", json={"pk": pk}), 204
+        )
         progress.record(f"added {username!r} to {options.group!r}")
         progress.say(f"added {username!r} to {options.group!r}")
     if not options.users:
@@ -341,19 +384,29 @@ _STEPS: tuple[Step[_Run], ...] = (
 STEPS = names(_STEPS)
 
 
-def provision(options: AuthentikOptions, http: httpx.Client, progress: Progress,
-              api: AuthentikApi | None = None) -> GatewayValues:
+def provision(
+    options: AuthentikOptions,
+    http: httpx.Client,
+    progress: Progress,
+    api: AuthentikApi | None = None,
+) -> GatewayValues:
     """Run spec 4.3 in order, idempotently; returns what the gateway needs."""
     run = _Run(api or AuthentikApi(http, options, progress), options, progress)
     run_steps(_STEPS, run, progress)
     client_id = run.provider["client_id"]
     base = run.api.base
-    return GatewayValues(provider="ProviderB", idp_url=base,
-                         issuer=f"{base}/application/o/{options.slug}/",
-                         jwks_path=f"/application/o/{options.slug}/jwks/",
-                         audiences=(client_id,), client_id=client_id,
-                         resource=options.resource, backend=options.backend,
-                         group=options.group, mode=options.mode)
+    return GatewayValues(
+        provider="ProviderB",
+        idp_url=base,
+        issuer=f"{base}/application/o/{options.slug}/",
+        jwks_path=f"/application/o/{options.slug}/jwks/",
+        audiences=(client_id,),
+        client_id=client_id,
+        resource=options.resource,
+        backend=options.backend,
+        group=options.group,
+        mode=options.mode,
+    )
 
 
 __all__ = ["STEPS", "AuthentikApi", "AuthentikOptions", "broker_redirects", "provision"]

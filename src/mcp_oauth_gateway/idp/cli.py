@@ -24,68 +24,132 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     """Register `idp keycloak` and `idp authentik`."""
     idp = commands.add_parser("idp", help="provision an identity provider for the gateway")
     tools = idp.add_subparsers(dest="idp", required=True)
+    _add_keycloak_parser(tools)
+    _add_authentik_parser(tools)
 
+
+def _add_keycloak_parser(tools: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     kc = tools.add_parser(
-        "keycloak", help="set up Keycloak (provider A) through its admin REST API",
+        "keycloak",
+        help="set up Keycloak (provider A) through its admin REST API",
         description="Creates the client scope with the audience and group mappers, makes it a "
-                    "default scope, creates the group and users, adds them to the group, reads "
-                    "issuer and JWKS path, and writes ready-to-apply gateway resources. "
-                    f"Secrets: admin password from ${KEYCLOAK_ADMIN_PASSWORD} or stdin "
-                    f"(--password-stdin); user password from ${KEYCLOAK_USER_PASSWORD}.")
+        "default scope, creates the group and users, adds them to the group, reads "
+        "issuer and JWKS path, and writes ready-to-apply gateway resources. "
+        f"Secrets: admin password from ${KEYCLOAK_ADMIN_PASSWORD} or stdin "
+        f"(--password-stdin); user password from ${KEYCLOAK_USER_PASSWORD}.",
+    )
     kc.add_argument("--url", required=True, help="Keycloak base URL, e.g. http://127.0.0.1:8180")
     kc.add_argument("--admin-user", default="admin")
-    kc.add_argument("--password-stdin", action="store_true",
-                    help="read the admin password from the first line of stdin")
-    kc.add_argument("--resource", required=True,
-                    help="the MCP resource URL clients connect to (the token audience)")
-    kc.add_argument("--user", dest="users", action="append", default=[], metavar="NAME[:EMAIL]",
-                    help="a user to create (if missing) and add to the group (repeatable)")
+    kc.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="read the admin password from the first line of stdin",
+    )
+    kc.add_argument(
+        "--resource",
+        required=True,
+        help="the MCP resource URL clients connect to (the token audience)",
+    )
+    kc.add_argument(
+        "--user",
+        dest="users",
+        action="append",
+        default=[],
+        metavar="NAME[:EMAIL]",
+        help="a user to create (if missing) and add to the group (repeatable)",
+    )
     kc.add_argument("--group", default="users")
     kc.add_argument("--scope", default="mcp", help="name of the client scope (default mcp)")
-    kc.add_argument("--gateway-client-id", default="mcp-gateway",
-                    help="Broker mode: the public client the gateway signs users in with")
-    kc.add_argument("--allow-anonymous-dcr", action="store_true",
-                    help="local tests only: delete the trusted-hosts and anonymous "
-                         "allowed-client-templates registration policies so MCP clients can "
-                         "register without a token")
+    kc.add_argument(
+        "--gateway-client-id",
+        default="mcp-gateway",
+        help="Broker mode: the public client the gateway signs users in with",
+    )
+    kc.add_argument(
+        "--allow-anonymous-dcr",
+        action="store_true",
+        help="local tests only: delete the trusted-hosts and anonymous "
+        "allowed-client-templates registration policies so MCP clients can "
+        "register without a token",
+    )
     _common(kc)
 
+
+def _add_authentik_parser(tools: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ak = tools.add_parser(
-        "authentik", help="set up authentik (provider B) through its API v3",
+        "authentik",
+        help="set up authentik (provider B) through its API v3",
         description="Waits for the API, resolves flows, signing key and the openid/profile/"
-                    "email scope mappings, creates the public OAuth2 provider, the application "
-                    "and the group, adds the users, and writes ready-to-apply gateway "
-                    f"resources. Secret: API token from ${AUTHENTIK_TOKEN} or stdin "
-                    "(--token-stdin).")
+        "email scope mappings, creates the public OAuth2 provider, the application "
+        "and the group, adds the users, and writes ready-to-apply gateway "
+        f"resources. Secret: API token from ${AUTHENTIK_TOKEN} or stdin "
+        "(--token-stdin).",
+    )
     ak.add_argument("--url", required=True, help="authentik base URL, e.g. http://127.0.0.1:9000")
-    ak.add_argument("--token-stdin", action="store_true",
-                    help="read the API token from the first line of stdin")
+    ak.add_argument(
+        "--token-stdin", action="store_true", help="read the API token from the first line of stdin"
+    )
     ak.add_argument("--slug", default="mcp", help="application slug (part of the issuer)")
     ak.add_argument("--name", default=None, help="provider and application name (default: slug)")
     ak.add_argument("--group", default="mcp-agent")
-    ak.add_argument("--user", dest="users", action="append", default=[], metavar="NAME",
-                    help="an existing user to add to the group (repeatable)")
-    ak.add_argument("--redirect-uri", dest="redirect_uris", action="append", default=[],
-                    metavar="MODE:URL",
-                    help="allowed callback, MODE strict or regex (repeatable; default: any "
-                         "loopback callback, as native MCP clients use)")
-    ak.add_argument("--resource", default="http://127.0.0.1:8080/mcp",
-                    help="the MCP resource URL clients connect to")
-    ak.add_argument("--wait", type=float, default=300.0, metavar="SECONDS",
-                    help="how long to wait for start-up and blueprints (default 300)")
+    ak.add_argument(
+        "--user",
+        dest="users",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an existing user to add to the group (repeatable)",
+    )
+    ak.add_argument(
+        "--redirect-uri",
+        dest="redirect_uris",
+        action="append",
+        default=[],
+        metavar="MODE:URL",
+        help="allowed callback, MODE strict or regex (repeatable; default: any "
+        "loopback callback, as native MCP clients use)",
+    )
+    ak.add_argument(
+        "--resource",
+        default="http://127.0.0.1:8080/mcp",
+        help="the MCP resource URL clients connect to",
+    )
+    ak.add_argument(
+        "--wait",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long to wait for start-up and blueprints (default 300)",
+    )
     _common(ak)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--mode", choices=["Facade", "Broker"], default="Facade",
-                        help="authorizationServerMode of the generated policy (Broker: the "
-                             "gateway fronts the provider for strict MCP clients)")
-    parser.add_argument("--backend", default="http://127.0.0.1:8000/mcp",
-                        help="the MCP server behind the gateway (for the GatewayBackend)")
-    parser.add_argument("--output-dir", required=True, metavar="DIR",
-                        help="where to write the gateway resources (gateway.yaml)")
-    parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                        help="time limit of each HTTP request (default 30)")
+    parser.add_argument(
+        "--mode",
+        choices=["Facade", "Broker"],
+        default="Facade",
+        help="authorizationServerMode of the generated policy (Broker: the "
+        "gateway fronts the provider for strict MCP clients)",
+    )
+    parser.add_argument(
+        "--backend",
+        default="http://127.0.0.1:8000/mcp",
+        help="the MCP server behind the gateway (for the GatewayBackend)",
+    )
+    parser.add_argument(
+        "--output-dir",
+        required=True,
+        metavar="DIR",
+        help="where to write the gateway resources (gateway.yaml)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="time limit of each HTTP request (default 30)",
+    )
 
 
 def _secret(env: str, from_stdin: bool, flag: str) -> str | None:
@@ -105,16 +169,25 @@ class _Usage(Exception):
 def _keycloak(args: argparse.Namespace) -> tuple[Tool, Progress]:
     password = _secret(KEYCLOAK_ADMIN_PASSWORD, args.password_stdin, "--password-stdin")
     if not password:
-        raise _Usage(f"no admin password: set {KEYCLOAK_ADMIN_PASSWORD} or pass "
-                     "--password-stdin and write it to stdin")
-    users = [(u.split(":", 1)[0], u.split(":", 1)[1] if ":" in u else None)
-             for u in args.users]
+        raise _Usage(
+            f"no admin password: set {KEYCLOAK_ADMIN_PASSWORD} or pass "
+            "--password-stdin and write it to stdin"
+        )
+    users = [(u.split(":", 1)[0], u.split(":", 1)[1] if ":" in u else None) for u in args.users]
     options = keycloak.KeycloakOptions(
-        url=args.url, admin_user=args.admin_user, admin_password=password,
-        resource=args.resource, users=users,
-        user_password=os.environ.get(KEYCLOAK_USER_PASSWORD) or None, scope=args.scope,
-        group=args.group, allow_anonymous_dcr=args.allow_anonymous_dcr,
-        backend=args.backend, mode=args.mode, gateway_client_id=args.gateway_client_id)
+        url=args.url,
+        admin_user=args.admin_user,
+        admin_password=password,
+        resource=args.resource,
+        users=users,
+        user_password=os.environ.get(KEYCLOAK_USER_PASSWORD) or None,
+        scope=args.scope,
+        group=args.group,
+        allow_anonymous_dcr=args.allow_anonymous_dcr,
+        backend=args.backend,
+        mode=args.mode,
+        gateway_client_id=args.gateway_client_id,
+    )
     progress = Progress("keycloak", len(keycloak.STEPS))
     return functools.partial(keycloak.provision, options, progress=progress), progress
 
@@ -122,22 +195,36 @@ def _keycloak(args: argparse.Namespace) -> tuple[Tool, Progress]:
 def _authentik(args: argparse.Namespace) -> tuple[Tool, Progress]:
     token = _secret(AUTHENTIK_TOKEN, args.token_stdin, "--token-stdin")
     if not token:
-        raise _Usage(f"no API token: set {AUTHENTIK_TOKEN} or pass --token-stdin and write "
-                     "it to stdin")
+        raise _Usage(
+            f"no API token: set {AUTHENTIK_TOKEN} or pass --token-stdin and write it to stdin"
+        )
     redirects = []
     for item in args.redirect_uris:
         mode, _, url = item.partition(":")
         if mode not in ("strict", "regex") or not url:
-            raise _Usage(f"--redirect-uri {item!r}: write MODE:URL with MODE strict or "
-                         "regex, e.g. strict:http://127.0.0.1:33418/callback")
+            raise _Usage(
+                f"--redirect-uri {item!r}: write MODE:URL with MODE strict or "
+                "regex, e.g. strict:http://127.0.0.1:33418/callback"
+            )
         redirects.append((mode, url))
     options = authentik.AuthentikOptions(
-        url=args.url, token=token, slug=args.slug, name=args.name or args.slug,
-        group=args.group, users=args.users, resource=args.resource, backend=args.backend,
-        wait=args.wait, mode=args.mode,
-        redirect_uris=tuple(redirects) or (authentik.broker_redirects(args.resource)
-                                           if args.mode == "Broker"
-                                           else authentik.DEFAULT_REDIRECTS))
+        url=args.url,
+        token=token,
+        slug=args.slug,
+        name=args.name or args.slug,
+        group=args.group,
+        users=args.users,
+        resource=args.resource,
+        backend=args.backend,
+        wait=args.wait,
+        mode=args.mode,
+        redirect_uris=tuple(redirects)
+        or (
+            authentik.broker_redirects(args.resource)
+            if args.mode == "Broker"
+            else authentik.DEFAULT_REDIRECTS
+        ),
+    )
     progress = Progress("authentik", len(authentik.STEPS))
     return functools.partial(authentik.provision, options, progress=progress), progress
 
@@ -156,9 +243,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except httpx.HTTPError as exc:
-        print(f"error: {progress.tool} step {progress.current}/{progress.total} "
-              f"({progress.step}) failed: {type(exc).__name__}: {exc}{progress.left_behind()}",
-              file=sys.stderr)
+        print(
+            f"error: {progress.tool} step {progress.current}/{progress.total} "
+            f"({progress.step}) failed: {type(exc).__name__}: {exc}{progress.left_behind()}",
+            file=sys.stderr,
+        )
         return 1
     target = resources.write(values, Path(args.output_dir))
     print(f"issuer: {values.issuer}")

@@ -45,8 +45,7 @@ class KeycloakOptions:
 class KeycloakAdmin:
     """Admin REST calls with the token policy described in the module docstring."""
 
-    def __init__(self, http: httpx.Client, options: KeycloakOptions,
-                 progress: Progress) -> None:
+    def __init__(self, http: httpx.Client, options: KeycloakOptions, progress: Progress) -> None:
         self.http = http
         self.options = options
         self.progress = progress
@@ -56,17 +55,26 @@ class KeycloakAdmin:
         self._refresh_at = 0.0
 
     def _grant(self, form: dict[str, str]) -> httpx.Response:
-        return self.http.post(f"{self.base}/realms/{REALM}/protocol/openid-connect/token",
-                              data={"client_id": "admin-cli", **form})
+        return self.http.post(
+            f"{self.base}/realms/{REALM}/protocol/openid-connect/token",
+            data={"client_id": "admin-cli", **form},
+        )
 
     def login(self) -> int:
         """Password grant as `admin-cli`; returns the token lifetime in seconds."""
-        response = self._grant({"grant_type": "password", "username": self.options.admin_user,
-                                "password": self.options.admin_password})
+        response = self._grant(
+            {
+                "grant_type": "password",
+                "username": self.options.admin_user,
+                "password": self.options.admin_password,
+            }
+        )
         if response.status_code != 200:
-            raise self.progress.fail(f"admin login as {self.options.admin_user!r} was refused "
-                                     f"({describe(response)}); check the admin user and "
-                                     f"KEYCLOAK_ADMIN_PASSWORD")
+            raise self.progress.fail(
+                f"admin login as {self.options.admin_user!r} was refused "
+                f"({describe(response)}); check the admin user and "
+                f"KEYCLOAK_ADMIN_PASSWORD"
+            )
         return self._keep(response.json())
 
     def _keep(self, body: dict[str, Any]) -> int:
@@ -79,8 +87,7 @@ class KeycloakAdmin:
     def _renew(self, why: str) -> None:
         self.progress.say(f"admin token {why}; refreshing")
         if self._refresh:
-            response = self._grant({"grant_type": "refresh_token",
-                                    "refresh_token": self._refresh})
+            response = self._grant({"grant_type": "refresh_token", "refresh_token": self._refresh})
             if response.status_code == 200:
                 self._keep(response.json())
                 return
@@ -103,9 +110,11 @@ class KeycloakAdmin:
     def expect(self, response: httpx.Response, *ok: int) -> httpx.Response:
         """Return the response when its status is one of `ok`, else fail the step."""
         if response.status_code not in ok:
-            raise self.progress.fail(f"{response.request.method} "
-                                     f"{response.request.url.path} answered "
-                                     f"{describe(response)}")
+            raise self.progress.fail(
+                f"{response.request.method} "
+                f"{response.request.url.path} answered "
+                f"{describe(response)}"
+            )
         return response
 
 
@@ -116,15 +125,30 @@ def _created_id(response: httpx.Response) -> str:
 
 def _mappers(options: KeycloakOptions) -> list[dict[str, Any]]:
     return [
-        {"name": "mcp-audience", "protocol": "openid-connect",
-         "protocolMapper": "oidc-audience-mapper", "consentRequired": False,
-         "config": {"included.custom.audience": options.resource,
-                    "access.token.claim": "true", "id.token.claim": "false"}},
-        {"name": "groups", "protocol": "openid-connect",
-         "protocolMapper": "oidc-group-membership-mapper", "consentRequired": False,
-         "config": {"claim.name": "groups", "full.path": "false",
-                    "access.token.claim": "true", "id.token.claim": "true",
-                    "userinfo.token.claim": "true"}},
+        {
+            "name": "mcp-audience",
+            "protocol": "openid-connect",
+            "protocolMapper": "oidc-audience-mapper",
+            "consentRequired": False,
+            "config": {
+                "included.custom.audience": options.resource,
+                "access.token.claim": "true",
+                "id.token.claim": "false",
+            },
+        },
+        {
+            "name": "groups",
+            "protocol": "openid-connect",
+            "protocolMapper": "oidc-group-membership-mapper",
+            "consentRequired": False,
+            "config": {
+                "claim.name": "groups",
+                "full.path": "false",
+                "access.token.claim": "true",
+                "id.token.claim": "true",
+                "userinfo.token.claim": "true",
+            },
+        },
     ]
 
 
@@ -149,21 +173,25 @@ class _Run:
 
 
 def _admin_token(run: _Run) -> None:
-    run.progress.say(f"password grant for {run.options.admin_user!r} via admin-cli at "
-                     f"{run.admin.base}")
+    run.progress.say(
+        f"password grant for {run.options.admin_user!r} via admin-cli at {run.admin.base}"
+    )
     run.progress.say(f"ok (token lives {run.admin.login()} s; refreshed as needed)")
 
 
 def _new_scope(run: _Run) -> None:
     options = run.options
-    body = {"name": options.scope, "protocol": "openid-connect",
-            "attributes": {"include.in.token.scope": "true",
-                           "display.on.consent.screen": "true"},
-            "protocolMappers": _mappers(options)}
+    body = {
+        "name": options.scope,
+        "protocol": "openid-connect",
+        "attributes": {"include.in.token.scope": "true", "display.on.consent.screen": "true"},
+        "protocolMappers": _mappers(options),
+    }
     created = run.admin.expect(run.admin.call("POST", "/client-scopes", json=body), 201)
     run.scope_id = _created_id(created)
-    run.progress.say(f"created {options.scope!r} ({run.scope_id}) with the audience and group "
-                     "mappers")
+    run.progress.say(
+        f"created {options.scope!r} ({run.scope_id}) with the audience and group mappers"
+    )
 
 
 def _complete_scope(run: _Run, scope: dict[str, Any]) -> None:
@@ -175,22 +203,30 @@ def _complete_scope(run: _Run, scope: dict[str, Any]) -> None:
     for mapper in _mappers(options):
         current = existing.get(mapper["name"])
         if current is None:
-            admin.expect(admin.call("POST", f"/client-scopes/{run.scope_id}/protocol-mappers/"
-                                    "models", json=mapper), 201)
+            admin.expect(
+                admin.call(
+                    "POST", f"/client-scopes/{run.scope_id}/protocol-mappers/models", json=mapper
+                ),
+                201,
+            )
             added.append(mapper["name"])
-        elif current.get("config", {}).get("included.custom.audience",
-                                           options.resource) != options.resource:
+        elif (
+            current.get("config", {}).get("included.custom.audience", options.resource)
+            != options.resource
+        ):
             raise run.progress.fail(
                 f"client scope {options.scope!r} already has mapper {mapper['name']!r} "
                 f"with audience {current['config']['included.custom.audience']!r}, not "
-                f"{options.resource!r}; remove that mapper or pass the same --resource")
-    run.progress.say(f"{options.scope!r} exists ({run.scope_id})" +
-                     (f"; added mappers {added}" if added else "; unchanged"))
+                f"{options.resource!r}; remove that mapper or pass the same --resource"
+            )
+    run.progress.say(
+        f"{options.scope!r} exists ({run.scope_id})"
+        + (f"; added mappers {added}" if added else "; unchanged")
+    )
 
 
 def _client_scope(run: _Run) -> None:
-    scope = next((s for s in run.get("/client-scopes") if s.get("name") == run.options.scope),
-                 None)
+    scope = next((s for s in run.get("/client-scopes") if s.get("name") == run.options.scope), None)
     if scope is None:
         _new_scope(run)
     else:
@@ -202,8 +238,7 @@ def _default_scope(run: _Run) -> None:
     if any(d.get("id") == run.scope_id for d in run.get("/default-default-client-scopes")):
         run.progress.say(f"{scope!r} is already a default scope for all clients; unchanged")
         return
-    run.admin.expect(run.admin.call("PUT", f"/default-default-client-scopes/{run.scope_id}"),
-                     204)
+    run.admin.expect(run.admin.call("PUT", f"/default-default-client-scopes/{run.scope_id}"), 204)
     run.progress.say(f"{scope!r} is now a default scope for current and future clients")
 
 
@@ -224,13 +259,20 @@ def _group(run: _Run) -> None:
 
 def _new_user(run: _Run, username: str, email: str | None) -> str:
     if not run.options.user_password:
-        raise run.progress.fail(f"user {username!r} does not exist and no password was given; "
-                                "set KEYCLOAK_USER_PASSWORD")
+        raise run.progress.fail(
+            f"user {username!r} does not exist and no password was given; "
+            "set KEYCLOAK_USER_PASSWORD"
+        )
     body: dict[str, Any] = {
-        "username": username, "enabled": True, "emailVerified": bool(email),
-        "firstName": username.title(), "lastName": "User",
-        "credentials": [{"type": "password", "value": run.options.user_password,
-                         "temporary": False}]}
+        "username": username,
+        "enabled": True,
+        "emailVerified": bool(email),
+        "firstName": username.title(),
+        "lastName": "User",
+        "credentials": [
+            {"type": "password", "value": run.options.user_password, "temporary": False}
+        ],
+    }
     if email:
         body["email"] = email
     created = run.admin.expect(run.admin.call("POST", "/users", json=body), 201)
@@ -242,8 +284,7 @@ def _users(run: _Run) -> None:
     for username, email in run.options.users:
         found = run.get("/users", username=username, exact="true")
         # Keycloak stores usernames in lower case and matches them case-insensitively.
-        match = next((u for u in found if u.get("username", "").lower() == username.lower()),
-                     None)
+        match = next((u for u in found if u.get("username", "").lower() == username.lower()), None)
         if match is None:
             run.user_ids[username] = _new_user(run, username, email)
             continue
@@ -267,22 +308,25 @@ def _registration_policies(run: _Run) -> None:
     if not run.options.allow_anonymous_dcr:
         run.progress.say("left as they are (pass --allow-anonymous-dcr for local tests only)")
         return
-    doomed = [c for c in run.get("/components", type=POLICY_TYPE)
-              if c.get("providerId") == "trusted-hosts" or
-              (c.get("providerId") == "allowed-client-templates" and
-               c.get("subType") == "anonymous")]
+    doomed = [
+        c
+        for c in run.get("/components", type=POLICY_TYPE)
+        if c.get("providerId") == "trusted-hosts"
+        or (c.get("providerId") == "allowed-client-templates" and c.get("subType") == "anonymous")
+    ]
     for component in doomed:
         run.admin.expect(run.admin.call("DELETE", f"/components/{component['id']}"), 204, 404)
-        run.progress.say(f"deleted {component.get('name')!r} ({component['providerId']}, "
-                         f"{component.get('subType')}) — local tests only")
+        run.progress.say(
+            f"deleted {component.get('name')!r} ({component['providerId']}, "
+            f"{component.get('subType')}) — local tests only"
+        )
     if not doomed:
         run.progress.say("anonymous registration already allowed; unchanged")
 
 
 def _allows(uris: list[str], callback: str) -> bool:
     """Whether Keycloak would accept `callback` against these redirect URIs (`*` suffix)."""
-    return callback in uris or any(u.endswith("*") and callback.startswith(u[:-1])
-                                   for u in uris)
+    return callback in uris or any(u.endswith("*") and callback.startswith(u[:-1]) for u in uris)
 
 
 def _gateway_client(run: _Run) -> None:
@@ -292,22 +336,34 @@ def _gateway_client(run: _Run) -> None:
         return
     client_id = run.client_id = options.gateway_client_id
     callback = options.resource.rstrip("/") + "/oauth/callback"
-    found = [c for c in run.get("/clients", clientId=client_id)
-             if c.get("clientId") == client_id]
+    found = [c for c in run.get("/clients", clientId=client_id) if c.get("clientId") == client_id]
     if found:
         if not _allows(found[0].get("redirectUris") or [], callback):
-            raise run.progress.fail(f"client {client_id!r} exists but does not allow the "
-                                    f"gateway callback {callback}; add it to its redirect URIs")
+            raise run.progress.fail(
+                f"client {client_id!r} exists but does not allow the "
+                f"gateway callback {callback}; add it to its redirect URIs"
+            )
         run.progress.say(f"public client {client_id!r} exists; unchanged")
         return
-    run.admin.expect(run.admin.call("POST", "/clients", json={
-        "clientId": client_id, "name": "MCP OAuth gateway (broker)",
-        "publicClient": True, "standardFlowEnabled": True,
-        "directAccessGrantsEnabled": False, "serviceAccountsEnabled": False,
-        "redirectUris": [callback], "protocol": "openid-connect",
-        "attributes": {"pkce.code.challenge.method": "S256"}}), 201)
-    run.progress.say(f"created public client {client_id!r} for the gateway, callback "
-                     f"{callback}")
+    run.admin.expect(
+        run.admin.call(
+            "POST",
+            "/clients",
+            json={
+                "clientId": client_id,
+                "name": "MCP OAuth gateway (broker)",
+                "publicClient": True,
+                "standardFlowEnabled": True,
+                "directAccessGrantsEnabled": False,
+                "serviceAccountsEnabled": False,
+                "redirectUris": [callback],
+                "protocol": "openid-connect",
+                "attributes": {"pkce.code.challenge.method": "S256"},
+            },
+        ),
+        201,
+    )
+    run.progress.say(f"created public client {client_id!r} for the gateway, callback {callback}")
 
 
 def _discovery(run: _Run) -> None:
@@ -340,10 +396,18 @@ def provision(options: KeycloakOptions, http: httpx.Client, progress: Progress) 
     """Run spec 4.2 in order, idempotently; returns what the gateway needs."""
     run = _Run(KeycloakAdmin(http, options, progress), options, progress, http)
     run_steps(_STEPS, run, progress)
-    return GatewayValues(provider="Keycloak", idp_url=run.admin.base, issuer=run.issuer,
-                         jwks_path=run.jwks_path, audiences=(options.resource,),
-                         client_id=run.client_id, resource=options.resource,
-                         backend=options.backend, group=options.group, mode=options.mode)
+    return GatewayValues(
+        provider="Keycloak",
+        idp_url=run.admin.base,
+        issuer=run.issuer,
+        jwks_path=run.jwks_path,
+        audiences=(options.resource,),
+        client_id=run.client_id,
+        resource=options.resource,
+        backend=options.backend,
+        group=options.group,
+        mode=options.mode,
+    )
 
 
 __all__ = ["STEPS", "KeycloakOptions", "StepError", "provision"]

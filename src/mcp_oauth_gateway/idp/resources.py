@@ -15,9 +15,18 @@ from ..resources.models import GATEWAY_API_GROUP, GATEWAY_API_VERSION, POLICY_AP
 # MCP request headers, and WWW-Authenticate, which carries resource_metadata on a 401.
 CORS = {
     "allowCredentials": True,
-    "allowHeaders": ["Origin", "Authorization", "Content-Type", "Mcp-Protocol-Version",
-                     "Mcp-Session-Id", "Mcp-Method", "Mcp-Name", "Last-Event-ID"],
-    "allowMethods": ["*"], "allowOrigins": ["*"],
+    "allowHeaders": [
+        "Origin",
+        "Authorization",
+        "Content-Type",
+        "Mcp-Protocol-Version",
+        "Mcp-Session-Id",
+        "Mcp-Method",
+        "Mcp-Name",
+        "Last-Event-ID",
+    ],
+    "allowMethods": ["*"],
+    "allowOrigins": ["*"],
     "exposeHeaders": ["Origin", "Mcp-Session-Id", "WWW-Authenticate"],
     "maxAge": 86400,
 }
@@ -51,64 +60,169 @@ def render(values: GatewayValues) -> list[dict[str, object]]:
     resource = urlsplit(values.resource)
     backend = urlsplit(values.backend)
     idp = urlsplit(values.idp_url)
-    mcp_path = resource.path.rstrip("/") or "/mcp"
     service = "keycloak" if values.provider == "Keycloak" else "authentik"
-    meta = {"namespace": "default"}
+    return [
+        _gateway(resource),
+        _http_route(resource.path.rstrip("/") or "/mcp"),
+        _gateway_backend(backend),
+        _service(service, idp),
+        _gateway_policy(values, service, idp),
+    ]
+
+
+def _metadata(name: str) -> dict[str, object]:
+    return {"name": name, "namespace": "default"}
+
+
+def _gateway(resource: SplitResult) -> dict[str, object]:
+    return {
+        "apiVersion": GATEWAY_API_VERSION,
+        "kind": "Gateway",
+        "metadata": _metadata("mcp-gateway"),
+        "spec": {
+            "gatewayClassName": "mcp-oauth-gateway",
+            "listeners": [{"name": "http", "port": _port(resource), "protocol": "HTTP"}],
+        },
+    }
+
+
+def _http_route(mcp_path: str) -> dict[str, object]:
+    # The route also carries the two well-known metadata paths, so they share the CORS filter.
+    return {
+        "apiVersion": GATEWAY_API_VERSION,
+        "kind": "HTTPRoute",
+        "metadata": _metadata("mcp"),
+        "spec": {
+            "parentRefs": [
+                {
+                    "group": GATEWAY_API_GROUP,
+                    "kind": "Gateway",
+                    "name": "mcp-gateway",
+                    "namespace": "default",
+                }
+            ],
+            "rules": [
+                {
+                    "matches": [
+                        {"path": {"type": "PathPrefix", "value": prefix}}
+                        for prefix in (
+                            mcp_path,
+                            f"/.well-known/oauth-protected-resource{mcp_path}",
+                            f"/.well-known/oauth-authorization-server{mcp_path}",
+                        )
+                    ],
+                    "filters": [{"type": "CORS", "cors": CORS}],
+                    "backendRefs": [
+                        {
+                            "group": "mcp-oauth-gateway.dev",
+                            "kind": "GatewayBackend",
+                            "name": "mcp-backend",
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def _gateway_backend(backend: SplitResult) -> dict[str, object]:
+    return {
+        "apiVersion": POLICY_API_VERSION,
+        "kind": "GatewayBackend",
+        "metadata": _metadata("mcp-backend"),
+        "spec": {
+            "mcp": {
+                "targets": [
+                    {
+                        "name": "mcp-server",
+                        "static": {
+                            "host": backend.hostname,
+                            "port": _port(backend),
+                            "path": backend.path or "/mcp",
+                            "protocol": "StreamableHTTP",
+                        },
+                    }
+                ]
+            }
+        },
+    }
+
+
+def _service(service: str, idp: SplitResult) -> dict[str, object]:
+    # The policy's remote JWKS needs a Service backendRef; an ExternalName one points at the IdP.
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(service),
+        "spec": {
+            "type": "ExternalName",
+            "externalName": idp.hostname,
+            "ports": [{"port": _port(idp)}],
+        },
+    }
+
+
+def _gateway_policy(values: GatewayValues, service: str, idp: SplitResult) -> dict[str, object]:
+    return {
+        "apiVersion": POLICY_API_VERSION,
+        "kind": "GatewayPolicy",
+        "metadata": _metadata("mcp-authn"),
+        "spec": {
+            "targetRefs": [{"group": GATEWAY_API_GROUP, "kind": "HTTPRoute", "name": "mcp"}],
+            "traffic": {
+                "jwtAuthentication": {
+                    "mode": "Strict",
+                    "providers": [
+                        {
+                            "issuer": values.issuer,
+                            "audiences": list(values.audiences),
+                            "jwks": {
+                                "remote": {
+                                    "backendRef": {
+                                        "kind": "Service",
+                                        "name": service,
+                                        "namespace": "default",
+                                        "port": _port(idp),
+                                    },
+                                    "jwksPath": values.jwks_path,
+                                }
+                            },
+                        }
+                    ],
+                    "mcp": _mcp_settings(values),
+                },
+                "authorization": {
+                    "action": "Allow",
+                    "policy": {"matchExpressions": [f'"{values.group}" in jwt.groups']},
+                },
+            },
+        },
+    }
+
+
+def _mcp_settings(values: GatewayValues) -> dict[str, object]:
     mcp: dict[str, object] = {"provider": values.provider}
     if values.mode == "Broker":
         mcp["authorizationServerMode"] = "Broker"
+    # With Keycloak in Facade mode each MCP client registers itself through DCR: none is pinned.
     if values.client_id and (values.provider == "ProviderB" or values.mode == "Broker"):
         mcp["clientId"] = values.client_id
-    mcp["resourceMetadata"] = {"resource": values.resource, "scopesSupported":
-                               list(values.scopes), "bearerMethodsSupported": ["header"]}
-    return [
-        {"apiVersion": GATEWAY_API_VERSION, "kind": "Gateway",
-         "metadata": {"name": "mcp-gateway", **meta},
-         "spec": {"gatewayClassName": "mcp-oauth-gateway", "listeners": [
-             {"name": "http", "port": _port(resource), "protocol": "HTTP"}]}},
-        {"apiVersion": GATEWAY_API_VERSION, "kind": "HTTPRoute",
-         "metadata": {"name": "mcp", **meta},
-         "spec": {"parentRefs": [{"group": GATEWAY_API_GROUP, "kind": "Gateway",
-                                  "name": "mcp-gateway", "namespace": "default"}],
-                  "rules": [{
-                      "matches": [{"path": {"type": "PathPrefix", "value": prefix}}
-                                  for prefix in (mcp_path,
-                                                 f"/.well-known/oauth-protected-resource{mcp_path}",
-                                                 f"/.well-known/oauth-authorization-server"
-                                                 f"{mcp_path}")],
-                      "filters": [{"type": "CORS", "cors": CORS}],
-                      "backendRefs": [{"group": "mcp-oauth-gateway.dev",
-                                       "kind": "GatewayBackend", "name": "mcp-backend"}]}]}},
-        {"apiVersion": POLICY_API_VERSION, "kind": "GatewayBackend",
-         "metadata": {"name": "mcp-backend", **meta},
-         "spec": {"mcp": {"targets": [{"name": "mcp-server", "static": {
-             "host": backend.hostname, "port": _port(backend),
-             "path": backend.path or "/mcp", "protocol": "StreamableHTTP"}}]}}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": service, **meta},
-         "spec": {"type": "ExternalName", "externalName": idp.hostname,
-                  "ports": [{"port": _port(idp)}]}},
-        {"apiVersion": POLICY_API_VERSION, "kind": "GatewayPolicy",
-         "metadata": {"name": "mcp-authn", **meta},
-         "spec": {"targetRefs": [{"group": GATEWAY_API_GROUP, "kind": "HTTPRoute",
-                                  "name": "mcp"}],
-                  "traffic": {
-                      "jwtAuthentication": {"mode": "Strict", "providers": [{
-                          "issuer": values.issuer, "audiences": list(values.audiences),
-                          "jwks": {"remote": {"backendRef": {
-                              "kind": "Service", "name": service, "namespace": "default",
-                              "port": _port(idp)}, "jwksPath": values.jwks_path}}}],
-                          "mcp": mcp},
-                      "authorization": {"action": "Allow", "policy": {"matchExpressions": [
-                          f'"{values.group}" in jwt.groups']}}}}},
-    ]
+    mcp["resourceMetadata"] = {
+        "resource": values.resource,
+        "scopesSupported": list(values.scopes),
+        "bearerMethodsSupported": ["header"],
+    }
+    return mcp
 
 
 def write(values: GatewayValues, directory: Path) -> Path:
     """Write the resources as one multi-document YAML file; returns its path."""
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / "gateway.yaml"
-    header = (f"# Generated by mcp-oauth-gateway idp for {values.provider} at {values.idp_url}.\n"
-              f"# Check with: mcp-oauth-gateway check -f {directory}\n")
+    header = (
+        f"# Generated by mcp-oauth-gateway idp for {values.provider} at {values.idp_url}.\n"
+        f"# Check with: mcp-oauth-gateway check -f {directory}\n"
+    )
     body = yaml.safe_dump_all(render(values), sort_keys=False, default_flow_style=False)
     target.write_text(header + body)
     return target

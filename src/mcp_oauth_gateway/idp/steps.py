@@ -12,7 +12,8 @@ import httpx
 
 _SECRET_FIELDS = re.compile(
     r'("(?:access_token|refresh_token|id_token|client_secret|password|value|token|'
-    r'registration_access_token)"\s*:\s*)"[^"]*"')
+    r'registration_access_token)"\s*:\s*)"[^"]*"'
+)
 
 Context = TypeVar("Context")
 
@@ -53,8 +54,11 @@ class Progress:
 
     def say(self, detail: str) -> None:
         """A progress line for the current step."""
-        print(f"[{self.tool} {self.current}/{self.total}] {self.step}: {detail}",
-              file=self.stream, flush=True)
+        print(
+            f"[{self.tool} {self.current}/{self.total}] {self.step}: {detail}",
+            file=self.stream,
+            flush=True,
+        )
 
     def record(self, what: str) -> None:
         """Remember an object this run created or changed (named as the error should say)."""
@@ -64,15 +68,20 @@ class Progress:
         """`; this run already created …; delete it or re-run …`, or "" if it wrote nothing."""
         if not self.made:
             return ""
-        made = self.made[0] if len(self.made) == 1 else \
-            ", ".join(self.made[:-1]) + " and " + self.made[-1]
+        made = (
+            self.made[0]
+            if len(self.made) == 1
+            else ", ".join(self.made[:-1]) + " and " + self.made[-1]
+        )
         them = "it" if len(self.made) == 1 else "them"
         return f"; this run already {made}: delete {them} or re-run (a re-run reuses {them})"
 
     def fail(self, detail: str) -> StepError:
         """The error to raise for the current step."""
-        return StepError(f"{self.tool} step {self.current}/{self.total} ({self.step}) failed: "
-                         f"{detail}{self.left_behind()}")
+        return StepError(
+            f"{self.tool} step {self.current}/{self.total} ({self.step}) failed: "
+            f"{detail}{self.left_behind()}"
+        )
 
 
 @dataclass(frozen=True)

@@ -22,5 +22,11 @@ def adapter_for(provider: str | None, client_id: str | None) -> ProviderAdapter 
     return None
 
 
-__all__ = ["AccessTokenRule", "ProviderAdapter", "RegistrationError", "RegistrationResult",
-           "access_token_rule", "adapter_for"]
+__all__ = [
+    "AccessTokenRule",
+    "ProviderAdapter",
+    "RegistrationError",
+    "RegistrationResult",
+    "access_token_rule",
+    "adapter_for",
+]

@@ -16,8 +16,12 @@ from typing import Protocol
 AT_JWT_TYPES = frozenset({"at+jwt", "application/at+jwt"})
 SEND_ACCESS_TOKEN = "send the access_token from the token response"
 # Keycloak's `typ` claim values (TokenUtil) and what the client most likely sent instead.
-KEYCLOAK_KINDS = {"ID": "an ID token", "Refresh": "a refresh token",
-                  "Offline": "an offline refresh token", "Logout": "a logout token"}
+KEYCLOAK_KINDS = {
+    "ID": "an ID token",
+    "Refresh": "a refresh token",
+    "Offline": "an offline refresh token",
+    "Logout": "a logout token",
+}
 # OpenID Connect Core §3.1.3.6 / §3.3.2.11: hashes that only ID tokens carry.
 ID_TOKEN_ONLY_CLAIMS = ("at_hash", "c_hash")
 
@@ -44,8 +48,10 @@ def _typ_claim_refusal(typ: object, provider: str) -> str:
     kind = KEYCLOAK_KINDS.get(typ) if isinstance(typ, str) else None
     if kind is not None:
         return f"this is {kind} (typ claim {typ!r}), not an access token: {SEND_ACCESS_TOKEN}"
-    return (f"typ claim {typ!r} is not 'Bearer', so this is not {provider} access token: "
-            f"{SEND_ACCESS_TOKEN}")
+    return (
+        f"typ claim {typ!r} is not 'Bearer', so this is not {provider} access token: "
+        f"{SEND_ACCESS_TOKEN}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +70,10 @@ class KeycloakRule:
         if typ == "Bearer":
             return None
         if typ is None:
-            return ("token has no typ claim 'Bearer' (Keycloak marks access tokens with it) and "
-                    f"no header typ at+jwt, so it is not an access token: {SEND_ACCESS_TOKEN}")
+            return (
+                "token has no typ claim 'Bearer' (Keycloak marks access tokens with it) and "
+                f"no header typ at+jwt, so it is not an access token: {SEND_ACCESS_TOKEN}"
+            )
         return _typ_claim_refusal(typ, "a Keycloak")
 
 
@@ -85,9 +93,11 @@ class AuthentikRule:
         if not missing:
             return None
         lacking = " and ".join(missing)
-        return (f"this is an ID token (it has no {lacking} claim, which authentik puts only in "
-                f"access tokens, and its header typ is not at+jwt), not an access token: "
-                f"{SEND_ACCESS_TOKEN}")
+        return (
+            f"this is an ID token (it has no {lacking} claim, which authentik puts only in "
+            f"access tokens, and its header typ is not at+jwt), not an access token: "
+            f"{SEND_ACCESS_TOKEN}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +117,11 @@ class GenericRule:
             return _typ_claim_refusal(typ, "an")
         for name in ID_TOKEN_ONLY_CLAIMS:
             if name in claims:
-                return (f"this is an ID token (it has an {name} claim, which only ID tokens "
-                        f"carry, and its header typ is not at+jwt), not an access token: "
-                        f"{SEND_ACCESS_TOKEN}")
+                return (
+                    f"this is an ID token (it has an {name} claim, which only ID tokens "
+                    f"carry, and its header typ is not at+jwt), not an access token: "
+                    f"{SEND_ACCESS_TOKEN}"
+                )
         return None
 
 
@@ -117,7 +129,9 @@ KEYCLOAK = KeycloakRule()
 AUTHENTIK = AuthentikRule()
 GENERIC = GenericRule()
 _BY_PROVIDER: dict[str, AccessTokenRule] = {
-    "Keycloak": KEYCLOAK, "ProviderB": AUTHENTIK, "Authentik": AUTHENTIK,
+    "Keycloak": KEYCLOAK,
+    "ProviderB": AUTHENTIK,
+    "Authentik": AUTHENTIK,
 }
 
 

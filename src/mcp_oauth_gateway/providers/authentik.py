@@ -21,7 +21,10 @@ class AuthentikAdapter(DiscoveryFacade):
         self.client_id = client_id
 
     async def register(
-        self, metadata: dict[str, object], raw_body: bytes, discovery: dict[str, object] | None,
+        self,
+        metadata: dict[str, object],
+        raw_body: bytes,
+        discovery: dict[str, object] | None,
         session: aiohttp.ClientSession | None,
     ) -> RegistrationResult:
         """RFC 7591 response naming the pre-registered public client."""

@@ -36,7 +36,10 @@ class ProviderAdapter(Protocol):
         ...
 
     async def register(
-        self, metadata: dict[str, object], raw_body: bytes, discovery: dict[str, object] | None,
+        self,
+        metadata: dict[str, object],
+        raw_body: bytes,
+        discovery: dict[str, object] | None,
         session: aiohttp.ClientSession | None,
     ) -> RegistrationResult:
         """Answer a validated registration request."""

@@ -18,32 +18,49 @@ class KeycloakAdapter(DiscoveryFacade):
     name = "Keycloak"
 
     async def register(
-        self, metadata: dict[str, object], raw_body: bytes, discovery: dict[str, object] | None,
+        self,
+        metadata: dict[str, object],
+        raw_body: bytes,
+        discovery: dict[str, object] | None,
         session: aiohttp.ClientSession | None,
     ) -> RegistrationResult:
         """POST the request body to the provider's registration endpoint and relay the answer."""
         target = (discovery or {}).get("registration_endpoint")
         if not isinstance(target, str) or session is None:
-            raise RegistrationError(502, "server_error",
-                                    "the provider's discovery document has no "
-                                    "registration_endpoint to forward registration to")
+            raise RegistrationError(
+                502,
+                "server_error",
+                "the provider's discovery document has no "
+                "registration_endpoint to forward registration to",
+            )
         try:
             async with asyncio.timeout(FORWARD_TIMEOUT):
-                async with session.post(target, data=raw_body, allow_redirects=False,
-                                        headers={"Content-Type": "application/json",
-                                                 "Accept": "application/json"}) as response:
+                async with session.post(
+                    target,
+                    data=raw_body,
+                    allow_redirects=False,
+                    headers={"Content-Type": "application/json", "Accept": "application/json"},
+                ) as response:
                     body = await read_at_most(response.content, MAX_RESPONSE)
                     if len(body) > MAX_RESPONSE:
-                        raise RegistrationError(502, "server_error",
-                                                f"the provider's registration answer is larger "
-                                                f"than {MAX_RESPONSE} bytes")
+                        raise RegistrationError(
+                            502,
+                            "server_error",
+                            f"the provider's registration answer is larger "
+                            f"than {MAX_RESPONSE} bytes",
+                        )
                     content_type = response.headers.get("Content-Type", "application/json")
                     return RegistrationResult(response.status, body, content_type.encode())
         except TimeoutError as exc:
-            raise RegistrationError(504, "server_error",
-                                    f"the provider's registration endpoint {target} did not "
-                                    f"answer within {FORWARD_TIMEOUT:g}s") from exc
+            raise RegistrationError(
+                504,
+                "server_error",
+                f"the provider's registration endpoint {target} did not "
+                f"answer within {FORWARD_TIMEOUT:g}s",
+            ) from exc
         except aiohttp.ClientError as exc:
-            raise RegistrationError(502, "server_error",
-                                    f"the provider's registration endpoint {target} is "
-                                    f"unreachable: {exc}") from exc
+            raise RegistrationError(
+                502,
+                "server_error",
+                f"the provider's registration endpoint {target} is unreachable: {exc}",
+            ) from exc

@@ -34,16 +34,18 @@ MAX_IDLE = 256
 HIGH_WATER = 1 << 20
 # `expect` too: the gateway has read the whole body already, so asking the backend for a
 # `100 Continue` only adds an interim response to the exchange.
-_SKIP = frozenset({b"content-length", b"transfer-encoding", b"connection", b"keep-alive",
-                   b"expect"})
+_SKIP = frozenset(
+    {b"content-length", b"transfer-encoding", b"connection", b"keep-alive", b"expect"}
+)
 
 
 def _announces_body(headers: Headers) -> bool:
     """Whether the headers frame a body (Transfer-Encoding, or a non-zero Content-Length)."""
     for name, value in headers:
         lowered = name.lower()
-        if lowered == b"transfer-encoding" or (lowered == b"content-length"
-                                              and value.strip() != b"0"):
+        if lowered == b"transfer-encoding" or (
+            lowered == b"content-length" and value.strip() != b"0"
+        ):
             return True
     return False
 
@@ -140,8 +142,11 @@ class _Connection(asyncio.Protocol):
             self.close()
         except httptools.HttpParserError as exc:
             cause = exc.__context__  # what a callback below raised, if it was one of ours
-            self._fail(cause if isinstance(cause, UpstreamError)
-                       else UpstreamError(f"invalid response from the backend: {exc}"))
+            self._fail(
+                cause
+                if isinstance(cause, UpstreamError)
+                else UpstreamError(f"invalid response from the backend: {exc}")
+            )
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -247,8 +252,9 @@ class _Connection(asyncio.Protocol):
 
 
 class _HostPool:
-    def __init__(self, host: str, port: int, idle_limit: float = IDLE_LIMIT,
-                 max_idle: int = MAX_IDLE):
+    def __init__(
+        self, host: str, port: int, idle_limit: float = IDLE_LIMIT, max_idle: int = MAX_IDLE
+    ):
         self.host = host
         self.port = port
         self.idle_limit = idle_limit
@@ -262,8 +268,12 @@ class _HostPool:
         now = time.monotonic()
         while self.idle:
             conn = self.idle.pop()
-            if conn.closed or conn.transport is None or conn.transport.is_closing() or \
-                    now - conn.idle_since > self.idle_limit:
+            if (
+                conn.closed
+                or conn.transport is None
+                or conn.transport.is_closing()
+                or now - conn.idle_since > self.idle_limit
+            ):
                 conn.close()
                 continue
             return conn
@@ -296,17 +306,30 @@ class _HostPool:
     async def connect(self) -> _Connection:
         loop = self.loop = asyncio.get_running_loop()
         try:
-            _, conn = await loop.create_connection(lambda: _Connection(self), self.host,
-                                                   self.port)
+            _, conn = await loop.create_connection(lambda: _Connection(self), self.host, self.port)
         except OSError as exc:
-            raise UpstreamError(f"cannot connect to {self.host}:{self.port}: "
-                                f"{exc.strerror or exc}") from exc
+            raise UpstreamError(
+                f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}"
+            ) from exc
         return conn
 
 
 def _expire(ready: asyncio.Future[None], timeout: float) -> None:
     if not ready.done():
         ready.set_exception(TimeoutError(f"no response headers within {timeout:g}s"))
+
+
+async def _wait_for_headers(conn: _Connection, ready: asyncio.Future[None], within: float) -> None:
+    """Wait for the response head; the wait starts once the request is out. Any failure
+    (timeout, broken connection, cancellation) closes the connection."""
+    timer = asyncio.get_running_loop().call_later(within, _expire, ready, within)
+    try:
+        await ready
+    except BaseException:
+        conn.close()
+        raise
+    finally:
+        timer.cancel()
 
 
 def _head(method: str, target: bytes, headers: Headers, length: int | None) -> bytes:
@@ -338,16 +361,21 @@ class RawUpstream:
         host, port = parts.hostname or "127.0.0.1", parts.port or 80
         pool = self._pools.get((host, port))
         if pool is None:
-            pool = self._pools[(host, port)] = _HostPool(host, port, self.idle_limit,
-                                                         self.max_idle)
+            pool = self._pools[(host, port)] = _HostPool(host, port, self.idle_limit, self.max_idle)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         resolved = (pool, target.encode("latin-1"))
         if len(self._targets) < 4096:  # query strings vary; keep the cache bounded
             self._targets[url] = resolved
         return resolved
 
-    async def request(self, method: str, url: str, headers: Headers,
-                      body: bytes | AsyncIterator[bytes], headers_within: float) -> _Response:
+    async def request(
+        self,
+        method: str,
+        url: str,
+        headers: Headers,
+        body: bytes | AsyncIterator[bytes],
+        headers_within: float,
+    ) -> _Response:
         """Send the request; return once the response headers are in (TimeoutError after
         `headers_within` seconds: one timer, cheaper than a timeout context)."""
         pool, target = self._resolve(url)
@@ -370,38 +398,38 @@ class RawUpstream:
                 if reused and attempt == 1:
                     continue
                 raise UpstreamError("the backend connection closed before the request")
-            if not isinstance(body, bytes):
-                transport.write(head)
-                try:
-                    await self._write_chunked(conn, body)
-                except BaseException:
-                    # The body source failed (client gone, too large): the exchange is dead.
-                    conn.close()
-                    ready.cancel()
-                    raise
-            else:
-                transport.write(head + body if body else head)
-            # The wait for the response headers starts once the request is out.
-            timer = asyncio.get_running_loop().call_later(headers_within, _expire, ready,
-                                                          headers_within)
+            await self._write(conn, head, body, ready)
             try:
-                await ready
-            except TimeoutError:
-                conn.close()
-                raise
+                await _wait_for_headers(conn, ready, headers_within)
             except UpstreamError:
-                conn.close()
                 # A pooled connection the backend had just closed: resend once, fresh.
                 if reused and attempt == 1 and not streamed and response.status == 0:
                     continue
                 raise
-            except asyncio.CancelledError:
-                conn.close()
-                raise
-            finally:
-                timer.cancel()
             return response
         raise UpstreamError("the backend closed the connection twice")
+
+    @classmethod
+    async def _write(
+        cls,
+        conn: _Connection,
+        head: bytes,
+        body: bytes | AsyncIterator[bytes],
+        ready: asyncio.Future[None],
+    ) -> None:
+        transport = conn.transport
+        assert transport is not None
+        if isinstance(body, bytes):
+            transport.write(head + body if body else head)
+            return
+        transport.write(head)
+        try:
+            await cls._write_chunked(conn, body)
+        except BaseException:
+            # The body source failed (client gone, too large): the exchange is dead.
+            conn.close()
+            ready.cancel()
+            raise
 
     @staticmethod
     async def _write_chunked(conn: _Connection, body: AsyncIterator[bytes]) -> None:

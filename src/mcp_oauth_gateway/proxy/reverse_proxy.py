@@ -18,12 +18,23 @@ from .upstream import Upstream, UpstreamError, UpstreamResponse
 
 log = logging.getLogger("mcp_oauth_gateway.proxy")
 
-HOP_BY_HOP = frozenset({
-    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te",
-    b"trailer", b"trailers", b"transfer-encoding", b"upgrade", b"proxy-connection",
-})
-_FORWARDED = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host",
-                        b"forwarded"})
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"trailers",
+        b"transfer-encoding",
+        b"upgrade",
+        b"proxy-connection",
+    }
+)
+_FORWARDED = frozenset(
+    {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"forwarded"}
+)
 # The gateway reads the whole request body itself (answering a client's `Expect: 100-continue`
 # through uvicorn); passed on, it only makes the backend send an interim `100 Continue`.
 _REQUEST_ONLY = frozenset({b"host", b"expect"})
@@ -31,11 +42,16 @@ _REQUEST_ONLY = frozenset({b"host", b"expect"})
 _RESPONSE_DROP = HOP_BY_HOP | {b"date"}
 # When the route has a CORS filter, it alone decides CORS: the backend's own headers would grant
 # what the filter refused (or appear twice beside the filter's), with or without an Origin.
-CORS_RESPONSE = frozenset({
-    b"access-control-allow-origin", b"access-control-allow-credentials",
-    b"access-control-allow-methods", b"access-control-allow-headers",
-    b"access-control-expose-headers", b"access-control-max-age",
-})
+CORS_RESPONSE = frozenset(
+    {
+        b"access-control-allow-origin",
+        b"access-control-allow-credentials",
+        b"access-control-allow-methods",
+        b"access-control-allow-headers",
+        b"access-control-expose-headers",
+        b"access-control-max-age",
+    }
+)
 
 
 def _connection_tokens(headers: Headers) -> frozenset[bytes]:
@@ -51,8 +67,9 @@ def dropped_request_headers(trust_forwarded: bool) -> frozenset[bytes]:
     return HOP_BY_HOP | _REQUEST_ONLY | (frozenset() if trust_forwarded else _FORWARDED)
 
 
-def upstream_request_headers(scope: Scope, authority: bytes, trust_forwarded: bool,
-                             drop: frozenset[bytes]) -> Headers:
+def upstream_request_headers(
+    scope: Scope, authority: bytes, trust_forwarded: bool, drop: frozenset[bytes]
+) -> Headers:
     """Headers for the backend: hop-by-hop and Host replaced, X-Forwarded-* set."""
     incoming: Headers = scope["headers"]
     tokens = _connection_tokens(incoming)
@@ -83,9 +100,11 @@ def response_drops(cors_filtered: bool) -> tuple[frozenset[bytes], frozenset[byt
 _DEFAULT_DROPS = response_drops(cors_filtered=False)
 
 
-def downstream_response_headers(headers: Headers, status: int = 200,
-                                drops: tuple[frozenset[bytes], frozenset[bytes]] = _DEFAULT_DROPS
-                                ) -> Headers:
+def downstream_response_headers(
+    headers: Headers,
+    status: int = 200,
+    drops: tuple[frozenset[bytes], frozenset[bytes]] = _DEFAULT_DROPS,
+) -> Headers:
     """Response headers for the client: hop-by-hop and those the gateway sets itself removed."""
     drop = drops[1] if status == 204 or status == 304 else drops[0]
     tokens = _connection_tokens(headers)
@@ -102,9 +121,16 @@ async def _wait_for_disconnect(receive: Receive) -> None:
 class ReverseProxy:
     """The last stage: forwards to the GatewayBackend target."""
 
-    def __init__(self, target: CompiledTarget, upstream: Upstream, timeout: float,
-                 trust_forwarded: bool, max_body: int = DEFAULT_MAX_BODY_BYTES,
-                 latency: Callable[[float], None] | None = None, cors_filtered: bool = False):
+    def __init__(
+        self,
+        target: CompiledTarget,
+        upstream: Upstream,
+        timeout: float,
+        trust_forwarded: bool,
+        max_body: int = DEFAULT_MAX_BODY_BYTES,
+        latency: Callable[[float], None] | None = None,
+        cors_filtered: bool = False,
+    ):
         self.base = f"http://{target.authority}{target.path}"
         self.authority = target.authority.encode()
         self.upstream = upstream
@@ -124,53 +150,76 @@ class ReverseProxy:
             await self._too_large(send)
             return
         first = await receive()
-        body: bytes | AsyncIterator[bytes]
         if first["type"] == "http.disconnect":
             return
+        body: bytes | AsyncIterator[bytes]
         if first.get("more_body", False):
             body = self._stream_body(first.get("body", b""), receive, self.max_body)
         else:
             whole: bytes = first.get("body", b"")
-            body = whole
             if len(whole) > self.max_body:
                 await self._too_large(send)
                 return
+            body = whole
+        response = await self._forward(scope["method"], url, headers, body, send)
+        if response is not None:
+            try:
+                await self._answer(response, receive, send)
+            finally:
+                response.release()
+
+    async def _forward(
+        self,
+        method: str,
+        url: str,
+        headers: Headers,
+        body: bytes | AsyncIterator[bytes],
+        send: Send,
+    ) -> UpstreamResponse | None:
+        """The backend's response, or None once a 502/504/413 has been answered instead."""
         started = time.perf_counter()
         try:
-            response = await self.upstream.request(scope["method"], url, headers, body,
-                                                   self.timeout)
+            response = await self.upstream.request(method, url, headers, body, self.timeout)
         except TimeoutError:
-            await send_error(send, 504, "gateway_timeout",
-                             f"the MCP backend {self.authority.decode()} did not answer within "
-                             f"{self.timeout:g}s")
-            return
+            backend = self.authority.decode()
+            await send_error(
+                send,
+                504,
+                "gateway_timeout",
+                f"the MCP backend {backend} did not answer within {self.timeout:g}s",
+            )
+            return None
         except BodyTooLarge:
             await self._too_large(send)
-            return
+            return None
         except UpstreamError as exc:
             log.warning("backend %s unreachable: %s", self.authority.decode(), exc)
-            await send_error(send, 502, "bad_gateway",
-                             f"the MCP backend {self.authority.decode()} is unreachable")
-            return
+            description = f"the MCP backend {self.authority.decode()} is unreachable"
+            await send_error(send, 502, "bad_gateway", description)
+            return None
         if self.latency is not None:
             self.latency(time.perf_counter() - started)
-        try:
-            response_headers = downstream_response_headers(response.headers, response.status,
-                                                           self.response_drops)
-            await send({"type": "http.response.start", "status": response.status,
-                        "headers": response_headers})
-            streaming = any(name == b"content-type" and value.startswith(b"text/event-stream")
-                            for name, value in response_headers)
-            if streaming:
-                await self._relay_until_disconnect(response, receive, send)
-            else:
-                await self._relay(response, send)
-        finally:
-            response.release()
+        return response
+
+    async def _answer(self, response: UpstreamResponse, receive: Receive, send: Send) -> None:
+        """Relay the backend's response: its head, then its body or its event stream."""
+        headers = downstream_response_headers(
+            response.headers, response.status, self.response_drops
+        )
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        streaming = any(
+            name == b"content-type" and value.startswith(b"text/event-stream")
+            for name, value in headers
+        )
+        if streaming:
+            await self._relay_until_disconnect(response, receive, send)
+        else:
+            await self._relay(response, send)
 
     async def _too_large(self, send: Send) -> None:
-        await send_error(send, 413, "request_too_large",
-                         f"the request body exceeds {self.max_body} bytes")
+        await send_error(
+            send, 413, "request_too_large", f"the request body exceeds {self.max_body} bytes"
+        )
 
     @staticmethod
     async def _stream_body(first: bytes, receive: Receive, limit: int) -> AsyncIterator[bytes]:

@@ -31,9 +31,14 @@ class UpstreamResponse(Protocol):
 
 
 class Upstream(Protocol):
-    async def request(self, method: str, url: str, headers: Headers,
-                      body: bytes | AsyncIterator[bytes],
-                      headers_within: float) -> UpstreamResponse:
+    async def request(
+        self,
+        method: str,
+        url: str,
+        headers: Headers,
+        body: bytes | AsyncIterator[bytes],
+        headers_within: float,
+    ) -> UpstreamResponse:
         """Send a request and return once the response headers have arrived; raise
         TimeoutError when they take longer than `headers_within` seconds."""
         ...

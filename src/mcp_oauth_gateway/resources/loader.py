@@ -121,8 +121,10 @@ def _parse_document(doc: object, source: Source) -> Loaded | list[str]:
     model = KINDS.get((api_version, kind))
     if model is None:
         known = ", ".join(f"{k} ({v})" for v, k in KINDS)
-        return [f"{source}: {kind} {name}: unsupported apiVersion/kind {api_version}/{kind}; "
-                f"supported: {known}"]
+        return [
+            f"{source}: {kind} {name}: unsupported apiVersion/kind {api_version}/{kind}; "
+            f"supported: {known}"
+        ]
     label = f"{kind} {name}"
     try:
         resource = model.model_validate(doc)

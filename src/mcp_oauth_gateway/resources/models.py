@@ -43,14 +43,17 @@ def _cors_origin(value: str) -> str:
     if value == "*":
         return value
     if "*" in value:
-        raise ValueError(f"{value!r}: wildcard origins are not supported; list each origin, or "
-                         "use '*' alone")
+        raise ValueError(
+            f"{value!r}: wildcard origins are not supported; list each origin, or use '*' alone"
+        )
     origin = origin_of(value)
     if origin is None or value.rstrip("/") != origin:
         hint = f"; browsers send it as {origin!r}" if origin else ""
-        raise ValueError(f"{value!r} is not an origin (scheme://host[:port], as browsers send "
-                         f"it in the Origin header; wildcards other than '*' are not "
-                         f"supported){hint}")
+        raise ValueError(
+            f"{value!r} is not an origin (scheme://host[:port], as browsers send "
+            f"it in the Origin header; wildcards other than '*' are not "
+            f"supported){hint}"
+        )
     return value
 
 
@@ -384,8 +387,9 @@ class Authorization(_Model):
 
 
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-_PROTECTED = frozenset({"host", "content-length", "transfer-encoding", "connection",
-                        "authorization"})
+_PROTECTED = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "authorization"}
+)
 
 
 def _header_name(value: str) -> str:

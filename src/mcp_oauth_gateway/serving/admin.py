@@ -16,8 +16,9 @@ from ..dataplane.metrics import Metrics
 class AdminApp:
     """`/metrics`, `/healthz`, `/readyz`, `/status` (also `/`) and `/config`."""
 
-    def __init__(self, control: ControlPlane, metrics: Metrics | None,
-                 watcher: ConfigWatcher | None):
+    def __init__(
+        self, control: ControlPlane, metrics: Metrics | None, watcher: ConfigWatcher | None
+    ):
         self.control = control
         self.metrics = metrics
         self.watcher = watcher
@@ -26,28 +27,43 @@ class AdminApp:
         path = scope["path"].rstrip("/") or "/"
         if path == "/metrics" and self.metrics is not None:
             body = self.metrics.render()
-            await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
-                (b"content-length", str(len(body)).encode())]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
         elif path == "/healthz":
             await send_json(send, 200, {"status": "ok"})
         elif path == "/readyz":
             waiting = self.not_ready()
-            await send_json(send, 503 if waiting else 200,
-                            {"ready": not waiting, "waitingFor": waiting})
+            await send_json(
+                send, 503 if waiting else 200, {"ready": not waiting, "waitingFor": waiting}
+            )
         elif path == "/config":
             await send_json(send, 200, config_dump(self.control.snapshot))
         elif path in ("/", "/status"):
             await send_json(send, 200, self.status())
         else:
-            await send_error(send, 404, "not_found", "admin endpoints: /status, /metrics, "
-                             "/healthz, /readyz, /config")
+            await send_error(
+                send,
+                404,
+                "not_found",
+                "admin endpoints: /status, /metrics, /healthz, /readyz, /config",
+            )
 
     def not_ready(self) -> list[str]:
         """Keysets not loaded yet (ready means every policy can verify tokens)."""
-        return [f"keyset {url} ({holder.last_error or 'not yet fetched'})"
-                for url, holder in self.control.keysets.items() if not holder.available]
+        return [
+            f"keyset {url} ({holder.last_error or 'not yet fetched'})"
+            for url, holder in self.control.keysets.items()
+            if not holder.available
+        ]
 
     def status(self) -> dict[str, object]:
         """Policy conditions (live), the snapshot's errors and the last rejected reload."""
@@ -57,9 +73,14 @@ class AdminApp:
             "tasks": len(asyncio.all_tasks()),
             "errors": list(snapshot.errors),
             "lastReloadError": self.watcher.last_error if self.watcher else None,
-            "policies": [{"policy": report.key, "source": report.source,
-                          "conditions": [c.as_dict() for c in self.control.conditions(report)]}
-                         for report in snapshot.policies],
+            "policies": [
+                {
+                    "policy": report.key,
+                    "source": report.source,
+                    "conditions": [c.as_dict() for c in self.control.conditions(report)],
+                }
+                for report in snapshot.policies
+            ],
         }
 
 
@@ -82,10 +103,16 @@ def config_dump(snapshot: Snapshot) -> dict[str, object]:
     for port, routes in snapshot.listeners.items():
         listeners[str(port)] = []
         for route in routes:
-            listeners[str(port)].append({
-                "route": route.route, "match": f"{route.match_type} {route.match_value}",
-                "backend": f"{route.target.authority}{route.target.path}" if route.target
-                else None, "policy": route.policy.key if route.policy else None})
+            listeners[str(port)].append(
+                {
+                    "route": route.route,
+                    "match": f"{route.match_type} {route.match_value}",
+                    "backend": f"{route.target.authority}{route.target.path}"
+                    if route.target
+                    else None,
+                    "policy": route.policy.key if route.policy else None,
+                }
+            )
             policy = route.policy
             if policy is None or policy.key in policies:
                 continue
@@ -93,22 +120,32 @@ def config_dump(snapshot: Snapshot) -> dict[str, object]:
             if policy.provider is not None:
                 entry["issuer"] = policy.provider.issuer
                 entry["audiences"] = sorted(policy.provider.audiences or [])
-                entry["jwks"] = "inline" if policy.provider.keyset.inline else \
-                    policy.provider.keyset.url
+                entry["jwks"] = (
+                    "inline" if policy.provider.keyset.inline else policy.provider.keyset.url
+                )
             if policy.mcp is not None:
-                entry["mcp"] = {"provider": policy.mcp.provider, "mode": policy.mcp.mode,
-                                "clientId": policy.mcp.client_id,
-                                "resource": policy.mcp.resource,
-                                "redisUrl": redact(policy.mcp.redis_url)}
-            for name, rules in (("authorization", policy.authorization),
-                                ("mcpAuthorization", policy.mcp_authorization)):
+                entry["mcp"] = {
+                    "provider": policy.mcp.provider,
+                    "mode": policy.mcp.mode,
+                    "clientId": policy.mcp.client_id,
+                    "resource": policy.mcp.resource,
+                    "redisUrl": redact(policy.mcp.redis_url),
+                }
+            for name, rules in (
+                ("authorization", policy.authorization),
+                ("mcpAuthorization", policy.mcp_authorization),
+            ):
                 if rules is not None:
-                    entry[name] = {"action": rules.action,
-                                   "rules": [e.source for e in rules.expressions]}
+                    entry[name] = {
+                        "action": rules.action,
+                        "rules": [e.source for e in rules.expressions],
+                    }
             if policy.rate_limit is not None:
-                entry["rateLimit"] = {"key": policy.rate_limit.key.source,
-                                      "capacity": policy.rate_limit.capacity,
-                                      "perSecond": policy.rate_limit.per_second,
-                                      "redisUrl": redact(policy.rate_limit.redis_url)}
+                entry["rateLimit"] = {
+                    "key": policy.rate_limit.key.source,
+                    "capacity": policy.rate_limit.capacity,
+                    "perSecond": policy.rate_limit.per_second,
+                    "redisUrl": redact(policy.rate_limit.redis_url),
+                }
             policies[policy.key] = entry
     return {"builtAt": snapshot.built_at, "listeners": listeners, "policies": policies}

@@ -34,7 +34,7 @@ from ..proxy.pool import RawUpstream
 from ..proxy.upstream import Upstream
 from .admin import AdminApp
 from .options import ServeOptions
-from .pipeline import build_tables
+from .pipeline import Assembly
 from .runtime import BrokerRuntime
 
 log = logging.getLogger("mcp_oauth_gateway")
@@ -47,9 +47,15 @@ SHUTDOWN_END_WAIT = 1.0
 class GatewayApp:
     """ASGI app; rebuilds its route tables whenever the control plane installs a snapshot."""
 
-    def __init__(self, control: ControlPlane, options: ServeOptions | None = None,
-                 upstream: Upstream | None = None, brokers: BrokerRuntime | None = None,
-                 watcher: ConfigWatcher | None = None, tracer: object | None = None):
+    def __init__(
+        self,
+        control: ControlPlane,
+        options: ServeOptions | None = None,
+        upstream: Upstream | None = None,
+        brokers: BrokerRuntime | None = None,
+        watcher: ConfigWatcher | None = None,
+        tracer: object | None = None,
+    ):
         options = options or ServeOptions()
         self.control = control
         self.trust_forwarded = options.trust_forwarded
@@ -66,13 +72,15 @@ class GatewayApp:
         self.metrics = Metrics() if options.status_port is not None else None
         self.tracing = RequestTracing(tracer) if tracer is not None else None
         self.admin = AdminApp(control, self.metrics, watcher)
+        self.assembly = Assembly(
+            control, self.upstream, self.trust_forwarded, self.brokers, self.limits, self.metrics
+        )
         self.tables: dict[int, RouteTable] = {}
         control.subscribe(self._install)
 
     def _install(self, snapshot: Snapshot) -> None:
         # One assignment: requests in flight keep the tables they started with.
-        self.tables = build_tables(snapshot, self.control, self.upstream, self.trust_forwarded,
-                                   self.brokers, self.limits, self.metrics)
+        self.tables = self.assembly.tables(snapshot)
         if self.metrics is not None:
             self.metrics.watch_keysets(list(self.control.keysets.items()))
 
@@ -111,8 +119,9 @@ class GatewayApp:
             request_id = given.decode("ascii")
         else:
             request_id = uuid.uuid4().hex
-            scope["headers"] = [(k, v) for k, v in headers if k != b"x-request-id"] + \
-                [(b"x-request-id", request_id.encode())]
+            scope["headers"] = [(k, v) for k, v in headers if k != b"x-request-id"] + [
+                (b"x-request-id", request_id.encode())
+            ]
         logs.REQUEST_ID.set(request_id)
         return request_id
 
@@ -141,19 +150,28 @@ class GatewayApp:
         except Exception:
             log.exception("unhandled error serving %s %s", scope["method"], scope["path"])
             if not exchange.started:
-                await send_error(exchange, 500, "server_error",
-                                 "the gateway failed to handle this request; see its log")
+                await send_error(
+                    exchange,
+                    500,
+                    "server_error",
+                    "the gateway failed to handle this request; see its log",
+                )
         finally:
             self._record(scope, exchange, time.perf_counter() - started, cut)
             if span is not None and tracing is not None:
                 tracing.end(span, exchange.status, exchange.route)
 
-    async def _dispatch(self, scope: Scope, receive: Receive, exchange: _Exchange,
-                        port: int | None) -> None:
+    async def _dispatch(
+        self, scope: Scope, receive: Receive, exchange: _Exchange, port: int | None
+    ) -> None:
         """The request's checks, then the matching route's pipeline (or 404)."""
         if header_bytes(scope["headers"]) > self.limits.max_header_bytes:
-            await send_error(exchange, 431, "request_header_fields_too_large",
-                             f"the request headers exceed {self.limits.max_header_bytes} bytes")
+            await send_error(
+                exchange,
+                431,
+                "request_header_fields_too_large",
+                f"the request headers exceed {self.limits.max_header_bytes} bytes",
+            )
             return
         problem = self.header_rules.problem(scope["headers"])
         if problem is None and "\x00" in scope["path"]:
@@ -166,11 +184,13 @@ class GatewayApp:
         if table is None and len(self.tables) == 1:
             table = next(iter(self.tables.values()))
         host = header(scope, b"host")
-        entry = table.match(host.decode("latin-1") if host else "", scope["path"]) if table \
-            else None
+        entry = (
+            table.match(host.decode("latin-1") if host else "", scope["path"]) if table else None
+        )
         if entry is None:
-            await send_error(exchange, 404, "not_found",
-                             f"no HTTPRoute matches {scope['path']} on this listener")
+            await send_error(
+                exchange, 404, "not_found", f"no HTTPRoute matches {scope['path']} on this listener"
+            )
             return
         exchange.route = entry.route.route
         await entry.app(scope, receive, exchange)
@@ -178,14 +198,20 @@ class GatewayApp:
     def _record(self, scope: Scope, exchange: _Exchange, elapsed: float, cut: bool) -> None:
         """One access line (or, for a stream cut at shutdown, one warning) and the metrics."""
         if cut:
-            log.warning("%s %s %s cut at shutdown after %.1fs: still running when the grace "
-                        "period ended (--grace-period)", scope["method"], scope["path"],
-                        exchange.status or "-", elapsed)
+            log.warning(
+                "%s %s %s cut at shutdown after %.1fs: still running when the grace "
+                "period ended (--grace-period)",
+                scope["method"],
+                scope["path"],
+                exchange.status or "-",
+                elapsed,
+            )
         else:
             claims = scope.get(CLAIMS_KEY)
             sub = claims.get("sub") if isinstance(claims, dict) else None
-            self.access_log.record(scope["method"], scope["path"], exchange.status, elapsed,
-                                   sub, exchange.request_id)
+            self.access_log.record(
+                scope["method"], scope["path"], exchange.status, elapsed, sub, exchange.request_id
+            )
         if self.metrics is not None and exchange.route != "admin":
             self.metrics.request(exchange.route, exchange.status)
 
@@ -208,9 +234,13 @@ class _Exchange:
             self.started = True
             if self.request_id is not None:
                 # The gateway's id replaces one a backend may have echoed: one value only.
-                message = {**message, "headers": [
-                    *(h for h in message.get("headers", ()) if h[0] != b"x-request-id"),
-                    (b"x-request-id", self.request_id.encode())]}
+                message = {
+                    **message,
+                    "headers": [
+                        *(h for h in message.get("headers", ()) if h[0] != b"x-request-id"),
+                        (b"x-request-id", self.request_id.encode()),
+                    ],
+                }
             await self.send(message)
             # Only once the server took it: a response it refused was never sent.
             self.status = message["status"]
@@ -223,5 +253,7 @@ class _Exchange:
         """End a started response (a stream cut at shutdown), within a bounded wait."""
         if self.started and not self.complete:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.send({"type": "http.response.body", "body": b"",
-                                                  "more_body": False}), SHUTDOWN_END_WAIT)
+                await asyncio.wait_for(
+                    self.send({"type": "http.response.body", "body": b"", "more_body": False}),
+                    SHUTDOWN_END_WAIT,
+                )

@@ -4,10 +4,12 @@ header transformation → MCP tool-level authorization → reverse proxy."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..asgi import ASGIApp, Limits, Receive, Scope, Send, send_error
 from ..broker.endpoints import Broker
 from ..controlplane.control import ControlPlane
-from ..controlplane.snapshot import CompiledRoute, Snapshot
+from ..controlplane.snapshot import CompiledPolicy, CompiledRoute, Snapshot
 from ..dataplane.authn import JwtAuthentication
 from ..dataplane.authz import CelAuthorization
 from ..dataplane.cors import CorsFilter
@@ -35,69 +37,103 @@ class FailClosed:
         await send_error(send, self.status, self.error, self.description)
 
 
-def build_route_app(route: CompiledRoute, control: ControlPlane, upstream: Upstream,
-                    trust_forwarded: bool, brokers: BrokerRuntime, limits: Limits,
-                    metrics: Metrics | None = None) -> ASGIApp:
-    """The stages for one route rule, innermost first."""
-    policy = route.policy
-    app: ASGIApp
-    pages: dict[str, ASGIApp] = {}
-    if route.broken is not None or route.target is None:
-        app = FailClosed(503, "backend_unavailable", route.broken or "route has no backend")
-    elif policy is not None and policy.invalid is not None:
-        app = FailClosed(503, "policy_invalid", policy.invalid)
-    else:
-        app = ReverseProxy(route.target, upstream, route.backend_timeout, trust_forwarded,
-                           limits.max_body_bytes,
-                           metrics.latency_observer(route.route) if metrics else None,
-                           cors_filtered=route.cors is not None)
-        if policy is not None:
-            if policy.mcp_authorization is not None:
-                app = McpAuthorization(app, policy.mcp_authorization, limits.max_body_bytes)
-            if policy.transformation is not None:
-                app = HeaderTransformation(app, policy.transformation)
-            if policy.rate_limit is not None:
-                app = RateLimit(app, policy.rate_limit, brokers.limiter(policy.key,
-                                                                        policy.rate_limit),
-                                policy.key, metrics)
-            if policy.authorization is not None:
-                app = CelAuthorization(app, policy.authorization, policy.key)
-            if policy.provider is not None:
-                keys = control.keysets[policy.provider.keyset.url]
-                app = JwtAuthentication(app, policy.provider, keys, policy.mcp,
-                                        policy.forward_token, metrics)
-                if policy.mcp is not None:
-                    adapter = adapter_for(policy.mcp.provider, policy.mcp.client_id)
-                    discovery = control.discoveries.get(policy.provider.discovery_url)
-                    broker = None
-                    if policy.mcp.mode == "Broker":
-                        broker = Broker(policy.mcp, discovery, brokers.store(policy.mcp.redis_url),
-                                        brokers.documents, lambda: control.session)
-                        pages = broker.pages()
-                    app = OAuthEndpoints(app, policy.mcp, policy.provider, adapter, discovery,
-                                         lambda: control.session,
-                                         broker.routes() if broker is not None else None)
-    if route.cors is not None:
-        app = CorsFilter(app, route.cors)
-    if pages:
-        # Outside the CORS filter: the Broker's browser pages are never readable cross-origin.
-        app = PathDispatch(pages, app)
-    return app
+@dataclass(frozen=True)
+class Assembly:
+    """What every route's pipeline is built from, besides the route itself."""
 
+    control: ControlPlane
+    upstream: Upstream
+    trust_forwarded: bool
+    brokers: BrokerRuntime
+    limits: Limits
+    metrics: Metrics | None = None
 
-def build_tables(snapshot: Snapshot, control: ControlPlane, upstream: Upstream,
-                 trust_forwarded: bool, brokers: BrokerRuntime,
-                 limits: Limits, metrics: Metrics | None = None) -> dict[int, RouteTable]:
-    """A route table per listener port; pipelines are shared by the routes' matches."""
-    built: dict[tuple[str, int], ASGIApp] = {}
-    tables = {}
-    for port, routes in snapshot.listeners.items():
-        entries = []
-        for route in routes:
-            key = (route.route, route.rule)
-            if key not in built:
-                built[key] = build_route_app(route, control, upstream, trust_forwarded, brokers,
-                                             limits, metrics)
-            entries.append(RouteEntry(route, built[key]))
-        tables[port] = RouteTable(entries)
-    return tables
+    def route_app(self, route: CompiledRoute) -> ASGIApp:
+        """The stages for one route rule: the Broker's pages, CORS, then the policy's stages
+        around the proxy (or a fail-closed answer)."""
+        app, pages = self._guarded(route)
+        if route.cors is not None:
+            app = CorsFilter(app, route.cors)
+        if pages:
+            # Outside the CORS filter: the Broker's browser pages are never readable
+            # cross-origin.
+            app = PathDispatch(pages, app)
+        return app
+
+    def _guarded(self, route: CompiledRoute) -> tuple[ASGIApp, dict[str, ASGIApp]]:
+        policy = route.policy
+        if route.broken is not None or route.target is None:
+            return FailClosed(
+                503, "backend_unavailable", route.broken or "route has no backend"
+            ), {}
+        if policy is not None and policy.invalid is not None:
+            return FailClosed(503, "policy_invalid", policy.invalid), {}
+        app: ASGIApp = ReverseProxy(
+            route.target,
+            self.upstream,
+            route.backend_timeout,
+            self.trust_forwarded,
+            self.limits.max_body_bytes,
+            self.metrics.latency_observer(route.route) if self.metrics else None,
+            cors_filtered=route.cors is not None,
+        )
+        if policy is None:
+            return app, {}
+        return self._authentication(self._claims_stages(app, policy), policy)
+
+    def _claims_stages(self, app: ASGIApp, policy: CompiledPolicy) -> ASGIApp:
+        """The stages that use the verified claims, innermost first."""
+        if policy.mcp_authorization is not None:
+            app = McpAuthorization(app, policy.mcp_authorization, self.limits.max_body_bytes)
+        if policy.transformation is not None:
+            app = HeaderTransformation(app, policy.transformation)
+        if policy.rate_limit is not None:
+            limiter = self.brokers.limiter(policy.key, policy.rate_limit)
+            app = RateLimit(app, policy.rate_limit, limiter, policy.key, self.metrics)
+        if policy.authorization is not None:
+            app = CelAuthorization(app, policy.authorization, policy.key)
+        return app
+
+    def _authentication(
+        self, app: ASGIApp, policy: CompiledPolicy
+    ) -> tuple[ASGIApp, dict[str, ASGIApp]]:
+        """JWT authentication and, with `mcp`, the OAuth endpoints (and the Broker's pages)."""
+        if policy.provider is None:
+            return app, {}
+        control = self.control
+        keys = control.keysets[policy.provider.keyset.url]
+        app = JwtAuthentication(
+            app, policy.provider, keys, policy.mcp, policy.forward_token, self.metrics
+        )
+        mcp = policy.mcp
+        if mcp is None:
+            return app, {}
+        discovery = control.discoveries.get(policy.provider.discovery_url)
+        broker = None
+        if mcp.mode == "Broker":
+            store = self.brokers.store(mcp.redis_url)
+            broker = Broker(mcp, discovery, store, self.brokers.documents, lambda: control.session)
+        app = OAuthEndpoints(
+            app,
+            mcp,
+            policy.provider,
+            adapter_for(mcp.provider, mcp.client_id),
+            discovery,
+            lambda: control.session,
+            broker.routes() if broker is not None else None,
+        )
+        return app, broker.pages() if broker is not None else {}
+
+    def tables(self, snapshot: Snapshot) -> dict[int, RouteTable]:
+        """A route table per listener port; pipelines are shared by the routes' matches."""
+        built: dict[tuple[str, int], ASGIApp] = {}
+        tables = {}
+        for port, routes in snapshot.listeners.items():
+            entries = []
+            for route in routes:
+                key = (route.route, route.rule)
+                if key not in built:
+                    built[key] = self.route_app(route)
+                entries.append(RouteEntry(route, built[key]))
+            tables[port] = RouteTable(entries)
+        return tables

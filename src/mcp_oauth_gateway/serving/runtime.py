@@ -11,8 +11,9 @@ from ..dataplane.ratelimit import Limiter, LocalLimiter, RedisLimiter
 class BrokerRuntime:
     """One store per Redis URL (or one in-memory store), shared by every broker of a process."""
 
-    def __init__(self, allow_local_client_metadata: bool = False,
-                 default_redis_url: str | None = None):
+    def __init__(
+        self, allow_local_client_metadata: bool = False, default_redis_url: str | None = None
+    ):
         self.documents = MetadataDocuments(allow_private=allow_local_client_metadata)
         self.default_redis_url = default_redis_url
         self._stores: dict[str, BrokerStore] = {}
@@ -24,7 +25,9 @@ class BrokerRuntime:
         if identity not in self._limiters:
             self._limiters[identity] = (
                 RedisLimiter(limit.redis_url, policy, limit.capacity, limit.per_second)
-                if limit.redis_url else LocalLimiter(limit.capacity, limit.per_second))
+                if limit.redis_url
+                else LocalLimiter(limit.capacity, limit.per_second)
+            )
         return self._limiters[identity]
 
     def store(self, redis_url: str | None) -> BrokerStore:

@@ -55,12 +55,20 @@ class Response:
         return [m.get("body", b"") for m in self.messages if m["type"] == "http.response.body"]
 
 
-async def drive(app: ASGIApp, method: str = "GET", path: str = "/mcp", *,
-                query: bytes = b"", headers: Sequence[tuple[bytes, bytes]] = (),
-                body: bytes | Sequence[bytes] = b"", host: bytes | None = HOST,
-                scope: dict[str, Any] | None = None, inner: Inner | None = None,
-                client_left: asyncio.Event | None = None,
-                disconnect_first: bool = False) -> Response:
+async def drive(
+    app: ASGIApp,
+    method: str = "GET",
+    path: str = "/mcp",
+    *,
+    query: bytes = b"",
+    headers: Sequence[tuple[bytes, bytes]] = (),
+    body: bytes | Sequence[bytes] = b"",
+    host: bytes | None = HOST,
+    scope: dict[str, Any] | None = None,
+    inner: Inner | None = None,
+    client_left: asyncio.Event | None = None,
+    disconnect_first: bool = False,
+) -> Response:
     """Send one request through `app` and collect the response.
 
     `body` as a sequence is sent chunk by chunk (`more_body` on all but the last). `scope` adds
@@ -69,15 +77,29 @@ async def drive(app: ASGIApp, method: str = "GET", path: str = "/mcp", *,
     the very first one do so (the client went away before sending its body)."""
     request_headers: Headers = ([(b"host", host)] if host is not None else []) + list(headers)
     full: Scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
-        "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query,
-        "root_path": "", "headers": request_headers, "client": CLIENT,
-        "server": ("gw.test", 80), **(scope or {}),
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query,
+        "root_path": "",
+        "headers": request_headers,
+        "client": CLIENT,
+        "server": ("gw.test", 80),
+        **(scope or {}),
     }
     chunks = [body] if isinstance(body, bytes) else list(body) or [b""]
-    pending: list[Message] = [] if disconnect_first else [
-        {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
-        for i, chunk in enumerate(chunks)]
+    pending: list[Message] = (
+        []
+        if disconnect_first
+        else [
+            {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
+            for i, chunk in enumerate(chunks)
+        ]
+    )
     messages: list[Message] = []
     complete = asyncio.Event()
     left = client_left or asyncio.Event()
@@ -111,9 +133,12 @@ async def drive(app: ASGIApp, method: str = "GET", path: str = "/mcp", *,
         await app(full, receive, send)
     start = messages[0] if messages else {"status": 0, "headers": []}
     return Response(
-        status=start["status"], headers=list(start.get("headers", [])),
-        body=b"".join(m.get("body", b"") for m in messages[1:]), messages=messages,
-        reached=inner is not None and len(inner.seen) > calls_before)
+        status=start["status"],
+        headers=list(start.get("headers", [])),
+        body=b"".join(m.get("body", b"") for m in messages[1:]),
+        messages=messages,
+        reached=inner is not None and len(inner.seen) > calls_before,
+    )
 
 
 @dataclass
@@ -143,8 +168,9 @@ class Inner:
     seen: list[Seen] = field(default_factory=list)
 
     @classmethod
-    def sse(cls, events: Sequence[bytes], status: int = 200,
-            headers: Headers | None = None) -> Inner:
+    def sse(
+        cls, events: Sequence[bytes], status: int = 200, headers: Headers | None = None
+    ) -> Inner:
         """An SSE stream: one chunk per event."""
         return cls(status, [(b"content-type", b"text/event-stream"), *(headers or [])], events)
 
@@ -164,8 +190,9 @@ class Inner:
             if not message.get("more_body", False):
                 break
         self.seen.append(Seen(dict(scope), list(scope["headers"]), body, count))
-        await send({"type": "http.response.start", "status": self.status,
-                    "headers": list(self.headers)})
+        await send(
+            {"type": "http.response.start", "status": self.status, "headers": list(self.headers)}
+        )
         if isinstance(self.body, bytes):
             await send({"type": "http.response.body", "body": self.body})
             return
@@ -242,8 +269,14 @@ class MemoryUpstream:
     error: BaseException | None = None
     sent: list[Sent] = field(default_factory=list)
 
-    async def request(self, method: str, url: str, headers: Headers,
-                      body: bytes | AsyncIterator[bytes], headers_within: float) -> MemoryResponse:
+    async def request(
+        self,
+        method: str,
+        url: str,
+        headers: Headers,
+        body: bytes | AsyncIterator[bytes],
+        headers_within: float,
+    ) -> MemoryResponse:
         streamed = not isinstance(body, bytes)
         data = body if isinstance(body, bytes) else b"".join([c async for c in body])
         self.sent.append(Sent(method, url, list(headers), data, streamed, headers_within))

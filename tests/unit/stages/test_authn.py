@@ -24,8 +24,12 @@ from unit.test_tokens import ISSUER, KEY, KEYSET, bearer, compiled_mcp, good
 
 from .harness import Inner, drive
 
-PROVIDER = CompiledProvider(ISSUER, frozenset({"mcp-public"}), KeysetSource("inline", 0.0),
-                            "http://idp/.well-known/openid-configuration")
+PROVIDER = CompiledProvider(
+    ISSUER,
+    frozenset({"mcp-public"}),
+    KeysetSource("inline", 0.0),
+    "http://idp/.well-known/openid-configuration",
+)
 PRM = "http://gw.test/.well-known/oauth-protected-resource/mcp"
 ROTATED = new_key("k2")
 
@@ -47,10 +51,16 @@ class Holder:
         return True
 
 
-def stage(inner: Inner, mcp: CompiledMcp | None = None, forward_token: bool = False,
-          keys: object = None) -> JwtAuthentication:
-    return JwtAuthentication(inner, PROVIDER, keys or InlineKeyset(KEYSET),  # type: ignore[arg-type]
-                             mcp if mcp is not None else compiled_mcp(None), forward_token)
+def stage(
+    inner: Inner, mcp: CompiledMcp | None = None, forward_token: bool = False, keys: object = None
+) -> JwtAuthentication:
+    return JwtAuthentication(
+        inner,
+        PROVIDER,
+        keys or InlineKeyset(KEYSET),  # type: ignore[arg-type]
+        mcp if mcp is not None else compiled_mcp(None),
+        forward_token,
+    )
 
 
 TOKEN = mint(KEY, good())
@@ -64,16 +74,28 @@ async def test_no_token_is_401_with_a_challenge_pointing_at_the_metadata_without
     response = await drive(stage(inner), "POST", inner=inner)
     assert not response.reached
     assert response.status == 401
-    assert response.json() == {"error": "invalid_token",
-                               "error_description": "missing bearer token"}
+    assert response.json() == {
+        "error": "invalid_token",
+        "error_description": "missing bearer token",
+    }
     # RFC 6750 §3.1: no credentials, no error code; Bearer first, metadata and scope hints.
-    assert response.header(b"www-authenticate") == \
-        f'Bearer resource_metadata="{PRM}", scope="openid"'.encode()
+    assert (
+        response.header(b"www-authenticate")
+        == f'Bearer resource_metadata="{PRM}", scope="openid"'.encode()
+    )
     assert response.header(b"cache-control") == b"no-store"
 
 
-@pytest.mark.parametrize("value", [b"Basic YWxpY2U6c2VjcmV0", b"Bearer", b"Bearer    ",
-                                   b"Token abc.def.ghi", b"Bearerabc.def.ghi"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"Basic YWxpY2U6c2VjcmV0",
+        b"Bearer",
+        b"Bearer    ",
+        b"Token abc.def.ghi",
+        b"Bearerabc.def.ghi",
+    ],
+)
 async def test_anything_but_a_bearer_token_counts_as_no_token(value):
     response = await drive(stage(Inner()), "POST", headers=[(b"authorization", value)])
     assert response.status == 401
@@ -88,9 +110,13 @@ async def test_a_malformed_token_is_401_and_the_challenge_says_why():
     assert not response.reached
     assert response.status == 401
     assert response.json() == {"error": "invalid_token", "error_description": why}
-    assert response.header(b"www-authenticate") == (
-        f'Bearer error="invalid_token", error_description="{why}", '
-        f'resource_metadata="{PRM}", scope="openid"').encode()
+    assert (
+        response.header(b"www-authenticate")
+        == (
+            f'Bearer error="invalid_token", error_description="{why}", '
+            f'resource_metadata="{PRM}", scope="openid"'
+        ).encode()
+    )
 
 
 async def test_quotes_in_the_reason_are_escaped_inside_the_challenge():
@@ -98,16 +124,19 @@ async def test_quotes_in_the_reason_are_escaped_inside_the_challenge():
     response = await drive(stage(Inner()), "POST", headers=[bearer(token)])
     challenge = response.header(b"www-authenticate") or b""
     assert response.json()["error_description"].startswith(
-        "iss \"http://idp/it's\" is not the expected issuer")
+        'iss "http://idp/it\'s" is not the expected issuer'
+    )
     assert b'error_description="iss \\"http://idp/it\'s\\" is not the expected issuer' in challenge
 
 
 async def test_the_challenge_names_the_metadata_at_the_host_the_client_used():
-    response = await drive(stage(Inner()), "POST", host=b"mcp.example:8443",
-                           scope={"scheme": "https"})
+    response = await drive(
+        stage(Inner()), "POST", host=b"mcp.example:8443", scope={"scheme": "https"}
+    )
     assert response.header(b"www-authenticate") == (
         b'Bearer resource_metadata="https://mcp.example:8443/.well-known/'
-        b'oauth-protected-resource/mcp", scope="openid"')
+        b'oauth-protected-resource/mcp", scope="openid"'
+    )
 
 
 async def test_without_mcp_settings_the_challenge_is_plain_bearer():
@@ -117,7 +146,8 @@ async def test_without_mcp_settings_the_challenge_is_plain_bearer():
     assert missing.header(b"www-authenticate") == b"Bearer"
     assert bad.header(b"www-authenticate") == (
         b'Bearer error="invalid_token", error_description="malformed token: expected three '
-        b'dot-separated parts (header.payload.signature)"')
+        b'dot-separated parts (header.payload.signature)"'
+    )
 
 
 async def test_no_scope_hint_when_the_policy_lists_no_scopes():
@@ -131,24 +161,35 @@ async def test_no_scope_hint_when_the_policy_lists_no_scopes():
 
 async def test_a_valid_token_goes_inward_as_claims_and_without_authorization():
     inner = Inner()
-    response = await drive(stage(inner), "POST", headers=[
-        (b"accept", b"application/json"), bearer(TOKEN), (b"mcp-session-id", b"s1")],
-        body=b'{"jsonrpc": "2.0"}', inner=inner)
+    response = await drive(
+        stage(inner),
+        "POST",
+        headers=[(b"accept", b"application/json"), bearer(TOKEN), (b"mcp-session-id", b"s1")],
+        body=b'{"jsonrpc": "2.0"}',
+        inner=inner,
+    )
     assert response.reached
     assert response.status == 200
     seen = inner.last
     assert seen.scope[CLAIMS_KEY]["sub"] == "alice"
     assert seen.scope[CLAIMS_KEY]["groups"] == ["mcp-agent", "users"]
     assert seen.scope[TOKEN_KEY] == TOKEN
-    assert seen.headers == [(b"host", b"gw.test"), (b"accept", b"application/json"),
-                            (b"mcp-session-id", b"s1")]
+    assert seen.headers == [
+        (b"host", b"gw.test"),
+        (b"accept", b"application/json"),
+        (b"mcp-session-id", b"s1"),
+    ]
     assert seen.body == b'{"jsonrpc": "2.0"}'
 
 
 async def test_the_scheme_is_case_insensitive_and_surrounding_spaces_are_ignored():
     inner = Inner()
-    response = await drive(stage(inner), "POST", inner=inner,
-                           headers=[(b"authorization", f"bEaReR   {TOKEN}  ".encode())])
+    response = await drive(
+        stage(inner),
+        "POST",
+        inner=inner,
+        headers=[(b"authorization", f"bEaReR   {TOKEN}  ".encode())],
+    )
     assert response.status == 200
     assert inner.last.scope[TOKEN_KEY] == TOKEN
 
@@ -156,10 +197,18 @@ async def test_the_scheme_is_case_insensitive_and_surrounding_spaces_are_ignored
 async def test_forward_token_puts_the_verified_header_back_where_it_was():
     inner = Inner()
     header = bearer(TOKEN)
-    await drive(stage(inner, forward_token=True), "POST", inner=inner,
-                headers=[(b"accept", b"*/*"), header, (b"x-after", b"1")])
-    assert inner.last.headers == [(b"host", b"gw.test"), (b"accept", b"*/*"), header,
-                                  (b"x-after", b"1")]
+    await drive(
+        stage(inner, forward_token=True),
+        "POST",
+        inner=inner,
+        headers=[(b"accept", b"*/*"), header, (b"x-after", b"1")],
+    )
+    assert inner.last.headers == [
+        (b"host", b"gw.test"),
+        (b"accept", b"*/*"),
+        header,
+        (b"x-after", b"1"),
+    ]
 
 
 # --- the keyset holder: unknown kid, cache ------------------------------------------------------
@@ -168,16 +217,18 @@ async def test_forward_token_puts_the_verified_header_back_where_it_was():
 async def test_an_unknown_kid_triggers_one_refetch_and_the_new_key_verifies():
     holder = Holder(KEYSET, parse_jwks(jwks_of(KEY, ROTATED), version=2))
     inner = Inner()
-    response = await drive(stage(inner, keys=holder), "POST", inner=inner,
-                           headers=[bearer(mint(ROTATED, good()))])
+    response = await drive(
+        stage(inner, keys=holder), "POST", inner=inner, headers=[bearer(mint(ROTATED, good()))]
+    )
     assert response.status == 200
     assert holder.refetches == 1
 
 
 async def test_an_unknown_kid_still_unknown_after_the_refetch_is_401():
     holder = Holder(KEYSET)
-    response = await drive(stage(Inner(), keys=holder), "POST",
-                           headers=[bearer(mint(ROTATED, good()))])
+    response = await drive(
+        stage(Inner(), keys=holder), "POST", headers=[bearer(mint(ROTATED, good()))]
+    )
     assert response.status == 401
     assert response.json()["error_description"] == "no key with kid 'k2' in the issuer's keyset"
     assert holder.refetches == 1

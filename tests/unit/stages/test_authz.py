@@ -30,15 +30,18 @@ def claims(sub: str = "alice", groups: tuple[str, ...] = ("users",)) -> dict[str
     return {CLAIMS_KEY: {"sub": sub, "groups": list(groups)}}
 
 
-@pytest.mark.parametrize(("action", "rules", "caller", "allowed"), [
-    ("Allow", (ADMIN, ALICE), claims("alice"), True),  # any one rule is enough
-    ("Allow", (ADMIN, ALICE), claims("bob"), False),
-    ("Deny", (ADMIN, 'jwt.sub == "mallory"'), claims("alice"), True),
-    ("Deny", (ADMIN, 'jwt.sub == "mallory"'), claims("mallory"), False),  # any one rule denies
-    ("Require", (ADMIN, ALICE), claims("alice", ("admin",)), True),
-    ("Require", (ADMIN, ALICE), claims("alice"), False),  # every rule must hold
-    ("Require", (ADMIN, ALICE), claims("bob", ("admin",)), False),
-])
+@pytest.mark.parametrize(
+    ("action", "rules", "caller", "allowed"),
+    [
+        ("Allow", (ADMIN, ALICE), claims("alice"), True),  # any one rule is enough
+        ("Allow", (ADMIN, ALICE), claims("bob"), False),
+        ("Deny", (ADMIN, 'jwt.sub == "mallory"'), claims("alice"), True),
+        ("Deny", (ADMIN, 'jwt.sub == "mallory"'), claims("mallory"), False),  # any one rule denies
+        ("Require", (ADMIN, ALICE), claims("alice", ("admin",)), True),
+        ("Require", (ADMIN, ALICE), claims("alice"), False),  # every rule must hold
+        ("Require", (ADMIN, ALICE), claims("bob", ("admin",)), False),
+    ],
+)
 async def test_the_action_decides_how_rules_combine(action, rules, caller, allowed):
     inner = Inner()
     response = await drive(authz(inner, action, *rules), "POST", scope=caller, inner=inner)
@@ -46,30 +49,37 @@ async def test_the_action_decides_how_rules_combine(action, rules, caller, allow
     assert response.status == (200 if allowed else 403)
 
 
-@pytest.mark.parametrize(("action", "description"), [
-    ("Allow", "the token's claims satisfy none of the authorization rules"),
-    ("Deny", "the token's claims match a deny rule"),
-    ("Require", "the token's claims do not satisfy every required rule"),
-])
+@pytest.mark.parametrize(
+    ("action", "description"),
+    [
+        ("Allow", "the token's claims satisfy none of the authorization rules"),
+        ("Deny", "the token's claims match a deny rule"),
+        ("Require", "the token's claims do not satisfy every required rule"),
+    ],
+)
 async def test_a_refusal_is_403_naming_the_action_and_the_policy(action, description):
     rule = ADMIN if action != "Deny" else ALICE
     response = await drive(authz(Inner(), action, rule), "POST", scope=claims("alice"))
     assert response.status == 403
-    assert response.json() == {"error": "forbidden",
-                               "error_description": f"{description} of GatewayPolicy "
-                                                    "default/policy"}
+    assert response.json() == {
+        "error": "forbidden",
+        "error_description": f"{description} of GatewayPolicy default/policy",
+    }
     assert response.header(b"content-type") == b"application/json"
 
 
-@pytest.mark.parametrize(("action", "rules", "allowed"), [
-    ("Allow", (MISSING,), False),
-    ("Allow", (MISSING, ALICE), True),  # the erroring rule is false, the other still counts
-    ("Require", (ALICE, MISSING), False),
-    # Under Deny an erroring rule denies: a rule that cannot be evaluated never lets a request
-    # through (fail closed).
-    ("Deny", (MISSING,), False),
-    ("Deny", (MISSING, '"nobody" == jwt.sub'), False),
-])
+@pytest.mark.parametrize(
+    ("action", "rules", "allowed"),
+    [
+        ("Allow", (MISSING,), False),
+        ("Allow", (MISSING, ALICE), True),  # the erroring rule is false, the other still counts
+        ("Require", (ALICE, MISSING), False),
+        # Under Deny an erroring rule denies: a rule that cannot be evaluated never lets a request
+        # through (fail closed).
+        ("Deny", (MISSING,), False),
+        ("Deny", (MISSING, '"nobody" == jwt.sub'), False),
+    ],
+)
 async def test_an_erroring_rule_never_lets_a_request_through(action, rules, allowed):
     response = await drive(authz(Inner(), action, *rules), "POST", scope=claims("alice"))
     assert response.status == (200 if allowed else 403)
@@ -93,27 +103,44 @@ async def test_a_rule_over_the_whole_jwt_sees_every_claim():
     assert response.status == 200
 
 
-@pytest.mark.parametrize(("method", "path", "tenant", "allowed"), [
-    ("POST", "/mcp", b"acme", True),
-    ("GET", "/mcp", b"acme", False),
-    ("POST", "/mcp/admin", b"acme", False),
-    ("POST", "/mcp", b"other", False),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "tenant", "allowed"),
+    [
+        ("POST", "/mcp", b"acme", True),
+        ("GET", "/mcp", b"acme", False),
+        ("POST", "/mcp/admin", b"acme", False),
+        ("POST", "/mcp", b"other", False),
+    ],
+)
 async def test_rules_read_the_request(method, path, tenant, allowed):
-    rule = ('request.method == "POST" && request.path == "/mcp" && '
-            'request.headers["x-tenant"] == "acme" && request.host == "gw.test" && '
-            'request.scheme == "http"')
+    rule = (
+        'request.method == "POST" && request.path == "/mcp" && '
+        'request.headers["x-tenant"] == "acme" && request.host == "gw.test" && '
+        'request.scheme == "http"'
+    )
     inner = Inner()
-    response = await drive(authz(inner, "Allow", rule), method, path, inner=inner,
-                           headers=[(b"x-tenant", tenant)], scope=claims())
+    response = await drive(
+        authz(inner, "Allow", rule),
+        method,
+        path,
+        inner=inner,
+        headers=[(b"x-tenant", tenant)],
+        scope=claims(),
+    )
     assert response.reached is allowed
 
 
 async def test_the_request_passes_inward_unchanged():
     inner = Inner()
     headers = [(b"authorization", b"Bearer t"), (b"x-tenant", b"acme")]
-    await drive(authz(inner, "Allow", ALICE), "POST", headers=headers, body=[b"{", b"}"],
-                scope=claims(), inner=inner)
+    await drive(
+        authz(inner, "Allow", ALICE),
+        "POST",
+        headers=headers,
+        body=[b"{", b"}"],
+        scope=claims(),
+        inner=inner,
+    )
     assert inner.last.headers == [(b"host", b"gw.test"), *headers]
     assert (inner.last.body, inner.last.body_messages) == (b"{}", 2)
 

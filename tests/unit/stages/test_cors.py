@@ -23,8 +23,9 @@ def cors(**settings: object) -> CompiledCors:
     return compile_cors(CorsPolicy(**settings))
 
 
-def preflight(origin: bytes = APP, method: bytes = b"POST",
-              requested: bytes | None = None) -> list[tuple[bytes, bytes]]:
+def preflight(
+    origin: bytes = APP, method: bytes = b"POST", requested: bytes | None = None
+) -> list[tuple[bytes, bytes]]:
     headers = [(b"origin", origin), (b"access-control-request-method", method)]
     if requested is not None:
         headers.append((b"access-control-request-headers", requested))
@@ -36,9 +37,14 @@ def preflight(origin: bytes = APP, method: bytes = b"POST",
 
 async def test_preflight_from_a_listed_origin_is_answered_204_with_the_configured_values():
     inner = Inner()
-    stage = CorsFilter(inner, cors(allow_origins=["https://app.example/"],
-                                   allow_methods=["GET", "POST"],
-                                   allow_headers=["Authorization", "Content-Type"]))
+    stage = CorsFilter(
+        inner,
+        cors(
+            allow_origins=["https://app.example/"],
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        ),
+    )
     response = await drive(stage, "OPTIONS", headers=preflight(), inner=inner)
     assert not response.reached
     assert response.status == 204
@@ -55,8 +61,9 @@ async def test_preflight_from_a_listed_origin_is_answered_204_with_the_configure
 
 async def test_a_method_outside_allow_methods_gets_the_list_without_it():
     # The filter does not refuse the method itself: the browser compares it with the list.
-    stage = CorsFilter(Inner(), cors(allow_origins=["https://app.example"],
-                                     allow_methods=["GET", "POST"]))
+    stage = CorsFilter(
+        Inner(), cors(allow_origins=["https://app.example"], allow_methods=["GET", "POST"])
+    )
     response = await drive(stage, "OPTIONS", headers=preflight(method=b"DELETE"))
     assert response.status == 204
     assert response.header(b"access-control-allow-methods") == b"GET, POST"
@@ -82,10 +89,13 @@ async def test_any_origin_with_credentials_echoes_the_origin():
     assert response.header(b"access-control-allow-credentials") == b"true"
 
 
-@pytest.mark.parametrize(("requested", "expected"), [
-    (b"authorization, mcp-protocol-version", b"authorization, mcp-protocol-version"),
-    (None, None),  # nothing requested: no Access-Control-Allow-Headers at all
-])
+@pytest.mark.parametrize(
+    ("requested", "expected"),
+    [
+        (b"authorization, mcp-protocol-version", b"authorization, mcp-protocol-version"),
+        (None, None),  # nothing requested: no Access-Control-Allow-Headers at all
+    ],
+)
 async def test_wildcard_headers_echo_what_the_browser_asks_for(requested, expected):
     stage = CorsFilter(Inner(), cors(allow_origins=["*"], allow_headers=["*"]))
     response = await drive(stage, "OPTIONS", headers=preflight(requested=requested))
@@ -95,10 +105,10 @@ async def test_wildcard_headers_echo_what_the_browser_asks_for(requested, expect
 
 async def test_preflight_from_an_unlisted_origin_is_refused_403_as_json():
     inner = Inner()
-    stage = CorsFilter(inner, cors(allow_origins=["https://app.example"],
-                                   allow_credentials=True))
-    response = await drive(stage, "OPTIONS", headers=preflight(origin=b"https://evil.example"),
-                           inner=inner)
+    stage = CorsFilter(inner, cors(allow_origins=["https://app.example"], allow_credentials=True))
+    response = await drive(
+        stage, "OPTIONS", headers=preflight(origin=b"https://evil.example"), inner=inner
+    )
     assert not response.reached
     assert response.status == 403
     assert response.json() == {
@@ -109,13 +119,16 @@ async def test_preflight_from_an_unlisted_origin_is_refused_403_as_json():
     assert not [k for k, _ in response.headers if k.startswith(b"access-control-")]
 
 
-@pytest.mark.parametrize("origin", [
-    b"http://app.example",  # another scheme
-    b"https://app.example:8443",  # another port
-    b"https://APP.example",  # browsers send hosts in lowercase: this is not the listed origin
-    b"https://app.example.evil.example",
-    b"null",
-])
+@pytest.mark.parametrize(
+    "origin",
+    [
+        b"http://app.example",  # another scheme
+        b"https://app.example:8443",  # another port
+        b"https://APP.example",  # browsers send hosts in lowercase: this is not the listed origin
+        b"https://app.example.evil.example",
+        b"null",
+    ],
+)
 async def test_only_the_exact_listed_origin_is_allowed(origin):
     stage = CorsFilter(Inner(), cors(allow_origins=["https://app.example"]))
     response = await drive(stage, "OPTIONS", headers=preflight(origin=origin))
@@ -128,8 +141,9 @@ async def test_only_the_exact_listed_origin_is_allowed(origin):
 async def test_without_an_origin_the_request_and_response_pass_untouched():
     inner = Inner(headers=[(b"content-type", b"application/json"), (b"x-backend", b"1")])
     stage = CorsFilter(inner, cors(allow_origins=["*"], allow_credentials=True))
-    response = await drive(stage, "POST", headers=[(b"content-type", b"application/json")],
-                           body=b"{}", inner=inner)
+    response = await drive(
+        stage, "POST", headers=[(b"content-type", b"application/json")], body=b"{}", inner=inner
+    )
     assert response.reached
     assert response.headers == [(b"content-type", b"application/json"), (b"x-backend", b"1")]
     assert inner.last.body == b"{}"
@@ -147,11 +161,19 @@ async def test_options_without_a_requested_method_is_not_a_preflight():
 
 async def test_an_answer_from_inside_keeps_its_own_headers_and_gains_the_cors_ones():
     challenge = b'Bearer resource_metadata="http://gw.test/.well-known/x"'
-    inner = Inner(status=401, headers=[(b"content-type", b"application/json"),
-                                       (b"www-authenticate", challenge)],
-                  body=b'{"error": "invalid_token"}')
-    stage = CorsFilter(inner, cors(allow_origins=["https://app.example"], allow_credentials=True,
-                                   expose_headers=["Mcp-Session-Id", "WWW-Authenticate"]))
+    inner = Inner(
+        status=401,
+        headers=[(b"content-type", b"application/json"), (b"www-authenticate", challenge)],
+        body=b'{"error": "invalid_token"}',
+    )
+    stage = CorsFilter(
+        inner,
+        cors(
+            allow_origins=["https://app.example"],
+            allow_credentials=True,
+            expose_headers=["Mcp-Session-Id", "WWW-Authenticate"],
+        ),
+    )
     response = await drive(stage, "POST", headers=[(b"origin", APP)], inner=inner)
     assert response.status == 401
     assert response.body == b'{"error": "invalid_token"}'
@@ -170,10 +192,17 @@ async def test_an_answer_from_inside_keeps_its_own_headers_and_gains_the_cors_on
 async def test_an_unlisted_origin_is_served_but_granted_nothing():
     # Refusing to read the answer is the browser's job: the filter only withholds the grant.
     inner = Inner(status=200)
-    stage = CorsFilter(inner, cors(allow_origins=["https://app.example"], allow_credentials=True,
-                                   expose_headers=["Mcp-Session-Id"]))
-    response = await drive(stage, "POST", headers=[(b"origin", b"https://evil.example")],
-                           inner=inner)
+    stage = CorsFilter(
+        inner,
+        cors(
+            allow_origins=["https://app.example"],
+            allow_credentials=True,
+            expose_headers=["Mcp-Session-Id"],
+        ),
+    )
+    response = await drive(
+        stage, "POST", headers=[(b"origin", b"https://evil.example")], inner=inner
+    )
     assert response.reached
     assert response.status == 200
     assert response.headers == [(b"content-type", b"application/json"), VARY]

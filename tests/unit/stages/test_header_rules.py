@@ -35,16 +35,25 @@ async def test_a_clean_request_reaches_the_backend(gateway):
     assert len(upstream.sent) == 1
 
 
-@pytest.mark.parametrize(("headers", "problem"), [
-    ([(b"mcp-session-id", b"a"), (b"mcp-session-id", b"b")],
-     "the request carries more than one Mcp-Session-Id header; send it once"),
-    ([(b"connection", b"close, X-Forwarded-For")],
-     "the Connection header names X-Forwarded-For, which the gateway reads or sets; it cannot "
-     "be made hop-by-hop (dropped on the way to the backend)"),
-    ([(b"x_forwarded_for", b"10.0.0.1")],
-     "the header X_Forwarded_For would be read as X-Forwarded-For by some servers; "
-     "send X-Forwarded-For"),
-])
+@pytest.mark.parametrize(
+    ("headers", "problem"),
+    [
+        (
+            [(b"mcp-session-id", b"a"), (b"mcp-session-id", b"b")],
+            "the request carries more than one Mcp-Session-Id header; send it once",
+        ),
+        (
+            [(b"connection", b"close, X-Forwarded-For")],
+            "the Connection header names X-Forwarded-For, which the gateway reads or sets; it "
+            "cannot be made hop-by-hop (dropped on the way to the backend)",
+        ),
+        (
+            [(b"x_forwarded_for", b"10.0.0.1")],
+            "the header X_Forwarded_For would be read as X-Forwarded-For by some servers; "
+            "send X-Forwarded-For",
+        ),
+    ],
+)
 async def test_a_refused_header_is_a_json_400_before_any_stage(gateway, headers, problem):
     app, upstream = gateway
     response = await drive(app, "POST", body=b"{}", headers=headers)
@@ -58,7 +67,8 @@ async def test_a_bad_host_is_refused_before_routing(gateway):
     response = await drive(app, "GET", host=b"evil.example/x")
     assert response.status == 400
     assert response.json()["error_description"] == (
-        "the Host header b'evil.example/x' is not a host name or address with a port")
+        "the Host header b'evil.example/x' is not a host name or address with a port"
+    )
     assert upstream.sent == []
 
 
@@ -66,8 +76,10 @@ async def test_headers_over_the_limit_are_431_before_they_are_checked(gateway):
     app, upstream = gateway
     response = await drive(app, "GET", headers=[(b"x-big", b"x" * 300), (b"x-big", b"y")])
     assert response.status == 431
-    assert response.json() == {"error": "request_header_fields_too_large",
-                               "error_description": "the request headers exceed 256 bytes"}
+    assert response.json() == {
+        "error": "request_header_fields_too_large",
+        "error_description": "the request headers exceed 256 bytes",
+    }
     assert upstream.sent == []
 
 
@@ -79,7 +91,10 @@ def test_a_request_without_host_passes_the_check():
 
 def test_only_the_first_forwarded_host_is_checked_the_one_the_gateway_uses():
     rules = HeaderRules(True)
-    assert rules.problem([(b"host", b"gw"), (b"x-forwarded-host", b"public.example, b@d/x")]) \
-        is None
-    assert rules.problem([(b"host", b"gw"), (b"x-forwarded-host", b"b@d/x, public.example")]) \
+    assert (
+        rules.problem([(b"host", b"gw"), (b"x-forwarded-host", b"public.example, b@d/x")]) is None
+    )
+    assert (
+        rules.problem([(b"host", b"gw"), (b"x-forwarded-host", b"b@d/x, public.example")])
         is not None
+    )

@@ -24,16 +24,24 @@ from unit.test_tokens import ISSUER, compiled_mcp
 
 from .harness import Inner, drive
 
-PROVIDER = CompiledProvider(ISSUER, frozenset({"mcp-public"}), KeysetSource("inline", 0.0),
-                            "http://idp/.well-known/openid-configuration")
+PROVIDER = CompiledProvider(
+    ISSUER,
+    frozenset({"mcp-public"}),
+    KeysetSource("inline", 0.0),
+    "http://idp/.well-known/openid-configuration",
+)
 PRM = "/.well-known/oauth-protected-resource/mcp"
 ASM = "/.well-known/oauth-authorization-server/mcp"
 REGISTRATION = ASM + "/client-registration"
-DISCOVERY = {"issuer": ISSUER, "authorization_endpoint": "http://idp/authorize",
-             "token_endpoint": "http://idp/token",
-             "registration_endpoint": "http://idp/register-directly"}
-REGISTER = orjson.dumps({"redirect_uris": ["http://127.0.0.1:33418/callback"],
-                         "client_name": "Inspector"})
+DISCOVERY = {
+    "issuer": ISSUER,
+    "authorization_endpoint": "http://idp/authorize",
+    "token_endpoint": "http://idp/token",
+    "registration_endpoint": "http://idp/register-directly",
+}
+REGISTER = orjson.dumps(
+    {"redirect_uris": ["http://127.0.0.1:33418/callback"], "client_name": "Inspector"}
+)
 
 
 class Discovery:
@@ -59,22 +67,38 @@ class ForwardingAdapter(DiscoveryFacade):
         self.error = error
         self.calls: list[tuple[dict[str, object], bytes, dict[str, object] | None]] = []
 
-    async def register(self, metadata: dict[str, object], raw_body: bytes,
-                       discovery: dict[str, object] | None, session: object
-                       ) -> RegistrationResult:
+    async def register(
+        self,
+        metadata: dict[str, object],
+        raw_body: bytes,
+        discovery: dict[str, object] | None,
+        session: object,
+    ) -> RegistrationResult:
         self.calls.append((metadata, raw_body, discovery))
         if self.error is not None:
             raise self.error
         return RegistrationResult(201, b'{"client_id": "dyn-1"}', b"application/json")
 
 
-def endpoints(inner: Inner, mcp: CompiledMcp | None = None, adapter: object = "default",
-              discovery: Discovery | None = None, extra: dict | None = None) -> OAuthEndpoints:
+def endpoints(
+    inner: Inner,
+    mcp: CompiledMcp | None = None,
+    adapter: object = "default",
+    discovery: Discovery | None = None,
+    extra: dict | None = None,
+) -> OAuthEndpoints:
     mcp = mcp or compiled_mcp("ProviderB")
     if adapter == "default":
         adapter = adapter_for(mcp.provider, mcp.client_id)
-    return OAuthEndpoints(inner, mcp, PROVIDER, adapter,  # type: ignore[arg-type]
-                          discovery or Discovery(), lambda: None, extra)  # type: ignore[arg-type]
+    return OAuthEndpoints(
+        inner,
+        mcp,
+        PROVIDER,
+        adapter,  # type: ignore[arg-type]
+        discovery or Discovery(),
+        lambda: None,
+        extra,
+    )  # type: ignore[arg-type]
 
 
 # --- protected resource metadata ----------------------------------------------------------------
@@ -92,10 +116,16 @@ async def test_prm_is_served_at_its_path_with_or_without_a_trailing_slash_and_at
 
 
 async def test_without_a_provider_prm_names_the_issuer_and_defaults_the_resource():
-    mcp = dataclasses.replace(compiled_mcp(None), resource=None,
-                              extra_metadata=(("resource_name", "Tools"),))
-    response = await drive(endpoints(Inner(), mcp, adapter=None), "HEAD", PRM,
-                           host=b"mcp.example:8443", scope={"scheme": "https"})
+    mcp = dataclasses.replace(
+        compiled_mcp(None), resource=None, extra_metadata=(("resource_name", "Tools"),)
+    )
+    response = await drive(
+        endpoints(Inner(), mcp, adapter=None),
+        "HEAD",
+        PRM,
+        host=b"mcp.example:8443",
+        scope={"scheme": "https"},
+    )
     assert response.status == 200
     assert response.json() == {
         "resource": "https://mcp.example:8443/mcp",
@@ -108,27 +138,34 @@ async def test_without_a_provider_prm_names_the_issuer_and_defaults_the_resource
     }
 
 
-@pytest.mark.parametrize(("path", "method", "allowed"), [
-    (PRM, "POST", "GET"), (ASM, "PUT", "GET"), (REGISTRATION, "GET", "POST")])
+@pytest.mark.parametrize(
+    ("path", "method", "allowed"),
+    [(PRM, "POST", "GET"), (ASM, "PUT", "GET"), (REGISTRATION, "GET", "POST")],
+)
 async def test_other_methods_are_405_with_allow(path, method, allowed):
     inner = Inner()
     response = await drive(endpoints(inner), method, path, inner=inner)
     assert not response.reached
     assert response.status == 405
     assert response.header(b"allow") == allowed.encode()
-    assert response.json() == {"error": "invalid_request",
-                               "error_description": f"{method} is not allowed here; use "
-                                                    f"{allowed}"}
+    assert response.json() == {
+        "error": "invalid_request",
+        "error_description": f"{method} is not allowed here; use {allowed}",
+    }
 
 
 # --- authorization server metadata --------------------------------------------------------------
 
 
 async def test_asm_is_the_discovery_document_with_the_gateways_registration_endpoint():
-    response = await drive(endpoints(Inner()), "GET", ASM, host=b"gw.internal:8080",
-                           headers=[(b"x-forwarded-proto", b"https"),
-                                    (b"x-forwarded-host", b"mcp.example.com")],
-                           scope={TRUST_FORWARDED_KEY: True})
+    response = await drive(
+        endpoints(Inner()),
+        "GET",
+        ASM,
+        host=b"gw.internal:8080",
+        headers=[(b"x-forwarded-proto", b"https"), (b"x-forwarded-host", b"mcp.example.com")],
+        scope={TRUST_FORWARDED_KEY: True},
+    )
     assert response.status == 200
     assert response.json() == {
         **DISCOVERY,
@@ -149,8 +186,9 @@ async def test_asm_is_404_when_the_gateway_fronts_no_authorization_server():
     assert response.json() == {
         "error": "not_found",
         "error_description": "this gateway does not front an authorization server for this "
-                             "route (mcp.provider is not set); use the issuer named in the "
-                             "protected resource metadata"}
+        "route (mcp.provider is not set); use the issuer named in the "
+        "protected resource metadata",
+    }
 
 
 # --- client registration -------------------------------------------------------------------------
@@ -158,9 +196,13 @@ async def test_asm_is_404_when_the_gateway_fronts_no_authorization_server():
 
 async def test_registration_at_provider_b_names_the_preregistered_client():
     discovery = Discovery(None)  # not needed: provider B's registration is answered locally
-    response = await drive(endpoints(Inner(), discovery=discovery), "POST", REGISTRATION,
-                           headers=[(b"content-type", b"application/json")],
-                           body=[REGISTER[:20], REGISTER[20:]])
+    response = await drive(
+        endpoints(Inner(), discovery=discovery),
+        "POST",
+        REGISTRATION,
+        headers=[(b"content-type", b"application/json")],
+        body=[REGISTER[:20], REGISTER[20:]],
+    )
     assert response.status == 201
     assert response.header(b"content-type") == b"application/json"
     assert response.header(b"cache-control") == b"no-store"
@@ -179,42 +221,60 @@ async def test_registration_at_provider_b_names_the_preregistered_client():
 
 async def test_registration_at_keycloak_is_handed_the_discovery_document_and_relayed():
     adapter = ForwardingAdapter()
-    response = await drive(endpoints(Inner(), compiled_mcp("Keycloak"), adapter=adapter),
-                           "POST", REGISTRATION, body=REGISTER)
+    response = await drive(
+        endpoints(Inner(), compiled_mcp("Keycloak"), adapter=adapter),
+        "POST",
+        REGISTRATION,
+        body=REGISTER,
+    )
     assert (response.status, response.body) == (201, b'{"client_id": "dyn-1"}')
     assert adapter.calls == [(orjson.loads(REGISTER), REGISTER, DISCOVERY)]
 
 
 async def test_registration_at_keycloak_without_discovery_is_502():
     adapter = ForwardingAdapter()
-    response = await drive(endpoints(Inner(), compiled_mcp("Keycloak"), adapter=adapter,
-                                     discovery=Discovery(None)), "POST", REGISTRATION,
-                           body=REGISTER)
+    response = await drive(
+        endpoints(Inner(), compiled_mcp("Keycloak"), adapter=adapter, discovery=Discovery(None)),
+        "POST",
+        REGISTRATION,
+        body=REGISTER,
+    )
     assert response.status == 502
     assert response.json() == {
         "error": "server_error",
         "error_description": "the provider's discovery document could not be fetched: GET "
-                             "http://idp/.well-known/openid-configuration: connection refused"}
+        "http://idp/.well-known/openid-configuration: connection refused",
+    }
     assert adapter.calls == []
 
 
 async def test_a_refusal_from_the_provider_keeps_its_status_and_error():
     adapter = ForwardingAdapter(RegistrationError(504, "server_error", "the provider is slow"))
-    response = await drive(endpoints(Inner(), compiled_mcp("Keycloak"), adapter=adapter),
-                           "POST", REGISTRATION, body=REGISTER)
+    response = await drive(
+        endpoints(Inner(), compiled_mcp("Keycloak"), adapter=adapter),
+        "POST",
+        REGISTRATION,
+        body=REGISTER,
+    )
     assert response.status == 504
-    assert response.json() == {"error": "server_error",
-                               "error_description": "the provider is slow"}
+    assert response.json() == {"error": "server_error", "error_description": "the provider is slow"}
 
 
-@pytest.mark.parametrize(("body", "error"), [
-    (b"{not json", "invalid_client_metadata"),
-    (b'{"redirect_uris": ["javascript:alert(1)"]}', "invalid_redirect_uri"),
-])
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b"{not json", "invalid_client_metadata"),
+        (b'{"redirect_uris": ["javascript:alert(1)"]}', "invalid_redirect_uri"),
+    ],
+)
 async def test_a_bad_registration_body_is_400_and_never_reaches_the_provider(body, error):
     adapter = ForwardingAdapter()
-    response = await drive(endpoints(Inner(), compiled_mcp("Keycloak"), adapter=adapter),
-                           "POST", REGISTRATION, body=body)
+    response = await drive(
+        endpoints(Inner(), compiled_mcp("Keycloak"), adapter=adapter),
+        "POST",
+        REGISTRATION,
+        body=body,
+    )
     assert response.status == 400
     assert response.json()["error"] == error
     assert adapter.calls == []
@@ -222,17 +282,24 @@ async def test_a_bad_registration_body_is_400_and_never_reaches_the_provider(bod
 
 async def test_a_registration_body_over_64_kib_is_413():
     adapter = ForwardingAdapter()
-    response = await drive(endpoints(Inner(), compiled_mcp("Keycloak"), adapter=adapter),
-                           "POST", REGISTRATION, body=[b" " * 40_000, b" " * 40_000, b"{}"])
+    response = await drive(
+        endpoints(Inner(), compiled_mcp("Keycloak"), adapter=adapter),
+        "POST",
+        REGISTRATION,
+        body=[b" " * 40_000, b" " * 40_000, b"{}"],
+    )
     assert response.status == 413
-    assert response.json() == {"error": "invalid_client_metadata",
-                               "error_description": "registration body larger than 65536 bytes"}
+    assert response.json() == {
+        "error": "invalid_client_metadata",
+        "error_description": "registration body larger than 65536 bytes",
+    }
     assert adapter.calls == []
 
 
 async def test_registration_is_404_without_a_provider():
-    response = await drive(endpoints(Inner(), compiled_mcp(None), adapter=None), "POST",
-                           REGISTRATION, body=REGISTER)
+    response = await drive(
+        endpoints(Inner(), compiled_mcp(None), adapter=None), "POST", REGISTRATION, body=REGISTER
+    )
     assert response.status == 404
     assert response.json()["error"] == "not_found"
 
@@ -240,13 +307,26 @@ async def test_registration_is_404_without_a_provider():
 # --- everything else ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [
-    "/mcp", "/mcp/", "/.well-known/oauth-protected-resource/other", ASM + "/other",
-    "/.well-known/oauth-protected-resource/mcpx"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/mcp",
+        "/mcp/",
+        "/.well-known/oauth-protected-resource/other",
+        ASM + "/other",
+        "/.well-known/oauth-protected-resource/mcpx",
+    ],
+)
 async def test_other_paths_go_on_untouched(path):
     inner = Inner()
-    response = await drive(endpoints(inner), "POST", path, body=b"{}", inner=inner,
-                           headers=[(b"authorization", b"Bearer t")])
+    response = await drive(
+        endpoints(inner),
+        "POST",
+        path,
+        body=b"{}",
+        inner=inner,
+        headers=[(b"authorization", b"Bearer t")],
+    )
     assert response.reached
     assert response.status == 200
     assert inner.last.scope["path"] == path

@@ -12,16 +12,18 @@ from .harness import Inner, drive
 
 
 def dispatch() -> tuple[PathDispatch, Inner, Inner, Inner]:
-    page, root, rest = (Inner(headers=[(b"content-type", b"text/html")], body=b"<p>page</p>"),
-                        Inner(body=b"root"), Inner())
+    page, root, rest = (
+        Inner(headers=[(b"content-type", b"text/html")], body=b"<p>page</p>"),
+        Inner(body=b"root"),
+        Inner(),
+    )
     return PathDispatch({"/mcp/authorize": page, "/": root}, rest), page, root, rest
 
 
 @pytest.mark.parametrize("path", ["/mcp/authorize", "/mcp/authorize/", "/mcp/authorize///"])
 async def test_a_handler_answers_its_path_with_or_without_trailing_slashes(path):
     app, page, _, rest = dispatch()
-    response = await drive(app, "POST", path, query=b"client_id=c&state=s", body=b"a=1",
-                           inner=page)
+    response = await drive(app, "POST", path, query=b"client_id=c&state=s", body=b"a=1", inner=page)
     assert response.reached
     assert response.body == b"<p>page</p>"
     assert rest.seen == []
@@ -39,13 +41,16 @@ async def test_the_root_path_is_one_path_however_many_slashes(path):
     assert (page.seen, rest.seen) == ([], [])
 
 
-@pytest.mark.parametrize("path", [
-    "/mcp/authorize/x",  # exact paths only: nothing below a handler's path
-    "/mcp/authorizex",
-    "/mcp/Authorize",  # paths are case-sensitive
-    "/mcp",
-    "/mcp/authorize%2F",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/mcp/authorize/x",  # exact paths only: nothing below a handler's path
+        "/mcp/authorizex",
+        "/mcp/Authorize",  # paths are case-sensitive
+        "/mcp",
+        "/mcp/authorize%2F",
+    ],
+)
 async def test_every_other_path_goes_on_to_the_pipeline(path):
     app, page, root, rest = dispatch()
     response = await drive(app, "POST", path, body=[b"{", b"}"], inner=rest)
@@ -56,7 +61,9 @@ async def test_every_other_path_goes_on_to_the_pipeline(path):
     assert (rest.last.body, rest.last.body_messages) == (b"{}", 2)
 
 
-@pytest.mark.parametrize(("path", "key"), [
-    ("/mcp/", "/mcp"), ("/mcp", "/mcp"), ("/", "/"), ("///", "/"), ("/a//b/", "/a//b")])
+@pytest.mark.parametrize(
+    ("path", "key"),
+    [("/mcp/", "/mcp"), ("/mcp", "/mcp"), ("/", "/"), ("///", "/"), ("/a//b/", "/a//b")],
+)
 def test_every_stage_looks_endpoints_up_by_the_same_key(path, key):
     assert endpoint_path({"path": path}) == key

@@ -39,8 +39,13 @@ def limit(key: str = "jwt.sub") -> CompiledRateLimit:
 
 async def test_a_caller_with_tokens_left_goes_inward_untouched():
     inner, limiter = Inner(), Scripted(0.0)
-    response = await drive(RateLimit(inner, limit(), limiter, "default/p"), "POST",
-                           body=b"{}", scope={CLAIMS_KEY: {"sub": "alice"}}, inner=inner)
+    response = await drive(
+        RateLimit(inner, limit(), limiter, "default/p"),
+        "POST",
+        body=b"{}",
+        scope={CLAIMS_KEY: {"sub": "alice"}},
+        inner=inner,
+    )
     assert response.reached
     assert response.status == 200
     assert limiter.keys == ["alice"]
@@ -51,24 +56,32 @@ async def test_a_caller_with_tokens_left_goes_inward_untouched():
 @pytest.mark.parametrize(("wait", "seconds"), [(2.5, b"3"), (0.2, b"1"), (59.01, b"60")])
 async def test_an_empty_bucket_is_429_with_retry_after_in_whole_seconds(wait, seconds):
     inner = Inner()
-    response = await drive(RateLimit(inner, limit(), Scripted(wait), "default/p"), "POST",
-                           scope={CLAIMS_KEY: {"sub": "alice"}}, inner=inner)
+    response = await drive(
+        RateLimit(inner, limit(), Scripted(wait), "default/p"),
+        "POST",
+        scope={CLAIMS_KEY: {"sub": "alice"}},
+        inner=inner,
+    )
     assert not response.reached
     assert response.status == 429
     assert response.header(b"retry-after") == seconds
     assert response.json() == {
         "error": "rate_limited",
-        "error_description": f"too many requests for this caller; retry in {seconds.decode()} s"}
+        "error_description": f"too many requests for this caller; retry in {seconds.decode()} s",
+    }
 
 
-@pytest.mark.parametrize(("claims", "key"), [
-    ({"sub": "alice"}, "alice"),
-    ({"sub": 42}, "42"),
-    ({}, "-"),  # no such claim: every such caller shares the anonymous bucket
-    ({"sub": ""}, "-"),
-    ({"sub": ["alice", "bob"]}, "-"),  # not a string or an integer
-    ({"sub": 1.5}, "-"),
-])
+@pytest.mark.parametrize(
+    ("claims", "key"),
+    [
+        ({"sub": "alice"}, "alice"),
+        ({"sub": 42}, "42"),
+        ({}, "-"),  # no such claim: every such caller shares the anonymous bucket
+        ({"sub": ""}, "-"),
+        ({"sub": ["alice", "bob"]}, "-"),  # not a string or an integer
+        ({"sub": 1.5}, "-"),
+    ],
+)
 async def test_the_key_is_the_expression_value_or_the_shared_anonymous_bucket(claims, key):
     limiter = Scripted()
     await drive(RateLimit(Inner(), limit(), limiter, "default/p"), scope={CLAIMS_KEY: claims})
@@ -83,8 +96,9 @@ async def test_without_claims_in_the_scope_everyone_is_anonymous():
 
 async def test_a_key_may_read_the_request():
     limiter = Scripted()
-    stage = RateLimit(Inner(), limit('request.headers["x-api-key"] + ":" + request.method'),
-                      limiter, "default/p")
+    stage = RateLimit(
+        Inner(), limit('request.headers["x-api-key"] + ":" + request.method'), limiter, "default/p"
+    )
     await drive(stage, "POST", headers=[(b"x-api-key", b"k-123")])
     await drive(stage, "GET")  # no such header: the key cannot be computed
     assert limiter.keys == ["k-123:POST", "-"]
@@ -101,8 +115,9 @@ async def test_rejections_are_counted_for_the_policy():
 async def test_in_front_of_the_local_bucket_each_caller_gets_its_own_allowance():
     compiled = compile_rate_limit(RateLimitSpec(key="jwt.sub", requests=2, window="1m"), [])
     assert compiled is not None
-    stage = RateLimit(Inner(), compiled, LocalLimiter(compiled.capacity, compiled.per_second),
-                      "default/p")
+    stage = RateLimit(
+        Inner(), compiled, LocalLimiter(compiled.capacity, compiled.per_second), "default/p"
+    )
 
     async def status(sub: str) -> tuple[int, bytes | None]:
         response = await drive(stage, scope={CLAIMS_KEY: {"sub": sub}})

@@ -26,11 +26,23 @@ CLIENT_IP = CLIENT[0].encode()
 JSON = (b"content-type", b"application/json")
 
 
-def proxy(upstream: MemoryUpstream, trust_forwarded: bool = False, max_body: int = 1 << 20,
-          timeout: float = 2.5, latency: list[float] | None = None,
-          cors_filtered: bool = False) -> ReverseProxy:
-    return ReverseProxy(TARGET, upstream, timeout, trust_forwarded, max_body,
-                        latency.append if latency is not None else None, cors_filtered)
+def proxy(
+    upstream: MemoryUpstream,
+    trust_forwarded: bool = False,
+    max_body: int = 1 << 20,
+    timeout: float = 2.5,
+    latency: list[float] | None = None,
+    cors_filtered: bool = False,
+) -> ReverseProxy:
+    return ReverseProxy(
+        TARGET,
+        upstream,
+        timeout,
+        trust_forwarded,
+        max_body,
+        latency.append if latency is not None else None,
+        cors_filtered,
+    )
 
 
 # --- the request handed to the upstream ---------------------------------------------------------
@@ -38,8 +50,7 @@ def proxy(upstream: MemoryUpstream, trust_forwarded: bool = False, max_body: int
 
 async def test_every_request_goes_to_the_target_url_with_the_query_and_timeout():
     upstream = MemoryUpstream()
-    response = await drive(proxy(upstream), "POST", "/mcp/sub/path", query=b"a=1&b=%20",
-                           body=b"{}")
+    response = await drive(proxy(upstream), "POST", "/mcp/sub/path", query=b"a=1&b=%20", body=b"{}")
     assert response.status == 200
     sent = upstream.last
     # The target's path, not the request's: a route forwards to one MCP endpoint.
@@ -50,18 +61,35 @@ async def test_every_request_goes_to_the_target_url_with_the_query_and_timeout()
 
 async def test_hop_by_hop_headers_are_dropped_and_forwarding_headers_set():
     upstream = MemoryUpstream()
-    await drive(proxy(upstream), "POST", body=b"{}", headers=[
-        (b"connection", b"keep-alive, X-Hop"), (b"keep-alive", b"timeout=5"), (b"te", b"trailers"),
-        (b"trailer", b"x-sum"), (b"upgrade", b"h2c"), (b"proxy-authorization", b"Basic eA=="),
-        (b"proxy-connection", b"keep-alive"), (b"x-hop", b"named by Connection"),
-        (b"x-forwarded-for", b"198.51.100.1"), (b"x-forwarded-proto", b"https"),
-        (b"x-forwarded-host", b"spoofed.example"), (b"forwarded", b"for=198.51.100.1"),
-        (b"mcp-session-id", b"s-1"), (b"mcp-protocol-version", b"2025-06-18"),
-        (b"last-event-id", b"41"), (b"content-type", b"application/json"),
-        (b"content-length", b"2")])
+    await drive(
+        proxy(upstream),
+        "POST",
+        body=b"{}",
+        headers=[
+            (b"connection", b"keep-alive, X-Hop"),
+            (b"keep-alive", b"timeout=5"),
+            (b"te", b"trailers"),
+            (b"trailer", b"x-sum"),
+            (b"upgrade", b"h2c"),
+            (b"proxy-authorization", b"Basic eA=="),
+            (b"proxy-connection", b"keep-alive"),
+            (b"x-hop", b"named by Connection"),
+            (b"x-forwarded-for", b"198.51.100.1"),
+            (b"x-forwarded-proto", b"https"),
+            (b"x-forwarded-host", b"spoofed.example"),
+            (b"forwarded", b"for=198.51.100.1"),
+            (b"mcp-session-id", b"s-1"),
+            (b"mcp-protocol-version", b"2025-06-18"),
+            (b"last-event-id", b"41"),
+            (b"content-type", b"application/json"),
+            (b"content-length", b"2"),
+        ],
+    )
     assert upstream.last.headers == [
-        (b"mcp-session-id", b"s-1"), (b"mcp-protocol-version", b"2025-06-18"),
-        (b"last-event-id", b"41"), (b"content-type", b"application/json"),
+        (b"mcp-session-id", b"s-1"),
+        (b"mcp-protocol-version", b"2025-06-18"),
+        (b"last-event-id", b"41"),
+        (b"content-type", b"application/json"),
         (b"content-length", b"2"),
         (b"x-forwarded-for", CLIENT_IP),  # the client's own claims are not kept
         (b"x-forwarded-proto", b"http"),
@@ -72,11 +100,18 @@ async def test_hop_by_hop_headers_are_dropped_and_forwarding_headers_set():
 
 async def test_trusted_forwarded_headers_are_kept_and_the_chain_extended():
     upstream = MemoryUpstream()
-    await drive(proxy(upstream, trust_forwarded=True), headers=[
-        (b"x-forwarded-for", b"198.51.100.1"), (b"x-forwarded-proto", b"https"),
-        (b"x-forwarded-host", b"mcp.example.com"), (b"forwarded", b"for=198.51.100.1")])
+    await drive(
+        proxy(upstream, trust_forwarded=True),
+        headers=[
+            (b"x-forwarded-for", b"198.51.100.1"),
+            (b"x-forwarded-proto", b"https"),
+            (b"x-forwarded-host", b"mcp.example.com"),
+            (b"forwarded", b"for=198.51.100.1"),
+        ],
+    )
     assert upstream.last.headers == [
-        (b"x-forwarded-proto", b"https"), (b"x-forwarded-host", b"mcp.example.com"),
+        (b"x-forwarded-proto", b"https"),
+        (b"x-forwarded-host", b"mcp.example.com"),
         (b"forwarded", b"for=198.51.100.1"),
         (b"x-forwarded-for", b"198.51.100.1, " + CLIENT_IP),
         (b"host", b"backend:9000"),
@@ -102,12 +137,15 @@ async def test_a_chunked_request_body_is_streamed_to_the_upstream():
 TOO_LARGE = {"error": "request_too_large", "error_description": "the request body exceeds 4 bytes"}
 
 
-@pytest.mark.parametrize(("headers", "body"), [
-    ([(b"content-length", b"5")], b""),  # declared: refused before reading anything
-    ([], b"12345"),  # one message
-    ([], [b"12", b"34", b"5"]),  # streamed: refused once the limit is crossed
-    ([], [b"12345", b""]),
-])
+@pytest.mark.parametrize(
+    ("headers", "body"),
+    [
+        ([(b"content-length", b"5")], b""),  # declared: refused before reading anything
+        ([], b"12345"),  # one message
+        ([], [b"12", b"34", b"5"]),  # streamed: refused once the limit is crossed
+        ([], [b"12345", b""]),
+    ],
+)
 async def test_a_body_over_the_limit_is_413(headers, body):
     upstream = MemoryUpstream()
     response = await drive(proxy(upstream, max_body=4), "POST", headers=headers, body=body)
@@ -122,7 +160,8 @@ async def test_an_upstream_that_does_not_answer_in_time_is_504():
     assert response.status == 504
     assert response.json() == {
         "error": "gateway_timeout",
-        "error_description": "the MCP backend backend:9000 did not answer within 2.5s"}
+        "error_description": "the MCP backend backend:9000 did not answer within 2.5s",
+    }
 
 
 async def test_an_unreachable_upstream_is_502_without_the_underlying_error():
@@ -130,8 +169,10 @@ async def test_an_unreachable_upstream_is_502_without_the_underlying_error():
     upstream = MemoryUpstream(error=UpstreamError("connect to 10.0.0.7:9000: refused"))
     response = await drive(proxy(upstream, latency=latency), "POST", body=b"{}")
     assert response.status == 502
-    assert response.json() == {"error": "bad_gateway",
-                               "error_description": "the MCP backend backend:9000 is unreachable"}
+    assert response.json() == {
+        "error": "bad_gateway",
+        "error_description": "the MCP backend backend:9000 is unreachable",
+    }
     assert latency == []
 
 
@@ -153,12 +194,23 @@ async def test_a_client_gone_before_its_body_gets_nothing_and_nothing_is_sent_on
 
 async def test_response_headers_lose_hop_by_hop_and_date_and_are_lowercased():
     latency: list[float] = []
-    upstream = MemoryUpstream(MemoryResponse(201, [
-        # Lowercase `connection`: a capitalized one names nothing (matched case-sensitively).
-        (b"Content-Type", b"application/json"), (b"connection", b"keep-alive, X-Internal"),
-        (b"Keep-Alive", b"timeout=5"), (b"Transfer-Encoding", b"chunked"),
-        (b"Date", b"Thu, 01 Jan 1970 00:00:00 GMT"), (b"X-Internal", b"secret"),
-        (b"Mcp-Session-Id", b"s-2"), (b"Content-Length", b"11")], b'{"id": "x"}'))
+    upstream = MemoryUpstream(
+        MemoryResponse(
+            201,
+            [
+                # Lowercase `connection` (any case works now; see the test below).
+                (b"Content-Type", b"application/json"),
+                (b"connection", b"keep-alive, X-Internal"),
+                (b"Keep-Alive", b"timeout=5"),
+                (b"Transfer-Encoding", b"chunked"),
+                (b"Date", b"Thu, 01 Jan 1970 00:00:00 GMT"),
+                (b"X-Internal", b"secret"),
+                (b"Mcp-Session-Id", b"s-2"),
+                (b"Content-Length", b"11"),
+            ],
+            b'{"id": "x"}',
+        )
+    )
     response = await drive(proxy(upstream, latency=latency), "POST", body=b"{}")
     assert response.status == 201
     assert response.headers == [JSON, (b"mcp-session-id", b"s-2"), (b"content-length", b"11")]
@@ -169,8 +221,9 @@ async def test_response_headers_lose_hop_by_hop_and_date_and_are_lowercased():
 
 
 async def test_a_204_loses_its_content_length_and_has_an_empty_body():
-    upstream = MemoryUpstream(MemoryResponse(204, [(b"content-length", b"5"), (b"etag", b'"v"')],
-                                             b""))
+    upstream = MemoryUpstream(
+        MemoryResponse(204, [(b"content-length", b"5"), (b"etag", b'"v"')], b"")
+    )
     response = await drive(proxy(upstream), "DELETE")
     assert response.status == 204
     assert response.headers == [(b"etag", b'"v"')]
@@ -187,14 +240,25 @@ async def test_head_is_forwarded_as_head_and_answered_with_the_length_and_no_bod
 
 async def test_sse_is_relayed_chunk_by_chunk_then_ended():
     events = [b"event: message\ndata: 1\n\n", b": ping\n\n", b"data: 2\n\n"]
-    upstream = MemoryUpstream(MemoryResponse(
-        200, [(b"Content-Type", b"text/event-stream"), (b"Cache-Control", b"no-cache")],
-        None, events))
+    upstream = MemoryUpstream(
+        MemoryResponse(
+            200,
+            [(b"Content-Type", b"text/event-stream"), (b"Cache-Control", b"no-cache")],
+            None,
+            events,
+        )
+    )
     response = await drive(proxy(upstream), "POST", body=b"{}")
-    assert response.headers == [(b"content-type", b"text/event-stream"),
-                                (b"cache-control", b"no-cache")]
+    assert response.headers == [
+        (b"content-type", b"text/event-stream"),
+        (b"cache-control", b"no-cache"),
+    ]
     assert [(m.get("body"), m.get("more_body")) for m in response.messages[1:]] == [
-        (events[0], True), (events[1], True), (events[2], True), (b"", False)]
+        (events[0], True),
+        (events[1], True),
+        (events[2], True),
+        (b"", False),
+    ]
     assert upstream.response.released == 1
 
 
@@ -205,8 +269,15 @@ async def test_a_body_still_arriving_is_relayed_as_it_comes():
 
 
 async def test_a_stream_the_backend_breaks_is_ended_for_the_client():
-    upstream = MemoryUpstream(MemoryResponse(200, [(b"content-type", b"text/event-stream")], None,
-                                             [b"data: 1\n\n", b"data: 2\n\n"], fail_after=1))
+    upstream = MemoryUpstream(
+        MemoryResponse(
+            200,
+            [(b"content-type", b"text/event-stream")],
+            None,
+            [b"data: 1\n\n", b"data: 2\n\n"],
+            fail_after=1,
+        )
+    )
     response = await drive(proxy(upstream), "GET")
     assert response.status == 200
     assert response.chunks == [b"data: 1\n\n", b""]
@@ -215,8 +286,14 @@ async def test_a_stream_the_backend_breaks_is_ended_for_the_client():
 
 async def test_a_client_leaving_a_stream_stops_the_reading_of_the_backend():
     left = asyncio.Event()
-    answer = MemoryResponse(200, [(b"content-type", b"text/event-stream")], None,
-                            [b"data: 1\n\n", b"data: 2\n\n"], hold=True, after_stream=left)
+    answer = MemoryResponse(
+        200,
+        [(b"content-type", b"text/event-stream")],
+        None,
+        [b"data: 1\n\n", b"data: 2\n\n"],
+        hold=True,
+        after_stream=left,
+    )
     upstream = MemoryUpstream(answer)
     response = await drive(proxy(upstream), "GET", client_left=left)
     assert response.chunks == [b"data: 1\n\n", b"data: 2\n\n"]  # never ended: nobody to end it for
@@ -225,9 +302,12 @@ async def test_a_client_leaving_a_stream_stops_the_reading_of_the_backend():
     assert answer.released == 1  # …and its connection given back to be dropped
 
 
-BACKEND_CORS = [(b"Access-Control-Allow-Origin", b"*"),
-                (b"access-control-allow-credentials", b"true"),
-                (b"access-control-expose-headers", b"x-secret"), (b"vary", b"Accept")]
+BACKEND_CORS = [
+    (b"Access-Control-Allow-Origin", b"*"),
+    (b"access-control-allow-credentials", b"true"),
+    (b"access-control-expose-headers", b"x-secret"),
+    (b"vary", b"Accept"),
+]
 
 
 @pytest.mark.parametrize("origin", [[], [(b"origin", b"https://evil.example")]])
@@ -246,7 +326,10 @@ async def test_without_a_cors_filter_the_backend_keeps_its_cors_headers():
 
 
 async def test_response_connection_tokens_are_read_whatever_their_case():
-    upstream = MemoryUpstream(MemoryResponse(200, [JSON, (b"Connection", b"close, X-Internal"),
-                                                   (b"x-internal", b"secret")], b"{}"))
+    upstream = MemoryUpstream(
+        MemoryResponse(
+            200, [JSON, (b"Connection", b"close, X-Internal"), (b"x-internal", b"secret")], b"{}"
+        )
+    )
     response = await drive(proxy(upstream))
     assert response.header(b"x-internal") is None

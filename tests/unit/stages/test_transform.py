@@ -21,9 +21,14 @@ ALICE = {CLAIMS_KEY: {"sub": "alice", "groups": ["mcp-agent", "users"], "level":
 
 
 def transformation(set_: dict[str, str], remove: tuple[str, ...] = ()) -> CompiledTransformation:
-    spec = Transformation.model_validate({"request": {
-        "set": [{"name": name, "value": value} for name, value in set_.items()],
-        "remove": list(remove)}})
+    spec = Transformation.model_validate(
+        {
+            "request": {
+                "set": [{"name": name, "value": value} for name, value in set_.items()],
+                "remove": list(remove),
+            }
+        }
+    )
     problems: list[str] = []
     compiled = compile_transformation(spec, True, problems)
     assert problems == []
@@ -38,46 +43,66 @@ def stage(inner: Inner, set_: dict[str, str], remove: tuple[str, ...] = ()) -> H
 async def test_headers_are_set_from_the_claims_after_the_others():
     inner = Inner()
     app = stage(inner, {"X-User": "jwt.sub", "X-Groups": 'jwt.groups.join(",")'})
-    response = await drive(app, "POST", headers=[(b"accept", b"*/*")], body=b"{}", scope=ALICE,
-                           inner=inner)
+    response = await drive(
+        app, "POST", headers=[(b"accept", b"*/*")], body=b"{}", scope=ALICE, inner=inner
+    )
     assert response.status == 200
-    assert inner.last.headers == [(b"host", b"gw.test"), (b"accept", b"*/*"),
-                                  (b"x-user", b"alice"), (b"x-groups", b"mcp-agent,users")]
+    assert inner.last.headers == [
+        (b"host", b"gw.test"),
+        (b"accept", b"*/*"),
+        (b"x-user", b"alice"),
+        (b"x-groups", b"mcp-agent,users"),
+    ]
     assert inner.last.body == b"{}"
 
 
 async def test_a_client_supplied_copy_is_replaced_by_the_computed_value():
     inner = Inner()
-    await drive(stage(inner, {"X-User": "jwt.sub"}), headers=[(b"x-user", b"admin")],
-                scope=ALICE, inner=inner)
+    await drive(
+        stage(inner, {"X-User": "jwt.sub"}),
+        headers=[(b"x-user", b"admin")],
+        scope=ALICE,
+        inner=inner,
+    )
     assert [v for k, v in inner.last.headers if k == b"x-user"] == [b"alice"]
 
 
 async def test_a_value_that_cannot_be_computed_leaves_the_header_unset_and_the_spoof_dropped():
     inner = Inner()
-    response = await drive(stage(inner, {"X-Team": "jwt.team"}), scope=ALICE, inner=inner,
-                           headers=[(b"x-team", b"root")])
+    response = await drive(
+        stage(inner, {"X-Team": "jwt.team"}),
+        scope=ALICE,
+        inner=inner,
+        headers=[(b"x-team", b"root")],
+    )
     assert response.reached
     assert inner.last.header(b"x-team") is None
 
 
 async def test_removed_headers_are_dropped_in_every_copy():
     inner = Inner()
-    await drive(stage(inner, {}, remove=("X-Internal",)), scope=ALICE, inner=inner,
-                headers=[(b"x-internal", b"1"), (b"x-keep", b"k"), (b"x-internal", b"2")])
+    await drive(
+        stage(inner, {}, remove=("X-Internal",)),
+        scope=ALICE,
+        inner=inner,
+        headers=[(b"x-internal", b"1"), (b"x-keep", b"k"), (b"x-internal", b"2")],
+    )
     assert inner.last.headers == [(b"host", b"gw.test"), (b"x-keep", b"k")]
 
 
-@pytest.mark.parametrize(("expression", "value"), [
-    ("jwt.level", b"3"),
-    ("jwt.level > 2", b"true"),
-    ("jwt.level > 5", b"false"),
-    ("double(jwt.level) / 2.0", b"1.5"),
-    ("jwt.level / 2.0", None),  # int / double is a CEL type error: no value
-    ('"Zo\u00eb"', "Zo\u00eb".encode()),
-    ("jwt.groups", None),  # a list is not a header value
-    ('{"a": 1}', None),
-])
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [
+        ("jwt.level", b"3"),
+        ("jwt.level > 2", b"true"),
+        ("jwt.level > 5", b"false"),
+        ("double(jwt.level) / 2.0", b"1.5"),
+        ("jwt.level / 2.0", None),  # int / double is a CEL type error: no value
+        ('"Zo\u00eb"', "Zo\u00eb".encode()),
+        ("jwt.groups", None),  # a list is not a header value
+        ('{"a": 1}', None),
+    ],
+)
 async def test_values_become_header_text_or_nothing(expression, value):
     inner = Inner()
     await drive(stage(inner, {"X-Value": expression}), scope=ALICE, inner=inner)
@@ -86,8 +111,13 @@ async def test_values_become_header_text_or_nothing(expression, value):
 
 async def test_a_value_may_read_the_request():
     inner = Inner()
-    await drive(stage(inner, {"X-Route": 'request.method + " " + request.path'}), "POST",
-                "/mcp/x", scope=ALICE, inner=inner)
+    await drive(
+        stage(inner, {"X-Route": 'request.method + " " + request.path'}),
+        "POST",
+        "/mcp/x",
+        scope=ALICE,
+        inner=inner,
+    )
     assert inner.last.header(b"x-route") == b"POST /mcp/x"
 
 
@@ -95,32 +125,39 @@ async def test_a_value_may_read_the_request():
 @pytest.mark.parametrize("bad", ["\r\nx-admin: yes", "\n", "\r"])
 async def test_a_computed_value_with_control_characters_is_refused(bad):
     inner = Inner()
-    response = await drive(stage(inner, {"X-User": "jwt.sub"}), inner=inner,
-                           scope={CLAIMS_KEY: {"sub": "alice" + bad}})
+    response = await drive(
+        stage(inner, {"X-User": "jwt.sub"}), inner=inner, scope={CLAIMS_KEY: {"sub": "alice" + bad}}
+    )
     assert not response.reached
     assert response.status == 400
     assert response.json() == {
         "error": "invalid_request",
-        "error_description": "the value computed for header x-user contains control characters"}
+        "error_description": "the value computed for header x-user contains control characters",
+    }
 
 
 async def test_two_copies_of_a_header_the_route_sets_are_refused():
     inner = Inner()
-    response = await drive(stage(inner, {"X-User": "jwt.sub"}), scope=ALICE, inner=inner,
-                           headers=[(b"x-user", b"a"), (b"x-user", b"b")])
+    response = await drive(
+        stage(inner, {"X-User": "jwt.sub"}),
+        scope=ALICE,
+        inner=inner,
+        headers=[(b"x-user", b"a"), (b"x-user", b"b")],
+    )
     assert not response.reached
     assert response.status == 400
     assert response.json() == {
         "error": "invalid_request",
         "error_description": "the request carries more than one X-User header, which this "
-                             "route sets itself; send it at most once"}
+        "route sets itself; send it at most once",
+    }
 
 
-@pytest.mark.parametrize(("name", "display", "alias_of"), [(b"x_user", "X_User", "X-User"),
-                                                           (b"x_internal", "X_Internal",
-                                                            "X-Internal")])
-async def test_an_underscore_alias_of_a_set_or_removed_header_is_refused(name, display,
-                                                                         alias_of):
+@pytest.mark.parametrize(
+    ("name", "display", "alias_of"),
+    [(b"x_user", "X_User", "X-User"), (b"x_internal", "X_Internal", "X-Internal")],
+)
+async def test_an_underscore_alias_of_a_set_or_removed_header_is_refused(name, display, alias_of):
     inner = Inner()
     app = stage(inner, {"X-User": "jwt.sub"}, remove=("X-Internal",))
     response = await drive(app, scope=ALICE, headers=[(name, b"spoof")], inner=inner)
@@ -128,7 +165,8 @@ async def test_an_underscore_alias_of_a_set_or_removed_header_is_refused(name, d
     assert response.status == 400
     assert response.json()["error_description"] == (
         f"the header {display} would be read as {alias_of} by some servers, and this route "
-        f"sets or removes {alias_of} itself")
+        f"sets or removes {alias_of} itself"
+    )
 
 
 async def test_other_headers_may_repeat_and_keep_their_order():
