@@ -56,9 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _serve_parser(commands: Commands) -> None:
-    serve = commands.add_parser("serve", help="serve the gateway described by the resources")
-    serve.add_argument(
+def _resource_files_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "-f",
         "--file",
         dest="files",
@@ -67,6 +66,11 @@ def _serve_parser(commands: Commands) -> None:
         metavar="PATH",
         help="YAML file or directory of resources (repeatable)",
     )
+
+
+def _serve_parser(commands: Commands) -> None:
+    serve = commands.add_parser("serve", help="serve the gateway described by the resources")
+    _resource_files_flag(serve)
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
     )
@@ -186,15 +190,7 @@ def _check_parser(commands: Commands) -> None:
     check = commands.add_parser(
         "check", help="validate resources, fetch keysets and discovery, print policy conditions"
     )
-    check.add_argument(
-        "-f",
-        "--file",
-        dest="files",
-        action="append",
-        required=True,
-        metavar="PATH",
-        help="YAML file or directory of resources (repeatable)",
-    )
+    _resource_files_flag(check)
     check.add_argument(
         "--timeout",
         type=float,

@@ -78,6 +78,20 @@ def sign_in(
     raise AssertionError("the sign-in did not reach the redirect URI")
 
 
+def redeem(http: TestClient, token_path: str, client_id: str, code: str, verifier: str):
+    """The token endpoint's answer to an authorization-code grant."""
+    return http.post(
+        token_path,
+        data={
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": REDIRECT,
+            "client_id": client_id,
+            "code_verifier": verifier,
+        },
+    )
+
+
 # --- Keycloak flavour -----------------------------------------------------------------------
 
 
@@ -289,15 +303,8 @@ def test_keycloak_tokens_follow_the_configured_mappers(kc):
     )
     assert query["state"] == ["st-1"]
     assert query["iss"] == [f"{KC}/realms/master"]  # RFC 9207
-    tokens = http.post(
-        "/realms/master/protocol/openid-connect/token",
-        data={
-            "grant_type": "authorization_code",
-            "code": query["code"][0],
-            "redirect_uri": REDIRECT,
-            "client_id": client_id,
-            "code_verifier": verifier,
-        },
+    tokens = redeem(
+        http, "/realms/master/protocol/openid-connect/token", client_id, query["code"][0], verifier
     ).json()
     claims = unverified_claims(tokens["access_token"])
     assert claims["aud"] == resource
@@ -305,15 +312,8 @@ def test_keycloak_tokens_follow_the_configured_mappers(kc):
     assert claims["iss"] == f"{KC}/realms/master"
     assert claims["azp"] == client_id
     # the code is single use
-    again = http.post(
-        "/realms/master/protocol/openid-connect/token",
-        data={
-            "grant_type": "authorization_code",
-            "code": query["code"][0],
-            "redirect_uri": REDIRECT,
-            "client_id": client_id,
-            "code_verifier": verifier,
-        },
+    again = redeem(
+        http, "/realms/master/protocol/openid-connect/token", client_id, query["code"][0], verifier
     )
     assert again.json()["error"] == "invalid_grant"
     refreshed = http.post(
@@ -603,15 +603,8 @@ def test_authentik_tokens_follow_the_provider():
             http, "/application/o/authorize/", provider["client_id"], "alice", "dev-password"
         )
         assert query["iss"] == [f"{AK}/application/o/mcp/"]
-        tokens = http.post(
-            "/application/o/token/",
-            data={
-                "grant_type": "authorization_code",
-                "code": query["code"][0],
-                "redirect_uri": REDIRECT,
-                "client_id": provider["client_id"],
-                "code_verifier": verifier,
-            },
+        tokens = redeem(
+            http, "/application/o/token/", provider["client_id"], query["code"][0], verifier
         ).json()
         claims = unverified_claims(tokens["access_token"])
         assert claims["aud"] == provider["client_id"]
@@ -723,15 +716,8 @@ def test_keycloak_id_token_fails_the_keycloak_access_token_rule(kc):
     query, verifier = sign_in(
         http, "/realms/master/protocol/openid-connect/auth", client_id, "alice", "alice-pw"
     )
-    tokens = http.post(
-        "/realms/master/protocol/openid-connect/token",
-        data={
-            "grant_type": "authorization_code",
-            "code": query["code"][0],
-            "redirect_uri": REDIRECT,
-            "client_id": client_id,
-            "code_verifier": verifier,
-        },
+    tokens = redeem(
+        http, "/realms/master/protocol/openid-connect/token", client_id, query["code"][0], verifier
     ).json()
     jwks = http.get("/realms/master/protocol/openid-connect/certs").json()
     issuer = f"{KC}/realms/master"
@@ -754,16 +740,7 @@ def test_authentik_id_token_fails_the_authentik_access_token_rule():
         query, verifier = sign_in(
             http, "/application/o/authorize/", client_id, "alice", "dev-password"
         )
-        tokens = http.post(
-            "/application/o/token/",
-            data={
-                "grant_type": "authorization_code",
-                "code": query["code"][0],
-                "redirect_uri": REDIRECT,
-                "client_id": client_id,
-                "code_verifier": verifier,
-            },
-        ).json()
+        tokens = redeem(http, "/application/o/token/", client_id, query["code"][0], verifier).json()
         jwks = http.get("/application/o/mcp/jwks/").json()
     issuer = f"{AK}/application/o/mcp/"
     access = _gateway_verify(tokens["access_token"], jwks, issuer, "ProviderB", client_id)
