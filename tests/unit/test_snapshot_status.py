@@ -107,13 +107,18 @@ def test_gateway_counts_the_routes_attached_to_each_listener(tmp_path):
         )
     )
     gateway = build(tmp_path, text + "---" + second).statuses["Gateway", "default", "gw"]
-    assert conditions(gateway.conditions) == {"Accepted": (True, "Accepted", "Gateway accepted")}
+    assert conditions(gateway.conditions) == {
+        "Accepted": (True, "Accepted", "Gateway accepted"),
+        "Programmed": (True, "Programmed", "Gateway programmed"),
+    }
     assert [(lst.name, lst.attached_routes) for lst in gateway.listeners] == [
         ("http", 2),
         ("alt", 2),
     ]
     assert all(
-        c.type == "Accepted" and c.status for lst in gateway.listeners for c in lst.conditions
+        [c.type for c in lst.conditions] == ["Accepted", "Programmed", "ResolvedRefs"]
+        and all(c.status for c in lst.conditions)
+        for lst in gateway.listeners
     )
 
 
@@ -180,13 +185,18 @@ def test_status_as_dict_has_the_gateway_api_shape(tmp_path):
             "attachedRoutes": 1,
             "conditions": [
                 {
-                    "type": "Accepted",
+                    "type": kind,
                     "status": "True",
-                    "reason": "Accepted",
-                    "message": "Listener accepted",
+                    "reason": kind,
+                    "message": message,
                     "observedGeneration": 1,
                     "lastTransitionTime": AT,
                 }
+                for kind, message in (
+                    ("Accepted", "Listener accepted"),
+                    ("Programmed", "Listener programmed"),
+                    ("ResolvedRefs", "References resolved"),
+                )
             ],
         }
     ]

@@ -21,6 +21,8 @@ class ParentBinding:
     listeners: tuple[Listener, ...] = ()
     # Why the parentRef names no existing Gateway (or listener); reported as a load error.
     problem: str | None = None
+    # Why the matching listeners do not take this route (allowedRoutes), when none does.
+    not_allowed: str | None = None
 
     @property
     def accepted(self) -> bool:
@@ -32,6 +34,8 @@ class ParentBinding:
         """Why this parent does not take the route, or None when it does."""
         if self.problem is not None or self.listeners:
             return self.problem
+        if self.not_allowed is not None:
+            return f"spec.parentRefs[{self.index}]: Gateway {self.gateway}: {self.not_allowed}"
         section = "" if self.ref.section_name is None else f" {self.ref.section_name!r}"
         return (
             f"spec.parentRefs[{self.index}].port: Gateway {self.gateway} has no listener"
@@ -57,13 +61,17 @@ class RouteBinding:
 
 
 def bind_parent(
-    route: HTTPRoute, index: int, gateways: Mapping[str, Entry[Gateway]]
-) -> ParentBinding:
-    """Resolve one parentRef to its Gateway and the listeners matching its sectionName and port."""
+    route: HTTPRoute, index: int, gateways: Mapping[str, Entry[Gateway]], cluster: bool = False
+) -> ParentBinding | None:
+    """Resolve one parentRef to its Gateway and the listeners matching its sectionName and port
+    that take the route; None in a cluster when the Gateway is not one this controller serves
+    (another controller's parentRef is none of its business)."""
     ref = route.spec.parent_refs[index]
     key = f"{ref.namespace or route.metadata.namespace}/{ref.name}"
     entry = gateways.get(key)
     if entry is None:
+        if cluster:
+            return None
         return ParentBinding(
             index, ref, key, problem=f"spec.parentRefs[{index}]: Gateway {key} not found"
         )
@@ -79,28 +87,38 @@ def bind_parent(
                 f"{ref.section_name!r} (listeners: {sorted(names)})"
             ),
         )
-    matching = tuple(
+    matching = [
         listener
         for listener in listeners
         if (ref.section_name is None or listener.name == ref.section_name)
         and (ref.port is None or listener.port == ref.port)
+    ]
+    gateway_namespace = entry.resource.metadata.namespace
+    refusals = [
+        listener.takes(route.metadata.namespace, gateway_namespace) for listener in matching
+    ]
+    taking = tuple(
+        listener for listener, why in zip(matching, refusals, strict=True) if why is None
     )
-    return ParentBinding(index, ref, key, matching)
+    not_allowed = "; ".join(why for why in refusals if why) if matching and not taking else None
+    return ParentBinding(index, ref, key, taking, not_allowed=not_allowed)
 
 
 def bind_routes(
-    routes: Mapping[str, Entry[HTTPRoute]], gateways: Mapping[str, Entry[Gateway]]
+    routes: Mapping[str, Entry[HTTPRoute]],
+    gateways: Mapping[str, Entry[Gateway]],
+    cluster: bool = False,
 ) -> dict[str, RouteBinding]:
-    """Bind every route to the Gateways and listeners its parentRefs name."""
-    return {
-        key: RouteBinding(
-            tuple(
-                bind_parent(entry.resource, i, gateways)
-                for i in range(len(entry.resource.spec.parent_refs))
-            )
+    """Bind every route to the Gateways and listeners its parentRefs name (in a cluster, only
+    the parentRefs to Gateways this controller serves count)."""
+    bindings = {}
+    for key, entry in routes.items():
+        parents = (
+            bind_parent(entry.resource, i, gateways, cluster)
+            for i in range(len(entry.resource.spec.parent_refs))
         )
-        for key, entry in routes.items()
-    }
+        bindings[key] = RouteBinding(tuple(p for p in parents if p is not None))
+    return bindings
 
 
 def binding_errors(

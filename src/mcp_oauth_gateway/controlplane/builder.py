@@ -15,10 +15,11 @@ from types import MappingProxyType
 from ..resources.loader import LoadResult
 from ..resources.models import GatewayPolicy
 from . import status
-from .binding import attach_policies, bind_routes, binding_errors
+from .binding import Attachment, RouteBinding, attach_policies, bind_routes, binding_errors
+from .cluster import Cluster, our_classes, our_gateways
 from .deployment import Deployment
 from .object_status import derive_statuses, policy_conditions
-from .objects import Entry, ObjectKey, ResourceObject, index_objects
+from .objects import Entry, ObjectIndex, ObjectKey, ResourceObject, index_objects
 from .policies import PolicyResult, compile_policies, fetch_targets
 from .routes import backend_errors, compile_routes, listener_tables, resolve_backends
 from .snapshot import PolicyReport, Snapshot
@@ -32,10 +33,22 @@ class BuildResult:
     statuses: MappingProxyType[ObjectKey, status.ObjectStatus]
 
 
+def policy_ancestors(
+    attachment: Attachment, bindings: Mapping[str, RouteBinding]
+) -> dict[str, tuple[str, ...]]:
+    """Policy → the Gateways its attached routes are served by (GEP-713 ancestors)."""
+    ancestors: dict[str, set[str]] = {}
+    for route, policy in attachment.governing.items():
+        gateways = {parent.gateway for parent in bindings[route].parents if parent.accepted}
+        ancestors.setdefault(policy, set()).update(gateways)
+    return {policy: tuple(sorted(gateways)) for policy, gateways in ancestors.items()}
+
+
 def policy_reports(
     policies: Mapping[str, Entry[GatewayPolicy]],
     results: Mapping[str, PolicyResult],
     conditions: Mapping[str, tuple[status.Condition, ...]],
+    ancestors: Mapping[str, tuple[str, ...]],
 ) -> tuple[PolicyReport, ...]:
     """Each policy's conditions and the keyset and discovery URLs it depends on."""
     reports = []
@@ -48,7 +61,14 @@ def policy_reports(
         )
         reports.append(
             PolicyReport(
-                key, entry.source or "", entry.generation, conditions[key], keyset_urls, discovery
+                key,
+                entry.source or "",
+                entry.generation,
+                conditions[key],
+                keyset_urls,
+                discovery,
+                results[key].unresolved,
+                ancestors.get(key, ()),
             )
         )
     return tuple(reports)
@@ -59,26 +79,44 @@ def build_from_objects(
 ) -> BuildResult:
     """Compile resource objects (`at`: the conditions' transition time) into snapshot + status,
     for the given deployment (one process unless told otherwise)."""
-    index = index_objects(objects)
-    bindings = bind_routes(index.routes, index.gateways)
-    results = compile_policies(index.policies, index.services, deployment or Deployment())
+    deployment = deployment or Deployment()
+    cluster = deployment.cluster
+    index = served(index_objects(objects), cluster)
+    bindings = bind_routes(index.routes, index.gateways, cluster is not None)
+    if cluster is not None:
+        # In a cluster, routes none of whose parents are this controller's are not its own.
+        index = replace(
+            index, routes={k: e for k, e in index.routes.items() if bindings[k].parents}
+        )
+    results = compile_policies(index.policies, index.services, deployment, index.grants)
     attachment = attach_policies(
         index.policies, {key for key, result in results.items() if result.valid}, bindings
     )
-    resolved = resolve_backends(index.routes, index.backends)
+    resolved = resolve_backends(
+        index.routes, index.backends, index.grants if cluster is not None else None
+    )
     governed = {route: results[key].compiled for route, key in attachment.governing.items()}
     compiled = compile_routes(index.routes, resolved, governed)
     conditions = policy_conditions(index.policies, results, attachment, at)
     keysets, discovery_urls = fetch_targets(results)
+    ancestors = policy_ancestors(attachment, bindings)
     snapshot = Snapshot(
         listeners=listener_tables(index.gateways, bindings, compiled),
-        policies=policy_reports(index.policies, results, conditions),
+        policies=policy_reports(index.policies, results, conditions, ancestors),
         errors=tuple(binding_errors(index.routes, bindings) + backend_errors(resolved)),
         keysets=MappingProxyType(keysets),
         discovery_urls=MappingProxyType(discovery_urls),
         built_at=at,
     )
     return BuildResult(snapshot, derive_statuses(index, bindings, resolved, conditions, at))
+
+
+def served(index: ObjectIndex, cluster: Cluster | None) -> ObjectIndex:
+    """In a cluster, only the Gateways of this controller's classes (and those classes)."""
+    if cluster is None:
+        return index
+    classes = {k: e for k, e in index.classes.items() if k in our_classes(index.classes, cluster)}
+    return replace(index, classes=classes, gateways=our_gateways(index.gateways, classes, cluster))
 
 
 def _now() -> str:

@@ -96,7 +96,7 @@ class ControlPlane:
         conditions = list(report.conditions)
         if not report.keyset_urls or not report.ok:
             return conditions
-        unavailable, stale = [], []
+        unavailable, stale = list(report.unresolved), []
         now = time.time()
         for url in report.keyset_urls:
             holder = self.keysets.get(url)

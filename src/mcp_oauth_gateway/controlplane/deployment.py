@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .cluster import Cluster
+
 
 @dataclass(frozen=True, slots=True)
 class Deployment:
@@ -14,6 +16,8 @@ class Deployment:
     default_redis_url: str | None = None
     # How an operator sets the shared default, for messages.
     default_redis_hint: str = "the MCP_OAUTH_GATEWAY_REDIS_URL environment variable"
+    # Set when the objects come from a Kubernetes API server.
+    cluster: Cluster | None = None
 
     @property
     def shares_memory(self) -> bool:

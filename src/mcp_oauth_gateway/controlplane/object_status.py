@@ -61,11 +61,14 @@ def gateway_status(
         status.ListenerStatus(
             listener.name,
             attached[entry.key, listener.name],
-            (status.listener_accepted(generation, at),),
+            status.listener_conditions(generation, at),
         )
         for listener in entry.resource.spec.listeners
     )
-    return status.ObjectStatus((status.gateway_accepted(generation, at),), listeners=listeners)
+    return status.ObjectStatus(
+        (status.gateway_accepted(generation, at), status.gateway_programmed(generation, at)),
+        listeners=listeners,
+    )
 
 
 def route_status(
@@ -73,7 +76,12 @@ def route_status(
 ) -> status.ObjectStatus:
     """Per parentRef: `Accepted` by that parent, and `ResolvedRefs` for the route's backends."""
     generation = entry.generation
-    resolved = status.route_resolved_refs([m.problem for m in missing], generation, at)
+    resolved = status.route_resolved_refs(
+        [m.problem for m in missing],
+        generation,
+        at,
+        not_permitted=any(m.refusal is not None for m in missing),
+    )
     parents = tuple(
         status.ParentStatus(
             parent.ref,
@@ -126,4 +134,7 @@ def derive_statuses(
         out[object_key(service.resource)] = service_status(service, at)
     for key, policy in index.policies.items():
         out[object_key(policy.resource)] = status.ObjectStatus(policies[key])
+    for gateway_class in index.classes.values():
+        accepted = status.class_accepted(gateway_class.generation, at)
+        out[object_key(gateway_class.resource)] = status.ObjectStatus((accepted,))
     return MappingProxyType(dict(sorted(out.items())))

@@ -12,11 +12,22 @@ from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
 from ..resources.loader import Loaded
-from ..resources.models import Gateway, GatewayBackend, GatewayPolicy, HTTPRoute, Resource, Service
+from ..resources.models import (
+    Gateway,
+    GatewayBackend,
+    GatewayClass,
+    GatewayPolicy,
+    HTTPRoute,
+    ReferenceGrant,
+    Resource,
+    Service,
+)
 
 ResourceObject = Loaded | Resource
 
-R = TypeVar("R", Gateway, HTTPRoute, GatewayBackend, GatewayPolicy, Service)
+R = TypeVar(
+    "R", Gateway, HTTPRoute, GatewayBackend, GatewayPolicy, Service, GatewayClass, ReferenceGrant
+)
 
 
 class ObjectKey(NamedTuple):
@@ -65,6 +76,9 @@ class ObjectIndex:
     backends: Mapping[str, Entry[GatewayBackend]]
     services: Mapping[str, Entry[Service]]
     policies: Mapping[str, Entry[GatewayPolicy]]
+    # Kubernetes mode: classes by name (cluster-scoped) and ReferenceGrants by namespace/name.
+    classes: Mapping[str, Entry[GatewayClass]]
+    grants: Mapping[str, Entry[ReferenceGrant]]
 
 
 def _sorted(entries: dict[str, Entry[R]]) -> dict[str, Entry[R]]:
@@ -78,6 +92,8 @@ def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
     backends: dict[str, Entry[GatewayBackend]] = {}
     services: dict[str, Entry[Service]] = {}
     policies: dict[str, Entry[GatewayPolicy]] = {}
+    classes: dict[str, Entry[GatewayClass]] = {}
+    grants: dict[str, Entry[ReferenceGrant]] = {}
     seen: set[ObjectKey] = set()
     for item in objects:
         resource = item.resource if isinstance(item, Loaded) else item
@@ -97,8 +113,18 @@ def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
             backends[key] = Entry(resource, source)
         elif isinstance(resource, Service):
             services[key] = Entry(resource, source)
+        elif isinstance(resource, GatewayClass):
+            classes[key] = Entry(resource, source)
+        elif isinstance(resource, ReferenceGrant):
+            grants[key] = Entry(resource, source)
         else:
             policies[key] = Entry(resource, source)
     return ObjectIndex(
-        _sorted(gateways), _sorted(routes), _sorted(backends), _sorted(services), _sorted(policies)
+        _sorted(gateways),
+        _sorted(routes),
+        _sorted(backends),
+        _sorted(services),
+        _sorted(policies),
+        _sorted(classes),
+        _sorted(grants),
     )

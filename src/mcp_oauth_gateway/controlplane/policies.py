@@ -7,19 +7,22 @@ message names all of them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal
 from urllib.parse import urlsplit
 
 import orjson
 
 from ..resources.models import (
+    POLICY_API_GROUP,
     Authorization,
     GatewayPolicy,
     JwtAuthentication,
     JwtProvider,
     McpAuthentication,
     RateLimit,
+    ReferenceGrant,
     RemoteJwks,
     Service,
     ServiceBackendRef,
@@ -27,6 +30,7 @@ from ..resources.models import (
     parse_duration,
 )
 from .cel import CelCompileError, CompiledExpression, compile_expression
+from .cluster import Cluster, Reference, missing_service, service_host
 from .deployment import Deployment
 from .keys import parse_jwks
 from .objects import Entry
@@ -54,6 +58,8 @@ class PolicyResult:
 
     compiled: CompiledPolicy
     problems: tuple[str, ...]
+    # References to objects that do not exist (a Service, a port): ResolvedRefs=False.
+    unresolved: tuple[str, ...] = ()
 
     @property
     def valid(self) -> bool:
@@ -61,16 +67,53 @@ class PolicyResult:
         return not self.problems
 
 
+@dataclass(frozen=True, slots=True)
+class References:
+    """What a policy's references resolve against."""
+
+    services: Mapping[str, Service]
+    grants: Mapping[str, Entry[ReferenceGrant]] = field(default_factory=dict)
+    cluster: Cluster | None = None
+
+
+def _cluster_service_base(
+    ref: ServiceBackendRef,
+    namespace: str,
+    refs: References,
+    path: str,
+    findings: tuple[list[str], list[str]],
+) -> str | None:
+    """In a cluster: the Service's DNS name, once a cross-namespace reference is permitted."""
+    assert refs.cluster is not None
+    problems, unresolved = findings
+    target_namespace = ref.namespace or namespace
+    reference = Reference(
+        POLICY_API_GROUP, "GatewayPolicy", namespace, "", "Service", target_namespace, ref.name
+    )
+    refusal = reference.refusal(refs.grants)
+    if refusal is not None:
+        problems.append(f"{path}.jwks.remote.backendRef: {refusal}")
+        return None
+    key = f"{target_namespace}/{ref.name}"
+    missing = missing_service(refs.services, key, ref.port, refs.cluster)
+    if missing is not None:
+        unresolved.append(f"{path}.jwks.remote.backendRef: {missing}")
+    return f"http://{service_host(ref.name, target_namespace, refs.cluster)}:{ref.port}"
+
+
 def _service_base(
     ref: ServiceBackendRef,
     namespace: str,
-    services: Mapping[str, Service],
+    refs: References,
     path: str,
-    problems: list[str],
+    findings: tuple[list[str], list[str]],
 ) -> str | None:
     """`http://host:port` of the Service a JWKS backendRef names, or None (with a problem)."""
+    if refs.cluster is not None:
+        return _cluster_service_base(ref, namespace, refs, path, findings)
+    problems = findings[0]
     key = f"{ref.namespace or namespace}/{ref.name}"
-    service = services.get(key)
+    service = refs.services.get(key)
     if service is None:
         problems.append(
             f"{path}.jwks.remote.backendRef: Service {key} not found "
@@ -92,9 +135,9 @@ def _remote_keyset(
     remote: RemoteJwks,
     issuer_base: str,
     namespace: str,
-    services: Mapping[str, Service],
+    refs: References,
     path: str,
-    problems: list[str],
+    findings: tuple[list[str], list[str]],
 ) -> tuple[KeysetSource, str] | None:
     """Where a remote keyset is fetched, and the base its discovery document is fetched from."""
     refresh = parse_duration(remote.cache_duration)
@@ -102,7 +145,7 @@ def _remote_keyset(
         return KeysetSource(url=remote.url, refresh=refresh), issuer_base
     assert remote.backend_ref is not None  # the model guarantees exactly one source
     assert remote.jwks_path is not None
-    base = _service_base(remote.backend_ref, namespace, services, path, problems)
+    base = _service_base(remote.backend_ref, namespace, refs, path, findings)
     if base is None:
         return None
     return KeysetSource(url=base + remote.jwks_path, refresh=refresh), base
@@ -112,8 +155,8 @@ def compile_provider(
     policy: GatewayPolicy,
     index: int,
     spec: JwtProvider,
-    services: Mapping[str, Service],
-    problems: list[str],
+    refs: References,
+    findings: tuple[list[str], list[str]],
 ) -> CompiledProvider | None:
     """Compile one JWT provider: its issuer, audiences, keyset source and discovery URL."""
     path = f"{PROVIDERS_PATH}[{index}]"
@@ -123,7 +166,7 @@ def compile_provider(
         try:
             keyset = parse_jwks(orjson.loads(spec.jwks.inline), version=1)
         except (ValueError, orjson.JSONDecodeError) as exc:
-            problems.append(f"{path}.jwks.inline: {exc}")
+            findings[0].append(f"{path}.jwks.inline: {exc}")
             return None
         source = KeysetSource(url=f"inline:{policy.metadata.key}:{index}", refresh=0, inline=keyset)
         resolved = source, f"{issuer.scheme}://{issuer.netloc}"
@@ -133,9 +176,9 @@ def compile_provider(
             spec.jwks.remote,
             f"{issuer.scheme}://{issuer.netloc}",
             policy.metadata.namespace,
-            services,
+            refs,
             path,
-            problems,
+            findings,
         )
     if resolved is None:
         return None
@@ -294,13 +337,14 @@ def compile_rate_limit(spec: RateLimit | None, problems: list[str]) -> CompiledR
 def compile_authentication(
     policy: GatewayPolicy,
     jwt_spec: JwtAuthentication,
-    services: Mapping[str, Service],
-    problems: list[str],
+    refs: References,
+    findings: tuple[list[str], list[str]],
     deployment: Deployment,
 ) -> tuple[CompiledProvider | None, CompiledMcp | None]:
     """Compile the JWT provider(s) and the MCP settings of a policy."""
+    problems = findings[0]
     providers = [
-        compile_provider(policy, i, p, services, problems) for i, p in enumerate(jwt_spec.providers)
+        compile_provider(policy, i, p, refs, findings) for i, p in enumerate(jwt_spec.providers)
     ]
     if len(jwt_spec.providers) > 1:
         # One issuer per route keeps the 401 challenge and the metadata unambiguous.
@@ -312,10 +356,11 @@ def compile_authentication(
 
 
 def compile_policy(
-    policy: GatewayPolicy, services: Mapping[str, Service], deployment: Deployment | None = None
+    policy: GatewayPolicy, refs: References, deployment: Deployment | None = None
 ) -> PolicyResult:
     """Compile one policy; its problems make it invalid (its routes then answer 503)."""
     problems: list[str] = []
+    unresolved: list[str] = []
     traffic = policy.spec.traffic
     jwt_spec = traffic.jwt_authentication
     if jwt_spec is None and traffic.authorization is not None:
@@ -328,7 +373,7 @@ def compile_policy(
         (None, None)
         if jwt_spec is None
         else compile_authentication(
-            policy, jwt_spec, services, problems, deployment or Deployment()
+            policy, jwt_spec, refs, (problems, unresolved), deployment or Deployment()
         )
     )
     authorization = compile_authorization(
@@ -361,18 +406,21 @@ def compile_policy(
         invalid,
         mcp_authorization,
     )
-    return PolicyResult(compiled, tuple(problems))
+    return PolicyResult(compiled, tuple(problems), tuple(unresolved))
 
 
 def compile_policies(
     policies: Mapping[str, Entry[GatewayPolicy]],
     services: Mapping[str, Entry[Service]],
     deployment: Deployment,
+    grants: Mapping[str, Entry[ReferenceGrant]] = MappingProxyType({}),
 ) -> dict[str, PolicyResult]:
     """Compile every policy, in `namespace/name` order."""
-    by_key = {key: entry.resource for key, entry in services.items()}
+    refs = References(
+        {key: entry.resource for key, entry in services.items()}, grants, deployment.cluster
+    )
     return {
-        key: compile_policy(policies[key].resource, by_key, deployment) for key in sorted(policies)
+        key: compile_policy(policies[key].resource, refs, deployment) for key in sorted(policies)
     }
 
 

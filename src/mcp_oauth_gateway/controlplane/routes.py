@@ -6,8 +6,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from ..resources.models import Gateway, GatewayBackend, HTTPRoute, RouteRule, parse_duration
+from ..resources.models import (
+    GATEWAY_API_GROUP,
+    POLICY_API_GROUP,
+    Gateway,
+    GatewayBackend,
+    HTTPRoute,
+    ReferenceGrant,
+    RouteRule,
+    parse_duration,
+)
 from .binding import RouteBinding
+from .cluster import Reference
 from .objects import Entry
 from .snapshot import (
     DEFAULT_BACKEND_TIMEOUT,
@@ -29,10 +39,14 @@ class MissingBackend:
     prefix: str
     field_path: str
     backend: str
+    # Why it cannot be used, when it exists (a reference another namespace does not permit).
+    refusal: str | None = None
 
     @property
     def problem(self) -> str:
         """What is wrong, by field path."""
+        if self.refusal is not None:
+            return f"{self.field_path}: {self.refusal}"
         return f"{self.field_path}: GatewayBackend {self.backend} not found"
 
     @property
@@ -42,25 +56,46 @@ class MissingBackend:
 
 
 def resolve_backend(
-    entry: Entry[HTTPRoute], rule_index: int, backends: Mapping[str, Entry[GatewayBackend]]
+    entry: Entry[HTTPRoute],
+    rule_index: int,
+    backends: Mapping[str, Entry[GatewayBackend]],
+    grants: Mapping[str, Entry[ReferenceGrant]] | None = None,
 ) -> CompiledTarget | MissingBackend:
-    """Resolve a rule's first backendRef (the one served) to its GatewayBackend target."""
+    """Resolve a rule's first backendRef (the one served) to its GatewayBackend target; with
+    `grants` (a cluster), a backend in another namespace needs a ReferenceGrant."""
     route = entry.resource
     ref = route.spec.rules[rule_index].backend_refs[0]
-    key = f"{ref.namespace or route.metadata.namespace}/{ref.name}"
+    namespace = ref.namespace or route.metadata.namespace
+    key = f"{namespace}/{ref.name}"
+    field_path = f"spec.rules[{rule_index}].backendRefs[0]"
     backend = backends.get(key)
     if backend is None:
-        return MissingBackend(entry.prefix, f"spec.rules[{rule_index}].backendRefs[0]", key)
+        return MissingBackend(entry.prefix, field_path, key)
+    if grants is not None:
+        reference = Reference(
+            GATEWAY_API_GROUP,
+            "HTTPRoute",
+            route.metadata.namespace,
+            POLICY_API_GROUP,
+            "GatewayBackend",
+            namespace,
+            ref.name,
+        )
+        refusal = reference.refusal(grants)
+        if refusal is not None:
+            return MissingBackend(entry.prefix, field_path, key, refusal)
     static = backend.resource.spec.mcp.targets[0].static
     return CompiledTarget(host=static.host, port=static.port, path=static.path)
 
 
 def resolve_backends(
-    routes: Mapping[str, Entry[HTTPRoute]], backends: Mapping[str, Entry[GatewayBackend]]
+    routes: Mapping[str, Entry[HTTPRoute]],
+    backends: Mapping[str, Entry[GatewayBackend]],
+    grants: Mapping[str, Entry[ReferenceGrant]] | None = None,
 ) -> dict[RuleKey, CompiledTarget | MissingBackend]:
     """Resolve the backend of every rule of every route."""
     return {
-        (key, rule_index): resolve_backend(entry, rule_index, backends)
+        (key, rule_index): resolve_backend(entry, rule_index, backends, grants)
         for key, entry in routes.items()
         for rule_index in range(len(entry.resource.spec.rules))
     }

@@ -148,6 +148,10 @@ class PolicyReport:
     conditions: tuple[status.Condition, ...]
     keyset_urls: tuple[str, ...]
     discovery_urls: tuple[str, ...]
+    # References to objects that do not exist (a Service or its port): ResolvedRefs=False.
+    unresolved: tuple[str, ...] = ()
+    # The Gateways (`namespace/name`) of the routes the policy is attached to (GEP-713).
+    ancestors: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

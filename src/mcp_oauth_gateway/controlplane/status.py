@@ -181,9 +181,30 @@ def gateway_accepted(generation: int, at: str) -> Condition:
     return Condition("Accepted", True, "Accepted", "Gateway accepted", generation, at)
 
 
+def gateway_programmed(generation: int, at: str) -> Condition:
+    """`Programmed=True`: its listeners are in the gateway's route tables."""
+    return Condition("Programmed", True, "Programmed", "Gateway programmed", generation, at)
+
+
 def listener_accepted(generation: int, at: str) -> Condition:
     """`Accepted=True` for a listener (the schema admits only HTTP listeners we serve)."""
     return Condition("Accepted", True, "Accepted", "Listener accepted", generation, at)
+
+
+def listener_conditions(generation: int, at: str) -> tuple[Condition, ...]:
+    """A served listener's `Accepted`, `Programmed` and `ResolvedRefs` (all True)."""
+    return (
+        listener_accepted(generation, at),
+        Condition("Programmed", True, "Programmed", "Listener programmed", generation, at),
+        Condition("ResolvedRefs", True, "ResolvedRefs", "References resolved", generation, at),
+    )
+
+
+def class_accepted(generation: int, at: str) -> Condition:
+    """`Accepted=True` for a GatewayClass this controller implements."""
+    return Condition(
+        "Accepted", True, "Accepted", f"Implemented by {CONTROLLER_NAME}", generation, at
+    )
 
 
 def route_accepted(refusal: str | None, gateway: str, generation: int, at: str) -> Condition:
@@ -193,12 +214,14 @@ def route_accepted(refusal: str | None, gateway: str, generation: int, at: str) 
     return Condition("Accepted", True, "Accepted", f"Accepted by Gateway {gateway}", generation, at)
 
 
-def route_resolved_refs(missing: list[str], generation: int, at: str) -> Condition:
-    """A route's `ResolvedRefs`: True, or `False reason=BackendNotFound` naming each ref."""
+def route_resolved_refs(
+    missing: list[str], generation: int, at: str, not_permitted: bool = False
+) -> Condition:
+    """A route's `ResolvedRefs`: True, or False naming each ref (`RefNotPermitted` when a
+    reference to another namespace has no ReferenceGrant, else `BackendNotFound`)."""
     if missing:
-        return Condition(
-            "ResolvedRefs", False, "BackendNotFound", "; ".join(missing), generation, at
-        )
+        reason = "RefNotPermitted" if not_permitted else "BackendNotFound"
+        return Condition("ResolvedRefs", False, reason, "; ".join(missing), generation, at)
     return Condition(
         "ResolvedRefs", True, "ResolvedRefs", "All references resolved", generation, at
     )

@@ -93,11 +93,41 @@ class ObjectMeta(_Model):
 # --- Gateway (gateway.networking.k8s.io/v1) -------------------------------------------------
 
 
+class RouteNamespaces(_Model):
+    # Selector would need the cluster's Namespace objects, which the gateway does not read.
+    from_: Literal["Same", "All"] = Field("Same", alias="from")
+
+
+class RouteGroupKind(_Model):
+    group: str = GATEWAY_API_GROUP
+    kind: NonEmpty
+
+
+class AllowedRoutes(_Model):
+    """Which routes a listener takes (Gateway API; the API server fills in the defaults)."""
+
+    namespaces: RouteNamespaces = RouteNamespaces()
+    kinds: list[RouteGroupKind] = []
+
+
 class Listener(_Model):
     name: NonEmpty
     port: Port
     protocol: Literal["HTTP"] = "HTTP"
     hostname: str | None = None
+    allowed_routes: AllowedRoutes = AllowedRoutes()
+
+    def takes(self, route_namespace: str, gateway_namespace: str) -> str | None:
+        """Why this listener does not take an HTTPRoute from `route_namespace`, or None."""
+        kinds = self.allowed_routes.kinds
+        if kinds and not any(k.kind == "HTTPRoute" and k.group == GATEWAY_API_GROUP for k in kinds):
+            return f"listener {self.name!r} takes no HTTPRoute (allowedRoutes.kinds)"
+        if self.allowed_routes.namespaces.from_ == "Same" and route_namespace != gateway_namespace:
+            return (
+                f"listener {self.name!r} takes routes from namespace {gateway_namespace} only "
+                "(allowedRoutes.namespaces.from: Same; set All to take this one)"
+            )
+        return None
 
 
 class GatewaySpec(_Model):
@@ -184,6 +214,7 @@ class RouteTimeouts(_Model):
 
 
 class RouteRule(_Model):
+    name: str | None = None
     matches: list[RouteMatch] = [RouteMatch()]
     filters: list[RouteFilter] = []
     backend_refs: Annotated[list[RouteBackendRef], Field(min_length=1)]
@@ -496,7 +527,89 @@ class Service(_Model):
     spec: ServiceSpec
 
 
-Resource = Gateway | HTTPRoute | GatewayBackend | GatewayPolicy | Service
+# --- GatewayClass and ReferenceGrant (Kubernetes mode) --------------------------------------
+
+
+class ParametersReference(_Model):
+    group: str
+    kind: NonEmpty
+    name: NonEmpty
+    namespace: str | None = None
+
+
+class GatewayClassSpec(_Model):
+    controller_name: NonEmpty
+    description: str | None = None
+    # Accepted so that classes of other controllers load; this gateway takes no parameters.
+    parameters_ref: ParametersReference | None = None
+
+
+class ClusterMeta(_Model):
+    """Metadata of a cluster-scoped object (no namespace)."""
+
+    name: NonEmpty
+    generation: int = 1
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+    @property
+    def namespace(self) -> str:
+        """Cluster-scoped objects have none; "" keeps keys uniform."""
+        return ""
+
+    @property
+    def key(self) -> str:
+        """The name: cluster-scoped objects are unique by name alone."""
+        return self.name
+
+
+class GatewayClass(_Model):
+    api_version: Literal["gateway.networking.k8s.io/v1"]
+    kind: Literal["GatewayClass"]
+    metadata: ClusterMeta
+    spec: GatewayClassSpec
+
+
+class GrantFrom(_Model):
+    group: str
+    kind: NonEmpty
+    namespace: NonEmpty
+
+
+class GrantTo(_Model):
+    group: str
+    kind: NonEmpty
+    name: str | None = None
+
+
+class ReferenceGrantSpec(_Model):
+    from_: Annotated[list[GrantFrom], Field(min_length=1, alias="from")]
+    to: Annotated[list[GrantTo], Field(min_length=1)]
+
+
+class ReferenceGrant(_Model):
+    api_version: Literal["gateway.networking.k8s.io/v1beta1", "gateway.networking.k8s.io/v1"]
+    kind: Literal["ReferenceGrant"]
+    metadata: ObjectMeta
+    spec: ReferenceGrantSpec
+
+    def permits(
+        self, group: str, kind: str, namespace: str, to_group: str, to_kind: str, to_name: str
+    ) -> bool:
+        """Whether this grant lets `kind` objects in `namespace` refer to the named object
+        (in the grant's own namespace)."""
+        return any(
+            f.group == group and f.kind == kind and f.namespace == namespace
+            for f in self.spec.from_
+        ) and any(
+            t.group == to_group and t.kind == to_kind and t.name in (None, to_name)
+            for t in self.spec.to
+        )
+
+
+Resource = (
+    Gateway | HTTPRoute | GatewayBackend | GatewayPolicy | Service | GatewayClass | ReferenceGrant
+)
 
 KINDS: dict[tuple[str, str], type[Resource]] = {
     (GATEWAY_API_VERSION, "Gateway"): Gateway,
@@ -504,4 +617,7 @@ KINDS: dict[tuple[str, str], type[Resource]] = {
     (POLICY_API_VERSION, "GatewayBackend"): GatewayBackend,
     (POLICY_API_VERSION, "GatewayPolicy"): GatewayPolicy,
     ("v1", "Service"): Service,
+    (GATEWAY_API_VERSION, "GatewayClass"): GatewayClass,
+    ("gateway.networking.k8s.io/v1beta1", "ReferenceGrant"): ReferenceGrant,
+    (GATEWAY_API_VERSION, "ReferenceGrant"): ReferenceGrant,
 }
