@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .asgi import (
@@ -31,6 +32,8 @@ REDIS_ENV = "MCP_OAUTH_GATEWAY_REDIS_URL"
 
 
 if TYPE_CHECKING:
+    from .kube.controller import ControllerOptions
+
     # argparse names the type of `add_subparsers()`'s result only privately.
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -56,21 +59,27 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _resource_files_flag(parser: argparse.ArgumentParser) -> None:
+def _resource_files_flag(parser: argparse.ArgumentParser, required: bool = True) -> None:
     parser.add_argument(
         "-f",
         "--file",
         dest="files",
         action="append",
-        required=True,
+        required=required,
         metavar="PATH",
         help="YAML file or directory of resources (repeatable)",
     )
 
 
 def _serve_parser(commands: Commands) -> None:
-    serve = commands.add_parser("serve", help="serve the gateway described by the resources")
-    _resource_files_flag(serve)
+    from .kube.options import add_flags
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve the gateway described by resource files (-f) or by a cluster's API "
+        "server (--kubeconfig, --in-cluster)",
+    )
+    _resource_files_flag(serve, required=False)
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
     )
@@ -97,6 +106,7 @@ def _serve_parser(commands: Commands) -> None:
     )
     _serve_operation_flags(serve)
     _serve_limit_flags(serve)
+    add_flags(serve)
 
 
 def _serve_operation_flags(serve: argparse.ArgumentParser) -> None:
@@ -107,9 +117,15 @@ def _serve_operation_flags(serve: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="PORT",
-        help="admin listener on 127.0.0.1:PORT: /status (policy conditions, "
+        help="admin listener on --admin-host:PORT: /status (policy conditions, "
         "last reload error), /metrics (Prometheus), /healthz, /readyz, "
         "/config (secrets redacted)",
+    )
+    serve.add_argument(
+        "--admin-host",
+        default="127.0.0.1",
+        help="address of the admin listener (default 127.0.0.1; a pod's probes need the "
+        "pod's address, e.g. 0.0.0.0: then keep the port out of every Service)",
     )
     serve.add_argument(
         "--workers",
@@ -322,8 +338,11 @@ def _serve_options(args: argparse.Namespace) -> ServeOptions:
         log_format=args.log_format,
         limits=limits,
         status_port=args.status_port,
+        admin_host=args.admin_host,
         tracing=args.tracing == "otlp",
-        watch=Watch(tuple(args.files), args.watch_interval) if args.watch_interval > 0 else None,
+        watch=Watch(tuple(args.files), args.watch_interval)
+        if args.files and args.watch_interval > 0
+        else None,
         deployment=Deployment(
             processes=args.workers,
             default_redis_url=os.environ.get(REDIS_ENV) or None,
@@ -356,27 +375,70 @@ def _servable(files: Sequence[str], options: ServeOptions) -> Snapshot:
     return snapshot
 
 
+def _require_tracing(options: ServeOptions) -> None:
+    if options.tracing:
+        from .dataplane import tracing
+
+        try:
+            tracing.require()
+        except tracing.TracingUnavailable as exc:
+            raise _Refused(str(exc)) from exc
+
+
+def _cluster_options(
+    args: argparse.Namespace, options: ServeOptions
+) -> tuple[ServeOptions, ControllerOptions]:
+    """Controller mode's settings; _Refused naming a bad flag."""
+    from .controlplane.cluster import Cluster
+    from .kube.options import controller_options, replicas
+
+    try:
+        controller = controller_options(args)
+        count = replicas(args)
+    except ValueError as exc:
+        raise _Refused(str(exc)) from exc
+    deployment = replace(
+        options.deployment,
+        # Unknown means several: Broker mode then needs Redis (fail closed).
+        processes=count or 2,
+        processes_label=None
+        if count
+        else "several replicas (controller mode; give --replicas 1 if only one serves)",
+        default_redis_hint=f"set {REDIS_ENV}",
+        cluster=Cluster(controller.controller_name, controller.cluster_domain),
+    )
+    return replace(options, deployment=deployment, watch=None), controller
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Validate, then serve until SIGTERM."""
     from . import logs, server
+    from .kube.options import in_cluster_mode
     from .serving.runtime import BrokerRuntime
 
+    cluster: ControllerOptions | None = None
     try:
         options = _serve_options(args)
         logs.configure(args.log_level, args.log_format)
-        if options.tracing:
-            from .dataplane import tracing
-
-            try:
-                tracing.require()
-            except tracing.TracingUnavailable as exc:
-                raise _Refused(str(exc)) from exc
-        snapshot = _servable(args.files, options)
+        _require_tracing(options)
+        if in_cluster_mode(args):
+            options, cluster = _cluster_options(args, options)
+            snapshot = None
+        elif not args.files:
+            raise _Refused(
+                "nothing to serve: give resource files with -f PATH, or read a cluster with "
+                "--kubeconfig PATH (or --in-cluster in a pod)"
+            )
+        else:
+            snapshot = _servable(args.files, options)
     except _Refused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     brokers = BrokerRuntime(args.allow_local_client_metadata, os.environ.get(REDIS_ENV) or None)
     try:
+        if cluster is not None:
+            return server.serve_cluster(options, cluster, brokers)
+        assert snapshot is not None
         return server.serve(snapshot, options, brokers)
     except OSError as exc:
         print(

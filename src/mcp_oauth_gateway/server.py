@@ -3,6 +3,7 @@ connection limits of connections.py), drain on SIGTERM."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -13,6 +14,7 @@ import socket
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from typing import Any
 
 import uvicorn
 
@@ -28,6 +30,9 @@ from .controlplane import ControlPlane, Snapshot
 from .controlplane.watch import ConfigWatcher
 from .dataplane.metrics import ConnectionCounts
 from .dataplane.tracing import otlp_tracer
+from .kube.client import ConnectError, connect
+from .kube.controller import Controller, ControllerOptions
+from .listeners import DynamicListeners, open_socket
 from .serving.app import GatewayApp
 from .serving.options import ServeOptions
 from .serving.runtime import BrokerRuntime
@@ -52,17 +57,7 @@ class _Server(uvicorn.Server):
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket; raises OSError with the address when the port is taken."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
+    return open_socket(host, port)
 
 
 def tune_gc() -> None:
@@ -71,6 +66,29 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 50, 100)
+
+
+def _uvicorn_config(
+    app: GatewayApp, guard: ConnectionGuard, options: ServeOptions
+) -> uvicorn.Config:
+    """The HTTP server's settings: the guarded protocol, the drain period, no extras."""
+    return uvicorn.Config(
+        app,
+        loop="uvloop",
+        http=protocol_class(guard),
+        lifespan="on",
+        access_log=False,
+        server_header=False,
+        log_config=None,
+        # uvicorn's annotations say int; it passes the value to asyncio, which takes a float.
+        timeout_graceful_shutdown=options.grace_period,  # type: ignore[arg-type]
+        timeout_keep_alive=options.limits.idle_timeout,  # type: ignore[arg-type]  # likewise
+        # The gateway serves no WebSockets; an upgraded connection would leave the protocol
+        # that counts it against --max-connections.
+        ws="none",
+        # Forwarded headers are the gateway's own decision (--trust-forwarded-headers).
+        proxy_headers=False,
+    )
 
 
 def _run_worker(
@@ -93,23 +111,7 @@ def _run_worker(
     counts = app.metrics.connections if app.metrics is not None else ConnectionCounts()
     status_port = options.status_port
     guard = ConnectionGuard(options.limits, counts, () if status_port is None else (status_port,))
-    config = uvicorn.Config(
-        app,
-        loop="uvloop",
-        http=protocol_class(guard),
-        lifespan="on",
-        access_log=False,
-        server_header=False,
-        log_config=None,
-        # uvicorn's annotations say int; it passes the value to asyncio, which takes a float.
-        timeout_graceful_shutdown=options.grace_period,  # type: ignore[arg-type]
-        timeout_keep_alive=options.limits.idle_timeout,  # type: ignore[arg-type]  # likewise
-        # The gateway serves no WebSockets; an upgraded connection would leave the protocol
-        # that counts it against --max-connections.
-        ws="none",
-        # Forwarded headers are the gateway's own decision (--trust-forwarded-headers).
-        proxy_headers=False,
-    )
+    config = _uvicorn_config(app, guard, options)
     tune_gc()
     _Server(config).run(sockets=sockets)
 
@@ -158,8 +160,8 @@ def serve(snapshot: Snapshot, options: ServeOptions, brokers: BrokerRuntime | No
     options = replace(options, limits=connection_limits(options.limits))
     sockets = [bind(options.host, port) for port in sorted(snapshot.listeners)]
     if options.status_port is not None:
-        # Status is for operators on the machine only: always loopback.
-        sockets.append(bind("127.0.0.1", options.status_port))
+        # Status is for operators on the machine: loopback unless --admin-host says otherwise.
+        sockets.append(bind(options.admin_host, options.status_port))
     for sock in sockets:
         address = sock.getsockname()
         log.info("listening on http://%s:%d", address[0], address[1])
@@ -213,3 +215,115 @@ def _supervise(children: Sequence[multiprocessing.process.BaseProcess]) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+# --- controller mode ---------------------------------------------------------------------------
+
+
+class _ClusterView:
+    """Readiness and `/status` of controller mode, before and after the controller starts."""
+
+    def __init__(self) -> None:
+        self.controller: Controller | None = None
+        self.listeners: DynamicListeners | None = None
+
+    def waiting(self) -> list[str]:
+        """Why this replica is not ready."""
+        if self.controller is None or self.listeners is None:
+            return ["connecting to the API server"]
+        return self.controller.waiting() + self.listeners.waiting()
+
+    def state(self) -> dict[str, Any]:
+        """The controller's state and the listeners that could not be bound."""
+        if self.controller is None or self.listeners is None:
+            return {"connected": False}
+        return {
+            **self.controller.state(),
+            "listeners": sorted(self.listeners.bound),
+            "unboundListeners": {str(p): why for p, why in sorted(self.listeners.unbound.items())},
+        }
+
+
+class _ClusterServer(_Server):
+    """The HTTP server of controller mode: starts the controller once serving, and stops it
+    (giving up the Lease) before draining."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        control: ControlPlane,
+        options: ServeOptions,
+        controller_options: ControllerOptions,
+        view: _ClusterView,
+    ):
+        super().__init__(config)
+        self.control = control
+        self.options = options
+        self.controller_options = controller_options
+        self.view = view
+        self.failed = False
+
+    def _protocol(self) -> asyncio.Protocol:
+        protocol: asyncio.Protocol = self.config.http_protocol_class(  # type: ignore[call-arg]
+            config=self.config, server_state=self.server_state, app_state=self.lifespan.state
+        )
+        return protocol
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """Serve the admin listener, connect, then start the controller and the listeners."""
+        await super().startup(sockets)
+        try:
+            client = await connect(self.controller_options.kubeconfig)
+        except ConnectError as exc:
+            log.error("%s", exc)
+            self.failed = self.should_exit = True
+            return
+        reserved = {}
+        if self.options.status_port is not None:
+            reserved[self.options.status_port] = (
+                f"port {self.options.status_port} is the admin listener's (--admin-port)"
+            )
+        listeners = DynamicListeners(self.options.host, self._protocol, self.servers, reserved)
+        controller = Controller(
+            client,
+            self.control,
+            self.controller_options,
+            self.options.deployment,
+            unbound=lambda: listeners.unbound,
+        )
+        self.view.controller, self.view.listeners = controller, listeners
+        self.control.subscribe(listeners.on_snapshot)
+        controller.start()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Give up the Lease and stop watching, then drain as in file mode."""
+        if self.view.controller is not None:
+            await self.view.controller.stop()
+        if self.view.listeners is not None:
+            self.view.listeners.close()
+        await super().shutdown(sockets)
+
+
+def serve_cluster(
+    options: ServeOptions, controller_options: ControllerOptions, brokers: BrokerRuntime
+) -> int:
+    """Serve what the API server describes until SIGTERM/SIGINT (controller mode)."""
+    options = replace(options, limits=connection_limits(options.limits))
+    sockets = []
+    if options.status_port is not None:
+        sockets.append(bind(options.admin_host, options.status_port))
+        log.info("admin listener on http://%s:%d", options.admin_host, options.status_port)
+    control = ControlPlane(Snapshot.empty())
+    view = _ClusterView()
+    tracer = otlp_tracer() if options.tracing else None
+    app = GatewayApp(control, options, brokers=brokers, tracer=tracer, controller=view)
+    counts = app.metrics.connections if app.metrics is not None else ConnectionCounts()
+    uncapped = () if options.status_port is None else (options.status_port,)
+    guard = ConnectionGuard(options.limits, counts, uncapped)
+    server = _ClusterServer(
+        _uvicorn_config(app, guard, options), control, options, controller_options, view
+    )
+    tune_gc()
+    server.run(sockets=sockets)
+    log.info("stopped")
+    return 1 if server.failed else 0

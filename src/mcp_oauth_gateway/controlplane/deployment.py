@@ -18,6 +18,13 @@ class Deployment:
     default_redis_hint: str = "the MCP_OAUTH_GATEWAY_REDIS_URL environment variable"
     # Set when the objects come from a Kubernetes API server.
     cluster: Cluster | None = None
+    # How messages name the processes when their number is not known (a cluster's replicas).
+    processes_label: str | None = None
+
+    @property
+    def served_by(self) -> str:
+        """The processes, as messages name them."""
+        return self.processes_label or f"{self.processes} processes"
 
     @property
     def shares_memory(self) -> bool:

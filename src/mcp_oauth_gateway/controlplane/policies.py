@@ -229,7 +229,7 @@ def _broker_problems(spec: McpAuthentication, problems: list[str], deployment: D
         if not deployment.shares_memory and not redis_url and not deployment.default_redis_url:
             problems.append(
                 f"{MCP_PATH}.broker.redisUrl is required when Broker mode is served by "
-                f"{deployment.processes} processes (they share no memory: a sign-in started on "
+                f"{deployment.served_by} (they share no memory: a sign-in started on "
                 f"one must finish on another); set it, or {deployment.default_redis_hint}"
             )
         if spec.provider is None:

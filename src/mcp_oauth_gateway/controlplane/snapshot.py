@@ -174,6 +174,11 @@ class Snapshot:
         """No load/resolution errors and every policy Accepted and Attached."""
         return not self.errors and all(p.ok for p in self.policies)
 
+    @classmethod
+    def empty(cls) -> Snapshot:
+        """Nothing to serve (controller mode before the first list from the API server)."""
+        return cls(MappingProxyType({}), (), (), MappingProxyType({}), MappingProxyType({}))
+
 
 # --- pure helpers ---------------------------------------------------------------------------
 

@@ -74,14 +74,18 @@ def _message(error: ErrorDetails) -> str:
     return msg
 
 
-def describe_validation_error(label: str, source: Source, exc: ValidationError) -> list[str]:
-    """One line per problem: `file: Kind ns/name: field.path: what is wrong`."""
+def validation_problems(exc: ValidationError) -> list[str]:
+    """One line per problem: `field.path: what is wrong`."""
     lines = []
     for error in exc.errors():
         path = field_path(error["loc"])
-        where = f"{path}: " if path else ""
-        lines.append(f"{source}: {label}: {where}{_message(error)}")
+        lines.append(f"{path}: {_message(error)}" if path else _message(error))
     return lines
+
+
+def describe_validation_error(label: str, source: Source, exc: ValidationError) -> list[str]:
+    """One line per problem: `file: Kind ns/name: field.path: what is wrong`."""
+    return [f"{source}: {label}: {problem}" for problem in validation_problems(exc)]
 
 
 def expand_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:

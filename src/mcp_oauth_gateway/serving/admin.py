@@ -4,6 +4,7 @@ metrics, health, readiness, live status and the running configuration (secrets r
 from __future__ import annotations
 
 import asyncio
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from ..asgi import Receive, Scope, Send, send_error, send_json
@@ -13,15 +14,32 @@ from ..controlplane.watch import ConfigWatcher
 from ..dataplane.metrics import Metrics
 
 
+class ControllerView(Protocol):
+    """What controller mode adds to readiness and `/status`."""
+
+    def waiting(self) -> list[str]:
+        """Why the process is not ready (empty when it is)."""
+        ...
+
+    def state(self) -> dict[str, Any]:
+        """The controller's state, shown under `controller` in `/status`."""
+        ...
+
+
 class AdminApp:
     """`/metrics`, `/healthz`, `/readyz`, `/status` (also `/`) and `/config`."""
 
     def __init__(
-        self, control: ControlPlane, metrics: Metrics | None, watcher: ConfigWatcher | None
+        self,
+        control: ControlPlane,
+        metrics: Metrics | None,
+        watcher: ConfigWatcher | None,
+        controller: ControllerView | None = None,
     ):
         self.control = control
         self.metrics = metrics
         self.watcher = watcher
+        self.controller = controller
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"].rstrip("/") or "/"
@@ -58,8 +76,10 @@ class AdminApp:
             )
 
     def not_ready(self) -> list[str]:
-        """Keysets not loaded yet (ready means every policy can verify tokens)."""
-        return [
+        """Keysets not loaded yet (ready means every policy can verify tokens) and, in
+        controller mode, a configuration not yet read or a listener not yet bound."""
+        waiting = self.controller.waiting() if self.controller is not None else []
+        return waiting + [
             f"keyset {url} ({holder.last_error or 'not yet fetched'})"
             for url, holder in self.control.keysets.items()
             if not holder.available
@@ -68,7 +88,7 @@ class AdminApp:
     def status(self) -> dict[str, object]:
         """Policy conditions (live), the snapshot's errors and the last rejected reload."""
         snapshot = self.control.snapshot
-        return {
+        out: dict[str, object] = {
             "builtAt": snapshot.built_at,
             "tasks": len(asyncio.all_tasks()),
             "errors": list(snapshot.errors),
@@ -82,6 +102,9 @@ class AdminApp:
                 for report in snapshot.policies
             ],
         }
+        if self.controller is not None:
+            out["controller"] = self.controller.state()
+        return out
 
 
 def redact(url: str | None) -> str | None:

@@ -32,7 +32,7 @@ from ..dataplane.routing import RouteTable
 from ..dataplane.tracing import RequestTracing
 from ..proxy.pool import RawUpstream
 from ..proxy.upstream import Upstream
-from .admin import AdminApp
+from .admin import AdminApp, ControllerView
 from .options import ServeOptions
 from .pipeline import Assembly
 from .runtime import BrokerRuntime
@@ -55,6 +55,7 @@ class GatewayApp:
         brokers: BrokerRuntime | None = None,
         watcher: ConfigWatcher | None = None,
         tracer: object | None = None,
+        controller: ControllerView | None = None,
     ):
         options = options or ServeOptions()
         self.control = control
@@ -71,7 +72,11 @@ class GatewayApp:
         # Metrics are collected only when there is an admin listener to read them from.
         self.metrics = Metrics() if options.status_port is not None else None
         self.tracing = RequestTracing(tracer) if tracer is not None else None
-        self.admin = AdminApp(control, self.metrics, watcher)
+        self.admin = AdminApp(control, self.metrics, watcher, controller)
+        # From files, one listener's table also answers requests whose port the server did not
+        # report; in a cluster, listeners come and go, and a connection left open on a port no
+        # Gateway has any more must not reach another listener's routes.
+        self.exact_ports = options.deployment.cluster is not None
         self.assembly = Assembly(
             control, self.upstream, self.trust_forwarded, self.brokers, self.limits, self.metrics
         )
@@ -181,7 +186,7 @@ class GatewayApp:
             await send_error(exchange, 400, "invalid_request", problem)
             return
         table = self.tables.get(port) if port is not None else None
-        if table is None and len(self.tables) == 1:
+        if table is None and len(self.tables) == 1 and not self.exact_ports:
             table = next(iter(self.tables.values()))
         host = header(scope, b"host")
         entry = (

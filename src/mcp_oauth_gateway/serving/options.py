@@ -30,8 +30,10 @@ class ServeOptions:
     log_format: str = "text"
     watch: Watch | None = None
     limits: Limits = field(default_factory=Limits)
-    # The loopback admin listener (metrics, health, status); None: no admin listener.
+    # The admin listener (metrics, health, status); None: no admin listener.
     status_port: int | None = None
+    # Loopback unless told otherwise (a pod's probes reach it on the pod's address).
+    admin_host: str = "127.0.0.1"
     tracing: bool = False
     # What reloads validate against (Broker mode across several workers needs Redis, say).
     deployment: Deployment = field(default_factory=Deployment)

@@ -1,0 +1,53 @@
+"""The kinds the controller reads, where the API server serves them, and the RBAC they need."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GATEWAY_API = "gateway.networking.k8s.io"
+POLICY_API = "mcp-oauth-gateway.dev"
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One kind the controller lists and watches."""
+
+    kind: str
+    group: str  # "" for core
+    version: str
+    plural: str
+    namespaced: bool = True
+    # Whose status the controller writes (through the status subresource).
+    writes_status: bool = True
+    # Absent on some servers (core Services on the test API server): not fatal.
+    optional: bool = False
+
+    @property
+    def api_version(self) -> str:
+        """`group/version`, or `version` for the core group."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+GATEWAY_CLASS = Kind("GatewayClass", GATEWAY_API, "v1", "gatewayclasses", namespaced=False)
+GATEWAY = Kind("Gateway", GATEWAY_API, "v1", "gateways")
+HTTP_ROUTE = Kind("HTTPRoute", GATEWAY_API, "v1", "httproutes")
+REFERENCE_GRANT = Kind(
+    "ReferenceGrant", GATEWAY_API, "v1beta1", "referencegrants", writes_status=False
+)
+GATEWAY_BACKEND = Kind("GatewayBackend", POLICY_API, "v1alpha1", "gatewaybackends")
+GATEWAY_POLICY = Kind("GatewayPolicy", POLICY_API, "v1alpha1", "gatewaypolicies")
+SERVICE = Kind("Service", "", "v1", "services", writes_status=False, optional=True)
+
+WATCHED = (
+    GATEWAY_CLASS,
+    GATEWAY,
+    HTTP_ROUTE,
+    REFERENCE_GRANT,
+    GATEWAY_BACKEND,
+    GATEWAY_POLICY,
+    SERVICE,
+)
+BY_KIND = {kind.kind: kind for kind in WATCHED}
+
+# Leader election (coordination.k8s.io/v1 Lease).
+LEASE = Kind("Lease", "coordination.k8s.io", "v1", "leases", writes_status=False)

@@ -1,0 +1,57 @@
+"""Objects as the API server returns them, made into the resource models files give.
+
+The server adds what files do not have (`metadata.uid`, `resourceVersion`, `managedFields`,
+`creationTimestamp`, `status`, defaults such as `weight: 1`): metadata is reduced to what the
+models read, `status` is dropped, and defaults the models know are kept. An object the models
+refuse is not served; its problems become its status."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..resources.loader import validation_problems
+from ..resources.models import KINDS, Resource
+
+_METADATA = ("name", "namespace", "generation", "labels", "annotations")
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """An object the gateway cannot use, and why (field path: problem)."""
+
+    kind: str
+    namespace: str
+    name: str
+    generation: int
+    problems: tuple[str, ...]
+
+
+def identity(raw: dict[str, Any]) -> tuple[str, str, str]:
+    """(kind, namespace, name) of a raw object ("" namespace when cluster-scoped)."""
+    metadata = raw.get("metadata") or {}
+    return str(raw.get("kind")), str(metadata.get("namespace") or ""), str(metadata.get("name"))
+
+
+def from_server(raw: dict[str, Any]) -> Resource | Invalid:
+    """The resource model of a raw API object, or why it cannot be one."""
+    kind, namespace, name = identity(raw)
+    metadata = raw.get("metadata") or {}
+    generation = metadata.get("generation")
+    kept = {key: metadata[key] for key in _METADATA if metadata.get(key) is not None}
+    document = {
+        "apiVersion": raw.get("apiVersion"),
+        "kind": kind,
+        "metadata": kept,
+        "spec": raw.get("spec") or {},
+    }
+    model = KINDS.get((str(raw.get("apiVersion")), kind))
+    if model is None:
+        problems: tuple[str, ...] = (f"unsupported apiVersion {raw.get('apiVersion')}",)
+        return Invalid(kind, namespace, name, int(generation or 1), problems)
+    try:
+        return model.model_validate(document)
+    except ValidationError as exc:
+        return Invalid(kind, namespace, name, int(generation or 1), tuple(validation_problems(exc)))

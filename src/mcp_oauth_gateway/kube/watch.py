@@ -1,0 +1,167 @@
+"""One list-and-watch loop per kind, feeding the object cache.
+
+A watch resumes from the last `resourceVersion` it saw (also across a lost connection or an API
+server restart); only `410 Gone` (that version is compacted away) lists again. Failures are
+retried with a growing delay and logged when they start, while they last, and when they end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+import aiohttp
+
+from .cache import ObjectCache
+from .client import ApiError, KubeClient
+from .kinds import Kind
+
+log = logging.getLogger("mcp_oauth_gateway.kube")
+
+FIRST_DELAY = 0.5
+MAX_DELAY = 30.0
+# An optional kind the server does not serve is asked for again this seldom.
+OPTIONAL_RETRY = 300.0
+# While a kind keeps failing, one line about it this often.
+FAILURE_LOG_INTERVAL = 30.0
+
+# What a lost or refused connection raises (the API server restarting, the network).
+CONNECTION_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError)
+
+
+def refusal_advice(kind: Kind, exc: ApiError) -> str:
+    """What to do about a refused list or watch, for the log."""
+    resource = f"{kind.plural}.{kind.group}" if kind.group else kind.plural
+    if exc.status == 404:
+        if not kind.group:
+            return f"the API server does not serve core {kind.plural} ({kind.api_version})"
+        if kind.group == "mcp-oauth-gateway.dev":
+            return (
+                f"the API server does not serve {resource}: install the CRDs "
+                "(kubectl apply -k deploy/)"
+            )
+        return (
+            f"the API server does not serve {resource} ({kind.api_version}): install the "
+            "Gateway API CRDs (standard channel v1.x)"
+        )
+    if exc.status in (401, 403):
+        return (
+            f"the controller may not list/watch {resource} ({exc.message or exc.reason}): give "
+            "its ServiceAccount the ClusterRole in deploy/ (kubectl apply -k deploy/)"
+        )
+    return str(exc)
+
+
+@dataclass(slots=True)
+class Backoff:
+    """A delay that doubles while failures repeat and resets after a success."""
+
+    delay: float = FIRST_DELAY
+    failing_since: float | None = None
+    last_log: float = 0.0
+
+    def failed(self) -> float:
+        """The delay before the next attempt."""
+        now = time.monotonic()
+        if self.failing_since is None:
+            self.failing_since, self.delay = now, FIRST_DELAY
+        else:
+            self.delay = min(self.delay * 2, MAX_DELAY)
+        return self.delay
+
+    def should_log(self) -> bool:
+        """Log the first failure, then one line per interval."""
+        now = time.monotonic()
+        if self.last_log and now - self.last_log < FAILURE_LOG_INTERVAL:
+            return False
+        self.last_log = now
+        return True
+
+    def succeeded(self) -> float | None:
+        """How long the failures lasted, when there were any."""
+        if self.failing_since is None:
+            return None
+        lasted = time.monotonic() - self.failing_since
+        self.failing_since, self.last_log, self.delay = None, 0.0, FIRST_DELAY
+        return lasted
+
+
+class KindWatch:
+    """Keeps the cache's objects of one kind current."""
+
+    def __init__(self, client: KubeClient, cache: ObjectCache, kind: Kind):
+        self.client = client
+        self.cache = cache
+        self.kind = kind
+        self.resource_version: str | None = None
+        self.backoff = Backoff()
+
+    async def run(self) -> None:
+        """List, then watch from where the list (or the last event) left off; forever."""
+        while True:
+            try:
+                if self.resource_version is None:
+                    await self._list()
+                await self._watch()
+            except ApiError as exc:
+                if exc.status == 410:
+                    log.info("%s: the watch's version expired; listing again", self.kind.plural)
+                    self.resource_version = None
+                    continue
+                await self._refused(exc)
+            except CONNECTION_ERRORS as exc:
+                await self._lost(exc)
+
+    async def _list(self) -> None:
+        listing = await self.client.list(self.kind)
+        self.cache.replace_all(self.kind, listing.items, listing.resource_version)
+        self.resource_version = listing.resource_version
+        self._recovered()
+        log.debug("%s: listed %d", self.kind.plural, len(listing.items))
+
+    async def _watch(self) -> None:
+        assert self.resource_version is not None
+        async for event in self.client.watch(self.kind, self.resource_version):
+            self._recovered()
+            version = (event.object.get("metadata") or {}).get("resourceVersion")
+            if event.type != "BOOKMARK":
+                self.cache.apply(self.kind, event.type, event.object)
+            if version:
+                self.resource_version = str(version)
+
+    def _recovered(self) -> None:
+        lasted = self.backoff.succeeded()
+        if lasted is not None:
+            log.info("%s: reading the API server again after %.0fs", self.kind.plural, lasted)
+
+    async def _refused(self, exc: ApiError) -> None:
+        advice = refusal_advice(self.kind, exc)
+        if self.kind.optional and exc.status in (403, 404):
+            # Not fatal (the test API server has no Services): references to it are not checked.
+            self.cache.unavailable(self.kind, advice)
+            log.warning("%s: %s; references to them are not checked", self.kind.plural, advice)
+            self.resource_version = None
+            await asyncio.sleep(OPTIONAL_RETRY)
+            return
+        self.cache.kinds[self.kind.kind].last_error = advice
+        delay = self.backoff.failed()
+        if self.backoff.should_log():
+            log.error("%s: %s; retrying in %.1fs", self.kind.plural, advice, delay)
+        await asyncio.sleep(delay)
+
+    async def _lost(self, exc: BaseException) -> None:
+        why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        self.cache.kinds[self.kind.kind].last_error = f"API server unreachable: {why}"
+        delay = self.backoff.failed()
+        if self.backoff.should_log():
+            log.warning(
+                "%s: lost the API server %s (%s); retrying in %.1fs, resuming from version %s",
+                self.kind.plural,
+                self.client.server,
+                why,
+                delay,
+                self.resource_version or "(none: listing)",
+            )
+        await asyncio.sleep(delay)

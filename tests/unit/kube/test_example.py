@@ -1,0 +1,48 @@
+"""The README's Kubernetes example (examples/kubernetes): with the ReferenceGrant it tells the
+user to apply, the policy is Accepted and Attached; without it, not (and the route fails
+closed). Built by the same function the controller uses, as the API server's objects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mcp_oauth_gateway.controlplane import Deployment, build_from_objects
+from mcp_oauth_gateway.controlplane.cluster import Cluster
+from mcp_oauth_gateway.resources.loader import load_paths
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "kubernetes"
+
+
+def build(skip: str = ""):
+    files = [p for p in sorted(EXAMPLE.glob("*.yaml")) if p.name != skip]
+    loaded = load_paths(files)
+    assert loaded.errors == []
+    return build_from_objects(
+        [item.resource for item in loaded.resources],
+        at="2026-01-01T00:00:00Z",
+        deployment=Deployment(processes=2, cluster=Cluster()),
+    )
+
+
+def test_the_example_is_accepted_and_attached_with_its_reference_grant() -> None:
+    result = build()
+    (report,) = result.snapshot.policies
+    assert {c.type: c.status for c in report.conditions} == {"Accepted": True, "Attached": True}
+    assert list(result.snapshot.keysets) == [
+        "http://authentik.authentik.svc.cluster.local:9000/application/o/mcp/jwks/"
+    ]
+    assert report.ancestors == ("mcp/mcp-gateway",)
+    assert set(result.snapshot.listeners) == {8080}
+
+
+def test_without_the_reference_grant_the_policy_is_not_accepted_and_the_route_fails_closed() -> (
+    None
+):
+    result = build(skip="referencegrant.yaml")
+    (report,) = result.snapshot.policies
+    accepted = next(c for c in report.conditions if c.type == "Accepted")
+    assert not accepted.status
+    assert "needs a ReferenceGrant in namespace authentik" in accepted.message
+    routes = result.snapshot.listeners[8080]
+    assert routes
+    assert all(route.policy is not None and route.policy.invalid for route in routes)

@@ -1,0 +1,60 @@
+"""`serve`'s controller-mode flags: each mistake refused with one line naming the flag."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mcp_oauth_gateway.cli import EXIT_INVALID, main
+
+
+@pytest.fixture
+def kubeconfig(tmp_path: Path) -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text("apiVersion: v1\nkind: Config\n")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--kubeconfig", "/nonexistent/kubeconfig"],
+            "--kubeconfig /nonexistent/kubeconfig: no such file",
+        ),
+        (
+            ["--kubeconfig", "{k}", "-f", "examples"],
+            "-f reads resource files, --kubeconfig/--in-cluster",
+        ),
+        (["--kubeconfig", "{k}", "--workers", "2"], "--workers applies to resource files"),
+        (
+            ["--kubeconfig", "{k}", "--controller-name", "no-slash"],
+            "--controller-name 'no-slash' must be",
+        ),
+        (
+            ["--kubeconfig", "{k}", "--cluster-domain", "Bad_Domain"],
+            "--cluster-domain 'Bad_Domain'",
+        ),
+        (["--kubeconfig", "{k}", "--lease-namespace", "Not OK"], "--lease-namespace 'Not OK'"),
+        (["--kubeconfig", "{k}", "--lease-duration", "0.5"], "--lease-duration must be"),
+        (["--kubeconfig", "{k}", "--lease-duration", "nan"], "--lease-duration must be"),
+        (["--kubeconfig", "{k}", "--replicas", "0"], "--replicas must be a whole number"),
+        (["--in-cluster"], "--in-cluster: not running in a pod"),
+        ([], "nothing to serve: give resource files with -f PATH"),
+    ],
+)
+def test_bad_flags_are_refused_with_one_line(
+    flags: list[str],
+    message: str,
+    kubeconfig: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    code = main(["serve", *(f.replace("{k}", kubeconfig) for f in flags)])
+    err = capsys.readouterr().err
+    assert code == EXIT_INVALID
+    assert err.startswith("error: ")
+    assert message in err
+    assert err.count("\n") == 1
