@@ -1,0 +1,892 @@
+"""The CRDs in deploy/crds accept exactly what the file loader accepts, checked without a server.
+
+`admit()` replays what the API server does with a create request sent with
+`?fieldValidation=Strict`: refuse unknown fields (400), prune nulls, apply defaults, validate the
+OpenAPI schema (patterns read as Go's RE2 reads them) and evaluate the CEL rules (422). The same
+case tables run against a real API server in tests/e2e/test_crds_on_apiserver.py, which keeps
+this replay honest.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+from cel_expr_python import cel
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jsonschema import ValidationError, validators
+from openapi_schema_validator import OAS30Validator
+from pydantic import BaseModel, field_validator
+from pydantic import ValidationError as PydanticError
+
+from mcp_oauth_gateway.resources import load_paths
+from mcp_oauth_gateway.resources import models as m
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_DIR = ROOT / "deploy" / "crds"
+GENERATOR = ROOT / "tools" / "gen_crds.py"
+EXAMPLES = ROOT / "examples"
+GROUP = "mcp-oauth-gateway.dev"
+PLURALS = {"GatewayPolicy": "gatewaypolicies", "GatewayBackend": "gatewaybackends"}
+CRD_FILES = {kind: CRD_DIR / f"{plural}.{GROUP}.yaml" for kind, plural in PLURALS.items()}
+
+Schema = dict[str, Any]
+
+
+@cache
+def generator() -> ModuleType:
+    """tools/gen_crds.py, imported from its path (tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("gen_crds", GENERATOR)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    # Registered first: its dataclasses look their module up while the class is made.
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@cache
+def crd(kind: str) -> Schema:
+    document: Schema = yaml.safe_load(CRD_FILES[kind].read_text(encoding="utf-8"))
+    return document
+
+
+def version(kind: str) -> Schema:
+    only: Schema
+    (only,) = crd(kind)["spec"]["versions"]
+    return only
+
+
+def schema(kind: str) -> Schema:
+    root: Schema = version(kind)["schema"]["openAPIV3Schema"]
+    return root
+
+
+# --- the API server, replayed -------------------------------------------------------------------
+
+
+def re2_search(pattern: str, text: str) -> bool:
+    """`pattern` searched as RE2 does: its `$` is the end of the text, Python's `$` also matches
+    before a final newline."""
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1] + r"\Z"
+    return re.search(pattern, text) is not None
+
+
+def _pattern(validator: Any, pattern: str, instance: object, _schema: Schema) -> Iterator[Any]:
+    if validator.is_type(instance, "string") and not re2_search(pattern, str(instance)):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+Validator = validators.extend(OAS30Validator, {"pattern": _pattern})
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """One reason the API server refuses a document: the field, why, and the HTTP status."""
+
+    path: str
+    message: str
+    status: int
+
+
+def _join(path: str, part: str | int) -> str:
+    if isinstance(part, int):
+        return f"{path}[{part}]"
+    return f"{path}.{part}" if path else part
+
+
+def _children(node: Schema, value: object, path: str) -> Iterator[tuple[Schema, object, str]]:
+    """The (schema, value, path) of every child of `value` that the schema describes."""
+    if isinstance(value, dict):
+        properties = node.get("properties", {})
+        extra = node.get("additionalProperties")
+        for key, child in value.items():
+            sub = properties.get(key, extra if isinstance(extra, dict) else None)
+            if sub is not None:
+                yield sub, child, _join(path, key)
+    elif isinstance(value, list) and isinstance(node.get("items"), dict):
+        for index, child in enumerate(value):
+            yield node["items"], child, _join(path, index)
+
+
+def unknown_fields(node: Schema, value: object, path: str = "") -> Iterator[str]:
+    """Fields strict decoding refuses: in an object node with `properties`, any other key."""
+    if isinstance(value, dict) and "properties" in node and path != "metadata":
+        for key in value:
+            if key not in node["properties"]:
+                yield _join(path, key)
+    for sub, child, child_path in _children(node, value, path):
+        yield from unknown_fields(sub, child, child_path)
+
+
+def prune_and_default(node: Schema, value: object) -> object:
+    """Drop nulls the schema does not allow, then fill in defaults (in the server's order)."""
+    if isinstance(value, dict) and "properties" in node:
+        for key, sub in node["properties"].items():
+            if key in value and value[key] is None and not sub.get("nullable"):
+                del value[key]
+            if key not in value and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+    for sub, child, _ in _children(node, value, ""):
+        prune_and_default(sub, child)
+    return value
+
+
+# The CEL type of `self` for each JSON value type (by Python type name).
+_CEL_TYPES = {
+    "str": cel.Type.STRING,
+    "dict": cel.Type.Map(cel.Type.STRING, cel.Type.DYN),
+    "list": cel.Type.List(cel.Type.DYN),
+    "int": cel.Type.INT,
+    "bool": cel.Type.BOOL,
+}
+
+
+@cache
+def compile_rule(rule: str, python_type: str) -> Any:
+    """A CRD rule compiled with the standard CEL environment, `self` typed as the node is."""
+    return cel.NewEnv(variables={"self": _CEL_TYPES[python_type]}).compile(rule)
+
+
+def cel_refusals(node: Schema, value: object, path: str = "") -> Iterator[Refusal]:
+    """The CEL rules (`x-kubernetes-validations`) that do not hold, at their node's path."""
+    if type(value).__name__ in _CEL_TYPES:
+        for entry in node.get("x-kubernetes-validations", []):
+            program = compile_rule(entry["rule"], type(value).__name__)
+            result = program.eval(data={"self": value})
+            if result.type() != cel.Type.BOOL or result.value() is not True:
+                yield Refusal(path, entry["message"], 422)
+    for sub, child, child_path in _children(node, value, path):
+        yield from cel_refusals(sub, child, child_path)
+
+
+def _schema_refusal(error: ValidationError) -> Refusal:
+    path = ""
+    for part in error.absolute_path:
+        path = _join(path, part)
+    if error.validator == "required":
+        missing = re.match(r"'(.+)' is a required property", error.message)
+        assert missing, error.message
+        path = _join(path, missing.group(1))
+    return Refusal(path, error.message, 422)
+
+
+def admit(kind: str, document: Mapping[str, Any]) -> list[Refusal]:
+    """Why the API server refuses to create `document` (empty: it is created)."""
+    root = schema(kind)
+    unknown = list(unknown_fields(root, document))
+    if unknown:  # strict decoding fails before any validation
+        return [Refusal(path, "unknown field", 400) for path in unknown]
+    stored = prune_and_default(root, copy.deepcopy(dict(document)))
+    refusals = [_schema_refusal(e) for e in Validator(root).iter_errors(stored)]
+    return refusals + list(cel_refusals(root, stored))
+
+
+def loader_errors(document: Mapping[str, Any], tmp_path: Path) -> list[str]:
+    """The file loader's messages for `document` (empty: it loads)."""
+    path = tmp_path / "resource.yaml"
+    path.write_text(yaml.safe_dump(dict(document), allow_unicode=True), encoding="utf-8")
+    return load_paths([path]).errors
+
+
+# --- documents ------------------------------------------------------------------------------------
+
+
+def example_documents() -> list[tuple[str, dict[str, Any]]]:
+    """Every GatewayPolicy and GatewayBackend under examples/, with where it came from."""
+    found = []
+    for path in sorted(EXAMPLES.rglob("*.yaml")):
+        for index, document in enumerate(yaml.safe_load_all(path.read_text(encoding="utf-8"))):
+            if isinstance(document, dict) and document.get("kind") in PLURALS:
+                found.append((f"{path.relative_to(ROOT)}#{index}", document))
+    return found
+
+
+def base(kind: str) -> dict[str, Any]:
+    """The provider-B example of `kind`: the document every case edits."""
+    for where, document in example_documents():
+        if "provider-b" in where and document["kind"] == kind:
+            return copy.deepcopy(document)
+    raise AssertionError(f"examples/provider-b has no {kind}")
+
+
+DELETE = object()
+_PART = re.compile(r"([A-Za-z_]+)|\[(\d+)\]")
+
+
+def edit(document: dict[str, Any], path: str, value: object) -> None:
+    """Set (DELETE: remove) the field at `spec.a.b[0].c`; objects on the way are created, and
+    an index one past the end appends."""
+    parts: list[str | int] = [int(index) if index else name for name, index in _PART.findall(path)]
+    node: Any = document
+    for part in parts[:-1]:
+        if isinstance(part, str) and part not in node:
+            node[part] = {}
+        node = node[part]
+    last = parts[-1]
+    if value is DELETE:
+        del node[last]
+    elif isinstance(last, int) and last == len(node):
+        node.append(copy.deepcopy(value))
+    else:
+        node[last] = copy.deepcopy(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One document: the example of `kind` with `edits` applied, named `name` on the server."""
+
+    name: str
+    kind: str
+    edits: tuple[tuple[str, object], ...] = ()
+    field: str = ""  # the field both the API server and the loader name when they refuse
+    status: int = 422  # what the API server answers a refused create: 422, or 400 (unknown field)
+
+    def document(self) -> dict[str, Any]:
+        document = base(self.kind)
+        document["metadata"] = {"name": self.name, "namespace": "default"}
+        for path, value in self.edits:
+            edit(document, path, value)
+        return document
+
+
+def pol(name: str, field: str = "", *edits: tuple[str, object], status: int = 422) -> Case:
+    return Case(name, "GatewayPolicy", edits, field, status)
+
+
+def be(name: str, field: str = "", *edits: tuple[str, object], status: int = 422) -> Case:
+    return Case(f"backend-{name}", "GatewayBackend", edits, field, status)
+
+
+P = "spec.traffic.jwtAuthentication"
+PR = f"{P}.providers[0]"
+J = f"{PR}.jwks"
+R = f"{J}.remote"
+M = f"{P}.mcp"
+A = "spec.traffic.authorization"
+X = "spec.traffic.transformation.request"
+L = "spec.traffic.rateLimit"
+T = "spec.mcp.targets[0]"
+S = f"{T}.static"
+URL = "https://idp.example/application/o/mcp/jwks/"
+JWKS = '{"keys": []}'
+TARGET = {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "mcp"}
+RULE = {"policy": {"matchExpressions": ["true"]}}
+HEADER = {"name": "X-User", "value": "jwt.sub"}
+SERVER = {"name": "mcp-server", "static": {"host": "127.0.0.1", "port": 8000}}
+
+
+def _limit(**fields: object) -> tuple[str, object]:
+    return (L, {"key": "jwt.sub", "requests": 10, **fields})
+
+
+# Refused by the schema (or its CEL rules) and by the loader, both naming `field`.
+REFUSED = [
+    pol("enum-action", f"{A}.action", (f"{A}.action", "Block")),
+    pol("enum-mode", f"{P}.mode", (f"{P}.mode", "Lax")),
+    pol("enum-provider", f"{M}.provider", (f"{M}.provider", "Okta")),
+    pol("enum-as-mode", f"{M}.authorizationServerMode", (f"{M}.authorizationServerMode", "Proxy")),
+    pol(
+        "enum-bearer-method",
+        f"{M}.resourceMetadata.bearerMethodsSupported[0]",
+        (f"{M}.resourceMetadata.bearerMethodsSupported", ["query"]),
+    ),
+    pol("enum-target-kind", "spec.targetRefs[0].kind", ("spec.targetRefs[0].kind", "Gateway")),
+    pol("enum-target-group", "spec.targetRefs[0].group", ("spec.targetRefs[0].group", "x.io")),
+    pol("enum-backendref-kind", f"{R}.backendRef.kind", (f"{R}.backendRef.kind", "Pod")),
+    pol("enum-backendref-group", f"{R}.backendRef.group", (f"{R}.backendRef.group", "core")),
+    pol(
+        "enum-tool-action",
+        "spec.backend.mcp.authorization.action",
+        ("spec.backend.mcp.authorization", {"action": "Block", **RULE}),
+    ),
+    pol("required-spec", "spec", ("spec", DELETE)),
+    pol("required-target-refs", "spec.targetRefs", ("spec.targetRefs", DELETE)),
+    pol("required-target-name", "spec.targetRefs[0].name", ("spec.targetRefs[0].name", DELETE)),
+    pol("required-traffic", "spec.traffic", ("spec.traffic", DELETE)),
+    pol("required-providers", f"{P}.providers", (f"{P}.providers", DELETE)),
+    pol("required-issuer", f"{PR}.issuer", (f"{PR}.issuer", DELETE)),
+    pol("required-jwks", J, (J, DELETE)),
+    pol("required-backendref-name", f"{R}.backendRef.name", (f"{R}.backendRef.name", DELETE)),
+    pol("required-backendref-port", f"{R}.backendRef.port", (f"{R}.backendRef.port", DELETE)),
+    pol("required-policy", f"{A}.policy", (f"{A}.policy", DELETE)),
+    pol("required-expressions", f"{A}.policy.matchExpressions", (f"{A}.policy", {})),
+    pol("required-limit-key", f"{L}.key", (L, {"requests": 10})),
+    pol("required-header-value", f"{X}.set[0].value", (f"{X}.set", [{"name": "X-User"}])),
+    pol("type-issuer", f"{PR}.issuer", (f"{PR}.issuer", 42)),
+    pol("type-target-refs", "spec.targetRefs", ("spec.targetRefs", "mcp")),
+    pol("type-forward-token", f"{P}.forwardToken", (f"{P}.forwardToken", "maybe")),
+    pol("unknown-spec-field", "spec.targetRef", ("spec.targetRef", [TARGET]), status=400),
+    pol("unknown-remote-field", f"{R}.timeout", (f"{R}.timeout", "5s"), status=400),
+    pol("unknown-mcp-field", f"{M}.clientID", (f"{M}.clientID", "mcp-public"), status=400),
+    pol("jwks-both", J, (f"{J}.inline", JWKS)),
+    pol("jwks-neither", J, (J, {})),
+    pol("remote-both", R, (f"{R}.url", URL)),
+    pol("remote-neither", R, (R, {"cacheDuration": "5m"})),
+    pol("remote-backendref-without-path", R, (f"{R}.jwksPath", DELETE)),
+    pol("remote-url-with-path", R, (R, {"url": URL, "jwksPath": "/jwks/"})),
+    pol("bound-port-low", f"{R}.backendRef.port", (f"{R}.backendRef.port", 0)),
+    pol("bound-port-high", f"{R}.backendRef.port", (f"{R}.backendRef.port", 65536)),
+    pol("bound-target-refs-empty", "spec.targetRefs", ("spec.targetRefs", [])),
+    pol("bound-target-refs-17", "spec.targetRefs", ("spec.targetRefs", [TARGET] * 17)),
+    pol("bound-providers-empty", f"{P}.providers", (f"{P}.providers", [])),
+    pol("bound-audiences-empty", f"{PR}.audiences", (f"{PR}.audiences", [])),
+    pol("bound-audience-blank", f"{PR}.audiences[0]", (f"{PR}.audiences", [""])),
+    pol("bound-audiences-65", f"{PR}.audiences", (f"{PR}.audiences", ["a"] * 65)),
+    pol("bound-issuer-blank", f"{PR}.issuer", (f"{PR}.issuer", "")),
+    pol("bound-issuer-long", f"{PR}.issuer", (f"{PR}.issuer", "https://i/" + "a" * 247)),
+    pol(
+        "bound-expressions-empty",
+        f"{A}.policy.matchExpressions",
+        (f"{A}.policy.matchExpressions", []),
+    ),
+    pol(
+        "bound-expression-blank",
+        f"{A}.policy.matchExpressions[0]",
+        (f"{A}.policy.matchExpressions", [""]),
+    ),
+    pol(
+        "bound-expressions-257",
+        f"{A}.policy.matchExpressions",
+        (f"{A}.policy.matchExpressions", ["true"] * 257),
+    ),
+    pol(
+        "bound-expression-long",
+        f"{A}.policy.matchExpressions[0]",
+        (f"{A}.policy.matchExpressions", ["x" * 16385]),
+    ),
+    pol("bound-inline-short", f"{J}.inline", (J, {"inline": "x"})),
+    pol("bound-jwks-path-long", f"{R}.jwksPath", (f"{R}.jwksPath", "/" + "a" * 1024)),
+    pol("bound-client-id-blank", f"{M}.clientId", (f"{M}.clientId", "")),
+    pol("bound-limit-requests", f"{L}.requests", _limit(requests=0)),
+    pol(
+        "bound-header-value-long",
+        f"{X}.set[0].value",
+        (f"{X}.set", [{"name": "X-User", "value": "x" * 4097}]),
+    ),
+    pol("pattern-jwks-path", f"{R}.jwksPath", (f"{R}.jwksPath", "application/o/mcp/jwks/")),
+    pol("pattern-cache-duration", f"{R}.cacheDuration", (f"{R}.cacheDuration", "5 minutes")),
+    pol("pattern-cache-duration-days", f"{R}.cacheDuration", (f"{R}.cacheDuration", "1d")),
+    pol("bound-cache-duration-blank", f"{R}.cacheDuration", (f"{R}.cacheDuration", "")),
+    pol("cel-cache-duration-500ms", f"{R}.cacheDuration", (f"{R}.cacheDuration", "500ms")),
+    pol("cel-cache-duration-zero", f"{R}.cacheDuration", (f"{R}.cacheDuration", "0h0s")),
+    pol("cel-window-zero", f"{L}.window", _limit(window="0ms")),
+    pol("pattern-window", f"{L}.window", _limit(window="1w")),
+    pol("header-protected", f"{X}.set[0].name", (f"{X}.set", [HEADER | {"name": "Authorization"}])),
+    pol("header-protected-any-case", f"{X}.remove[0]", (f"{X}.remove", ["HOST"])),
+    pol("header-not-a-token", f"{X}.remove[0]", (f"{X}.remove", ["X User"])),
+    be("required-mcp", "spec.mcp", ("spec.mcp", DELETE)),
+    be("required-targets", "spec.mcp.targets", ("spec.mcp.targets", DELETE)),
+    be("required-target-name", f"{T}.name", (f"{T}.name", DELETE)),
+    be("required-static", f"{T}.static", (f"{T}.static", DELETE)),
+    be("required-host", f"{S}.host", (f"{S}.host", DELETE)),
+    be("required-port", f"{S}.port", (f"{S}.port", DELETE)),
+    be("bound-targets-empty", "spec.mcp.targets", ("spec.mcp.targets", [])),
+    be(
+        "bound-targets-two",
+        "spec.mcp.targets",
+        ("spec.mcp.targets", [SERVER, SERVER | {"name": "two"}]),
+    ),
+    be("bound-host-blank", f"{S}.host", (f"{S}.host", "")),
+    be("bound-port-low", f"{S}.port", (f"{S}.port", 0)),
+    be("bound-port-high", f"{S}.port", (f"{S}.port", 65536)),
+    be("type-port", f"{S}.port", (f"{S}.port", "eighty")),
+    be("pattern-path", f"{S}.path", (f"{S}.path", "mcp")),
+    be("enum-protocol", f"{S}.protocol", (f"{S}.protocol", "SSE")),
+    be("unknown-static-field", f"{S}.tls", (f"{S}.tls", True), status=400),
+    be("unknown-spec-field", "spec.targets", ("spec.targets", []), status=400),
+]
+
+# Accepted by the schema and by the loader (some then refused by the controller's compile step,
+# which reports Accepted=False: the CRD comment lists those checks).
+ACCEPTED = [
+    pol("example"),
+    pol("remote-url", "", (R, {"url": URL, "cacheDuration": "1h30m"})),
+    pol("inline-jwks", "", (J, {"inline": JWKS})),
+    pol("provider-authentik", "", (f"{M}.provider", "Authentik")),
+    pol("provider-keycloak", "", (f"{M}.provider", "Keycloak"), (f"{M}.clientId", DELETE)),
+    pol("no-provider", "", (f"{M}.provider", DELETE)),
+    pol("no-mcp", "", (M, DELETE)),
+    pol("no-authorization", "", (A, DELETE)),
+    pol("action-deny", "", (f"{A}.action", "Deny")),
+    pol("action-require", "", (f"{A}.action", "Require")),
+    pol("defaults-omitted", "", (f"{P}.mode", DELETE), (f"{A}.action", DELETE)),
+    pol("nulls-for-optional-fields", "", (f"{PR}.audiences", None), (f"{R}.url", None)),
+    pol("cache-duration-1s", "", (f"{R}.cacheDuration", "1s")),
+    pol("cache-duration-1000ms", "", (f"{R}.cacheDuration", "1000ms")),
+    pol("cache-duration-longest", "", (f"{R}.cacheDuration", "99999h99999m99999s99999ms")),
+    pol("transformation", "", (X, {"set": [HEADER], "remove": ["X-Forwarded-User"]})),
+    pol("rate-limit", "", _limit(window="1ms", redisUrl="redis://127.0.0.1:6379/0")),
+    pol(
+        "broker-mode",
+        "",
+        (f"{M}.authorizationServerMode", "Broker"),
+        (f"{M}.broker", {"redisUrl": "rediss://127.0.0.1:6380"}),
+    ),
+    pol("target-refs-16", "", ("spec.targetRefs", [TARGET | {"sectionName": "r"}] * 16)),
+    pol("audiences-64", "", (f"{PR}.audiences", [f"a{i}" for i in range(64)])),
+    pol(
+        "tool-authorization",
+        "",
+        ("spec.backend.mcp.authorization", {"action": "Deny", **RULE}),
+    ),
+    pol(
+        "resource-metadata",
+        "",
+        (f"{M}.resourceMetadata.resourceName", "MCP"),
+        (f"{M}.resourceMetadata.resourceDocumentation", "https://docs.example/mcp"),
+    ),
+    pol("provider-b-without-client-id", "", (f"{M}.clientId", DELETE)),
+    pol("cel-that-does-not-compile", "", (f"{A}.policy.matchExpressions", ["jwt.groups.("])),
+    pol(
+        "two-providers",
+        "",
+        (f"{P}.providers[1]", {"issuer": "https://b/", "jwks": {"inline": JWKS}}),
+    ),
+    be("example"),
+    be("defaults-omitted", "", (f"{S}.path", DELETE), (f"{S}.protocol", DELETE)),
+    be("port-65535", "", (f"{S}.port", 65535)),
+]
+
+# Accepted by the schema, refused by the loader at `field`: checks only the controller makes
+# in Kubernetes (Accepted=False), listed in the CRD's comment.
+CONTROLLER_ONLY = [
+    pol("url-not-a-url", f"{R}.url", (R, {"url": "not a url"})),
+    pol("url-not-http", f"{R}.url", (R, {"url": "ftp://idp.example/jwks"})),
+    pol(
+        "resource-relative",
+        f"{M}.resourceMetadata.resource",
+        (f"{M}.resourceMetadata.resource", "127.0.0.1/mcp"),
+    ),
+    pol(
+        "resource-fragment",
+        f"{M}.resourceMetadata.resource",
+        (f"{M}.resourceMetadata.resource", "http://a/mcp#x"),
+    ),
+    pol("broker-redis-url", f"{M}.broker.redisUrl", (f"{M}.broker", {"redisUrl": "http://r:6379"})),
+    pol("limit-redis-url", f"{L}.redisUrl", _limit(redisUrl="http://127.0.0.1:6379")),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """A document the API server and the loader decide differently, and why."""
+
+    case: Case
+    server_admits: bool
+    loader_accepts: bool
+    why: str
+
+
+# Known differences; each is a property of the models the schema cannot (or should not) copy.
+DIVERGENCES = [
+    Divergence(
+        pol(
+            "snake-case-field",
+            f"{R}.jwks_path",
+            (f"{R}.jwks_path", "/j/"),
+            (f"{R}.jwksPath", DELETE),
+            status=400,
+        ),
+        server_admits=False,
+        loader_accepts=True,
+        why="models set populate_by_name=True, so the loader also takes Python field names",
+    ),
+    Divergence(
+        pol("string-port", f"{R}.backendRef.port", (f"{R}.backendRef.port", "9000")),
+        server_admits=False,
+        loader_accepts=True,
+        why="pydantic's lax mode turns the string '9000' into an int; the API server does not",
+    ),
+    Divergence(
+        pol("string-bool", f"{P}.forwardToken", (f"{P}.forwardToken", "yes")),
+        server_admits=False,
+        loader_accepts=True,
+        why="pydantic's lax mode reads 'yes' as true",
+    ),
+    Divergence(
+        pol(
+            "header-trailing-newline",
+            f"{X}.set[0].name",
+            (f"{X}.set", [HEADER | {"name": "X-User\n"}]),
+        ),
+        server_admits=False,
+        loader_accepts=True,
+        why="the models' regexes end in `$`, which Python also matches before a final newline",
+    ),
+    Divergence(
+        pol("duration-trailing-newline", f"{R}.cacheDuration", (f"{R}.cacheDuration", "5m\n")),
+        server_admits=False,
+        loader_accepts=True,
+        why="the duration regex ends in `$` (see above)",
+    ),
+    Divergence(
+        pol("duration-other-digits", f"{R}.cacheDuration", (f"{R}.cacheDuration", "\u0665m")),
+        server_admits=False,
+        loader_accepts=True,
+        why="Python's \\d matches digits of every script (int() reads them); RE2's only 0-9",
+    ),
+    Divergence(
+        pol("null-for-defaulted-field", f"{P}.mode", (f"{P}.mode", None)),
+        server_admits=True,
+        loader_accepts=False,
+        why="the API server drops a null it does not allow and applies the default; pydantic "
+        "refuses null for a field that is not Optional",
+    ),
+]
+
+
+# --- structural schemas -----------------------------------------------------------------------
+
+# The fields of apiextensions/v1 JSONSchemaProps that a structural schema may use.
+KEYWORDS = {
+    "type", "format", "description", "title", "default", "maximum", "minimum",
+    "exclusiveMaximum", "exclusiveMinimum", "maxLength", "minLength", "pattern", "maxItems",
+    "minItems", "multipleOf", "enum", "maxProperties", "minProperties", "required", "items",
+    "allOf", "oneOf", "anyOf", "not", "properties", "additionalProperties", "nullable",
+    "example", "externalDocs", "x-kubernetes-preserve-unknown-fields",
+    "x-kubernetes-embedded-resource", "x-kubernetes-int-or-string",
+    "x-kubernetes-list-map-keys", "x-kubernetes-list-type", "x-kubernetes-map-type",
+    "x-kubernetes-validations",
+}  # fmt: skip
+JUNCTORS = ("allOf", "anyOf", "oneOf", "not")
+# What a junctor may not set: structure lives outside them, so pruning and defaulting see it.
+STRUCTURE = {"type", "description", "default", "additionalProperties", "nullable", "properties"}
+STRUCTURE |= {"items"} | {k for k in KEYWORDS if k.startswith("x-kubernetes-")}
+PYTHON_TYPES: dict[str, type | tuple[type, ...]] = {
+    "string": str,
+    "integer": int,
+    "boolean": bool,
+    "number": (int, float),
+    "object": dict,
+    "array": list,
+}
+NOT_RE2 = re.compile(r"\(\?<?[=!]|\(\?>|\\[1-9]|\\Z")
+RULE_KEYS = {"rule", "message", "messageExpression", "reason", "fieldPath", "optionalOldSelf"}
+
+
+def _subschemas(node: Schema, path: str) -> Iterator[tuple[Schema, str, bool]]:
+    """(schema, path, inside a junctor) of every direct sub-schema."""
+    for key in JUNCTORS:
+        value = node.get(key)
+        for sub in [value] if isinstance(value, dict) else value or []:
+            yield sub, f"{path}({key})", True
+    for name, sub in node.get("properties", {}).items():
+        yield sub, _join(path, name), False
+    for key, suffix in (("items", "[]"), ("additionalProperties", "{}")):
+        if isinstance(node.get(key), dict):
+            yield node[key], path + suffix, False
+
+
+def _node_problems(node: Schema, path: str) -> Iterator[str]:
+    kind = PYTHON_TYPES.get(node.get("type", ""), object)
+    if node.get("additionalProperties") is False or node.get("uniqueItems"):
+        yield f"{path}: additionalProperties: false and uniqueItems are not allowed"
+    if "properties" in node and "additionalProperties" in node:
+        yield f"{path}: both properties and additionalProperties"
+    if "items" in node and not isinstance(node["items"], dict):
+        yield f"{path}: items must be one schema"
+    for name in node.get("required", []):
+        if name not in node.get("properties", {}):
+            yield f"{path}: required {name!r} is not a property"
+    for value in node.get("enum", []):
+        if not isinstance(value, kind):
+            yield f"{path}: enum value {value!r} is not a {node.get('type')}"
+    if "default" in node:
+        default = node["default"]
+        if default is None or not Validator(node).is_valid(default):
+            yield f"{path}: default {default!r} does not validate against its own schema"
+        if list(cel_refusals(node, default, path)):
+            yield f"{path}: default {default!r} breaks a CEL rule"
+    if "pattern" in node:
+        re.compile(node["pattern"])
+        if NOT_RE2.search(node["pattern"]):
+            yield f"{path}: pattern {node['pattern']!r} is not RE2"
+    yield from _list_and_rule_problems(node, path)
+
+
+def _list_and_rule_problems(node: Schema, path: str) -> Iterator[str]:
+    if node.get("x-kubernetes-list-type") == "map":
+        items = node.get("items", {})
+        for key in node.get("x-kubernetes-list-map-keys", [None]):
+            properties = items.get("properties", {})
+            if key not in items.get("required", []) and "default" not in properties.get(key, {}):
+                yield f"{path}: list-map key {key!r} is neither required nor defaulted"
+    for entry in node.get("x-kubernetes-validations", []):
+        if set(entry) - RULE_KEYS or not entry.get("rule") or not entry.get("message"):
+            yield f"{path}: a CEL rule needs `rule` and `message`, got {sorted(entry)}"
+
+
+def structural_problems(node: Schema, path: str = "", in_junctor: bool = False) -> Iterator[str]:
+    """Violations of the rules for structural schemas that can be checked without a server."""
+    unknown = set(node) - KEYWORDS
+    if unknown:
+        yield f"{path}: not JSONSchemaProps fields: {sorted(unknown)}"
+    if in_junctor and set(node) & STRUCTURE:
+        yield f"{path}: {sorted(set(node) & STRUCTURE)} inside allOf/anyOf/oneOf/not"
+    untyped = not node.get("x-kubernetes-int-or-string") and not node.get(
+        "x-kubernetes-preserve-unknown-fields"
+    )
+    if not in_junctor and "type" not in node and untyped:
+        yield f"{path or '<root>'}: no type"
+    yield from _node_problems(node, path)
+    for sub, sub_path, junctor in _subschemas(node, path):
+        yield from structural_problems(sub, sub_path, in_junctor or junctor)
+
+
+def node_at(kind: str, path: str) -> Schema:
+    """The schema node of a field path (`[...]`, index or filter, steps into items)."""
+    node = schema(kind)
+    for part in re.sub(r"\[[^\]]*\]", ".[]", path).strip(".").split("."):
+        node = node["items"] if part == "[]" else node["properties"][part]
+    return node
+
+
+# --- tests --------------------------------------------------------------------------------------
+
+
+def test_committed_crds_are_what_the_generator_makes_of_the_models() -> None:
+    gen = generator()
+    for path, text in gen.render().items():
+        committed = path.read_text(encoding="utf-8") if path.is_file() else ""
+        assert committed == text, f"{path.relative_to(ROOT)} is out of date: run {gen.REGENERATE}"
+    assert sorted(gen.render()) == sorted(CRD_FILES.values())
+    assert gen.main(["--check"]) == 0
+
+
+def test_generator_stops_at_a_validator_it_has_no_rule_for() -> None:
+    gen = generator()
+
+    class Probe(m._Model):
+        name: m.NonEmpty
+
+        @field_validator("name")
+        @classmethod
+        def _checked(cls, value: str) -> str:
+            return value
+
+    with pytest.raises(gen.GeneratorError, match=r"Probe\._checked has no entry"):
+        gen._object_schema(Probe, gen._Walk(), "spec")
+
+
+def test_generator_stops_at_a_rule_no_model_uses(monkeypatch: pytest.MonkeyPatch) -> None:
+    gen = generator()
+    monkeypatch.setitem(gen._DECORATED, (m.RemoteJwks, "_renamed"), gen.Rule())
+    with pytest.raises(gen.GeneratorError, match="no model uses any more"):
+        gen.render()
+
+
+@pytest.mark.parametrize("kind", PLURALS)
+def test_crd_names_scope_versions_and_status(kind: str) -> None:
+    document = crd(kind)
+    assert document["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert document["metadata"]["name"] == f"{PLURALS[kind]}.{GROUP}"
+    spec = document["spec"]
+    assert (spec["group"], spec["scope"]) == (GROUP, "Namespaced")
+    assert spec["names"]["kind"] == kind
+    assert spec["names"]["plural"] == PLURALS[kind]
+    assert spec["names"]["shortNames"]
+    only = version(kind)
+    assert (only["name"], only["served"], only["storage"]) == ("v1alpha1", True, True)
+    assert only["subresources"] == {"status": {}}
+    condition = node_at(kind, "status.conditions[]")
+    assert condition["required"] == ["lastTransitionTime", "message", "reason", "status", "type"]
+    assert condition["properties"]["status"]["enum"] == ["True", "False", "Unknown"]
+    assert schema(kind)["required"] == ["spec"]
+
+
+def test_policy_status_has_gep_713_ancestors() -> None:
+    ancestor = node_at("GatewayPolicy", "status.ancestors[]")
+    assert ancestor["required"] == ["ancestorRef", "controllerName", "conditions"]
+    ref = ancestor["properties"]["ancestorRef"]
+    assert {"group", "kind", "name", "namespace", "sectionName"} <= set(ref["properties"])
+    assert ref["required"] == ["name"]
+    assert Validator(ancestor["properties"]["controllerName"]).is_valid(
+        "mcp-oauth-gateway.dev/gateway-controller"
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "columns"),
+    [
+        ("GatewayPolicy", ["Accepted", "Attached", "Age"]),
+        ("GatewayBackend", ["Host", "Port", "Path", "Age"]),
+    ],
+)
+def test_printer_columns_point_at_fields_of_the_schema(kind: str, columns: list[str]) -> None:
+    printed = version(kind)["additionalPrinterColumns"]
+    assert [column["name"] for column in printed] == columns
+    types = {"string": "string", "integer": "integer", "date": "string"}
+    for column in printed:
+        if column["jsonPath"] == ".metadata.creationTimestamp":
+            continue
+        node = node_at(kind, column["jsonPath"])
+        assert node["type"] == types[column["type"]], column
+
+
+@pytest.mark.parametrize("kind", PLURALS)
+def test_schemas_are_structural(kind: str) -> None:
+    root = schema(kind)
+    assert list(structural_problems(root)) == []
+    assert root["properties"]["metadata"] == {"type": "object"}
+
+
+# The type name of the Python value for each JSON type, as `compile_rule` takes it.
+JSON_TO_PYTHON = {
+    "string": "str",
+    "object": "dict",
+    "array": "list",
+    "integer": "int",
+    "boolean": "bool",
+}
+
+
+def rules(node: Schema, path: str = "") -> Iterator[dict[str, str]]:
+    """Every CEL rule of a schema, each with the JSON type of the node it is on."""
+    for entry in node.get("x-kubernetes-validations", []):
+        yield {**entry, "type": node["type"]}
+    for sub, sub_path, _ in _subschemas(node, path):
+        yield from rules(sub, sub_path)
+
+
+@pytest.mark.parametrize("kind", PLURALS)
+def test_cel_rules_compile_in_plain_cel(kind: str) -> None:
+    """Standard CEL only (no Kubernetes library), so this file can evaluate them too."""
+    found = list(rules(schema(kind)))
+    for entry in found:
+        compile_rule(entry["rule"], JSON_TO_PYTHON[entry["type"]])
+    assert len(found) == {"GatewayPolicy": 6, "GatewayBackend": 0}[kind]
+
+
+def _names(errors: list[str], field: str) -> bool:
+    """Whether a loader message is about `field` (`file: Kind ns/name: field: why`)."""
+    return any(f": {field}: " in error for error in errors)
+
+
+@pytest.mark.parametrize(
+    ("where", "document"), example_documents(), ids=[w for w, _ in example_documents()]
+)
+def test_every_example_is_admitted_and_loads(
+    where: str, document: dict[str, Any], tmp_path: Path
+) -> None:
+    assert admit(document["kind"], document) == [], where
+    assert loader_errors(document, tmp_path) == [], where
+
+
+def test_the_examples_hold_both_kinds() -> None:
+    kinds = sorted({document["kind"] for _, document in example_documents()})
+    assert kinds == ["GatewayBackend", "GatewayPolicy"]
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=lambda c: c.name)
+def test_refused_by_the_schema_and_by_the_loader(case: Case, tmp_path: Path) -> None:
+    document = case.document()
+    refusals = admit(case.kind, document)
+    assert any(r.path == case.field for r in refusals), (case.field, refusals)
+    assert {r.status for r in refusals} == {case.status}, refusals
+    errors = loader_errors(document, tmp_path)
+    assert _names(errors, case.field), (case.field, errors)
+
+
+@pytest.mark.parametrize("case", ACCEPTED, ids=lambda c: c.name)
+def test_accepted_by_the_schema_and_by_the_loader(case: Case, tmp_path: Path) -> None:
+    document = case.document()
+    assert admit(case.kind, document) == []
+    assert loader_errors(document, tmp_path) == []
+
+
+@pytest.mark.parametrize("case", CONTROLLER_ONLY, ids=lambda c: c.name)
+def test_left_to_the_controller(case: Case, tmp_path: Path) -> None:
+    document = case.document()
+    assert admit(case.kind, document) == []
+    errors = loader_errors(document, tmp_path)
+    assert _names(errors, case.field), (case.field, errors)
+
+
+@pytest.mark.parametrize("known", DIVERGENCES, ids=lambda d: d.case.name)
+def test_known_divergences_are_still_what_they_were(known: Divergence, tmp_path: Path) -> None:
+    """When one of these fails, a model changed: move the case to the table it belongs in."""
+    case = known.case
+    refusals = admit(case.kind, case.document())
+    assert (refusals == []) is known.server_admits, (known.why, refusals)
+    if refusals:
+        assert any(r.path == case.field for r in refusals), refusals
+    errors = loader_errors(case.document(), tmp_path)
+    assert (errors == []) is known.loader_accepts, (known.why, errors)
+
+
+def test_case_names_are_unique_object_names() -> None:
+    cases = [*REFUSED, *ACCEPTED, *CONTROLLER_ONLY, *(d.case for d in DIVERGENCES)]
+    names = [(c.kind, c.name) for c in cases]
+    assert len(names) == len(set(names))
+    assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", c.name) for c in cases)
+
+
+# --- one validator, two languages: the schema's reading equals the model's ----------------------
+
+FUZZ = settings(max_examples=300, deadline=None)
+
+
+def node_admits(node: Schema, value: object) -> bool:
+    return Validator(node).is_valid(value) and not list(cel_refusals(node, value))
+
+
+def model_accepts(model: type[BaseModel], data: Mapping[str, object]) -> bool:
+    try:
+        model.model_validate(data)
+    except PydanticError:
+        return False
+    return True
+
+
+# Letters and signs of other duration syntaxes too (days, microseconds, fractions), so a model
+# that starts accepting them fails here until the schema does as well.
+durations = st.text(alphabet="0123456789hmsdwu.+- ", max_size=26) | st.sampled_from(
+    ["1s", "999ms", "1000ms", "0h0m1s", "5m", "1h30m", "0s", "1ms", "99999h99999m99999s99999ms"]
+)
+
+
+@FUZZ
+@given(durations)
+def test_cache_duration_rules_read_durations_as_the_model_does(text: str) -> None:
+    node = node_at("GatewayPolicy", f"{R}.cacheDuration")
+    remote = {"url": URL, "cacheDuration": text}
+    assert node_admits(node, text) is model_accepts(m.RemoteJwks, remote), text
+
+
+@FUZZ
+@given(durations)
+def test_window_rules_read_durations_as_the_model_does(text: str) -> None:
+    node = node_at("GatewayPolicy", f"{L}.window")
+    limit = {"key": "jwt.sub", "requests": 1, "window": text}
+    assert node_admits(node, text) is model_accepts(m.RateLimit, limit), text
+
+
+header_names = st.text(
+    alphabet=st.characters(min_codepoint=32, max_codepoint=126), min_size=0, max_size=20
+) | st.sampled_from(sorted(m._PROTECTED)).map(lambda s: "".join(random_case(s)))
+
+
+def random_case(text: str) -> Iterator[str]:
+    for index, char in enumerate(text):
+        yield char.upper() if index % 2 else char
+
+
+@FUZZ
+@given(header_names)
+def test_header_name_rules_read_names_as_the_model_does(name: str) -> None:
+    node = node_at("GatewayPolicy", f"{X}.set[].name")
+    assert node_admits(node, name) is model_accepts(m.HeaderValue, {"name": name, "value": "x"})

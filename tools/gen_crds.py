@@ -1,0 +1,586 @@
+#!/usr/bin/env python3
+"""Generate the CustomResourceDefinitions of GatewayPolicy and GatewayBackend from the models.
+
+    .venv/bin/python tools/gen_crds.py           write deploy/crds/*.yaml
+    .venv/bin/python tools/gen_crds.py --check   exit 1 when a committed CRD is out of date
+
+The spec schemas are read from the pydantic models in `mcp_oauth_gateway.resources.models`
+(camelCase aliases, Literal enums, length and number bounds, required fields, scalar defaults),
+so the API server and the file loader accept the same documents. Validators are code, not
+schema: every one the two kinds use must have an entry in `_AFTER_VALIDATORS` or `_DECORATED`
+below, saying how it is expressed (an OpenAPI keyword when one can say it, because editors and
+offline linters read those too; a CEL rule only for what OpenAPI cannot say) or that only the
+controller checks it. A validator without an entry, or an entry no model uses any more, stops
+the generator, so the CRDs cannot silently drift from the models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import annotated_types
+import yaml
+from pydantic import AfterValidator, BaseModel
+from pydantic.fields import FieldInfo
+
+from mcp_oauth_gateway.resources import models
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT_DIR = ROOT / "deploy" / "crds"
+GROUP = models.POLICY_API_GROUP
+VERSION = "v1alpha1"
+REGENERATE = ".venv/bin/python tools/gen_crds.py"
+
+Schema = dict[str, Any]
+
+# Kubernetes evaluates `pattern` with Go's RE2: no look-around, `$` is the end of the text.
+# The models' duration regex uses `(?!s)` (redundant once the pattern is anchored: after the
+# minutes group only a digit or the end can follow) and `\d` (Unicode digits in Python).
+DURATION_PATTERN = r"^(?:[0-9]{1,5}h)?(?:[0-9]{1,5}m)?(?:[0-9]{1,5}s)?(?:[0-9]{1,5}ms)?$"
+# The longest string DURATION_PATTERN matches; bounding it keeps the CEL rules' cost small.
+DURATION_MAX_LENGTH = 25
+HEADER_NAME_PATTERN = models._HEADER_NAME.pattern
+PROTECTED_HEADERS_PATTERN = "(?i)^(" + "|".join(sorted(models._PROTECTED)) + ")$"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """How one model validator reaches the CRD: schema keywords, CEL rules, controller notes."""
+
+    keywords: Mapping[str, Any] = field(default_factory=dict)
+    cel: tuple[tuple[str, str], ...] = ()  # (rule, message); messages are the loader's words
+    controller: str = ""  # what only the controller checks (listed in the CRD's comment)
+
+
+def _duration_rule(bound: str, message: str) -> Rule:
+    # The guard keeps a malformed duration to the pattern's error instead of a CEL
+    # evaluation error on top of it.
+    return Rule(
+        keywords={"pattern": DURATION_PATTERN, "maxLength": DURATION_MAX_LENGTH},
+        cel=((f"!self.matches('{DURATION_PATTERN}') || duration(self) {bound}", message),),
+    )
+
+
+# Validators attached to a type with `Annotated[..., AfterValidator(f)]`, keyed by `f`.
+_AFTER_VALIDATORS: dict[Callable[..., Any], Rule] = {
+    models._starts_with_slash: Rule(keywords={"pattern": "^/"}),
+    # Not CEL: a rule on these unbounded strings in unbounded lists exceeds the API server's
+    # cost budget (it needs maxLength and maxItems the models do not have). The server words a
+    # `not` failure poorly, so the description says what it means (`kubectl explain`).
+    models._header_name: Rule(
+        keywords={
+            "description": "An HTTP header name, other than those the gateway manages itself: "
+            + ", ".join(sorted(models._PROTECTED))
+            + " (in any case; the API server reports one as `must not validate the schema "
+            "(not)`).",
+            "pattern": HEADER_NAME_PATTERN,
+            "not": {"pattern": PROTECTED_HEADERS_PATTERN},
+        }
+    ),
+    models._redis_url: Rule(
+        controller="redisUrl: a redis://, rediss:// or unix: URL (read by urllib's URL parser)"
+    ),
+}
+
+# `@field_validator` and `@model_validator` methods, keyed by (model, method name).
+_DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
+    (models.RemoteJwks, "_duration"): _duration_rule(
+        ">= duration('1s')", "cacheDuration must be at least 1s"
+    ),
+    (models.RemoteJwks, "_url"): Rule(
+        controller="jwks.remote.url: an absolute http(s) URL as the WHATWG URL parser reads it"
+    ),
+    (models.RemoteJwks, "_one_source"): Rule(
+        cel=(
+            ("has(self.backendRef) != has(self.url)", "set exactly one of backendRef or url"),
+            (
+                "!has(self.backendRef) || has(self.jwksPath)",
+                "jwksPath is required with backendRef (the path of the JWKS document on that "
+                "service, e.g. /application/o/<slug>/jwks/ for authentik)",
+            ),
+            (
+                "!(has(self.url) && has(self.jwksPath))",
+                "jwksPath cannot be combined with url; put the path in the url",
+            ),
+        )
+    ),
+    (models.Jwks, "_one_source"): Rule(
+        cel=(("has(self.remote) != has(self.inline)", "set exactly one of remote or inline"),)
+    ),
+    (models.ResourceMetadata, "_resource"): Rule(
+        controller="mcp.resourceMetadata.resource: an absolute http(s) URL (WHATWG) without "
+        "a fragment"
+    ),
+    (models.McpAuthentication, "_known_provider"): Rule(
+        keywords={"enum": list(models.PROVIDER_ALIASES)}
+    ),
+    (models.RateLimit, "_window"): _duration_rule(
+        "> duration('0s')", "window must be longer than 0"
+    ),
+}
+
+
+class GeneratorError(Exception):
+    """The models use something this generator does not know how to express."""
+
+
+@dataclass(slots=True)
+class _Walk:
+    """Which validator entries the walk used, to find entries no model needs any more."""
+
+    used: set[object] = field(default_factory=set)
+    controller: list[str] = field(default_factory=list)
+
+    def apply(self, node: Schema, key: object, rule: Rule) -> None:
+        self.used.add(key)
+        node.update(rule.keywords)
+        if rule.cel:
+            node.setdefault("x-kubernetes-validations", []).extend(
+                {"rule": r, "message": m} for r, m in rule.cel
+            )
+        if rule.controller and rule.controller not in self.controller:
+            self.controller.append(rule.controller)
+
+
+def _constrain(node: Schema, metadata: Iterable[object], walk: _Walk, where: str) -> Schema:
+    """Add the bounds and validators of `Annotated[...]` metadata to `node`."""
+    array = node.get("type") == "array"
+    for item in metadata:
+        if isinstance(item, FieldInfo):
+            _constrain(node, item.metadata, walk, where)
+        elif isinstance(item, annotated_types.MinLen):
+            node["minItems" if array else "minLength"] = item.min_length
+        elif isinstance(item, annotated_types.MaxLen):
+            node["maxItems" if array else "maxLength"] = item.max_length
+        elif isinstance(item, annotated_types.Ge):
+            node["minimum"] = item.ge
+        elif isinstance(item, annotated_types.Le):
+            node["maximum"] = item.le
+        elif isinstance(item, AfterValidator) and item.func in _AFTER_VALIDATORS:
+            walk.apply(node, item.func, _AFTER_VALIDATORS[item.func])
+        else:
+            raise GeneratorError(
+                f"{where}: no schema for {item!r}; add it to tools/gen_crds.py "
+                "(_AFTER_VALIDATORS, or _constrain for a new kind of bound)"
+            )
+    return node
+
+
+def _literal(values: tuple[object, ...], where: str) -> Schema:
+    kinds = {type(v) for v in values}
+    if kinds == {str}:
+        return {"type": "string", "enum": list(values)}
+    raise GeneratorError(f"{where}: Literal of {kinds} is not supported")
+
+
+_SCALARS: dict[type, Schema] = {str: {"type": "string"}, int: {"type": "integer"}}
+_SCALARS[bool] = {"type": "boolean"}
+
+
+def _schema_for(tp: Any, walk: _Walk, where: str) -> Schema:
+    """The structural schema of one annotation (`X | None` is X: None means omitted)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Annotated:
+        return _constrain(_schema_for(args[0], walk, where), args[1:], walk, where)
+    if origin in (typing.Union, types.UnionType):
+        present = [a for a in args if a is not type(None)]
+        if len(present) != 1:
+            raise GeneratorError(f"{where}: unions other than `X | None` are not supported")
+        return _schema_for(present[0], walk, where)
+    if origin is typing.Literal:
+        return _literal(args, where)
+    if origin is list:
+        return {"type": "array", "items": _schema_for(args[0], walk, f"{where}[]")}
+    if origin is dict and args == (str, str):
+        return {"type": "object", "additionalProperties": {"type": "string"}}
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return _object_schema(tp, walk, where)
+    if tp in _SCALARS:
+        return dict(_SCALARS[tp])
+    raise GeneratorError(f"{where}: no schema for the type {tp!r}")
+
+
+def _default(info: FieldInfo) -> object:
+    """The default worth writing into the schema, or None.
+
+    Scalars and non-empty lists of scalars only: an omitted optional field, an empty list and
+    a nested object mean the same to the loader as their absence, and leaving them out keeps
+    stored objects as close as possible to what was applied.
+    """
+    value = info.get_default(call_default_factory=True)
+    if isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return list(value)
+    return None
+
+
+def _object_schema(model: type[BaseModel], walk: _Walk, where: str) -> Schema:
+    """The schema of one model: its aliased fields, required ones, defaults and validators."""
+    if model.model_config.get("extra") != "forbid":
+        raise GeneratorError(f"{where}: {model.__name__} does not forbid unknown fields")
+    properties: Schema = {}
+    required: list[str] = []
+    for name, info in model.model_fields.items():
+        alias = info.alias or name
+        node = _constrain(
+            _schema_for(info.annotation, walk, f"{where}.{alias}"),
+            info.metadata,
+            walk,
+            f"{where}.{alias}",
+        )
+        if info.is_required():
+            required.append(alias)
+        elif (default := _default(info)) is not None:
+            node["default"] = default
+        properties[alias] = node
+    schema: Schema = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    _apply_decorators(model, schema, walk, where)
+    return schema
+
+
+def _apply_decorators(model: type[BaseModel], schema: Schema, walk: _Walk, where: str) -> None:
+    """Express the model's `@field_validator`s and `@model_validator`s through `_DECORATED`."""
+    decorators = model.__pydantic_decorators__
+    aliases = {name: info.alias or name for name, info in model.model_fields.items()}
+    if decorators.validators or decorators.root_validators:
+        raise GeneratorError(f"{where}: {model.__name__} uses pydantic v1 validators")
+    for name, decorator in decorators.field_validators.items():
+        rule = _rule_for(model, name, where)
+        for field_name in decorator.info.fields:
+            walk.apply(schema["properties"][aliases[field_name]], (model, name), rule)
+    for name in decorators.model_validators:
+        walk.apply(schema, (model, name), _rule_for(model, name, where))
+
+
+def _rule_for(model: type[BaseModel], name: str, where: str) -> Rule:
+    rule = _DECORATED.get((model, name))
+    if rule is None:
+        raise GeneratorError(
+            f"{where}: {model.__name__}.{name} has no entry in _DECORATED in tools/gen_crds.py; "
+            "express it there (schema keywords or CEL), or describe it as a controller check"
+        )
+    return rule
+
+
+# --- status ----------------------------------------------------------------------------------
+
+# metav1.Condition, as the Gateway API CRDs write it.
+_CONDITION: Schema = {
+    "type": "object",
+    "required": ["lastTransitionTime", "message", "reason", "status", "type"],
+    "properties": {
+        "lastTransitionTime": {"type": "string", "format": "date-time"},
+        "message": {"type": "string", "maxLength": 32768},
+        "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+        "reason": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 1024,
+            "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+        },
+        "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+        "type": {
+            "type": "string",
+            "maxLength": 316,
+            "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+            r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+        },
+    },
+}
+
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+def _conditions(min_items: int) -> Schema:
+    schema: Schema = {
+        "type": "array",
+        "maxItems": 8,
+        "items": _CONDITION,
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
+    }
+    if min_items:
+        schema["minItems"] = min_items
+    return schema
+
+
+# GEP-713 PolicyAncestorStatus: the Gateway a targeted route is attached to, per controller.
+_ANCESTOR_REF: Schema = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {
+        "group": {
+            "type": "string",
+            "default": models.GATEWAY_API_GROUP,
+            "maxLength": 253,
+            "pattern": "^$|" + _DNS_SUBDOMAIN,
+        },
+        "kind": {
+            "type": "string",
+            "default": "Gateway",
+            "minLength": 1,
+            "maxLength": 63,
+            "pattern": "^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$",
+        },
+        "name": {"type": "string", "minLength": 1, "maxLength": 253},
+        "namespace": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 63,
+            "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        },
+        "sectionName": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 253,
+            "pattern": _DNS_SUBDOMAIN,
+        },
+        "port": {"type": "integer", "format": "int32", "minimum": 1, "maximum": 65535},
+    },
+}
+
+_ANCESTORS: Schema = {
+    "type": "array",
+    "maxItems": 16,
+    "x-kubernetes-list-type": "atomic",
+    "items": {
+        "type": "object",
+        "required": ["ancestorRef", "controllerName", "conditions"],
+        "properties": {
+            "ancestorRef": _ANCESTOR_REF,
+            "controllerName": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 253,
+                "pattern": _DNS_SUBDOMAIN[:-1] + r"\/[A-Za-z0-9\/\-._~%!$&'()*+,;=:]+$",
+            },
+            "conditions": _conditions(min_items=1),
+        },
+    },
+}
+
+
+# --- the CRDs --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One custom resource kind and how `kubectl get` shows it."""
+
+    model: type[BaseModel]
+    plural: str
+    short_names: tuple[str, ...]
+    description: str
+    columns: tuple[Schema, ...]
+    status: Schema
+
+    @property
+    def name(self) -> str:
+        return self.model.__name__
+
+    @property
+    def file(self) -> Path:
+        return OUT_DIR / f"{self.plural}.{GROUP}.yaml"
+
+
+def _condition_column(condition: str) -> Schema:
+    return {
+        "name": condition,
+        "type": "string",
+        "jsonPath": f'.status.conditions[?(@.type=="{condition}")].status',
+    }
+
+
+_AGE: Schema = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+_TARGET = ".spec.mcp.targets[0].static"
+
+KINDS = (
+    Kind(
+        model=models.GatewayPolicy,
+        plural="gatewaypolicies",
+        short_names=("gwpol",),
+        description="OAuth 2.0 enforcement for the HTTPRoutes it targets: JWT authentication, "
+        "MCP OAuth discovery, CEL authorization.",
+        columns=(_condition_column("Accepted"), _condition_column("Attached"), _AGE),
+        status={
+            "type": "object",
+            "properties": {"conditions": _conditions(min_items=0), "ancestors": _ANCESTORS},
+        },
+    ),
+    Kind(
+        model=models.GatewayBackend,
+        plural="gatewaybackends",
+        short_names=("gwbe",),
+        description="An MCP server that HTTPRoutes send traffic to.",
+        columns=(
+            {"name": "Host", "type": "string", "jsonPath": f"{_TARGET}.host"},
+            {"name": "Port", "type": "integer", "jsonPath": f"{_TARGET}.port"},
+            {"name": "Path", "type": "string", "jsonPath": f"{_TARGET}.path"},
+            _AGE,
+        ),
+        status={"type": "object", "properties": {"conditions": _conditions(min_items=0)}},
+    ),
+)
+
+# Checks of the control plane beyond the models (controlplane/policies.py); the loader accepts
+# what fails them, so the schema does too, and the controller reports them as Accepted=False.
+_POLICY_COMPILE_CHECKS = (
+    "every CEL expression compiles (authorization and backend.mcp.authorization "
+    "matchExpressions, transformation.request.set[].value, rateLimit.key)",
+    "jwks.inline is a JWKS document; jwks.remote.backendRef names a Service the gateway "
+    "can resolve",
+    "exactly one entry in jwtAuthentication.providers",
+    "traffic sets jwtAuthentication; authorization, backend.mcp.authorization and a "
+    "transformation that reads jwt need it",
+    "provider ProviderB (Authentik): clientId is set and is one of the audiences, and the "
+    "issuer ends with '/'",
+    "authorizationServerMode Broker: provider and clientId are set, and broker.redisUrl when "
+    "several processes serve; broker is set only in Broker mode",
+)
+
+
+def spec_schema(kind: Kind, walk: _Walk) -> Schema:
+    """The schema of `spec`, from the model's `spec` field."""
+    info = kind.model.model_fields["spec"]
+    return _schema_for(info.annotation, walk, "spec")
+
+
+def crd(kind: Kind, walk: _Walk) -> Schema:
+    """The CustomResourceDefinition of one kind."""
+    schema: Schema = {
+        "type": "object",
+        "description": kind.description,
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec_schema(kind, walk),
+            "status": kind.status,
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{kind.plural}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": kind.name,
+                "listKind": f"{kind.name}List",
+                "plural": kind.plural,
+                "singular": kind.name.lower(),
+                "shortNames": list(kind.short_names),
+                "categories": ["mcp-oauth-gateway"],
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": list(kind.columns),
+                    "schema": {"openAPIV3Schema": schema},
+                }
+            ],
+        },
+    }
+
+
+_HEADER = """\
+# Generated by tools/gen_crds.py from src/mcp_oauth_gateway/resources/models.py; do not edit.
+# Regenerate: {regenerate}
+#
+# Unknown fields: the schema is structural, so the API server drops fields it does not know
+# unless the client asks for strict field validation. `kubectl apply` asks (--validate=strict is
+# its default) and fails naming the field, as the file loader does:
+#   Error from server (BadRequest): error when creating "policy.yaml": {kind} in version
+#   "{version}" cannot be handled as a {kind}: strict decoding error: unknown field "spec.foo"
+# `kubectl apply --validate=warn`, and clients that send no fieldValidation, get the object
+# created without the field and a warning; `--validate=false` drops it silently.
+#
+# Checked by the controller, not by this schema (reported as Accepted=False reason=Invalid):
+{checks}
+"""
+
+
+def _comment(lines: Iterable[str]) -> str:
+    wrapped = (
+        textwrap.fill(line, 98, initial_indent="# - ", subsequent_indent="#   ") for line in lines
+    )
+    return "\n".join(wrapped) or "# - nothing beyond this schema"
+
+
+class _Dumper(yaml.SafeDumper):
+    """Writes a shared sub-schema out in full each time: no YAML anchors in a CRD."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
+
+
+def render() -> dict[Path, str]:
+    """The text of every CRD file, by path."""
+    walk = _Walk()
+    out: dict[Path, str] = {}
+    for kind in KINDS:
+        start = len(walk.controller)
+        document = crd(kind, walk)
+        checks = walk.controller[start:]
+        if kind.model is models.GatewayPolicy:
+            checks = [*checks, *_POLICY_COMPILE_CHECKS]
+        header = _HEADER.format(
+            regenerate=REGENERATE, kind=kind.name, version=VERSION, checks=_comment(checks)
+        )
+        body = yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
+        out[kind.file] = header + "---\n" + body
+    stale = [key for key in (*_AFTER_VALIDATORS, *_DECORATED) if key not in walk.used]
+    if stale:
+        raise GeneratorError(
+            f"tools/gen_crds.py has rules for validators no model uses any more: {stale}"
+        )
+    return out
+
+
+def stale_files(rendered: Mapping[Path, str]) -> list[Path]:
+    """The CRD files whose committed text differs from the generator's."""
+    return [
+        path
+        for path, text in rendered.items()
+        if not path.is_file() or path.read_text(encoding="utf-8") != text
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--check", action="store_true", help="only report CRDs that are out of date"
+    )
+    args = parser.parse_args(argv)
+    rendered = render()
+    stale = stale_files(rendered)
+    if args.check:
+        for path in stale:
+            print(f"{path.relative_to(ROOT)} is out of date: run {REGENERATE}", file=sys.stderr)
+        return 1 if stale else 0
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    for path in stale:
+        path.write_text(rendered[path], encoding="utf-8")
+        print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
