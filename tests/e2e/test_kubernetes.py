@@ -1,0 +1,678 @@
+"""Controller mode against a real Kubernetes API server (apiextensions-apiserver v1.36.4 + etcd).
+
+The spec's example (examples/kubernetes) is applied with local addresses: the gateway's listener
+on a free port, the MCP backend and the OpenID provider on loopback, and the provider's keys
+fetched from `jwks.remote.url` (the test server serves no core Services, and a Service name
+would send the gateway to DNS). Leases are served by a CRD with the coordination.k8s.io/v1
+schema (tests/devcluster/crds), because the test server serves no core kinds.
+
+Tests in this module share one gateway and run in file order; the API server restart is last.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from joserfc.jwk import RSAKey
+
+from support import (
+    NODE_DIR,
+    ROOT,
+    Process,
+    claims_for,
+    free_port,
+    mint,
+    node,
+    wait_for_port,
+    wait_until,
+)
+
+from .test_client_flow import run_ts_client
+
+NS = "mcp-e2e"
+TOOLS_NS = "mcp-e2e-tools"
+FAILOVER_NS = "mcp-e2e-failover"
+CLIENT_ID = "mcp-public"
+EXAMPLE = ROOT / "examples" / "kubernetes"
+POLICY_CRDS = sorted((ROOT / "deploy" / "crds").glob("*.yaml"))
+GROUPS = {
+    "GatewayClass": ("gateway.networking.k8s.io/v1", "gatewayclasses"),
+    "Gateway": ("gateway.networking.k8s.io/v1", "gateways"),
+    "HTTPRoute": ("gateway.networking.k8s.io/v1", "httproutes"),
+    "ReferenceGrant": ("gateway.networking.k8s.io/v1beta1", "referencegrants"),
+    "GatewayBackend": ("mcp-oauth-gateway.dev/v1alpha1", "gatewaybackends"),
+    "GatewayPolicy": ("mcp-oauth-gateway.dev/v1alpha1", "gatewaypolicies"),
+    "Lease": ("coordination.k8s.io/v1", "leases"),
+}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "k8s-e2e", "version": "1"},
+    },
+}
+WAIT = 60.0
+
+
+class Api:
+    """The test's own calls to the API server (the gateway uses kubernetes_asyncio)."""
+
+    def __init__(self, server: Any):
+        self.server = server
+
+    @staticmethod
+    def path(kind: str, namespace: str | None, name: str | None = None, sub: str = "") -> str:
+        api_version, plural = GROUPS[kind]
+        where = f"/namespaces/{namespace}" if namespace else ""
+        path = f"/apis/{api_version}{where}/{plural}"
+        return path + (f"/{name}" if name else "") + (f"/{sub}" if sub else "")
+
+    def create(self, doc: dict[str, Any]) -> dict[str, Any]:
+        response = self.server.request(
+            "POST", self.path(doc["kind"], doc["metadata"].get("namespace")), doc
+        )
+        assert response.status_code == 201, response.text
+        return response.json()
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
+        response = self.server.request("GET", self.path(kind, namespace, name))
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def patch(self, kind: str, namespace: str | None, name: str, patch: dict[str, Any]) -> int:
+        """A JSON merge patch; the object's new generation."""
+        response = self.server.request(
+            "PATCH",
+            self.path(kind, namespace, name),
+            patch,
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert response.status_code == 200, response.text
+        return int(response.json()["metadata"]["generation"])
+
+    def delete(self, kind: str, namespace: str | None, name: str) -> None:
+        response = self.server.request("DELETE", self.path(kind, namespace, name))
+        assert response.status_code in (200, 202, 404), response.text
+
+    def conditions(self, kind: str, namespace: str | None, name: str) -> dict[str, dict[str, Any]]:
+        """The object's own `status.conditions`, by type."""
+        status = self.get(kind, namespace, name).get("status") or {}
+        return {c["type"]: c for c in status.get("conditions") or []}
+
+    def wait_conditions(
+        self, kind: str, namespace: str | None, name: str, want: dict[str, str], generation: int
+    ) -> dict[str, dict[str, Any]]:
+        """Until the object's conditions have the wanted statuses for `generation`."""
+        seen: dict[str, dict[str, Any]] = {}
+
+        def ready() -> bool:
+            nonlocal seen
+            seen = self.conditions(kind, namespace, name)
+            return all(
+                t in seen and seen[t]["status"] == s and seen[t]["observedGeneration"] == generation
+                for t, s in want.items()
+            )
+
+        try:
+            wait_until(ready, WAIT, f"{kind} {name} conditions {want} at generation {generation}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last seen: {seen}") from None
+        return seen
+
+
+def example_objects(gateway_port: int, idp: str, backend: str, gateway: str) -> list[dict]:
+    """examples/kubernetes with local addresses, in namespace NS (no Service, no grant)."""
+    docs = []
+    for path in sorted(EXAMPLE.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc["kind"] != "ReferenceGrant":
+                docs.append(doc)
+    for doc in docs:
+        if doc["metadata"].get("namespace") == "mcp":
+            doc["metadata"]["namespace"] = NS
+        if doc["kind"] == "Gateway":
+            doc["spec"]["listeners"][0]["port"] = gateway_port
+        elif doc["kind"] == "HTTPRoute":
+            doc["spec"]["parentRefs"][0]["namespace"] = NS
+        elif doc["kind"] == "GatewayBackend":
+            host, port = backend.rsplit(":", 1)
+            doc["spec"]["mcp"]["targets"][0]["static"].update(host=host, port=int(port))
+        elif doc["kind"] == "GatewayPolicy":
+            jwt = doc["spec"]["traffic"]["jwtAuthentication"]
+            jwt["providers"][0]["issuer"] = f"{idp}/application/o/mcp/"
+            jwt["providers"][0]["jwks"] = {"remote": {"url": f"{idp}/application/o/mcp/jwks/"}}
+            jwt["mcp"]["resourceMetadata"]["resource"] = f"{gateway}/mcp"
+    return docs
+
+
+def controller_cmd(kubeconfig: Path, admin_port: int, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "mcp_oauth_gateway",
+        "serve",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--admin-port",
+        str(admin_port),
+        *extra,
+    ]
+
+
+@dataclass
+class ClusterStack:
+    api: Api
+    server: Any
+    gateway: str
+    admin: str
+    idp: str
+    key: RSAKey
+    process: Process
+    gateway_port: int
+    backend: str
+
+    def token(self, **overrides: object) -> str:
+        claims = claims_for(f"{self.idp}/application/o/mcp/", CLIENT_ID)
+        claims.update(overrides)
+        return mint(self.key, claims)
+
+    def status(self) -> dict[str, Any]:
+        return httpx.get(f"{self.admin}/status", timeout=5).json()
+
+    def initialize(self, token: str | None = None, path: str = "/mcp") -> httpx.Response:
+        headers = dict(ACCEPT)
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        return httpx.post(f"{self.gateway}{path}", json=INITIALIZE, headers=headers, timeout=10)
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    apiserver: Any,
+    logs: Path,
+    idp_key: tuple[RSAKey, Path],
+    backend: str,
+) -> Iterator[ClusterStack]:
+    """The example applied to the API server and a gateway serving it in controller mode."""
+    apiserver.apply_crds(POLICY_CRDS)
+    api = Api(apiserver)
+    gateway_port, idp_port, admin_port = free_port(), free_port(), free_port()
+    gateway, idp = f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{idp_port}"
+    idp_env = {
+        "IDP_PORT": str(idp_port),
+        "FLAVOUR": "authentik",
+        "KEY_FILE": str(idp_key[1]),
+        "CLIENT_ID": CLIENT_ID,
+        "RESOURCE": f"{gateway}/mcp",
+        "SLUG": "mcp",
+    }
+    idp_process = Process("k8s-idp", [node(), str(NODE_DIR / "idp.mjs")], logs, env=idp_env)
+    for doc in example_objects(gateway_port, idp, backend, gateway):
+        api.create(doc)
+    process = Process(
+        "k8s-gateway-a",
+        controller_cmd(apiserver.kubeconfig, admin_port, "--lease-namespace", NS),
+        logs,
+        env={"POD_NAME": "replica-a"},
+    )
+    try:
+        wait_for_port(idp_port, idp_process)
+        wait_for_port(admin_port, process)
+        stack = ClusterStack(
+            api,
+            apiserver,
+            gateway,
+            f"http://127.0.0.1:{admin_port}",
+            idp,
+            idp_key[0],
+            process,
+            gateway_port,
+            backend,
+        )
+        wait_for_port(gateway_port, process, timeout=WAIT)
+        yield stack
+    finally:
+        process.stop()
+        idp_process.stop()
+
+
+def test_status_comes_up_true_with_the_observed_generation(cluster: ClusterStack) -> None:
+    api = cluster.api
+    policy = api.get("GatewayPolicy", NS, "mcp-authn")
+    generation = policy["metadata"]["generation"]
+    every = {"Accepted": "True", "Attached": "True", "ResolvedRefs": "True"}
+    conditions = api.wait_conditions("GatewayPolicy", NS, "mcp-authn", every, generation)
+    assert conditions["Accepted"]["reason"] == "Valid"
+    status = api.get("GatewayPolicy", NS, "mcp-authn")["status"]
+    (ancestor,) = status["ancestors"]
+    assert ancestor["ancestorRef"] == {
+        "group": "gateway.networking.k8s.io",
+        "kind": "Gateway",
+        "namespace": NS,
+        "name": "mcp-gateway",
+    }
+    assert ancestor["controllerName"] == "mcp-oauth-gateway.dev/gateway-controller"
+    assert {c["type"]: c["status"] for c in ancestor["conditions"]} == every
+
+    api.wait_conditions("GatewayClass", None, "mcp-oauth-gateway", {"Accepted": "True"}, 1)
+    gateway = api.wait_conditions(
+        "Gateway", NS, "mcp-gateway", {"Accepted": "True", "Programmed": "True"}, 1
+    )
+    assert gateway["Programmed"]["observedGeneration"] == 1
+    (listener,) = api.get("Gateway", NS, "mcp-gateway")["status"]["listeners"]
+    assert listener["name"] == "http"
+    assert listener["attachedRoutes"] == 1
+    assert {c["type"]: c["status"] for c in listener["conditions"]}["Programmed"] == "True"
+    (parent,) = api.get("HTTPRoute", NS, "mcp")["status"]["parents"]
+    assert parent["controllerName"] == "mcp-oauth-gateway.dev/gateway-controller"
+    assert parent["parentRef"]["name"] == "mcp-gateway"
+    assert {c["type"]: c["status"] for c in parent["conditions"]} == {
+        "Accepted": "True",
+        "ResolvedRefs": "True",
+    }
+    api.wait_conditions("GatewayBackend", NS, "mcp-backend", {"Accepted": "True"}, 1)
+    ready = httpx.get(f"{cluster.admin}/readyz", timeout=5)
+    assert ready.status_code == 200, ready.text
+
+
+def test_status_is_written_only_when_it_changes(cluster: ClusterStack) -> None:
+    before = cluster.api.get("GatewayPolicy", NS, "mcp-authn")
+    writes = cluster.status()["controller"]["statusWrites"]
+    # An unrelated change (a label: generation unchanged) rebuilds nothing worth writing.
+    cluster.api.patch("GatewayBackend", NS, "mcp-backend", {"metadata": {"labels": {"a": "b"}}})
+    swaps = cluster.status()["controller"]["snapshotSwaps"]
+    wait_until(lambda: cluster.status()["controller"]["snapshotSwaps"] > swaps, WAIT, "a rebuild")
+    after = cluster.api.get("GatewayPolicy", NS, "mcp-authn")
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert cluster.status()["controller"]["statusWrites"] == writes
+
+
+def test_a_real_mcp_client_signs_in_through_controller_mode(cluster: ClusterStack) -> None:
+    report = run_ts_client(f"{cluster.gateway}/mcp", "alice")
+    assert report["ok"], report
+    assert report["clientId"] == CLIENT_ID
+    assert report["authorizationUrl"].startswith(f"{cluster.idp}/application/o/mcp/authorize/")
+
+
+def test_an_invalid_cel_rule_fails_closed_and_fixing_it_restores_service(
+    cluster: ClusterStack,
+) -> None:
+    api, token = cluster.api, cluster.token()
+    assert cluster.initialize(token).status_code == 200
+    good = api.get("GatewayPolicy", NS, "mcp-authn")["spec"]["traffic"]["authorization"]
+    broken = copy.deepcopy(good)
+    broken["policy"]["matchExpressions"] = ['jwt.groups.exists(g, g == "mcp-agent"']
+    generation = api.patch(
+        "GatewayPolicy", NS, "mcp-authn", {"spec": {"traffic": {"authorization": broken}}}
+    )
+    conditions = api.wait_conditions(
+        "GatewayPolicy", NS, "mcp-authn", {"Accepted": "False"}, generation
+    )
+    assert conditions["Accepted"]["reason"] == "Invalid"
+    assert (
+        "spec.traffic.authorization.policy.matchExpressions[0]" in conditions["Accepted"]["message"]
+    )
+    wait_until(
+        lambda: cluster.initialize(token).status_code == 503, WAIT, "the route to fail closed"
+    )
+    refused = cluster.initialize(token)
+    assert refused.json()["error"] == "policy_invalid"
+    generation = api.patch(
+        "GatewayPolicy", NS, "mcp-authn", {"spec": {"traffic": {"authorization": good}}}
+    )
+    api.wait_conditions(
+        "GatewayPolicy", NS, "mcp-authn", {"Accepted": "True", "Attached": "True"}, generation
+    )
+    wait_until(lambda: cluster.initialize(token).status_code == 200, WAIT, "service to return")
+
+
+def test_a_policy_targeting_a_missing_route_is_not_attached(cluster: ClusterStack) -> None:
+    api = cluster.api
+    orphan = copy.deepcopy(api.get("GatewayPolicy", NS, "mcp-authn"))
+    orphan = {
+        "apiVersion": orphan["apiVersion"],
+        "kind": "GatewayPolicy",
+        "metadata": {"name": "orphan", "namespace": NS},
+        "spec": {
+            **orphan["spec"],
+            "targetRefs": [{**orphan["spec"]["targetRefs"][0], "name": "nope"}],
+        },
+    }
+    api.create(orphan)
+    try:
+        conditions = api.wait_conditions(
+            "GatewayPolicy", NS, "orphan", {"Accepted": "True", "Attached": "False"}, 1
+        )
+        assert conditions["Attached"]["reason"] == "TargetNotFound"
+        assert "nope" in conditions["Attached"]["message"]
+    finally:
+        api.delete("GatewayPolicy", NS, "orphan")
+
+
+def test_a_backend_in_another_namespace_needs_a_reference_grant(cluster: ClusterStack) -> None:
+    api = cluster.api
+    host, port = cluster.backend.rsplit(":", 1)
+    api.create(
+        {
+            "apiVersion": "mcp-oauth-gateway.dev/v1alpha1",
+            "kind": "GatewayBackend",
+            "metadata": {"name": "tools", "namespace": TOOLS_NS},
+            "spec": {
+                "mcp": {"targets": [{"name": "t", "static": {"host": host, "port": int(port)}}]}
+            },
+        }
+    )
+    api.create(
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "HTTPRoute",
+            "metadata": {"name": "tools", "namespace": NS},
+            "spec": {
+                "parentRefs": [{"name": "mcp-gateway"}],
+                "rules": [
+                    {
+                        "matches": [{"path": {"type": "PathPrefix", "value": "/tools"}}],
+                        "backendRefs": [
+                            {
+                                "group": "mcp-oauth-gateway.dev",
+                                "kind": "GatewayBackend",
+                                "name": "tools",
+                                "namespace": TOOLS_NS,
+                            }
+                        ],
+                    }
+                ],
+            },
+        }
+    )
+
+    def resolved() -> dict[str, Any]:
+        parents = (api.get("HTTPRoute", NS, "tools").get("status") or {}).get("parents") or []
+        return {c["type"]: c for p in parents for c in p["conditions"]}
+
+    wait_until(lambda: "ResolvedRefs" in resolved(), WAIT, "the route's status")
+    refs = resolved()["ResolvedRefs"]
+    assert (refs["status"], refs["reason"]) == ("False", "RefNotPermitted")
+    assert f"ReferenceGrant in namespace {TOOLS_NS}" in refs["message"]
+    assert cluster.initialize(path="/tools").status_code == 503
+    api.create(
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1beta1",
+            "kind": "ReferenceGrant",
+            "metadata": {"name": "routes-from-mcp", "namespace": TOOLS_NS},
+            "spec": {
+                "from": [
+                    {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": NS}
+                ],
+                "to": [{"group": "mcp-oauth-gateway.dev", "kind": "GatewayBackend"}],
+            },
+        }
+    )
+    wait_until(lambda: resolved()["ResolvedRefs"]["status"] == "True", WAIT, "ResolvedRefs=True")
+    wait_until(
+        lambda: cluster.initialize(path="/tools").status_code == 200, WAIT, "the route to serve"
+    )
+    api.delete("HTTPRoute", NS, "tools")
+
+
+def test_a_burst_of_changes_is_one_snapshot_swap(cluster: ClusterStack) -> None:
+    api = cluster.api
+    host, port = cluster.backend.rsplit(":", 1)
+    swaps = cluster.status()["controller"]["snapshotSwaps"]
+    count = 40
+    for number in range(count):
+        api.create(
+            {
+                "apiVersion": "mcp-oauth-gateway.dev/v1alpha1",
+                "kind": "GatewayBackend",
+                "metadata": {"name": f"burst-{number}", "namespace": TOOLS_NS},
+                "spec": {
+                    "mcp": {"targets": [{"name": "t", "static": {"host": host, "port": int(port)}}]}
+                },
+            }
+        )
+    api.wait_conditions("GatewayBackend", TOOLS_NS, f"burst-{count - 1}", {"Accepted": "True"}, 1)
+    # Objects arrive over the watch a few milliseconds apart: they settle into one rebuild
+    # (two when a rebuild happened to start just before the last few arrived).
+    assert cluster.status()["controller"]["snapshotSwaps"] - swaps <= 3
+
+
+def test_configuration_changes_under_load_fail_no_request(cluster: ClusterStack) -> None:
+    api, token = cluster.api, cluster.token()
+    stop = threading.Event()
+    results: list[int] = []
+    errors: list[str] = []
+
+    def client() -> None:
+        with httpx.Client(timeout=10) as http:
+            while not stop.is_set():
+                try:
+                    response = http.post(
+                        f"{cluster.gateway}/mcp",
+                        json=INITIALIZE,
+                        headers={**ACCEPT, "Authorization": f"Bearer {token}"},
+                    )
+                    results.append(response.status_code)
+                except httpx.HTTPError as exc:
+                    errors.append(repr(exc))
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_until(lambda: len(results) > 20, WAIT, "the load to start")
+        good = api.get("GatewayPolicy", NS, "mcp-authn")["spec"]["traffic"]["authorization"]
+        for round_ in range(6):
+            rules = list(good["policy"]["matchExpressions"])
+            if round_ % 2 == 0:
+                rules.append('"users" in jwt.groups')
+            changed = {**good, "policy": {"matchExpressions": rules}}
+            generation = api.patch(
+                "GatewayPolicy", NS, "mcp-authn", {"spec": {"traffic": {"authorization": changed}}}
+            )
+            api.wait_conditions("GatewayPolicy", NS, "mcp-authn", {"Accepted": "True"}, generation)
+            served = len(results)
+            wait_until(
+                lambda served=served: len(results) > served + 10, WAIT, "requests on the new one"
+            )
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+    assert errors == []
+    failed = [code for code in results if code != 200]
+    assert failed == [], f"{len(failed)} of {len(results)} requests failed: {set(failed)}"
+
+
+# --- several replicas, one writer ----------------------------------------------------------------
+
+
+def failover_objects(port: int, backend: str) -> list[dict[str, Any]]:
+    """A class, Gateway, route and backend of their own (another controller name), so the two
+    replicas under test never write the status the module's gateway writes."""
+    host, backend_port = backend.rsplit(":", 1)
+    return [
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "GatewayClass",
+            "metadata": {"name": "failover"},
+            "spec": {"controllerName": "mcp-oauth-gateway.dev/failover-e2e"},
+        },
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "Gateway",
+            "metadata": {"name": "gw", "namespace": FAILOVER_NS},
+            "spec": {
+                "gatewayClassName": "failover",
+                "listeners": [{"name": "http", "port": port, "protocol": "HTTP"}],
+            },
+        },
+        {
+            "apiVersion": "mcp-oauth-gateway.dev/v1alpha1",
+            "kind": "GatewayBackend",
+            "metadata": {"name": "b", "namespace": FAILOVER_NS},
+            "spec": {
+                "mcp": {
+                    "targets": [{"name": "t", "static": {"host": host, "port": int(backend_port)}}]
+                }
+            },
+        },
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "HTTPRoute",
+            "metadata": {"name": "r", "namespace": FAILOVER_NS},
+            "spec": {
+                "parentRefs": [{"name": "gw"}],
+                "rules": [
+                    {
+                        "backendRefs": [
+                            {
+                                "group": "mcp-oauth-gateway.dev",
+                                "kind": "GatewayBackend",
+                                "name": "b",
+                            }
+                        ]
+                    }
+                ],
+            },
+        },
+    ]
+
+
+def replica(cluster: ClusterStack, logs: Path, name: str, host: str, admin_port: int) -> Process:
+    return Process(
+        f"k8s-{name}",
+        controller_cmd(
+            cluster.server.kubeconfig,
+            admin_port,
+            "--host",
+            host,
+            "--controller-name",
+            "mcp-oauth-gateway.dev/failover-e2e",
+            "--lease-namespace",
+            FAILOVER_NS,
+            "--lease-duration",
+            "3",
+        ),
+        logs,
+        env={"POD_NAME": name},
+    )
+
+
+def controller_state(admin_port: int) -> dict[str, Any]:
+    try:
+        return httpx.get(f"http://127.0.0.1:{admin_port}/status", timeout=5).json()["controller"]
+    except (httpx.HTTPError, KeyError):
+        return {}
+
+
+def test_two_replicas_serve_one_writes_and_the_other_takes_over(
+    cluster: ClusterStack, logs: Path
+) -> None:
+    api, port = cluster.api, free_port()
+    for doc in failover_objects(port, cluster.backend):
+        api.create(doc)
+    admin = {"replica-1": free_port(), "replica-2": free_port()}
+    hosts = {"replica-1": "127.0.0.2", "replica-2": "127.0.0.3"}
+    processes = {
+        name: replica(cluster, logs, name, hosts[name], admin[name])
+        for name in ("replica-1", "replica-2")
+    }
+    try:
+        for name in processes:
+            url = f"http://{hosts[name]}:{port}/"
+            wait_until(lambda url=url: _answers(url), WAIT, f"{name} to serve on {url}")
+        wait_until(
+            lambda: sum(bool(controller_state(a).get("leader")) for a in admin.values()) == 1,
+            WAIT,
+            "exactly one leader",
+        )
+        leader = next(n for n in admin if controller_state(admin[n]).get("leader"))
+        follower = next(n for n in admin if n != leader)
+        lease = api.get("Lease", FAILOVER_NS, "mcp-oauth-gateway")
+        assert lease["spec"]["holderIdentity"] == leader
+        assert controller_state(admin[follower])["statusWrites"] == 0
+        api.wait_conditions("Gateway", FAILOVER_NS, "gw", {"Programmed": "True"}, 1)
+
+        os.kill(processes[leader].popen.pid, signal.SIGKILL)
+        processes[leader].popen.wait(10)
+        wait_until(
+            lambda: controller_state(admin[follower]).get("leader") is True,
+            WAIT,
+            f"{follower} to take the Lease over",
+        )
+        # The next status change is written by the new leader, the only replica left.
+        generation = api.patch(
+            "Gateway",
+            FAILOVER_NS,
+            "gw",
+            {
+                "spec": {
+                    "listeners": [
+                        {
+                            "name": "http",
+                            "port": port,
+                            "protocol": "HTTP",
+                            "hostname": "mcp.example",
+                        }
+                    ]
+                }
+            },
+        )
+        api.wait_conditions("Gateway", FAILOVER_NS, "gw", {"Programmed": "True"}, generation)
+        assert (
+            api.get("Lease", FAILOVER_NS, "mcp-oauth-gateway")["spec"]["holderIdentity"] == follower
+        )
+
+        # A replica that stops (SIGTERM) gives the Lease up at once.
+        assert processes[follower].stop() == 0
+        released = api.get("Lease", FAILOVER_NS, "mcp-oauth-gateway")["spec"]
+        assert released["holderIdentity"] == ""
+    finally:
+        for process in processes.values():
+            process.stop()
+
+
+def _answers(url: str) -> bool:
+    try:
+        httpx.get(url, timeout=2)
+        return True
+    except httpx.HTTPError:
+        return False
+
+
+def test_watches_resume_after_the_api_server_restarts(cluster: ClusterStack) -> None:
+    api = cluster.api
+    cluster.server.restart()
+    host, port = cluster.backend.rsplit(":", 1)
+    # A change made after the restart reaches the gateway through the resumed watches.
+    api.create(
+        {
+            "apiVersion": "mcp-oauth-gateway.dev/v1alpha1",
+            "kind": "GatewayBackend",
+            "metadata": {"name": "after-restart", "namespace": NS},
+            "spec": {
+                "mcp": {"targets": [{"name": "t", "static": {"host": host, "port": int(port)}}]}
+            },
+        }
+    )
+    api.wait_conditions("GatewayBackend", NS, "after-restart", {"Accepted": "True"}, 1)
+    token = cluster.token()
+    assert cluster.initialize(token).status_code == 200
+    assert cluster.process.popen.poll() is None
+    assert "reading the API server again" in cluster.process.log()
