@@ -47,7 +47,8 @@ Schema = dict[str, Any]
 DURATION_PATTERN = r"^(?:[0-9]{1,5}h)?(?:[0-9]{1,5}m)?(?:[0-9]{1,5}s)?(?:[0-9]{1,5}ms)?$"
 # The longest string DURATION_PATTERN matches; bounding it keeps the CEL rules' cost small.
 DURATION_MAX_LENGTH = 25
-HEADER_NAME_PATTERN = models._HEADER_NAME.pattern
+# Kubernetes matches `pattern` anywhere in the value: anchor the model's whole-value pattern.
+HEADER_NAME_PATTERN = f"^{models._HEADER_NAME.pattern}$"
 PROTECTED_HEADERS_PATTERN = "(?i)^(" + "|".join(sorted(models._PROTECTED)) + ")$"
 
 

@@ -295,6 +295,13 @@ def _limit(**fields: object) -> tuple[str, object]:
 
 # Refused by the schema (or its CEL rules) and by the loader, both naming `field`.
 REFUSED = [
+    # Whole-value matches, ASCII digits: a trailing newline or another script's digit is refused
+    # by both (Python's `$` and `\d` would admit them; RE2 and the models do not).
+    pol(
+        "header-trailing-newline", f"{X}.set[0].name", (f"{X}.set", [HEADER | {"name": "X-User\n"}])
+    ),
+    pol("duration-trailing-newline", f"{R}.cacheDuration", (f"{R}.cacheDuration", "5m\n")),
+    pol("duration-other-digits", f"{R}.cacheDuration", (f"{R}.cacheDuration", "\u0665m")),
     pol("enum-action", f"{A}.action", (f"{A}.action", "Block")),
     pol("enum-mode", f"{P}.mode", (f"{P}.mode", "Lax")),
     pol("enum-provider", f"{M}.provider", (f"{M}.provider", "Okta")),
@@ -516,28 +523,6 @@ DIVERGENCES = [
         server_admits=False,
         loader_accepts=True,
         why="pydantic's lax mode reads 'yes' as true",
-    ),
-    Divergence(
-        pol(
-            "header-trailing-newline",
-            f"{X}.set[0].name",
-            (f"{X}.set", [HEADER | {"name": "X-User\n"}]),
-        ),
-        server_admits=False,
-        loader_accepts=True,
-        why="the models' regexes end in `$`, which Python also matches before a final newline",
-    ),
-    Divergence(
-        pol("duration-trailing-newline", f"{R}.cacheDuration", (f"{R}.cacheDuration", "5m\n")),
-        server_admits=False,
-        loader_accepts=True,
-        why="the duration regex ends in `$` (see above)",
-    ),
-    Divergence(
-        pol("duration-other-digits", f"{R}.cacheDuration", (f"{R}.cacheDuration", "\u0665m")),
-        server_admits=False,
-        loader_accepts=True,
-        why="Python's \\d matches digits of every script (int() reads them); RE2's only 0-9",
     ),
     Divergence(
         pol("null-for-defaulted-field", f"{P}.mode", (f"{P}.mode", None)),

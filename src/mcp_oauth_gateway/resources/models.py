@@ -20,12 +20,14 @@ POLICY_API_VERSION = f"{POLICY_API_GROUP}/v1alpha1"
 GATEWAY_API_GROUP: Final = "gateway.networking.k8s.io"
 GATEWAY_API_VERSION = f"{GATEWAY_API_GROUP}/v1"
 
-_DURATION = re.compile(r"^(?:(\d{1,5})h)?(?:(\d{1,5})m(?!s))?(?:(\d{1,5})s)?(?:(\d{1,5})ms)?$")
+# fullmatch and [0-9]: `$` also matches before a final newline and `\d` any Unicode digit,
+# neither of which the API server's (RE2) validation of the same field admits.
+_DURATION = re.compile(r"(?:([0-9]{1,5})h)?(?:([0-9]{1,5})m(?!s))?(?:([0-9]{1,5})s)?(?:([0-9]{1,5})ms)?")
 
 
 def parse_duration(text: str) -> float:
     """Parse a Gateway API duration such as `5m`, `1h30m`, `500ms` into seconds."""
-    match = _DURATION.match(text)
+    match = _DURATION.fullmatch(text)
     if not text or match is None or not any(match.groups()):
         raise ValueError(f"{text!r} is not a duration; write it like 30s, 5m, 1h30m or 500ms")
     hours, minutes, seconds, millis = (int(g) if g else 0 for g in match.groups())
@@ -417,14 +419,15 @@ class Authorization(_Model):
     policy: AuthorizationRules
 
 
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# RFC 9110 token; matched whole (a trailing newline would otherwise pass and end a header line).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _PROTECTED = frozenset(
     {"host", "content-length", "transfer-encoding", "connection", "authorization"}
 )
 
 
 def _header_name(value: str) -> str:
-    if not _HEADER_NAME.match(value):
+    if not _HEADER_NAME.fullmatch(value):
         raise ValueError(f"{value!r} is not a valid HTTP header name")
     if value.lower() in _PROTECTED:
         raise ValueError(f"the gateway manages {value!r} itself; it cannot be set or removed")
