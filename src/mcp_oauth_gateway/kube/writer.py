@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..controlplane import status as conditions
@@ -47,6 +47,14 @@ class StatusUpdate:
         return f"{self.kind.kind} {where}{metadata.get('name')}"
 
 
+@dataclass(frozen=True, slots=True)
+class Served:
+    """This controller's Gateways (`namespace/name`) and GatewayClasses (names)."""
+
+    gateways: frozenset[str]
+    classes: frozenset[str]
+
+
 def _computed(
     key: ObjectKey,
     computed: conditions.ObjectStatus,
@@ -71,16 +79,21 @@ def _computed(
 
 
 def _invalid(
-    raw: Json, invalid: Invalid, current: Json, served: set[str], controller: str, at: str
+    raw: Json, invalid: Invalid, current: Json, ours: Served, controller: str, at: str
 ) -> Json | None:
     wanted = status.invalid_conditions(invalid, at)
     if invalid.kind in ("GatewayPolicy", "GatewayBackend"):
         return status.conditions_status(current, wanted)
+    if invalid.kind == "Gateway":
+        # Only a Gateway of one of our classes is ours to say anything about.
+        if (raw.get("spec") or {}).get("gatewayClassName") not in ours.classes:
+            return None
+        return status.conditions_status(current, [*wanted, replace(wanted[0], type="Programmed")])
     if invalid.kind == "HTTPRoute":
         parents = [
             {"parentRef": ref, "conditions": [c.as_dict() for c in wanted]}
             for ref in status.parent_refs(raw)
-            if status.parent_gateway(ref, invalid.namespace) in served
+            if status.parent_gateway(ref, invalid.namespace) in ours.gateways
         ]
         return status.route_status(current, parents, controller)
     return None
@@ -96,7 +109,10 @@ def updates(
 ) -> list[StatusUpdate]:
     """Every object whose status differs from what it should be, with that status."""
     reports = {report.key: report for report in result.snapshot.policies}
-    served = {f"{key.namespace}/{key.name}" for key in result.statuses if key.kind == "Gateway"}
+    ours = Served(
+        frozenset(f"{k.namespace}/{k.name}" for k in result.statuses if k.kind == "Gateway"),
+        frozenset(k.name for k in result.statuses if k.kind == "GatewayClass"),
+    )
     out: list[StatusUpdate] = []
 
     def consider(kind: Kind, raw: Json, wanted: Json | None) -> None:
@@ -112,7 +128,7 @@ def updates(
     for raw, invalid in cache.invalid():
         kind = BY_KIND[invalid.kind]
         current = raw.get("status") or {}
-        consider(kind, raw, _invalid(raw, invalid, current, served, controller, at))
+        consider(kind, raw, _invalid(raw, invalid, current, ours, controller, at))
     routes = {(k.namespace, k.name) for k in result.statuses if k.kind == "HTTPRoute"}
     unreadable = {(i.namespace, i.name) for _, i in cache.invalid() if i.kind == "HTTPRoute"}
     for raw in cache.all_raw(HTTP_ROUTE):

@@ -22,7 +22,9 @@ GATEWAY_API_VERSION = f"{GATEWAY_API_GROUP}/v1"
 
 # fullmatch and [0-9]: `$` also matches before a final newline and `\d` any Unicode digit,
 # neither of which the API server's (RE2) validation of the same field admits.
-_DURATION = re.compile(r"(?:([0-9]{1,5})h)?(?:([0-9]{1,5})m(?!s))?(?:([0-9]{1,5})s)?(?:([0-9]{1,5})ms)?")
+_DURATION = re.compile(
+    r"(?:([0-9]{1,5})h)?(?:([0-9]{1,5})m(?!s))?(?:([0-9]{1,5})s)?(?:([0-9]{1,5})ms)?"
+)
 
 
 def parse_duration(text: str) -> float:
@@ -199,6 +201,24 @@ class RouteBackendRef(_Model):
     name: NonEmpty
     namespace: str | None = None
     weight: int | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_a_service(cls, data: object) -> object:
+        # Gateway API defaults a backendRef without group and kind to a core Service, and an
+        # API server stores it that way: say what to write instead of "group should be ...".
+        if (
+            isinstance(data, dict)
+            and data.get("kind", "Service") == "Service"
+            and not data.get("group")
+            and ("kind" in data or "group" in data)
+        ):
+            raise ValueError(
+                "routes send MCP traffic to a GatewayBackend, not to a Service: set group: "
+                "mcp-oauth-gateway.dev and kind: GatewayBackend (an API server fills in a "
+                "backendRef without them as a Service)"
+            )
+        return data
 
 
 class RouteTimeouts(_Model):

@@ -222,3 +222,42 @@ def test_an_optional_kind_the_server_lacks_counts_as_synced_but_unavailable() ->
     assert cache.synced
     assert not cache.available(BY_KIND["Service"])
     assert cache.waiting() == []
+
+
+def test_a_route_whose_backend_the_server_defaulted_to_a_service_says_what_to_write() -> None:
+    objects = server_objects()
+    route = next(o for o in objects if o["kind"] == "HTTPRoute")
+    # What the API server stores for `backendRefs: [{name: backend}]`.
+    route["spec"]["rules"][0]["backendRefs"] = [
+        {"group": "", "kind": "Service", "name": "backend", "weight": 1}
+    ]
+    cache = filled(objects)
+    result = build(cache)
+    pending = updates(result, cache, ControlPlane(result.snapshot).conditions, CONTROLLER_NAME, AT)
+    (update,) = [u for u in pending if u.label == "HTTPRoute apps/mcp"]
+    ours = [p for p in update.status["parents"] if p["controllerName"] == CONTROLLER_NAME]
+    (accepted,) = ours[0]["conditions"]
+    assert (accepted["type"], accepted["status"]) == ("Accepted", "False")
+    assert "spec.rules[0].backendRefs[0]" in accepted["message"]
+    assert "kind: GatewayBackend" in accepted["message"]
+    # Another controller's entry stays.
+    assert [p["controllerName"] for p in update.status["parents"]] == [THEIRS, CONTROLLER_NAME]
+
+
+def test_an_invalid_gateway_of_our_class_is_neither_accepted_nor_programmed() -> None:
+    objects = server_objects()
+    gateway = next(o for o in objects if o["kind"] == "Gateway")
+    gateway["spec"]["listeners"][0]["protocol"] = "UDP"
+    other = copy.deepcopy(gateway)
+    other["metadata"]["name"] = "not-ours"
+    other["spec"]["gatewayClassName"] = "someone-else"
+    cache = filled([*objects, other])
+    result = build(cache)
+    pending = updates(result, cache, ControlPlane(result.snapshot).conditions, CONTROLLER_NAME, AT)
+    by_label = {u.label: u.status for u in pending}
+    assert conditions(by_label["Gateway apps/gw"]["conditions"]) == {
+        "Accepted": "False",
+        "Programmed": "False",
+    }
+    assert "spec.listeners[0].protocol" in by_label["Gateway apps/gw"]["conditions"][0]["message"]
+    assert "Gateway apps/not-ours" not in by_label

@@ -46,3 +46,30 @@ def test_without_the_reference_grant_the_policy_is_not_accepted_and_the_route_fa
     routes = result.snapshot.listeners[8080]
     assert routes
     assert all(route.policy is not None and route.policy.invalid for route in routes)
+
+
+def test_broker_mode_across_replicas_needs_redis_and_says_how_to_give_it() -> None:
+    files = sorted(EXAMPLE.glob("*.yaml"))
+    loaded = load_paths(files)
+    objects = []
+    for item in loaded.resources:
+        resource = item.resource
+        if resource.kind == "GatewayPolicy":
+            document = resource.model_dump(by_alias=True, exclude_none=True)
+            document["spec"]["traffic"]["jwtAuthentication"]["mcp"]["authorizationServerMode"] = (
+                "Broker"
+            )
+            resource = type(resource).model_validate(document)
+        objects.append(resource)
+    label = "several replicas (controller mode; give --replicas 1 if only one serves)"
+    several = Deployment(processes=2, processes_label=label, cluster=Cluster())
+    (report,) = build_from_objects(objects, at="T", deployment=several).snapshot.policies
+    accepted = next(c for c in report.conditions if c.type == "Accepted")
+    assert not accepted.status
+    assert "broker.redisUrl is required when Broker mode is served by several replicas" in (
+        accepted.message
+    )
+    assert "--replicas 1" in accepted.message
+    one = Deployment(processes=1, cluster=Cluster())
+    (report,) = build_from_objects(objects, at="T", deployment=one).snapshot.policies
+    assert report.ok, report.conditions
