@@ -23,6 +23,20 @@ PEERS = ROOT / "tests" / "peers"
 EXAMPLES = ROOT / "examples"
 
 
+def deploy_rbac_rules() -> set[tuple[str, str, str]]:
+    """(verb, apiGroup, resource) granted by deploy/rbac.yaml's ClusterRole and Role."""
+    import yaml
+
+    granted = set()
+    for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()):
+        if doc and doc["kind"] in ("ClusterRole", "Role"):
+            for rule in doc["rules"]:
+                for group in rule["apiGroups"]:
+                    for resource in rule["resources"]:
+                        granted |= {(verb, group, resource) for verb in rule["verbs"]}
+    return granted
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as sock:

@@ -31,6 +31,7 @@ from support import (
     ROOT,
     Process,
     claims_for,
+    deploy_rbac_rules,
     free_port,
     mint,
     node,
@@ -201,14 +202,41 @@ class ClusterStack:
         return httpx.post(f"{self.gateway}{path}", json=INITIALIZE, headers=headers, timeout=10)
 
 
+@pytest.fixture(
+    scope="module",
+    params=["project-crds", pytest.param("official-crds", marks=pytest.mark.contracts)],
+)
+def gateway_api(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """An API server serving Gateway API CRDs: the project's own (what `make test` uses), or
+    the official v1.6.1 experimental ones from CONTRACTS_DIR (`make test-contracts`), on a
+    server of their own since both define the same kinds."""
+    if request.param == "project-crds":
+        yield request.getfixturevalue("apiserver")
+        return
+    from contracts import CONTRACTS, require
+    from devcluster.apiserver import CRDS, DevApiServer
+
+    official = sorted((CONTRACTS / "gateway-api-v1.6.1-experimental").glob("*.yaml"))
+    require(CONTRACTS / "gateway-api-v1.6.1-experimental" / "httproutes.yaml")
+    server = DevApiServer.start(tmp_path_factory.mktemp("apiserver-official"))
+    try:
+        server.apply_crds([*official, CRDS / "leases.coordination.k8s.io.yaml"])
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="module")
 def cluster(
-    apiserver: Any,
+    gateway_api: Any,
     logs: Path,
     idp_key: tuple[RSAKey, Path],
     backend: str,
 ) -> Iterator[ClusterStack]:
     """The example applied to the API server and a gateway serving it in controller mode."""
+    apiserver = gateway_api
     apiserver.apply_crds(POLICY_CRDS)
     api = Api(apiserver)
     gateway_port, idp_port, admin_port = free_port(), free_port(), free_port()
@@ -654,6 +682,18 @@ def _answers(url: str) -> bool:
         return True
     except httpx.HTTPError:
         return False
+
+
+def test_the_calls_a_replica_made_are_exactly_what_the_install_grants(
+    cluster: ClusterStack,
+) -> None:
+    calls = {
+        (c["verb"], c["apiGroup"], c["resource"])
+        for c in cluster.status()["controller"]["apiCalls"]
+    }
+    # The test server serves no Services: the controller asked to list them (404) and so never
+    # watched them; every other rule was used, and nothing beyond the rules was asked for.
+    assert calls == deploy_rbac_rules() - {("watch", "", "services")}
 
 
 def test_watches_resume_after_the_api_server_restarts(cluster: ClusterStack) -> None:

@@ -156,6 +156,11 @@ class Controller:
             "snapshotSwaps": self.swaps,
             "statusWrites": self.writer.written,
             "statusFailures": dict(self.writer.failed),
+            # What this replica has asked the API server for, as RBAC names it.
+            "apiCalls": [
+                {"verb": c.verb, "apiGroup": c.group, "resource": c.resource}
+                for c in sorted(self.client.calls, key=lambda c: (c.group, c.resource, c.verb))
+            ],
             "invalidObjects": [
                 f"{i.kind} {i.namespace}/{i.name}: " + "; ".join(i.problems)
                 for _, i in self.cache.invalid()

@@ -1,0 +1,118 @@
+"""The install manifests (deploy/) and the image (Dockerfile) agree with the program: the
+arguments they give are ones `serve` accepts, the probes reach what the admin listener serves,
+selectors select the pods, and the RBAC rules name exactly the calls the controller's code can
+make (tests/e2e/test_kubernetes.py compares them with the calls a running replica made)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mcp_oauth_gateway.cli import _parser
+from mcp_oauth_gateway.kube.kinds import LEASE, WATCHED
+from mcp_oauth_gateway.kube.options import controller_options
+from support import deploy_rbac_rules
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+
+
+def documents(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
+
+
+def one(kind: str) -> dict[str, Any]:
+    found = [
+        d
+        for path in sorted(DEPLOY.glob("*.yaml"))
+        if path.name != "kustomization.yaml"
+        for d in documents(path.name)
+        if d["kind"] == kind
+    ]
+    assert len(found) == 1, kind
+    return found[0]
+
+
+def controller_calls() -> set[tuple[str, str, str]]:
+    """Every call the controller's code makes, from the kinds it reads and writes."""
+    calls = {(verb, kind.group, kind.plural) for kind in WATCHED for verb in ("list", "watch")}
+    calls |= {
+        ("update", kind.group, f"{kind.plural}/status") for kind in WATCHED if kind.writes_status
+    }
+    calls |= {(verb, LEASE.group, LEASE.plural) for verb in ("get", "create", "update")}
+    return calls
+
+
+def test_the_roles_grant_exactly_the_calls_the_controller_makes() -> None:
+    assert deploy_rbac_rules() == controller_calls()
+
+
+def test_the_kustomization_lists_every_manifest_and_crd() -> None:
+    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    listed = set(kustomization["resources"])
+    present = {p.name for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml"}
+    present |= {f"crds/{p.name}" for p in (DEPLOY / "crds").glob("*.yaml")}
+    assert listed == present
+
+
+def test_the_deployment_runs_two_replicas_that_serve_accepts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    deployment = one("Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    args = _parser().parse_args(container["args"])
+    options = controller_options(args)
+    assert options.kubeconfig is None  # in-cluster
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["admin"] == args.status_port
+    assert args.admin_host == "0.0.0.0"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
+    assert pod["spec"]["serviceAccountName"] == one("ServiceAccount")["metadata"]["name"]
+    # The drain (--grace-period, 30 s by default) fits in the pod's termination grace period.
+    assert pod["spec"]["terminationGracePeriodSeconds"] > args.grace_period
+
+
+def test_selectors_select_the_pods() -> None:
+    labels = one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    for kind in ("Service", "PodDisruptionBudget"):
+        selector = one(kind)["spec"]["selector"]
+        selector = selector.get("matchLabels", selector)
+        assert selector.items() <= labels.items(), kind
+    assert one("PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    service_ports = {p["targetPort"] for p in one("Service")["spec"]["ports"]}
+    container = one("Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert service_ports <= {p["name"] for p in container["ports"]} - {"admin"}
+
+
+def test_the_role_bindings_name_the_service_account_in_its_namespace() -> None:
+    namespace = one("Namespace")["metadata"]["name"]
+    account = one("ServiceAccount")["metadata"]["name"]
+    for doc in documents("rbac.yaml"):
+        if doc["kind"].endswith("Binding"):
+            assert doc["subjects"] == [
+                {"kind": "ServiceAccount", "name": account, "namespace": namespace}
+            ]
+
+
+def test_the_image_command_is_one_serve_accepts(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = (ROOT / "Dockerfile").read_text().splitlines()
+    entry = json.loads(next(line for line in lines if line.startswith("ENTRYPOINT"))[11:])
+    command = json.loads(next(line for line in lines if line.startswith("CMD"))[4:])
+    assert entry == ["mcp-oauth-gateway"]
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    controller_options(_parser().parse_args(command))
+    user = next(line for line in lines if line.startswith("USER"))
+    assert shlex.split(user)[1] != "root"
+    deployment = one("Deployment")["spec"]["template"]["spec"]
+    assert deployment["securityContext"]["runAsUser"] == int(shlex.split(user)[1].split(":")[0])
