@@ -390,12 +390,15 @@ def _cluster_options(
 ) -> tuple[ServeOptions, ControllerOptions]:
     """Controller mode's settings; _Refused naming a bad flag."""
     from .controlplane.cluster import Cluster
+    from .kube.client import ConnectError, check_kubeconfig
     from .kube.options import controller_options, replicas
 
     try:
         controller = controller_options(args)
         count = replicas(args)
-    except ValueError as exc:
+        if controller.kubeconfig is not None:
+            check_kubeconfig(controller.kubeconfig)
+    except (ValueError, ConnectError) as exc:
         raise _Refused(str(exc)) from exc
     deployment = replace(
         options.deployment,

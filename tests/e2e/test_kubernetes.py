@@ -527,6 +527,34 @@ def test_configuration_changes_under_load_fail_no_request(cluster: ClusterStack)
     assert failed == [], f"{len(failed)} of {len(results)} requests failed: {set(failed)}"
 
 
+def test_an_unreachable_api_server_is_waited_for_and_said_so(
+    cluster: ClusterStack, logs: Path, tmp_path: Path
+) -> None:
+    closed = free_port()  # nothing listens there
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        cluster.server.kubeconfig.read_text().replace(
+            f"127.0.0.1:{cluster.server.port}", f"127.0.0.1:{closed}"
+        )
+    )
+    admin_port = free_port()
+    process = Process("k8s-unreachable", controller_cmd(kubeconfig, admin_port), logs)
+    try:
+        wait_for_port(admin_port, process)
+
+        def waiting() -> str:
+            response = httpx.get(f"http://127.0.0.1:{admin_port}/readyz", timeout=5)
+            assert response.status_code == 503
+            return " ".join(response.json()["waitingFor"])
+
+        wait_until(lambda: "API server unreachable" in waiting(), WAIT, "the reason to show")
+        assert f"127.0.0.1:{closed}" in process.log()
+        assert "lost the API server" in process.log()
+        assert process.popen.poll() is None
+    finally:
+        assert process.stop() == 0
+
+
 # --- several replicas, one writer ----------------------------------------------------------------
 
 

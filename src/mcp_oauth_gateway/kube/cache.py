@@ -55,6 +55,15 @@ class KindState:
     last_error: str | None = None
 
 
+def trimmed(raw: Json) -> Json:
+    """`raw` without `metadata.managedFields`: often most of an object's size, read by nobody
+    here, and left as it is by a status update that does not send it."""
+    metadata = raw.get("metadata")
+    if isinstance(metadata, dict) and "managedFields" in metadata:
+        raw = {**raw, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
+    return raw
+
+
 def _name(raw: Json) -> Name:
     _, namespace, name = identity(raw)
     return namespace, name
@@ -79,6 +88,7 @@ class ObjectCache:
         """Install a fresh list of `kind` (objects missing from it were deleted meanwhile)."""
         state = self.kinds[kind.kind]
         before = {name: content(cached.raw) for name, cached in state.objects.items()}
+        items = [trimmed(raw) for raw in items]
         state.objects = {_name(raw): Cached(raw, from_server(raw)) for raw in items}
         state.resource_version = resource_version
         first = not state.synced or not state.available
@@ -89,6 +99,7 @@ class ObjectCache:
     def apply(self, kind: Kind, event_type: str, raw: Json) -> None:
         """Apply one watch event (ADDED, MODIFIED, DELETED)."""
         state = self.kinds[kind.kind]
+        raw = trimmed(raw)
         name = _name(raw)
         previous = state.objects.get(name)
         if event_type == "DELETED":

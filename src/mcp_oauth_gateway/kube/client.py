@@ -8,15 +8,18 @@ resource it needs, which the test of the install manifests compares with the Clu
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import yaml
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
 
@@ -261,8 +264,23 @@ class KubeClient:
         )
 
 
-async def connect(kubeconfig: str | None) -> KubeClient:
-    """A client from a kubeconfig file, or (None) from the pod's service account."""
+def _kubeconfig_shape(path: str) -> None:
+    """Refuse a file that is not a kubeconfig at all, before the loader fails obscurely."""
+    try:
+        document = yaml.safe_load(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        why = " ".join(str(exc).split())
+        raise ConnectError(f"--kubeconfig {path}: cannot read it as YAML: {why}") from exc
+    if not isinstance(document, dict) or document.get("kind", "Config") != "Config":
+        raise ConnectError(
+            f"--kubeconfig {path}: not a kubeconfig (a YAML mapping of kind Config with "
+            "clusters, users and contexts)"
+        )
+
+
+async def _configuration(kubeconfig: str | None) -> tuple[Configuration, str]:
+    if kubeconfig is not None:
+        _kubeconfig_shape(kubeconfig)
     configuration = Configuration()
     try:
         if kubeconfig is None:
@@ -275,7 +293,20 @@ async def connect(kubeconfig: str | None) -> KubeClient:
             where = kubeconfig
     except (ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
         flag = "in-cluster configuration" if kubeconfig is None else f"--kubeconfig {kubeconfig}"
-        raise ConnectError(f"{flag}: cannot load the API server configuration: {exc}") from exc
+        why = " ".join(str(exc).split()) or type(exc).__name__
+        raise ConnectError(f"{flag}: cannot load the API server configuration: {why}") from exc
+    return configuration, where
+
+
+def check_kubeconfig(kubeconfig: str) -> str:
+    """The API server a kubeconfig names; ConnectError saying what is wrong with the file."""
+    configuration, _ = asyncio.run(_configuration(kubeconfig))
+    return str(configuration.host)
+
+
+async def connect(kubeconfig: str | None) -> KubeClient:
+    """A client from a kubeconfig file, or (None) from the pod's service account."""
+    configuration, where = await _configuration(kubeconfig)
     log.info("API server %s (credentials from %s)", configuration.host, where)
     api = ApiClient(configuration)
     # Named in the objects' managedFields and the API server's audit log.

@@ -21,6 +21,8 @@ class Kind:
     writes_status: bool = True
     # Absent on some servers (core Services on the test API server): not fatal.
     optional: bool = False
+    # What an optional kind's absence means, for the log.
+    when_absent: str = ""
 
     @property
     def api_version(self) -> str:
@@ -32,11 +34,25 @@ GATEWAY_CLASS = Kind("GatewayClass", GATEWAY_API, "v1", "gatewayclasses", namesp
 GATEWAY = Kind("Gateway", GATEWAY_API, "v1", "gateways")
 HTTP_ROUTE = Kind("HTTPRoute", GATEWAY_API, "v1", "httproutes")
 REFERENCE_GRANT = Kind(
-    "ReferenceGrant", GATEWAY_API, "v1beta1", "referencegrants", writes_status=False
+    "ReferenceGrant",
+    GATEWAY_API,
+    "v1beta1",
+    "referencegrants",
+    writes_status=False,
+    optional=True,
+    when_absent="no reference into another namespace is permitted",
 )
 GATEWAY_BACKEND = Kind("GatewayBackend", POLICY_API, "v1alpha1", "gatewaybackends")
 GATEWAY_POLICY = Kind("GatewayPolicy", POLICY_API, "v1alpha1", "gatewaypolicies")
-SERVICE = Kind("Service", "", "v1", "services", writes_status=False, optional=True)
+SERVICE = Kind(
+    "Service",
+    "",
+    "v1",
+    "services",
+    writes_status=False,
+    optional=True,
+    when_absent="a missing Service or port is not reported",
+)
 
 WATCHED = (
     GATEWAY_CLASS,

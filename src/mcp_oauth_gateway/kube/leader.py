@@ -124,6 +124,12 @@ class LeaderElection:
             advice = ""
             if isinstance(exc, ApiError) and exc.status in (401, 403):
                 advice = " (give the ServiceAccount get/create/update on leases in this namespace)"
+            elif isinstance(exc, ApiError) and exc.status == 404:
+                advice = (
+                    " (no such namespace: set --lease-namespace)"
+                    if "namespaces" in exc.message
+                    else " (the API server does not serve coordination.k8s.io/v1 leases)"
+                )
             log.warning("leader election: Lease %s: %s%s", self.lease, message, advice)
         self._last_error = message
 

@@ -141,7 +141,7 @@ class KindWatch:
         if self.kind.optional and exc.status in (403, 404):
             # Not fatal (the test API server has no Services): references to it are not checked.
             self.cache.unavailable(self.kind, advice)
-            log.warning("%s: %s; references to them are not checked", self.kind.plural, advice)
+            log.warning("%s: %s; %s", self.kind.plural, advice, self.kind.when_absent)
             self.resource_version = None
             await asyncio.sleep(OPTIONAL_RETRY)
             return

@@ -8,11 +8,26 @@ import pytest
 
 from mcp_oauth_gateway.cli import EXIT_INVALID, main
 
+VALID = """apiVersion: v1
+kind: Config
+current-context: test
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: test, context: {cluster: c, user: u}}]
+"""
+BROKEN = {
+    "not-yaml": "a: [",
+    "list": "- a\n- b\n",
+    "empty-config": "apiVersion: v1\nkind: Config\n",
+}
+
 
 @pytest.fixture
 def kubeconfig(tmp_path: Path) -> str:
     path = tmp_path / "kubeconfig"
-    path.write_text("apiVersion: v1\nkind: Config\n")
+    path.write_text(VALID)
+    for name, text in BROKEN.items():
+        (tmp_path / f"kubeconfig-{name}").write_text(text)
     return str(path)
 
 
@@ -41,6 +56,9 @@ def kubeconfig(tmp_path: Path) -> str:
         (["--kubeconfig", "{k}", "--lease-duration", "nan"], "--lease-duration must be"),
         (["--kubeconfig", "{k}", "--replicas", "0"], "--replicas must be a whole number"),
         (["--in-cluster"], "--in-cluster: not running in a pod"),
+        (["--kubeconfig", "{k}-not-yaml"], "cannot read it as YAML"),
+        (["--kubeconfig", "{k}-list"], "not a kubeconfig (a YAML mapping of kind Config"),
+        (["--kubeconfig", "{k}-empty-config"], "cannot load the API server configuration"),
         ([], "nothing to serve: give resource files with -f PATH"),
     ],
 )
