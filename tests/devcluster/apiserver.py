@@ -71,6 +71,12 @@ class DevApiServer:
         _run_tool("build", "--quiet", echo=echo)
 
     @classmethod
+    def kustomize_binary(cls) -> Path:
+        """The cached `kustomize` (Debian sid's binary), built first if needed."""
+        cls.build(echo=True)
+        return Path(_run_tool("path", "kustomize").splitlines()[-1])
+
+    @classmethod
     def start(cls, directory: Path) -> DevApiServer:
         """Start a server in `directory`; it is stopped also if this process dies first."""
         _run_tool("start", "--dir", str(directory), "--watch-pid", str(os.getpid()))
