@@ -37,6 +37,17 @@ def deploy_rbac_rules() -> set[tuple[str, str, str]]:
     return granted
 
 
+def controller_rbac_calls() -> set[tuple[str, str, str]]:
+    """Every (verb, apiGroup, resource) the controller's code can ask the API server for."""
+    from mcp_oauth_gateway.kube.kinds import LEASE, WATCHED
+
+    calls = {(verb, kind.group, kind.plural) for kind in WATCHED for verb in ("list", "watch")}
+    calls |= {
+        ("update", kind.group, f"{kind.plural}/status") for kind in WATCHED if kind.writes_status
+    }
+    return calls | {(verb, LEASE.group, LEASE.plural) for verb in ("get", "create", "update")}
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as sock:

@@ -14,9 +14,8 @@ import pytest
 import yaml
 
 from mcp_oauth_gateway.cli import _parser
-from mcp_oauth_gateway.kube.kinds import LEASE, WATCHED
 from mcp_oauth_gateway.kube.options import controller_options
-from support import deploy_rbac_rules
+from support import controller_rbac_calls, deploy_rbac_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -38,18 +37,8 @@ def one(kind: str) -> dict[str, Any]:
     return found[0]
 
 
-def controller_calls() -> set[tuple[str, str, str]]:
-    """Every call the controller's code makes, from the kinds it reads and writes."""
-    calls = {(verb, kind.group, kind.plural) for kind in WATCHED for verb in ("list", "watch")}
-    calls |= {
-        ("update", kind.group, f"{kind.plural}/status") for kind in WATCHED if kind.writes_status
-    }
-    calls |= {(verb, LEASE.group, LEASE.plural) for verb in ("get", "create", "update")}
-    return calls
-
-
 def test_the_roles_grant_exactly_the_calls_the_controller_makes() -> None:
-    assert deploy_rbac_rules() == controller_calls()
+    assert deploy_rbac_rules() == controller_rbac_calls()
 
 
 def test_the_kustomization_lists_every_manifest_and_crd() -> None:
