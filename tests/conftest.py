@@ -159,6 +159,8 @@ def _start_stack(
     name: str = "",
     policy_extra: str = "",
     gateway_env: dict[str, str] | None = None,
+    idp_extra: dict[str, str] | None = None,
+    policy_edit: tuple[str, str] = ("", ""),
 ) -> Iterator[Stack]:
     gw_port, idp_port = free_port(), free_port()
     backend_port = backend.rsplit(":", 1)[1]
@@ -171,6 +173,7 @@ def _start_stack(
         "CLIENT_ID": CLIENT_ID,
         "RESOURCE": resource,
         "SLUG": "mcp",
+        **(idp_extra or {}),
     }
     idp = Process(f"idp-{flavour}", [node(), str(NODE_DIR / "idp.mjs")], logs, env=idp_env)
     config = write_example(
@@ -180,8 +183,11 @@ def _start_stack(
     )
     if broker:
         use_broker(config)
+    policy = config / "policy.yaml"
+    if policy_edit[0]:
+        assert policy_edit[0] in policy.read_text(), policy_edit
+        policy.write_text(policy.read_text().replace(*policy_edit))
     if policy_extra:
-        policy = config / "policy.yaml"
         policy.write_text(policy.read_text() + policy_extra)
     gw = None
     try:
@@ -347,6 +353,60 @@ def broker_b(
         backend,
         broker=True,
         gateway_args=("--allow-local-client-metadata",),
+    )
+
+
+# Step-up (MCP 2026-07-28): every request needs mcp:tools; `count` also needs mcp:admin.
+STEP_UP_RULES = """\
+    scopes:
+      required: [mcp:tools]
+  backend:
+    mcp:
+      scopes:
+        - match: 'mcp.tool.name == "count"'
+          required: [mcp:admin]
+"""
+STEP_UP_IDP = {"EXTRA_SCOPES": "mcp:tools mcp:admin"}
+
+
+@pytest.fixture(scope="session")
+def step_up_facade(
+    logs: Path, tmp_path_factory: pytest.TempPathFactory, idp_key: tuple[RSAKey, Path], backend: str
+) -> Iterator[Stack]:
+    """Step-up rules, protected resource metadata naming the provider itself (Keycloak layout,
+    with DCR): clients sign in at the provider and the gateway checks scopes."""
+    yield from _start_stack(
+        "keycloak",
+        "provider-a",
+        "8180",
+        logs,
+        tmp_path_factory.mktemp("step-up-facade"),
+        idp_key,
+        backend,
+        name="gateway-step-up-facade",
+        policy_extra=STEP_UP_RULES,
+        idp_extra=STEP_UP_IDP,
+        policy_edit=("        provider: Keycloak", "        # provider: none, PRM names the IdP"),
+    )
+
+
+@pytest.fixture(scope="session")
+def step_up_broker(
+    logs: Path, tmp_path_factory: pytest.TempPathFactory, idp_key: tuple[RSAKey, Path], backend: str
+) -> Iterator[Stack]:
+    """Step-up rules with the gateway as authorization server (Broker, provider B layout)."""
+    yield from _start_stack(
+        "authentik",
+        "provider-b",
+        "9000",
+        logs,
+        tmp_path_factory.mktemp("step-up-broker"),
+        idp_key,
+        backend,
+        broker=True,
+        name="gateway-step-up-broker",
+        policy_extra=STEP_UP_RULES,
+        idp_extra=STEP_UP_IDP,
     )
 
 

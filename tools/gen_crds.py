@@ -49,6 +49,8 @@ DURATION_PATTERN = r"^(?:[0-9]{1,5}h)?(?:[0-9]{1,5}m)?(?:[0-9]{1,5}s)?(?:[0-9]{1
 DURATION_MAX_LENGTH = 25
 # Kubernetes matches `pattern` anywhere in the value: anchor the model's whole-value pattern.
 HEADER_NAME_PATTERN = f"^{models._HEADER_NAME.pattern}$"
+# RFC 6749 scope-token: printable ASCII but space, `"` and backslash.
+SCOPE_PATTERN = r"^[!#-\[\]-~]{1,256}$"
 PROTECTED_HEADERS_PATTERN = "(?i)^(" + "|".join(sorted(models._PROTECTED)) + ")$"
 
 
@@ -70,9 +72,22 @@ def _duration_rule(bound: str, message: str) -> Rule:
     )
 
 
+def _no_refresh_scope(where: str) -> Rule:
+    message = " ".join((models._not_refresh_scope.__doc__ or "").split())
+    return Rule(
+        cel=(
+            (
+                f"!('{models.REFRESH_SCOPE}' in self)",
+                f"{models.REFRESH_SCOPE} does not belong in {where}: {message}",
+            ),
+        )
+    )
+
+
 # Validators attached to a type with `Annotated[..., AfterValidator(f)]`, keyed by `f`.
 _AFTER_VALIDATORS: dict[Callable[..., Any], Rule] = {
     models._starts_with_slash: Rule(keywords={"pattern": "^/"}),
+    models._scope_token: Rule(keywords={"pattern": SCOPE_PATTERN}),
     # Not CEL: a rule on these unbounded strings in unbounded lists exceeds the API server's
     # cost budget (it needs maxLength and maxItems the models do not have). The server words a
     # `not` failure poorly, so the description says what it means (`kubectl explain`).
@@ -120,6 +135,9 @@ _DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
         controller="mcp.resourceMetadata.resource: an absolute http(s) URL (WHATWG) without "
         "a fragment"
     ),
+    (models.ResourceMetadata, "_minimal"): _no_refresh_scope("scopesSupported"),
+    (models.Scopes, "_required"): _no_refresh_scope("scopes.required"),
+    (models.McpScopeRule, "_required"): _no_refresh_scope("required"),
     (models.McpAuthentication, "_known_provider"): Rule(
         keywords={"enum": list(models.PROVIDER_ALIASES)}
     ),
@@ -153,14 +171,14 @@ class _Walk:
 
 def _constrain(node: Schema, metadata: Iterable[object], walk: _Walk, where: str) -> Schema:
     """Add the bounds and validators of `Annotated[...]` metadata to `node`."""
-    array = node.get("type") == "array"
+    noun = {"array": "Items", "object": "Properties"}.get(node.get("type", ""), "Length")
     for item in metadata:
         if isinstance(item, FieldInfo):
             _constrain(node, item.metadata, walk, where)
         elif isinstance(item, annotated_types.MinLen):
-            node["minItems" if array else "minLength"] = item.min_length
+            node[f"min{noun}"] = item.min_length
         elif isinstance(item, annotated_types.MaxLen):
-            node["maxItems" if array else "maxLength"] = item.max_length
+            node[f"max{noun}"] = item.max_length
         elif isinstance(item, annotated_types.Ge):
             node["minimum"] = item.ge
         elif isinstance(item, annotated_types.Le):
@@ -201,13 +219,31 @@ def _schema_for(tp: Any, walk: _Walk, where: str) -> Schema:
         return _literal(args, where)
     if origin is list:
         return {"type": "array", "items": _schema_for(args[0], walk, f"{where}[]")}
-    if origin is dict and args == (str, str):
-        return {"type": "object", "additionalProperties": {"type": "string"}}
+    if origin is dict:
+        return _map_schema(args[0], args[1], walk, where)
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         return _object_schema(tp, walk, where)
     if tp in _SCALARS:
         return dict(_SCALARS[tp])
     raise GeneratorError(f"{where}: no schema for the type {tp!r}")
+
+
+def _map_schema(key: Any, value: Any, walk: _Walk, where: str) -> Schema:
+    """A map: structural schemas cannot constrain keys, so a key pattern becomes a CEL rule."""
+    node: Schema = {
+        "type": "object",
+        "additionalProperties": _schema_for(value, walk, f"{where}{{}}"),
+    }
+    if key is str:
+        return node
+    keys = _schema_for(key, walk, f"{where} keys")
+    pattern, unknown = keys.pop("pattern", None), set(keys) - {"type", "maxLength", "minLength"}
+    if keys.get("type") != "string" or pattern is None or unknown:
+        raise GeneratorError(f"{where}: map keys can only be strings with a pattern")
+    node["x-kubernetes-validations"] = [
+        {"rule": f"self.all(k, k.matches(r'{pattern}'))", "message": f"keys must match {pattern}"}
+    ]
+    return node
 
 
 def _default(info: FieldInfo) -> object:

@@ -11,10 +11,12 @@ import httpx
 from support import NODE_DIR, node, unverified_claims
 
 
-def run_ts_client(mcp_url: str, user: str, password: str = "x", sdk: str = "sdk1") -> dict:
+def run_ts_client(
+    mcp_url: str, user: str, password: str = "x", sdk: str = "sdk1", *extra: str
+) -> dict:
     """Run tests/node/ts_client.mjs and return its JSON report."""
     done = subprocess.run(
-        [node(), str(NODE_DIR / "ts_client.mjs"), mcp_url, user, password, sdk],
+        [node(), str(NODE_DIR / "ts_client.mjs"), mcp_url, user, password, sdk, *extra],
         capture_output=True,
         text=True,
         timeout=120,

@@ -20,6 +20,9 @@ const GROUPS = {
   bob: [],
 };
 const jwk = JSON.parse(readFileSync(process.env.KEY_FILE, 'utf8'));
+// Scopes beyond OpenID's that the resource grants when asked (EXTRA_SCOPES, space separated),
+// e.g. `mcp:tools mcp:admin` for step-up tests; they appear in the access token's `scope`.
+const EXTRA_SCOPES = (process.env.EXTRA_SCOPES ?? '').split(' ').filter(Boolean);
 
 const keycloak = FLAVOUR === 'keycloak';
 const PREFIX = keycloak ? '/realms/master' : `/application/o/${SLUG}`;
@@ -43,7 +46,7 @@ const provider = new Provider(ISSUER, {
     claims: async () => ({ sub: id, email: `${id}@example.com`, groups: GROUPS[id] ?? [] }),
   }),
   claims: { openid: ['sub'], email: ['email'], profile: ['groups'] },
-  scopes: ['openid', 'profile', 'email', 'offline_access'],
+  scopes: ['openid', 'profile', 'email', 'offline_access', ...EXTRA_SCOPES],
   routes,
   pkce: { required: () => true },
   features: {
@@ -55,7 +58,7 @@ const provider = new Provider(ISSUER, {
       defaultResource: async (ctx, client, oneOf) => (oneOf ? oneOf[0] : RESOURCE),
       useGrantedResource: async () => true,
       getResourceServerInfo: async (ctx, resource, client) => ({
-        scope: 'openid profile email offline_access',
+        scope: ['openid profile email offline_access', ...EXTRA_SCOPES].join(' '),
         audience: keycloak ? RESOURCE : CLIENT_ID,
         accessTokenTTL: 3600, accessTokenFormat: 'jwt', jwt: { sign: { alg: 'RS256' } },
       }),
@@ -79,5 +82,17 @@ provider.use(async (ctx, next) => {
   await next();
 });
 const app = express();
+if (EXTRA_SCOPES.length && routes.registration) {
+  // oidc-provider refuses a later request for a scope outside a registered client's `scope`,
+  // and clients register with the scopes of their first sign-in: a step-up could never be
+  // granted. Stand in for a realm whose every client may ask for every scope it offers.
+  app.post(PREFIX + routes.registration, express.json(), (req, res, next) => {
+    delete req.body.scope;
+    next();
+  });
+}
 app.use(PREFIX, provider.callback());
+// Why a grant was refused, in the test log (the HTTP answer only says "grant request is invalid").
+provider.on('grant.error', (ctx, error) => console.error(
+  `grant.error ${error.error}: ${error.error_description} (${error.error_detail ?? ''})`));
 app.listen(PORT, '127.0.0.1', () => console.log(`idp ${FLAVOUR} listening ${ISSUER}`));

@@ -3,7 +3,9 @@
 // discovery → registration → login (headless) → token → initialize → tools/list → tools/call
 // (incl. SSE progress) → DELETE session.
 // Usage: node ts_client.mjs <mcp url> <username> [password] [sdk1|client2]. Prints JSON.
-const [url, username = 'alice', password = 'x', flavour = 'sdk1'] = process.argv.slice(2);
+// With a fifth argument, a tool that needs a scope the first sign-in did not ask for: the SDK
+// steps up on the gateway's 403 (it asks to authorize again with the union of scopes).
+const [url, username = 'alice', password = 'x', flavour = 'sdk1', stepUp] = process.argv.slice(2);
 const v2 = flavour === 'client2';
 const { Client, StreamableHTTPClientTransport, UnauthorizedError } = v2
   ? await import('@modelcontextprotocol/client')
@@ -74,11 +76,35 @@ async function login(start, user) {
   throw new Error('login did not reach the redirect URI');
 }
 
+// The SDK meets 403 insufficient_scope, computes the scopes to ask for and sends the user to
+// authorize (recorded by the provider); the user signs in, and the call is made again.
+async function stepUpCall(tool) {
+  const before = provider.authorizationUrl;
+  try {
+    await client.callTool({ name: tool, arguments: { n: 1 } });
+    return { stepped: false };
+  } catch (error) {
+    if (provider.authorizationUrl === before) {
+      throw new Error(`the call failed without a new sign-in: ${error?.name}: ${error?.message}`);
+    }
+  }
+  const scope = new URL(provider.authorizationUrl).searchParams.get('scope');
+  const callback = await login(provider.authorizationUrl, username);
+  await transport.finishAuth(new URLSearchParams(callback));
+  transport = new StreamableHTTPClientTransport(new URL(url), { authProvider: provider });
+  client = new Client({ name: 'gateway-e2e-ts', version: '1.0.0' });
+  await client.connect(transport);
+  const result = await client.callTool({ name: tool, arguments: { n: 1 } });
+  return { stepped: true, scope, result: result.content[0].text };
+}
+
 const provider = new MemoryProvider();
+let transport;
+let client;
 const out = { trace };
 try {
-  let transport = new StreamableHTTPClientTransport(new URL(url), { authProvider: provider });
-  let client = new Client({ name: 'gateway-e2e-ts', version: '1.0.0' });
+  transport = new StreamableHTTPClientTransport(new URL(url), { authProvider: provider });
+  client = new Client({ name: 'gateway-e2e-ts', version: '1.0.0' });
   try {
     await client.connect(transport);
     throw new Error('connected without signing in: the gateway did not ask for a token');
@@ -86,6 +112,7 @@ try {
     if (!(error instanceof UnauthorizedError)) throw error;
   }
   out.authorizationUrl = provider.authorizationUrl;
+  out.scope = new URL(provider.authorizationUrl).searchParams.get('scope');
   const callback = await login(provider.authorizationUrl, username);
   out.sdk = v2 ? '@modelcontextprotocol/client 2' : '@modelcontextprotocol/sdk 1';
   out.callback = { state: callback.state, iss: callback.iss, hasCode: Boolean(callback.code) };
@@ -101,11 +128,15 @@ try {
   out.serverName = client.getServerVersion()?.name;
   out.tools = (await client.listTools()).tools.map((t) => t.name).sort();
   out.add = await client.callTool({ name: 'add', arguments: { a: 2, b: 3 } });
-  const progress = [];
-  out.count = await client.callTool({ name: 'count', arguments: { n: 3 } }, undefined, {
-    onprogress: (p) => progress.push(p.progress),
-  });
-  out.progress = progress;
+  if (stepUp) {
+    out.stepUp = await stepUpCall(stepUp);
+  } else {
+    const progress = [];
+    out.count = await client.callTool({ name: 'count', arguments: { n: 3 } }, undefined, {
+      onprogress: (p) => progress.push(p.progress),
+    });
+    out.progress = progress;
+  }
   await transport.terminateSession();
   out.terminated = transport.sessionId === undefined;
   await client.close();
@@ -116,3 +147,5 @@ try {
   out.status = error?.code;
 }
 console.log(JSON.stringify(out));
+// A transport left open after a failure must not keep the process (and the test) waiting.
+process.exit(0);

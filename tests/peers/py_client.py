@@ -1,5 +1,8 @@
 """A real Python MCP client (the `mcp` SDK's OAuth client, 1.x or 2.x) signs in through the
-gateway headlessly and calls a tool. Usage: py_client.py URL USER PASSWORD. Prints JSON."""
+gateway headlessly and calls a tool. Usage: py_client.py URL USER PASSWORD [STEP_UP_TOOL].
+With STEP_UP_TOOL it then calls that tool (with n=1), which needs a scope the first sign-in did
+not ask for: the SDK must step up on the 403 by itself. Prints JSON, with the scope each
+sign-in asked for."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import json
 import sys
 from importlib.metadata import version
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 sys.path.insert(0, str(Path(__file__).parent))
 from headless_login import sign_in
@@ -34,7 +38,7 @@ class Memory:
         self.client = info
 
 
-async def main(url: str, user: str, password: str) -> dict:
+async def main(url: str, user: str, password: str, step_up: str | None = None) -> dict:
     from mcp.client.auth import OAuthClientProvider
     from mcp.shared.auth import OAuthClientMetadata
 
@@ -43,12 +47,18 @@ async def main(url: str, user: str, password: str) -> dict:
 
     async def redirect_handler(authorization_url: str) -> None:
         report["authorize"] = authorization_url.split("?")[0]
+        query = parse_qs(urlsplit(authorization_url).query)
+        report.setdefault("sign_ins", []).append(query.get("scope", [""])[0])
+        # Each sign-in's answer replaces the last: an error answer must not leave an old code.
+        result.clear()
         result.update(await sign_in(authorization_url, user, password, CALLBACK))
 
     if MAJOR >= 2:
         from mcp.client.auth import AuthorizationCodeResult
 
         async def callback_handler():
+            if "code" not in result:
+                raise RuntimeError(f"the sign-in ended with {result}")
             return AuthorizationCodeResult(
                 code=result["code"], state=result.get("state"), iss=result.get("iss")
             )
@@ -77,6 +87,9 @@ async def main(url: str, user: str, password: str) -> dict:
             async with http, Client(streamable_http_client(url, http_client=http)) as client:
                 tools = await client.list_tools()
                 called = await client.call_tool("add", {"a": 2, "b": 3})
+                if step_up:
+                    stepped = await client.call_tool(step_up, {"n": 1})
+                    report["step_up"] = stepped.content[0].text
         else:
             from mcp import ClientSession
             from mcp.client.streamable_http import streamablehttp_client
@@ -103,4 +116,4 @@ async def main(url: str, user: str, password: str) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(*sys.argv[1:4]))))
+    print(json.dumps(asyncio.run(main(*sys.argv[1:5]))))

@@ -279,6 +279,8 @@ M = f"{P}.mcp"
 A = "spec.traffic.authorization"
 X = "spec.traffic.transformation.request"
 L = "spec.traffic.rateLimit"
+SC = "spec.traffic.scopes"
+B = "spec.backend.mcp.scopes"
 T = "spec.mcp.targets[0]"
 S = f"{T}.static"
 URL = "https://idp.example/application/o/mcp/jwks/"
@@ -395,6 +397,17 @@ REFUSED = [
     pol("header-protected", f"{X}.set[0].name", (f"{X}.set", [HEADER | {"name": "Authorization"}])),
     pol("header-protected-any-case", f"{X}.remove[0]", (f"{X}.remove", ["HOST"])),
     pol("header-not-a-token", f"{X}.remove[0]", (f"{X}.remove", ["X User"])),
+    pol(
+        "scope-offline-access-advertised",
+        f"{M}.resourceMetadata.scopesSupported",
+        (f"{M}.resourceMetadata.scopesSupported", ["openid", "offline_access"]),
+    ),
+    pol("scope-with-space", f"{SC}.required[0]", (SC, {"required": ["mcp tools"]})),
+    pol("scope-with-quote", f"{SC}.required[0]", (SC, {"required": ['mcp"x']})),
+    pol("scope-offline-access-required", f"{SC}.required", (SC, {"required": ["offline_access"]})),
+    pol("scope-implied-not-a-scope", f"{SC}.implies.admin[0]", (SC, {"implies": {"admin": [""]}})),
+    pol("scope-rule-without-scopes", f"{B}[0].required", (B, [{"match": "true", "required": []}])),
+    pol("scope-rule-without-match", f"{B}[0].match", (B, [{"required": ["mcp:admin"]}])),
     be("required-mcp", "spec.mcp", ("spec.mcp", DELETE)),
     be("required-targets", "spec.mcp.targets", ("spec.mcp.targets", DELETE)),
     be("required-target-name", f"{T}.name", (f"{T}.name", DELETE)),
@@ -753,7 +766,7 @@ def test_cel_rules_compile_in_plain_cel(kind: str) -> None:
     found = list(rules(schema(kind)))
     for entry in found:
         compile_rule(entry["rule"], JSON_TO_PYTHON[entry["type"]])
-    assert len(found) == {"GatewayPolicy": 6, "GatewayBackend": 0}[kind]
+    assert len(found) == {"GatewayPolicy": 10, "GatewayBackend": 0}[kind]
 
 
 def _names(errors: list[str], field: str) -> bool:

@@ -34,6 +34,7 @@ from .cluster import Cluster, Reference, missing_service, service_host
 from .deployment import Deployment
 from .keys import parse_jwks
 from .objects import Entry
+from .scopes import compile_scopes
 from .snapshot import (
     DEFAULT_MCP_PATH,
     CompiledAuthorization,
@@ -41,6 +42,7 @@ from .snapshot import (
     CompiledPolicy,
     CompiledProvider,
     CompiledRateLimit,
+    CompiledScopes,
     CompiledTransformation,
     KeysetSource,
     discovery_url_for,
@@ -247,9 +249,14 @@ def _broker_problems(spec: McpAuthentication, problems: list[str], deployment: D
 
 
 def compile_mcp(
-    spec: McpAuthentication, provider: JwtProvider, problems: list[str], deployment: Deployment
+    spec: McpAuthentication,
+    provider: JwtProvider,
+    problems: list[str],
+    deployment: Deployment,
+    required_scopes: tuple[str, ...] = (),
 ) -> CompiledMcp:
-    """Compile the MCP OAuth settings: metadata paths and values served by the gateway."""
+    """Compile the MCP OAuth settings: metadata paths and values served by the gateway; the
+    scopes every request needs are advertised with the configured ones."""
     if spec.provider == "ProviderB":
         _provider_b_problems(spec, provider, problems)
     _broker_problems(spec, problems, deployment)
@@ -272,7 +279,7 @@ def compile_mcp(
         client_id=spec.client_id,
         resource=metadata.resource,
         mcp_path=mcp_path,
-        scopes_supported=tuple(metadata.scopes_supported),
+        scopes_supported=tuple(dict.fromkeys([*metadata.scopes_supported, *required_scopes])),
         bearer_methods_supported=tuple(metadata.bearer_methods_supported),
         extra_metadata=extra,
         mode=spec.authorization_server_mode,
@@ -334,6 +341,27 @@ def compile_rate_limit(spec: RateLimit | None, problems: list[str]) -> CompiledR
         return None
 
 
+def compile_claim_rules(
+    policy: GatewayPolicy, problems: list[str]
+) -> tuple[CompiledAuthorization | None, CompiledScopes | None]:
+    """The tool-level rules and the scope requirements, which both read the verified token."""
+    traffic = policy.spec.traffic
+    mcp = policy.spec.backend.mcp if policy.spec.backend else None
+    mcp_authorization = compile_authorization(
+        mcp.authorization if mcp else None, "spec.backend.mcp.authorization", problems, mcp=True
+    )
+    scopes = compile_scopes(traffic.scopes, mcp.scopes if mcp else [], problems)
+    if traffic.jwt_authentication is None:
+        for name, present in (
+            ("spec.backend.mcp.authorization", mcp_authorization is not None),
+            ("spec.traffic.scopes", traffic.scopes is not None),
+            ("spec.backend.mcp.scopes", bool(mcp and mcp.scopes)),
+        ):
+            if present:
+                problems.append(f"{name} needs spec.traffic.jwtAuthentication {NEEDS_JWT}")
+    return mcp_authorization, scopes
+
+
 def compile_authentication(
     policy: GatewayPolicy,
     jwt_spec: JwtAuthentication,
@@ -351,7 +379,9 @@ def compile_authentication(
         problems.append(f"{PROVIDERS_PATH}: exactly one provider is supported per policy")
     mcp = None
     if jwt_spec.mcp is not None:
-        mcp = compile_mcp(jwt_spec.mcp, jwt_spec.providers[0], problems, deployment)
+        scopes = policy.spec.traffic.scopes
+        required = tuple(scopes.required) if scopes else ()
+        mcp = compile_mcp(jwt_spec.mcp, jwt_spec.providers[0], problems, deployment, required)
     return providers[0], mcp
 
 
@@ -379,17 +409,7 @@ def compile_policy(
     authorization = compile_authorization(
         traffic.authorization, "spec.traffic.authorization", problems
     )
-    backend = policy.spec.backend
-    mcp_authorization = compile_authorization(
-        backend.mcp.authorization if backend and backend.mcp else None,
-        "spec.backend.mcp.authorization",
-        problems,
-        mcp=True,
-    )
-    if mcp_authorization is not None and jwt_spec is None:
-        problems.append(
-            f"spec.backend.mcp.authorization needs spec.traffic.jwtAuthentication {NEEDS_JWT}"
-        )
+    mcp_authorization, scopes = compile_claim_rules(policy, problems)
     transformation = compile_transformation(traffic.transformation, jwt_spec is not None, problems)
     rate_limit = compile_rate_limit(traffic.rate_limit, problems)
     invalid = None
@@ -405,6 +425,7 @@ def compile_policy(
         rate_limit,
         invalid,
         mcp_authorization,
+        scopes,
     )
     return PolicyResult(compiled, tuple(problems), tuple(unresolved))
 

@@ -7,6 +7,7 @@ resource objects; `build_snapshot` from loaded files.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
@@ -98,6 +99,23 @@ class CompiledAuthorization:
 
 
 @dataclass(frozen=True, slots=True)
+class CompiledScopeRule:
+    match: CompiledExpression
+    required: tuple[str, ...]
+    # The item kinds (tool, prompt, resource) the rule is about.
+    kinds: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledScopes:
+    # Every request on the route needs these.
+    required: tuple[str, ...]
+    # Granted scope → the scopes it also grants (transitively closed).
+    implies: Mapping[str, frozenset[str]]
+    items: tuple[CompiledScopeRule, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class CompiledTransformation:
     set: tuple[tuple[bytes, CompiledExpression], ...]
     remove: frozenset[bytes]
@@ -123,6 +141,7 @@ class CompiledPolicy:
     # Set when the policy is invalid: the routes it targets answer 503 with this text.
     invalid: str | None = None
     mcp_authorization: CompiledAuthorization | None = None
+    scopes: CompiledScopes | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from ..asgi import (
 from ..controlplane.control import Keyholder
 from ..controlplane.snapshot import CompiledMcp, CompiledProvider
 from ..providers.access_tokens import access_token_rule
+from .challenge import challenge
 from .metrics import Metrics
 from .tokens import TokenError, TokenRules, UnknownKeyId, verify_token
 
@@ -26,22 +27,6 @@ log = logging.getLogger("mcp_oauth_gateway.authn")
 
 CACHE_SIZE = 10_000
 _BEARER = b"bearer "
-
-
-def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
-
-
-def challenge(resource_metadata: str | None, scope: str | None, error: str | None) -> bytes:
-    """RFC 6750 challenge: `Bearer` first (TS clients read only the first token)."""
-    params = []
-    if error:
-        params.append(f'error="invalid_token", error_description="{_quote(error)}"')
-    if resource_metadata:
-        params.append(f'resource_metadata="{resource_metadata}"')
-    if scope:
-        params.append(f'scope="{scope}"')
-    return ("Bearer " + ", ".join(params)).strip().encode("latin-1", "replace")
 
 
 class JwtAuthentication:

@@ -20,7 +20,8 @@ from ..asgi import (
     send_error,
     send_json,
 )
-from ..controlplane.snapshot import CompiledAuthorization
+from ..controlplane.cel import CompiledExpression, outcome
+from ..controlplane.snapshot import CompiledAuthorization, CompiledScopes
 from .authz import DECISION_CACHE, decide, request_variables
 from .mcp_messages import (
     GUARDED,
@@ -34,18 +35,30 @@ from .mcp_messages import (
     filter_result,
     read_request,
 )
+from .scopes import granted_scopes, lacking, send_insufficient_scope
 
 _NAME_FIELD = {kind: field for kind, field in GUARDED.values()}
 
 
 class McpAuthorization:
-    """Answers denied calls itself and filters list results item by item."""
+    """Answers denied calls itself, asks for the scopes an item needs (403 step-up), and
+    filters list results item by item."""
 
-    def __init__(self, app: ASGIApp, rules: CompiledAuthorization, max_body_bytes: int):
+    def __init__(
+        self,
+        app: ASGIApp,
+        rules: CompiledAuthorization | None,
+        max_body_bytes: int,
+        scopes: CompiledScopes | None = None,
+        prm_path: str | None = None,
+    ):
         self.app = app
         self.rules = rules
+        self.scopes = scopes
+        self.prm_path = prm_path
         self.max_body_bytes = max_body_bytes
-        self.needs_request = any(e.uses_request for e in rules.expressions)
+        expressions = [*(rules.expressions if rules else ()), *_matches(scopes)]
+        self.needs_request = any(e.uses_request for e in expressions)
         # Rules over the token and the item alone answer the same for the token's whole life,
         # so a session's lists and calls evaluate each item once.
         self._decisions: dict[tuple[str, str, str], bool] | None = (
@@ -58,6 +71,8 @@ class McpAuthorization:
             # The CEL runtime reads strings only up to a NUL ("echo\x00rm" would pass as
             # "echo"): such an item can never be authorized.
             return False
+        if self.rules is None:
+            return True
         cache = self._decisions
         token = scope.get(TOKEN_KEY)
         if cache is not None and token is not None:
@@ -71,14 +86,45 @@ class McpAuthorization:
             return hit
         return self._decide(scope, kind, name)
 
-    def _decide(self, scope: Scope, kind: str, name: str) -> bool:
+    def _activation(self, scope: Scope, kind: str, name: str) -> dict[str, object]:
         activation: dict[str, object] = {
             "jwt": scope.get(CLAIMS_KEY, {}),
             "mcp": {kind: {_NAME_FIELD[kind]: name}},
         }
         if self.needs_request:
             activation["request"] = request_variables(scope)
-        return decide(self.rules, activation)
+        return activation
+
+    def _decide(self, scope: Scope, kind: str, name: str) -> bool:
+        assert self.rules is not None
+        return decide(self.rules, self._activation(scope, kind, name))
+
+    def needed_scopes(self, scope: Scope, kind: str, name: str) -> tuple[str, ...]:
+        """Every scope a call of the item needs: the route's and each matching rule's. A match
+        that cannot be evaluated counts as matching (fail closed)."""
+        scopes = self.scopes
+        if scopes is None:
+            return ()
+        needed = list(scopes.required)
+        activation = self._activation(scope, kind, name)
+        for rule in scopes.items:
+            if kind in rule.kinds and outcome(rule.match, activation) is not False:
+                needed.extend(rule.required)
+        return tuple(dict.fromkeys(needed))
+
+    async def _lacks_scopes(self, scope: Scope, send: Send, request: McpRequest) -> bool:
+        """Answer 403 insufficient_scope when the token lacks a scope the call needs."""
+        assert request.kind is not None
+        assert request.name is not None
+        needed = self.needed_scopes(scope, request.kind, request.name)
+        if self.scopes is None or not needed:
+            return False
+        missing = lacking(needed, granted_scopes(scope.get(CLAIMS_KEY, {}), self.scopes))
+        if not missing:
+            return False
+        operation = f"{request.method} of {request.name[:200]!r}"
+        await send_insufficient_scope(scope, send, needed, missing, operation, self.prm_path)
+        return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -114,17 +160,20 @@ class McpAuthorization:
                 {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": str(exc)}},
             )
             return
-        if (
-            request is not None
-            and request.kind is not None
-            and not self.allowed(scope, request.kind, request.name)
-        ):
-            await send_json(send, 200, denied(request))
-            return
+        if request is not None and request.kind is not None:
+            if not self.allowed(scope, request.kind, request.name):
+                await send_json(send, 200, denied(request))
+                return
+            if await self._lacks_scopes(scope, send, request):
+                return
         replay = _replay(body, receive)
         if request is not None and request.method in LISTS:
             send = _ListFilter(self, scope, request, send).send
         await self.app(scope, replay, send)
+
+
+def _matches(scopes: CompiledScopes | None) -> list[CompiledExpression]:
+    return [rule.match for rule in scopes.items] if scopes else []
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -361,14 +361,46 @@ class JwtProvider(_Model):
     jwks: Jwks
 
 
+# RFC 6749 §3.3 scope-token: printable ASCII without space, `"` or a backslash, so a scope can be
+# written into a quoted WWW-Authenticate parameter as it is.
+_SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]{1,256}")
+REFRESH_SCOPE = "offline_access"
+
+
+def _scope_token(value: str) -> str:
+    if not _SCOPE_TOKEN.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not an OAuth scope (printable ASCII without spaces, quotes or "
+            "backslashes, RFC 6749 §3.3)"
+        )
+    return value
+
+
+ScopeToken = Annotated[str, AfterValidator(_scope_token)]
+
+
+def _not_refresh_scope(values: list[str], where: str) -> list[str]:
+    """it asks for a refresh token, not for access to this resource; MCP 2026-07-28 clients add
+    it themselves when the authorization server offers refresh tokens"""
+    if REFRESH_SCOPE in values:
+        reason = " ".join((_not_refresh_scope.__doc__ or "").split())
+        raise ValueError(f"{REFRESH_SCOPE} does not belong in {where}: {reason}")
+    return values
+
+
 class ResourceMetadata(_Model):
     resource: str | None = None
-    scopes_supported: list[NonEmpty] = []
+    scopes_supported: Annotated[list[ScopeToken], Field(max_length=64)] = []
     bearer_methods_supported: list[Literal["header"]] = ["header"]
     resource_name: str | None = None
     resource_documentation: str | None = None
     resource_policy_uri: str | None = None
     resource_tos_uri: str | None = None
+
+    @field_validator("scopes_supported")
+    @classmethod
+    def _minimal(cls, values: list[str]) -> list[str]:
+        return _not_refresh_scope(values, "scopesSupported")
 
     @field_validator("resource")
     @classmethod
@@ -439,6 +471,35 @@ class Authorization(_Model):
     policy: AuthorizationRules
 
 
+ScopeList = Annotated[list[ScopeToken], Field(max_length=64)]
+
+
+class Scopes(_Model):
+    """The scopes every request on the route needs, and which granted scopes imply others."""
+
+    required: ScopeList = []
+    # A granted scope (key) also grants the listed ones, transitively: how a provider's scope
+    # hierarchy (`mcp:admin` ⊇ `mcp:tools`) is told to the gateway.
+    implies: Annotated[dict[ScopeToken, ScopeList], Field(max_length=256)] = {}
+
+    @field_validator("required")
+    @classmethod
+    def _required(cls, values: list[str]) -> list[str]:
+        return _not_refresh_scope(values, "scopes.required")
+
+
+class McpScopeRule(_Model):
+    """Scopes a tool, prompt or resource needs: a CEL `match` over `mcp` (and `jwt`, `request`)."""
+
+    match: Annotated[str, Field(min_length=1, max_length=16384)]
+    required: Annotated[list[ScopeToken], Field(min_length=1, max_length=64)]
+
+    @field_validator("required")
+    @classmethod
+    def _required(cls, values: list[str]) -> list[str]:
+        return _not_refresh_scope(values, "required")
+
+
 # RFC 9110 token; matched whole (a trailing newline would otherwise pass and end a header line).
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _PROTECTED = frozenset(
@@ -493,11 +554,14 @@ class Traffic(_Model):
     authorization: Authorization | None = None
     transformation: Transformation | None = None
     rate_limit: RateLimit | None = None
+    scopes: Scopes | None = None
 
 
 class McpPolicy(_Model):
     # Evaluated per MCP item with `mcp.tool.name`, `mcp.prompt.name`, `mcp.resource.uri`.
     authorization: Authorization | None = None
+    # Calls of matching items need these scopes (403 insufficient_scope: clients step up).
+    scopes: Annotated[list[McpScopeRule], Field(max_length=256)] = []
 
 
 class BackendPolicy(_Model):

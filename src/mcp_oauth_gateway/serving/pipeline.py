@@ -18,6 +18,7 @@ from ..dataplane.metrics import Metrics
 from ..dataplane.oauth_endpoints import OAuthEndpoints, PathDispatch
 from ..dataplane.ratelimit import RateLimit
 from ..dataplane.routing import RouteEntry, RouteTable
+from ..dataplane.scopes import RequiredScopes
 from ..dataplane.transform import HeaderTransformation
 from ..providers import adapter_for
 from ..proxy.reverse_proxy import ReverseProxy
@@ -83,8 +84,12 @@ class Assembly:
 
     def _claims_stages(self, app: ASGIApp, policy: CompiledPolicy) -> ASGIApp:
         """The stages that use the verified claims, innermost first."""
-        if policy.mcp_authorization is not None:
-            app = McpAuthorization(app, policy.mcp_authorization, self.limits.max_body_bytes)
+        scopes = policy.scopes
+        prm_path = policy.mcp.prm_path if policy.mcp is not None else None
+        if policy.mcp_authorization is not None or (scopes is not None and scopes.items):
+            app = McpAuthorization(
+                app, policy.mcp_authorization, self.limits.max_body_bytes, scopes, prm_path
+            )
         if policy.transformation is not None:
             app = HeaderTransformation(app, policy.transformation)
         if policy.rate_limit is not None:
@@ -92,6 +97,9 @@ class Assembly:
             app = RateLimit(app, policy.rate_limit, limiter, policy.key, self.metrics)
         if policy.authorization is not None:
             app = CelAuthorization(app, policy.authorization, policy.key)
+        if scopes is not None and scopes.required:
+            # Before the rules: a token short of a scope is asked to step up, not refused.
+            app = RequiredScopes(app, scopes, prm_path)
         return app
 
     def _authentication(

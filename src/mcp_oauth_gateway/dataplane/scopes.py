@@ -1,0 +1,76 @@
+"""Scope checks (MCP 2026-07-28 step-up): a valid token without the scopes an operation needs is
+answered 403 `insufficient_scope`, naming every scope the operation needs in one challenge, so a
+client re-authorizes once with them and retries.
+
+Granted scopes are read from `scope` (RFC 9068, space-separated) or `scp` (a list, as Entra and
+Okta write it). A granted scope also grants what the policy's `implies` says it does; nothing
+else is inferred (no prefix or wildcard rules)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..asgi import CLAIMS_KEY, ASGIApp, Receive, Scope, Send, request_origin, send_json
+from ..controlplane.snapshot import CompiledScopes
+from .challenge import challenge
+
+INSUFFICIENT_SCOPE = "insufficient_scope"
+
+
+def granted_scopes(claims: dict[str, object], scopes: CompiledScopes) -> frozenset[str]:
+    """The scopes the token grants, with what they imply."""
+    raw = claims.get("scope", claims.get("scp"))
+    if isinstance(raw, str):
+        granted = raw.split()
+    elif isinstance(raw, list):
+        granted = [s for s in raw if isinstance(s, str)]
+    else:
+        granted = []
+    out = set(granted)
+    for scope in granted:
+        out |= scopes.implies.get(scope, frozenset())
+    return frozenset(out)
+
+
+def lacking(needed: Iterable[str], held: frozenset[str]) -> list[str]:
+    """The needed scopes the token does not hold, in the order they are needed."""
+    return [s for s in needed if s not in held]
+
+
+async def send_insufficient_scope(
+    scope: Scope,
+    send: Send,
+    needed: tuple[str, ...],
+    missing: list[str],
+    operation: str,
+    prm_path: str | None,
+) -> None:
+    """403 with the step-up challenge: `scope` holds all `needed`, not only the missing ones."""
+    description = f"{operation} needs scope {' '.join(missing)}, which the token does not grant"
+    metadata = request_origin(scope) + prm_path if prm_path else None
+    header = challenge(metadata, " ".join(needed), description, code=INSUFFICIENT_SCOPE)
+    body = {
+        "error": INSUFFICIENT_SCOPE,
+        "error_description": description,
+        "scope": " ".join(needed),
+    }
+    await send_json(send, 403, body, [(b"www-authenticate", header)])
+
+
+class RequiredScopes:
+    """Every request on the route needs the policy's `scopes.required`."""
+
+    def __init__(self, app: ASGIApp, scopes: CompiledScopes, prm_path: str | None):
+        self.app = app
+        self.scopes = scopes
+        self.prm_path = prm_path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        held = granted_scopes(scope.get(CLAIMS_KEY, {}), self.scopes)
+        missing = lacking(self.scopes.required, held)
+        if missing:
+            await send_insufficient_scope(
+                scope, send, self.scopes.required, missing, "this route", self.prm_path
+            )
+            return
+        await self.app(scope, receive, send)
