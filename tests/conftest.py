@@ -161,6 +161,7 @@ def _start_stack(
     gateway_env: dict[str, str] | None = None,
     idp_extra: dict[str, str] | None = None,
     policy_edit: tuple[str, str] = ("", ""),
+    route_edits: tuple[tuple[str, str], ...] = (),
 ) -> Iterator[Stack]:
     gw_port, idp_port = free_port(), free_port()
     backend_port = backend.rsplit(":", 1)[1]
@@ -183,6 +184,10 @@ def _start_stack(
     )
     if broker:
         use_broker(config)
+    route = config / "gateway.yaml"
+    for before, after in route_edits:
+        assert before in route.read_text(), before
+        route.write_text(route.read_text().replace(before, after))
     policy = config / "policy.yaml"
     if policy_edit[0]:
         assert policy_edit[0] in policy.read_text(), policy_edit
@@ -407,6 +412,39 @@ def step_up_broker(
         name="gateway-step-up-broker",
         policy_extra=STEP_UP_RULES,
         idp_extra=STEP_UP_IDP,
+    )
+
+
+# What MCP Inspector needs of a route: the root well-known forms it asks for (RFC 9728 root
+# form; 2025-03-26 clients look for the authorization server at the origin) and every header
+# its browser code sends (Mcp-Protocol-Version, Mcp-Session-Id, Last-Event-ID…).
+ROOT_WELL_KNOWN = (
+    (
+        "        - path: {type: PathPrefix, value: /mcp}\n",
+        "        - path: {type: PathPrefix, value: /mcp}\n"
+        "        - path: {type: Exact, value: /.well-known/oauth-protected-resource}\n"
+        "        - path: {type: Exact, value: /.well-known/oauth-authorization-server}\n",
+    ),
+    ("allowHeaders: [Origin, Authorization, Content-Type]", 'allowHeaders: ["*"]'),
+)
+
+
+@pytest.fixture(scope="session")
+def inspector_broker(
+    logs: Path, tmp_path_factory: pytest.TempPathFactory, idp_key: tuple[RSAKey, Path], backend: str
+) -> Iterator[Stack]:
+    """Broker mode (provider B layout) on a route that also serves the root well-known forms."""
+    yield from _start_stack(
+        "authentik",
+        "provider-b",
+        "9000",
+        logs,
+        tmp_path_factory.mktemp("inspector-broker"),
+        idp_key,
+        backend,
+        broker=True,
+        name="gateway-inspector-broker",
+        route_edits=ROOT_WELL_KNOWN,
     )
 
 

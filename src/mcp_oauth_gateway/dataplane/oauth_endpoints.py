@@ -12,7 +12,7 @@ import aiohttp
 from ..asgi import ASGIApp, Receive, Scope, Send, read_body, request_origin, send_error, send_json
 from ..controlplane.discovery import DiscoveryCache
 from ..controlplane.fetch import FetchError
-from ..controlplane.snapshot import PRM_PREFIX, CompiledMcp, CompiledProvider
+from ..controlplane.snapshot import ASM_PREFIX, PRM_PREFIX, CompiledMcp, CompiledProvider
 from ..providers import ProviderAdapter, RegistrationError
 from ..registration import parse_registration
 
@@ -69,6 +69,7 @@ class OAuthEndpoints:
         discovery: DiscoveryCache | None,
         session: Callable[[], aiohttp.ClientSession | None],
         extra: dict[str, ASGIApp] | None = None,
+        shared_with: tuple[str, ...] = (),
     ):
         self.app = app
         self.mcp = mcp
@@ -76,15 +77,21 @@ class OAuthEndpoints:
         self.adapter = adapter
         self.discovery = discovery
         self.session = session
+        self.shared_with = shared_with
         self.paths: dict[str, ASGIApp] = {
             mcp.prm_path: self._prm,
-            PRM_PREFIX: self._prm,
             mcp.asm_path: self._asm,
             mcp.registration_path: self._register,
         }
         if extra:
             # Broker mode: the gateway's own AS metadata, registration and token endpoints.
             self.paths.update(extra)
+        # The root forms (RFC 9728 §3.1 without a path; 2025-03-26 clients look for the
+        # authorization server at the origin): only while this is the host's one resource.
+        root = self.paths[mcp.asm_path], self._prm
+        if shared_with:
+            root = self._ambiguous_root, self._ambiguous_root
+        self.paths[ASM_PREFIX], self.paths[PRM_PREFIX] = root
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         handler = self.paths.get(endpoint_path(scope))
@@ -101,6 +108,17 @@ class OAuthEndpoints:
             "invalid_request",
             f"{method} is not allowed here; use {allowed}",
             [(b"allow", allowed.encode())],
+        )
+
+    async def _ambiguous_root(self, scope: Scope, receive: Receive, send: Send) -> None:
+        others = ", ".join(self.shared_with)
+        await send_error(
+            send,
+            404,
+            "not_found",
+            f"{scope['path']} would be ambiguous: this host serves more than one protected "
+            f"resource ({self.mcp.mcp_path}, {others}); ask for "
+            f"{scope['path']}{self.mcp.mcp_path} instead",
         )
 
     async def _prm(self, scope: Scope, receive: Receive, send: Send) -> None:

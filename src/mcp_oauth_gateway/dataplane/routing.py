@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..asgi import ASGIApp
-from ..controlplane.snapshot import CompiledRoute
+from ..controlplane.snapshot import CompiledCors, CompiledRoute
+from .cors import origin_allowed
 
 
 def path_matches(match_type: str, value: str, path: str) -> bool:
@@ -46,6 +47,19 @@ class RouteTable:
     def __init__(self, entries: Sequence[RouteEntry]):
         self.entries = tuple(entries)
 
+    def cors_for(self, host: str, origin: str) -> CompiledCors | None:
+        """The first CORS policy on this listener (for `host`) that lets `origin` read answers:
+        what the gateway's own errors use when no route took the request."""
+        for entry in self.entries:
+            cors = entry.route.cors
+            if (
+                cors is not None
+                and host_matches(entry.route.hostnames, host)
+                and origin_allowed(cors, origin)
+            ):
+                return cors
+        return None
+
     def match(self, host: str, path: str) -> RouteEntry | None:
         """The entry serving `host` + `path`, or None."""
         for entry in self.entries:
@@ -55,3 +69,35 @@ class RouteTable:
             ):
                 return entry
         return None
+
+
+def hosts_overlap(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Whether two routes' hostnames can name the same host (no hostnames: any host; a
+    wildcard is taken to overlap everything, which errs on the side of "shared")."""
+    if not a or not b or any("*" in h for h in (*a, *b)):
+        return True
+    return not {h.lower() for h in a}.isdisjoint(h.lower() for h in b)
+
+
+def shared_hosts(
+    listeners: Mapping[int, Iterable[CompiledRoute]],
+) -> dict[tuple[str, int], tuple[str, ...]]:
+    """For each route rule with a protected resource: the other resources (their MCP paths)
+    served on a host it shares. The root well-known forms name one resource per host, so a
+    rule listed here with any must not answer them."""
+    out: dict[tuple[str, int], set[str]] = {}
+    for routes in listeners.values():
+        protected = [r for r in routes if r.policy is not None and r.policy.mcp is not None]
+        for route in protected:
+            mine = _resource(route)
+            others = out.setdefault((route.route, route.rule), set())
+            for other in protected:
+                if _resource(other) != mine and hosts_overlap(route.hostnames, other.hostnames):
+                    others.add(_resource(other)[1])
+    return {key: tuple(sorted(v)) for key, v in out.items() if v}
+
+
+def _resource(route: CompiledRoute) -> tuple[str, str]:
+    assert route.policy is not None
+    assert route.policy.mcp is not None
+    return route.policy.key, route.policy.mcp.mcp_path

@@ -26,6 +26,7 @@ from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import Snapshot
 from ..controlplane.watch import ConfigWatcher
 from ..dataplane.access_log import AccessLog
+from ..dataplane.cors import CorsFilter
 from ..dataplane.headers import HeaderRules
 from ..dataplane.metrics import Metrics
 from ..dataplane.routing import RouteTable
@@ -34,7 +35,7 @@ from ..proxy.pool import RawUpstream
 from ..proxy.upstream import Upstream
 from .admin import AdminApp, ControllerView
 from .options import ServeOptions
-from .pipeline import Assembly
+from .pipeline import Assembly, FailClosed
 from .runtime import BrokerRuntime
 
 log = logging.getLogger("mcp_oauth_gateway")
@@ -170,35 +171,59 @@ class GatewayApp:
         self, scope: Scope, receive: Receive, exchange: _Exchange, port: int | None
     ) -> None:
         """The request's checks, then the matching route's pipeline (or 404)."""
-        if header_bytes(scope["headers"]) > self.limits.max_header_bytes:
-            await send_error(
-                exchange,
-                431,
-                "request_header_fields_too_large",
-                f"the request headers exceed {self.limits.max_header_bytes} bytes",
-            )
-            return
-        problem = self.header_rules.problem(scope["headers"])
-        if problem is None and "\x00" in scope["path"]:
-            # A NUL (%00) would cut the path short for CEL rules, which read up to it.
-            problem = "the request path contains a NUL character (%00)"
-        if problem is not None:
-            await send_error(exchange, 400, "invalid_request", problem)
-            return
         table = self.tables.get(port) if port is not None else None
         if table is None and len(self.tables) == 1 and not self.exact_ports:
             table = next(iter(self.tables.values()))
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            await self._refuse(scope, receive, exchange, table, refusal)
+            return
         host = header(scope, b"host")
         entry = (
             table.match(host.decode("latin-1") if host else "", scope["path"]) if table else None
         )
         if entry is None:
-            await send_error(
-                exchange, 404, "not_found", f"no HTTPRoute matches {scope['path']} on this listener"
-            )
+            reason = (404, "not_found", f"no HTTPRoute matches {scope['path']} on this listener")
+            await self._refuse(scope, receive, exchange, table, reason)
             return
         exchange.route = entry.route.route
         await entry.app(scope, receive, exchange)
+
+    def _refusal(self, scope: Scope) -> tuple[int, str, str] | None:
+        """Why the request is refused before any route sees it, or None."""
+        if header_bytes(scope["headers"]) > self.limits.max_header_bytes:
+            return (
+                431,
+                "request_header_fields_too_large",
+                f"the request headers exceed {self.limits.max_header_bytes} bytes",
+            )
+        problem = self.header_rules.problem(scope["headers"])
+        if problem is None and "\x00" in scope["path"]:
+            # A NUL (%00) would cut the path short for CEL rules, which read up to it.
+            problem = "the request path contains a NUL character (%00)"
+        return None if problem is None else (400, "invalid_request", problem)
+
+    @staticmethod
+    async def _refuse(
+        scope: Scope,
+        receive: Receive,
+        exchange: _Exchange,
+        table: RouteTable | None,
+        reason: tuple[int, str, str],
+    ) -> None:
+        """Answer the gateway's own error, readable by a browser page whose origin a CORS
+        policy of this listener allows (else it only sees "Failed to fetch")."""
+        failing = FailClosed(*reason)
+        origins = [v for k, v in scope["headers"] if k == b"origin"]
+        cors = None
+        if len(origins) == 1 and table is not None:  # a repeated Origin is itself refused
+            origin = origins[0]
+            host = header(scope, b"host")
+            cors = table.cors_for(host.decode("latin-1") if host else "", origin.decode("latin-1"))
+        if cors is None:
+            await failing(scope, receive, exchange)
+        else:
+            await CorsFilter(failing, cors)(scope, receive, exchange)
 
     def _record(self, scope: Scope, exchange: _Exchange, elapsed: float, cut: bool) -> None:
         """One access line (or, for a stream cut at shutdown, one warning) and the metrics."""

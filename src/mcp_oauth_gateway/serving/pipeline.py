@@ -17,7 +17,7 @@ from ..dataplane.mcp_authz import McpAuthorization
 from ..dataplane.metrics import Metrics
 from ..dataplane.oauth_endpoints import OAuthEndpoints, PathDispatch
 from ..dataplane.ratelimit import RateLimit
-from ..dataplane.routing import RouteEntry, RouteTable
+from ..dataplane.routing import RouteEntry, RouteTable, shared_hosts
 from ..dataplane.scopes import RequiredScopes
 from ..dataplane.transform import HeaderTransformation
 from ..providers import adapter_for
@@ -49,10 +49,11 @@ class Assembly:
     limits: Limits
     metrics: Metrics | None = None
 
-    def route_app(self, route: CompiledRoute) -> ASGIApp:
+    def route_app(self, route: CompiledRoute, shared_with: tuple[str, ...] = ()) -> ASGIApp:
         """The stages for one route rule: the Broker's pages, CORS, then the policy's stages
-        around the proxy (or a fail-closed answer)."""
-        app, pages = self._guarded(route)
+        around the proxy (or a fail-closed answer). `shared_with`: the other protected
+        resources on a host the route serves (then it does not answer the root forms)."""
+        app, pages = self._guarded(route, shared_with)
         if route.cors is not None:
             app = CorsFilter(app, route.cors)
         if pages:
@@ -61,7 +62,9 @@ class Assembly:
             app = PathDispatch(pages, app)
         return app
 
-    def _guarded(self, route: CompiledRoute) -> tuple[ASGIApp, dict[str, ASGIApp]]:
+    def _guarded(
+        self, route: CompiledRoute, shared_with: tuple[str, ...]
+    ) -> tuple[ASGIApp, dict[str, ASGIApp]]:
         policy = route.policy
         if route.broken is not None or route.target is None:
             return FailClosed(
@@ -80,7 +83,7 @@ class Assembly:
         )
         if policy is None:
             return app, {}
-        return self._authentication(self._claims_stages(app, policy), policy)
+        return self._authentication(self._claims_stages(app, policy), policy, shared_with)
 
     def _claims_stages(self, app: ASGIApp, policy: CompiledPolicy) -> ASGIApp:
         """The stages that use the verified claims, innermost first."""
@@ -103,7 +106,7 @@ class Assembly:
         return app
 
     def _authentication(
-        self, app: ASGIApp, policy: CompiledPolicy
+        self, app: ASGIApp, policy: CompiledPolicy, shared_with: tuple[str, ...]
     ) -> tuple[ASGIApp, dict[str, ASGIApp]]:
         """JWT authentication and, with `mcp`, the OAuth endpoints (and the Broker's pages)."""
         if policy.provider is None:
@@ -129,6 +132,7 @@ class Assembly:
             discovery,
             lambda: control.session,
             broker.routes() if broker is not None else None,
+            shared_with,
         )
         return app, broker.pages() if broker is not None else {}
 
@@ -136,12 +140,13 @@ class Assembly:
         """A route table per listener port; pipelines are shared by the routes' matches."""
         built: dict[tuple[str, int], ASGIApp] = {}
         tables = {}
+        shared = shared_hosts(snapshot.listeners)
         for port, routes in snapshot.listeners.items():
             entries = []
             for route in routes:
                 key = (route.route, route.rule)
                 if key not in built:
-                    built[key] = self.route_app(route)
+                    built[key] = self.route_app(route, shared.get(key, ()))
                 entries.append(RouteEntry(route, built[key]))
             tables[port] = RouteTable(entries)
         return tables
