@@ -108,6 +108,7 @@ def gateway_beside(
     name: str,
     policy_insert: str = "",
     args: tuple[str, ...] = (),
+    edits: tuple[tuple[str, str], ...] = (),
 ) -> Iterator[str]:
     """Another gateway serving examples/provider-b against `stack`'s IdP and backend, with
     `policy_insert` placed before the policy's authorization section; yields its base URL."""
@@ -122,9 +123,13 @@ def gateway_beside(
         },
     )
     policy = config / "policy.yaml"
-    policy.write_text(
-        policy.read_text().replace("    authorization:\n", policy_insert + "    authorization:\n")
+    text = policy.read_text().replace(
+        "    authorization:\n", policy_insert + "    authorization:\n"
     )
+    for before, after in edits:
+        assert before in text, before
+        text = text.replace(before, after)
+    policy.write_text(text)
     process = Process(name, [*gateway_cmd(config), *args], logs)
     try:
         wait_for_port(port, process)

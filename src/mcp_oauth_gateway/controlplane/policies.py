@@ -426,6 +426,7 @@ def compile_policy(
         invalid,
         mcp_authorization,
         scopes,
+        jwt_spec.mode if jwt_spec else "Strict",
     )
     return PolicyResult(compiled, tuple(problems), tuple(unresolved))
 

@@ -142,6 +142,7 @@ class CompiledPolicy:
     invalid: str | None = None
     mcp_authorization: CompiledAuthorization | None = None
     scopes: CompiledScopes | None = None
+    jwt_mode: Literal["Strict", "Optional", "Permissive"] = "Strict"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""JWT authentication stage (Strict mode): 401 with a `WWW-Authenticate` challenge, or claims."""
+"""JWT authentication stage: 401 with a `WWW-Authenticate` challenge, or claims; in Optional and
+Permissive modes, or an anonymous caller (no claims) for the later stages to judge."""
 
 from __future__ import annotations
 
@@ -13,13 +14,11 @@ from ..asgi import (
     Receive,
     Scope,
     Send,
-    request_origin,
-    send_error,
 )
 from ..controlplane.control import Keyholder
 from ..controlplane.snapshot import CompiledMcp, CompiledProvider
 from ..providers.access_tokens import access_token_rule
-from .challenge import challenge
+from .challenge import Challenger
 from .metrics import Metrics
 from .tokens import TokenError, TokenRules, UnknownKeyId, verify_token
 
@@ -30,7 +29,8 @@ _BEARER = b"bearer "
 
 
 class JwtAuthentication:
-    """Verifies the bearer token; on success the claims go to `scope[CLAIMS_KEY]`."""
+    """Verifies the bearer token; on success the claims go to `scope[CLAIMS_KEY]`. In Optional
+    and Permissive modes a caller without a (valid) token goes on without claims: anonymous."""
 
     def __init__(
         self,
@@ -40,6 +40,7 @@ class JwtAuthentication:
         mcp: CompiledMcp | None,
         forward_token: bool,
         metrics: Metrics | None = None,
+        mode: str = "Strict",
     ):
         self.app = app
         self.keys = keys
@@ -48,10 +49,10 @@ class JwtAuthentication:
             audiences=provider.audiences,
             access_token=access_token_rule(mcp.provider if mcp else None),
         )
-        self.prm_path = mcp.prm_path if mcp is not None else None
-        self.scope_hint = " ".join(mcp.scopes_supported) if mcp and mcp.scopes_supported else None
+        self.challenger = challenger_for(mcp)
         self.forward_token = forward_token
         self.metrics = metrics
+        self.mode = mode
         # token → (claims, exp, keyset version); bounded, insertion-ordered for cheap eviction.
         self._cache: dict[str, tuple[dict[str, object], float, int]] = {}
 
@@ -67,20 +68,30 @@ class JwtAuthentication:
                     raw, at = value, len(others)
             else:
                 others.append((name, value))
+        scope["headers"] = others
         if raw is None or raw[:7].lower() != _BEARER or not raw[7:].strip():
-            await self._deny(scope, send, "missing bearer token", token_sent=False)
+            if self.mode == "Strict":
+                await self._deny(scope, send, "missing bearer token", token_sent=False)
+            else:
+                await self.app(scope, receive, send)
             return
         token = raw[7:].strip().decode("latin-1")
         try:
             claims = await self._verify(token)
         except TokenError as exc:
-            await self._deny(scope, send, str(exc), token_sent=True)
+            if self.mode != "Permissive":
+                await self._deny(scope, send, str(exc), token_sent=True)
+                return
+            # Recorded, and the caller goes on as anonymous; the token never reaches the backend.
+            if self.metrics is not None:
+                self.metrics.auth_failure(str(exc))
+            log.info("token not accepted, request continues anonymously (Permissive): %s", exc)
+            await self.app(scope, receive, send)
             return
         scope[CLAIMS_KEY] = claims
         scope[TOKEN_KEY] = token
         if self.forward_token:
             others.insert(at, (b"authorization", raw))
-        scope["headers"] = others
         await self.app(scope, receive, send)
 
     async def _verify(self, token: str) -> dict[str, object]:
@@ -114,8 +125,11 @@ class JwtAuthentication:
     async def _deny(self, scope: Scope, send: Send, why: str, token_sent: bool) -> None:
         if self.metrics is not None:
             self.metrics.auth_failure(why)
-        metadata = None
-        if self.prm_path is not None:
-            metadata = request_origin(scope) + self.prm_path
-        value = challenge(metadata, self.scope_hint, why if token_sent else None)
-        await send_error(send, 401, "invalid_token", why, [(b"www-authenticate", value)])
+        await self.challenger.unauthorized(scope, send, why, token_sent)
+
+
+def challenger_for(mcp: CompiledMcp | None) -> Challenger:
+    """The 401 a route sends: its metadata (with `mcp`) and the scopes to sign in with."""
+    if mcp is None:
+        return Challenger(None, None)
+    return Challenger(mcp.prm_path, " ".join(mcp.scopes_supported) or None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send, header, send_error
 from ..controlplane.cel import holds, outcome
 from ..controlplane.snapshot import CompiledAuthorization
+from .challenge import Challenger
 
 
 def request_variables(scope: Scope) -> dict[str, object]:
@@ -48,9 +49,16 @@ DECISION_CACHE = 10_000
 class CelAuthorization:
     """Denies with 403 when the verified claims do not satisfy the policy."""
 
-    def __init__(self, app: ASGIApp, rules: CompiledAuthorization, policy: str):
+    def __init__(
+        self,
+        app: ASGIApp,
+        rules: CompiledAuthorization,
+        policy: str,
+        challenger: Challenger | None = None,
+    ):
         self.app = app
         self.rules = rules
+        self.challenger = challenger or Challenger(None, None)
         self.needs_request = any(e.uses_request for e in rules.expressions)
         wanted = [e.claims for e in rules.expressions]
         # Only the claims the rules read are converted for CEL; None means all of them.
@@ -87,6 +95,13 @@ class CelAuthorization:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self._allowed(scope):
+            if CLAIMS_KEY not in scope:
+                # An anonymous caller (Optional, Permissive) might be let in with a token:
+                # ask for one, so that MCP clients start signing in.
+                await self.challenger.unauthorized(
+                    scope, send, "a bearer token is required: " + self.denial, token_sent=False
+                )
+                return
             await send_error(send, 403, "forbidden", self.denial)
             return
         await self.app(scope, receive, send)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..asgi import CLAIMS_KEY, ASGIApp, Receive, Scope, Send, request_origin, send_json
+from ..asgi import CLAIMS_KEY, ASGIApp, Receive, Scope, Send, request_origin, send_error, send_json
 from ..controlplane.snapshot import CompiledScopes
 from .challenge import challenge
 
@@ -45,9 +45,20 @@ async def send_insufficient_scope(
     operation: str,
     prm_path: str | None,
 ) -> None:
-    """403 with the step-up challenge: `scope` holds all `needed`, not only the missing ones."""
-    description = f"{operation} needs scope {' '.join(missing)}, which the token does not grant"
+    """403 with the step-up challenge: `scope` holds all `needed`, not only the missing ones;
+    401 for an anonymous caller (Optional, Permissive), who needs a token first."""
     metadata = request_origin(scope) + prm_path if prm_path else None
+    if CLAIMS_KEY not in scope:
+        why = f"{operation} needs a bearer token with scope {' '.join(needed)}"
+        await send_error(
+            send,
+            401,
+            "invalid_token",
+            why,
+            [(b"www-authenticate", challenge(metadata, " ".join(needed), None))],
+        )
+        return
+    description = f"{operation} needs scope {' '.join(missing)}, which the token does not grant"
     header = challenge(metadata, " ".join(needed), description, code=INSUFFICIENT_SCOPE)
     body = {
         "error": INSUFFICIENT_SCOPE,

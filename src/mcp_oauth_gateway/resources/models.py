@@ -451,7 +451,9 @@ class McpAuthentication(_Model):
 
 
 class JwtAuthentication(_Model):
-    mode: Literal["Strict"] = "Strict"
+    # Strict: a valid token or 401. Optional: no token passes as an anonymous caller, a bad one
+    # is 401. Permissive: a bad token also passes as anonymous, and why is logged and counted.
+    mode: Literal["Strict", "Optional", "Permissive"] = "Strict"
     providers: Annotated[list[JwtProvider], Field(min_length=1, max_length=64)]
     mcp: McpAuthentication | None = None
     # Not in the reference API: the bearer token is stripped before proxying (MCP forbids token

@@ -10,7 +10,7 @@ from ..asgi import ASGIApp, Limits, Receive, Scope, Send, send_error
 from ..broker.endpoints import Broker
 from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import CompiledPolicy, CompiledRoute, Snapshot
-from ..dataplane.authn import JwtAuthentication
+from ..dataplane.authn import JwtAuthentication, challenger_for
 from ..dataplane.authz import CelAuthorization
 from ..dataplane.cors import CorsFilter
 from ..dataplane.mcp_authz import McpAuthorization
@@ -99,7 +99,9 @@ class Assembly:
             limiter = self.brokers.limiter(policy.key, policy.rate_limit)
             app = RateLimit(app, policy.rate_limit, limiter, policy.key, self.metrics)
         if policy.authorization is not None:
-            app = CelAuthorization(app, policy.authorization, policy.key)
+            app = CelAuthorization(
+                app, policy.authorization, policy.key, challenger_for(policy.mcp)
+            )
         if scopes is not None and scopes.required:
             # Before the rules: a token short of a scope is asked to step up, not refused.
             app = RequiredScopes(app, scopes, prm_path)
@@ -114,7 +116,13 @@ class Assembly:
         control = self.control
         keys = control.keysets[policy.provider.keyset.url]
         app = JwtAuthentication(
-            app, policy.provider, keys, policy.mcp, policy.forward_token, self.metrics
+            app,
+            policy.provider,
+            keys,
+            policy.mcp,
+            policy.forward_token,
+            self.metrics,
+            policy.jwt_mode,
         )
         mcp = policy.mcp
         if mcp is None:

@@ -258,3 +258,45 @@ async def test_a_cached_token_is_checked_again_once_the_keyset_changes():
     response = await drive(authn, "POST", headers=[bearer(TOKEN)])
     assert response.status == 401
     assert response.json()["error_description"] == "no key with kid 'k1' in the issuer's keyset"
+
+
+# --- Optional and Permissive modes ----------------------------------------------------------
+
+
+def moded(inner: Inner, mode: str) -> JwtAuthentication:
+    return JwtAuthentication(
+        inner, PROVIDER, InlineKeyset(KEYSET), compiled_mcp(None), False, None, mode
+    )
+
+
+BAD = mint(KEY, good(iss="http://elsewhere/"))
+
+
+@pytest.mark.parametrize(
+    ("mode", "authorization", "status", "anonymous"),
+    [
+        ("Strict", None, 401, None),
+        ("Strict", BAD, 401, None),
+        ("Optional", None, 200, True),
+        ("Optional", BAD, 401, None),  # a token that is sent must be good
+        ("Optional", TOKEN, 200, False),
+        ("Permissive", None, 200, True),
+        ("Permissive", BAD, 200, True),  # never refused: goes on without claims
+        ("Permissive", "not.a.jwt", 200, True),
+        ("Permissive", TOKEN, 200, False),
+    ],
+)
+async def test_what_each_mode_does_with_no_bad_and_good_tokens(
+    mode, authorization, status, anonymous
+):
+    inner = Inner()
+    headers = [bearer(authorization)] if authorization else []
+    response = await drive(moded(inner, mode), "POST", headers=headers, inner=inner)
+    assert response.status == status
+    if anonymous is None:
+        assert not response.reached
+        return
+    assert response.reached
+    assert (CLAIMS_KEY not in inner.last.scope) is anonymous
+    # Whatever the mode, a token that was not verified never reaches the backend.
+    assert inner.last.header(b"authorization") is None

@@ -91,10 +91,18 @@ async def test_a_rule_that_is_not_a_boolean_is_false(rule):
     assert response.status == 403
 
 
-async def test_without_claims_in_the_scope_rules_see_an_empty_jwt():
+async def test_an_anonymous_caller_is_an_empty_jwt_and_a_denial_asks_for_a_token():
     allow = await drive(authz(Inner(), "Allow", "size(jwt) == 0"), "POST")
     deny = await drive(authz(Inner(), "Allow", ALICE), "POST")
-    assert (allow.status, deny.status) == (200, 403)
+    # Optional and Permissive modes let anonymous callers reach the rules; a token might let
+    # them in, so the denial is a 401 (MCP clients then sign in), not a 403.
+    assert (allow.status, deny.status) == (200, 401)
+    assert deny.header(b"www-authenticate") == b"Bearer"
+    assert deny.json()["error"] == "invalid_token"
+    signed_in = await drive(
+        authz(Inner(), "Allow", "size(jwt) == 0"), "POST", scope={CLAIMS_KEY: {"sub": "a"}}
+    )
+    assert signed_in.status == 403
 
 
 async def test_a_rule_over_the_whole_jwt_sees_every_claim():

@@ -206,3 +206,22 @@ async def test_a_name_with_a_nul_is_refused_before_any_scope_rule_reads_it():
     response = await call(item_stage(inner), inner, "mcp:admin", "tools/call", name="add\x00x")
     assert not response.reached
     assert response.json()["error"]["code"] == -32602
+
+
+async def test_an_anonymous_caller_short_of_a_scope_is_asked_for_a_token_not_a_step_up():
+    inner = Inner()
+    app = RequiredScopes(inner, scopes(required=["mcp:tools"]), PRM)
+    response = await drive(app, "POST", inner=inner)  # Optional mode: no claims at all
+    assert response.status == 401
+    assert response.header(b"www-authenticate") == (
+        b'Bearer resource_metadata="http://gw.test' + PRM.encode() + b'", scope="mcp:tools"'
+    )
+    item = await drive(
+        item_stage(inner),
+        "POST",
+        headers=JSON,
+        body=rpc("tools/call", name="delete_x"),
+        inner=inner,
+    )
+    assert item.status == 401
+    assert not inner.seen
