@@ -30,8 +30,10 @@ const ISSUER = `http://127.0.0.1:${PORT}${PREFIX}${keycloak ? '' : '/'}`;
 const routes = keycloak
   ? { jwks: '/protocol/openid-connect/certs', authorization: '/protocol/openid-connect/auth',
       token: '/protocol/openid-connect/token', userinfo: '/protocol/openid-connect/userinfo',
-      registration: '/clients-registrations/openid-connect' }
-  : { jwks: '/jwks/', authorization: '/authorize/', token: '/token/', userinfo: '/userinfo/' };
+      registration: '/clients-registrations/openid-connect',
+      revocation: '/protocol/openid-connect/revoke' }
+  : { jwks: '/jwks/', authorization: '/authorize/', token: '/token/', userinfo: '/userinfo/',
+      revocation: '/revoke/' };
 
 const provider = new Provider(ISSUER, {
   jwks: { keys: [jwk] },
@@ -52,6 +54,7 @@ const provider = new Provider(ISSUER, {
   features: {
     devInteractions: { enabled: true },
     clientCredentials: { enabled: true },
+    revocation: { enabled: true },
     registration: { enabled: keycloak },
     resourceIndicators: {
       enabled: true,
@@ -95,4 +98,7 @@ app.use(PREFIX, provider.callback());
 // Why a grant was refused, in the test log (the HTTP answer only says "grant request is invalid").
 provider.on('grant.error', (ctx, error) => console.error(
   `grant.error ${error.error}: ${error.error_description} (${error.error_detail ?? ''})`));
+// What was revoked, in the test log: tests observe revocation at the provider through it.
+provider.on('grant.revoked', (ctx, grantId) => console.log(`revoked grant ${grantId}`));
+provider.on('revocation.error', (ctx, error) => console.error(`revocation.error ${error.error}`));
 app.listen(PORT, '127.0.0.1', () => console.log(`idp ${FLAVOUR} listening ${ISSUER}`));

@@ -48,6 +48,7 @@ from .clients import BrokerClient, ClientError, MetadataDocuments, issue_client_
 from .errors import OAuthError, method_not_allowed
 from .refresh import RefreshGrant, RefreshReused, RefreshTokens
 from .requests import cookies, form_params, query_params
+from .revocation import Revocation, revoke_at_provider
 from .state import PENDING_TTL, BrokerState, IssuedCode, PendingAuthorization, UpstreamRequest
 from .store import BrokerStore
 
@@ -96,6 +97,8 @@ class Broker:
         self.authorize_path = mcp.mcp_path + "/oauth/authorize"
         self.token_path = mcp.mcp_path + "/oauth/token"
         self.callback_path = mcp.mcp_path + "/oauth/callback"
+        self.revoke_path = mcp.mcp_path + "/oauth/revoke"
+        self.revocation = Revocation(store, self.refresh)
         self.scopes = " ".join(mcp.scopes_supported)
 
     def routes(self) -> dict[str, ASGIApp]:
@@ -104,6 +107,7 @@ class Broker:
             self.mcp.asm_path: self._guard(self.metadata, page=False),
             self.mcp.registration_path: self._guard(self.register, page=False),
             self.token_path: self._guard(self.token, page=False),
+            self.revoke_path: self._guard(self.revoke, page=False),
         }
 
     def pages(self) -> dict[str, ASGIApp]:
@@ -182,6 +186,8 @@ class Broker:
             "issuer": origin + self.mcp.mcp_path,
             "authorization_endpoint": origin + self.authorize_path,
             "token_endpoint": origin + self.token_path,
+            "revocation_endpoint": origin + self.revoke_path,
+            "revocation_endpoint_auth_methods_supported": ["none"],
             "registration_endpoint": origin + self.mcp.registration_path,
             "response_types_supported": ["code"],
             "response_modes_supported": ["query"],
@@ -522,7 +528,36 @@ class Broker:
                 "unsupported_grant_type",
                 f"grant_type {grant!r} is not supported (authorization_code, refresh_token)",
             )
+        # Both grants checked client_id against the code or refresh token: it is the holder.
+        await self.revocation.bind(form.get("client_id", ""), tokens)
         await send_json(send, 200, tokens, [(b"pragma", b"no-cache")])
+
+    async def revoke(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """RFC 7009: revoke a token this client holds, here and at the provider."""
+        if scope["method"] != "POST":
+            raise method_not_allowed("POST")
+        form = form_params(await read_body(receive, MAX_FORM))
+        client_id = form.get("client_id", "")
+        if not client_id:
+            raise OAuthError(
+                400,
+                "invalid_client",
+                "client_id is required: a token can only be revoked by the client it was issued to",
+            )
+        await self._client(client_id)
+        token = form.get("token")
+        if not token:
+            raise OAuthError(400, "invalid_request", "token is required")
+        upstream = await self.revocation.revoke(client_id, token, form.get("token_type_hint"))
+        if upstream is not None:
+            provider = await self._provider()
+            await revoke_at_provider(
+                self.session(),
+                provider.get("revocation_endpoint"),
+                self.mcp.client_id or "",
+                *upstream,
+            )
+        await send_json(send, 200, {}, [(b"pragma", b"no-cache")])
 
     async def _redeem(self, form: dict[str, str]) -> dict[str, Any]:
         issued = await self.state.take_code(form.get("code", ""))
