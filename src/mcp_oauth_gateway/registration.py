@@ -17,6 +17,33 @@ def validate_redirect_uri(uri: object) -> str | None:
     return None
 
 
+APPLICATION_TYPES = ("native", "web")
+
+
+def application_type_problem(kind: object, uris: list[object]) -> str | None:
+    """Why redirect URIs do not suit the declared application type (OIDC Registration §2,
+    RFC 8252 §7), or None. Without one (clients before MCP 2026-07-28), any valid URI will do."""
+    if kind is None:
+        return None
+    if kind not in APPLICATION_TYPES:
+        return f"application_type {str(kind)[:40]!r} is not one of native, web"
+    for uri in uris:
+        parsed = parse_redirect_uri(uri)  # each one was validated before
+        if kind == "native" and parsed.scheme in ("http", "https") and not parsed.loopback:
+            return (
+                f"redirect URI {parsed.href!r} does not suit a native client, which redirects "
+                "to a loopback http URL (http://127.0.0.1:PORT/…) or a private-use scheme "
+                "(com.example.app:/…); register an https redirect as application_type web"
+            )
+        if kind == "web" and parsed.scheme != "https":
+            return (
+                f"redirect URI {parsed.href!r} does not suit a web client, which redirects to "
+                "https URLs; a client with a loopback or private-use redirect registers as "
+                "application_type native"
+            )
+    return None
+
+
 def parse_registration(raw: bytes) -> dict[str, object]:
     """Validate an RFC 7591 registration body; raise RegistrationError (400) when it is not."""
     try:
@@ -41,4 +68,7 @@ def parse_registration(raw: bytes) -> dict[str, object]:
     for name in ("client_name", "scope", "token_endpoint_auth_method"):
         if name in body and not isinstance(body[name], str):
             raise RegistrationError(400, "invalid_client_metadata", f"{name} must be a string")
+    problem = application_type_problem(body.get("application_type"), uris)
+    if problem:
+        raise RegistrationError(400, "invalid_redirect_uri", problem)
     return body

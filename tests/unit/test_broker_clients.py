@@ -7,12 +7,16 @@ import pytest
 from aiohttp import web
 
 from mcp_oauth_gateway.broker.clients import (
+    CIMD_CACHE,
+    CIMD_CACHE_MAX,
     ClientError,
     MetadataDocuments,
+    cache_lifetime,
     issue_client_id,
     read_client_id,
 )
 from mcp_oauth_gateway.broker.store import MemoryStore
+from mcp_oauth_gateway.registration import application_type_problem
 from mcp_oauth_gateway.serving.runtime import BrokerRuntime
 from mcp_oauth_gateway.urls import parse_redirect_uri, redirect_matches
 
@@ -160,13 +164,18 @@ async def test_a_name_with_one_private_address_is_refused_before_connecting(no_s
 
 @pytest.fixture
 async def local_documents():
-    """An aiohttp server on 127.0.0.1 serving client metadata documents over http."""
+    """An aiohttp server on 127.0.0.1 serving client metadata documents over http (a document's
+    `_headers` are sent as response headers); `hits` counts the fetches of each path."""
     served: dict[str, dict] = {}
+    hits: dict[str, int] = {}
 
     async def handle(request: web.Request) -> web.Response:
+        hits[request.path] = hits.get(request.path, 0) + 1
         if request.path not in served:
             return web.json_response({}, status=404)
-        return web.json_response(served[request.path])
+        document = dict(served[request.path])
+        headers = document.pop("_headers", {})
+        return web.json_response(document, headers=headers)
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", handle)
@@ -175,14 +184,14 @@ async def local_documents():
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    yield port, served
+    yield port, served, hits
     await runner.cleanup()
 
 
 async def test_allow_private_fetches_from_loopback_and_connects_to_the_checked_address(
     local_documents,
 ):
-    port, served = local_documents
+    port, served, _ = local_documents
     literal = f"http://127.0.0.1:{port}/clients/a.json"
     # "cimd.test" exists only in the fake lookup: fetching it proves aiohttp connected to the
     # address the resolver checked instead of resolving the name again.
@@ -227,7 +236,7 @@ async def test_allow_private_still_refuses_unspecified_and_multicast(url, addres
 
 
 async def test_broker_runtime_close_closes_the_documents_session(local_documents):
-    port, served = local_documents
+    port, served, _ = local_documents
     url = f"http://127.0.0.1:{port}/c.json"
     served["/c.json"] = {"client_id": url, "redirect_uris": ["http://127.0.0.1/cb"]}
     runtime = BrokerRuntime(allow_local_client_metadata=True)
@@ -249,3 +258,92 @@ def test_client_names_on_the_consent_page_cannot_pose_as_others():
     assert shown("\u200b") == "(unnamed client)"
     assert shown("x" * 300).endswith("…")
     assert len(shown("x" * 300)) == 101
+
+
+# --- caching client metadata documents (RFC 9111, bounded) ---------------------------------
+
+NOW = 1_700_000_000.0
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({}, CIMD_CACHE),
+        ({"Cache-Control": "max-age=60"}, 60),
+        ({"Cache-Control": "public, max-age=600, s-maxage=120"}, 120),  # a shared cache
+        ({"Cache-Control": "max-age=31536000"}, CIMD_CACHE_MAX),
+        ({"Cache-Control": "max-age=-5"}, 0),
+        ({"Cache-Control": "no-store"}, 0),
+        ({"Cache-Control": "no-cache, max-age=600"}, 0),
+        ({"Cache-Control": "private, max-age=600"}, 0),
+        (
+            {"Expires": "Tue, 14 Nov 2023 22:23:20 GMT", "Date": "Tue, 14 Nov 2023 22:13:20 GMT"},
+            600,
+        ),
+        ({"Expires": "0"}, 0),  # unreadable: already expired
+        ({"Cache-Control": "max-age=30", "Expires": "Thu, 01 Jan 2099 00:00:00 GMT"}, 30),
+    ],
+)
+def test_a_documents_cache_headers_decide_how_long_it_is_reused(headers, seconds):
+    assert cache_lifetime(headers, NOW) == seconds
+
+
+async def test_documents_are_fetched_again_as_their_headers_say(local_documents):
+    port, served, hits = local_documents
+    url = f"http://127.0.0.1:{port}/kept.json"
+    fresh = f"http://127.0.0.1:{port}/fresh.json"
+    served["/kept.json"] = {"client_id": url, "redirect_uris": ["http://127.0.0.1/cb"]}
+    served["/fresh.json"] = {
+        "client_id": fresh,
+        "redirect_uris": ["http://127.0.0.1/cb"],
+        "_headers": {"Cache-Control": "no-store"},
+    }
+    documents = MetadataDocuments(allow_private=True)
+    try:
+        for _ in range(3):
+            await documents.resolve(url)
+            await documents.resolve(fresh)
+    finally:
+        await documents.close()
+    assert hits == {"/kept.json": 1, "/fresh.json": 3}
+
+
+# --- application_type and redirect URIs ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "uris", "refused"),
+    [
+        (None, ["https://app.example/cb", "http://127.0.0.1/cb"], None),  # before 2026-07-28
+        ("native", ["http://127.0.0.1:5000/cb", "http://[::1]/cb", "com.example.app:/cb"], None),
+        ("native", ["https://app.example/cb"], "does not suit a native client"),
+        ("web", ["https://app.example/cb"], None),
+        ("web", ["http://localhost:6274/oauth/callback"], "does not suit a web client"),
+        ("web", ["com.example.app:/cb"], "does not suit a web client"),
+        ("browser", ["https://app.example/cb"], "is not one of native, web"),
+        (7, ["https://app.example/cb"], "is not one of native, web"),
+    ],
+)
+def test_application_type_decides_which_redirect_uris_a_client_may_register(kind, uris, refused):
+    problem = application_type_problem(kind, uris)
+    if refused is None:
+        assert problem is None
+    else:
+        assert problem is not None
+        assert refused in problem
+
+
+async def test_a_metadata_document_is_held_to_its_application_type(local_documents):
+    port, served, _ = local_documents
+    url = f"http://127.0.0.1:{port}/web.json"
+    served["/web.json"] = {
+        "client_id": url,
+        "application_type": "web",
+        "redirect_uris": ["http://127.0.0.1/cb"],
+    }
+    documents = MetadataDocuments(allow_private=True)
+    try:
+        with pytest.raises(ClientError, match="does not suit a web client"):
+            await documents.resolve(url)
+    finally:
+        await documents.close()

@@ -10,14 +10,17 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import aiohttp
 import orjson
+from werkzeug.datastructures import ResponseCacheControl
+from werkzeug.http import parse_cache_control_header, parse_date
 from yarl import URL
 
 from ..controlplane.fetch import read_at_most
-from ..registration import validate_redirect_uri
+from ..registration import application_type_problem, validate_redirect_uri
 from ..urls import InvalidUri, hostname_of, parse_document_url
 from .addresses import AddressRefused, CheckedResolver, Lookup, checked_literal
 from .errors import OAuthError
@@ -25,7 +28,9 @@ from .errors import OAuthError
 DCR_PREFIX = "mcpgw."
 CIMD_MAX_BYTES = 64 * 1024
 CIMD_TIMEOUT = 5.0
-CIMD_CACHE = 300.0
+CIMD_CACHE = 300.0  # for a document that says nothing about caching
+CIMD_CACHE_MAX = 86400.0  # a document is fetched again at least daily, whatever it says
+CIMD_CACHE_ENTRIES = 1024
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,26 @@ def read_client_id(secret: bytes, client_id: str) -> BrokerClient | None:
     )
 
 
+def cache_lifetime(headers: Mapping[str, str], now: float) -> float:
+    """How long a fetched document may be reused (RFC 9111, as a shared cache): not at all for
+    no-store, no-cache or private; else s-maxage, max-age, or Expires against Date; else 5
+    minutes; never more than a day. An Expires that cannot be read means already expired."""
+    control = parse_cache_control_header(headers.get("Cache-Control"), cls=ResponseCacheControl)
+    if control.no_store or control.no_cache or control.private:
+        return 0.0
+    for seconds in (control.s_maxage, control.max_age):
+        if seconds is not None:
+            return max(0.0, min(float(seconds), CIMD_CACHE_MAX))
+    if "Expires" in headers:
+        expires = parse_date(headers["Expires"])
+        if expires is None:
+            return 0.0
+        date = parse_date(headers.get("Date"))
+        base = date.timestamp() if date is not None else now
+        return max(0.0, min(expires.timestamp() - base, CIMD_CACHE_MAX))
+    return CIMD_CACHE
+
+
 class MetadataDocuments:
     """Fetches and caches Client ID Metadata Documents, refusing private addresses.
 
@@ -112,6 +137,47 @@ class MetadataDocuments:
         cached = self._cache.get(url)
         if cached and cached[0] > time.monotonic():
             return cached[1]
+        target = self._target(url)
+        try:
+            # aiohttp never asks its resolver about literal IPs, so they are checked here.
+            checked_literal(target.raw_host or "", self.allow_private)
+            async with asyncio.timeout(CIMD_TIMEOUT):
+                async with self._client().get(
+                    target, allow_redirects=False, headers={"Accept": "application/json"}
+                ) as response:
+                    if response.status != 200:
+                        raise ClientError(
+                            "invalid_client",
+                            f"client metadata document {url} answered HTTP {response.status}",
+                        )
+                    body = await read_at_most(response.content, CIMD_MAX_BYTES)
+                    lifetime = cache_lifetime(response.headers, time.time())
+        except AddressRefused as exc:
+            raise ClientError("invalid_client", f"client metadata host {exc}; refused") from exc
+        except TimeoutError as exc:
+            raise ClientError(
+                "invalid_client",
+                f"client metadata document {url} did not answer within {CIMD_TIMEOUT:g}s",
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise ClientError(
+                "invalid_client", f"client metadata document {url} could not be fetched: {exc}"
+            ) from exc
+        if len(body) > CIMD_MAX_BYTES:
+            raise ClientError(
+                "invalid_client",
+                f"client metadata document {url} is larger than {CIMD_MAX_BYTES} bytes",
+            )
+        client = self._validate(url, body)
+        self._cache.pop(url, None)
+        if lifetime > 0:
+            if len(self._cache) >= CIMD_CACHE_ENTRIES:
+                del self._cache[next(iter(self._cache))]
+            self._cache[url] = (time.monotonic() + lifetime, client)
+        return client
+
+    def _target(self, url: str) -> URL:
+        """The URL to fetch, refused unless every parser reads the same host from it."""
         try:
             href = parse_document_url(url, allow_http=self.allow_private)
         except InvalidUri as exc:
@@ -133,38 +199,7 @@ class MetadataDocuments:
                 f"client_id {url!r} is read differently by "
                 "URL parsers; write it plainly (https, a host, a path)",
             )
-        try:
-            # aiohttp never asks its resolver about literal IPs, so they are checked here.
-            checked_literal(target.raw_host, self.allow_private)
-            async with asyncio.timeout(CIMD_TIMEOUT):
-                async with self._client().get(
-                    target, allow_redirects=False, headers={"Accept": "application/json"}
-                ) as response:
-                    if response.status != 200:
-                        raise ClientError(
-                            "invalid_client",
-                            f"client metadata document {url} answered HTTP {response.status}",
-                        )
-                    body = await read_at_most(response.content, CIMD_MAX_BYTES)
-        except AddressRefused as exc:
-            raise ClientError("invalid_client", f"client metadata host {exc}; refused") from exc
-        except TimeoutError as exc:
-            raise ClientError(
-                "invalid_client",
-                f"client metadata document {url} did not answer within {CIMD_TIMEOUT:g}s",
-            ) from exc
-        except aiohttp.ClientError as exc:
-            raise ClientError(
-                "invalid_client", f"client metadata document {url} could not be fetched: {exc}"
-            ) from exc
-        if len(body) > CIMD_MAX_BYTES:
-            raise ClientError(
-                "invalid_client",
-                f"client metadata document {url} is larger than {CIMD_MAX_BYTES} bytes",
-            )
-        client = self._validate(url, body)
-        self._cache[url] = (time.monotonic() + CIMD_CACHE, client)
-        return client
+        return target
 
     def _client(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
@@ -218,6 +253,9 @@ class MetadataDocuments:
             problem = validate_redirect_uri(uri)
             if problem:
                 raise ClientError("invalid_client", f"client metadata document {url}: {problem}")
+        problem = application_type_problem(document.get("application_type"), uris)
+        if problem:
+            raise ClientError("invalid_client", f"client metadata document {url}: {problem}")
         name = document.get("client_name")
         return BrokerClient(
             client_id=url,

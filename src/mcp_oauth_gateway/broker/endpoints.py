@@ -86,8 +86,11 @@ class Broker:
         store: BrokerStore,
         documents: MetadataDocuments,
         session: Callable[[], aiohttp.ClientSession | None],
+        forwards_resource: bool = True,
     ):
         self.mcp = mcp
+        # RFC 8707 `resource` goes on to the provider only if it accepts the parameter.
+        self.forwards_resource = forwards_resource
         self.discovery = discovery
         self.store = store
         self.state = BrokerState(store)
@@ -235,6 +238,11 @@ class Broker:
                 "token_endpoint_auth_method": "none",
                 "grant_types": ["authorization_code", "refresh_token"],
                 "response_types": ["code"],
+                **(
+                    {"application_type": metadata["application_type"]}
+                    if "application_type" in metadata
+                    else {}
+                ),
             },
         )
 
@@ -322,9 +330,30 @@ class Broker:
             state=state,
             challenge=challenge,
             scope=params.get("scope") or self.scopes,
-            resource=params.get("resource") or self.mcp.resource,
+            resource=self._target(scope, params.get("resource"), requested.href, state),
             browser=cookies(scope).get(browser_name) or secrets.token_urlsafe(24),
         )
+
+    def _target(
+        self,
+        scope: Scope,
+        given: str | None,
+        redirect_href: str | None = None,
+        state: str | None = None,
+    ) -> str:
+        """The resource a request is for: this route's (RFC 8707; MCP clients MUST send it on
+        authorization and token requests, as the protected resource metadata names it)."""
+        expected = self.mcp.resource or request_origin(scope) + self.mcp.mcp_path
+        if given is not None and given.rstrip("/") != expected.rstrip("/"):
+            raise OAuthError(
+                400,
+                "invalid_target",
+                f"resource {given[:200]!r} is not served here; this authorization server "
+                f"issues tokens for {expected!r} only",
+                redirect_href=redirect_href,
+                state=state,
+            )
+        return expected
 
     def _cross_origin(self, scope: Scope) -> str | None:
         """Why a consent POST did not come from the gateway's own page, or None."""
@@ -423,7 +452,7 @@ class Broker:
             "code_challenge": pkce.s256(upstream.verifier),
             "code_challenge_method": "S256",
         }
-        if pending.resource:
+        if pending.resource and self.forwards_resource:
             params["resource"] = pending.resource
         await _redirect(send, with_query(endpoint, urlencode(params)), headers)
 
@@ -460,14 +489,7 @@ class Broker:
                 state=pending.state,
             )
         status, tokens = await self._provider_token(
-            provider,
-            {
-                "grant_type": "authorization_code",
-                "code": params.get("code", ""),
-                "redirect_uri": upstream.callback,
-                "code_verifier": upstream.verifier,
-                **({"resource": pending.resource} if pending.resource else {}),
-            },
+            provider, self._exchange_form(upstream, params.get("code", ""))
         )
         if status != 200 or not isinstance(tokens, dict) or "access_token" not in tokens:
             log.warning("provider code exchange failed: HTTP %s", status)
@@ -486,6 +508,18 @@ class Broker:
         if pending.state is not None:
             out["state"] = pending.state
         await _redirect(send, with_query(pending.redirect_href, urlencode(out)))
+
+    def _exchange_form(self, upstream: UpstreamRequest, code: str) -> dict[str, str]:
+        """The provider's code exchange, `resource` included if the provider takes it."""
+        form = {
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": upstream.callback,
+            "code_verifier": upstream.verifier,
+        }
+        if upstream.pending.resource and self.forwards_resource:
+            form["resource"] = upstream.pending.resource
+        return form
 
     async def _provider_token(
         self, provider: dict[str, Any], form: dict[str, str]
@@ -517,6 +551,7 @@ class Broker:
         if scope["method"] != "POST":
             raise method_not_allowed("POST")
         form = form_params(await read_body(receive, MAX_FORM))
+        self._target(scope, form.get("resource"))
         grant = form.get("grant_type")
         if grant == "authorization_code":
             tokens = await self._redeem(form)

@@ -28,6 +28,8 @@ class RegistrationError(Exception):
 
 class ProviderAdapter(Protocol):
     name: str
+    # Whether the provider takes the RFC 8707 `resource` parameter (some refuse the request).
+    forwards_resource: bool
 
     def authorization_server_metadata(
         self, discovery: dict[str, object], registration_endpoint: str
@@ -49,6 +51,10 @@ class ProviderAdapter(Protocol):
 class DiscoveryFacade:
     """AS metadata = the provider's discovery document with the gateway's registration endpoint
     (injected when the provider has none, replaced when it has one) and S256 PKCE advertised."""
+
+    # Keycloak and authentik ignore `resource` (they set `aud` their own way): passing it on
+    # costs nothing and keeps it for a provider that honours it.
+    forwards_resource = True
 
     def authorization_server_metadata(
         self, discovery: dict[str, object], registration_endpoint: str

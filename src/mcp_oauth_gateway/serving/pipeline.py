@@ -128,15 +128,23 @@ class Assembly:
         if mcp is None:
             return app, {}
         discovery = control.discoveries.get(policy.provider.discovery_url)
+        adapter = adapter_for(mcp.provider, mcp.client_id)
         broker = None
         if mcp.mode == "Broker":
             store = self.brokers.store(mcp.redis_url)
-            broker = Broker(mcp, discovery, store, self.brokers.documents, lambda: control.session)
+            broker = Broker(
+                mcp,
+                discovery,
+                store,
+                self.brokers.documents,
+                lambda: control.session,
+                adapter.forwards_resource if adapter is not None else True,
+            )
         app = OAuthEndpoints(
             app,
             mcp,
             policy.provider,
-            adapter_for(mcp.provider, mcp.client_id),
+            adapter,
             discovery,
             lambda: control.session,
             broker.routes() if broker is not None else None,
