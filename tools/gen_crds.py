@@ -49,6 +49,7 @@ DURATION_PATTERN = r"^(?:[0-9]{1,5}h)?(?:[0-9]{1,5}m)?(?:[0-9]{1,5}s)?(?:[0-9]{1
 DURATION_MAX_LENGTH = 25
 # Kubernetes matches `pattern` anywhere in the value: anchor the model's whole-value pattern.
 HEADER_NAME_PATTERN = f"^{models._HEADER_NAME.pattern}$"
+DOMAIN_PATTERN = f"^{models.DOMAIN.pattern}$"
 # RFC 6749 scope-token: printable ASCII but space, `"` and backslash.
 SCOPE_PATTERN = r"^[!#-\[\]-~]{1,256}$"
 PROTECTED_HEADERS_PATTERN = "(?i)^(" + "|".join(sorted(models._PROTECTED)) + ")$"
@@ -88,6 +89,7 @@ def _no_refresh_scope(where: str) -> Rule:
 _AFTER_VALIDATORS: dict[Callable[..., Any], Rule] = {
     models._starts_with_slash: Rule(keywords={"pattern": "^/"}),
     models._scope_token: Rule(keywords={"pattern": SCOPE_PATTERN}),
+    models._domain: Rule(keywords={"pattern": DOMAIN_PATTERN}),
     # Not CEL: a rule on these unbounded strings in unbounded lists exceeds the API server's
     # cost budget (it needs maxLength and maxItems the models do not have). The server words a
     # `not` failure poorly, so the description says what it means (`kubectl explain`).
@@ -138,6 +140,7 @@ _DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
     (models.ResourceMetadata, "_minimal"): _no_refresh_scope("scopesSupported"),
     (models.Scopes, "_required"): _no_refresh_scope("scopes.required"),
     (models.McpScopeRule, "_required"): _no_refresh_scope("required"),
+    (models.JwtProvider, "_known_kind"): Rule(keywords={"enum": list(models.PROVIDER_ALIASES)}),
     (models.McpAuthentication, "_known_provider"): Rule(
         keywords={"enum": list(models.PROVIDER_ALIASES)}
     ),

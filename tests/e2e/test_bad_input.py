@@ -110,7 +110,7 @@ def test_no_token_gets_challenge_without_error_code(stack_b):
 def test_non_bearer_scheme_counts_as_missing(stack_b):
     response = post_mcp(stack_b, "Basic YWxpY2U6eA==")
     assert response.status_code == 401
-    assert response.json()["error_description"] == "missing bearer token"
+    assert response.json()["error_description"] == "Unauthorized: missing bearer token"
 
 
 def test_oversized_authorization_header_is_a_4xx(stack_b):

@@ -287,10 +287,14 @@ def authn(provider: str | None, forward_token: bool = False) -> tuple[JwtAuthent
         await send({"type": "http.response.body", "body": b"ok"})
 
     compiled = CompiledProvider(
-        ISSUER, frozenset({"mcp-public"}), KeysetSource("inline", 0.0), "http://idp/.well-known"
+        ISSUER,
+        frozenset({"mcp-public"}),
+        KeysetSource("inline", 0.0),
+        "http://idp/.well-known",
+        kind=provider,  # type: ignore[arg-type]
     )
     stage = JwtAuthentication(
-        backend, compiled, InlineKeyset(KEYSET), compiled_mcp(provider), forward_token
+        backend, [(compiled, InlineKeyset(KEYSET))], compiled_mcp(provider), forward_token
     )
     return stage, seen
 

@@ -20,7 +20,7 @@ from .cluster import Cluster, our_classes, our_gateways
 from .deployment import Deployment
 from .object_status import derive_statuses, policy_conditions
 from .objects import Entry, ObjectIndex, ObjectKey, ResourceObject, index_objects
-from .policies import PolicyResult, compile_policies, fetch_targets
+from .policies import PolicyResult, compile_policies, fetch_targets, uses_discovery
 from .routes import backend_errors, compile_routes, listener_tables, resolve_backends
 from .snapshot import PolicyReport, Snapshot
 
@@ -54,21 +54,19 @@ def policy_reports(
     reports = []
     for key in sorted(policies):
         entry, compiled = policies[key], results[key].compiled
-        provider = compiled.provider
-        keyset_urls = (provider.keyset.url,) if provider else ()
-        discovery = (
-            (provider.discovery_url,) if provider and compiled.mcp and compiled.mcp.provider else ()
-        )
+        providers = compiled.providers
+        discovery = tuple(p.discovery_url for p in providers) if uses_discovery(compiled) else ()
         reports.append(
             PolicyReport(
                 key,
                 entry.source or "",
                 entry.generation,
                 conditions[key],
-                keyset_urls,
+                tuple(p.keyset.url for p in providers),
                 discovery,
                 results[key].unresolved,
                 ancestors.get(key, ()),
+                tuple(p.label for p in providers),
             )
         )
     return tuple(reports)

@@ -98,11 +98,13 @@ class ControlPlane:
             return conditions
         unavailable, stale = list(report.unresolved), []
         now = time.time()
-        for url in report.keyset_urls:
+        owners = report.keyset_owners or ("",) * len(report.keyset_urls)
+        for url, owner in zip(report.keyset_urls, owners, strict=True):
             holder = self.keysets.get(url)
             if holder is None or not holder.available:
                 why = holder.last_error if holder and holder.last_error else "not yet fetched"
-                unavailable.append(f"keyset {url} is not available: {why}")
+                whose = f"{owner}: " if owner else ""
+                unavailable.append(f"{whose}keyset {url} is not available: {why}")
             elif isinstance(holder, RemoteKeyset) and holder.failing_since is not None:
                 stale.append(
                     status.stale_message(

@@ -160,7 +160,8 @@ def compile_provider(
     refs: References,
     findings: tuple[list[str], list[str]],
 ) -> CompiledProvider | None:
-    """Compile one JWT provider: its issuer, audiences, keyset source and discovery URL."""
+    """Compile one JWT provider: its issuer, audiences, keyset source and discovery URL, and
+    (from its own fields, else the policy's `mcp`) its kind, Broker client and name."""
     path = f"{PROVIDERS_PATH}[{index}]"
     issuer = urlsplit(spec.issuer)
     resolved: tuple[KeysetSource, str] | None
@@ -185,11 +186,18 @@ def compile_provider(
     if resolved is None:
         return None
     audiences = frozenset(spec.audiences) if spec.audiences else None
+    mcp = policy.spec.traffic.jwt_authentication
+    mcp_spec = mcp.mcp if mcp is not None else None
     return CompiledProvider(
         issuer=spec.issuer,
         audiences=audiences,
         keyset=resolved[0],
         discovery_url=discovery_url_for(resolved[1], spec.issuer),
+        index=index,
+        name=spec.name or issuer.netloc,
+        kind=_provider_kind(spec.kind or (mcp_spec.provider if mcp_spec else None)),
+        client_id=spec.client_id or (mcp_spec.client_id if mcp_spec else None),
+        login_hint_domains=tuple(spec.login_hint_domains),
     )
 
 
@@ -203,27 +211,68 @@ def _provider_kind(value: str | None) -> Literal["ProviderB", "Keycloak"] | None
 
 
 def _provider_b_problems(
-    spec: McpAuthentication, provider: JwtProvider, problems: list[str]
+    spec: McpAuthentication, providers: list[JwtProvider], problems: list[str]
 ) -> None:
     """Provider B needs the pre-registered client, as audience, and a `/`-terminated issuer."""
-    if not spec.client_id:
-        problems.append(
-            f"{MCP_PATH}.clientId is required when provider is ProviderB (the "
-            f"pre-registered public client returned to MCP clients)"
-        )
-    elif provider.audiences and spec.client_id not in provider.audiences:
-        problems.append(
-            f"{PROVIDERS_PATH}[0].audiences must contain "
-            f"mcp.clientId {spec.client_id!r}: provider B sets aud to the client id"
-        )
-    if not provider.issuer.endswith("/"):
-        problems.append(
-            f"{PROVIDERS_PATH}[0].issuer {provider.issuer!r} "
-            f"must end with '/': provider B issuers are <url>/application/o/<slug>/"
-        )
+    for i, provider in enumerate(providers):
+        if (provider.kind or spec.provider) != "ProviderB":
+            continue
+        client_id = provider.client_id or spec.client_id
+        path = f"{PROVIDERS_PATH}[{i}]"
+        named = f"{path}.clientId" if provider.client_id else "mcp.clientId"
+        if not client_id:
+            problems.append(
+                f"{MCP_PATH}.clientId is required when provider is ProviderB (the "
+                f"pre-registered public client returned to MCP clients; or set {path}.clientId)"
+            )
+        elif provider.audiences and client_id not in provider.audiences:
+            problems.append(
+                f"{path}.audiences must contain {named} {client_id!r}: provider B sets aud to "
+                "the client id"
+            )
+        if not provider.issuer.endswith("/"):
+            problems.append(
+                f"{path}.issuer {provider.issuer!r} must end with '/': provider B issuers "
+                "are <url>/application/o/<slug>/"
+            )
 
 
-def _broker_problems(spec: McpAuthentication, problems: list[str], deployment: Deployment) -> None:
+def several_providers_problems(jwt_spec: JwtAuthentication, problems: list[str]) -> None:
+    """Several providers: each token's `iss` must pick exactly one, and what clients are shown
+    must name them all (Facade fronts one provider's metadata, so it cannot)."""
+    providers = jwt_spec.providers
+    seen: dict[str, int] = {}
+    for i, provider in enumerate(providers):
+        if provider.issuer in seen:
+            problems.append(
+                f"{PROVIDERS_PATH}[{i}].issuer repeats {PROVIDERS_PATH}[{seen[provider.issuer]}]"
+                ": a token's iss must pick exactly one provider"
+            )
+        seen.setdefault(provider.issuer, i)
+    mcp = jwt_spec.mcp
+    if len(providers) < 2 or mcp is None:
+        return
+    if mcp.authorization_server_mode == "Facade" and mcp.provider is not None:
+        problems.append(
+            f"{MCP_PATH}.provider: Facade mode serves one provider's metadata, but the policy "
+            f"has {len(providers)} providers; use authorizationServerMode: Broker (users pick "
+            "the provider), or leave mcp.provider unset (the metadata lists every issuer)"
+        )
+    if mcp.authorization_server_mode == "Broker":
+        problems.append(
+            f"{PROVIDERS_PATH}: Broker mode signs users in at one provider for now; list one"
+        )
+        for i, provider in enumerate(providers):
+            if not (provider.client_id or mcp.client_id):
+                problems.append(
+                    f"{PROVIDERS_PATH}[{i}].clientId is required in Broker mode (the client "
+                    "the gateway signs users in as at that provider)"
+                )
+
+
+def _broker_problems(
+    spec: McpAuthentication, problems: list[str], deployment: Deployment, providers: int = 1
+) -> None:
     """Broker mode needs a provider, a client, and state every process sees; `broker`
     settings need Broker mode."""
     if spec.authorization_server_mode == "Broker":
@@ -239,7 +288,7 @@ def _broker_problems(spec: McpAuthentication, problems: list[str], deployment: D
                 f"{MCP_PATH}.provider is required when authorizationServerMode is "
                 "Broker (the gateway signs users in at that provider)"
             )
-        if not spec.client_id:
+        if not spec.client_id and providers == 1:
             problems.append(
                 f"{MCP_PATH}.clientId is required when authorizationServerMode is "
                 "Broker (the public client the gateway uses at the provider)"
@@ -250,16 +299,15 @@ def _broker_problems(spec: McpAuthentication, problems: list[str], deployment: D
 
 def compile_mcp(
     spec: McpAuthentication,
-    provider: JwtProvider,
+    providers: list[JwtProvider],
     problems: list[str],
     deployment: Deployment,
     required_scopes: tuple[str, ...] = (),
 ) -> CompiledMcp:
     """Compile the MCP OAuth settings: metadata paths and values served by the gateway; the
     scopes every request needs are advertised with the configured ones."""
-    if spec.provider == "ProviderB":
-        _provider_b_problems(spec, provider, problems)
-    _broker_problems(spec, problems, deployment)
+    _provider_b_problems(spec, providers, problems)
+    _broker_problems(spec, problems, deployment, len(providers))
     metadata = spec.resource_metadata
     mcp_path = DEFAULT_MCP_PATH
     if metadata.resource:
@@ -368,21 +416,19 @@ def compile_authentication(
     refs: References,
     findings: tuple[list[str], list[str]],
     deployment: Deployment,
-) -> tuple[CompiledProvider | None, CompiledMcp | None]:
-    """Compile the JWT provider(s) and the MCP settings of a policy."""
+) -> tuple[tuple[CompiledProvider, ...], CompiledMcp | None]:
+    """Compile the JWT providers and the MCP settings of a policy."""
     problems = findings[0]
-    providers = [
+    compiled = [
         compile_provider(policy, i, p, refs, findings) for i, p in enumerate(jwt_spec.providers)
     ]
-    if len(jwt_spec.providers) > 1:
-        # One issuer per route keeps the 401 challenge and the metadata unambiguous.
-        problems.append(f"{PROVIDERS_PATH}: exactly one provider is supported per policy")
+    several_providers_problems(jwt_spec, problems)
     mcp = None
     if jwt_spec.mcp is not None:
         scopes = policy.spec.traffic.scopes
         required = tuple(scopes.required) if scopes else ()
-        mcp = compile_mcp(jwt_spec.mcp, jwt_spec.providers[0], problems, deployment, required)
-    return providers[0], mcp
+        mcp = compile_mcp(jwt_spec.mcp, jwt_spec.providers, problems, deployment, required)
+    return tuple(p for p in compiled if p is not None), mcp
 
 
 def compile_policy(
@@ -399,8 +445,8 @@ def compile_policy(
         )
     if jwt_spec is None and traffic.authorization is None:
         problems.append("spec.traffic: set jwtAuthentication (and optionally authorization)")
-    provider, mcp = (
-        (None, None)
+    providers, mcp = (
+        ((), None)
         if jwt_spec is None
         else compile_authentication(
             policy, jwt_spec, refs, (problems, unresolved), deployment or Deployment()
@@ -417,7 +463,7 @@ def compile_policy(
         invalid = f"GatewayPolicy {policy.metadata.key} is invalid: " + "; ".join(problems)
     compiled = CompiledPolicy(
         policy.metadata.key,
-        provider,
+        providers,
         mcp,
         authorization,
         bool(jwt_spec and jwt_spec.forward_token),
@@ -449,15 +495,22 @@ def compile_policies(
 def fetch_targets(
     results: Mapping[str, PolicyResult],
 ) -> tuple[dict[str, KeysetSource], dict[str, float]]:
-    """The keysets and discovery documents (URL → cache TTL) the valid policies need fetched."""
+    """The keysets and discovery documents (URL → cache TTL) the valid policies need fetched:
+    discovery for the providers the gateway fronts or signs users in at."""
     keysets: dict[str, KeysetSource] = {}
     discovery: dict[str, float] = {}
     for key in sorted(results):
         compiled = results[key].compiled
-        provider = compiled.provider
-        if not results[key].valid or provider is None:
+        if not results[key].valid:
             continue
-        keysets[provider.keyset.url] = provider.keyset
-        if compiled.mcp is not None and compiled.mcp.provider is not None:
-            discovery[provider.discovery_url] = provider.keyset.refresh or 300.0
+        for provider in compiled.providers:
+            keysets[provider.keyset.url] = provider.keyset
+            if uses_discovery(compiled):
+                discovery[provider.discovery_url] = provider.keyset.refresh or 300.0
     return keysets, discovery
+
+
+def uses_discovery(compiled: CompiledPolicy) -> bool:
+    """Whether the gateway reads its providers' discovery documents (Facade metadata, Broker)."""
+    mcp = compiled.mcp
+    return mcp is not None and (mcp.provider is not None or mcp.mode == "Broker")

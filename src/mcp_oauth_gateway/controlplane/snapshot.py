@@ -62,6 +62,18 @@ class CompiledProvider:
     audiences: frozenset[str] | None
     keyset: KeysetSource
     discovery_url: str
+    # Where it is in `providers[]` (messages name it), and what tells it apart on a route with
+    # several: a name for people, its kind, the Broker's client there, login_hint domains.
+    index: int = 0
+    name: str = ""
+    kind: Literal["ProviderB", "Keycloak"] | None = None
+    client_id: str | None = None
+    login_hint_domains: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """How messages name it: `providers[i] (issuer …)`."""
+        return f"providers[{self.index}] (issuer {self.issuer})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +144,8 @@ class CompiledRateLimit:
 @dataclass(frozen=True, slots=True)
 class CompiledPolicy:
     key: str
-    provider: CompiledProvider | None
+    # Each verified token is routed to exactly one of them by its `iss`.
+    providers: tuple[CompiledProvider, ...]
     mcp: CompiledMcp | None
     authorization: CompiledAuthorization | None
     forward_token: bool
@@ -143,6 +156,11 @@ class CompiledPolicy:
     mcp_authorization: CompiledAuthorization | None = None
     scopes: CompiledScopes | None = None
     jwt_mode: Literal["Strict", "Optional", "Permissive"] = "Strict"
+
+    @property
+    def provider(self) -> CompiledProvider | None:
+        """The first provider: the one Facade mode fronts (it has exactly one)."""
+        return self.providers[0] if self.providers else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +190,8 @@ class PolicyReport:
     unresolved: tuple[str, ...] = ()
     # The Gateways (`namespace/name`) of the routes the policy is attached to (GEP-713).
     ancestors: tuple[str, ...] = ()
+    # Whose keyset each of `keyset_urls` is (`providers[i] (issuer …)`), for status messages.
+    keyset_owners: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..asgi import (
     CLAIMS_KEY,
@@ -20,12 +22,28 @@ from ..controlplane.snapshot import CompiledMcp, CompiledProvider
 from ..providers.access_tokens import access_token_rule
 from .challenge import Challenger
 from .metrics import Metrics
-from .tokens import TokenError, TokenRules, UnknownKeyId, verify_token
+from .tokens import (
+    LEEWAY,
+    TokenError,
+    TokenRules,
+    UnknownKeyId,
+    unverified_issuer,
+    verify_token,
+)
 
 log = logging.getLogger("mcp_oauth_gateway.authn")
 
 CACHE_SIZE = 10_000
+MISSING_TOKEN = "Unauthorized: missing bearer token"
 _BEARER = b"bearer "
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Issuer:
+    """One provider as this stage sees it: the rules its tokens must meet, and its keys."""
+
+    rules: TokenRules
+    keys: Keyholder
 
 
 class JwtAuthentication:
@@ -35,26 +53,32 @@ class JwtAuthentication:
     def __init__(
         self,
         app: ASGIApp,
-        provider: CompiledProvider,
-        keys: Keyholder,
+        providers: Sequence[tuple[CompiledProvider, Keyholder]],
         mcp: CompiledMcp | None,
         forward_token: bool,
         metrics: Metrics | None = None,
         mode: str = "Strict",
     ):
         self.app = app
-        self.keys = keys
-        self.rules = TokenRules(
-            issuer=provider.issuer,
-            audiences=provider.audiences,
-            access_token=access_token_rule(mcp.provider if mcp else None),
+        self.issuers = tuple(
+            Issuer(
+                TokenRules(
+                    issuer=provider.issuer,
+                    audiences=provider.audiences,
+                    access_token=access_token_rule(provider.kind),
+                ),
+                keys,
+            )
+            for provider, keys in providers
         )
+        self.by_issuer = {issuer.rules.issuer: issuer for issuer in self.issuers}
         self.challenger = challenger_for(mcp)
         self.forward_token = forward_token
         self.metrics = metrics
         self.mode = mode
-        # token → (claims, exp, keyset version); bounded, insertion-ordered for cheap eviction.
-        self._cache: dict[str, tuple[dict[str, object], float, int]] = {}
+        # token → (claims, exp, issuer, keyset version); bounded, insertion-ordered for cheap
+        # eviction.
+        self._cache: dict[str, tuple[dict[str, object], float, Issuer, int]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Every Authorization header is dropped: a second one, never verified, must not reach the
@@ -71,7 +95,9 @@ class JwtAuthentication:
         scope["headers"] = others
         if raw is None or raw[:7].lower() != _BEARER or not raw[7:].strip():
             if self.mode == "Strict":
-                await self._deny(scope, send, "missing bearer token", token_sent=False)
+                # "Unauthorized" in the text: MCP Inspector 0.15 (with a current SDK) starts
+                # signing in only when the error it is shown says 401 or Unauthorized.
+                await self._deny(scope, send, MISSING_TOKEN, token_sent=False)
             else:
                 await self.app(scope, receive, send)
             return
@@ -94,30 +120,47 @@ class JwtAuthentication:
             others.insert(at, (b"authorization", raw))
         await self.app(scope, receive, send)
 
+    def _issuer_of(self, token: str) -> Issuer:
+        """The one provider whose keys and rules check this token, picked by its `iss` before
+        any signature check; a token no provider issued touches no keyset."""
+        if len(self.issuers) == 1:
+            return self.issuers[0]  # its own rules say what is wrong with another `iss`
+        iss = unverified_issuer(token)
+        issuer = self.by_issuer.get(iss) if isinstance(iss, str) else None
+        if issuer is None:
+            names = ", ".join(repr(i.rules.issuer) for i in self.issuers)
+            raise TokenError(f"iss {iss!r} is not one of this route's issuers ({names})")
+        return issuer
+
     async def _verify(self, token: str) -> dict[str, object]:
-        keyset = self.keys.keyset
-        if keyset is None:
-            raise TokenError(
-                f"the signing keyset ({self.keys.url}) is not yet available; "
-                f"requests fail closed until it is fetched"
-            )
         now = time.time()
         hit = self._cache.get(token)
-        if hit is not None and hit[2] == keyset.version and now <= hit[1] + self.rules.leeway:
-            return hit[0]
+        if hit is not None:
+            cached, expires, owner, version = hit
+            current = owner.keys.keyset
+            if current is not None and current.version == version and now <= expires + LEEWAY:
+                return cached
+        issuer = self._issuer_of(token)
+        keyset = issuer.keys.keyset
+        if keyset is None:
+            raise TokenError(
+                f"the signing keyset ({issuer.keys.url}) is not yet available; "
+                f"requests fail closed until it is fetched"
+            )
         try:
-            claims = verify_token(token, keyset, self.rules, now)
+            claims = verify_token(token, keyset, issuer.rules, now)
         except UnknownKeyId:
-            if not await self.keys.refetch_for_unknown_kid() or self.keys.keyset is None:
+            if not await issuer.keys.refetch_for_unknown_kid() or issuer.keys.keyset is None:
                 raise
-            keyset = self.keys.keyset
-            claims = verify_token(token, keyset, self.rules, now)
+            keyset = issuer.keys.keyset
+            claims = verify_token(token, keyset, issuer.rules, now)
         if len(self._cache) >= CACHE_SIZE:
             del self._cache[next(iter(self._cache))]
         exp = claims["exp"]  # verify_token checked it is a number
         self._cache[token] = (
             claims,
             float(exp) if isinstance(exp, int | float) else 0.0,
+            issuer,
             keyset.version,
         )
         return claims

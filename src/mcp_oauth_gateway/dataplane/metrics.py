@@ -30,6 +30,7 @@ REASONS = (
     ("not yet valid", "not_yet_valid"),
     ("issued in the future", "iat"),
     ("not the expected issuer", "issuer"),
+    ("is not one of this route's issuers", "issuer"),
     ("aud", "audience"),
     ("not yet available", "keyset_unavailable"),
     ("longer than", "too_large"),

@@ -43,11 +43,14 @@ class PathDispatch:
             await handler(scope, receive, send)
 
 
-def protected_resource_metadata(mcp: CompiledMcp, origin: str, issuer: str) -> dict[str, object]:
-    """The RFC 9728 document: the gateway is the AS when a provider is set, else the issuer."""
+def protected_resource_metadata(
+    mcp: CompiledMcp, origin: str, issuers: tuple[str, ...]
+) -> dict[str, object]:
+    """The RFC 9728 document: the gateway is the AS when a provider is set (Facade, Broker),
+    else every provider's issuer, in the policy's order."""
     document: dict[str, object] = {
         "resource": mcp.resource or origin + mcp.mcp_path,
-        "authorization_servers": [origin + mcp.mcp_path] if mcp.provider else [issuer],
+        "authorization_servers": [origin + mcp.mcp_path] if mcp.provider else list(issuers),
         "mcp_protocol_version": MCP_PROTOCOL_VERSION,
         "resource_type": "mcp-server",
         "bearer_methods_supported": list(mcp.bearer_methods_supported),
@@ -64,7 +67,7 @@ class OAuthEndpoints:
         self,
         app: ASGIApp,
         mcp: CompiledMcp,
-        provider: CompiledProvider,
+        providers: tuple[CompiledProvider, ...],
         adapter: ProviderAdapter | None,
         discovery: DiscoveryCache | None,
         session: Callable[[], aiohttp.ClientSession | None],
@@ -73,7 +76,7 @@ class OAuthEndpoints:
     ):
         self.app = app
         self.mcp = mcp
-        self.issuer = provider.issuer
+        self.issuers = tuple(p.issuer for p in providers)
         self.adapter = adapter
         self.discovery = discovery
         self.session = session
@@ -126,7 +129,7 @@ class OAuthEndpoints:
             await self._method_not_allowed(send, "GET", scope["method"])
             return
         origin = request_origin(scope)
-        await send_json(send, 200, protected_resource_metadata(self.mcp, origin, self.issuer))
+        await send_json(send, 200, protected_resource_metadata(self.mcp, origin, self.issuers))
 
     async def _asm(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] not in ("GET", "HEAD"):

@@ -95,6 +95,16 @@ def parse_token(token: str) -> tuple[jws.CompactSignature, dict[str, object]]:
     return compact, header
 
 
+def unverified_issuer(token: str) -> object:
+    """The `iss` a token claims, read before any check: only to pick whose keys check it."""
+    compact, _ = parse_token(token)
+    try:
+        claims = orjson.loads(compact.payload)
+    except orjson.JSONDecodeError as exc:
+        raise TokenError("malformed token: payload is not JSON") from exc
+    return claims.get("iss") if isinstance(claims, dict) else None
+
+
 def verify_token(token: str, keyset: Keyset, rules: TokenRules, now: float) -> dict[str, object]:
     """Verify signature, claims and token kind; return the claims or raise TokenError."""
     compact, header = parse_token(token)

@@ -355,10 +355,44 @@ class Jwks(_Model):
         return self
 
 
+PROVIDER_ALIASES = {"ProviderB": "ProviderB", "Authentik": "ProviderB", "Keycloak": "Keycloak"}
+
+
+DOMAIN = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+")
+
+
+def _domain(value: str) -> str:
+    if not DOMAIN.fullmatch(value):
+        raise ValueError(f"{value!r} is not a lowercase DNS domain such as corp.example")
+    return value
+
+
 class JwtProvider(_Model):
     issuer: Annotated[str, Field(min_length=1, max_length=256)]
     audiences: Annotated[list[NonEmpty], Field(min_length=1, max_length=64)] | None = None
     jwks: Jwks
+    # With several providers on a route, what tells them apart beyond the issuer:
+    # the name users choose on the Broker's consent page (default: the issuer's host),
+    name: Annotated[str, Field(min_length=1, max_length=100)] | None = None
+    # its kind (how its access tokens are recognised; default: mcp.provider),
+    kind: str | None = None
+    # the client the Broker signs users in as there (default: mcp.clientId),
+    client_id: NonEmpty | None = None
+    # and the e-mail domains whose `login_hint` picks it without asking.
+    login_hint_domains: Annotated[
+        list[Annotated[str, Field(max_length=253), AfterValidator(_domain)]],
+        Field(max_length=64),
+    ] = []
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if value not in PROVIDER_ALIASES:
+            allowed = ", ".join(PROVIDER_ALIASES)
+            raise ValueError(f"unknown provider kind {value!r}; allowed values: {allowed}")
+        return PROVIDER_ALIASES[value]
 
 
 # RFC 6749 §3.3 scope-token: printable ASCII without space, `"` or a backslash, so a scope can be
@@ -411,9 +445,6 @@ class ResourceMetadata(_Model):
         if urlsplit(value).fragment:
             raise ValueError("resource must not have a fragment")
         return value
-
-
-PROVIDER_ALIASES = {"ProviderB": "ProviderB", "Authentik": "ProviderB", "Keycloak": "Keycloak"}
 
 
 def _redis_url(value: str) -> str:

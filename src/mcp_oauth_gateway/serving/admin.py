@@ -9,7 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..asgi import Receive, Scope, Send, send_error, send_json
 from ..controlplane.control import ControlPlane
-from ..controlplane.snapshot import Snapshot
+from ..controlplane.snapshot import CompiledProvider, Snapshot
 from ..controlplane.watch import ConfigWatcher
 from ..dataplane.metrics import Metrics
 
@@ -141,11 +141,10 @@ def config_dump(snapshot: Snapshot) -> dict[str, object]:
                 continue
             entry: dict[str, object] = {"invalid": policy.invalid}
             if policy.provider is not None:
-                entry["issuer"] = policy.provider.issuer
-                entry["audiences"] = sorted(policy.provider.audiences or [])
-                entry["jwks"] = (
-                    "inline" if policy.provider.keyset.inline else policy.provider.keyset.url
-                )
+                # The first provider at the top level (what one-provider policies show), all
+                # of them under `providers`.
+                entry.update(_provider_view(policy.provider))
+                entry["providers"] = [_provider_view(p) for p in policy.providers]
             if policy.mcp is not None:
                 entry["mcp"] = {
                     "provider": policy.mcp.provider,
@@ -172,3 +171,12 @@ def config_dump(snapshot: Snapshot) -> dict[str, object]:
                 }
             policies[policy.key] = entry
     return {"builtAt": snapshot.built_at, "listeners": listeners, "policies": policies}
+
+
+def _provider_view(provider: CompiledProvider) -> dict[str, object]:
+    return {
+        "issuer": provider.issuer,
+        "name": provider.name,
+        "audiences": sorted(provider.audiences or []),
+        "jwks": "inline" if provider.keyset.inline else provider.keyset.url,
+    }

@@ -114,11 +114,9 @@ class Assembly:
         if policy.provider is None:
             return app, {}
         control = self.control
-        keys = control.keysets[policy.provider.keyset.url]
         app = JwtAuthentication(
             app,
-            policy.provider,
-            keys,
+            [(p, control.keysets[p.keyset.url]) for p in policy.providers],
             policy.mcp,
             policy.forward_token,
             self.metrics,
@@ -143,7 +141,7 @@ class Assembly:
         app = OAuthEndpoints(
             app,
             mcp,
-            policy.provider,
+            policy.providers,
             adapter,
             discovery,
             lambda: control.session,

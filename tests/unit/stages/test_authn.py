@@ -56,8 +56,7 @@ def stage(
 ) -> JwtAuthentication:
     return JwtAuthentication(
         inner,
-        PROVIDER,
-        keys or InlineKeyset(KEYSET),  # type: ignore[arg-type]
+        [(PROVIDER, keys or InlineKeyset(KEYSET))],  # type: ignore[list-item]
         mcp if mcp is not None else compiled_mcp(None),
         forward_token,
     )
@@ -76,7 +75,7 @@ async def test_no_token_is_401_with_a_challenge_pointing_at_the_metadata_without
     assert response.status == 401
     assert response.json() == {
         "error": "invalid_token",
-        "error_description": "missing bearer token",
+        "error_description": "Unauthorized: missing bearer token",
     }
     # RFC 6750 §3.1: no credentials, no error code; Bearer first, metadata and scope hints.
     assert (
@@ -99,7 +98,7 @@ async def test_no_token_is_401_with_a_challenge_pointing_at_the_metadata_without
 async def test_anything_but_a_bearer_token_counts_as_no_token(value):
     response = await drive(stage(Inner()), "POST", headers=[(b"authorization", value)])
     assert response.status == 401
-    assert response.json()["error_description"] == "missing bearer token"
+    assert response.json()["error_description"] == "Unauthorized: missing bearer token"
     assert b"error=" not in (response.header(b"www-authenticate") or b"error=")
 
 
@@ -140,7 +139,7 @@ async def test_the_challenge_names_the_metadata_at_the_host_the_client_used():
 
 
 async def test_without_mcp_settings_the_challenge_is_plain_bearer():
-    plain = JwtAuthentication(Inner(), PROVIDER, InlineKeyset(KEYSET), None, False)
+    plain = JwtAuthentication(Inner(), [(PROVIDER, InlineKeyset(KEYSET))], None, False)
     missing = await drive(plain, "POST")
     bad = await drive(plain, "POST", headers=[bearer("a.b")])
     assert missing.header(b"www-authenticate") == b"Bearer"
@@ -265,7 +264,7 @@ async def test_a_cached_token_is_checked_again_once_the_keyset_changes():
 
 def moded(inner: Inner, mode: str) -> JwtAuthentication:
     return JwtAuthentication(
-        inner, PROVIDER, InlineKeyset(KEYSET), compiled_mcp(None), False, None, mode
+        inner, [(PROVIDER, InlineKeyset(KEYSET))], compiled_mcp(None), False, None, mode
     )
 
 
@@ -300,3 +299,82 @@ async def test_what_each_mode_does_with_no_bad_and_good_tokens(
     assert (CLAIMS_KEY not in inner.last.scope) is anonymous
     # Whatever the mode, a token that was not verified never reaches the backend.
     assert inner.last.header(b"authorization") is None
+
+
+# --- several providers on one route ---------------------------------------------------------
+
+OTHER_ISSUER = "http://other-idp/realms/corp"
+OTHER_KEY = new_key("corp-1")
+OTHER = dataclasses.replace(
+    PROVIDER, issuer=OTHER_ISSUER, audiences=frozenset({"corp-mcp"}), index=1
+)
+
+
+class Watched:
+    """A keyset holder that records whether its keys were ever looked at."""
+
+    def __init__(self, keyset: Keyset):
+        self.url = "http://watched/jwks"
+        self._keyset = keyset
+        self.looked = 0
+
+    @property
+    def keyset(self) -> Keyset:
+        self.looked += 1
+        return self._keyset
+
+    async def refetch_for_unknown_kid(self) -> bool:
+        self.looked += 1
+        return False
+
+
+def two(inner: Inner) -> tuple[JwtAuthentication, Watched, Watched]:
+    first, second = Watched(KEYSET), Watched(parse_jwks(jwks_of(OTHER_KEY), version=1))
+    stage = JwtAuthentication(
+        inner,
+        [(PROVIDER, first), (OTHER, second)],  # type: ignore[list-item]
+        compiled_mcp(None),
+        False,
+    )
+    return stage, first, second
+
+
+async def test_each_token_is_verified_only_by_the_provider_its_iss_names():
+    inner = Inner()
+    stage, first, second = two(inner)
+    corp = mint(OTHER_KEY, good(iss=OTHER_ISSUER, aud="corp-mcp"))
+    response = await drive(stage, "POST", headers=[bearer(corp)], inner=inner)
+    assert response.status == 200
+    assert inner.last.scope[CLAIMS_KEY]["iss"] == OTHER_ISSUER
+    assert (first.looked, second.looked) == (0, 1)
+    # Each provider's own audiences: the first provider's audience is not the second's.
+    wrong_aud = mint(OTHER_KEY, good(iss=OTHER_ISSUER, aud="mcp-public"))
+    refused = await drive(stage, "POST", headers=[bearer(wrong_aud)], inner=inner)
+    assert refused.status == 401
+    assert (
+        "does not include any accepted audience ['corp-mcp']" in refused.json()["error_description"]
+    )
+
+
+async def test_a_token_signed_by_one_provider_claiming_the_others_iss_is_refused():
+    inner = Inner()
+    stage, _, _ = two(inner)
+    # Signed with the first provider's key but naming the second: checked with the second's.
+    forged = mint(KEY, good(iss=OTHER_ISSUER, aud="corp-mcp"))
+    response = await drive(stage, "POST", headers=[bearer(forged)], inner=inner)
+    assert response.status == 401
+    assert not inner.seen
+
+
+@pytest.mark.parametrize("iss", ["http://unknown/", None, 7])
+async def test_an_unknown_iss_is_401_without_touching_any_keyset(iss):
+    inner = Inner()
+    stage, first, second = two(inner)
+    claims = good()
+    claims.pop("iss")
+    if iss is not None:
+        claims["iss"] = iss
+    response = await drive(stage, "POST", headers=[bearer(mint(KEY, claims))], inner=inner)
+    assert response.status == 401
+    assert "is not one of this route's issuers" in response.json()["error_description"]
+    assert (first.looked, second.looked) == (0, 0)

@@ -93,7 +93,7 @@ def endpoints(
     return OAuthEndpoints(
         inner,
         mcp,
-        PROVIDER,
+        (PROVIDER,),
         adapter,  # type: ignore[arg-type]
         discovery or Discovery(),
         lambda: None,

@@ -1,0 +1,109 @@
+"""Several identity providers on one route, at load time and in process: what a policy with two
+issuers compiles to, the problems it can have, the metadata that lists them, and the status
+that names the provider whose keyset is missing."""
+
+from __future__ import annotations
+
+import httpx
+
+from mcp_oauth_gateway.controlplane import ControlPlane, build_from_objects, build_snapshot
+from mcp_oauth_gateway.resources import load_paths
+from mcp_oauth_gateway.serving.app import GatewayApp
+
+from .resources_fixture import BASE, policy, write
+
+AT = "2025-01-02T03:04:05Z"
+SECOND = """        - issuer: http://kc.internal/realms/corp
+          name: Corp SSO
+          kind: Keycloak
+          clientId: corp-mcp
+          loginHintDomains: [corp.example]
+          audiences: [http://gw.example/mcp]
+          jwks:
+            remote:
+              url: http://kc.internal/realms/corp/protocol/openid-connect/certs
+"""
+
+
+def two_providers(mode: str = "", provider: str = "ProviderB") -> str:
+    text = policy(provider=provider).replace("      mcp:\n", SECOND + "      mcp:\n", 1)
+    if mode:
+        text = text.replace(
+            "        provider: ", f"        authorizationServerMode: {mode}\n        provider: "
+        )
+    return text
+
+
+def problems(tmp_path, text: str) -> str:
+    result = build_from_objects(load_paths([write(tmp_path, BASE + text)]).resources, at=AT)
+    accepted = [c for c in result.statuses["GatewayPolicy", "default", "auth"].conditions]
+    return next(c.message for c in accepted if c.type == "Accepted")
+
+
+def test_facade_cannot_front_two_providers(tmp_path):
+    message = problems(tmp_path, two_providers())
+    assert "Facade mode serves one provider's metadata, but the policy has 2 providers" in message
+
+
+def test_two_providers_compile_with_their_own_kinds_clients_and_names(tmp_path):
+    text = two_providers().replace(
+        "        provider: ProviderB\n        clientId: mcp-public\n", ""
+    )
+    snapshot = build_snapshot(load_paths([write(tmp_path, BASE + text)]))
+    assert snapshot.ok, [p.conditions for p in snapshot.policies]
+    route = snapshot.listeners[8080][0]
+    assert route.policy is not None
+    first, second = route.policy.providers
+    assert (first.index, first.kind, first.name) == (0, None, "idp")
+    assert (second.index, second.kind, second.client_id) == (1, "Keycloak", "corp-mcp")
+    assert second.name == "Corp SSO"
+    assert second.login_hint_domains == ("corp.example",)
+    assert snapshot.policies[0].keyset_owners == (
+        "providers[0] (issuer http://idp/application/o/mcp/)",
+        "providers[1] (issuer http://kc.internal/realms/corp)",
+    )
+
+
+def test_repeated_issuers_are_a_problem(tmp_path):
+    text = two_providers().replace(
+        "issuer: http://kc.internal/realms/corp", "issuer: http://idp/application/o/mcp/"
+    )
+    assert "providers[1].issuer repeats spec.traffic.jwtAuthentication.providers[0]" in (
+        problems(tmp_path, text)
+    )
+
+
+def test_broker_needs_a_client_at_every_provider(tmp_path):
+    text = two_providers("Broker").replace("          clientId: corp-mcp\n", "")
+    text = text.replace("        clientId: mcp-public\n", "")
+    message = problems(tmp_path, text)
+    assert "providers[1].clientId is required in Broker mode" in message
+
+
+async def test_protected_resource_metadata_lists_every_issuer(tmp_path):
+    text = two_providers().replace(
+        "        provider: ProviderB\n        clientId: mcp-public\n", ""
+    )
+    app = GatewayApp(ControlPlane(build_snapshot(load_paths([write(tmp_path, BASE + text)]))))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://gw.example:8080"
+    ) as client:
+        document = (await client.get("/.well-known/oauth-protected-resource/mcp")).json()
+    assert document["authorization_servers"] == [
+        "http://idp/application/o/mcp/",
+        "http://kc.internal/realms/corp",
+    ]
+
+
+def test_the_status_names_the_provider_whose_keyset_is_missing(tmp_path):
+    text = two_providers().replace(
+        "        provider: ProviderB\n        clientId: mcp-public\n", ""
+    )
+    control = ControlPlane(build_snapshot(load_paths([write(tmp_path, BASE + text)])))
+    report = control.snapshot.policies[0]
+    resolved = next(c for c in control.conditions(report) if c.type == "ResolvedRefs")
+    assert not resolved.status
+    assert resolved.message.startswith(
+        "providers[0] (issuer http://idp/application/o/mcp/): keyset "
+    )
+    assert "; providers[1] (issuer http://kc.internal/realms/corp): keyset " in resolved.message
