@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import httpx
 
+from mcp_oauth_gateway.broker.identity import SignInProvider, pick_by_hint
 from mcp_oauth_gateway.controlplane import ControlPlane, build_from_objects, build_snapshot
 from mcp_oauth_gateway.resources import load_paths
 from mcp_oauth_gateway.serving.app import GatewayApp
@@ -107,3 +108,24 @@ def test_the_status_names_the_provider_whose_keyset_is_missing(tmp_path):
         "providers[0] (issuer http://idp/application/o/mcp/): keyset "
     )
     assert "; providers[1] (issuer http://kc.internal/realms/corp): keyset " in resolved.message
+
+
+def test_a_domain_in_two_providers_login_hints_is_a_problem(tmp_path):
+    text = two_providers("Broker").replace(
+        "jwksPath: /application/o/mcp/jwks/\n",
+        "jwksPath: /application/o/mcp/jwks/\n          loginHintDomains: [corp.example]\n",
+    )
+    assert "loginHintDomains: corp.example is also in" in problems(tmp_path, text)
+
+
+def test_a_login_hint_picks_a_provider_only_by_a_domain_that_is_its_alone():
+    def provider(index: int, *domains: str) -> SignInProvider:
+        return SignInProvider(index, f"p{index}", "c", None, True, domains)
+
+    one = (provider(0),)
+    two = (provider(0, "corp.example"), provider(1, "partner.example"))
+    assert pick_by_hint(one, None) == 0  # nothing to choose
+    assert pick_by_hint(two, "alice@Partner.Example") == 1
+    assert pick_by_hint(two, "alice@elsewhere.example") is None  # the user chooses
+    assert pick_by_hint(two, "alice") is None
+    assert pick_by_hint(two, None) is None

@@ -18,6 +18,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -37,7 +38,6 @@ from ..asgi import (
     send_error,
     send_json,
 )
-from ..controlplane.discovery import DiscoveryCache
 from ..controlplane.fetch import FetchError
 from ..controlplane.snapshot import CompiledMcp
 from ..providers import RegistrationError
@@ -46,6 +46,7 @@ from ..urls import InvalidUri, navigable, parse_redirect_uri, redirect_matches, 
 from . import consent, pages
 from .clients import BrokerClient, ClientError, MetadataDocuments, issue_client_id, read_client_id
 from .errors import OAuthError, method_not_allowed
+from .identity import SignInProvider, pick_by_hint
 from .refresh import RefreshGrant, RefreshReused, RefreshTokens
 from .requests import cookies, form_params, query_params
 from .revocation import Revocation, revoke_at_provider
@@ -82,16 +83,13 @@ class Broker:
     def __init__(
         self,
         mcp: CompiledMcp,
-        discovery: DiscoveryCache | None,
+        providers: tuple[SignInProvider, ...],
         store: BrokerStore,
         documents: MetadataDocuments,
         session: Callable[[], aiohttp.ClientSession | None],
-        forwards_resource: bool = True,
     ):
         self.mcp = mcp
-        # RFC 8707 `resource` goes on to the provider only if it accepts the parameter.
-        self.forwards_resource = forwards_resource
-        self.discovery = discovery
+        self.providers = providers
         self.store = store
         self.state = BrokerState(store)
         self.refresh = RefreshTokens(store)
@@ -152,12 +150,25 @@ class Broker:
     def _issuer(self, scope: Scope) -> str:
         return request_origin(scope) + self.mcp.mcp_path
 
-    async def _provider(self) -> dict[str, Any]:
-        """The provider's metadata (502 when it cannot be had)."""
+    def _signin(self, index: int) -> SignInProvider:
+        """A provider by its providers[] index (records written by another configuration may
+        name one that is gone)."""
+        if not 0 <= index < len(self.providers):
+            raise OAuthError(
+                400,
+                "invalid_grant",
+                "the identity provider this sign-in went through is no longer configured; "
+                "sign in again",
+            )
+        return self.providers[index]
+
+    async def _provider(self, index: int = 0) -> dict[str, Any]:
+        """A provider's metadata (502 when it cannot be had)."""
+        discovery = self._signin(index).discovery
         try:
-            if self.discovery is None:
+            if discovery is None:
                 raise FetchError("no discovery document is configured for this provider")
-            return await self.discovery.get()
+            return await discovery.get()
         except FetchError as exc:
             raise OAuthError(
                 502,
@@ -258,9 +269,9 @@ class Broker:
         client, pending = await self._authorization_request(scope)
         consent_name, browser_name, secure = consent.cookie_names(request_origin(scope))
         secret = await self.store.secret()
-        if consent.client_digest(client.client_id) in consent.read_consent(
-            secret, cookies(scope).get(consent_name)
-        ):
+        if pending.provider is not None and consent.client_digest(
+            client.client_id
+        ) in consent.read_consent(secret, cookies(scope).get(consent_name)):
             await self._to_provider(scope, send, pending)
             return
         request_id = secrets.token_urlsafe(24)
@@ -269,10 +280,11 @@ class Broker:
             f"{browser_name}={pending.browser}; Path=/; HttpOnly; SameSite=Lax; "
             f"Max-Age={PENDING_TTL}{secure}"
         )
-        try:
-            authorize_at = navigable((await self._provider()).get("authorization_endpoint"))
-        except OAuthError:
-            authorize_at = None  # the consent page still works; only its CSP is narrower
+        choices = (
+            [self.providers[pending.provider]]
+            if pending.provider is not None
+            else list(self.providers)
+        )
         await pages.send_consent(
             send,
             action=self.authorize_path,
@@ -281,8 +293,15 @@ class Broker:
             redirect_href=pending.redirect_href,
             scopes=pending.scope.split(),
             cookie=cookie,
-            provider_authorize=authorize_at,
+            provider_authorize=[await self._authorize_endpoint(p.index) for p in choices],
+            choices=[(p.index, p.name) for p in choices] if len(self.providers) > 1 else [],
         )
+
+    async def _authorize_endpoint(self, index: int) -> str | None:
+        try:
+            return navigable((await self._provider(index)).get("authorization_endpoint"))
+        except OAuthError:
+            return None  # the consent page still works; only its CSP is narrower
 
     async def _authorization_request(
         self, scope: Scope
@@ -332,6 +351,8 @@ class Broker:
             scope=params.get("scope") or self.scopes,
             resource=self._target(scope, params.get("resource"), requested.href, state),
             browser=cookies(scope).get(browser_name) or secrets.token_urlsafe(24),
+            provider=pick_by_hint(self.providers, params.get("login_hint")),
+            login_hint=params.get("login_hint"),
         )
 
     def _target(
@@ -404,14 +425,7 @@ class Broker:
                 "invalid_request",
                 "this consent was not given in the browser that started the sign-in; start again",
             )
-        if form.get("decision") != "allow":
-            raise OAuthError(
-                400,
-                "access_denied",
-                "the user denied the request",
-                redirect_href=pending.redirect_href,
-                state=pending.state,
-            )
+        pending = self._decision(form.get("decision", ""), pending)
         secret = await self.store.secret()
         digests = consent.read_consent(secret, jar.get(consent_name))
         digest = consent.client_digest(pending.client_id)
@@ -423,6 +437,30 @@ class Broker:
         )
         await self._to_provider(scope, send, pending, [(b"set-cookie", cookie.encode())])
 
+    def _decision(self, decision: str, pending: PendingAuthorization) -> PendingAuthorization:
+        """The pending request with the provider the user allowed it at: `allow` when there
+        was no choice, `allow-<index>` when there was one; anything else is a denial."""
+        chosen = pending.provider
+        if chosen is None and decision.startswith("allow-") and decision[6:].isdigit():
+            index = int(decision[6:])
+            if index < len(self.providers):
+                return replace(pending, provider=index)
+        if chosen is not None and decision in ("allow", f"allow-{chosen}"):
+            return pending
+        if decision.startswith("allow"):
+            raise OAuthError(
+                400,
+                "invalid_request",
+                "choose the identity provider to sign in with; start the sign-in again",
+            )
+        raise OAuthError(
+            400,
+            "access_denied",
+            "the user denied the request",
+            redirect_href=pending.redirect_href,
+            state=pending.state,
+        )
+
     async def _to_provider(
         self,
         scope: Scope,
@@ -430,7 +468,9 @@ class Broker:
         pending: PendingAuthorization,
         headers: Headers | None = None,
     ) -> None:
-        endpoint = navigable((await self._provider()).get("authorization_endpoint"))
+        assert pending.provider is not None  # chosen by now: the only one, a hint or the user
+        signin = self._signin(pending.provider)
+        endpoint = navigable((await self._provider(signin.index)).get("authorization_endpoint"))
         if endpoint is None:
             raise OAuthError(
                 502,
@@ -440,20 +480,25 @@ class Broker:
             )
         upstream_state = secrets.token_urlsafe(32)
         upstream = UpstreamRequest(
-            pending, pkce.new_verifier(), request_origin(scope) + self.callback_path
+            pending,
+            pkce.new_verifier(),
+            request_origin(scope) + self.callback_path,
+            signin.index,
         )
         await self.state.put_upstream(upstream_state, upstream)
         params = {
             "response_type": "code",
-            "client_id": self.mcp.client_id or "",
+            "client_id": signin.client_id,
             "redirect_uri": upstream.callback,
             "scope": pending.scope,
             "state": upstream_state,
             "code_challenge": pkce.s256(upstream.verifier),
             "code_challenge_method": "S256",
         }
-        if pending.resource and self.forwards_resource:
+        if pending.resource and signin.forwards_resource:
             params["resource"] = pending.resource
+        if pending.login_hint:
+            params["login_hint"] = pending.login_hint
         await _redirect(send, with_query(endpoint, urlencode(params)), headers)
 
     async def callback(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -466,7 +511,7 @@ class Broker:
                 "invalid_request",
                 "unknown, expired or already used state; start the sign-in again",
             )
-        provider = await self._provider()
+        provider = await self._provider(upstream.provider)
         expected_iss = provider.get("issuer")
         iss = params.get("iss")
         if (iss is not None and iss != expected_iss) or (
@@ -489,7 +534,7 @@ class Broker:
                 state=pending.state,
             )
         status, tokens = await self._provider_token(
-            provider, self._exchange_form(upstream, params.get("code", ""))
+            upstream.provider, provider, self._exchange_form(upstream, params.get("code", ""))
         )
         if status != 200 or not isinstance(tokens, dict) or "access_token" not in tokens:
             log.warning("provider code exchange failed: HTTP %s", status)
@@ -502,7 +547,14 @@ class Broker:
             )
         code = secrets.token_urlsafe(32)
         await self.state.put_code(
-            code, IssuedCode(pending.client_id, pending.redirect_uri, pending.challenge, tokens)
+            code,
+            IssuedCode(
+                pending.client_id,
+                pending.redirect_uri,
+                pending.challenge,
+                tokens,
+                upstream.provider,
+            ),
         )
         out = {"code": code, "iss": self._issuer(scope)}
         if pending.state is not None:
@@ -517,12 +569,12 @@ class Broker:
             "redirect_uri": upstream.callback,
             "code_verifier": upstream.verifier,
         }
-        if upstream.pending.resource and self.forwards_resource:
+        if upstream.pending.resource and self._signin(upstream.provider).forwards_resource:
             form["resource"] = upstream.pending.resource
         return form
 
     async def _provider_token(
-        self, provider: dict[str, Any], form: dict[str, str]
+        self, index: int, provider: dict[str, Any], form: dict[str, str]
     ) -> tuple[int, Any]:
         endpoint = provider.get("token_endpoint")
         session = self.session()
@@ -532,7 +584,7 @@ class Broker:
             async with asyncio.timeout(UPSTREAM_TIMEOUT):
                 async with session.post(
                     endpoint,
-                    data={"client_id": self.mcp.client_id or "", **form},
+                    data={"client_id": self._signin(index).client_id, **form},
                     headers={"Accept": "application/json"},
                 ) as response:
                     body = await response.read()
@@ -554,9 +606,9 @@ class Broker:
         self._target(scope, form.get("resource"))
         grant = form.get("grant_type")
         if grant == "authorization_code":
-            tokens = await self._redeem(form)
+            tokens, idp = await self._redeem(form)
         elif grant == "refresh_token":
-            tokens = await self._refresh(form)
+            tokens, idp = await self._refresh(form)
         else:
             raise OAuthError(
                 400,
@@ -564,7 +616,7 @@ class Broker:
                 f"grant_type {grant!r} is not supported (authorization_code, refresh_token)",
             )
         # Both grants checked client_id against the code or refresh token: it is the holder.
-        await self.revocation.bind(form.get("client_id", ""), tokens)
+        await self.revocation.bind(form.get("client_id", ""), tokens, idp)
         await send_json(send, 200, tokens, [(b"pragma", b"no-cache")])
 
     async def revoke(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -585,16 +637,18 @@ class Broker:
             raise OAuthError(400, "invalid_request", "token is required")
         upstream = await self.revocation.revoke(client_id, token, form.get("token_type_hint"))
         if upstream is not None:
-            provider = await self._provider()
+            revoked, kind, idp = upstream
+            provider = await self._provider(idp)
             await revoke_at_provider(
                 self.session(),
                 provider.get("revocation_endpoint"),
-                self.mcp.client_id or "",
-                *upstream,
+                self._signin(idp).client_id,
+                revoked,
+                kind,
             )
         await send_json(send, 200, {}, [(b"pragma", b"no-cache")])
 
-    async def _redeem(self, form: dict[str, str]) -> dict[str, Any]:
+    async def _redeem(self, form: dict[str, str]) -> tuple[dict[str, Any], int]:
         issued = await self.state.take_code(form.get("code", ""))
         if issued is None:
             raise OAuthError(
@@ -612,9 +666,10 @@ class Broker:
                 "invalid_grant",
                 "PKCE verification failed (code_verifier does not match the code_challenge)",
             )
-        return await self.refresh.issue(issued.client_id, issued.tokens)
+        tokens = await self.refresh.issue(issued.client_id, issued.tokens, idp=issued.provider)
+        return tokens, issued.provider
 
-    async def _refresh(self, form: dict[str, str]) -> dict[str, Any]:
+    async def _refresh(self, form: dict[str, str]) -> tuple[dict[str, Any], int]:
         client_id = form.get("client_id", "")
         if not client_id:
             raise OAuthError(
@@ -626,8 +681,6 @@ class Broker:
         await self._client(client_id)
         if not form.get("refresh_token"):
             raise OAuthError(400, "invalid_request", "refresh_token is required")
-        # The provider first: a claimed token is then only put back for the provider's faults.
-        provider = await self._provider()
         try:
             grant = await self.refresh.take(form["refresh_token"])
         except RefreshReused as exc:
@@ -646,10 +699,15 @@ class Broker:
         if not hmac.compare_digest(grant.client_id, client_id):
             await self.refresh.put_back(grant)
             raise OAuthError(400, "invalid_grant", "the refresh token was issued to another client")
+        try:
+            provider = await self._provider(grant.idp)
+        except OAuthError:
+            await self.refresh.put_back(grant)  # the provider's fault: the token stays valid
+            raise
         upstream = {"grant_type": "refresh_token", "refresh_token": grant.provider_token}
         if form.get("scope"):
             upstream["scope"] = form["scope"]
-        status, body = await self._provider_token(provider, upstream)
+        status, body = await self._provider_token(grant.idp, provider, upstream)
         if body is None or status >= 500:
             await self.refresh.put_back(grant)
             raise OAuthError(
@@ -661,7 +719,7 @@ class Broker:
             )
         if status != 200 or not isinstance(body, dict) or "access_token" not in body:
             raise await self._refused_refresh(grant, status, body)
-        return await self.refresh.rotate(grant, body)
+        return await self.refresh.rotate(grant, body), grant.idp
 
     async def _refused_refresh(self, grant: RefreshGrant, status: int, body: object) -> OAuthError:
         """The provider's refusal, passed on. invalid_grant means its token is gone; anything

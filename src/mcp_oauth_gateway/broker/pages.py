@@ -54,12 +54,11 @@ def _form_target(url: str | None) -> str | None:
     return f"{url.partition(':')[0]}:"
 
 
-def _policy(provider_authorize: str | None, redirect_href: str | None) -> bytes:
-    # form-action also governs where the form's redirect may go: the provider (allow) and the
+def _policy(provider_authorize: list[str | None], redirect_href: str | None) -> bytes:
+    # form-action also governs where the form's redirect may go: the providers (allow) and the
     # client (deny), nowhere else.
-    targets = " ".join(
-        o for o in ("'self'", _form_target(provider_authorize), _form_target(redirect_href)) if o
-    )
+    places = ["'self'", *(_form_target(a) for a in provider_authorize), _form_target(redirect_href)]
+    targets = " ".join(dict.fromkeys(o for o in places if o))
     return (
         f"default-src 'none'; style-src 'unsafe-inline'; form-action {targets}; "
         "frame-ancestors 'none'"
@@ -82,9 +81,11 @@ async def send_consent(
     redirect_href: str,
     scopes: list[str],
     cookie: str,
-    provider_authorize: str | None,
+    provider_authorize: list[str | None],
+    choices: list[tuple[int, str]] | None = None,
 ) -> None:
-    """Ask the user whether this client may sign in through the gateway."""
+    """Ask the user whether this client may sign in through the gateway (and, with several
+    identity providers in `choices`, at which one: one Allow button each)."""
     origin = origin_of(redirect_href)
     host = origin.partition("://")[2] if origin else redirect_href
     published = origin_of(client.client_id) if client.kind == "cimd" else None
@@ -103,7 +104,7 @@ async def send_consent(
         f"<span class=host>{escape(host)}</span>.</p><p>It asks for:</p><ul>{items}</ul>"
         f'<form method="post" action="{escape(action)}">'
         f'<input type="hidden" name="request" value="{escape(request_id)}"/>'
-        '<button type="submit" name="decision" value="allow">Allow</button>'
+        f"{_allow_buttons(choices or [])}"
         '<button type="submit" name="decision" value="deny">Deny</button>'
         "</form><p><small>Only allow clients you started yourself.</small></p>",
     )
@@ -120,6 +121,16 @@ async def send_consent(
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def _allow_buttons(choices: list[tuple[int, str]]) -> str:
+    if not choices:
+        return '<button type="submit" name="decision" value="allow">Allow</button>'
+    return "".join(
+        f'<button type="submit" name="decision" value="allow-{index}">'
+        f"Allow, sign in with {escape(name)}</button>"
+        for index, name in choices
+    )
 
 
 async def send_error_page(

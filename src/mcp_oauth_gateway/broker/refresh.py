@@ -33,6 +33,7 @@ class RefreshGrant:
     provider_token: str
     family: str
     expires_at: float
+    idp: int = 0  # the provider (providers[] index) the provider token belongs to
 
     def as_record(self) -> dict[str, Any]:
         """The stored form."""
@@ -41,6 +42,7 @@ class RefreshGrant:
             "provider": self.provider_token,
             "family": self.family,
             "expires_at": self.expires_at,
+            "idp": self.idp,
         }
 
 
@@ -68,7 +70,7 @@ class RefreshTokens:
         self.store = store
 
     async def issue(
-        self, client_id: str, tokens: dict[str, Any], family: str | None = None
+        self, client_id: str, tokens: dict[str, Any], family: str | None = None, idp: int = 0
     ) -> dict[str, Any]:
         """`tokens` with the provider's refresh token replaced by a new gateway token."""
         provider_token = tokens.get("refresh_token")
@@ -82,6 +84,7 @@ class RefreshTokens:
             provider_token,
             family or secrets.token_urlsafe(16),
             time.time() + ttl,
+            idp,
         )
         await self.store.put("refresh", grant.digest, grant.as_record(), ttl)
         await self.store.put("refresh-family", grant.family, {"current": grant.digest}, ttl)
@@ -99,6 +102,7 @@ class RefreshTokens:
                 record["provider"],
                 record["family"],
                 float(record["expires_at"]),
+                int(record.get("idp", 0)),
             )
         rotated = await self.store.take("refresh-rotated", key)
         if rotated is not None:
@@ -120,7 +124,7 @@ class RefreshTokens:
             tokens = {**tokens, "refresh_token": grant.provider_token}
             if "refresh_expires_in" not in tokens:
                 tokens["refresh_expires_in"] = max(1, int(grant.expires_at - time.time()))
-        answer = await self.issue(grant.client_id, tokens, grant.family)
+        answer = await self.issue(grant.client_id, tokens, grant.family, grant.idp)
         # Remembered as long as the old token could have lived, to recognise it if it returns.
         ttl = int(grant.expires_at - time.time())
         if ttl > 0:

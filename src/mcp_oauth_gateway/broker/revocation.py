@@ -36,19 +36,22 @@ class Revocation:
         self.store = store
         self.refresh = refresh
 
-    async def bind(self, client_id: str, tokens: dict[str, Any]) -> None:
-        """Remember which client holds the access token in `tokens`, for as long as it lives."""
+    async def bind(self, client_id: str, tokens: dict[str, Any], idp: int = 0) -> None:
+        """Remember which client holds the access token in `tokens` (and which provider issued
+        it), for as long as it lives."""
         access = tokens.get("access_token")
         expires_in = tokens.get("expires_in")
         ttl = expires_in if isinstance(expires_in, int) and expires_in > 0 else 3600
         if isinstance(access, str):
             ttl = min(ttl, MAX_ACCESS_TTL)
-            record = {"client_id": client_id, "expires_at": time.time() + ttl}
+            record = {"client_id": client_id, "expires_at": time.time() + ttl, "idp": idp}
             await self.store.put("access", digest(access), record, ttl)
 
-    async def revoke(self, client_id: str, token: str, hint: str | None) -> tuple[str, str] | None:
-        """Revoke `token` for `client_id` at the gateway; what to revoke at the provider
-        (token, type), or None when nothing is left to do there."""
+    async def revoke(
+        self, client_id: str, token: str, hint: str | None
+    ) -> tuple[str, str, int] | None:
+        """Revoke `token` for `client_id` at the gateway; what to revoke at which provider
+        (token, type, providers[] index), or None when nothing is left to do there."""
         if hint is not None and hint not in HINTS:
             raise OAuthError(
                 400,
@@ -64,10 +67,11 @@ class Revocation:
                 ttl = int(record.get("expires_at", time.time() + 60) - time.time())
                 await self.store.put(kind, digest(token), record, max(ttl, 1))
                 raise OAuthError(400, "invalid_request", "the token was issued to another client")
+            idp = int(record.get("idp", 0))
             if kind == "access":
-                return token, "access_token"
+                return token, "access_token", idp
             await self.refresh.revoke_family(record["family"])
-            return record["provider"], "refresh_token"
+            return record["provider"], "refresh_token", idp
         return None
 
 

@@ -30,6 +30,9 @@ class PendingAuthorization:
     scope: str
     resource: str | None
     browser: str  # the browser that started the sign-in (its cookie)
+    # The provider (its providers[] index) the user signs in at; None: the user chooses it.
+    provider: int | None = None
+    login_hint: str | None = None  # passed on to the provider
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,7 @@ class UpstreamRequest:
     verifier: str
     # The redirect URI the provider saw, so the replica that gets the callback repeats it.
     callback: str
+    provider: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,7 @@ class IssuedCode:
     redirect_uri: str
     challenge: str
     tokens: dict[str, Any]
+    provider: int = 0  # whose tokens they are: refreshes and revocations go there
 
 
 def _pending(record: dict[str, Any]) -> PendingAuthorization:
@@ -61,7 +66,12 @@ def _code(record: dict[str, Any]) -> IssuedCode:
 
 
 def _upstream(record: dict[str, Any]) -> UpstreamRequest:
-    return UpstreamRequest(_pending(record["pending"]), record["verifier"], record["callback"])
+    return UpstreamRequest(
+        _pending(record["pending"]),
+        record["verifier"],
+        record["callback"],
+        record.get("provider", 0),
+    )
 
 
 class BrokerState:

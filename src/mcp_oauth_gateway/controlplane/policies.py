@@ -249,6 +249,15 @@ def several_providers_problems(jwt_spec: JwtAuthentication, problems: list[str])
                 ": a token's iss must pick exactly one provider"
             )
         seen.setdefault(provider.issuer, i)
+    owners: dict[str, int] = {}
+    for i, provider in enumerate(providers):
+        for domain in provider.login_hint_domains:
+            if domain in owners and owners[domain] != i:
+                problems.append(
+                    f"{PROVIDERS_PATH}[{i}].loginHintDomains: {domain} is also in "
+                    f"{PROVIDERS_PATH}[{owners[domain]}]; a login_hint must pick one provider"
+                )
+            owners.setdefault(domain, i)
     mcp = jwt_spec.mcp
     if len(providers) < 2 or mcp is None:
         return
@@ -259,9 +268,6 @@ def several_providers_problems(jwt_spec: JwtAuthentication, problems: list[str])
             "the provider), or leave mcp.provider unset (the metadata lists every issuer)"
         )
     if mcp.authorization_server_mode == "Broker":
-        problems.append(
-            f"{PROVIDERS_PATH}: Broker mode signs users in at one provider for now; list one"
-        )
         for i, provider in enumerate(providers):
             if not (provider.client_id or mcp.client_id):
                 problems.append(

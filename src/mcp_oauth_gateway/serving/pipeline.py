@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..asgi import ASGIApp, Limits, Receive, Scope, Send, send_error
 from ..broker.endpoints import Broker
+from ..broker.identity import SignInProvider
 from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import CompiledPolicy, CompiledRoute, Snapshot
 from ..dataplane.authn import JwtAuthentication, challenger_for
@@ -132,11 +133,10 @@ class Assembly:
             store = self.brokers.store(mcp.redis_url)
             broker = Broker(
                 mcp,
-                discovery,
+                self._sign_in_providers(policy),
                 store,
                 self.brokers.documents,
                 lambda: control.session,
-                adapter.forwards_resource if adapter is not None else True,
             )
         app = OAuthEndpoints(
             app,
@@ -149,6 +149,23 @@ class Assembly:
             shared_with,
         )
         return app, broker.pages() if broker is not None else {}
+
+    def _sign_in_providers(self, policy: CompiledPolicy) -> tuple[SignInProvider, ...]:
+        """What the Broker needs of each provider: its metadata, client, name and adapter."""
+        out = []
+        for provider in policy.providers:
+            adapter = adapter_for(provider.kind, provider.client_id)
+            out.append(
+                SignInProvider(
+                    index=provider.index,
+                    name=provider.name,
+                    client_id=provider.client_id or "",
+                    discovery=self.control.discoveries.get(provider.discovery_url),
+                    forwards_resource=adapter.forwards_resource if adapter else True,
+                    login_hint_domains=provider.login_hint_domains,
+                )
+            )
+        return tuple(out)
 
     def tables(self, snapshot: Snapshot) -> dict[int, RouteTable]:
         """A route table per listener port; pipelines are shared by the routes' matches."""
