@@ -181,3 +181,25 @@ async def test_mcp_inspector_signs_in_through_the_broker(broker_b, tmp_path):
     assert proc.wait(60) == 0, output
     assert '"name": "add"' in output
     record("MCP Inspector 2.12 CLI, Broker mode: signed in, tools/list ok")
+
+
+@pytest.mark.parametrize("scenario", ["auth/scope-step-up", "auth/scope-retry-limit"])
+def test_the_step_up_client_scenarios_pass_with_the_client_the_gateway_tests_use(
+    scenario, tmp_path
+):
+    """The suite's reference resource server challenges step-up exactly as the gateway does
+    (403 `insufficient_scope` with every needed scope); the Python client that
+    tests/e2e/test_step_up.py drives through the gateway passes its scenarios, so what that
+    test shows is the behaviour the suite expects."""
+    client = tmp_path / "client.sh"
+    client.write_text(f'#!/bin/sh\nexec {sys.executable} {PEERS / "py_client.py"} "$1" alice x\n')
+    client.chmod(0o755)
+    cmd, env = conformance(
+        "client", "--command", str(client), "--scenario", scenario, "--spec-version", "2026-07-28"
+    )
+    cmd += ["-o", str(tmp_path / "results")]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, cwd=SUITE)
+    output = done.stdout + done.stderr
+    ok, total = passed(output)
+    record(f"client {scenario} (Python mcp 2.x, the gateway tests' client): {ok}/{total}")
+    assert ok == total > 0, output[-3000:]
