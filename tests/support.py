@@ -184,6 +184,27 @@ def claims_for(
     }
 
 
+# An MCP initialize request (2025-11-25) and the headers a streamable HTTP client sends with it.
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "gateway-test", "version": "1"},
+    },
+}
+
+
+def mcp_headers(token: str | None = None, **extra: str) -> dict[str, str]:
+    """What an MCP client sends with a request, with the bearer token when given."""
+    headers = {"Accept": "application/json, text/event-stream", **extra}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
 def wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> None:
     """Poll `predicate` until it returns true."""
     deadline = time.monotonic() + timeout

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from conftest import gateway_beside
-from support import wait_until
+from support import INITIALIZE, mcp_headers, wait_until
 
 # Anonymous callers may use the server; signed-in ones need the group.
 RULES = (
@@ -21,16 +21,6 @@ RULES = (
         "          - '\"mcp-agent\" in jwt.groups || size(jwt) == 0'",
     ),
 )
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 
 
 def gateway(mode: str, stack_b, tmp_path_factory, logs):
@@ -52,9 +42,7 @@ def permissive(stack_b, tmp_path_factory, logs):
 
 def post(base: str, token: str | None) -> tuple[httpx.Response, str]:
     mark = uuid.uuid4().hex
-    headers = {"Accept": "application/json, text/event-stream", "Mcp-Param-Mark": mark}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
+    headers = mcp_headers(token, **{"Mcp-Param-Mark": mark})
     return httpx.post(f"{base}/mcp", json=INITIALIZE, headers=headers), mark
 
 

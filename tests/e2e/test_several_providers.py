@@ -18,10 +18,12 @@ import yaml
 from headless_login import sign_in
 
 from support import (
+    INITIALIZE,
     NODE_DIR,
     Process,
     free_port,
     gateway_cmd,
+    mcp_headers,
     node,
     unverified_claims,
     wait_for_port,
@@ -118,23 +120,7 @@ def authorize(stack: TwoProviders, client_id: str, **extra: str) -> str:
 
 
 def call_mcp(stack: TwoProviders, access_token: str) -> httpx.Response:
-    return httpx.post(
-        stack.mcp,
-        headers={
-            "Authorization": f"Bearer {access_token}",
-            "Accept": "application/json, text/event-stream",
-        },
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        },
-    )
+    return httpx.post(stack.mcp, headers=mcp_headers(access_token), json=INITIALIZE)
 
 
 def test_metadata_and_the_consent_page_offer_both_providers(two):
