@@ -1,6 +1,7 @@
 """Assemble one route rule's pipeline from the snapshot, once per configuration:
-CORS → MCP OAuth endpoints → JWT authentication → CEL authorization → rate limit →
-header transformation → MCP tool-level authorization → reverse proxy."""
+CORS → MCP OAuth endpoints → JWT authentication → required scopes → CEL authorization →
+rate limit → header transformation → MCP tool-level authorization and item scopes → reverse
+proxy."""
 
 from __future__ import annotations
 
