@@ -24,10 +24,11 @@ from .challenge import Challenger
 from .metrics import Metrics
 from .tokens import (
     LEEWAY,
+    ParsedToken,
     TokenError,
     TokenRules,
     UnknownKeyId,
-    unverified_issuer,
+    parse_unverified,
     verify_token,
 )
 
@@ -120,17 +121,19 @@ class JwtAuthentication:
             others.insert(at, (b"authorization", raw))
         await self.app(scope, receive, send)
 
-    def _issuer_of(self, token: str) -> Issuer:
+    def _issuer_of(self, token: str) -> tuple[Issuer, ParsedToken | None]:
         """The one provider whose keys and rules check this token, picked by its `iss` before
-        any signature check; a token no provider issued touches no keyset."""
+        any signature check (a token no provider issued touches no keyset), and the token as
+        decoded for that."""
         if len(self.issuers) == 1:
-            return self.issuers[0]  # its own rules say what is wrong with another `iss`
-        iss = unverified_issuer(token)
+            return self.issuers[0], None  # its own rules say what is wrong with another `iss`
+        parsed = parse_unverified(token)
+        iss = parsed.issuer
         issuer = self.by_issuer.get(iss) if isinstance(iss, str) else None
         if issuer is None:
             names = ", ".join(repr(i.rules.issuer) for i in self.issuers)
             raise TokenError(f"iss {iss!r} is not one of this route's issuers ({names})")
-        return issuer
+        return issuer, parsed
 
     async def _verify(self, token: str) -> dict[str, object]:
         now = time.time()
@@ -140,7 +143,7 @@ class JwtAuthentication:
             current = owner.keys.keyset
             if current is not None and current.version == version and now <= expires + LEEWAY:
                 return cached
-        issuer = self._issuer_of(token)
+        issuer, parsed = self._issuer_of(token)
         keyset = issuer.keys.keyset
         if keyset is None:
             raise TokenError(
@@ -148,12 +151,12 @@ class JwtAuthentication:
                 f"requests fail closed until it is fetched"
             )
         try:
-            claims = verify_token(token, keyset, issuer.rules, now)
+            claims = verify_token(token, keyset, issuer.rules, now, parsed)
         except UnknownKeyId:
             if not await issuer.keys.refetch_for_unknown_kid() or issuer.keys.keyset is None:
                 raise
             keyset = issuer.keys.keyset
-            claims = verify_token(token, keyset, issuer.rules, now)
+            claims = verify_token(token, keyset, issuer.rules, now, parsed)
         if len(self._cache) >= CACHE_SIZE:
             del self._cache[next(iter(self._cache))]
         exp = claims["exp"]  # verify_token checked it is a number

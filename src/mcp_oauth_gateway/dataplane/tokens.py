@@ -95,19 +95,40 @@ def parse_token(token: str) -> tuple[jws.CompactSignature, dict[str, object]]:
     return compact, header
 
 
-def unverified_issuer(token: str) -> object:
-    """The `iss` a token claims, read before any check: only to pick whose keys check it."""
-    compact, _ = parse_token(token)
+@dataclass(frozen=True, slots=True)
+class ParsedToken:
+    """A token split and decoded, not yet verified: what picking its provider needs, kept so
+    that verifying it does not decode it again."""
+
+    compact: jws.CompactSignature
+    header: dict[str, object]
+    payload: object
+
+    @property
+    def issuer(self) -> object:
+        """The `iss` it claims (unverified: only to pick whose keys check it)."""
+        return self.payload.get("iss") if isinstance(self.payload, dict) else None
+
+
+def parse_unverified(token: str) -> ParsedToken:
+    """Split and decode a token without checking anything but its shape."""
+    compact, header = parse_token(token)
     try:
-        claims = orjson.loads(compact.payload)
+        payload = orjson.loads(compact.payload)
     except orjson.JSONDecodeError as exc:
         raise TokenError("malformed token: payload is not JSON") from exc
-    return claims.get("iss") if isinstance(claims, dict) else None
+    return ParsedToken(compact, header, payload)
 
 
-def verify_token(token: str, keyset: Keyset, rules: TokenRules, now: float) -> dict[str, object]:
+def verify_token(
+    token: str,
+    keyset: Keyset,
+    rules: TokenRules,
+    now: float,
+    parsed: ParsedToken | None = None,
+) -> dict[str, object]:
     """Verify signature, claims and token kind; return the claims or raise TokenError."""
-    compact, header = parse_token(token)
+    compact, header = (parsed.compact, parsed.header) if parsed else parse_token(token)
     alg = header.get("alg")
     if alg not in ALLOWED_ALGORITHMS:
         raise TokenError(f"alg {alg!r} is not accepted (accepted: {_ALLOWED_TEXT})")
@@ -139,10 +160,13 @@ def verify_token(token: str, keyset: Keyset, rules: TokenRules, now: float) -> d
         # The CEL runtime reads strings only up to a NUL: "admin\u0000x" would pass
         # `"admin" in jwt.groups`. No provider issues such claims; refuse the token.
         raise TokenError("malformed token: a claim contains a NUL character (\\u0000)")
-    try:
-        claims = orjson.loads(compact.payload)
-    except orjson.JSONDecodeError as exc:
-        raise TokenError("malformed token: payload is not JSON") from exc
+    if parsed is not None:
+        claims = parsed.payload  # decoded from the very bytes just verified
+    else:
+        try:
+            claims = orjson.loads(compact.payload)
+        except orjson.JSONDecodeError as exc:
+            raise TokenError("malformed token: payload is not JSON") from exc
     if not isinstance(claims, dict):
         raise TokenError("malformed token: payload is not a JSON object")
     check_claims(claims, rules, now)
