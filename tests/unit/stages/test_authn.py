@@ -237,9 +237,9 @@ async def test_a_token_is_verified_once_while_the_keyset_is_unchanged(monkeypatc
     calls: list[str] = []
     real = authn_module.verify_token
 
-    def counting(token, keyset, rules, now):
+    def counting(token, keyset, rules, now, parsed=None):
         calls.append(token)
-        return real(token, keyset, rules, now)
+        return real(token, keyset, rules, now, parsed)
 
     monkeypatch.setattr(authn_module, "verify_token", counting)
     authn = stage(Inner())
