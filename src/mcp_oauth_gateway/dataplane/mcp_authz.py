@@ -64,6 +64,7 @@ class McpAuthorization:
         self._decisions: dict[tuple[str, str, str], bool] | None = (
             None if self.needs_request else {}
         )
+        self._needed_cache: dict[tuple[str, str, str], tuple[str, ...]] = {}
 
     def allowed(self, scope: Scope, kind: str, name: str | None) -> bool:
         """Whether the caller may use the item `name` of `kind` (tool, prompt or resource)."""
@@ -102,9 +103,23 @@ class McpAuthorization:
     def needed_scopes(self, scope: Scope, kind: str, name: str) -> tuple[str, ...]:
         """Every scope a call of the item needs: the route's and each matching rule's. A match
         that cannot be evaluated counts as matching (fail closed)."""
-        scopes = self.scopes
-        if scopes is None:
+        if self.scopes is None:
             return ()
+        token = scope.get(TOKEN_KEY)
+        if self.needs_request or token is None:
+            return self._needed(scope, kind, name)
+        key = (token, kind, name)
+        hit = self._needed_cache.get(key)
+        if hit is None:
+            hit = self._needed(scope, kind, name)
+            if len(self._needed_cache) >= DECISION_CACHE:
+                del self._needed_cache[next(iter(self._needed_cache))]
+            self._needed_cache[key] = hit
+        return hit
+
+    def _needed(self, scope: Scope, kind: str, name: str) -> tuple[str, ...]:
+        scopes = self.scopes
+        assert scopes is not None
         needed = list(scopes.required)
         activation = self._activation(scope, kind, name)
         for rule in scopes.items:

@@ -10,8 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..asgi import CLAIMS_KEY, ASGIApp, Receive, Scope, Send, request_origin, send_error, send_json
+from ..asgi import (
+    CLAIMS_KEY,
+    TOKEN_KEY,
+    ASGIApp,
+    Receive,
+    Scope,
+    Send,
+    request_origin,
+    send_error,
+    send_json,
+)
 from ..controlplane.snapshot import CompiledScopes
+from .authz import DECISION_CACHE
 from .challenge import challenge
 
 INSUFFICIENT_SCOPE = "insufficient_scope"
@@ -75,10 +86,25 @@ class RequiredScopes:
         self.app = app
         self.scopes = scopes
         self.prm_path = prm_path
+        # token → what it lacks: the answer is the same for the token's whole life.
+        self._missing: dict[str, list[str]] = {}
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def missing(self, scope: Scope) -> list[str]:
+        """The required scopes the caller's token does not grant."""
+        token = scope.get(TOKEN_KEY)
+        hit = self._missing.get(token) if token is not None else None
+        if hit is not None:
+            return hit
         held = granted_scopes(scope.get(CLAIMS_KEY, {}), self.scopes)
         missing = lacking(self.scopes.required, held)
+        if token is not None:
+            if len(self._missing) >= DECISION_CACHE:
+                del self._missing[next(iter(self._missing))]
+            self._missing[token] = missing
+        return missing
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        missing = self.missing(scope)
         if missing:
             await send_insufficient_scope(
                 scope, send, self.scopes.required, missing, "this route", self.prm_path
