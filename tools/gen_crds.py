@@ -141,6 +141,31 @@ _DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
     (models.Scopes, "_required"): _no_refresh_scope("scopes.required"),
     (models.McpScopeRule, "_required"): _no_refresh_scope("required"),
     (models.JwtProvider, "_known_kind"): Rule(keywords={"enum": list(models.PROVIDER_ALIASES)}),
+    (models.SecretSource, "_env_name"): Rule(keywords={"pattern": f"^{models._ENV_NAME.pattern}$"}),
+    (models.SecretSource, "_one_source"): Rule(
+        cel=(("has(self.file) != has(self.env)", "set exactly one of file or env"),)
+    ),
+    (models.TokenExchange, "_resource"): Rule(
+        controller="credentials.tokenExchange.resource: an absolute http(s) URL (WHATWG)"
+    ),
+    (models.TokenExchange, "_target"): Rule(
+        cel=(
+            (
+                "has(self.audience) || has(self.resource)",
+                "set audience (the backend's client id at the provider) or resource (its "
+                "URL): the exchanged token must be for the backend",
+            ),
+        )
+    ),
+    (models.BackendCredentials, "_one_mode"): Rule(
+        cel=(
+            (
+                "[has(self.tokenExchange), has(self.passthrough) && self.passthrough, "
+                "has(self.secretHeader)].filter(x, x).size() == 1",
+                "set exactly one of tokenExchange, passthrough or secretHeader",
+            ),
+        )
+    ),
     (models.McpAuthentication, "_known_provider"): Rule(
         keywords={"enum": list(models.PROVIDER_ALIASES)}
     ),

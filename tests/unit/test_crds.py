@@ -280,6 +280,8 @@ A = "spec.traffic.authorization"
 X = "spec.traffic.transformation.request"
 L = "spec.traffic.rateLimit"
 SC = "spec.traffic.scopes"
+CR = "spec.backend.credentials"
+SECRET_HEADER = {"header": "X-Api-Key", "value": {"env": "API_KEY"}}
 B = "spec.backend.mcp.scopes"
 T = "spec.mcp.targets[0]"
 S = f"{T}.static"
@@ -408,6 +410,23 @@ REFUSED = [
     pol("scope-implied-not-a-scope", f"{SC}.implies.admin[0]", (SC, {"implies": {"admin": [""]}})),
     pol("scope-rule-without-scopes", f"{B}[0].required", (B, [{"match": "true", "required": []}])),
     pol("scope-rule-without-match", f"{B}[0].match", (B, [{"required": ["mcp:admin"]}])),
+    pol("credentials-no-mode", CR, (CR, {})),
+    pol("credentials-two-modes", CR, (CR, {"passthrough": True, "secretHeader": SECRET_HEADER})),
+    pol(
+        "credentials-secret-both-sources",
+        f"{CR}.secretHeader.value",
+        (CR, {"secretHeader": {**SECRET_HEADER, "value": {"env": "A", "file": "/a"}}}),
+    ),
+    pol(
+        "credentials-secret-bad-env",
+        f"{CR}.secretHeader.value.env",
+        (CR, {"secretHeader": {**SECRET_HEADER, "value": {"env": "API KEY"}}}),
+    ),
+    pol(
+        "credentials-exchange-no-target",
+        f"{CR}.tokenExchange",
+        (CR, {"tokenExchange": {"clientId": "gw", "clientSecret": {"env": "S"}}}),
+    ),
     be("required-mcp", "spec.mcp", ("spec.mcp", DELETE)),
     be("required-targets", "spec.mcp.targets", ("spec.mcp.targets", DELETE)),
     be("required-target-name", f"{T}.name", (f"{T}.name", DELETE)),
@@ -766,7 +785,7 @@ def test_cel_rules_compile_in_plain_cel(kind: str) -> None:
     found = list(rules(schema(kind)))
     for entry in found:
         compile_rule(entry["rule"], JSON_TO_PYTHON[entry["type"]])
-    assert len(found) == {"GatewayPolicy": 10, "GatewayBackend": 0}[kind]
+    assert len(found) == {"GatewayPolicy": 15, "GatewayBackend": 0}[kind]
 
 
 def _names(errors: list[str], field: str) -> bool:

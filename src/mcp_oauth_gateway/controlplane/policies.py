@@ -31,6 +31,7 @@ from ..resources.models import (
 )
 from .cel import CelCompileError, CompiledExpression, compile_expression
 from .cluster import Cluster, Reference, missing_service, service_host
+from .credentials import compile_credentials
 from .deployment import Deployment
 from .keys import parse_jwks
 from .objects import Entry
@@ -38,6 +39,7 @@ from .scopes import compile_scopes
 from .snapshot import (
     DEFAULT_MCP_PATH,
     CompiledAuthorization,
+    CompiledCredentials,
     CompiledMcp,
     CompiledPolicy,
     CompiledProvider,
@@ -416,6 +418,25 @@ def compile_claim_rules(
     return mcp_authorization, scopes
 
 
+def backend_credentials(policy: GatewayPolicy, problems: list[str]) -> CompiledCredentials | None:
+    """What the backend receives in place of the caller's token; it needs a verified token."""
+    spec = policy.spec.backend.credentials if policy.spec.backend else None
+    if spec is None:
+        return None
+    jwt_spec = policy.spec.traffic.jwt_authentication
+    if jwt_spec is None:
+        problems.append(
+            f"spec.backend.credentials needs spec.traffic.jwtAuthentication {NEEDS_JWT}"
+        )
+    elif jwt_spec.forward_token:
+        problems.append(
+            "spec.traffic.jwtAuthentication.forwardToken and spec.backend.credentials both say "
+            "what the backend receives; keep credentials (forwardToken is credentials: "
+            "{passthrough: true})"
+        )
+    return compile_credentials(spec, problems)
+
+
 def compile_authentication(
     policy: GatewayPolicy,
     jwt_spec: JwtAuthentication,
@@ -479,6 +500,7 @@ def compile_policy(
         mcp_authorization,
         scopes,
         jwt_spec.mode if jwt_spec else "Strict",
+        backend_credentials(policy, problems),
     )
     return PolicyResult(compiled, tuple(problems), tuple(unresolved))
 
@@ -517,6 +539,10 @@ def fetch_targets(
 
 
 def uses_discovery(compiled: CompiledPolicy) -> bool:
-    """Whether the gateway reads its providers' discovery documents (Facade metadata, Broker)."""
+    """Whether the gateway reads its providers' discovery documents (Facade metadata, Broker,
+    token exchange at their token endpoints)."""
     mcp = compiled.mcp
+    credentials = compiled.credentials
+    if credentials is not None and credentials.token_exchange is not None:
+        return True
     return mcp is not None and (mcp.provider is not None or mcp.mode == "Broker")

@@ -128,6 +128,36 @@ class CompiledScopes:
 
 
 @dataclass(frozen=True, slots=True)
+class CompiledTokenExchange:
+    client_id: str
+    client_secret: str = field(repr=False)
+    audience: str | None
+    resource: str | None
+    scope: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledIdentity:
+    header: bytes  # lowercase
+    claims: tuple[str, ...]
+    signing_key: bytes | None = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledSecretHeader:
+    header: bytes  # lowercase
+    value: bytes = field(repr=False)
+    identity: CompiledIdentity | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledCredentials:
+    mode: Literal["TokenExchange", "Passthrough", "SecretHeader"]
+    token_exchange: CompiledTokenExchange | None = None
+    secret_header: CompiledSecretHeader | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CompiledTransformation:
     set: tuple[tuple[bytes, CompiledExpression], ...]
     remove: frozenset[bytes]
@@ -156,6 +186,7 @@ class CompiledPolicy:
     mcp_authorization: CompiledAuthorization | None = None
     scopes: CompiledScopes | None = None
     jwt_mode: Literal["Strict", "Optional", "Permissive"] = "Strict"
+    credentials: CompiledCredentials | None = None
 
     @property
     def provider(self) -> CompiledProvider | None:

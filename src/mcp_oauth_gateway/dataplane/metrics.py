@@ -93,6 +93,8 @@ class Metrics:
         self.requests: dict[tuple[str, int], int] = {}
         self.auth_failures: dict[str, int] = {}
         self.rejections: dict[str, int] = {}
+        # (route, outcome: exchanged, cache_hit, refused, unreachable, malformed) → count
+        self.exchanges: dict[tuple[str, str], int] = {}
         self.latency: dict[str, _Latency] = {}
         self._keysets: list[tuple[str, object]] = []
         self.registry = CollectorRegistry()
@@ -113,6 +115,15 @@ class Metrics:
 
         def count() -> None:
             self.rejections[policy] = self.rejections.get(policy, 0) + 1
+
+        return count
+
+    def exchange_counter(self, route: str) -> Callable[[str], None]:
+        """A function counting one token exchange outcome for the backend of `route`."""
+
+        def count(outcome: str) -> None:
+            key = (route, outcome)
+            self.exchanges[key] = self.exchanges.get(key, 0) + 1
 
         return count
 
@@ -151,6 +162,14 @@ class Metrics:
         )
         for policy, n in sorted(self.rejections.items()):
             rejections.add_metric([policy], n)
+        exchanges = CounterMetricFamily(
+            "mcp_gateway_token_exchanges",
+            "Token exchanges for backends, by route and outcome "
+            "(exchanged, cache_hit, refused, unreachable, malformed)",
+            labels=["route", "outcome"],
+        )
+        for (route, outcome), n in sorted(self.exchanges.items()):
+            exchanges.add_metric([route, outcome], n)
         latency = HistogramMetricFamily(
             "mcp_gateway_upstream_latency_seconds",
             "Time until the MCP backend's response headers",
@@ -175,7 +194,7 @@ class Metrics:
             fetches.add_metric([url], getattr(holder, "fetches", 0))
             fetched = getattr(holder, "fetched_at", None)
             age.add_metric([url], now - fetched if fetched else -1.0)
-        yield from (requests, failures, rejections, latency, fetches, age)
+        yield from (requests, failures, rejections, exchanges, latency, fetches, age)
         yield from self._connection_metrics()
 
     def _connection_metrics(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:

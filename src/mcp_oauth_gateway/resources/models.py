@@ -597,8 +597,94 @@ class McpPolicy(_Model):
     scopes: Annotated[list[McpScopeRule], Field(max_length=256)] = []
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class SecretSource(_Model):
+    """Where a secret comes from: never the resource itself, so it stays out of git and out of
+    `kubectl get -o yaml`. Exactly one of a file (its content, one trailing newline dropped) or
+    an environment variable of the gateway process. In Kubernetes both come from a Secret
+    mounted into the gateway's pod, so the controller itself needs no access to Secrets."""
+
+    file: AbsolutePath | None = None
+    env: str | None = None
+
+    @field_validator("env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_NAME.fullmatch(value):
+            raise ValueError(f"{value!r} is not an environment variable name")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SecretSource:
+        if (self.file is None) == (self.env is None):
+            raise ValueError("set exactly one of file or env")
+        return self
+
+
+class TokenExchange(_Model):
+    """RFC 8693 at the provider that issued the caller's token: the backend gets a token of its
+    own audience naming the same user, never the caller's."""
+
+    client_id: NonEmpty
+    client_secret: SecretSource
+    audience: NonEmpty | None = None
+    resource: str | None = None
+    scope: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+
+    @field_validator("resource")
+    @classmethod
+    def _resource(cls, value: str | None) -> str | None:
+        return None if value is None else _absolute_http_url(value)
+
+    @model_validator(mode="after")
+    def _target(self) -> TokenExchange:
+        if self.audience is None and self.resource is None:
+            raise ValueError(
+                "set audience (the backend's client id at the provider) or resource (its URL): "
+                "the exchanged token must be for the backend"
+            )
+        return self
+
+
+class IdentityHeader(_Model):
+    """The caller's identity for a backend that trusts the gateway: the named claims as a JSON
+    object, or, with `signingKey`, as a short-lived HS256 JWS the backend can verify."""
+
+    header: HeaderName
+    claims: Annotated[list[NonEmpty], Field(min_length=1, max_length=32)] = ["sub"]
+    signing_key: SecretSource | None = None
+
+
+class SecretHeader(_Model):
+    """A static header (an API key) the backend requires, and optionally who the caller is."""
+
+    header: HeaderName
+    value: SecretSource
+    identity: IdentityHeader | None = None
+
+
+class BackendCredentials(_Model):
+    """What the backend receives in place of the caller's token (which it never gets unless
+    `passthrough` says so): exactly one mode."""
+
+    token_exchange: TokenExchange | None = None
+    # The verified token itself: only for a backend that is the same audience.
+    passthrough: bool = False
+    secret_header: SecretHeader | None = None
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> BackendCredentials:
+        chosen = [self.token_exchange is not None, self.passthrough, self.secret_header is not None]
+        if sum(chosen) != 1:
+            raise ValueError("set exactly one of tokenExchange, passthrough or secretHeader")
+        return self
+
+
 class BackendPolicy(_Model):
     mcp: McpPolicy | None = None
+    credentials: BackendCredentials | None = None
 
 
 class GatewayPolicySpec(_Model):

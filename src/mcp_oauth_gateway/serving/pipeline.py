@@ -5,6 +5,7 @@ proxy."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..asgi import ASGIApp, Limits, Receive, Scope, Send, send_error
@@ -15,12 +16,14 @@ from ..controlplane.snapshot import CompiledPolicy, CompiledRoute, Snapshot
 from ..dataplane.authn import JwtAuthentication, challenger_for
 from ..dataplane.authz import CelAuthorization
 from ..dataplane.cors import CorsFilter
+from ..dataplane.credentials import BackendCredentials
 from ..dataplane.mcp_authz import McpAuthorization
 from ..dataplane.metrics import Metrics
 from ..dataplane.oauth_endpoints import OAuthEndpoints, PathDispatch
 from ..dataplane.ratelimit import RateLimit
 from ..dataplane.routing import RouteEntry, RouteTable, shared_hosts
 from ..dataplane.scopes import RequiredScopes
+from ..dataplane.token_exchange import TokenExchanger
 from ..dataplane.transform import HeaderTransformation
 from ..providers import adapter_for
 from ..proxy.reverse_proxy import ReverseProxy
@@ -85,7 +88,32 @@ class Assembly:
         )
         if policy is None:
             return app, {}
+        if policy.credentials is not None:
+            app = BackendCredentials(
+                app, policy.credentials, route.route, self._exchanger(policy, route.route)
+            )
         return self._authentication(self._claims_stages(app, policy), policy, shared_with)
+
+    def _exchanger(self, policy: CompiledPolicy, route: str) -> TokenExchanger | None:
+        """The token exchanger of a TokenExchange backend: each provider's token endpoint
+        (from its metadata) and keyset version, by issuer."""
+        credentials = policy.credentials
+        if credentials is None or credentials.token_exchange is None:
+            return None
+        control = self.control
+        providers = {
+            p.issuer: (
+                control.discoveries.get(p.discovery_url),
+                _version_of(control, p.keyset.url),
+            )
+            for p in policy.providers
+        }
+        return TokenExchanger(
+            credentials.token_exchange,
+            providers,
+            lambda: control.session,
+            self.metrics.exchange_counter(route) if self.metrics else None,
+        )
 
     def _claims_stages(self, app: ASGIApp, policy: CompiledPolicy) -> ASGIApp:
         """The stages that use the verified claims, innermost first."""
@@ -182,3 +210,14 @@ class Assembly:
                 entries.append(RouteEntry(route, built[key]))
             tables[port] = RouteTable(entries)
         return tables
+
+
+def _version_of(control: ControlPlane, url: str) -> Callable[[], int]:
+    """The current version of a keyset (0 while none was fetched)."""
+
+    def version() -> int:
+        holder = control.keysets.get(url)
+        keyset = holder.keyset if holder is not None else None
+        return keyset.version if keyset is not None else 0
+
+    return version

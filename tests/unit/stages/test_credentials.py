@@ -1,0 +1,148 @@
+"""What the backend receives in place of the caller's token (`dataplane/credentials.py`,
+`controlplane/credentials.py`): secrets read at load and refused with the reason, the three
+modes, spoofed copies of the gateway's headers removed, and the caller's identity header."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from joserfc import jwt
+from joserfc.errors import BadSignatureError
+from joserfc.jwk import OctKey
+
+from mcp_oauth_gateway.asgi import CLAIMS_KEY, TOKEN_KEY
+from mcp_oauth_gateway.controlplane.credentials import SecretError, compile_credentials, read_secret
+from mcp_oauth_gateway.dataplane.credentials import BackendCredentials as Stage
+from mcp_oauth_gateway.resources.models import BackendCredentials, SecretSource
+
+from .harness import Inner, drive
+
+CALLER = {
+    CLAIMS_KEY: {"iss": "http://idp/", "sub": "alice", "groups": ["users"], "name": "Zoë"},
+    TOKEN_KEY: "caller-token",
+}
+ENV = {"API_KEY": "k-123", "SIGNING": "s" * 32, "EMPTY": "", "TWO_LINES": "a\nb"}
+
+
+def compiled(spec: dict, environ: dict[str, str] = ENV):
+    problems: list[str] = []
+    result = compile_credentials(BackendCredentials.model_validate(spec), problems, environ)
+    assert not problems, problems
+    assert result is not None
+    return result
+
+
+# --- secrets, at load -----------------------------------------------------------------------
+
+
+def test_a_secret_file_is_read_without_its_trailing_newline(tmp_path):
+    path = tmp_path / "api-key"
+    path.write_text("k-123\n")
+    assert read_secret(SecretSource(file=str(path))) == "k-123"
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ({"env": "MISSING"}, "environment variable MISSING is not set"),
+        ({"env": "EMPTY"}, "environment variable EMPTY is empty"),
+        ({"env": "TWO_LINES"}, "holds control characters; a secret must be one line"),
+        ({"file": "/nonexistent/key"}, "file /nonexistent/key cannot be read"),
+    ],
+)
+def test_a_secret_that_cannot_be_used_says_where_it_was_looked_for(source, message):
+    with pytest.raises(SecretError, match=message):
+        read_secret(SecretSource.model_validate(source), ENV)
+
+
+def test_an_unreadable_secret_makes_the_policy_invalid_naming_the_field():
+    problems: list[str] = []
+    spec = BackendCredentials.model_validate(
+        {"secretHeader": {"header": "X-Api-Key", "value": {"env": "MISSING"}}}
+    )
+    assert compile_credentials(spec, problems, ENV) is None
+    assert problems == [
+        "spec.backend.credentials.secretHeader.value: environment variable MISSING is not set "
+        "in the gateway's environment"
+    ]
+
+
+def test_secrets_never_show_in_the_compiled_policys_repr():
+    exchange = compiled(
+        {"tokenExchange": {"clientId": "gw", "clientSecret": {"env": "API_KEY"}, "audience": "b"}}
+    )
+    header = compiled({"secretHeader": {"header": "X-Api-Key", "value": {"env": "API_KEY"}}})
+    assert "k-123" not in repr(exchange)
+    assert "k-123" not in repr(header)
+
+
+# --- the modes ------------------------------------------------------------------------------
+
+
+async def test_a_secret_header_replaces_any_copy_the_client_sent():
+    inner = Inner()
+    stage = Stage(
+        inner,
+        compiled({"secretHeader": {"header": "X-Api-Key", "value": {"env": "API_KEY"}}}),
+        "default/mcp",
+    )
+    spoofed = [(b"x-api-key", b"client-made"), (b"authorization", b"Bearer stolen")]
+    response = await drive(stage, "POST", headers=spoofed, scope=CALLER, inner=inner)
+    assert response.status == 200
+    assert [v for k, v in inner.last.headers if k == b"x-api-key"] == [b"k-123"]
+    assert inner.last.header(b"authorization") is None
+
+
+async def test_passthrough_hands_the_verified_token_on():
+    inner = Inner()
+    stage = Stage(inner, compiled({"passthrough": True}), "default/mcp")
+    await drive(stage, "POST", scope=CALLER, inner=inner)
+    assert inner.last.header(b"authorization") == b"Bearer caller-token"
+
+
+async def test_an_anonymous_caller_gets_no_token_passed_on():
+    inner = Inner()
+    stage = Stage(inner, compiled({"passthrough": True}), "default/mcp")
+    await drive(stage, "POST", headers=[(b"authorization", b"Bearer x")], inner=inner)
+    assert inner.last.header(b"authorization") is None
+
+
+async def test_the_identity_header_is_plain_json_or_a_signed_jws():
+    base = {"header": "X-Api-Key", "value": {"env": "API_KEY"}}
+    plain = compiled(
+        {
+            "secretHeader": {
+                **base,
+                "identity": {"header": "X-User", "claims": ["sub", "name", "absent"]},
+            }
+        }
+    )
+    signed = compiled(
+        {
+            "secretHeader": {
+                **base,
+                "identity": {
+                    "header": "X-User",
+                    "claims": ["sub", "groups"],
+                    "signingKey": {"env": "SIGNING"},
+                },
+            }
+        }
+    )
+    inner = Inner()
+    spoof = [(b"x-user", b'{"sub":"root"}')]
+    await drive(Stage(inner, plain, "r"), "POST", headers=spoof, scope=CALLER, inner=inner)
+    value = inner.last.header(b"x-user")
+    assert value is not None
+    assert value.isascii()
+    assert json.loads(value) == {"sub": "alice", "name": "Zoë"}
+    await drive(Stage(inner, signed, "r"), "POST", headers=spoof, scope=CALLER, inner=inner)
+    token = inner.last.header(b"x-user")
+    assert token is not None
+    decoded = jwt.decode(token.decode(), OctKey.import_key(b"s" * 32))
+    assert decoded.claims["sub"] == "alice"
+    assert decoded.claims["groups"] == ["users"]
+    assert decoded.claims["exp"] - decoded.claims["iat"] == 60
+    with pytest.raises(BadSignatureError):
+        jwt.decode(token.decode(), OctKey.import_key(b"x" * 32))
