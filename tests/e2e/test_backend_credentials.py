@@ -1,0 +1,90 @@
+"""What the MCP server behind the gateway receives, with real processes (the gateway and the
+`mcp` SDK backend, which records every request's headers): a static secret header and the
+caller's signed identity, never a client's copy of either and never the caller's token; or, with
+`passthrough`, the verified token itself."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from joserfc import jwt
+from joserfc.jwk import OctKey
+
+from conftest import gateway_beside
+from support import INITIALIZE, mcp_headers
+
+RULE_LINE = "          - '\"mcp-agent\" in jwt.groups'\n"
+SIGNING_KEY = "identity-signing-key-for-tests-0123456789"
+
+
+def credentials_block(secret_file: Path, key_file: Path) -> str:
+    return f"""  backend:
+    credentials:
+      secretHeader:
+        header: X-Api-Key
+        value: {{file: {secret_file}}}
+        identity:
+          header: X-Mcp-Identity
+          claims: [sub, groups]
+          signingKey: {{file: {key_file}}}
+"""
+
+
+@pytest.fixture(scope="module")
+def secret_gateway(stack_b, tmp_path_factory, logs) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("secret-header")
+    secret, key = tmp / "api-key", tmp / "signing-key"
+    secret.write_text("backend-api-key-42\n")
+    key.write_text(SIGNING_KEY)
+    edits = ((RULE_LINE, RULE_LINE + credentials_block(secret, key)),)
+    yield from gateway_beside(stack_b, tmp / "config", logs, "gateway-secret-header", edits=edits)
+
+
+@pytest.fixture(scope="module")
+def passthrough_gateway(stack_b, tmp_path_factory, logs) -> Iterator[str]:
+    edits = ((RULE_LINE, RULE_LINE + "  backend:\n    credentials: {passthrough: true}\n"),)
+    yield from gateway_beside(
+        stack_b, tmp_path_factory.mktemp("passthrough"), logs, "gateway-passthrough", edits=edits
+    )
+
+
+def seen_by_backend(stack_b, mark: str) -> list[tuple[str, str]]:
+    for request in httpx.get(f"http://{stack_b.backend}/debug/requests").json():
+        if dict(request["headers"]).get("mcp-param-mark") == mark:
+            return [tuple(h) for h in request["headers"]]
+    raise AssertionError("the request did not reach the backend")
+
+
+def send(base: str, token: str, **extra: str) -> tuple[httpx.Response, str]:
+    mark = uuid.uuid4().hex
+    headers = mcp_headers(token, **{"Mcp-Param-Mark": mark}, **extra)
+    return httpx.post(f"{base}/mcp", json=INITIALIZE, headers=headers), mark
+
+
+def test_the_backend_gets_the_secret_and_a_signed_identity_never_a_clients_copy(
+    secret_gateway, stack_b
+):
+    token = stack_b.token()
+    response, mark = send(
+        secret_gateway, token, **{"X-Api-Key": "client-guess", "X-Mcp-Identity": "forged"}
+    )
+    assert response.status_code == 200
+    headers = seen_by_backend(stack_b, mark)
+    assert [v for k, v in headers if k == "x-api-key"] == ["backend-api-key-42"]
+    identities = [v for k, v in headers if k == "x-mcp-identity"]
+    assert len(identities) == 1
+    claims = jwt.decode(identities[0], OctKey.import_key(SIGNING_KEY.encode())).claims
+    assert claims["sub"] == "alice"
+    assert claims["groups"] == ["mcp-agent", "users"]
+    assert all(k != "authorization" for k, _ in headers)  # the caller's token stays here
+
+
+def test_passthrough_hands_the_backend_the_verified_token(passthrough_gateway, stack_b):
+    token = stack_b.token()
+    response, mark = send(passthrough_gateway, token)
+    assert response.status_code == 200
+    assert ("authorization", f"Bearer {token}") in seen_by_backend(stack_b, mark)
