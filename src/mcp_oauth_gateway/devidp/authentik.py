@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .oidc import OAuthClient, OpenIdProvider, Subject, json_response
+from .oidc import OAuthClient, OAuthError, OpenIdProvider, Subject, json_response
 from .settings import DevIdpSettings
 from .store import Record, Store, check_password, hash_password, new_id, new_signing_key
 
@@ -233,6 +233,14 @@ class AuthentikFlavour:
     name = "authentik"
     interaction_prefix = "/if/flow/authorize"
     grant_not_allowed_error = (400, "invalid_grant")
+
+    def token_exchange(
+        self, base: str, client: OAuthClient, form: dict[str, str], audiences: list[str]
+    ) -> dict[str, Any]:
+        """authentik before 2026.8 (what this flavour imitates so far) has no token exchange."""
+        raise OAuthError(
+            400, "unsupported_grant_type", "The authorization grant type is not supported"
+        )
 
     def __init__(
         self, store: Store, settings: DevIdpSettings, clock: Callable[[], float] = time.monotonic

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from . import keycloak_exchange
 from .oidc import OAuthClient, OpenIdProvider, Subject, json_response
 from .settings import DevIdpSettings
 from .store import Record, Store, check_password, hash_password, new_id, new_signing_key
@@ -320,6 +321,24 @@ class KeycloakFlavour:
     def signing_key(self, client: OAuthClient) -> RSAKey:
         """The realm's RS256 key."""
         return self._key
+
+    def signing_key_of_realm(self) -> RSAKey:
+        """The realm's RS256 key (every client's tokens are signed with it)."""
+        return self._key
+
+    def client_attribute(self, client_id: str, name: str) -> str | None:
+        """A client's attribute (`standard.token.exchange.enabled`, …)."""
+        record = next(
+            (c for c in self.store.collection("kc_clients") if c["clientId"] == client_id), None
+        )
+        value = (record or {}).get("attributes", {}).get(name)
+        return value if isinstance(value, str) else None
+
+    def token_exchange(
+        self, base: str, client: OAuthClient, form: dict[str, str], audiences: list[str]
+    ) -> dict[str, Any]:
+        """Standard token exchange (V2), as Keycloak ≥ 26.2 does it."""
+        return keycloak_exchange.exchange(self, base, client, form, audiences)
 
     def access_token_ttl(self, client: OAuthClient) -> int:
         """The master realm's access-token lifespan (60 s unless configured)."""
@@ -640,6 +659,7 @@ class KeycloakFlavour:
             "serviceAccountsEnabled": "client_credentials" in record["grantTypes"],
             "consentRequired": record.get("consentRequired", False),
             "protocol": "openid-connect",
+            "attributes": record.get("attributes", {}),
         }
 
     async def _list_clients(self, request: Request, parts: list[str]) -> Response:
@@ -678,6 +698,9 @@ class KeycloakFlavour:
             "redirectUris": [u for u in body.get("redirectUris") or [] if isinstance(u, str)],
             "grantTypes": grants,
             "consentRequired": bool(body.get("consentRequired")),
+            "attributes": {
+                k: v for k, v in (body.get("attributes") or {}).items() if isinstance(v, str)
+            },
         }
         self.store.collection("kc_clients").append(record)
         self.store.save()

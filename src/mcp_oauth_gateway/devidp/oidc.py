@@ -29,6 +29,7 @@ from . import pages
 CODE_TTL = 60
 INTERACTION_TTL = 600
 SESSION_COOKIE = "devidp_session"
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,12 @@ class Flavour(Protocol):
     name: str
     interaction_prefix: str
     grant_not_allowed_error: tuple[int, str]
+
+    def token_exchange(
+        self, base: str, client: OAuthClient, form: dict[str, str], audiences: list[str]
+    ) -> dict[str, Any]:
+        """RFC 8693, as this provider does it (its own rules and refusals)."""
+        ...
 
     def issuer(self, base: str, client: OAuthClient) -> str:
         """The issuer for tokens of `client`."""
@@ -148,6 +155,11 @@ async def read_form(request: Request) -> dict[str, str]:
     return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
 
 
+def form_pairs(body: bytes) -> list[tuple[str, str]]:
+    """Every parameter of a form body, repeats kept (`audience` may repeat in token exchange)."""
+    return parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
+
+
 def json_response(
     payload: Any, status: int = 200, headers: dict[str, str] | None = None
 ) -> Response:
@@ -192,8 +204,10 @@ class OpenIdProvider:
         resource: str | None,
         nonce: str | None = None,
         refresh: bool = True,
+        overrides: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Issue access (and id, refresh) tokens for `subject`."""
+        """Issue access (and id, refresh) tokens for `subject` (`overrides`: claims the grant
+        decides itself, as token exchange does `aud`)."""
         flavour = self.flavour
         now = int(time.time())
         ttl = flavour.access_token_ttl(client)
@@ -205,6 +219,7 @@ class OpenIdProvider:
             "exp": now + ttl,
             "jti": secrets.token_urlsafe(16),
             **flavour.token_claims(client, subject, scopes, resource),
+            **(overrides or {}),
         }
         header = {"alg": "RS256", "kid": key.kid, "typ": "JWT"}
         access = jwt.encode(header, claims, key)
@@ -394,6 +409,11 @@ class OpenIdProvider:
         try:
             client = self._client_from_request(request, form)
             grant = form.get("grant_type", "")
+            base = str(request.base_url).rstrip("/")
+            if grant == TOKEN_EXCHANGE:
+                # Each provider decides for itself who may exchange (not by grant_types).
+                audiences = [v for k, v in form_pairs(await request.body()) if k == "audience"]
+                return token_response(self.flavour.token_exchange(base, client, form, audiences))
             if grant not in (
                 "authorization_code",
                 "refresh_token",
@@ -408,7 +428,6 @@ class OpenIdProvider:
                 raise OAuthError(
                     status, error, f"the {grant} grant is not allowed for client {client.client_id}"
                 )
-            base = str(request.base_url).rstrip("/")
             handler = {
                 "authorization_code": self._code_grant,
                 "refresh_token": self._refresh_grant,
