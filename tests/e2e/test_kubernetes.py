@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -256,7 +257,8 @@ def cluster(
         "k8s-gateway-a",
         controller_cmd(apiserver.kubeconfig, admin_port, "--lease-namespace", NS),
         logs,
-        env={"POD_NAME": "replica-a"},
+        # As a Deployment gives a mounted Secret: env.valueFrom.secretKeyRef.
+        env={"POD_NAME": "replica-a", "BACKEND_API_KEY": BACKEND_API_KEY},
     )
     try:
         wait_for_port(idp_port, idp_process)
@@ -367,6 +369,56 @@ def test_an_invalid_cel_rule_fails_closed_and_fixing_it_restores_service(
         "GatewayPolicy", NS, "mcp-authn", {"Accepted": "True", "Attached": "True"}, generation
     )
     wait_until(lambda: cluster.initialize(token).status_code == 200, WAIT, "service to return")
+
+
+BACKEND_API_KEY = "k8s-backend-api-key-7"
+
+
+def test_backend_credentials_in_controller_mode(cluster: ClusterStack) -> None:
+    """A secret header from the controller's environment reaches the backend; a variable that
+    is not set makes the policy Accepted=False naming the field, and the route fails closed."""
+    api, token = cluster.api, cluster.token()
+
+    def credentials(env: str | None) -> int:
+        value = (
+            None
+            if env is None
+            else {"secretHeader": {"header": "X-Api-Key", "value": {"env": env}}}
+        )
+        return api.patch(
+            "GatewayPolicy", NS, "mcp-authn", {"spec": {"backend": {"credentials": value}}}
+        )
+
+    generation = credentials("BACKEND_API_KEY")
+    api.wait_conditions("GatewayPolicy", NS, "mcp-authn", {"Accepted": "True"}, generation)
+    mark = uuid.uuid4().hex
+
+    def delivered() -> bool:
+        headers = {**ACCEPT, "Authorization": f"Bearer {token}", "Mcp-Param-Mark": mark}
+        httpx.post(f"{cluster.gateway}/mcp", json=INITIALIZE, headers=headers, timeout=10)
+        for request in httpx.get(f"http://{cluster.backend}/debug/requests").json():
+            seen = dict(request["headers"])
+            if seen.get("mcp-param-mark") == mark and seen.get("x-api-key") == BACKEND_API_KEY:
+                return True
+        return False
+
+    try:
+        wait_until(delivered, WAIT, "the backend to receive the secret header")
+        generation = credentials("NOT_SET_ANYWHERE")
+        conditions = api.wait_conditions(
+            "GatewayPolicy", NS, "mcp-authn", {"Accepted": "False"}, generation
+        )
+        assert (
+            "spec.backend.credentials.secretHeader.value: environment variable "
+            in (conditions["Accepted"]["message"])
+        )
+        wait_until(
+            lambda: cluster.initialize(token).status_code == 503, WAIT, "the route to fail closed"
+        )
+    finally:
+        generation = credentials(None)
+        api.wait_conditions("GatewayPolicy", NS, "mcp-authn", {"Accepted": "True"}, generation)
+        wait_until(lambda: cluster.initialize(token).status_code == 200, WAIT, "service to return")
 
 
 def test_a_policy_targeting_a_missing_route_is_not_attached(cluster: ClusterStack) -> None:

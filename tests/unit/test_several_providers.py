@@ -129,3 +129,35 @@ def test_a_login_hint_picks_a_provider_only_by_a_domain_that_is_its_alone():
     assert pick_by_hint(two, "alice@elsewhere.example") is None  # the user chooses
     assert pick_by_hint(two, "alice") is None
     assert pick_by_hint(two, None) is None
+
+
+def test_every_problem_a_policy_has_makes_it_fail_closed(tmp_path):
+    """The invariant the data plane relies on: a policy with any problem carries `invalid`
+    (its routes answer 503). Each variant has one problem, found by a different step."""
+    from mcp_oauth_gateway.controlplane.policies import References, compile_policy
+    from mcp_oauth_gateway.resources.models import GatewayPolicy
+
+    variants = {
+        "cel": policy(rules=("jwt.groups.contanis(1)",)),
+        "client": policy(client_id=None),
+        "facade": two_providers(),
+        "secret": policy()
+        + "  backend:\n    credentials:\n      secretHeader:\n        header: X-K\n"
+        "        value: {env: NOT_SET_IN_THIS_TEST}\n",
+        "both": policy().replace(
+            "    jwtAuthentication:\n", "    jwtAuthentication:\n      forwardToken: true\n"
+        )
+        + "  backend:\n    credentials: {passthrough: true}\n",
+        "scope-rule": policy()
+        + "  backend:\n    mcp:\n      scopes: [{match: 'mcp.tool.name ==', required: [x]}]\n",
+    }
+    for name, text in variants.items():
+        loaded = load_paths([write(tmp_path, BASE + text)])
+        document = next(
+            r.resource for r in loaded.resources if isinstance(r.resource, GatewayPolicy)
+        )
+        result = compile_policy(document, References({}))
+        assert not result.valid, name
+        assert result.compiled.invalid is not None, name
+        for problem in result.problems:
+            assert problem in result.compiled.invalid, (name, problem)

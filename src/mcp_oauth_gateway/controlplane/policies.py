@@ -485,6 +485,8 @@ def compile_policy(
     mcp_authorization, scopes = compile_claim_rules(policy, problems)
     transformation = compile_transformation(traffic.transformation, jwt_spec is not None, problems)
     rate_limit = compile_rate_limit(traffic.rate_limit, problems)
+    credentials = backend_credentials(policy, problems)
+    # Last: every problem above must be in it, or an invalid policy would be served.
     invalid = None
     if problems:
         invalid = f"GatewayPolicy {policy.metadata.key} is invalid: " + "; ".join(problems)
@@ -500,7 +502,7 @@ def compile_policy(
         mcp_authorization,
         scopes,
         jwt_spec.mode if jwt_spec else "Strict",
-        backend_credentials(policy, problems),
+        credentials,
     )
     return PolicyResult(compiled, tuple(problems), tuple(unresolved))
 

@@ -48,6 +48,7 @@ class KeycloakFlavour(Protocol):
         """The claims the client's scopes give a token."""
         ...
 
+
 ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token"
 ENABLED = "standard.token.exchange.enabled"
 UNSUPPORTED = ("requested_subject", "requested_issuer", "subject_issuer")

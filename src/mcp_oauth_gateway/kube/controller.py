@@ -190,7 +190,17 @@ class Controller:
             if not self.cache.synced:
                 continue
             if self.cache.content_version != self._built_version or self.result is None:
-                await self.rebuild()
+                try:
+                    await self.rebuild()
+                except Exception:
+                    # A bug must not stop the controller: it keeps serving the last good
+                    # configuration and says so, and the next change is built again.
+                    self._built_version = self.cache.content_version
+                    log.exception(
+                        "building the configuration from the API server failed; the last "
+                        "good configuration is still served"
+                    )
+                    continue
             self._status_due.set()
 
     async def rebuild(self) -> None:

@@ -146,3 +146,35 @@ async def test_the_identity_header_is_plain_json_or_a_signed_jws():
     assert decoded.claims["exp"] - decoded.claims["iat"] == 60
     with pytest.raises(BadSignatureError):
         jwt.decode(token.decode(), OctKey.import_key(b"x" * 32))
+
+
+async def test_a_policy_whose_only_problem_is_a_secret_fails_closed(tmp_path):
+    """Regression: the secret's problem was found after the policy was marked valid, so the
+    route was built as if it were, without its keyset (a crash in controller mode)."""
+    import httpx
+
+    from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
+    from mcp_oauth_gateway.resources import load_paths
+    from mcp_oauth_gateway.serving.app import GatewayApp
+    from unit.resources_fixture import BASE, policy, write
+
+    text = (
+        BASE
+        + policy()
+        + (
+            "  backend:\n    credentials:\n      secretHeader:\n        header: X-Api-Key\n"
+            "        value: {env: NOT_SET_IN_THIS_TEST}\n"
+        )
+    )
+    snapshot = build_snapshot(load_paths([write(tmp_path, text)]))
+    route = snapshot.listeners[8080][0]
+    assert route.policy is not None
+    assert route.policy.invalid is not None
+    assert "NOT_SET_IN_THIS_TEST" in route.policy.invalid
+    app = GatewayApp(ControlPlane(snapshot))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://gw.example:8080"
+    ) as client:
+        response = await client.post("/mcp", json={})
+    assert response.status_code == 503
+    assert response.json()["error"] == "policy_invalid"
