@@ -29,7 +29,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .oidc import OAuthClient, OAuthError, OpenIdProvider, Subject, json_response
+from . import authentik_exchange
+from .oidc import OAuthClient, OpenIdProvider, Subject, json_response
 from .settings import DevIdpSettings
 from .store import Record, Store, check_password, hash_password, new_id, new_signing_key
 
@@ -56,8 +57,11 @@ GRANT_TYPES = frozenset(
         "client_credentials",
         "password",
         "urn:ietf:params:oauth:grant-type:device_code",
+        authentik_exchange.GRANT,
     }
 )
+# Token exchange is off unless a provider lists it (authentik 2026.8).
+DEFAULT_GRANT_TYPES = GRANT_TYPES - {authentik_exchange.GRANT}
 SUB_MODES = frozenset(
     {"hashed_user_id", "user_id", "user_uuid", "user_username", "user_email", "user_upn"}
 )
@@ -237,10 +241,32 @@ class AuthentikFlavour:
     def token_exchange(
         self, base: str, client: OAuthClient, form: dict[str, str], audiences: list[str]
     ) -> dict[str, Any]:
-        """authentik before 2026.8 (what this flavour imitates so far) has no token exchange."""
-        raise OAuthError(
-            400, "unsupported_grant_type", "The authorization grant type is not supported"
-        )
+        """Token exchange as authentik 2026.8 does it."""
+        return authentik_exchange.exchange(self, base, client, form, audiences)
+
+    def provider_record(self, client: OAuthClient) -> dict[str, Any]:
+        """The stored provider behind a client."""
+        provider = self._find("ak_providers", pk=client.context["provider"])
+        assert provider is not None
+        return provider
+
+    def clients_trusted_by(self, client: OAuthClient) -> list[OAuthClient]:
+        """The providers in a provider's `jwt_federation_providers`, bound to applications."""
+        out = []
+        for pk in self.provider_record(client).get("jwt_federation_providers", []):
+            trusted = self._find("ak_providers", pk=pk)
+            found = self.find_client(trusted["client_id"]) if trusted else None
+            if found is not None:
+                out.append(found)
+        return out
+
+    def subject_by_token_sub(self, client: OAuthClient, sub: str) -> Subject | None:
+        """The user whose `sub` at this provider (by its sub mode) is `sub`."""
+        for user in self.store.collection("ak_users"):
+            subject = self._subject(user)
+            if self.token_claims(client, subject, [], None)["sub"] == sub:
+                return subject
+        return None
 
     def __init__(
         self, store: Store, settings: DevIdpSettings, clock: Callable[[], float] = time.monotonic
@@ -835,16 +861,41 @@ class AuthentikFlavour:
         if provider is None:
             return json_response({"detail": "No OAuth2Provider matches the given query."}, 404)
         body = await self._body(request)
-        unsupported = sorted(set(body) - {"redirect_uris"})
+        unsupported = sorted(
+            set(body) - {"redirect_uris", "grant_types", "jwt_federation_providers"}
+        )
         if unsupported:
             # The dev IdP only emulates the partial update the provisioning tool sends.
             raise FieldErrors(
                 {k: ["The dev identity provider cannot change this field."] for k in unsupported}
             )
-        entries = self._redirect_entries(body.get("redirect_uris"))
-        provider["redirect_uris"] = entries
+        if "redirect_uris" in body:
+            provider["redirect_uris"] = self._redirect_entries(body.get("redirect_uris"))
+        errors: dict[str, list[str]] = {}
+        if "grant_types" in body:
+            provider["grant_types"] = self._provider_choices(
+                {"grant_types": body["grant_types"], "client_id": "-"}, errors
+            )["grant_types"]
+            errors.pop("client_id", None)
+        if "jwt_federation_providers" in body:
+            provider["jwt_federation_providers"] = self._federation(body, errors)
+        if errors:
+            raise FieldErrors(errors)
         self.store.save()
         return json_response(self._provider_rep(provider))
+
+    def _federation(self, body: Record, errors: dict[str, list[str]]) -> list[int]:
+        """`jwt_federation_providers`: pks of existing OAuth2 providers."""
+        value = body.get("jwt_federation_providers", [])
+        if not isinstance(value, list):
+            errors["jwt_federation_providers"] = ['Expected a list of items but got type "str".']
+            return []
+        missing = [pk for pk in value if self._find("ak_providers", pk=pk) is None]
+        if missing:
+            errors["jwt_federation_providers"] = [
+                f'Invalid pk "{pk}" - object does not exist.' for pk in missing
+            ]
+        return [pk for pk in value if pk not in missing]
 
     @staticmethod
     def _redirect_entries(value: Any) -> list[Record]:
@@ -931,7 +982,7 @@ class AuthentikFlavour:
         client_type = body.get("client_type", "confidential")
         if client_type not in ("confidential", "public"):
             errors["client_type"] = [f'"{client_type}" is not a valid choice.']
-        grants = body.get("grant_types", sorted(GRANT_TYPES))
+        grants = body.get("grant_types", sorted(DEFAULT_GRANT_TYPES))
         if not isinstance(grants, list) or any(g not in GRANT_TYPES for g in grants):
             errors["grant_types"] = [
                 f'"{g}" is not a valid choice.'
@@ -989,8 +1040,10 @@ class AuthentikFlavour:
             "sub_mode": fields["sub_mode"],
             "issuer_mode": "per_provider",
             "jwt_federation_sources": [],
-            "jwt_federation_providers": [],
+            "jwt_federation_providers": self._federation(body, errors),
         }
+        if errors:
+            raise FieldErrors(errors)
         providers.append(provider)
         self.store.save()
         return json_response(self._provider_rep(provider), 201)
