@@ -357,3 +357,65 @@ def test_the_dev_idp_refuses_exchanges_as_keycloak_does(
     assert answer.json()["error"] == error
     if description is not None:
         assert answer.json()["error_description"] == description
+
+
+def test_idp_keycloak_sets_token_exchange_up(logs: Path, tmp_path_factory):
+    """`idp keycloak --token-exchange-client … --token-exchange-audience …` against the dev IdP:
+    the policy it writes exchanges users' tokens for the backend, the secret sits in a file only
+    its owner reads, a second run changes nothing, and the exchange it set up works."""
+    from .test_idp_e2e import cli
+
+    tmp = tmp_path_factory.mktemp("idp-exchange")
+    idp, url = start_dev_idp("keycloak", logs, tmp / "state.json")
+    out = tmp / "out"
+    args = [
+        *("idp", "keycloak", "--url", url, "--resource", "http://127.0.0.1:8080/mcp"),
+        *("--user", "alice:alice@example.com", "--output-dir", str(out)),
+        *(
+            "--token-exchange-client",
+            "gateway-exchange",
+            "--token-exchange-audience",
+            "mcp-backend",
+        ),
+    ]
+    env = {"KEYCLOAK_ADMIN_PASSWORD": ADMIN_PASSWORD, "KEYCLOAK_USER_PASSWORD": USER_PASSWORD}
+    try:
+        first = cli(*args, env=env)
+        assert first.returncode == 0, first.stderr
+        secret_file = out / "token-exchange-client-secret"
+        assert secret_file.stat().st_mode & 0o777 == 0o600
+        secret = secret_file.read_text().strip()
+        assert secret not in first.stdout + first.stderr
+        policy = (out / "gateway.yaml").read_text()
+        assert "tokenExchange:" in policy
+        assert f"file: {secret_file.resolve()}" in policy
+        check = cli("check", "-f", str(out))
+        assert check.returncode == 0, check.stdout + check.stderr
+        again = cli(*args, env=env)
+        assert again.returncode == 0, again.stderr
+        assert "exists; its secret file is kept" in again.stderr
+        assert secret_file.read_text().strip() == secret
+        user = httpx.post(
+            f"{url}{REALM}/protocol/openid-connect/token",
+            data={
+                "grant_type": "password",
+                "client_id": "admin-cli",
+                "username": "alice",
+                "password": USER_PASSWORD,
+            },
+        ).json()["access_token"]
+        exchanged = httpx.post(
+            f"{url}{REALM}/protocol/openid-connect/token",
+            data={
+                "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+                "subject_token": user,
+                "subject_token_type": "urn:ietf:params:oauth:token-type:access_token",
+                "audience": "mcp-backend",
+                "scope": "mcp-backend-audience",
+            },
+            auth=("gateway-exchange", secret),
+        )
+        assert exchanged.status_code == 200, exchanged.text
+        assert unverified_claims(exchanged.json()["access_token"])["aud"] == "mcp-backend"
+    finally:
+        idp.stop()

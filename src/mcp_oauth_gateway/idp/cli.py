@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from . import authentik, keycloak, resources
+from . import authentik, keycloak, keycloak_exchange, resources
 from .steps import Progress, StepError
 
 EXIT_USAGE = 2
@@ -64,6 +64,18 @@ def _add_keycloak_parser(tools: argparse._SubParsersAction[argparse.ArgumentPars
         "--gateway-client-id",
         default="mcp-gateway",
         help="Broker mode: the public client the gateway signs users in with",
+    )
+    kc.add_argument(
+        "--token-exchange-client",
+        metavar="CLIENT_ID",
+        help="create this confidential client for standard token exchange (Keycloak >= 26.2); "
+        "its secret is written beside the resources and the policy exchanges users' tokens "
+        "for the --token-exchange-audience backend",
+    )
+    kc.add_argument(
+        "--token-exchange-audience",
+        metavar="CLIENT_ID",
+        help="with --token-exchange-client: the backend's client id (the exchanged tokens' aud)",
     )
     kc.add_argument(
         "--allow-anonymous-dcr",
@@ -187,9 +199,24 @@ def _keycloak(args: argparse.Namespace) -> tuple[Tool, Progress]:
         backend=args.backend,
         mode=args.mode,
         gateway_client_id=args.gateway_client_id,
+        exchange=_exchange_options(args),
     )
     progress = Progress("keycloak", len(keycloak.STEPS))
     return functools.partial(keycloak.provision, options, progress=progress), progress
+
+
+def _exchange_options(args: argparse.Namespace) -> keycloak_exchange.ExchangeOptions | None:
+    client, audience = args.token_exchange_client, args.token_exchange_audience
+    if client is None and audience is None:
+        return None
+    if client is None or audience is None:
+        raise _Usage(
+            "--token-exchange-client and --token-exchange-audience go together: the client "
+            "that exchanges users' tokens, and the backend's client id it exchanges them for"
+        )
+    return keycloak_exchange.ExchangeOptions(
+        client, audience, Path(args.output_dir) / keycloak_exchange.SECRET_FILE
+    )
 
 
 def _authentik(args: argparse.Namespace) -> tuple[Tool, Progress]:

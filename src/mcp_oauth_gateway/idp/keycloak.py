@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from . import keycloak_exchange, resources
 from .resources import GatewayValues
 from .steps import Progress, Step, StepError, describe, names, run_steps
 
@@ -40,6 +41,8 @@ class KeycloakOptions:
     backend: str = "http://127.0.0.1:8000/mcp"
     mode: str = "Facade"
     gateway_client_id: str = "mcp-gateway"
+    # --token-exchange-client / --token-exchange-audience (docs/token-exchange.md §1.5)
+    exchange: keycloak_exchange.ExchangeOptions | None = None
 
 
 class KeycloakAdmin:
@@ -166,6 +169,7 @@ class _Run:
     client_id: str | None = None
     issuer: str = ""
     jwks_path: str = ""
+    exchange: keycloak_exchange.ExchangeValues | None = None
 
     def get(self, path: str, **params: str) -> Any:
         """The JSON body of an admin GET that must answer 200."""
@@ -366,6 +370,14 @@ def _gateway_client(run: _Run) -> None:
     run.progress.say(f"created public client {client_id!r} for the gateway, callback {callback}")
 
 
+def _token_exchange(run: _Run) -> None:
+    options = run.options.exchange
+    if options is None:
+        run.progress.say("not asked for (--token-exchange-client)")
+        return
+    run.exchange = keycloak_exchange.provision(run.admin, options, run.scope_id, run.progress)
+
+
 def _discovery(run: _Run) -> None:
     response = run.http.get(f"{run.admin.base}/realms/{REALM}/.well-known/openid-configuration")
     if response.status_code != 200:
@@ -387,6 +399,7 @@ _STEPS: tuple[Step[_Run], ...] = (
     Step("membership", _membership),
     Step("registration policies", _registration_policies),
     Step("gateway client", _gateway_client),
+    Step("token exchange", _token_exchange),
     Step("discovery", _discovery),
 )
 STEPS = names(_STEPS)
@@ -407,6 +420,16 @@ def provision(options: KeycloakOptions, http: httpx.Client, progress: Progress) 
         backend=options.backend,
         group=options.group,
         mode=options.mode,
+        exchange=(
+            None
+            if run.exchange is None
+            else resources.TokenExchangeValues(
+                run.exchange.client,
+                run.exchange.audience,
+                run.exchange.scope,
+                str(run.exchange.secret_file.resolve()),
+            )
+        ),
     )
 
 

@@ -33,6 +33,17 @@ CORS = {
 
 
 @dataclass(frozen=True)
+class TokenExchangeValues:
+    """The backend's token exchange: the client, the backend's audience, the scope giving it,
+    and the file holding the client's secret."""
+
+    client: str
+    audience: str
+    scope: str
+    secret_file: str
+
+
+@dataclass(frozen=True)
 class GatewayValues:
     """What a provisioning run found out that the gateway's resources need."""
 
@@ -47,6 +58,7 @@ class GatewayValues:
     group: str
     scopes: tuple[str, ...] = ("openid", "profile")
     mode: str = "Facade"
+    exchange: TokenExchangeValues | None = None
 
 
 def _port(parts: SplitResult) -> int:
@@ -163,6 +175,25 @@ def _service(service: str, idp: SplitResult) -> dict[str, object]:
 
 
 def _gateway_policy(values: GatewayValues, service: str, idp: SplitResult) -> dict[str, object]:
+    policy = _policy_document(values, service, idp)
+    exchange = values.exchange
+    if exchange is not None:
+        spec = policy["spec"]
+        assert isinstance(spec, dict)
+        spec["backend"] = {
+            "credentials": {
+                "tokenExchange": {
+                    "clientId": exchange.client,
+                    "clientSecret": {"file": exchange.secret_file},
+                    "audience": exchange.audience,
+                    "scope": exchange.scope,
+                }
+            }
+        }
+    return policy
+
+
+def _policy_document(values: GatewayValues, service: str, idp: SplitResult) -> dict[str, object]:
     return {
         "apiVersion": POLICY_API_VERSION,
         "kind": "GatewayPolicy",
