@@ -119,7 +119,22 @@ def provision(idp: str) -> None:
         assert admin.post("/users", json=user).status_code == 201
 
 
-def resources(port: int, backend_port: int, issuer: str, audience: str) -> str:
+@dataclass(frozen=True)
+class ExchangeConfig:
+    """What differs between the providers' exchange set-ups in the generated resources."""
+
+    issuer: str
+    kind: str
+    audiences: str  # the users' tokens' audience the gateway accepts
+    jwks: str
+    client: str
+    audience: str  # the backend's
+    scope: str | None = None
+
+
+def resources(port: int, backend_port: int, c: ExchangeConfig) -> str:
+    """A gateway in front of the backend, exchanging users' tokens for it."""
+    scope = f"\n        scope: {c.scope}" if c.scope else ""
     return f"""
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -151,17 +166,16 @@ spec:
   traffic:
     jwtAuthentication:
       providers:
-        - issuer: {issuer}
-          kind: Keycloak
-          audiences: [gateway-exchange]
-          jwks: {{remote: {{url: {issuer}/protocol/openid-connect/certs}}}}
+        - issuer: {c.issuer}
+          kind: {c.kind}
+          audiences: [{c.audiences}]
+          jwks: {{remote: {{url: {c.jwks}}}}}
   backend:
     credentials:
       tokenExchange:
-        clientId: gateway-exchange
+        clientId: {c.client}
         clientSecret: {{env: EXCHANGE_SECRET}}
-        audience: {audience}
-        scope: backend-audience
+        audience: {c.audience}{scope}
 """
 
 
@@ -177,7 +191,16 @@ def _gateway(
     port = free_port()
     config = tmp / name
     config.mkdir()
-    (config / "resources.yaml").write_text(resources(port, backend_port, issuer, audience))
+    keycloak = ExchangeConfig(
+        issuer,
+        "Keycloak",
+        "gateway-exchange",
+        f"{issuer}/protocol/openid-connect/certs",
+        "gateway-exchange",
+        audience,
+        "backend-audience",
+    )
+    (config / "resources.yaml").write_text(resources(port, backend_port, keycloak))
     args = ["--status-port", str(status)] if status else []
     process = Process(
         name, [*gateway_cmd(config), *args], logs, env={"EXCHANGE_SECRET": EXCHANGE_SECRET}

@@ -25,7 +25,7 @@ from support import (
 )
 
 from .test_idp_e2e import BOOTSTRAP_TOKEN, USER_PASSWORD, cli, start_dev_idp
-from .test_token_exchange import call_whoami
+from .test_token_exchange import ExchangeConfig, call_whoami, resources
 
 EXCHANGE_SECRET = "authentik-exchange-secret-for-tests"
 GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
@@ -132,7 +132,18 @@ def realm(logs: Path, tmp_path_factory, backend: str) -> Iterator[tuple[Realm, s
         config.mkdir()
         user_issuer = unverified_claims(user_token(r))["iss"]
         (config / "resources.yaml").write_text(
-            resources(gateway_port, backend_port, str(user_issuer), r)
+            resources(
+                gateway_port,
+                backend_port,
+                ExchangeConfig(
+                    str(user_issuer),
+                    "Authentik",
+                    r.user_client,
+                    f"{user_issuer}jwks/",
+                    r.exchange_client,
+                    r.backend_client,
+                ),
+            )
         )
         gateway = Process(
             "gateway-exchange-ak",
@@ -146,51 +157,6 @@ def realm(logs: Path, tmp_path_factory, backend: str) -> Iterator[tuple[Realm, s
     finally:
         for process in reversed(started):
             process.stop()
-
-
-def resources(port: int, backend_port: int, issuer: str, r: Realm) -> str:
-    return f"""
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw}}
-spec:
-  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: mcp}}
-spec:
-  parentRefs: [{{name: gw}}]
-  rules:
-    - matches: [{{path: {{type: PathPrefix, value: /mcp}}}}]
-      backendRefs: [{{name: backend}}]
----
-apiVersion: mcp-oauth-gateway.dev/v1alpha1
-kind: GatewayBackend
-metadata: {{name: backend}}
-spec:
-  mcp:
-    targets: [{{name: t, static: {{host: 127.0.0.1, port: {backend_port}, path: /mcp}}}}]
----
-apiVersion: mcp-oauth-gateway.dev/v1alpha1
-kind: GatewayPolicy
-metadata: {{name: exchange}}
-spec:
-  targetRefs: [{{kind: HTTPRoute, name: mcp}}]
-  traffic:
-    jwtAuthentication:
-      providers:
-        - issuer: {issuer}
-          kind: Authentik
-          audiences: [{r.user_client}]
-          jwks: {{remote: {{url: {issuer}jwks/}}}}
-  backend:
-    credentials:
-      tokenExchange:
-        clientId: {r.exchange_client}
-        clientSecret: {{env: EXCHANGE_SECRET}}
-        audience: {r.backend_client}
-"""
 
 
 def user_token(r: Realm) -> str:
