@@ -105,7 +105,7 @@ def children_alive(directory: Path) -> list[str]:
 
 def test_demo_signs_in_and_stops_cleanly(demo):
     text = "".join(demo.lines)
-    assert "[authentik 6/6] users: added 'alice'" in text
+    assert "[authentik 6/7] users: added 'alice'" in text
     assert "For development only" in text
     report = py_client(demo.url, "alice", demo.password)
     assert report["ok"], report

@@ -109,8 +109,14 @@ def provision(idp: str) -> None:
         # Users' tokens name the exchange client (Keycloak requires it in the subject's aud) …
         default = _audience_scope(admin, "gateway-audience", "gateway-exchange")
         assert admin.put(f"/default-default-client-scopes/{default}").status_code == 204
-        # … and the exchange client can ask for the backend's audience.
-        _audience_scope(admin, "backend-audience", "mcp-backend")
+        # … and the exchange client can ask for the backend's audience (an optional scope of
+        # its own: Keycloak ignores a requested scope the client does not have).
+        backend_scope = _audience_scope(admin, "backend-audience", "mcp-backend")
+        exchanger = admin.get("/clients", params={"clientId": "gateway-exchange"}).json()[0]
+        assigned = admin.put(f"/clients/{exchanger['id']}/optional-client-scopes/{backend_scope}")
+        assert assigned.status_code == 204, assigned.text
+        # The same audience through a scope the client was not given: ignored when requested.
+        _audience_scope(admin, "stray-audience", "mcp-backend")
         user = {
             "username": "alice",
             "enabled": True,
@@ -353,6 +359,14 @@ def test_a_refused_exchange_is_a_clear_error_and_nothing_reaches_the_backend(set
             "invalid_request",
             "Requested audience not available: mcp-backend",
         ),
+        (
+            "gateway-exchange",
+            EXCHANGE_SECRET,
+            {"audience": "mcp-backend", "scope": "stray-audience"},
+            400,
+            "invalid_request",
+            "Requested audience not available: mcp-backend",
+        ),
         ("gateway-exchange", "wrong", {}, 401, "invalid_client", None),
     ],
     ids=[
@@ -361,6 +375,7 @@ def test_a_refused_exchange_is_a_clear_error_and_nothing_reaches_the_backend(set
         "invalid-token",
         "id-token",
         "audience-unavailable",
+        "scope-not-the-clients",
         "bad-secret",
     ],
 )

@@ -27,7 +27,6 @@ from support import (
 from .test_idp_e2e import BOOTSTRAP_TOKEN, USER_PASSWORD, cli, start_dev_idp
 from .test_token_exchange import ExchangeConfig, call_whoami, resources
 
-EXCHANGE_SECRET = "authentik-exchange-secret-for-tests"
 GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
 
 
@@ -37,6 +36,7 @@ class Realm:
     user_client: str  # the provider users sign in at
     exchange_client: str
     backend_client: str
+    exchange_secret: str
 
     def issuer(self, slug: str) -> str:
         return f"{self.url}/application/o/{slug}/"
@@ -48,28 +48,10 @@ def _api(url: str) -> httpx.Client:
     )
 
 
-def _provider(api: httpx.Client, template: dict, name: str, **fields: object) -> dict:
-    body = {
-        "name": name,
-        "authorization_flow": template["authorization_flow"],
-        "invalidation_flow": template["invalidation_flow"],
-        "signing_key": template["signing_key"],
-        "property_mappings": template["property_mappings"],
-        "redirect_uris": [],
-        "sub_mode": template["sub_mode"],
-        **fields,
-    }
-    created = api.post("/providers/oauth2/", json=body)
-    assert created.status_code == 201, created.text
-    provider = created.json()
-    app = api.post(
-        "/core/applications/", json={"name": name, "slug": name, "provider": provider["pk"]}
-    )
-    assert app.status_code == 201, app.text
-    return provider
-
-
 def provision(url: str, tmp: Path, gateway_port: int, backend: str) -> Realm:
+    """`idp authentik` with the token-exchange flags sets everything up; the test then lets
+    the users' provider take the password grant, to sign in without a browser."""
+    out = tmp / "provisioned"
     done = cli(
         *("idp", "authentik", "--url", url, "--user", "alice", "--mode", "Facade"),
         *("--redirect-uri", r"regex:http://127\.0\.0\.1:[0-9]+/.*"),
@@ -79,29 +61,29 @@ def provision(url: str, tmp: Path, gateway_port: int, backend: str) -> Realm:
             "--backend",
             f"http://{backend}/mcp",
         ),
-        *("--output-dir", str(tmp / "provisioned")),
+        *(
+            "--token-exchange-client",
+            "gateway-exchange",
+            "--token-exchange-audience",
+            "mcp-backend",
+        ),
+        *("--output-dir", str(out)),
         env={"AUTHENTIK_TOKEN": BOOTSTRAP_TOKEN},
     )
     assert done.returncode == 0, done.stderr
+    secret = (out / "token-exchange-client-secret").read_text().strip()
+    assert secret not in done.stdout + done.stderr
     with _api(url) as api:
-        template = api.get("/providers/oauth2/").json()["results"][0]
-        # The provider users sign in at (the password grant keeps the test headless).
-        users = _provider(
-            api, template, "mcp-users", client_type="public", grant_types=["password"]
+        made = {p["name"]: p for p in api.get("/providers/oauth2/").json()["results"]}
+        users = made["mcp"]
+        patched = api.patch(
+            f"/providers/oauth2/{users['pk']}/",
+            json={"grant_types": [*users["grant_types"], "password"]},
         )
-        exchange = _provider(
-            api,
-            template,
-            "gateway-exchange",
-            client_type="confidential",
-            client_secret=EXCHANGE_SECRET,
-            grant_types=[GRANT],
-            jwt_federation_providers=[users["pk"]],
-        )
-        backend_provider = _provider(
-            api, template, "mcp-backend", jwt_federation_providers=[exchange["pk"]]
-        )
-    return Realm(url, users["client_id"], exchange["client_id"], backend_provider["client_id"])
+        assert patched.status_code == 200, patched.text
+    return Realm(
+        url, users["client_id"], made["gateway-exchange"]["client_id"], "mcp-backend", secret
+    )
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +131,7 @@ def realm(logs: Path, tmp_path_factory, backend: str) -> Iterator[tuple[Realm, s
             "gateway-exchange-ak",
             gateway_cmd(config),
             logs,
-            env={"EXCHANGE_SECRET": EXCHANGE_SECRET},
+            env={"EXCHANGE_SECRET": r.exchange_secret},
         )
         started.append(gateway)
         wait_for_port(gateway_port, gateway)
@@ -207,7 +189,7 @@ def test_refusals_are_authentiks(realm, extra, error):
         **extra,
     }
     answer = httpx.post(
-        f"{r.url}/application/o/token/", data=data, auth=(r.exchange_client, EXCHANGE_SECRET)
+        f"{r.url}/application/o/token/", data=data, auth=(r.exchange_client, r.exchange_secret)
     )
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"] == error

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from contracts import AUTHENTIK, KEYCLOAK, Recorder, validate
 from mcp_oauth_gateway.devidp import DevIdpSettings, create_app, oidc
 from mcp_oauth_gateway.idp import authentik, keycloak
+from mcp_oauth_gateway.idp.exchange import ExchangeOptions
 from mcp_oauth_gateway.idp.steps import Progress, StepError
 
 KC_URL = "http://127.0.0.1:8180"
@@ -177,11 +178,16 @@ def test_keycloak_wrong_admin_password_names_the_step(kc_app):
 
 
 @pytest.mark.contracts
-def test_keycloak_provisioning_exchanges_follow_the_contract(kc_app):
+def test_keycloak_provisioning_exchanges_follow_the_contract(kc_app, tmp_path):
     app, _ = kc_app
     recorder = Recorder()
     run_kc(app, kc_options(), recorder)
     run_kc(app, kc_options(mode="Broker"), recorder)
+    exchange = ExchangeOptions("gateway-exchange", "mcp-backend", tmp_path / "secret")
+    for _ in range(2):  # creates, then finds everything in place
+        run_kc(app, kc_options(exchange=exchange), recorder)
+    paths = {(q.method, q.url.path.rsplit("/", 1)[-1]) for q, _ in recorder.exchanges}
+    assert ("GET", "optional-client-scopes") in paths
     admin_calls = [(q, r) for q, r in recorder.exchanges if q.url.path.startswith("/admin/")]
     assert len(admin_calls) >= 20
     assert [p for q, r in admin_calls for p in validate(str(KEYCLOAK), q, r)] == []
@@ -307,8 +313,8 @@ def test_authentik_second_slug_after_an_application_list_read(tmp_path):
     assert [a["slug"] for a in stale["results"]] == ["mcp-a"], "the emulated cache is in place"
 
     second, log = run_ak(app, clock, ak_options(slug="mcp-b", name="mcp-b"), Recorder())
-    assert "[authentik 3/6] OAuth2 provider: created 'mcp-b' (pk 2)" in log
-    assert "[authentik 4/6] application: created 'mcp-b'" in log
+    assert "[authentik 3/7] OAuth2 provider: created 'mcp-b' (pk 2)" in log
+    assert "[authentik 4/7] application: created 'mcp-b'" in log
     assert second.issuer == f"{AK_URL}/application/o/mcp-b/"
     assert second.client_id != first.client_id
     apps = api_get(app, "/core/applications/", superuser_full_list="true")["results"]
@@ -334,7 +340,7 @@ def test_authentik_application_of_another_provider_stops_before_anything_is_made
     with pytest.raises(StepError) as failure:
         run_ak(app, clock, ak_options(slug="taken", name="mcp-t"), recorder)
     assert str(failure.value).startswith(
-        "authentik step 3/6 (OAuth2 provider) failed: application 'taken' exists but uses "
+        "authentik step 3/7 (OAuth2 provider) failed: application 'taken' exists but uses "
         "provider None, not a provider named 'mcp-t'; nothing was created"
     )
     with pytest.raises(
@@ -384,7 +390,7 @@ def test_authentik_failed_application_says_what_it_left_and_a_rerun_finishes(tmp
     with pytest.raises(StepError) as failure:
         run_ak(broken, clock, ak_options(slug="mcp-b", name="mcp-b"), Recorder())
     assert str(failure.value) == (
-        "authentik step 4/6 (application) failed: POST /api/v3/core/applications/ answered "
+        "authentik step 4/7 (application) failed: POST /api/v3/core/applications/ answered "
         "HTTP 500: Internal Server Error; this run already created provider 2 ('mcp-b'): "
         "delete it or re-run (a re-run reuses it)"
     )
@@ -393,7 +399,7 @@ def test_authentik_failed_application_says_what_it_left_and_a_rerun_finishes(tmp
 
     values, log = run_ak(app, clock, ak_options(slug="mcp-b", name="mcp-b"), Recorder())
     assert "'mcp-b' exists (pk 2); unchanged" in log
-    assert "[authentik 4/6] application: created 'mcp-b'" in log
+    assert "[authentik 4/7] application: created 'mcp-b'" in log
     assert values.issuer.endswith("/application/o/mcp-b/")
 
 
@@ -422,7 +428,7 @@ def test_authentik_lists_that_ignore_their_filters_yield_no_other_object(tmp_pat
     second, log = run_ak(
         lax, clock, ak_options(slug="mcp-b", name="mcp-b", users=["alice", "bob"]), Recorder()
     )
-    assert "[authentik 3/6] OAuth2 provider: created 'mcp-b' (pk 2)" in log
+    assert "[authentik 3/7] OAuth2 provider: created 'mcp-b' (pk 2)" in log
     assert "'alice' is already in 'mcp-agent'; unchanged" in log
     assert "added 'bob' to 'mcp-agent'" in log
     assert second.client_id != first.client_id
@@ -433,7 +439,7 @@ def test_authentik_missing_user_is_named_with_what_the_run_made(tmp_path):
     with pytest.raises(StepError) as failure:
         run_ak(app, clock, ak_options(users=["alice", "zoe"]), Recorder())
     assert str(failure.value) == (
-        "authentik step 6/6 (users) failed: user 'zoe' does not exist in authentik; create it "
+        "authentik step 6/7 (users) failed: user 'zoe' does not exist in authentik; create it "
         "first (Directory → Users) or drop --user; this run already created provider 1 "
         "('mcp'), created application 'mcp', created group 'mcp-agent' and added 'alice' to "
         "'mcp-agent': delete them or re-run (a re-run reuses them)"
@@ -445,7 +451,7 @@ def test_authentik_validation_failure_reports_field_errors(tmp_path):
     with pytest.raises(StepError) as failure:
         run_ak(app, clock, ak_options(redirect_uris=(("regex", "(["),)), Recorder())
     message = str(failure.value)
-    assert "step 3/6 (OAuth2 provider)" in message
+    assert "step 3/7 (OAuth2 provider)" in message
     assert "Invalid Regex Pattern: ([" in message
     assert "this run already" not in message, "nothing was made before the provider"
 
@@ -508,4 +514,4 @@ def test_step_names_come_from_one_list():
     """No step is named twice, and the tools' totals are their lists' lengths."""
     for steps in (keycloak.STEPS, authentik.STEPS):
         assert len(set(steps)) == len(steps)
-    assert (len(keycloak.STEPS), len(authentik.STEPS)) == (10, 6)
+    assert (len(keycloak.STEPS), len(authentik.STEPS)) == (10, 7)

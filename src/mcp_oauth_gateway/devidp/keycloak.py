@@ -167,6 +167,8 @@ class KeycloakFlavour:
                 ("PUT", "users/{id}/groups/{id}", self._join_group),
                 ("GET", "clients", self._list_clients),
                 ("POST", "clients", self._create_client),
+                ("GET", "clients/{id}/optional-client-scopes", self._list_optional),
+                ("PUT", "clients/{id}/optional-client-scopes/{id}", self._add_optional),
                 ("GET", "components", self._list_components),
                 ("DELETE", "components/{id}", self._delete_component),
             )
@@ -257,9 +259,7 @@ class KeycloakFlavour:
 
     def find_client(self, client_id: str) -> OAuthClient | None:
         """A client of the realm (admin-cli or dynamically registered)."""
-        record = next(
-            (c for c in self.store.collection("kc_clients") if c["clientId"] == client_id), None
-        )
+        record = self._client_record(client_id)
         if record is None:
             return None
         uris = tuple(
@@ -344,19 +344,37 @@ class KeycloakFlavour:
         """The master realm's access-token lifespan (60 s unless configured)."""
         return self.settings.access_token_ttl
 
-    def _applied_scopes(self, requested: list[str]) -> list[Record]:
-        defaults = set(self.store.ids("kc_default_default"))
+    def _client_record(self, client_id: str) -> Record | None:
+        return next(
+            (c for c in self.store.collection("kc_clients") if c["clientId"] == client_id), None
+        )
+
+    def _optional_scopes(self, record: Record | None) -> list[Record]:
+        """A client's optional client scopes: the realm's built-in optional ones (Keycloak
+        gives every new client those) and the ones assigned to it through the admin API."""
+        assigned = set((record or {}).get("optionalClientScopes", []))
         return [
             s
             for s in self.store.collection("kc_scopes")
-            if s["id"] in defaults or s["name"] in requested
+            if s["id"] in assigned or _BUILTIN_SCOPES.get(s["name"]) is False
+        ]
+
+    def _applied_scopes(self, client_id: str, requested: list[str]) -> list[Record]:
+        """The realm's default scopes, plus the requested ones that are optional scopes of
+        the client: Keycloak ignores a requested scope the client does not have."""
+        defaults = set(self.store.ids("kc_default_default"))
+        optional = {s["id"] for s in self._optional_scopes(self._client_record(client_id))}
+        return [
+            s
+            for s in self.store.collection("kc_scopes")
+            if s["id"] in defaults or (s["name"] in requested and s["id"] in optional)
         ]
 
     def token_claims(
         self, client: OAuthClient, subject: Subject, scopes: list[str], resource: str | None
     ) -> dict[str, Any]:
         """Claims from the applied client scopes' mappers (audience, group membership)."""
-        applied = self._applied_scopes(scopes)
+        applied = self._applied_scopes(client.client_id, scopes)
         names = [s["name"] for s in applied]
         claims: dict[str, Any] = {
             "sub": subject.id,
@@ -705,6 +723,31 @@ class KeycloakFlavour:
         self.store.collection("kc_clients").append(record)
         self.store.save()
         return _created(request, "clients", str(record["id"]))
+
+    def _client_by_id(self, client_uuid: str) -> Record | None:
+        return next(
+            (c for c in self.store.collection("kc_clients") if c["id"] == client_uuid), None
+        )
+
+    async def _list_optional(self, request: Request, parts: list[str]) -> Response:
+        record = self._client_by_id(parts[0])
+        if record is None:
+            return _not_found("Could not find client")
+        return json_response(
+            [{"id": s["id"], "name": s["name"]} for s in self._optional_scopes(record)]
+        )
+
+    async def _add_optional(self, request: Request, parts: list[str]) -> Response:
+        record, scope = self._client_by_id(parts[0]), self._scope(parts[1])
+        if record is None:
+            return _not_found("Could not find client")
+        if scope is None:
+            return _not_found("Client scope not found")
+        assigned = record.setdefault("optionalClientScopes", [])
+        if scope["id"] not in assigned:
+            assigned.append(scope["id"])
+            self.store.save()
+        return Response(status_code=204)
 
     async def _list_components(self, request: Request, parts: list[str]) -> Response:
         kind = request.query_params.get("type")

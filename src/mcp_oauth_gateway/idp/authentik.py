@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from . import authentik_exchange
+from .exchange import ExchangeOptions, ExchangeValues, for_policy
 from .resources import GatewayValues
 from .steps import Progress, Step, describe, names, run_steps
 
@@ -57,6 +59,8 @@ class AuthentikOptions:
     backend: str = "http://127.0.0.1:8000/mcp"
     wait: float = 300.0
     mode: str = "Facade"
+    # --token-exchange-client / --token-exchange-audience (docs/token-exchange.md §2.5)
+    exchange: ExchangeOptions | None = None
 
 
 class AuthentikApi:
@@ -181,6 +185,7 @@ class _Run:
     provider: dict[str, Any] = field(default_factory=dict)
     application: dict[str, Any] | None = None
     group: dict[str, Any] = field(default_factory=dict)
+    exchange: ExchangeValues | None = None
 
 
 def _api_ready(run: _Run) -> None:
@@ -232,17 +237,36 @@ def _prerequisites(run: _Run) -> None:
     )
 
 
+def _check_slugs(run: _Run) -> None:
+    """The application slugs this run may create: each one authentik accepts, all distinct."""
+    nothing = "nothing was created"
+    exchange = run.options.exchange
+    slugs = [("slug", run.options.slug)]
+    if exchange is not None:
+        slugs += [
+            ("--token-exchange-client", exchange.client),
+            ("--token-exchange-audience", exchange.audience),
+        ]
+    for what, slug in slugs:
+        if not SLUG.fullmatch(slug):
+            raise run.progress.fail(
+                f"the {what} {slug!r} is not one authentik accepts as an application slug "
+                f"(letters, digits, '-' and '_'); {nothing}"
+            )
+        if slug in RESERVED_SLUGS:
+            raise run.progress.fail(f"the {what} {slug!r} is reserved by authentik; {nothing}")
+    if len({slug for _, slug in slugs}) < len(slugs):
+        raise run.progress.fail(
+            "--slug, --token-exchange-client and --token-exchange-audience must differ "
+            f"(each becomes an application); {nothing}"
+        )
+
+
 def _check_before_writing(run: _Run, provider: dict[str, Any] | None) -> None:
     """Refuse, before anything is created, what would stop the application step later."""
     options, slug = run.options, run.options.slug
     nothing = "nothing was created"
-    if not SLUG.fullmatch(slug):
-        raise run.progress.fail(
-            f"the slug {slug!r} is not one authentik accepts (letters, "
-            f"digits, '-' and '_'); {nothing}"
-        )
-    if slug in RESERVED_SLUGS:
-        raise run.progress.fail(f"the slug {slug!r} is reserved by authentik; {nothing}")
+    _check_slugs(run)
     app = run.application
     if app is not None and (provider is None or app.get("provider") != provider["pk"]):
         ours = f"{provider['pk']}" if provider else f"a provider named {options.name!r}"
@@ -373,6 +397,19 @@ def _users(run: _Run) -> None:
         progress.say("no --user given; nothing to do")
 
 
+def _token_exchange(run: _Run) -> None:
+    options = run.options.exchange
+    if options is None:
+        run.progress.say("not asked for (--token-exchange-client)")
+        return
+    template = authentik_exchange.Template(
+        run.provider, run.auth_flow, run.invalidation_flow, run.signing_key, run.mappings
+    )
+    run.exchange = authentik_exchange.provision(
+        run.api, run.api.base, options, template, run.progress
+    )
+
+
 _STEPS: tuple[Step[_Run], ...] = (
     Step("API ready", _api_ready),
     Step("flows, key and scope mappings", _prerequisites),
@@ -380,6 +417,7 @@ _STEPS: tuple[Step[_Run], ...] = (
     Step("application", _application),
     Step("group", _group),
     Step("users", _users),
+    Step("token exchange", _token_exchange),
 )
 STEPS = names(_STEPS)
 
@@ -406,6 +444,7 @@ def provision(
         backend=options.backend,
         group=options.group,
         mode=options.mode,
+        exchange=for_policy(run.exchange),
     )
 
 

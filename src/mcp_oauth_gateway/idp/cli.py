@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from . import authentik, keycloak, keycloak_exchange, resources
+from . import authentik, exchange, keycloak, resources
 from .steps import Progress, StepError
 
 EXIT_USAGE = 2
@@ -65,17 +65,10 @@ def _add_keycloak_parser(tools: argparse._SubParsersAction[argparse.ArgumentPars
         default="mcp-gateway",
         help="Broker mode: the public client the gateway signs users in with",
     )
-    kc.add_argument(
-        "--token-exchange-client",
-        metavar="CLIENT_ID",
-        help="create this confidential client for standard token exchange (Keycloak >= 26.2); "
-        "its secret is written beside the resources and the policy exchanges users' tokens "
-        "for the --token-exchange-audience backend",
-    )
-    kc.add_argument(
-        "--token-exchange-audience",
-        metavar="CLIENT_ID",
-        help="with --token-exchange-client: the backend's client id (the exchanged tokens' aud)",
+    _exchange_flags(
+        kc,
+        "create this confidential client for standard token exchange (Keycloak >= 26.2)",
+        "the backend's client id (the exchanged tokens' aud; created if missing)",
     )
     kc.add_argument(
         "--allow-anonymous-dcr",
@@ -126,6 +119,13 @@ def _add_authentik_parser(tools: argparse._SubParsersAction[argparse.ArgumentPar
         default="http://127.0.0.1:8080/mcp",
         help="the MCP resource URL clients connect to",
     )
+    _exchange_flags(
+        ak,
+        "create this confidential provider and application (slug) for token exchange "
+        "(authentik >= 2026.8)",
+        "the client id of the provider issuing the backend's tokens (their aud; created "
+        "with that client id and application slug if missing)",
+    )
     ak.add_argument(
         "--wait",
         type=float,
@@ -134,6 +134,20 @@ def _add_authentik_parser(tools: argparse._SubParsersAction[argparse.ArgumentPar
         help="how long to wait for start-up and blueprints (default 300)",
     )
     _common(ak)
+
+
+def _exchange_flags(parser: argparse.ArgumentParser, client: str, audience: str) -> None:
+    parser.add_argument(
+        "--token-exchange-client",
+        metavar="NAME",
+        help=f"{client}; its secret is written beside the resources (mode 600) and the "
+        "policy exchanges users' tokens for the --token-exchange-audience backend",
+    )
+    parser.add_argument(
+        "--token-exchange-audience",
+        metavar="CLIENT_ID",
+        help=f"with --token-exchange-client: {audience}",
+    )
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -205,7 +219,7 @@ def _keycloak(args: argparse.Namespace) -> tuple[Tool, Progress]:
     return functools.partial(keycloak.provision, options, progress=progress), progress
 
 
-def _exchange_options(args: argparse.Namespace) -> keycloak_exchange.ExchangeOptions | None:
+def _exchange_options(args: argparse.Namespace) -> exchange.ExchangeOptions | None:
     client, audience = args.token_exchange_client, args.token_exchange_audience
     if client is None and audience is None:
         return None
@@ -214,9 +228,7 @@ def _exchange_options(args: argparse.Namespace) -> keycloak_exchange.ExchangeOpt
             "--token-exchange-client and --token-exchange-audience go together: the client "
             "that exchanges users' tokens, and the backend's client id it exchanges them for"
         )
-    return keycloak_exchange.ExchangeOptions(
-        client, audience, Path(args.output_dir) / keycloak_exchange.SECRET_FILE
-    )
+    return exchange.ExchangeOptions(client, audience, Path(args.output_dir) / exchange.SECRET_FILE)
 
 
 def _authentik(args: argparse.Namespace) -> tuple[Tool, Progress]:
@@ -240,6 +252,7 @@ def _authentik(args: argparse.Namespace) -> tuple[Tool, Progress]:
         slug=args.slug,
         name=args.name or args.slug,
         group=args.group,
+        exchange=_exchange_options(args),
         users=args.users,
         resource=args.resource,
         backend=args.backend,

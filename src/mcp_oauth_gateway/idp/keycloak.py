@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from . import keycloak_exchange, resources
+from . import exchange, keycloak_exchange
 from .resources import GatewayValues
 from .steps import Progress, Step, StepError, describe, names, run_steps
 
@@ -42,7 +42,7 @@ class KeycloakOptions:
     mode: str = "Facade"
     gateway_client_id: str = "mcp-gateway"
     # --token-exchange-client / --token-exchange-audience (docs/token-exchange.md §1.5)
-    exchange: keycloak_exchange.ExchangeOptions | None = None
+    exchange: exchange.ExchangeOptions | None = None
 
 
 class KeycloakAdmin:
@@ -169,7 +169,7 @@ class _Run:
     client_id: str | None = None
     issuer: str = ""
     jwks_path: str = ""
-    exchange: keycloak_exchange.ExchangeValues | None = None
+    exchange: exchange.ExchangeValues | None = None
 
     def get(self, path: str, **params: str) -> Any:
         """The JSON body of an admin GET that must answer 200."""
@@ -420,16 +420,7 @@ def provision(options: KeycloakOptions, http: httpx.Client, progress: Progress) 
         backend=options.backend,
         group=options.group,
         mode=options.mode,
-        exchange=(
-            None
-            if run.exchange is None
-            else resources.TokenExchangeValues(
-                run.exchange.client,
-                run.exchange.audience,
-                run.exchange.scope,
-                str(run.exchange.secret_file.resolve()),
-            )
-        ),
+        exchange=exchange.for_policy(run.exchange),
     )
 
 

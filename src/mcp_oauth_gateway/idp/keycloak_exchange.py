@@ -6,38 +6,18 @@ token exchange (Keycloak ≥ 26.2) needs, as docs/token-exchange.md §1.5 record
   written to a file beside the resources (never printed), which the policy names;
 - users' tokens name NAME in `aud` (a mapper on the MCP client scope): Keycloak refuses to
   exchange a token whose audience does not include the requesting client;
-- a client scope `<BACKEND>-audience` lets NAME ask for BACKEND's audience (`audience` only
-  narrows what the requester's scopes give)."""
+- a client scope `<BACKEND>-audience`, an optional scope of NAME, lets NAME ask for BACKEND's
+  audience (`audience` only narrows what the requester's scopes give)."""
 
 from __future__ import annotations
 
-import os
 import secrets
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
+from .exchange import ExchangeOptions, ExchangeValues, write_secret
 from .steps import Progress
 
 ENABLED = "standard.token.exchange.enabled"
-SECRET_FILE = "token-exchange-client-secret"
-
-
-@dataclass(frozen=True)
-class ExchangeOptions:
-    client: str
-    audience: str
-    secret_file: Path
-
-
-@dataclass(frozen=True)
-class ExchangeValues:
-    """What the generated policy's `credentials.tokenExchange` says."""
-
-    client: str
-    audience: str
-    scope: str
-    secret_file: Path
 
 
 class Admin(Protocol):
@@ -89,10 +69,7 @@ def _ensure_exchange_client(admin: Admin, options: ExchangeOptions, progress: Pr
         "attributes": {ENABLED: "true"},
     }
     admin.expect(admin.call("POST", "/clients", json=body), 201)
-    options.secret_file.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(options.secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(secret + "\n")
+    write_secret(options.secret_file, secret)
     progress.say(
         f"created confidential client {options.client!r} with token exchange enabled; "
         f"secret written to {options.secret_file} (mode 600)"
@@ -124,12 +101,17 @@ def _ensure_user_audience(admin: Admin, scope_id: str, client: str, progress: Pr
     progress.say(f"users' tokens now name {client!r} in aud (required to exchange them)")
 
 
-def _ensure_backend_scope(admin: Admin, audience: str, progress: Progress) -> str:
-    name = f"{audience}-audience"
+def _scope_named(admin: Admin, name: str) -> dict[str, Any] | None:
     scopes = admin.expect(admin.call("GET", "/client-scopes"), 200).json()
-    if any(s.get("name") == name for s in scopes):
+    return next((s for s in scopes if s.get("name") == name), None)
+
+
+def _ensure_backend_scope(admin: Admin, audience: str, progress: Progress) -> dict[str, Any]:
+    name = f"{audience}-audience"
+    found = _scope_named(admin, name)
+    if found is not None:
         progress.say(f"client scope {name!r} exists; unchanged")
-        return name
+        return found
     body = {
         "name": name,
         "protocol": "openid-connect",
@@ -137,7 +119,26 @@ def _ensure_backend_scope(admin: Admin, audience: str, progress: Progress) -> st
     }
     admin.expect(admin.call("POST", "/client-scopes", json=body), 201)
     progress.say(f"created client scope {name!r} giving audience {audience!r}")
-    return name
+    created = _scope_named(admin, name)
+    if created is None:
+        raise progress.fail(f"client scope {name!r} was created but is not listed")
+    return created
+
+
+def _ensure_optional_scope(
+    admin: Admin, client_id: str, scope: dict[str, Any], progress: Progress
+) -> None:
+    """Keycloak applies a requested scope only if it is one of the client's own scopes."""
+    client = _client(admin, client_id)
+    if client is None:
+        raise progress.fail(f"client {client_id!r} was created but is not listed")
+    path = f"/clients/{client['id']}/optional-client-scopes"
+    assigned = admin.expect(admin.call("GET", path), 200).json()
+    if any(s.get("id") == scope["id"] for s in assigned):
+        progress.say(f"{scope['name']!r} is already an optional scope of {client_id!r}; unchanged")
+        return
+    admin.expect(admin.call("PUT", f"{path}/{scope['id']}"), 204)
+    progress.say(f"{scope['name']!r} is now an optional scope of {client_id!r}")
 
 
 def provision(
@@ -148,4 +149,5 @@ def provision(
     _ensure_exchange_client(admin, options, progress)
     _ensure_user_audience(admin, mcp_scope_id, options.client, progress)
     scope = _ensure_backend_scope(admin, options.audience, progress)
-    return ExchangeValues(options.client, options.audience, scope, options.secret_file)
+    _ensure_optional_scope(admin, options.client, scope, progress)
+    return ExchangeValues(options.client, options.audience, scope["name"], options.secret_file)
