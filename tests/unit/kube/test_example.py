@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 from mcp_oauth_gateway.controlplane import Deployment, build_from_objects
 from mcp_oauth_gateway.controlplane.cluster import Cluster
 from mcp_oauth_gateway.resources.loader import load_paths
@@ -73,3 +75,71 @@ def test_broker_mode_across_replicas_needs_redis_and_says_how_to_give_it() -> No
     one = Deployment(processes=1, cluster=Cluster())
     (report,) = build_from_objects(objects, at="T", deployment=one).snapshot.policies
     assert report.ok, report.conditions
+
+
+CREDENTIALS = EXAMPLE / "backend-credentials"
+
+
+def merge_patch(target: object, patch: object) -> object:
+    """RFC 7396 JSON merge patch (what `kubectl patch --type merge` applies)."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
+
+
+def patched_objects(secret_file: Path | None = None) -> list:
+    patch = yaml.safe_load((CREDENTIALS / "policy-patch.yaml").read_text())
+    if secret_file is not None:
+        patch["spec"]["backend"]["credentials"]["tokenExchange"]["clientSecret"] = {
+            "file": str(secret_file)
+        }
+    objects = []
+    for item in load_paths(sorted(EXAMPLE.glob("*.yaml"))).resources:
+        resource = item.resource
+        if resource.kind == "GatewayPolicy":
+            document = resource.model_dump(by_alias=True, exclude_none=True)
+            resource = type(resource).model_validate(merge_patch(document, patch))
+        objects.append(resource)
+    return objects
+
+
+def test_the_credentials_patch_names_a_file_in_the_mounted_secret() -> None:
+    """The policy patch reads its secret from where the overlay mounts the Secret; without the
+    file (this machine is not the pod) the policy fails closed, naming the field and path."""
+    mount = yaml.safe_load((CREDENTIALS / "secret-mount.yaml").read_text())
+    (container,) = mount["spec"]["template"]["spec"]["containers"]
+    (volume_mount,) = container["volumeMounts"]
+    patch = yaml.safe_load((CREDENTIALS / "policy-patch.yaml").read_text())
+    secret = Path(patch["spec"]["backend"]["credentials"]["tokenExchange"]["clientSecret"]["file"])
+    assert str(secret.parent) == volume_mount["mountPath"]
+    assert volume_mount["readOnly"] is True
+
+    result = build_from_objects(
+        patched_objects(),
+        at="T",
+        deployment=Deployment(processes=2, cluster=Cluster()),
+    )
+    (report,) = result.snapshot.policies
+    accepted = next(c for c in report.conditions if c.type == "Accepted")
+    assert not accepted.status
+    assert "spec.backend.credentials.tokenExchange.clientSecret" in accepted.message
+    assert str(secret) in accepted.message
+
+
+def test_with_the_secret_in_place_the_credentials_patch_is_accepted(tmp_path: Path) -> None:
+    secret = tmp_path / "token-exchange-client-secret"
+    secret.write_text("s3cret\n")
+    result = build_from_objects(
+        patched_objects(secret),
+        at="T",
+        deployment=Deployment(processes=2, cluster=Cluster()),
+    )
+    (report,) = result.snapshot.policies
+    assert report.ok, report.conditions
+    assert "s3cret" not in repr(result.snapshot)
