@@ -374,16 +374,31 @@ def test_an_invalid_cel_rule_fails_closed_and_fixing_it_restores_service(
 BACKEND_API_KEY = "k8s-backend-api-key-7"
 
 
+def passed_through(cluster: ClusterStack, token: str, mark: str) -> bool:
+    """One call marked `mark`; whether the backend saw it with the caller's own token."""
+    headers = {**ACCEPT, "Authorization": f"Bearer {token}", "Mcp-Param-Mark": mark}
+    httpx.post(f"{cluster.gateway}/mcp", json=INITIALIZE, headers=headers, timeout=10)
+    return any(
+        dict(r["headers"]).get("mcp-param-mark") == mark
+        and dict(r["headers"]).get("authorization") == f"Bearer {token}"
+        for r in httpx.get(f"http://{cluster.backend}/debug/requests").json()
+    )
+
+
 def test_backend_credentials_in_controller_mode(cluster: ClusterStack) -> None:
-    """A secret header from the controller's environment reaches the backend; a variable that
-    is not set makes the policy Accepted=False naming the field, and the route fails closed."""
+    """A secret header from the controller's environment reaches the backend, then the
+    caller's token with passthrough; a variable that is not set makes the policy
+    Accepted=False naming the field, and the route fails closed."""
     api, token = cluster.api, cluster.token()
 
     def credentials(env: str | None) -> int:
         value = (
             None
             if env is None
-            else {"secretHeader": {"header": "X-Api-Key", "value": {"env": env}}}
+            else {
+                "secretHeader": {"header": "X-Api-Key", "value": {"env": env}},
+                "passthrough": None,  # a merge patch keeps what it does not name
+            }
         )
         return api.patch(
             "GatewayPolicy", NS, "mcp-authn", {"spec": {"backend": {"credentials": value}}}
@@ -404,6 +419,18 @@ def test_backend_credentials_in_controller_mode(cluster: ClusterStack) -> None:
 
     try:
         wait_until(delivered, WAIT, "the backend to receive the secret header")
+        generation = api.patch(
+            "GatewayPolicy",
+            NS,
+            "mcp-authn",
+            {"spec": {"backend": {"credentials": {"secretHeader": None, "passthrough": True}}}},
+        )
+        api.wait_conditions("GatewayPolicy", NS, "mcp-authn", {"Accepted": "True"}, generation)
+        wait_until(
+            lambda: passed_through(cluster, token, uuid.uuid4().hex),
+            WAIT,
+            "the backend to receive the caller's token (passthrough)",
+        )
         generation = credentials("NOT_SET_ANYWHERE")
         conditions = api.wait_conditions(
             "GatewayPolicy", NS, "mcp-authn", {"Accepted": "False"}, generation
