@@ -1,0 +1,20 @@
+"""Unit-test isolation shared by every module here."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """A test that runs the CLI in process (`main(["serve", …])`) configures logging to the
+    stderr pytest captured for that test; put the root logger back afterwards, so later tests'
+    log lines do not go to a closed capture stream from the log thread."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
