@@ -43,6 +43,12 @@ def main() -> int:
     """Profile and write the summary."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument(
+        "--tokens",
+        type=int,
+        default=0,
+        help="cycle this many tokens (scenario c: 12000 with a 10,000-entry cache); 0: one",
+    )
     parser.add_argument("--output", default=str(HERE / "profile.txt"))
     args = parser.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
@@ -57,7 +63,8 @@ def main() -> int:
     try:
         backend = bench.backend(LOAD_CORE)
         gateway = bench.gateway(backend.port)
-        env = {**os.environ, "TOKEN": bench.token, "TOKENS_FILE": ""}
+        tokens = str(bench.tokens_file(args.tokens)) if args.tokens else ""
+        env = {**os.environ, "TOKEN": bench.token, "TOKENS_FILE": tokens}
         load = subprocess.Popen(
             pinned(
                 LOAD_CORE,
@@ -97,10 +104,11 @@ def main() -> int:
         out, _ = load.communicate(timeout=60)
     finally:
         bench.stop_all()
+    scenario = f"c ({args.tokens} tokens cycled)" if args.tokens else "b (one token)"
     throughput = next((line.strip() for line in out.splitlines() if "Requests/sec" in line), "")
     text = (
-        f"py-spy, {args.seconds} s at 250 Hz, gateway scenario b (c=64, one token, "
-        f"CEL rule, static backend); wrk {throughput}\n\n" + summarize(raw, 30)
+        f"py-spy, {args.seconds} s at 250 Hz, gateway scenario {scenario} (c=64, CEL rule, "
+        f"static backend); wrk {throughput}\n\n" + summarize(raw, 30)
     )
     Path(args.output).write_text(text)
     print(text)

@@ -450,14 +450,25 @@ http {{
         return out
 
     def quick(self) -> list[Result]:
-        """The gateway alone (b and its c=1 latency), for tuning."""
+        """The gateway's two target scenarios (b one token, c a new token per request) and
+        HAProxy beside them, for tuning."""
+        tokens = self.tokens_file(self.args.tokens)
         b = self.backend(LOAD_CORE)
         g = self.gateway(b.port)
         url = f"http://127.0.0.1:{g.port}/mcp"
-        return [
-            self.measure("b gateway, one token", url, g, self.args.conns, token=self.token),
-            self.measure("b gateway c=1", url, g, 1, token=self.token),
-        ]
+        try:
+            out = [
+                self.measure("b gateway, one token", url, g, self.args.conns, token=self.token),
+                self.measure("c gateway, a new token", url, g, self.args.conns, tokens=tokens),
+            ]
+        finally:
+            self.stop_all()
+        if shutil.which("haproxy"):
+            b = self.backend(LOAD_CORE)
+            h = self.haproxy(b.port)
+            hurl = f"http://127.0.0.1:{h.port}/mcp"
+            out.append(self.measure("d HAProxy", hurl, h, self.args.conns, token=self.token))
+        return out
 
     def mcp_share(self) -> list[Result]:
         """(e): a real mcp SDK server alone on one core, then the gateway in front of it (CPU
@@ -752,11 +763,15 @@ def main() -> int:
     bench = Bench(args)
     if args.quick:
         try:
-            for result in bench.quick():
+            results = bench.quick()
+            for result in results:
                 print(
                     f"{result.scenario}: {result.rps:,.0f} req/s p50 {result.p50:.2f} ms "
                     f"p99 {result.p99:.2f} ms, {result.cpu_us:.0f} µs/req"
                 )
+            if len(results) == 3:
+                b, c, d = (r.rps for r in results)
+                print(f"b/d {b / d:.2f}  c/d {c / d:.2f}")
         finally:
             bench.stop_all()
         return 0

@@ -9,20 +9,32 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from joserfc.errors import JoseError
+from joserfc.jwa import JWSAlgModel
 from joserfc.jwk import JWKRegistry, Key
+from joserfc.jws import JWSRegistry
 
 # Asymmetric signature algorithms only: `none` and HMAC can never verify a token here.
 RSA_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"})
 EC_ALGORITHMS = {"P-256": frozenset({"ES256"}), "P-384": frozenset({"ES384"})}
 OKP_ALGORITHMS = {"Ed25519": frozenset({"EdDSA"})}
 ALLOWED_ALGORITHMS = RSA_ALGORITHMS | {"ES256", "ES384", "EdDSA"}
+# joserfc's rules for the header and the algorithms, built once: the request path checks a
+# header with it and verifies with the algorithm models it holds.
+REGISTRY = JWSRegistry(algorithms=sorted(ALLOWED_ALGORITHMS))
 
 
 @dataclass(frozen=True, slots=True)
 class VerificationKey:
     kid: str | None
     key: Key
-    algorithms: frozenset[str]
+    # alg → joserfc's model for it, each checked against this key (type, curve, use) when the
+    # keyset was parsed, so that verifying is the signature check alone.
+    verifiers: Mapping[str, JWSAlgModel]
+
+    @property
+    def algorithms(self) -> frozenset[str]:
+        """The algorithms this key may verify."""
+        return frozenset(self.verifiers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +66,21 @@ def _algorithms_for(jwk: Mapping[str, object]) -> frozenset[str]:
     if isinstance(alg, str):
         return family & {alg}
     return family
+
+
+def _verifiers(key: Key, algorithms: frozenset[str]) -> dict[str, JWSAlgModel]:
+    """joserfc's model for each algorithm whose key checks this key passes."""
+    models: dict[str, JWSAlgModel] = {}
+    for alg in sorted(algorithms):
+        # The registry's table, not get_alg: that warns on every EdDSA lookup (RFC 9864
+        # deprecates the name); `algorithms` holds only what ALLOWED_ALGORITHMS admits.
+        model = REGISTRY.algorithms[alg]
+        try:
+            model.check_key(key)
+        except (JoseError, ValueError):
+            continue  # reported by the caller if no algorithm is left
+        models[alg] = model
+    return models
 
 
 def parse_jwks(document: object, version: int) -> Keyset:
@@ -93,7 +120,11 @@ def parse_jwks(document: object, version: int) -> Keyset:
         if kid in keys:
             skipped.append(f"{label}: duplicate kid, first one kept")
             continue
-        keys[kid] = VerificationKey(kid=kid, key=key, algorithms=algorithms)
+        verifiers = _verifiers(key, algorithms)
+        if not verifiers:
+            skipped.append(f"{label}: joserfc refuses it for {sorted(algorithms)}")
+            continue
+        keys[kid] = VerificationKey(kid=kid, key=key, verifiers=verifiers)
     if not keys:
         detail = "; ".join(skipped) or "the keys array is empty"
         raise ValueError(f"the JWKS holds no usable signature key ({detail})")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import orjson
+
 from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send, header, send_error
 from ..controlplane.cel import holds, outcome
 from ..controlplane.snapshot import CompiledAuthorization
@@ -65,8 +67,9 @@ class CelAuthorization:
         self.claims: frozenset[str] | None = None
         if all(w is not None for w in wanted):
             self.claims = frozenset(name for names in wanted if names for name in names)
-        # Rules over the token alone give the same answer for the token's whole life.
-        self._decisions: dict[str, bool] | None = None if self.needs_request else {}
+        # Rules over the token alone give the same answer for the token's whole life, and
+        # rules over named claims the same answer for the same values (`_decision_key`).
+        self._decisions: dict[str | bytes, bool] | None = None if self.needs_request else {}
         self.denial = {
             "Allow": "the token's claims satisfy none of the authorization rules",
             "Deny": "the token's claims match a deny rule",
@@ -75,23 +78,35 @@ class CelAuthorization:
 
     def _allowed(self, scope: Scope) -> bool:
         claims = scope.get(CLAIMS_KEY, {})
-        token = scope.get(TOKEN_KEY)
-        cache = self._decisions
-        if cache is not None and token is not None:
-            hit = cache.get(token)
-            if hit is not None:
-                return hit
         if self.claims is not None:
             claims = {k: claims[k] for k in self.claims if k in claims}
+        key = self._decision_key(claims, scope.get(TOKEN_KEY))
+        cache = self._decisions
+        if cache is not None and key is not None:
+            hit = cache.get(key)
+            if hit is not None:
+                return hit
         activation: dict[str, object] = {"jwt": claims}
         if self.needs_request:
             activation["request"] = request_variables(scope)
         allowed = decide(self.rules, activation)
-        if cache is not None and token is not None:
+        if cache is not None and key is not None:
             if len(cache) >= DECISION_CACHE:
                 del cache[next(iter(cache))]
-            cache[token] = allowed
+            cache[key] = allowed
         return allowed
+
+    def _decision_key(self, claims: dict[str, object], token: str | None) -> str | bytes | None:
+        """What the decision depends on. Rules that read named claims only (and not the
+        request) decide the same for the same values of those claims, whichever token carries
+        them: the key is those values, canonical JSON (types kept: 1, 1.0 and true differ).
+        Otherwise the token itself (its claims never change); None: do not cache."""
+        if self.claims is None:
+            return token
+        try:
+            return orjson.dumps(claims, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            return token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self._allowed(scope):

@@ -11,6 +11,7 @@ import pytest
 from mcp_oauth_gateway.asgi import CLAIMS_KEY, TOKEN_KEY
 from mcp_oauth_gateway.controlplane.cel import compile_expression
 from mcp_oauth_gateway.controlplane.snapshot import CompiledAuthorization
+from mcp_oauth_gateway.dataplane import authz as authz_module
 from mcp_oauth_gateway.dataplane.authz import CelAuthorization
 
 from .harness import Inner, drive
@@ -153,14 +154,48 @@ async def test_the_request_passes_inward_unchanged():
     assert (inner.last.body, inner.last.body_messages) == (b"{}", 2)
 
 
-async def test_decisions_over_the_token_alone_are_remembered_per_token():
+def counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the rule evaluations the stage makes."""
+    made = [0]
+    real = authz_module.decide
+
+    def decide(rules, activation):
+        made[0] += 1
+        return real(rules, activation)
+
+    monkeypatch.setattr(authz_module, "decide", decide)
+    return made
+
+
+async def test_decisions_over_named_claims_are_remembered_per_claim_values(monkeypatch):
+    """Rules that read named claims decide the same for the same values, whichever token
+    carries them (a new token per request costs no evaluation); other values, or the same
+    values with another JSON type, are decided anew."""
+    made = counting(monkeypatch)
     stage = authz(Inner(), "Allow", ADMIN)
-    admin = {TOKEN_KEY: "t1", **claims(groups=("admin",))}
-    first = await drive(stage, scope=admin)
-    # The same token always carries the same claims: its verdict is reused, not re-evaluated.
-    again = await drive(stage, scope={**admin, CLAIMS_KEY: {"groups": []}})
-    other = await drive(stage, scope={TOKEN_KEY: "t2", CLAIMS_KEY: {"groups": []}})
-    assert (first.status, again.status, other.status) == (200, 200, 403)
+    admin = {"groups": ["admin"], "sub": "alice", "jti": "1"}
+    first = await drive(stage, scope={TOKEN_KEY: "t1", CLAIMS_KEY: admin})
+    other_token = await drive(
+        stage, scope={TOKEN_KEY: "t2", CLAIMS_KEY: {**admin, "sub": "bob", "jti": "2"}}
+    )
+    assert (first.status, other_token.status, made[0]) == (200, 200, 1)
+    users = await drive(stage, scope={TOKEN_KEY: "t3", CLAIMS_KEY: {"groups": ["users"]}})
+    assert (users.status, made[0]) == (403, 2)
+    typed = authz(Inner(), "Allow", "jwt.level == 1")
+    one = await drive(typed, scope={TOKEN_KEY: "a", CLAIMS_KEY: {"level": 1}})
+    text = await drive(typed, scope={TOKEN_KEY: "b", CLAIMS_KEY: {"level": "1"}})
+    true = await drive(typed, scope={TOKEN_KEY: "c", CLAIMS_KEY: {"level": True}})
+    assert (one.status, text.status, true.status) == (200, 403, 403)
+
+
+async def test_rules_over_the_whole_jwt_are_remembered_per_token(monkeypatch):
+    made = counting(monkeypatch)
+    stage = authz(Inner(), "Allow", '"admin" in jwt["groups"] && size(jwt) > 0')
+    admin = {TOKEN_KEY: "t1", CLAIMS_KEY: {"groups": ["admin"]}}
+    assert (await drive(stage, scope=admin)).status == 200
+    assert (await drive(stage, scope=admin)).status == 200
+    other = await drive(stage, scope={TOKEN_KEY: "t2", CLAIMS_KEY: {"groups": ["admin"]}})
+    assert (other.status, made[0]) == (200, 2)
 
 
 async def test_decisions_that_read_the_request_are_made_per_request():
