@@ -23,6 +23,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from .asgi import Limits
+from .coalescing import CoalescingTransport
 from .dataplane.metrics import ConnectionCounts
 
 log = logging.getLogger("mcp_oauth_gateway")
@@ -211,6 +212,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             counts.open += 1
             self._counted = True
         self._head_timer = self.loop.call_later(guard.header_timeout, self._head_timed_out)
+        # Responses leave in one write per loop turn (head and body together).
+        self.transport = CoalescingTransport(transport, self.loop)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Uncount the connection and drop its timers."""
