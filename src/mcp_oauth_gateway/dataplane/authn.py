@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -79,7 +80,9 @@ class JwtAuthentication:
         self.mode = mode
         # token → (claims, exp, issuer, keyset version); bounded, insertion-ordered for cheap
         # eviction.
-        self._cache: dict[str, tuple[dict[str, object], float, Issuer, int]] = {}
+        # (An OrderedDict: dropping a plain dict's oldest entry walks the holes earlier
+        # deletions left, a cost that grows with the cache.)
+        self._cache: OrderedDict[str, tuple[dict[str, object], float, Issuer, int]] = OrderedDict()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Every Authorization header is dropped: a second one, never verified, must not reach the
@@ -158,7 +161,7 @@ class JwtAuthentication:
             keyset = issuer.keys.keyset
             claims = verify_token(token, keyset, issuer.rules, now, parsed)
         if len(self._cache) >= CACHE_SIZE:
-            del self._cache[next(iter(self._cache))]
+            self._cache.popitem(last=False)
         exp = claims["exp"]  # verify_token checked it is a number
         self._cache[token] = (
             claims,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import orjson
 
 from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send, header, send_error
@@ -69,7 +71,9 @@ class CelAuthorization:
             self.claims = frozenset(name for names in wanted if names for name in names)
         # Rules over the token alone give the same answer for the token's whole life, and
         # rules over named claims the same answer for the same values (`_decision_key`).
-        self._decisions: dict[str | bytes, bool] | None = None if self.needs_request else {}
+        self._decisions: OrderedDict[str | bytes, bool] | None = (
+            None if self.needs_request else OrderedDict()
+        )
         self.denial = {
             "Allow": "the token's claims satisfy none of the authorization rules",
             "Deny": "the token's claims match a deny rule",
@@ -92,7 +96,7 @@ class CelAuthorization:
         allowed = decide(self.rules, activation)
         if cache is not None and key is not None:
             if len(cache) >= DECISION_CACHE:
-                del cache[next(iter(cache))]
+                cache.popitem(last=False)
             cache[key] = allowed
         return allowed
 

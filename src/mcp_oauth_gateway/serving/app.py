@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import re
+import secrets
 import time
-import uuid
 
 from .. import logs
 from ..asgi import (
@@ -41,6 +42,17 @@ from .runtime import BrokerRuntime
 log = logging.getLogger("mcp_oauth_gateway")
 # Ids from callers are kept only when short and plain, so they cannot forge log structure.
 REQUEST_ID_SHAPE = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
+# Request ids need to be unique, not secret: a random per-process prefix and a counter (32 hex
+# digits, like the uuid4 they replace) cost no random bytes per request.
+_ID_PREFIX = secrets.token_hex(8)
+_ID_COUNTER = itertools.count(1)
+
+
+def new_request_id() -> str:
+    """A request id unique across processes and restarts (random prefix, counter)."""
+    return f"{_ID_PREFIX}{next(_ID_COUNTER) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
 # How long a stream cut at shutdown may take to be ended cleanly (a client not reading).
 SHUTDOWN_END_WAIT = 1.0
 
@@ -124,10 +136,10 @@ class GatewayApp:
         if given is not None and REQUEST_ID_SHAPE.fullmatch(given):
             request_id = given.decode("ascii")
         else:
-            request_id = uuid.uuid4().hex
-            scope["headers"] = [(k, v) for k, v in headers if k != b"x-request-id"] + [
-                (b"x-request-id", request_id.encode())
-            ]
+            request_id = new_request_id()
+            if given is not None:
+                headers = [(k, v) for k, v in headers if k != b"x-request-id"]
+            scope["headers"] = [*headers, (b"x-request-id", request_id.encode())]
         logs.REQUEST_ID.set(request_id)
         return request_id
 
