@@ -52,16 +52,24 @@ class Setup:
         return self.idp + REALM
 
 
-def _admin(idp: str) -> httpx.Client:
-    token = httpx.post(
+def password_token(idp: str, username: str, password: str, **extra: str) -> str:
+    """An access token from the realm's password grant (admin-cli), checked."""
+    answer = httpx.post(
         f"{idp}{REALM}/protocol/openid-connect/token",
         data={
             "grant_type": "password",
             "client_id": "admin-cli",
-            "username": "admin",
-            "password": ADMIN_PASSWORD,
+            "username": username,
+            "password": password,
+            **extra,
         },
-    ).json()["access_token"]
+    )
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["access_token"])
+
+
+def _admin(idp: str) -> httpx.Client:
+    token = password_token(idp, "admin", ADMIN_PASSWORD)
     return httpx.Client(
         base_url=f"{idp}/admin{REALM}", headers={"Authorization": f"Bearer {token}"}
     )
@@ -260,18 +268,7 @@ def setup(logs: Path, tmp_path_factory) -> Iterator[Setup]:
 
 
 def user_token(setup: Setup) -> str:
-    answer = httpx.post(
-        f"{setup.issuer}/protocol/openid-connect/token",
-        data={
-            "grant_type": "password",
-            "client_id": "admin-cli",
-            "username": "alice",
-            "password": USER_PASSWORD,
-            "scope": "openid",
-        },
-    )
-    assert answer.status_code == 200, answer.text
-    return answer.json()["access_token"]
+    return password_token(setup.idp, "alice", USER_PASSWORD, scope="openid")
 
 
 async def call_whoami(base: str, token: str) -> dict:
@@ -433,15 +430,7 @@ def test_idp_keycloak_sets_token_exchange_up(logs: Path, tmp_path_factory):
         assert again.returncode == 0, again.stderr
         assert "exists; its secret file is kept" in again.stderr
         assert secret_file.read_text().strip() == secret
-        user = httpx.post(
-            f"{url}{REALM}/protocol/openid-connect/token",
-            data={
-                "grant_type": "password",
-                "client_id": "admin-cli",
-                "username": "alice",
-                "password": USER_PASSWORD,
-            },
-        ).json()["access_token"]
+        user = password_token(url, "alice", USER_PASSWORD)
         exchanged = httpx.post(
             f"{url}{REALM}/protocol/openid-connect/token",
             data={
