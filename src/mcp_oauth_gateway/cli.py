@@ -281,7 +281,7 @@ def _dev_idp_parser(commands: Commands) -> None:
         type=float,
         default=0.0,
         metavar="SECONDS",
-        help="authentik: answer 503 (Retry-After) this long after start",
+        help="authentik: answer 503 (Retry-After) this long after the first API request",
     )
     dev.add_argument(
         "--worker-delay",

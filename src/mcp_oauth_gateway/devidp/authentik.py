@@ -277,6 +277,7 @@ class AuthentikFlavour:
         # Start-up phases and cache expiry read this clock (tests replace it to skip time).
         self.clock = clock
         self.started = clock()
+        self._phases_begun = False
         # (user pk, page number) -> (expires at, application pks); in memory, as authentik's
         # cache is separate from the objects (a dev IdP restart empties it).
         self._app_lists: dict[tuple[int, int], tuple[float, list[str]]] = {}
@@ -291,6 +292,11 @@ class AuthentikFlavour:
 
     def migrating(self) -> bool:
         """Whether the server still runs its database migrations (answers 503)."""
+        if not self._phases_begun:
+            # Timed from the first request that is not a liveness probe, not from process
+            # start: a client that comes late (a busy machine) still meets every phase.
+            self._phases_begun = True
+            self.started = self.clock()
         return self._elapsed() < self.settings.migrations_seconds
 
     def _reconcile(self) -> None:
