@@ -5,9 +5,11 @@ Keys are parsed here, once per fetch, so the request path only looks them up.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 from joserfc.errors import JoseError
 from joserfc.jwa import JWSAlgModel
 from joserfc.jwk import JWKRegistry, Key
@@ -23,6 +25,10 @@ ALLOWED_ALGORITHMS = RSA_ALGORITHMS | {"ES256", "ES384", "EdDSA"}
 REGISTRY = JWSRegistry(algorithms=sorted(ALLOWED_ALGORITHMS))
 
 
+# Whether a signature (decoded) is valid for a signing input: `check(signing_input, signature)`.
+SignatureCheck = Callable[[bytes, bytes], bool]
+
+
 @dataclass(frozen=True, slots=True)
 class VerificationKey:
     kid: str | None
@@ -30,6 +36,9 @@ class VerificationKey:
     # alg → joserfc's model for it, each checked against this key (type, curve, use) when the
     # keyset was parsed, so that verifying is the signature check alone.
     verifiers: Mapping[str, JWSAlgModel]
+    # alg → the signature check itself, prepared from that model and this key (see
+    # `signature_check`).
+    checks: Mapping[str, SignatureCheck]
 
     @property
     def algorithms(self) -> frozenset[str]:
@@ -83,6 +92,32 @@ def _verifiers(key: Key, algorithms: frozenset[str]) -> dict[str, JWSAlgModel]:
     return models
 
 
+def signature_check(model: JWSAlgModel, key: Key) -> SignatureCheck:
+    """The check `model.verify(message, signature, key)` makes, prepared once. For RSA, the
+    public key, padding and hash joserfc's model would use are taken now (per request it
+    would look the key up, check its operations and build a hash object); other families
+    call the model itself."""
+    padding = getattr(model, "padding", None)
+    hash_alg = getattr(model, "hash_alg", None)
+    public = key.get_op_key("verify")
+    if model.name in RSA_ALGORITHMS and isinstance(public, RSAPublicKey) and padding and hash_alg:
+        algorithm = hash_alg()
+
+        def rsa(message: bytes, signature: bytes) -> bool:
+            try:
+                public.verify(signature, message, padding, algorithm)
+            except InvalidSignature:
+                return False
+            return True
+
+        return rsa
+
+    def other(message: bytes, signature: bytes) -> bool:
+        return bool(model.verify(message, signature, key))
+
+    return other
+
+
 def parse_jwks(document: object, version: int) -> Keyset:
     """Parse a JWKS; unusable keys are skipped (and reported), never fatal for the others."""
     if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
@@ -124,7 +159,13 @@ def parse_jwks(document: object, version: int) -> Keyset:
         if not verifiers:
             skipped.append(f"{label}: joserfc refuses it for {sorted(algorithms)}")
             continue
-        keys[kid] = VerificationKey(kid=kid, key=key, verifiers=verifiers)
+        try:
+            # Also joserfc's key-operation rules (`key_ops`), once here instead of per request.
+            checks = {alg: signature_check(model, key) for alg, model in verifiers.items()}
+        except (JoseError, ValueError) as exc:
+            skipped.append(f"{label}: cannot verify ({exc})")
+            continue
+        keys[kid] = VerificationKey(kid=kid, key=key, verifiers=verifiers, checks=checks)
     if not keys:
         detail = "; ".join(skipped) or "the keys array is empty"
         raise ValueError(f"the JWKS holds no usable signature key ({detail})")

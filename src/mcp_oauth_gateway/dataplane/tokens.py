@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import binascii
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import orjson
-from joserfc import jws
 from joserfc.errors import JoseError
-from joserfc.jwa import JWSAlgModel
-from joserfc.jwk import Key
-from joserfc.util import urlsafe_b64decode
 from typing_extensions import TypeIs
 
-from ..controlplane.keys import ALLOWED_ALGORITHMS, REGISTRY, Keyset
+from ..controlplane.keys import ALLOWED_ALGORITHMS, REGISTRY, Keyset, SignatureCheck
 from ..providers.access_tokens import GENERIC, AccessTokenRule
 
 LEEWAY = 60
@@ -81,8 +79,71 @@ def check_claims(claims: Mapping[str, object], rules: TokenRules, now: float) ->
             raise TokenError("token was issued in the future (iat)")
 
 
-def parse_token(token: str) -> tuple[jws.CompactSignature, dict[str, object]]:
-    """Split and decode the token header; raise TokenError when it is malformed."""
+# base64url → base64 for binascii; `+`, `/` and `=` are not base64url: made invalid, as joserfc
+# refuses them.
+_FROM_URLSAFE = bytes.maketrans(b"-_+/=", b"+/!!!")
+# The last character when one or two characters are missing from the final quantum: only these
+# leave no unused bits set (joserfc refuses the others; RFC 4648 §3.5 calls them non-canonical).
+_CANONICAL_LAST = (b"AEIMQUYcgkosw048", b"AQgw")
+
+
+def b64url_decode(segment: bytes) -> bytes:
+    """joserfc's strict base64url decoding (`joserfc.util.urlsafe_b64decode`: no padding, no
+    `+`/`/`, canonical last character), with binascii's strict mode doing the rest; proven to
+    decide alike in tests/unit/test_signature_equivalence.py. Raises binascii.Error."""
+    pad = -len(segment) % 4
+    if pad == 3:
+        raise binascii.Error("invalid base64url length")
+    if pad and segment[-1] not in _CANONICAL_LAST[pad - 1]:
+        raise binascii.Error("non-canonical base64url")
+    return binascii.a2b_base64(segment.translate(_FROM_URLSAFE) + b"=" * pad, strict_mode=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """A protected header as joserfc reads it, and what joserfc's header rules say of it."""
+
+    fields: Mapping[str, object]
+    problem: str | None
+
+
+@functools.lru_cache(maxsize=256)
+def decode_header(segment: bytes) -> Header:
+    """The header segment decoded and checked once: a provider's tokens share a few headers
+    (alg, kid, typ), so the request path meets the same segments again and again. The fields
+    are read-only, as they are shared. Raises TokenError when it is not a JSON object with alg."""
+    try:
+        fields = orjson.loads(b64url_decode(segment))
+    except (binascii.Error, orjson.JSONDecodeError) as exc:
+        raise TokenError(f"malformed token: Invalid header ({exc})") from exc
+    if not isinstance(fields, dict):
+        raise TokenError("malformed token: header is not a JSON object")
+    if "alg" not in fields:
+        raise TokenError("malformed token: missing_algorithm: Missing 'alg' value in header")
+    if "b64" in fields and fields["b64"] is not True:
+        # RFC 7797's unencoded payload needs `crit`, which no accepted token has.
+        raise TokenError("malformed token: unencoded payloads (b64) are not supported")
+    problem = None
+    try:
+        REGISTRY.check_header(fields)
+    except (JoseError, ValueError, TypeError) as exc:
+        problem = f"signature check failed: {exc}"
+    return Header(MappingProxyType(fields), problem)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactToken:
+    """A JWS compact token split and decoded as joserfc's `extract_compact` would, the
+    signature kept encoded until it is checked."""
+
+    header: Header
+    signing_input: bytes
+    payload: bytes
+    signature: bytes
+
+
+def parse_token(token: str) -> CompactToken:
+    """Split and decode the token; raise TokenError when it is malformed."""
     if len(token) > MAX_TOKEN_BYTES:
         raise TokenError(f"token is longer than {MAX_TOKEN_BYTES} bytes")
     if token.count(".") != 2:
@@ -90,13 +151,18 @@ def parse_token(token: str) -> tuple[jws.CompactSignature, dict[str, object]]:
             "malformed token: expected three dot-separated parts (header.payload.signature)"
         )
     try:
-        compact = jws.extract_compact(token.encode("ascii"))
-        header = compact.headers()
-    except (JoseError, ValueError, UnicodeError, TypeError) as exc:
-        raise TokenError(f"malformed token: {getattr(exc, 'description', None) or exc}") from exc
-    if not isinstance(header, dict):
-        raise TokenError("malformed token: header is not a JSON object")
-    return compact, header
+        raw = token.encode("ascii")
+    except UnicodeError as exc:
+        raise TokenError("malformed token: it is not ASCII") from exc
+    head, payload, signature = raw.split(b".")
+    if len(head) > REGISTRY.max_header_length or len(signature) > REGISTRY.max_signature_length:
+        raise TokenError("malformed token: its header or signature is longer than JWS allows")
+    header = decode_header(head)
+    try:
+        decoded = b64url_decode(payload)
+    except binascii.Error as exc:
+        raise TokenError("malformed token: Invalid payload") from exc
+    return CompactToken(header, raw[: len(head) + 1 + len(payload)], decoded, signature)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +170,7 @@ class ParsedToken:
     """A token split and decoded, not yet verified: what picking its provider needs, kept so
     that verifying it does not decode it again."""
 
-    compact: jws.CompactSignature
-    header: dict[str, object]
+    compact: CompactToken
     payload: object
 
     @property
@@ -116,30 +181,25 @@ class ParsedToken:
 
 def parse_unverified(token: str) -> ParsedToken:
     """Split and decode a token without checking anything but its shape."""
-    compact, header = parse_token(token)
+    compact = parse_token(token)
     try:
         payload = orjson.loads(compact.payload)
     except orjson.JSONDecodeError as exc:
         raise TokenError("malformed token: payload is not JSON") from exc
-    return ParsedToken(compact, header, payload)
+    return ParsedToken(compact, payload)
 
 
-def signature_verifies(
-    compact: jws.CompactSignature, header: dict[str, object], verifier: JWSAlgModel, key: Key
-) -> bool:
-    """What joserfc's `validate_compact` decides, with the registry, the algorithm model and
-    its key checks prepared at load (keys.REGISTRY, VerificationKey.verifiers): the header
-    rules, joserfc's strict base64url for the signature, and the algorithm's verify."""
+def signature_verifies(compact: CompactToken, check: SignatureCheck) -> bool:
+    """What joserfc's `validate_compact` decides, with its header rules applied once per header
+    (`decode_header`) and the algorithm's check prepared at load (`VerificationKey.checks`):
+    the header rules, strict base64url for the signature, and the signature check."""
+    if compact.header.problem is not None:
+        raise TokenError(compact.header.problem)
     try:
-        REGISTRY.check_header(header)
-    except (JoseError, ValueError, TypeError) as exc:
-        raise TokenError(f"signature check failed: {exc}") from exc
-    segments = compact.segments
-    try:
-        signature = urlsafe_b64decode(segments["signature"])
-    except (binascii.Error, ValueError, TypeError):
+        signature = b64url_decode(compact.signature)
+    except binascii.Error:
         return False
-    return bool(verifier.verify(segments["header"] + b"." + segments["payload"], signature, key))
+    return check(compact.signing_input, signature)
 
 
 def verify_token(
@@ -150,7 +210,8 @@ def verify_token(
     parsed: ParsedToken | None = None,
 ) -> dict[str, object]:
     """Verify signature, claims and token kind; return the claims or raise TokenError."""
-    compact, header = (parsed.compact, parsed.header) if parsed else parse_token(token)
+    compact = parsed.compact if parsed else parse_token(token)
+    header = compact.header.fields
     alg = header.get("alg")
     if alg not in ALLOWED_ALGORITHMS:
         raise TokenError(f"alg {alg!r} is not accepted (accepted: {_ALLOWED_TEXT})")
@@ -167,13 +228,13 @@ def verify_token(
         raise UnknownKeyId(
             f"no key with kid {kid!r} in the issuer's keyset" if kid else "token header has no kid"
         )
-    verifier = key.verifiers.get(alg)
-    if verifier is None:
+    check = key.checks.get(alg)
+    if check is None:
         raise TokenError(
             f"alg {alg} cannot be verified with key {kid!r} "
             f"(it allows {', '.join(sorted(key.algorithms))})"
         )
-    if not signature_verifies(compact, header, verifier, key.key):
+    if not signature_verifies(compact, check):
         raise TokenError(f"signature does not verify with key {kid!r}")
     if b"\\u0000" in compact.payload:
         # The CEL runtime reads strings only up to a NUL: "admin\u0000x" would pass
