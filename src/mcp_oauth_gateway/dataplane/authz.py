@@ -71,6 +71,7 @@ class CelAuthorization:
             self.claims = frozenset(name for names in wanted if names for name in names)
         # Rules over the token alone give the same answer for the token's whole life, and
         # rules over named claims the same answer for the same values (`_decision_key`).
+        # Keys: tokens (str) and claim values (bytes), which never compare equal.
         self._decisions: OrderedDict[str | bytes, bool] | None = (
             None if self.needs_request else OrderedDict()
         )
@@ -82,35 +83,50 @@ class CelAuthorization:
 
     def _allowed(self, scope: Scope) -> bool:
         claims = scope.get(CLAIMS_KEY, {})
-        if self.claims is not None:
-            claims = {k: claims[k] for k in self.claims if k in claims}
-        key = self._decision_key(claims, scope.get(TOKEN_KEY))
         cache = self._decisions
-        if cache is not None and key is not None:
-            hit = cache.get(key)
+        if cache is None:
+            return self._decide(scope, self._wanted(claims))
+        token = scope.get(TOKEN_KEY)
+        # The token first: its string was hashed when the authentication stage looked it up,
+        # so this costs nothing, where the claim-values key costs a JSON encoding.
+        if token is not None:
+            hit = cache.get(token)
             if hit is not None:
                 return hit
+        claims = self._wanted(claims)
+        key = self._decision_key(claims)
+        hit = cache.get(key) if key is not None else None
+        allowed = self._decide(scope, claims) if hit is None else hit
+        for remembered in (key, token):
+            if remembered is not None and remembered not in cache:
+                if len(cache) >= DECISION_CACHE:
+                    cache.popitem(last=False)
+                cache[remembered] = allowed
+        return allowed
+
+    def _wanted(self, claims: dict[str, object]) -> dict[str, object]:
+        """Only the claims the rules read (all of them when a rule reads `jwt` whole)."""
+        if self.claims is None:
+            return claims
+        return {k: claims[k] for k in self.claims if k in claims}
+
+    def _decide(self, scope: Scope, claims: dict[str, object]) -> bool:
         activation: dict[str, object] = {"jwt": claims}
         if self.needs_request:
             activation["request"] = request_variables(scope)
-        allowed = decide(self.rules, activation)
-        if cache is not None and key is not None:
-            if len(cache) >= DECISION_CACHE:
-                cache.popitem(last=False)
-            cache[key] = allowed
-        return allowed
+        return decide(self.rules, activation)
 
-    def _decision_key(self, claims: dict[str, object], token: str | None) -> str | bytes | None:
-        """What the decision depends on. Rules that read named claims only (and not the
-        request) decide the same for the same values of those claims, whichever token carries
-        them: the key is those values, canonical JSON (types kept: 1, 1.0 and true differ).
-        Otherwise the token itself (its claims never change); None: do not cache."""
+    def _decision_key(self, claims: dict[str, object]) -> bytes | None:
+        """What the decision depends on besides the token itself. Rules that read named claims
+        only (and not the request) decide the same for the same values of those claims,
+        whichever token carries them: the key is those values, canonical JSON (types kept: 1,
+        1.0 and true differ). None: only the token is a key (rules over all claims)."""
         if self.claims is None:
-            return token
+            return None
         try:
             return orjson.dumps(claims, option=orjson.OPT_SORT_KEYS)
         except orjson.JSONEncodeError:
-            return token
+            return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self._allowed(scope):

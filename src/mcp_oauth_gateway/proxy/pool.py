@@ -319,19 +319,6 @@ def _expire(ready: asyncio.Future[None], timeout: float) -> None:
         ready.set_exception(TimeoutError(f"no response headers within {timeout:g}s"))
 
 
-async def _wait_for_headers(conn: _Connection, ready: asyncio.Future[None], within: float) -> None:
-    """Wait for the response head; the wait starts once the request is out. Any failure
-    (timeout, broken connection, cancellation) closes the connection."""
-    timer = asyncio.get_running_loop().call_later(within, _expire, ready, within)
-    try:
-        await ready
-    except BaseException:
-        conn.close()
-        raise
-    finally:
-        timer.cancel()
-
-
 def _head(method: str, target: bytes, headers: Headers, length: int | None) -> bytes:
     lines = [method.encode(), b" ", target, b" HTTP/1.1\r\n"]
     for name, value in headers:
@@ -382,6 +369,7 @@ class RawUpstream:
         streamed = not isinstance(body, bytes)
         head = _head(method, target, headers, len(body) if isinstance(body, bytes) else None)
         no_body = method == "HEAD"
+        loop = asyncio.get_running_loop()
         for attempt in (1, 2):
             conn = pool.take_idle()
             reused = conn is not None
@@ -390,7 +378,7 @@ class RawUpstream:
             response = _Response(conn, no_body)
             conn.response = response
             conn._headers = response.headers
-            ready = conn.headers_ready = asyncio.get_running_loop().create_future()
+            ready = conn.headers_ready = loop.create_future()
             transport = conn.transport
             assert transport is not None
             if transport.is_closing():
@@ -399,13 +387,21 @@ class RawUpstream:
                     continue
                 raise UpstreamError("the backend connection closed before the request")
             await self._write(conn, head, body, ready)
+            # The wait for the head starts once the request is out; any failure (timeout,
+            # broken connection, cancellation) closes the connection.
+            timer = loop.call_later(headers_within, _expire, ready, headers_within)
             try:
-                await _wait_for_headers(conn, ready, headers_within)
-            except UpstreamError:
+                await ready
+            except BaseException as exc:
+                conn.close()
+                if not isinstance(exc, UpstreamError):
+                    raise
                 # A pooled connection the backend had just closed: resend once, fresh.
                 if reused and attempt == 1 and not streamed and response.status == 0:
                     continue
                 raise
+            finally:
+                timer.cancel()
             return response
         raise UpstreamError("the backend closed the connection twice")
 

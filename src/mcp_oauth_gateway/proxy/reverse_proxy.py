@@ -57,7 +57,8 @@ CORS_RESPONSE = frozenset(
 def _connection_tokens(headers: Headers) -> frozenset[bytes]:
     tokens: set[bytes] = set()
     for name, value in headers:
-        if name.lower() == b"connection":
+        # The length first: this runs over every header of every request and response.
+        if len(name) == 10 and name.lower() == b"connection":
             tokens.update(t.strip().lower() for t in value.split(b","))
     return frozenset(tokens)
 
@@ -75,12 +76,22 @@ def upstream_request_headers(
     tokens = _connection_tokens(incoming)
     if tokens:
         drop = drop | tokens
-    out: Headers = [(name, value) for name, value in incoming if name not in drop]
+    # One pass (this runs for every request): what is kept, the Host, and any
+    # X-Forwarded-For to extend.
+    out: Headers = []
+    host = b""
+    previous = None
+    for name, value in incoming:
+        if name == b"host":
+            if not host:
+                host = value
+        elif name == b"x-forwarded-for" and name not in drop:
+            if previous is None:
+                previous = value
+        elif name not in drop:
+            out.append((name, value))
     client = scope.get("client")
     client_ip = client[0].encode() if client else b"unknown"
-    host = next((v for k, v in incoming if k == b"host"), b"")
-    previous = next((v for k, v in out if k == b"x-forwarded-for"), None)
-    out = [(k, v) for k, v in out if k != b"x-forwarded-for"]
     out.append((b"x-forwarded-for", previous + b", " + client_ip if previous else client_ip))
     if not trust_forwarded:
         out.append((b"x-forwarded-proto", scope.get("scheme", "http").encode()))
@@ -110,7 +121,20 @@ def downstream_response_headers(
     tokens = _connection_tokens(headers)
     if tokens:
         drop = drop | tokens
-    return [(name.lower(), value) for name, value in headers if name.lower() not in drop]
+    out: Headers = []
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered not in drop:
+            out.append((lowered, value))
+    return out
+
+
+def _value(headers: Headers, name: bytes) -> bytes | None:
+    """The first value of a (lowercase) header, or None."""
+    for key, value in headers:
+        if key == name:
+            return value
+    return None
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:
@@ -145,7 +169,7 @@ class ReverseProxy:
         query = scope.get("query_string", b"")
         url = self.base + ("?" + query.decode("latin-1") if query else "")
         headers = upstream_request_headers(scope, self.authority, self.trust_forwarded, self.drop)
-        declared = next((v for k, v in headers if k == b"content-length"), None)
+        declared = _value(headers, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
             await self._too_large(send)
             return
@@ -207,11 +231,8 @@ class ReverseProxy:
             response.headers, response.status, self.response_drops
         )
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
-        streaming = any(
-            name == b"content-type" and value.startswith(b"text/event-stream")
-            for name, value in headers
-        )
-        if streaming:
+        content_type = _value(headers, b"content-type")
+        if content_type is not None and content_type.startswith(b"text/event-stream"):
             await self._relay_until_disconnect(response, receive, send)
         else:
             await self._relay(response, send)
