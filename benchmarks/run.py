@@ -39,6 +39,8 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 ISSUER = "https://idp.bench.example/application/o/mcp/"
 AUDIENCE = "mcp-bench"
 SERVER_CORE, LOAD_CORE = "0", "1"
+# The optional stages whose cost per request the report gives (each alone, then all at once).
+STAGES = ("rate limit", "transformation", "tool authorization", "metrics", "JSON logs", "tracing")
 GAP_NOTE = (
     "Targets not met, and what would close them: see [PROFILE.md](../PROFILE.md) "
     "(cache misses: verify the signature with `cryptography` once joserfc has parsed "
@@ -215,8 +217,9 @@ class Bench:
         port = free_port()
         return self.spawn("backend", [PY, str(HERE / "backend.py"), str(port)], core, port)
 
-    def gateway(self, backend_port: int, core: str = SERVER_CORE) -> Server:
+    def gateway(self, backend_port: int, core: str = SERVER_CORE, stage: str = "plain") -> Server:
         port = free_port()
+        traffic, backend, flags, env = self.stage_settings(stage)
         config = self.work / f"gateway-{port}.yaml"
         jwks = json.dumps({"keys": [self.key.as_dict(private=False)]})
         config.write_text(f"""
@@ -251,9 +254,41 @@ spec:
     authorization:
       action: Allow
       policy: {{matchExpressions: ['"mcp-agent" in jwt.groups']}}
-""")
-        cmd = [PY, "-m", "mcp_oauth_gateway", "serve", "-f", str(config)]
-        return self.spawn("gateway", cmd, core, port)
+{traffic}{backend}""")
+        cmd = [PY, "-m", "mcp_oauth_gateway", "serve", "-f", str(config), *flags]
+        return self.spawn("gateway", cmd, core, port, env)
+
+    def stage_settings(self, stage: str) -> tuple[str, str, list[str], dict[str, str]]:
+        """What a stage variant adds to the plain gateway: policy YAML under `traffic`, under
+        `spec` (the backend section), serve flags and environment."""
+        names = set(STAGES) if stage == "all" else {stage}
+        traffic = backend = ""
+        flags: list[str] = []
+        env: dict[str, str] = {}
+        if "rate limit" in names:
+            traffic += "    rateLimit: {key: 'jwt.sub', requests: 1000000000, window: 1m}\n"
+        if "transformation" in names:
+            traffic += (
+                "    transformation:\n      request:\n        set:\n"
+                "          - {name: X-User, value: 'jwt.sub'}\n"
+                "          - {name: X-Groups, value: 'jwt.groups.join(\",\")'}\n"
+                "        remove: [X-Internal-Secret]\n"
+            )
+        if "tool authorization" in names:
+            backend = (
+                "  backend:\n    mcp:\n      authorization:\n        action: Allow\n"
+                '        policy: {matchExpressions: [\'mcp.tool.name in ["add", "search"]\']}\n'
+            )
+        if "metrics" in names:
+            flags += ["--admin-port", str(free_port())]
+        if "JSON logs" in names:
+            flags += ["--log-format", "json"]
+        if "tracing" in names:
+            # Spans go to a static responder on the load core (an OTLP sink that answers 200).
+            sink = self.backend(LOAD_CORE)
+            flags += ["--tracing", "otlp"]
+            env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{sink.port}"
+        return traffic, backend, flags, env
 
     def haproxy(self, backend_port: int) -> Server:
         port = free_port()
@@ -470,6 +505,44 @@ http {{
             out.append(self.measure("d HAProxy", hurl, h, self.args.conns, token=self.token))
         return out
 
+    def stage_costs(self) -> list[Result]:
+        """Scenario b with each optional stage on, and with all of them, in interleaved rounds
+        beside the plain gateway: the added CPU per request is each variant's median minus
+        the plain one's."""
+        variants = ("plain", *STAGES, "all")
+        rounds: list[list[Result]] = []
+        for i in range(self.args.rounds):
+            print(f"[bench] stage costs, round {i + 1}/{self.args.rounds}", file=sys.stderr)
+            out = []
+            for stage in variants:
+                try:
+                    b = self.backend(LOAD_CORE)
+                    g = self.gateway(b.port, stage=stage)
+                    url = f"http://127.0.0.1:{g.port}/mcp"
+                    out.append(self.measure(f"stage: {stage}", url, g, self.args.conns, self.token))
+                finally:
+                    self.stop_all()
+            rounds.append(out)
+        chosen = median_results(rounds)
+        for result in chosen:
+            cpus = sorted(
+                r.cpu_us for done in rounds for r in done if r.scenario == result.scenario
+            )
+            result.extra["median_cpu_us"] = cpus[len(cpus) // 2]
+        return chosen
+
+    def security_checks(self) -> str:
+        """The in-process cost of the request checks the security fixes added."""
+        done = subprocess.run(
+            pinned(SERVER_CORE, [PY, str(HERE / "security_checks.py")]),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr)
+        return done.stdout
+
     def mcp_share(self) -> list[Result]:
         """(e): a real mcp SDK server alone on one core, then the gateway in front of it (CPU
         per request of each)."""
@@ -572,6 +645,47 @@ def median_results(rounds: list[list[Result]]) -> list[Result]:
         chosen.extra["max_rps"] = ordered[-1].rps
         out.append(chosen)
     return out
+
+
+def stage_lines(stages: list[Result], security: str | None) -> list[str]:
+    """The report's section on the optional stages and the security checks."""
+    lines: list[str] = []
+    plain = next((r for r in stages if r.scenario == "stage: plain"), None)
+    if plain is not None:
+        base = plain.extra["median_cpu_us"]
+        lines += [
+            "",
+            "Optional stages: scenario b with each stage on (and all of them), interleaved with "
+            "the plain gateway; CPU µs/req is the median over the rounds, `added` the "
+            "difference to the plain gateway's.",
+            "",
+            "| gateway | req/s (min-max) | CPU µs/req | added µs/req |",
+            "|---|---:|---:|---:|",
+        ]
+        for r in stages:
+            cpu = r.extra["median_cpu_us"]
+            added = "" if r is plain else f"{cpu - base:+.1f}"
+            lines.append(
+                f"| {r.scenario.removeprefix('stage: ')} | {r.rps:,.0f} "
+                f"({r.extra.get('min_rps', r.rps):,.0f}-{r.extra.get('max_rps', r.rps):,.0f}) "
+                f"| {cpu:.1f} | {added} |"
+            )
+        lines += [
+            "",
+            "Controller mode adds nothing per request: its pipelines are the same objects, "
+            "built by the same code from the watched resources; the only difference on the "
+            "request path is that a listener's table is looked up by exact port.",
+        ]
+    if security:
+        lines += [
+            "",
+            "Security checks, in process on one core (`benchmarks/security_checks.py`):",
+            "",
+            "```",
+            security.rstrip(),
+            "```",
+        ]
+    return lines
 
 
 def versions() -> dict[str, str]:
@@ -722,6 +836,7 @@ def report(args: argparse.Namespace, results: list[Result], extras: dict, soak: 
     lines += ["", "| target | measured | goal | met |", "|---|---:|---|---|"]
     for name, value, goal, met in targets:
         lines.append(f"| {name} | {value} | {goal} | {'yes' if met else '**no**'} |")
+    lines += stage_lines(extras.get("stages") or [], extras.get("security"))
     if not all(met for *_, met in targets):
         lines += ["", GAP_NOTE]
     lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()), ""]
@@ -749,6 +864,11 @@ def main() -> int:
         action="store_true",
         help="only the gateway scenarios, no report file (for tuning)",
     )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="only the optional stages' cost and the security checks, no report file",
+    )
     args = parser.parse_args()
     if args.smoke:
         args.rounds, args.duration, args.warmup, args.tokens = 1, 1, 1, 200
@@ -761,6 +881,12 @@ def main() -> int:
             )
             return 2
     bench = Bench(args)
+    if args.stages:
+        try:
+            print("\n".join(stage_lines(bench.stage_costs(), bench.security_checks())))
+        finally:
+            bench.stop_all()
+        return 0
     if args.quick:
         try:
             results = bench.quick()
@@ -789,6 +915,8 @@ def main() -> int:
         share = bench.mcp_share()
         print("[bench] latency at 500 req/s and SSE", file=sys.stderr, flush=True)
         extras = bench.latency_and_sse()
+        extras["stages"] = bench.stage_costs()
+        extras["security"] = bench.security_checks()
         soak = None
         if args.soak:
             print(f"[bench] RSS over {args.soak:,} requests", file=sys.stderr, flush=True)

@@ -7,6 +7,7 @@ so a rule holds only when its result `is True`.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cel_expr_python import cel
@@ -44,6 +45,24 @@ def referenced_claims(source: str) -> frozenset[str] | None:
     if len(_JWT.findall(source)) != len(_CLAIM.findall(source)):
         return None
     return frozenset(names)
+
+
+def claims_read(expressions: Iterable[CompiledExpression]) -> frozenset[str] | None:
+    """Every claim the expressions read by name; None when one reads `jwt` as a whole."""
+    names: set[str] = set()
+    for expression in expressions:
+        if expression.claims is None:
+            return None
+        names |= expression.claims
+    return frozenset(names)
+
+
+def visible_claims(claims: dict[str, object], read: frozenset[str] | None) -> dict[str, object]:
+    """What CEL is given as `jwt`: only the claims read (converting a whole token's claims to
+    CEL values costs more than most evaluations)."""
+    if read is None:
+        return claims
+    return {name: claims[name] for name in read if name in claims}
 
 
 def compile_expression(source: str, mcp: bool = False) -> CompiledExpression:

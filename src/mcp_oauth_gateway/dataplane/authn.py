@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from ..asgi import (
 from ..controlplane.control import Keyholder
 from ..controlplane.snapshot import CompiledMcp, CompiledProvider
 from ..providers.access_tokens import access_token_rule
+from .bounded import BoundedCache
 from .challenge import Challenger
 from .metrics import Metrics
 from .tokens import (
@@ -78,11 +78,10 @@ class JwtAuthentication:
         self.forward_token = forward_token
         self.metrics = metrics
         self.mode = mode
-        # token → (claims, exp, issuer, keyset version); bounded, insertion-ordered for cheap
-        # eviction.
-        # (An OrderedDict: dropping a plain dict's oldest entry walks the holes earlier
-        # deletions left, a cost that grows with the cache.)
-        self._cache: OrderedDict[str, tuple[dict[str, object], float, Issuer, int]] = OrderedDict()
+        # token → (claims, exp, issuer, keyset version)
+        self._cache: BoundedCache[str, tuple[dict[str, object], float, Issuer, int]] = BoundedCache(
+            CACHE_SIZE
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Every Authorization header is dropped: a second one, never verified, must not reach the
@@ -160,14 +159,10 @@ class JwtAuthentication:
                 raise
             keyset = issuer.keys.keyset
             claims = verify_token(token, keyset, issuer.rules, now, parsed)
-        if len(self._cache) >= CACHE_SIZE:
-            self._cache.popitem(last=False)
         exp = claims["exp"]  # verify_token checked it is a number
-        self._cache[token] = (
-            claims,
-            float(exp) if isinstance(exp, int | float) else 0.0,
-            issuer,
-            keyset.version,
+        self._cache.put(
+            token,
+            (claims, float(exp) if isinstance(exp, int | float) else 0.0, issuer, keyset.version),
         )
         return claims
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import orjson
 
 from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send, header, send_error
-from ..controlplane.cel import holds, outcome
+from ..controlplane.cel import claims_read, holds, outcome, visible_claims
 from ..controlplane.snapshot import CompiledAuthorization
+from .bounded import BoundedCache
 from .challenge import Challenger
 
 
@@ -64,16 +63,13 @@ class CelAuthorization:
         self.rules = rules
         self.challenger = challenger or Challenger(None, None)
         self.needs_request = any(e.uses_request for e in rules.expressions)
-        wanted = [e.claims for e in rules.expressions]
         # Only the claims the rules read are converted for CEL; None means all of them.
-        self.claims: frozenset[str] | None = None
-        if all(w is not None for w in wanted):
-            self.claims = frozenset(name for names in wanted if names for name in names)
+        self.claims = claims_read(rules.expressions)
         # Rules over the token alone give the same answer for the token's whole life, and
         # rules over named claims the same answer for the same values (`_decision_key`).
         # Keys: tokens (str) and claim values (bytes), which never compare equal.
-        self._decisions: OrderedDict[str | bytes, bool] | None = (
-            None if self.needs_request else OrderedDict()
+        self._decisions: BoundedCache[str | bytes, bool] | None = (
+            None if self.needs_request else BoundedCache(DECISION_CACHE)
         )
         self.denial = {
             "Allow": "the token's claims satisfy none of the authorization rules",
@@ -85,7 +81,7 @@ class CelAuthorization:
         claims = scope.get(CLAIMS_KEY, {})
         cache = self._decisions
         if cache is None:
-            return self._decide(scope, self._wanted(claims))
+            return self._decide(scope, visible_claims(claims, self.claims))
         token = scope.get(TOKEN_KEY)
         # The token first: its string was hashed when the authentication stage looked it up,
         # so this costs nothing, where the claim-values key costs a JSON encoding.
@@ -93,22 +89,14 @@ class CelAuthorization:
             hit = cache.get(token)
             if hit is not None:
                 return hit
-        claims = self._wanted(claims)
+        claims = visible_claims(claims, self.claims)
         key = self._decision_key(claims)
         hit = cache.get(key) if key is not None else None
         allowed = self._decide(scope, claims) if hit is None else hit
         for remembered in (key, token):
             if remembered is not None and remembered not in cache:
-                if len(cache) >= DECISION_CACHE:
-                    cache.popitem(last=False)
-                cache[remembered] = allowed
+                cache.put(remembered, allowed)
         return allowed
-
-    def _wanted(self, claims: dict[str, object]) -> dict[str, object]:
-        """Only the claims the rules read (all of them when a rule reads `jwt` whole)."""
-        if self.claims is None:
-            return claims
-        return {k: claims[k] for k in self.claims if k in claims}
 
     def _decide(self, scope: Scope, claims: dict[str, object]) -> bool:
         activation: dict[str, object] = {"jwt": claims}

@@ -81,8 +81,10 @@ class HeaderRules:
         # Aliases are refused whether or not forwarded headers are trusted: untrusted ones are
         # dropped by name, so an alias would outlive the drop.
         self.aliased = SINGLE | FORWARDED
-        # Host values already found valid: a gateway sees few, and the check runs per request.
+        # Host and Connection values already found valid: a gateway sees few (clients send
+        # `Connection: keep-alive`), and the check runs per request.
         self._good_hosts: set[bytes] = set()
+        self._good_connections: set[bytes] = set()
 
     def problem(self, headers: Headers) -> str | None:
         """Why the request's headers cannot be served, or None."""
@@ -107,13 +109,17 @@ class HeaderRules:
         if b"connection" in values:
             # Every Connection header counts: the proxy drops what any of them names.
             for name, value in headers:
-                named = hop_by_hop_guarded(value, self.aliased) if name == b"connection" else None
+                if name != b"connection" or value in self._good_connections:
+                    continue
+                named = hop_by_hop_guarded(value, self.aliased)
                 if named is not None:
                     return (
                         f"the Connection header names {display_name(named)}, which the "
                         "gateway reads or sets; it cannot be made hop-by-hop (dropped on "
                         "the way to the backend)"
                     )
+                if len(self._good_connections) < MAX_REMEMBERED_HOSTS:
+                    self._good_connections.add(value)
         host = values.get(b"host")
         if host is not None and host not in self._good_hosts:
             if not _HOST.fullmatch(host):

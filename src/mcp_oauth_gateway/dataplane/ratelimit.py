@@ -9,15 +9,18 @@ import time
 from collections import OrderedDict
 from typing import Protocol
 
-from ..asgi import CLAIMS_KEY, ASGIApp, Receive, Scope, Send, send_error
-from ..controlplane.cel import value_of
+from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Receive, Scope, Send, send_error
+from ..controlplane.cel import value_of, visible_claims
 from ..controlplane.snapshot import CompiledRateLimit
 from .authz import request_variables
+from .bounded import BoundedCache
 from .metrics import Metrics
 
 log = logging.getLogger("mcp_oauth_gateway.ratelimit")
 MAX_LOCAL_KEYS = 100_000
 ANONYMOUS = "-"
+# Tokens whose key is remembered (a key over the claims alone is the same for a token's life).
+KEY_MEMO = 10_000
 
 # KEYS[1] bucket; ARGV capacity, tokens per second. Returns {allowed, seconds to wait}.
 _SCRIPT = """
@@ -110,13 +113,32 @@ class RateLimit:
         self.policy = policy
         self.needs_request = limit.key.uses_request
         self.rejected = metrics.rejection_counter(policy) if metrics else None
+        self._keys: BoundedCache[str, str] | None = (
+            None if self.needs_request else BoundedCache(KEY_MEMO)
+        )
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        activation: dict[str, object] = {"jwt": scope.get(CLAIMS_KEY, {})}
+    def _key(self, scope: Scope) -> str:
+        """The caller's bucket: the key expression's value (remembered per token when it reads
+        the claims alone), or the shared anonymous bucket."""
+        token = scope.get(TOKEN_KEY)
+        memo = self._keys
+        if memo is not None and token is not None:
+            known = memo.get(token)
+            if known is not None:
+                return known
+        activation: dict[str, object] = {
+            "jwt": visible_claims(scope.get(CLAIMS_KEY, {}), self.key.claims)
+        }
         if self.needs_request:
             activation["request"] = request_variables(scope)
         value = value_of(self.key, activation)
         key = str(value) if isinstance(value, str | int) and value != "" else ANONYMOUS
+        if memo is not None and token is not None:
+            memo.put(token, key)
+        return key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key = self._key(scope)
         try:
             wait = await self.limiter.take(key)
         except Exception as exc:  # a limiter that cannot answer must not let traffic through

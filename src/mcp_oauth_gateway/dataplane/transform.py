@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import logging
 
-from ..asgi import CLAIMS_KEY, ASGIApp, Headers, Receive, Scope, Send, send_error
-from ..controlplane.cel import value_of
+from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send, send_error
+from ..controlplane.cel import claims_read, value_of, visible_claims
 from ..controlplane.snapshot import CompiledTransformation
 from .authz import request_variables
+from .bounded import BoundedCache
 from .headers import display_name, hop_by_hop_guarded, underscore_alias
 
 log = logging.getLogger("mcp_oauth_gateway.transform")
 _FORBIDDEN = (b"\r", b"\n", b"\x00")
+# Tokens whose computed headers are remembered (values over the claims alone never change).
+VALUES_MEMO = 10_000
 
 
 def header_value(value: object) -> bytes | None:
@@ -37,35 +40,62 @@ class HeaderTransformation:
         self.drop = transformation.remove | self.set_names
         self.guarded = frozenset(self.drop)
         self.needs_request = any(e.uses_request for _, e in self.set)
+        self.claims = claims_read(e for _, e in self.set)
+        # token → the headers to add, or the name of one whose value cannot be a header.
+        self._values: BoundedCache[str, Headers | bytes] | None = (
+            None if self.needs_request else BoundedCache(VALUES_MEMO)
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         problem = self._problem(scope["headers"])
         if problem is not None:
             await send_error(send, 400, "invalid_request", problem)
             return
-        activation: dict[str, object] = {"jwt": scope.get(CLAIMS_KEY, {})}
+        added = self._added(scope)
+        if isinstance(added, bytes):
+            log.warning(
+                "transformation %s produced a value with CR/LF/NUL; refused", added.decode()
+            )
+            await send_error(
+                send,
+                400,
+                "invalid_request",
+                f"the value computed for header {added.decode()} contains control characters",
+            )
+            return
+        scope["headers"] = [(k, v) for k, v in scope["headers"] if k not in self.drop] + added
+        await self.app(scope, receive, send)
+
+    def _added(self, scope: Scope) -> Headers | bytes:
+        """The headers to set, or the name of one whose value has CR, LF or NUL; remembered
+        per token when every value reads the claims alone."""
+        token = scope.get(TOKEN_KEY)
+        memo = self._values
+        if memo is not None and token is not None:
+            known = memo.get(token)
+            if known is not None:
+                return known
+        activation: dict[str, object] = {
+            "jwt": visible_claims(scope.get(CLAIMS_KEY, {}), self.claims)
+        }
         if self.needs_request:
             activation["request"] = request_variables(scope)
-        added = []
+        added: Headers | bytes = self._values_of(activation)
+        if memo is not None and token is not None:
+            memo.put(token, added)
+        return added
+
+    def _values_of(self, activation: dict[str, object]) -> Headers | bytes:
+        added: Headers = []
         for name, expression in self.set:
             value = header_value(value_of(expression, activation))
             if value is None:
                 # A missing claim leaves the header unset rather than set to something wrong.
                 continue
             if any(c in value for c in _FORBIDDEN):
-                log.warning(
-                    "transformation %s produced a value with CR/LF/NUL; refused", name.decode()
-                )
-                await send_error(
-                    send,
-                    400,
-                    "invalid_request",
-                    f"the value computed for header {name.decode()} contains control characters",
-                )
-                return
+                return name
             added.append((name, value))
-        scope["headers"] = [(k, v) for k, v in scope["headers"] if k not in self.drop] + added
-        await self.app(scope, receive, send)
+        return added
 
     def _problem(self, headers: Headers) -> str | None:
         seen: set[bytes] = set()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_oauth_gateway.asgi import CLAIMS_KEY
+from mcp_oauth_gateway.asgi import CLAIMS_KEY, TOKEN_KEY
 from mcp_oauth_gateway.controlplane.cel import compile_expression
 from mcp_oauth_gateway.controlplane.policies import compile_rate_limit
 from mcp_oauth_gateway.controlplane.snapshot import CompiledRateLimit
@@ -125,3 +125,28 @@ async def test_in_front_of_the_local_bucket_each_caller_gets_its_own_allowance()
 
     assert [await status("alice") for _ in range(3)] == [(200, None), (200, None), (429, b"30")]
     assert await status("bob") == (200, None)
+
+
+async def test_the_key_over_the_claims_is_computed_once_per_token(monkeypatch):
+    from mcp_oauth_gateway.dataplane import ratelimit as module
+
+    evaluations = [0]
+    real = module.value_of
+
+    def counted(expression, activation):
+        evaluations[0] += 1
+        return real(expression, activation)
+
+    monkeypatch.setattr(module, "value_of", counted)
+    limiter = Scripted()
+    stage = RateLimit(Inner(), limit(), limiter, "default/p")
+    alice = {CLAIMS_KEY: {"sub": "alice"}, TOKEN_KEY: "token-a"}
+    bob = {CLAIMS_KEY: {"sub": "bob"}, TOKEN_KEY: "token-b"}
+    for scope in (alice, alice, bob, alice):
+        await drive(stage, scope=scope)
+    assert limiter.keys == ["alice", "alice", "bob", "alice"]
+    assert evaluations[0] == 2
+    by_path = RateLimit(Inner(), limit("request.path"), Scripted(), "default/p")
+    for _ in range(2):
+        await drive(by_path, scope=alice)
+    assert evaluations[0] == 4

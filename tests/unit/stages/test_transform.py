@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_oauth_gateway.asgi import CLAIMS_KEY
+from mcp_oauth_gateway.asgi import CLAIMS_KEY, TOKEN_KEY
 from mcp_oauth_gateway.controlplane.policies import compile_transformation
 from mcp_oauth_gateway.controlplane.snapshot import CompiledTransformation
 from mcp_oauth_gateway.dataplane.transform import HeaderTransformation
@@ -185,3 +185,41 @@ async def test_a_connection_header_cannot_make_a_set_or_removed_header_hop_by_ho
     assert not response.reached
     assert response.status == 400
     assert "the Connection header names X-" in response.json()["error_description"]
+
+
+async def test_values_over_the_claims_are_computed_once_per_token(monkeypatch):
+    """The same token twice: one evaluation, the same headers; another token is computed
+    anew; a value reading the request is computed for every request."""
+    from mcp_oauth_gateway.dataplane import transform as module
+
+    evaluations = [0]
+    real = module.value_of
+
+    def counted(expression, activation):
+        evaluations[0] += 1
+        return real(expression, activation)
+
+    monkeypatch.setattr(module, "value_of", counted)
+    inner = Inner()
+    app = stage(inner, {"X-User": "jwt.sub"})
+    alice = {**ALICE, TOKEN_KEY: "token-a"}
+    bob = {CLAIMS_KEY: {"sub": "bob"}, TOKEN_KEY: "token-b"}
+    for scope in (alice, alice, bob):
+        await drive(app, headers=[(b"x-user", b"admin")], scope=scope, inner=inner)
+    users = [[v for k, v in seen.headers if k == b"x-user"] for seen in inner.seen]
+    assert users == [[b"alice"], [b"alice"], [b"bob"]]
+    assert evaluations[0] == 2
+    by_request = stage(inner, {"X-Path": "request.path"})
+    for _ in range(2):
+        await drive(by_request, scope=alice, inner=inner)
+    assert evaluations[0] == 4
+
+
+async def test_a_remembered_refusal_is_refused_again():
+    inner = Inner()
+    app = stage(inner, {"X-Name": "jwt.name"})
+    scope = {CLAIMS_KEY: {"name": "a\r\nX-Admin: 1"}, TOKEN_KEY: "token-crlf"}
+    first = await drive(app, scope=scope, inner=inner)
+    second = await drive(app, scope=scope, inner=inner)
+    assert (first.status, second.status) == (400, 400)
+    assert (first.reached, second.reached) == (False, False)

@@ -1,0 +1,38 @@
+"""A bounded map for the request path's memos (tokens → claims, decisions, keys, values)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class BoundedCache(Generic[K, V]):
+    """Forgets its oldest entries first once `size` are held. An OrderedDict: dropping a plain
+    dict's oldest entry walks the holes earlier deletions left, a cost that grows with it."""
+
+    __slots__ = ("_entries", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._entries: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        """The value remembered for `key`, or None."""
+        return self._entries.get(key)
+
+    def put(self, key: K, value: V) -> None:
+        """Remember `value` for `key`, forgetting the oldest entry when full."""
+        entries = self._entries
+        if key not in entries and len(entries) >= self.size:
+            entries.popitem(last=False)
+        entries[key] = value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
