@@ -33,6 +33,22 @@ def test_benchmark_smoke_run_writes_a_report(tmp_path):
         "e gateway → mcp SDK tools/call",
     ):
         assert f"| {scenario} |" in text, text
-    assert "| b / d (gateway ÷ HAProxy jwt_verify) |" in text
+    assert "| b / d (gateway ÷ HAProxy jwt_verify); per round " in text
+    assert "| c / d (cache-miss gateway ÷ HAProxy); per round " in text
+    # Each optional stage's cost, and the security checks' (the stage variants are valid
+    # configurations: a variant the gateway refused would not answer 200 and fail the run).
+    for stage in (
+        "plain",
+        "rate limit",
+        "transformation",
+        "tool authorization",
+        "metrics",
+        "JSON logs",
+        "tracing",
+        "all",
+    ):
+        row = next((line for line in text.splitlines() if line.startswith(f"| {stage} | ")), "")
+        assert row.endswith(" | 0 |"), text  # every request answered 2xx
+    assert "entry header check, 10 headers" in text
     assert "SSE: worst extra delay per event" in text
     assert "| 0 |" in text  # scenarios ran without errors

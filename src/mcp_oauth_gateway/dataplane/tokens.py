@@ -146,15 +146,16 @@ def parse_token(token: str) -> CompactToken:
     """Split and decode the token; raise TokenError when it is malformed."""
     if len(token) > MAX_TOKEN_BYTES:
         raise TokenError(f"token is longer than {MAX_TOKEN_BYTES} bytes")
-    if token.count(".") != 2:
-        raise TokenError(
-            "malformed token: expected three dot-separated parts (header.payload.signature)"
-        )
     try:
         raw = token.encode("ascii")
     except UnicodeError as exc:
         raise TokenError("malformed token: it is not ASCII") from exc
-    head, payload, signature = raw.split(b".")
+    parts = raw.split(b".")
+    if len(parts) != 3:
+        raise TokenError(
+            "malformed token: expected three dot-separated parts (header.payload.signature)"
+        )
+    head, payload, signature = parts
     if len(head) > REGISTRY.max_header_length or len(signature) > REGISTRY.max_signature_length:
         raise TokenError("malformed token: its header or signature is longer than JWS allows")
     header = decode_header(head)
