@@ -23,6 +23,16 @@ def request_variables(scope: Scope) -> dict[str, object]:
     }
 
 
+def activation_for(
+    scope: Scope, read: frozenset[str] | None, needs_request: bool
+) -> dict[str, object]:
+    """CEL's variables for a request: `jwt` (only the claims read) and `request` when used."""
+    activation: dict[str, object] = {"jwt": visible_claims(scope.get(CLAIMS_KEY, {}), read)}
+    if needs_request:
+        activation["request"] = request_variables(scope)
+    return activation
+
+
 def header_map(headers: Headers) -> dict[str, str]:
     """Lowercase name → value; repeated headers are joined with ", " (RFC 9110 §5.3), so a rule
     sees every copy rather than whichever came last."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -36,3 +36,15 @@ class BoundedCache(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def per_token(memo: BoundedCache[str, V] | None, token: str | None, compute: Callable[[], V]) -> V:
+    """`compute()`, remembered for the token when there is a memo (a result over the token's
+    claims alone never changes) and the caller has a token."""
+    if memo is None or token is None:
+        return compute()
+    known = memo.get(token)
+    if known is None:
+        known = compute()
+        memo.put(token, known)
+    return known

@@ -9,11 +9,11 @@ import time
 from collections import OrderedDict
 from typing import Protocol
 
-from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Receive, Scope, Send, send_error
-from ..controlplane.cel import value_of, visible_claims
+from ..asgi import TOKEN_KEY, ASGIApp, Receive, Scope, Send, send_error
+from ..controlplane.cel import value_of
 from ..controlplane.snapshot import CompiledRateLimit
-from .authz import request_variables
-from .bounded import BoundedCache
+from .authz import activation_for
+from .bounded import BoundedCache, per_token
 from .metrics import Metrics
 
 log = logging.getLogger("mcp_oauth_gateway.ratelimit")
@@ -120,22 +120,12 @@ class RateLimit:
     def _key(self, scope: Scope) -> str:
         """The caller's bucket: the key expression's value (remembered per token when it reads
         the claims alone), or the shared anonymous bucket."""
-        token = scope.get(TOKEN_KEY)
-        memo = self._keys
-        if memo is not None and token is not None:
-            known = memo.get(token)
-            if known is not None:
-                return known
-        activation: dict[str, object] = {
-            "jwt": visible_claims(scope.get(CLAIMS_KEY, {}), self.key.claims)
-        }
-        if self.needs_request:
-            activation["request"] = request_variables(scope)
+        return per_token(self._keys, scope.get(TOKEN_KEY), lambda: self._compute_key(scope))
+
+    def _compute_key(self, scope: Scope) -> str:
+        activation = activation_for(scope, self.key.claims, self.needs_request)
         value = value_of(self.key, activation)
-        key = str(value) if isinstance(value, str | int) and value != "" else ANONYMOUS
-        if memo is not None and token is not None:
-            memo.put(token, key)
-        return key
+        return str(value) if isinstance(value, str | int) and value != "" else ANONYMOUS
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         key = self._key(scope)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import logging
 
-from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send, send_error
-from ..controlplane.cel import claims_read, value_of, visible_claims
+from ..asgi import TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send, send_error
+from ..controlplane.cel import claims_read, value_of
 from ..controlplane.snapshot import CompiledTransformation
-from .authz import request_variables
-from .bounded import BoundedCache
+from .authz import activation_for
+from .bounded import BoundedCache, per_token
 from .headers import display_name, hop_by_hop_guarded, underscore_alias
 
 log = logging.getLogger("mcp_oauth_gateway.transform")
@@ -69,21 +69,11 @@ class HeaderTransformation:
     def _added(self, scope: Scope) -> Headers | bytes:
         """The headers to set, or the name of one whose value has CR, LF or NUL; remembered
         per token when every value reads the claims alone."""
-        token = scope.get(TOKEN_KEY)
-        memo = self._values
-        if memo is not None and token is not None:
-            known = memo.get(token)
-            if known is not None:
-                return known
-        activation: dict[str, object] = {
-            "jwt": visible_claims(scope.get(CLAIMS_KEY, {}), self.claims)
-        }
-        if self.needs_request:
-            activation["request"] = request_variables(scope)
-        added: Headers | bytes = self._values_of(activation)
-        if memo is not None and token is not None:
-            memo.put(token, added)
-        return added
+        return per_token(
+            self._values,
+            scope.get(TOKEN_KEY),
+            lambda: self._values_of(activation_for(scope, self.claims, self.needs_request)),
+        )
 
     def _values_of(self, activation: dict[str, object]) -> Headers | bytes:
         added: Headers = []

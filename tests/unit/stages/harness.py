@@ -291,3 +291,16 @@ class MemoryUpstream:
     def last(self) -> Sent:
         assert self.sent, "nothing reached the upstream"
         return self.sent[-1]
+
+
+def count_calls(monkeypatch: Any, module: object, name: str) -> list[int]:
+    """Count the calls to `module.name` (a CEL evaluation, say); the count is `[n]`."""
+    made = [0]
+    real = getattr(module, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return made

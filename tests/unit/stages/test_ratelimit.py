@@ -18,7 +18,7 @@ from mcp_oauth_gateway.dataplane.metrics import Metrics
 from mcp_oauth_gateway.dataplane.ratelimit import LocalLimiter, RateLimit
 from mcp_oauth_gateway.resources.models import RateLimit as RateLimitSpec
 
-from .harness import Inner, drive
+from .harness import Inner, count_calls, drive
 
 
 class Scripted:
@@ -130,14 +130,7 @@ async def test_in_front_of_the_local_bucket_each_caller_gets_its_own_allowance()
 async def test_the_key_over_the_claims_is_computed_once_per_token(monkeypatch):
     from mcp_oauth_gateway.dataplane import ratelimit as module
 
-    evaluations = [0]
-    real = module.value_of
-
-    def counted(expression, activation):
-        evaluations[0] += 1
-        return real(expression, activation)
-
-    monkeypatch.setattr(module, "value_of", counted)
+    evaluations = count_calls(monkeypatch, module, "value_of")
     limiter = Scripted()
     stage = RateLimit(Inner(), limit(), limiter, "default/p")
     alice = {CLAIMS_KEY: {"sub": "alice"}, TOKEN_KEY: "token-a"}

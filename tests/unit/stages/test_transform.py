@@ -15,7 +15,7 @@ from mcp_oauth_gateway.controlplane.snapshot import CompiledTransformation
 from mcp_oauth_gateway.dataplane.transform import HeaderTransformation
 from mcp_oauth_gateway.resources.models import Transformation
 
-from .harness import Inner, drive
+from .harness import Inner, count_calls, drive
 
 ALICE = {CLAIMS_KEY: {"sub": "alice", "groups": ["mcp-agent", "users"], "level": 3}}
 
@@ -192,14 +192,7 @@ async def test_values_over_the_claims_are_computed_once_per_token(monkeypatch):
     anew; a value reading the request is computed for every request."""
     from mcp_oauth_gateway.dataplane import transform as module
 
-    evaluations = [0]
-    real = module.value_of
-
-    def counted(expression, activation):
-        evaluations[0] += 1
-        return real(expression, activation)
-
-    monkeypatch.setattr(module, "value_of", counted)
+    evaluations = count_calls(monkeypatch, module, "value_of")
     inner = Inner()
     app = stage(inner, {"X-User": "jwt.sub"})
     alice = {**ALICE, TOKEN_KEY: "token-a"}
