@@ -59,12 +59,27 @@ async def load(port: int, tokens: list[str], count: int, conns: int) -> int:
     return sum(done)
 
 
+def annotate(dump: Path, top: int) -> str:
+    """The `top` functions by their own instructions, from callgrind_annotate."""
+    text = subprocess.run(
+        ["callgrind_annotate", "--threshold=100", str(dump)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = [line for line in text.splitlines() if re.match(r"^\s*[\d,]+ \(", line)]
+    return "\n".join(rows[:top])
+
+
 def main() -> int:
     """Measure and print instructions per request."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--new-tokens", action="store_true", help="scenario c")
     parser.add_argument("--conns", type=int, default=16)
+    parser.add_argument(
+        "--top", type=int, default=0, help="also print the N costliest functions (self cost)"
+    )
     args = parser.parse_args()
     options = argparse.Namespace(
         smoke=True, rounds=1, duration=1, warmup=1, conns=64, tokens=10, rate_seconds=1, soak=0
@@ -99,6 +114,8 @@ def main() -> int:
         if "Trigger: dump" in text:
             found = re.search(r"^summary: (\d+)", text, re.M)
             total += int(found.group(1)) if found else 0
+            if args.top:
+                print(annotate(dump, args.top))
     scenario = "c (a new token per request)" if args.new_tokens else "b (one token)"
     print(
         f"scenario {scenario}: {total / count / 1000:.1f} k instructions per request "

@@ -50,6 +50,39 @@ def test_batches_and_repeated_keys_are_refused():
         read_request(b'{"method": "tools/call", "params": {"name": "add", "name": "rm"}}')
 
 
+CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "é"}}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        json.dumps(CALL).encode("utf-8"),
+        b"\xef\xbb\xbf" + json.dumps(CALL).encode("utf-8"),  # a BOM, as json.loads allows
+        json.dumps(CALL).encode("utf-16"),
+        json.dumps(CALL, ensure_ascii=False).encode("utf-32-le"),
+        json.dumps(CALL, ensure_ascii=False).encode("utf-8"),
+        b'{"method": "tools/call", "params": {"name": "\xff"}}',  # not UTF-8
+        b'{"method": "tools/call", "params": {"name": "\\ud800"}}',  # a lone surrogate
+    ],
+)
+def test_bodies_are_read_as_json_loads_reads_them(raw):
+    # The decoder is built once rather than per call; what it accepts must not change.
+    try:
+        expected = json.loads(raw)
+    except ValueError:
+        assert read_request(raw) is None
+        return
+    request = read_request(raw)
+    assert (request.method, request.name) == (expected["method"], expected["params"]["name"])
+
+
+def test_a_key_repeated_at_any_depth_is_refused():
+    with pytest.raises(Ambiguous, match="repeats a key"):
+        read_request(b'{"method": "tools/call", "params": {"arguments": {"a": 1, "a": 2}}}')
+    with pytest.raises(Ambiguous, match="repeats a key"):
+        read_request(b'{"method": "tools/call", "method": "tools/list"}')
+
+
 @pytest.mark.parametrize("raw", [b"not json", b"3", b'{"id": 1}', b'{"method": 3}'])
 def test_non_requests_are_not_read(raw):
     assert read_request(raw) is None

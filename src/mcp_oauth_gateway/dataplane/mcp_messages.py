@@ -49,10 +49,20 @@ class Ambiguous(ValueError):
 def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
     # With duplicate keys, which one wins is parser-dependent: the gateway could authorize one
     # tool name and the backend call another.
-    keys = [k for k, _ in pairs]
-    if len(set(keys)) != len(keys):
+    unique = dict(pairs)
+    if len(unique) != len(pairs):
         raise Ambiguous("the JSON body repeats a key")
-    return dict(pairs)
+    return unique
+
+
+# Built once: `json.loads(body, object_pairs_hook=...)` would build a decoder per call, which
+# cost more than the parse itself.
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates)
+
+
+def _parse(body: bytes) -> object:
+    """`json.loads(body)` (the same encoding detection), refusing repeated keys."""
+    return _DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
 
 
 def read_request(
@@ -60,7 +70,7 @@ def read_request(
 ) -> McpRequest | None:
     """The request in `body`, or None when it is not a JSON-RPC request object."""
     try:
-        message = json.loads(body, object_pairs_hook=_no_duplicates)
+        message = _parse(body)
     except Ambiguous:
         raise
     except ValueError:
