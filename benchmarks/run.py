@@ -43,8 +43,10 @@ SERVER_CORE, LOAD_CORE = "0", "1"
 STAGES = ("rate limit", "transformation", "tool authorization", "metrics", "JSON logs", "tracing")
 GAP_NOTE = (
     "Targets not met, and what limits them: see [PROFILE.md](../PROFILE.md) (cache misses: "
-    "the RSA verification itself; gateway ÷ direct backend: uvicorn's per-request task, "
-    "scope and event, and the Python around three socket operations)."
+    "the RSA check, the same work HAProxy does, and the Python around it; one connection: "
+    "compare with the direct backend's own c=1 row, the host's scheduling delay is in both; "
+    "gateway ÷ direct backend: uvicorn's per-request task, scope and event, and the Python "
+    "around three socket operations)."
 )
 
 
