@@ -12,6 +12,8 @@ import time
 
 import httpx
 import yaml
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import padding
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +38,7 @@ ISSUER = "http://idp/application/o/mcp/"
 RULES = TokenRules(ISSUER, frozenset({"mcp-public"}))
 KEY, ATTACKER = new_key("k1"), new_key("k1")
 KEYSET = parse_jwks(jwks_of(KEY), version=1)
+KEY_PRIVATE = KEY.private_key
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -75,6 +78,40 @@ def test_forged_tokens_are_never_accepted(header, claims, signature):
     except TokenError:
         return
     raise AssertionError(f"accepted a forged token {token!r}")
+
+
+JOSE_FIELDS = ("alg", "kid", "typ", "crit", "b64", "cty", "jku", "jwk", "x5c", "zip", "enc")
+
+
+@FUZZ
+@given(
+    header=st.fixed_dictionaries(
+        {},
+        optional={
+            name: json_values | st.sampled_from(["RS256", "k1", "JWT", "at+jwt", "none"])
+            for name in JOSE_FIELDS
+        },
+    ),
+    signed=st.booleans(),
+)
+def test_any_json_in_the_header_fields_is_refused_cleanly(header, signed):
+    # Every field the verifier reads, with any JSON value (lists, objects, numbers where a
+    # string belongs): a TokenError, never another exception (which would answer 500).
+    claims = claims_for(ISSUER, "mcp-public")
+    signing_input = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(claims).encode())}"
+    signature = b"x" * 256
+    if signed:
+        signature = KEY_PRIVATE.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
+    token = f"{signing_input}.{b64(signature)}"
+    try:
+        verify_token(token, KEYSET, RULES, time.time())
+    except TokenError:
+        return
+    # Accepted: only a header a provider could have written, signed with the real key.
+    assert signed
+    assert header.get("alg") == "RS256"
+    assert header.get("kid") in (None, "k1")
+    assert "crit" not in header
 
 
 @FUZZ

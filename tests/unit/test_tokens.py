@@ -86,11 +86,22 @@ def test_aud_array_any_of():
         ({"alg": "RS256", "kid": "k1", "typ": "JWE"}, "typ 'JWE'"),
         ({"alg": "RS256", "kid": "k1", "crit": ["exp"]}, "crit"),
         ({"alg": "RS256", "kid": 7}, "kid is not a string"),
+        ({"alg": "RS256", "kid": ["k1"]}, "kid is not a string"),
+        ({"alg": ["RS256"], "kid": "k1"}, "alg \\['RS256'\\] is not accepted"),
+        ({"alg": "RS256", "kid": "k1", "typ": 1}, "typ 1 "),
+        # The first failing rule names the refusal: alg, then typ, crit, kid.
+        ({"alg": "none", "typ": "JWE", "crit": ["x"], "kid": 7}, "alg 'none'"),
+        ({"alg": "RS256", "typ": "JWE", "crit": ["x"], "kid": 7}, "typ 'JWE'"),
+        ({"alg": "RS256", "crit": ["x"], "kid": 7}, "crit"),
     ],
 )
 def test_header_refusals(header, reason):
-    with pytest.raises(TokenError, match=reason):
-        verify_token(unsigned(header, good(), b"sig"), KEYSET, RULES, time.time())
+    # Twice: the header's verdict is decided once per distinct header segment and remembered.
+    for _ in range(2):
+        with pytest.raises(TokenError, match=reason):
+            verify_token(unsigned(header, good(), b"sig"), KEYSET, RULES, time.time())
+    # A good header after it is judged on its own.
+    assert verify_token(mint(KEY, good()), KEYSET, RULES, time.time())["sub"] == "alice"
 
 
 def test_unknown_kid_is_distinguished():

@@ -101,10 +101,32 @@ def b64url_decode(segment: bytes) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Header:
-    """A protected header as joserfc reads it, and what joserfc's header rules say of it."""
+    """A protected header as joserfc reads it, what joserfc's header rules say of it, and our
+    own header rules' verdict (`refusal`), decided once per distinct header."""
 
     fields: Mapping[str, object]
     problem: str | None
+    refusal: str | None = None
+    alg: str = ""
+    kid: str | None = None
+
+
+def header_refusal(fields: Mapping[str, object]) -> str | None:
+    """Why a token with this header is refused before any key is looked at, or None: the
+    algorithm, the token type, `crit` and the `kid`'s type, checked in that order."""
+    alg = fields.get("alg")
+    # The type first: a list or object `alg` cannot be looked up in a set (it would raise).
+    if not isinstance(alg, str) or alg not in ALLOWED_ALGORITHMS:
+        return f"alg {alg!r} is not accepted (accepted: {_ALLOWED_TEXT})"
+    typ = fields.get("typ")
+    if typ is not None and (not isinstance(typ, str) or typ.lower() not in _TYPES):
+        return f"typ {typ!r} is not a JWT access token type"
+    if "crit" in fields:
+        return "token header has crit parameters, none of which are supported"
+    kid = fields.get("kid")
+    if kid is not None and not isinstance(kid, str):
+        return "kid is not a string"
+    return None
 
 
 @functools.lru_cache(maxsize=256)
@@ -128,7 +150,12 @@ def decode_header(segment: bytes) -> Header:
         REGISTRY.check_header(fields)
     except (JoseError, ValueError, TypeError) as exc:
         problem = f"signature check failed: {exc}"
-    return Header(MappingProxyType(fields), problem)
+    refusal = header_refusal(fields)
+    alg, kid = fields.get("alg"), fields.get("kid")
+    # The type checks cannot fail once header_refusal passed; they refuse rather than assume.
+    if refusal is not None or not isinstance(alg, str) or not isinstance(kid, str | None):
+        return Header(MappingProxyType(fields), problem, refusal or "malformed token header")
+    return Header(MappingProxyType(fields), problem, None, alg, kid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,18 +239,10 @@ def verify_token(
 ) -> dict[str, object]:
     """Verify signature, claims and token kind; return the claims or raise TokenError."""
     compact = parsed.compact if parsed else parse_token(token)
-    header = compact.header.fields
-    alg = header.get("alg")
-    if alg not in ALLOWED_ALGORITHMS:
-        raise TokenError(f"alg {alg!r} is not accepted (accepted: {_ALLOWED_TEXT})")
-    typ = header.get("typ")
-    if typ is not None and (not isinstance(typ, str) or typ.lower() not in _TYPES):
-        raise TokenError(f"typ {typ!r} is not a JWT access token type")
-    if "crit" in header:
-        raise TokenError("token header has crit parameters, none of which are supported")
-    kid = header.get("kid")
-    if kid is not None and not isinstance(kid, str):
-        raise TokenError("kid is not a string")
+    verdict = compact.header
+    if verdict.refusal is not None:
+        raise TokenError(verdict.refusal)
+    header, alg, kid = verdict.fields, verdict.alg, verdict.kid
     key = keyset.find(kid)
     if key is None:
         raise UnknownKeyId(
