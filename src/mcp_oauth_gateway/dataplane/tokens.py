@@ -111,22 +111,25 @@ class Header:
     kid: str | None = None
 
 
-def header_refusal(fields: Mapping[str, object]) -> str | None:
-    """Why a token with this header is refused before any key is looked at, or None: the
-    algorithm, the token type, `crit` and the `kid`'s type, checked in that order."""
+def judge_header(fields: dict[str, object], problem: str | None) -> Header:
+    """The header with our own verdict on it: refused before any key is looked at for its
+    algorithm, token type, `crit` or the `kid`'s type, checked in that order."""
+    view = MappingProxyType(fields)
     alg = fields.get("alg")
     # The type first: a list or object `alg` cannot be looked up in a set (it would raise).
     if not isinstance(alg, str) or alg not in ALLOWED_ALGORITHMS:
-        return f"alg {alg!r} is not accepted (accepted: {_ALLOWED_TEXT})"
+        return Header(view, problem, f"alg {alg!r} is not accepted (accepted: {_ALLOWED_TEXT})")
     typ = fields.get("typ")
     if typ is not None and (not isinstance(typ, str) or typ.lower() not in _TYPES):
-        return f"typ {typ!r} is not a JWT access token type"
+        return Header(view, problem, f"typ {typ!r} is not a JWT access token type")
     if "crit" in fields:
-        return "token header has crit parameters, none of which are supported"
+        return Header(
+            view, problem, "token header has crit parameters, none of which are supported"
+        )
     kid = fields.get("kid")
     if kid is not None and not isinstance(kid, str):
-        return "kid is not a string"
-    return None
+        return Header(view, problem, "kid is not a string")
+    return Header(view, problem, None, alg, kid)
 
 
 @functools.lru_cache(maxsize=256)
@@ -150,12 +153,7 @@ def decode_header(segment: bytes) -> Header:
         REGISTRY.check_header(fields)
     except (JoseError, ValueError, TypeError) as exc:
         problem = f"signature check failed: {exc}"
-    refusal = header_refusal(fields)
-    alg, kid = fields.get("alg"), fields.get("kid")
-    # The type checks cannot fail once header_refusal passed; they refuse rather than assume.
-    if refusal is not None or not isinstance(alg, str) or not isinstance(kid, str | None):
-        return Header(MappingProxyType(fields), problem, refusal or "malformed token header")
-    return Header(MappingProxyType(fields), problem, None, alg, kid)
+    return judge_header(fields, problem)
 
 
 @dataclass(frozen=True, slots=True)
