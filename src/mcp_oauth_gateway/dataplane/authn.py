@@ -25,6 +25,7 @@ from .challenge import Challenger
 from .metrics import Metrics
 from .tokens import (
     LEEWAY,
+    NUMBER_TYPES,
     ParsedToken,
     TokenError,
     TokenRules,
@@ -162,7 +163,7 @@ class JwtAuthentication:
         exp = claims["exp"]  # verify_token checked it is a number
         self._cache.put(
             token,
-            (claims, float(exp) if isinstance(exp, int | float) else 0.0, issuer, keyset.version),
+            (claims, float(exp) if isinstance(exp, NUMBER_TYPES) else 0.0, issuer, keyset.version),
         )
         return claims
 

@@ -7,6 +7,7 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 import orjson
 from joserfc.errors import JoseError
@@ -39,8 +40,13 @@ class TokenRules:
     access_token: AccessTokenRule = GENERIC
 
 
+# A tuple, not `int | float`: that expression builds a union object on every call, and these
+# checks run on every token the cache has not seen.
+NUMBER_TYPES = (int, float)
+
+
 def _is_number(value: object) -> TypeIs[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, NUMBER_TYPES) and not isinstance(value, bool)
 
 
 def check_claims(claims: Mapping[str, object], rules: TokenRules, now: float) -> None:
@@ -51,32 +57,44 @@ def check_claims(claims: Mapping[str, object], rules: TokenRules, now: float) ->
         if isinstance(iss, str) and iss.rstrip("/") == rules.issuer.rstrip("/"):
             hint = " (a trailing slash matters)"
         raise TokenError(f"iss {iss!r} is not the expected issuer {rules.issuer!r}{hint}")
-    if rules.audiences is not None:
+    audiences = rules.audiences
+    if audiences is not None:
         aud = claims.get("aud")
-        values = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else None
-        if values is None:
+        if not isinstance(aud, (str, list)):
             raise TokenError("token has no aud claim")
-        if not any(isinstance(v, str) and v in rules.audiences for v in values):
+        if not _names_one_of(aud, audiences):
             raise TokenError(
-                f"aud {aud!r} does not include any accepted audience {sorted(rules.audiences)!r}"
+                f"aud {aud!r} does not include any accepted audience {sorted(audiences)!r}"
             )
+    leeway = rules.leeway
     exp = claims.get("exp")
     if not _is_number(exp):
         raise TokenError("token has no numeric exp claim")
-    if now > exp + rules.leeway:
+    if now > exp + leeway:
         raise TokenError("token has expired")
     nbf = claims.get("nbf")
     if nbf is not None:
         if not _is_number(nbf):
             raise TokenError("nbf claim is not a number")
-        if now + rules.leeway < nbf:
+        if now + leeway < nbf:
             raise TokenError("token is not yet valid (nbf is in the future)")
     iat = claims.get("iat")
     if iat is not None:
         if not _is_number(iat):
             raise TokenError("iat claim is not a number")
-        if iat > now + rules.leeway:
+        if iat > now + leeway:
             raise TokenError("token was issued in the future (iat)")
+
+
+def _names_one_of(aud: str | list[object], audiences: frozenset[str]) -> bool:
+    """Whether `aud` (one string or a list, RFC 7519 §4.1.3) names an accepted audience."""
+    if isinstance(aud, str):
+        return aud in audiences
+    # A loop, not any(generator): this runs on every token the cache has not seen.
+    for value in aud:  # noqa: SIM110
+        if isinstance(value, str) and value in audiences:
+            return True
+    return False
 
 
 # base64url → base64 for binascii; `+`, `/` and `=` are not base64url: made invalid, as joserfc
@@ -156,10 +174,10 @@ def decode_header(segment: bytes) -> Header:
     return judge_header(fields, problem)
 
 
-@dataclass(frozen=True, slots=True)
-class CompactToken:
+class CompactToken(NamedTuple):
     """A JWS compact token split and decoded as joserfc's `extract_compact` would, the
-    signature kept encoded until it is checked."""
+    signature kept encoded until it is checked. A named tuple: as immutable as a frozen
+    dataclass, built without its four `object.__setattr__` calls (one per cache miss)."""
 
     header: Header
     signing_input: bytes
@@ -191,8 +209,7 @@ def parse_token(token: str) -> CompactToken:
     return CompactToken(header, raw[: len(head) + 1 + len(payload)], decoded, signature)
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedToken:
+class ParsedToken(NamedTuple):
     """A token split and decoded, not yet verified: what picking its provider needs, kept so
     that verifying it does not decode it again."""
 
