@@ -5,9 +5,15 @@ instructions executed between the two are divided by the requests.
     python benchmarks/instructions.py            # scenario b: one token
     python benchmarks/instructions.py --new-tokens   # scenario c: a new token per request
 
+    python benchmarks/instructions.py --cache-sim    # and simulated cache misses per request
+    python benchmarks/instructions.py --haproxy --cache-sim   # the same for HAProxy jwt_verify
+
 Needs valgrind (Debian package). Counts are user-space instructions only (no kernel time), and
-OpenSSL may take other code paths under valgrind than on the bare CPU: compare the gateway with
-itself, before and after a change, not with other servers.
+OpenSSL may take other code paths under valgrind than on the bare CPU (HAProxy links the
+system's OpenSSL, the gateway the one in `cryptography`): compare instruction counts of the
+gateway with itself, before and after a change. Cache misses (`--cache-sim`: the host's L1
+caches, and a 1 MB last level standing for one core's share of a shared cache) say how much
+memory a request touches, which is what a busy neighbour makes slower.
 """
 
 from __future__ import annotations
@@ -80,7 +86,15 @@ def main() -> int:
     parser.add_argument(
         "--top", type=int, default=0, help="also print the N costliest functions (self cost)"
     )
+    parser.add_argument(
+        "--cache-sim", action="store_true", help="also count simulated cache misses"
+    )
+    parser.add_argument(
+        "--haproxy", action="store_true", help="measure HAProxy jwt_verify instead (scenario d)"
+    )
     args = parser.parse_args()
+    if args.haproxy and args.new_tokens:
+        parser.error("--haproxy measures one token (scenario d); drop --new-tokens")
     options = argparse.Namespace(
         smoke=True, rounds=1, duration=1, warmup=1, conns=64, tokens=10, rate_seconds=1, soak=0
     )
@@ -91,37 +105,68 @@ def main() -> int:
     spawn, wait_port = bench.spawn, run.wait_port
     run.wait_port = lambda port, timeout=20: wait_port(port, 600)  # start-up under valgrind
 
+    measured = "haproxy" if args.haproxy else "gateway"
+    cache = ["--cache-sim=yes", "--LL=1048576,16,64"] if args.cache_sim else []
+    tool = ["valgrind", "--tool=callgrind", *cache, f"--callgrind-out-file={out}.%p"]
+
     def under_valgrind(name, cmd, core, port, env=None):  # noqa: ANN001, ANN202
-        if name == "gateway":
-            cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p", *cmd]
-        return spawn(name, cmd, core, port, env)
+        return spawn(name, [*tool, *cmd] if name == measured else cmd, core, port, env)
 
     bench.spawn = under_valgrind  # type: ignore[method-assign]
     try:
         backend = bench.backend(run.LOAD_CORE)
-        gateway = bench.gateway(backend.port)
+        server = bench.haproxy(backend.port) if args.haproxy else bench.gateway(backend.port)
         warm = tokens[count:] if args.new_tokens else tokens
-        asyncio.run(load(gateway.port, warm, 200, args.conns))
-        pid = str(gateway.popen.pid)
+        asyncio.run(load(server.port, warm, 200, args.conns))
+        pid = str(server.popen.pid)
         subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
-        failed = asyncio.run(load(gateway.port, tokens, count, args.conns))
+        failed = asyncio.run(load(server.port, tokens, count, args.conns))
         subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
     finally:
         bench.stop_all()
-    total = 0
-    for dump in out.parent.glob(out.name + "*"):
-        text = dump.read_text()
-        if "Trigger: dump" in text:
-            found = re.search(r"^summary: (\d+)", text, re.M)
-            total += int(found.group(1)) if found else 0
-            if args.top:
-                print(annotate(dump, args.top))
+    totals = summed_events(out)
+    for dump in dumps(out):
+        if args.top:
+            print(annotate(dump, args.top))
+    total = totals.get("Ir", 0)
     scenario = "c (a new token per request)" if args.new_tokens else "b (one token)"
+    if args.haproxy:
+        scenario = "d (HAProxy jwt_verify, one token)"
     print(
         f"scenario {scenario}: {total / count / 1000:.1f} k instructions per request "
         f"({count} requests, {failed} not 200)"
     )
+    if args.cache_sim:
+        print(cache_line(totals, count))
     return 0 if failed == 0 and total else 1
+
+
+def dumps(out: Path) -> list[Path]:
+    """The dumps taken on request (after the warm-up), one per process or thread."""
+    return [d for d in out.parent.glob(out.name + "*") if "Trigger: dump" in d.read_text()]
+
+
+def summed_events(out: Path) -> dict[str, int]:
+    """Each event's total (Ir, and with --cache-sim the misses) over the dumps."""
+    totals: dict[str, int] = {}
+    for dump in dumps(out):
+        text = dump.read_text()
+        names = re.search(r"^events: (.+)$", text, re.M)
+        values = re.search(r"^summary: (.+)$", text, re.M)
+        if names and values:
+            for name, value in zip(names.group(1).split(), values.group(1).split(), strict=False):
+                totals[name] = totals.get(name, 0) + int(value)
+    return totals
+
+
+def cache_line(totals: dict[str, int], count: int) -> str:
+    """Simulated cache misses per request: L1 instruction, L1 data, last level (1 MB)."""
+    data = totals.get("D1mr", 0) + totals.get("D1mw", 0)
+    last = sum(totals.get(name, 0) for name in ("ILmr", "DLmr", "DLmw"))
+    return (
+        f"  per request: {totals.get('I1mr', 0) / count:,.0f} L1 instruction misses, "
+        f"{data / count:,.0f} L1 data misses, {last / count:,.1f} last-level (1 MB) misses"
+    )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ class CoalescingTransport(asyncio.Transport):
         """Keep `data` for this turn's single write."""
         if not data:
             return
-        self._pending.append(bytes(data))
+        # A copy only of what may change after this call (bytearray, memoryview): uvicorn
+        # writes bytes, and bytes(bytes) still costs a constructor call on every write.
+        self._pending.append(data if type(data) is bytes else bytes(data))
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._flush)

@@ -115,9 +115,9 @@ def test_json_logs_carry_a_request_id_end_to_end(stack_json):
     def logged(request_id: str) -> bool:
         # The access log is written in batches by a background thread.
         return any(
-            f'"request_id": "{request_id}"' in line
-            and '"logger": "mcp_oauth_gateway.access"' in line
-            for line in stack_json.process.log().splitlines()
+            line.get("request_id") == request_id and line["logger"] == "mcp_oauth_gateway.access"
+            # Whole lines only: a batch may be half written when read.
+            for line in _json_lines(stack_json.process.log().rpartition("\n")[0])
         )
 
     wait_until(

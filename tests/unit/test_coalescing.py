@@ -56,6 +56,19 @@ async def test_head_and_body_written_in_one_turn_leave_as_one_write() -> None:
     assert inner.calls == [("write", b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")]
 
 
+async def test_a_buffer_changed_after_the_write_leaves_as_it_was_written() -> None:
+    inner = Recorder()
+    transport = CoalescingTransport(inner, asyncio.get_running_loop())
+    buffer = bytearray(b"first")
+    view_source = bytearray(b"view!")
+    transport.write(buffer)
+    transport.write(memoryview(view_source))
+    buffer[:] = b"XXXXX"
+    view_source[:] = b"YYYYY"
+    await turn()
+    assert inner.calls == [("write", b"firstview!")]
+
+
 async def test_writes_of_later_turns_leave_separately_and_in_order() -> None:
     inner = Recorder()
     transport = CoalescingTransport(inner, asyncio.get_running_loop())

@@ -3,14 +3,13 @@ in batches, so the request path only formats a string and appends it to a list."
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
 import threading
 import time
 
-from ..logs import timestamp
+from ..logs import json_line, timestamp
 
 FLUSH_INTERVAL = 0.2
 MAX_PENDING = 100_000  # beyond this, lines are dropped (and counted) rather than hoarded
@@ -52,38 +51,37 @@ class AccessLog:
         if not self.enabled:
             return
         now = time.time()
-        if self.json_lines:
-            if len(self._pending) < MAX_PENDING:
-                self._pending.append(
-                    json.dumps(
-                        {
-                            "time": timestamp(now),
-                            "level": "INFO",
-                            "logger": log.name,
-                            "message": "request",
-                            "request_id": request_id,
-                            "method": method,
-                            "path": path,
-                            "status": status,
-                            "duration_ms": round(seconds * 1000, 3),
-                            "sub": None if sub is None else str(sub),
-                        },
-                        ensure_ascii=False,
-                    )
-                    + "\n"
-                )
-            else:
-                self._dropped += 1
-            return
         second = int(now)
         if second != self._second:
+            # The date and time to the second, formatted once a second rather than per line.
             self._second = second
-            self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
+            if self.json_lines:
+                self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            else:
+                self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
         if len(self._pending) >= MAX_PENDING:
             self._dropped += 1
             return
+        millis = int((now - second) * 1000)
+        if self.json_lines:
+            line = json_line(
+                {
+                    "time": f"{self._stamp}.{millis:03d}Z",
+                    "level": "INFO",
+                    "logger": log.name,
+                    "message": "request",
+                    "request_id": request_id,
+                    "method": method,
+                    "path": path,
+                    "status": status,
+                    "duration_ms": round(seconds * 1000, 3),
+                    "sub": None if sub is None else str(sub),
+                }
+            )
+            self._pending.append(line + "\n")
+            return
         self._pending.append(
-            f"{self._stamp},{int((now - second) * 1000):03d} INFO mcp_oauth_gateway.access: "
+            f"{self._stamp},{millis:03d} INFO mcp_oauth_gateway.access: "
             f"{method} {path} {status} {seconds * 1000:.1f}ms sub={sub or '-'}\n"
         )
 
@@ -98,7 +96,7 @@ class AccessLog:
         if self._dropped:
             message = f"{self._dropped} lines dropped (the log output could not keep up)"
             batch.append(
-                json.dumps(
+                json_line(
                     {
                         "time": timestamp(time.time()),
                         "level": "WARNING",
