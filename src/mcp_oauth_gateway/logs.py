@@ -39,12 +39,17 @@ def json_line(fields: dict[str, object]) -> str:
         return json.dumps(fields, default=str)
 
 
-def timestamp(seconds: float) -> str:
-    """RFC 3339 UTC time with milliseconds, as written in JSON lines."""
-    return (
-        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-        + f".{int((seconds % 1) * 1000):03d}Z"
-    )
+def iso_second(second: int) -> str:
+    """RFC 3339 UTC date and time to the second: `timestamp` without its milliseconds."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+
+
+def timestamp(seconds: float, to_the_second: str | None = None) -> str:
+    """RFC 3339 UTC time with milliseconds, as written in JSON lines. `to_the_second` is
+    `iso_second(int(seconds))` when the caller keeps it (the access log, once a second)."""
+    whole = int(seconds)
+    prefix = iso_second(whole) if to_the_second is None else to_the_second
+    return f"{prefix}.{int((seconds - whole) * 1000):03d}Z"
 
 
 class JsonFormatter(logging.Formatter):

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from ..logs import json_line, timestamp
+from ..logs import iso_second, json_line, timestamp
 
 FLUSH_INTERVAL = 0.2
 MAX_PENDING = 100_000  # beyond this, lines are dropped (and counted) rather than hoarded
@@ -56,17 +56,16 @@ class AccessLog:
             # The date and time to the second, formatted once a second rather than per line.
             self._second = second
             if self.json_lines:
-                self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+                self._stamp = iso_second(second)
             else:
                 self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
         if len(self._pending) >= MAX_PENDING:
             self._dropped += 1
             return
-        millis = int((now - second) * 1000)
         if self.json_lines:
             line = json_line(
                 {
-                    "time": f"{self._stamp}.{millis:03d}Z",
+                    "time": timestamp(now, self._stamp),
                     "level": "INFO",
                     "logger": log.name,
                     "message": "request",
@@ -81,7 +80,7 @@ class AccessLog:
             self._pending.append(line + "\n")
             return
         self._pending.append(
-            f"{self._stamp},{millis:03d} INFO mcp_oauth_gateway.access: "
+            f"{self._stamp},{int((now - second) * 1000):03d} INFO mcp_oauth_gateway.access: "
             f"{method} {path} {status} {seconds * 1000:.1f}ms sub={sub or '-'}\n"
         )
 
