@@ -63,7 +63,7 @@ async def test_a_buffer_changed_after_the_write_leaves_as_it_was_written() -> No
     view_source = bytearray(b"view!")
     transport.write(buffer)
     transport.write(memoryview(view_source))
-    buffer[:] = b"XXXXX"
+    buffer[:] = b"ZZZZZ"
     view_source[:] = b"YYYYY"
     await turn()
     assert inner.calls == [("write", b"firstview!")]
