@@ -129,9 +129,13 @@ def main() -> int:
         if args.top:
             print(annotate(dump, args.top))
     total = totals.get("Ir", 0)
-    scenario = "c (a new token per request)" if args.new_tokens else "b (one token)"
-    if args.haproxy:
-        scenario = "d (HAProxy jwt_verify, one token)"
+    scenario = (
+        "d (HAProxy jwt_verify, one token)"
+        if args.haproxy
+        else "c (a new token per request)"
+        if args.new_tokens
+        else "b (one token)"
+    )
     print(
         f"scenario {scenario}: {total / count / 1000:.1f} k instructions per request "
         f"({count} requests, {failed} not 200)"
