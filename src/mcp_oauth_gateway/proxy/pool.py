@@ -369,12 +369,15 @@ class RawUpstream:
         streamed = not isinstance(body, bytes)
         head = _head(method, target, headers, len(body) if isinstance(body, bytes) else None)
         no_body = method == "HEAD"
-        loop = asyncio.get_running_loop()
         for attempt in (1, 2):
             conn = pool.take_idle()
             reused = conn is not None
             if conn is None:
                 conn = await pool.connect()
+            # The loop the pool's connections were made on (set by connect): asking asyncio for
+            # the running loop costs a getpid system call per request on Python 3.11.
+            loop = pool.loop
+            assert loop is not None
             response = _Response(conn, no_body)
             conn.response = response
             conn._headers = response.headers
