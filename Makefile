@@ -72,9 +72,25 @@ mcp1-client: $(VENV_MCP1)/.installed
 demo: install
 	$(VENV)/bin/mcp-oauth-gateway demo
 
-# The benchmark (several minutes, both cores): report in benchmarks/results/.
-bench: install-test system-deps
-	$(PY) benchmarks/run.py
+# The benchmark (several minutes, both cores): report in benchmarks/results/. Every Python
+# server in it runs on the distribution's python3 when it is 3.11 or later: Debian's and Ubuntu's
+# are built with PGO and LTO, as the image's (python:3.11-slim) is, while a pyenv or source build
+# without --enable-optimizations spends about a fifth more CPU per request (benchmarks/PROFILE.md).
+# `make bench BENCH_PYTHON=python3` measures on another interpreter; the report names it.
+BENCH_PYTHON ?= $(shell /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+	2>/dev/null && echo /usr/bin/python3 || echo $(PYTHON))
+VENV_BENCH := .venv-bench
+
+$(VENV_BENCH)/.installed: pyproject.toml
+	@$(BENCH_PYTHON) -m venv $(VENV_BENCH) || { echo "make bench: $(BENCH_PYTHON) cannot" \
+	  "create a virtual environment: install python3-venv (apt-get install python3-venv)," \
+	  "or choose another interpreter: make bench BENCH_PYTHON=/path/to/python3.11" >&2; exit 1; }
+	$(VENV_BENCH)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_BENCH)/bin/python -m pip install --quiet -e ".[demo]"
+	touch $@
+
+bench: $(VENV_BENCH)/.installed system-deps
+	$(VENV_BENCH)/bin/python benchmarks/run.py
 
 lint: install-test lint-imports typecheck
 	$(VENV)/bin/ruff check .
@@ -123,6 +139,6 @@ dev-apiserver-dir:
 	  "directory: make $(MAKECMDGOALS) DIR=/tmp/devapi" >&2; exit 1; }
 
 clean:
-	rm -rf $(VENV) $(VENV_MCP1) $(NODE_PEERS)/node_modules $(CONFORMANCE)/node_modules \
+	rm -rf $(VENV) $(VENV_MCP1) $(VENV_BENCH) $(NODE_PEERS)/node_modules $(CONFORMANCE)/node_modules \
 	  $(INSPECTOR)/node_modules \
 	  .pytest_cache .ruff_cache

@@ -735,6 +735,12 @@ def versions() -> dict[str, str]:
     return out
 
 
+def interpreter() -> str:
+    """The interpreter the servers run on, past the virtual environment's link: whether it is
+    the distribution's (built with PGO and LTO) or a developer build changes CPU per request."""
+    return os.path.realpath(sys.executable)
+
+
 def cpu_model() -> str:
     """The CPU's name from /proc/cpuinfo."""
     for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -758,6 +764,7 @@ def report(args: argparse.Namespace, results: list[Result], extras: dict, soak: 
         f"{' (smoke run: numbers are meaningless)' if args.smoke else ''}",
         "",
         f"Machine: {os.cpu_count()} cores, {cpu_model()}, Linux {platform.release()}. "
+        f"Python {platform.python_version()} ({interpreter()}) for every Python server. "
         f"Servers on core {SERVER_CORE}, wrk (and backends behind a proxy) on core "
         f"{LOAD_CORE}. wrk -t1 -c{args.conns}, {args.duration:g} s after {args.warmup:g} s "
         f"warm-up, {args.rounds} interleaved round(s), median shown (min-max). "
