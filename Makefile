@@ -86,7 +86,7 @@ $(VENV_BENCH)/.installed: pyproject.toml
 	  "create a virtual environment: install python3-venv (apt-get install python3-venv)," \
 	  "or choose another interpreter: make bench BENCH_PYTHON=/path/to/python3.11" >&2; exit 1; }
 	$(VENV_BENCH)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV_BENCH)/bin/python -m pip install --quiet -e ".[demo]"
+	$(VENV_BENCH)/bin/python -m pip install --quiet -e ".[demo,otel]"
 	touch $@
 
 bench: $(VENV_BENCH)/.installed system-deps
