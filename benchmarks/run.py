@@ -50,6 +50,10 @@ GAP_NOTE = (
 )
 
 
+# SSE streams measured each way (5 events each, 100 ms apart).
+SSE_STREAMS = 5
+
+
 def free_port() -> int:
     """A free loopback port."""
     with socket.socket() as sock:
@@ -603,14 +607,16 @@ http {{
             through = self.probe(
                 "rate", f"http://127.0.0.1:{g.port}/mcp", "500", seconds, self.token
             )
-            sse_direct = self.probe("sse", f"http://127.0.0.1:{b.port}/mcp")
-            sse_gateway = self.probe("sse", f"http://127.0.0.1:{g.port}/mcp", self.token)
-            return {
-                "rate_direct": direct,
-                "rate_gateway": through,
-                "sse_direct": sse_direct,
-                "sse_gateway": sse_gateway,
-            }
+            # One stream is one sample of the host's scheduling: several, direct and through
+            # the gateway in turn, and the report takes the median stream.
+            sse = [
+                (
+                    self.probe("sse", f"http://127.0.0.1:{b.port}/mcp")["arrivals_ms"],
+                    self.probe("sse", f"http://127.0.0.1:{g.port}/mcp", self.token)["arrivals_ms"],
+                )
+                for _ in range(1 if self.args.smoke else SSE_STREAMS)
+            ]
+            return {"rate_direct": direct, "rate_gateway": through, "sse": sse}
         finally:
             self.stop_all()
 
@@ -843,17 +849,21 @@ def report(args: argparse.Namespace, results: list[Result], extras: dict, soak: 
                 True,
             )
         )
-    sse_d, sse_g = extras.get("sse_direct"), extras.get("sse_gateway")
-    if sse_d and sse_g and sse_d["arrivals_ms"] and sse_g["arrivals_ms"]:
-        delays = [g - d for g, d in zip(sse_g["arrivals_ms"], sse_d["arrivals_ms"], strict=False)]
-        worst = max(delays)
+    streams = [(d, g) for d, g in extras.get("sse", []) if d and g]
+    if streams:
+        # Per stream, the worst extra delay of an event through the gateway; the median stream.
+        worsts = [max(y - x for x, y in zip(d, g, strict=False)) for d, g in streams]
+        middle = sorted(range(len(worsts)), key=worsts.__getitem__)[len(worsts) // 2]
+        first_d, first_g = streams[middle][0][0], streams[middle][1][0]
         targets.append(
             (
-                "SSE: worst extra delay per event (ms); first event direct "
-                f"{sse_d['arrivals_ms'][0]:.1f}, gateway {sse_g['arrivals_ms'][0]:.1f}",
-                f"{worst:.1f}",
+                f"SSE: worst extra delay per event (ms), median of {len(worsts)} "
+                f"stream{'s' if len(worsts) > 1 else ''} "
+                f"({', '.join(f'{w:.1f}' for w in worsts)}); its first event direct "
+                f"{first_d:.1f}, gateway {first_g:.1f}",
+                f"{worsts[middle]:.1f}",
                 "≤ 10",
-                worst <= 10,
+                worsts[middle] <= 10,
             )
         )
     if soak:

@@ -50,5 +50,5 @@ def test_benchmark_smoke_run_writes_a_report(tmp_path):
         row = next((line for line in text.splitlines() if line.startswith(f"| {stage} | ")), "")
         assert row.endswith(" | 0 |"), text  # every request answered 2xx
     assert "entry header check, 10 headers" in text
-    assert "SSE: worst extra delay per event" in text
+    assert "SSE: worst extra delay per event (ms), median of 1 stream (" in text
     assert "| 0 |" in text  # scenarios ran without errors
