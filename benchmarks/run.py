@@ -46,7 +46,8 @@ GAP_NOTE = (
     "the RSA check, the same work HAProxy does, and the Python around it; one connection: "
     "compare with the direct backend's own c=1 row, the host's scheduling delay is in both; "
     "gateway ÷ direct backend: uvicorn's per-request task, scope and event, and the Python "
-    "around three socket operations)."
+    "around three socket operations; SSE: a stream that starts late is as late on every "
+    "event, so compare its first event with the direct stream's)."
 )
 
 
