@@ -139,6 +139,6 @@ dev-apiserver-dir:
 	  "directory: make $(MAKECMDGOALS) DIR=/tmp/devapi" >&2; exit 1; }
 
 clean:
-	rm -rf $(VENV) $(VENV_MCP1) $(VENV_BENCH) $(NODE_PEERS)/node_modules $(CONFORMANCE)/node_modules \
-	  $(INSPECTOR)/node_modules \
+	rm -rf $(VENV) $(VENV_MCP1) $(VENV_BENCH) $(NODE_PEERS)/node_modules \
+	  $(CONFORMANCE)/node_modules $(INSPECTOR)/node_modules \
 	  .pytest_cache .ruff_cache

@@ -98,7 +98,9 @@ class _Response:
                 if self._error is not None:
                     raise UpstreamError(f"backend broke the response body: {self._error}")
                 return
-            self._waiter = asyncio.get_running_loop().create_future()
+            loop = conn.pool.loop
+            assert loop is not None  # set when the connection was made
+            self._waiter = loop.create_future()
             await self._waiter
             self._waiter = None
 
