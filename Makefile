@@ -89,7 +89,16 @@ $(VENV_BENCH)/.installed: pyproject.toml
 	$(VENV_BENCH)/bin/python -m pip install --quiet -e ".[demo,otel]"
 	touch $@
 
-bench: $(VENV_BENCH)/.installed system-deps
+# Which interpreter an environment runs on (a venv reports its base's prefix and version).
+PYTHON_ID := import sys; print(sys.base_prefix, sys.version)
+
+bench: system-deps
+	@[ ! -x $(VENV_BENCH)/bin/python ] \
+	  || [ "$$($(VENV_BENCH)/bin/python -c '$(PYTHON_ID)')" \
+	    = "$$($(BENCH_PYTHON) -c '$(PYTHON_ID)')" ] \
+	  || { echo "make bench: $(VENV_BENCH) runs on another Python than $(BENCH_PYTHON);" \
+	    "making it again"; rm -rf $(VENV_BENCH); }
+	@$(MAKE) --no-print-directory $(VENV_BENCH)/.installed
 	$(VENV_BENCH)/bin/python benchmarks/run.py
 
 lint: install-test lint-imports typecheck
