@@ -40,6 +40,7 @@ from ..asgi import (
 )
 from ..controlplane.fetch import FetchError
 from ..controlplane.snapshot import CompiledMcp
+from ..oauth_scopes import scope_tokens
 from ..providers import RegistrationError
 from ..registration import parse_registration
 from ..urls import InvalidUri, navigable, parse_redirect_uri, redirect_matches, with_query
@@ -291,7 +292,7 @@ class Broker:
             request_id=request_id,
             client=client,
             redirect_href=pending.redirect_href,
-            scopes=pending.scope.split(),
+            scopes=scope_tokens(pending.scope),
             cookie=cookie,
             provider_authorize=[await self._authorize_endpoint(p.index) for p in choices],
             choices=[(p.index, p.name) for p in choices] if len(self.providers) > 1 else [],

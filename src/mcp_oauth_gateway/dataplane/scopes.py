@@ -22,6 +22,7 @@ from ..asgi import (
     send_json,
 )
 from ..controlplane.snapshot import CompiledScopes
+from ..oauth_scopes import scope_tokens
 from .authz import DECISION_CACHE
 from .challenge import challenge
 
@@ -32,7 +33,7 @@ def granted_scopes(claims: dict[str, object], scopes: CompiledScopes) -> frozens
     """The scopes the token grants, with what they imply."""
     raw = claims.get("scope", claims.get("scp"))
     if isinstance(raw, str):
-        granted = raw.split()
+        granted = scope_tokens(raw)
     elif isinstance(raw, list):
         granted = [s for s in raw if isinstance(s, str)]
     else:

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..oauth_scopes import scope_tokens
 from . import keycloak_exchange
 from .oidc import OAuthClient, OpenIdProvider, Subject, json_response
 from .settings import DevIdpSettings
@@ -875,7 +876,7 @@ class KeycloakFlavour:
         }
         allowed |= set(templates["config"].get("allowed-client-scopes", []))
         known = {s["name"] for s in self.store.collection("kc_scopes")}
-        return any(s in known and s not in allowed for s in scope.split())
+        return any(s in known and s not in allowed for s in scope_tokens(scope))
 
     def _register_client(self, body: dict[str, Any], public: bool, uris: list[str]) -> Record:
         grants = body.get("grant_types") or ["authorization_code", "refresh_token"]

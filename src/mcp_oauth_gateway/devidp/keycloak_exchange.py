@@ -14,6 +14,7 @@ from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import RSAKey
 
+from ..oauth_scopes import scope_tokens
 from .oidc import OAuthClient, OAuthError, OpenIdProvider, Subject
 
 
@@ -115,7 +116,7 @@ def exchange(
     subject = flavour.subject_by_id(str(subject_claims.get("sub")))
     if subject is None:
         raise _invalid("Invalid token")
-    scopes = form.get("scope", "").split()
+    scopes = scope_tokens(form.get("scope", ""))
     available = _audiences(flavour.token_claims(client, subject, scopes, None).get("aud"))
     missing = [a for a in audiences if a not in available]
     if missing:

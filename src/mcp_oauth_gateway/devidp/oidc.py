@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from .. import pkce
+from ..oauth_scopes import scope_tokens
 from . import pages
 
 CODE_TTL = 60
@@ -339,7 +340,7 @@ class OpenIdProvider:
         if "subject" not in item:
             return pages.login_page(action, client.name or client.client_id)
         if client.consent and (item["subject"], client.client_id) not in self.consents:
-            scopes = item["params"].get("scope", "").split()
+            scopes = scope_tokens(item["params"].get("scope", ""))
             return pages.consent_page(
                 action,
                 client.name or client.client_id,
@@ -369,7 +370,7 @@ class OpenIdProvider:
             "client_id": client.client_id,
             "redirect_uri": params["redirect_uri"],
             "subject": item["subject"],
-            "scopes": params.get("scope", "").split(),
+            "scopes": scope_tokens(params.get("scope", "")),
             "challenge": params.get("code_challenge"),
             "resource": params.get("resource"),
             "nonce": params.get("nonce"),
@@ -488,7 +489,7 @@ class OpenIdProvider:
             raise OAuthError(
                 401, "unauthorized_client", "public clients cannot use client_credentials"
             )
-        scopes = form.get("scope", "").split()
+        scopes = scope_tokens(form.get("scope", ""))
         return self.mint(
             base,
             client,
@@ -504,7 +505,7 @@ class OpenIdProvider:
         subject = self.flavour.authenticate(form.get("username", ""), form.get("password", ""))
         if subject is None:
             raise OAuthError(401, "invalid_grant", "Invalid user credentials")
-        scopes = form.get("scope", "email profile").split()
+        scopes = scope_tokens(form.get("scope", "email profile"))
         return self.mint(base, client, subject, scopes, None)
 
     # --- userinfo -------------------------------------------------------------------------

@@ -47,7 +47,8 @@ def caller(scope_claim: object, claim: str = "scope") -> dict[str, object]:
     ("claims", "granted"),
     [
         ({"scope": "openid mcp:tools"}, {"openid", "mcp:tools"}),
-        ({"scope": "  mcp:tools\tmcp:read  "}, {"mcp:tools", "mcp:read"}),
+        ({"scope": "  mcp:tools  mcp:read  "}, {"mcp:tools", "mcp:read"}),
+        ({"scope": "mcp:tools\tmcp:read"}, {"mcp:tools\tmcp:read"}),  # U+0020 alone separates
         ({"scp": ["mcp:tools", "mcp:read"]}, {"mcp:tools", "mcp:read"}),
         ({"scp": "mcp:tools mcp:read"}, {"mcp:tools", "mcp:read"}),
         ({"scope": "a", "scp": ["b"]}, {"a"}),  # `scope` (RFC 9068) wins
