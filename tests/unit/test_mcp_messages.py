@@ -10,6 +10,8 @@ import pytest
 from mcp_oauth_gateway.dataplane.mcp_messages import (
     Ambiguous,
     HeaderMismatch,
+    Refusal,
+    Unreadable,
     denied,
     filter_result,
     read_request,
@@ -57,23 +59,37 @@ CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "Ã
     "raw",
     [
         json.dumps(CALL).encode("utf-8"),
-        b"\xef\xbb\xbf" + json.dumps(CALL).encode("utf-8"),  # a BOM, as json.loads allows
-        json.dumps(CALL).encode("utf-16"),
-        json.dumps(CALL, ensure_ascii=False).encode("utf-32-le"),
         json.dumps(CALL, ensure_ascii=False).encode("utf-8"),
-        b'{"method": "tools/call", "params": {"name": "\xff"}}',  # not UTF-8
-        b'{"method": "tools/call", "params": {"name": "\\ud800"}}',  # a lone surrogate
+        b'{"method": "tools/call", "params": {"name": "\\ud83d\\ude00"}}',  # a surrogate pair
     ],
 )
-def test_bodies_are_read_as_json_loads_reads_them(raw):
-    # The decoder is built once rather than per call; what it accepts must not change.
-    try:
-        expected = json.loads(raw)
-    except ValueError:
-        assert read_request(raw) is None
-        return
+def test_utf8_json_is_read(raw):
+    expected = json.loads(raw)
     request = read_request(raw)
     assert (request.method, request.name) == (expected["method"], expected["params"]["name"])
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (b"\xef\xbb\xbf" + json.dumps(CALL).encode(), "byte order mark"),
+        (json.dumps(CALL).encode("utf-16"), "not UTF-8"),
+        (json.dumps(CALL, ensure_ascii=False).encode("utf-32-le"), "not UTF-8"),
+        (b'{"method": "tools/call", "params": {"name": "\xff"}}', "not UTF-8"),
+        (b'{"method": "tools/call", "params": {"name": "\\ud800"}}', "lone UTF-16 surrogate"),
+        (b'{"method": "tools/call", "params": {"a": ["\\uDFFF"]}}', "lone UTF-16 surrogate"),
+        (b'{"method": "tools/call", "params": {"n": NaN}}', "NaN is not a JSON number"),
+        (b'{"method": "tools/call", "params": {"n": -Infinity}}', "not a JSON number"),
+        (b'{"method": "tools/call", "params": {"n": ' + b"9" * 5000 + b"}}", "more digits"),
+        (b'{"method": "tools/call", "params": ' + b"[" * 100_000, "deeper"),
+        (b"not json", "not JSON"),
+        (b"", "not JSON"),
+    ],
+)
+def test_bodies_the_gateway_cannot_read_exactly_are_unreadable(raw, why):
+    with pytest.raises(Unreadable, match=why) as refused:
+        read_request(raw)
+    assert refused.value.code == -32700
 
 
 def test_a_key_repeated_at_any_depth_is_refused():
@@ -83,9 +99,50 @@ def test_a_key_repeated_at_any_depth_is_refused():
         read_request(b'{"method": "tools/call", "method": "tools/list"}')
 
 
-@pytest.mark.parametrize("raw", [b"not json", b"3", b'{"id": 1}', b'{"method": 3}'])
-def test_non_requests_are_not_read(raw):
-    assert read_request(raw) is None
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"method": "ping", "METHOD": "tools/call", "params": {"name": "rm"}}',
+        b'{"Method": "tools/call", "params": {"name": "rm"}}',
+        b'{"method": "tools/call", "Params": {"name": "rm"}, "params": {"name": "add"}}',
+        b'{"method": "tools/call", "params": {"name": "add", "NAME": "rm"}}',
+        '{"method": "tools/call", "param\u017f": {"name": "rm"}}'.encode(),  # long s
+        '{"method": "tools/call", "params": {"name": "add", "\u212aey": 1, "Name": "rm"}}'.encode(),
+        b'{"method": "Tools/Call", "params": {"name": "rm"}}',
+        b'{"method": "tools/call ", "params": {"name": "rm"}}',
+    ],
+)
+def test_keys_and_methods_that_differ_only_in_case_are_refused(raw):
+    # Go's encoding/json matches keys ignoring case: it would read another field than the one
+    # the gateway judged.
+    with pytest.raises(Ambiguous, match=r"case|written differently"):
+        read_request(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"3",
+        b'"tools/call"',
+        b"null",
+        b'{"id": 1}',
+        b'{"method": 3}',
+        b'{"method": null, "params": {"name": "rm"}}',
+        b'{"method": "tools/call", "id": 1.0, "params": {"name": "add"}}',
+        b'{"method": "tools/call", "id": true, "params": {"name": "add"}}',
+        b'{"method": "tools/call", "id": 9007199254740992, "params": {"name": "add"}}',
+        b'{"method": "tools/call", "id": [1], "params": {"name": "add"}}',
+    ],
+)
+def test_what_is_not_a_json_rpc_message_is_refused(raw):
+    with pytest.raises(Refusal) as refused:
+        read_request(raw)
+    assert refused.value.code == -32600
+
+
+def test_a_clients_answer_to_the_server_is_not_a_request():
+    assert read_request(b'{"jsonrpc": "2.0", "id": 3, "result": {}}') is None
+    assert read_request(b'{"jsonrpc": "2.0", "id": "x", "error": {"code": 1}}') is None
 
 
 def test_missing_name_is_none_so_rules_can_refuse_it():

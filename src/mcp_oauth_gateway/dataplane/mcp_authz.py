@@ -1,17 +1,23 @@
 """MCP tool-level authorization (`spec.backend.mcp.authorization`): rules evaluated per item.
 
 Calls to a denied tool, prompt or resource are answered here and never reach the backend;
-list results (JSON or SSE) lose the items the caller may not use. Only POST carries requests,
-so other methods pass through untouched."""
+answers that may hold list results (JSON or SSE) lose the items the caller may not use.
+
+Nothing reaches the backend unjudged: a POST body is read strictly (decoded first when it is
+gzip or deflate) and refused with a JSON-RPC error when it cannot be read exactly; the backend
+receives the very bytes that were judged. Other methods may not carry a body at all."""
 
 from __future__ import annotations
 
-import orjson
+from collections.abc import Callable
+
+from werkzeug.http import parse_options_header
 
 from ..asgi import (
     CLAIMS_KEY,
     TOKEN_KEY,
     ASGIApp,
+    Headers,
     Message,
     Receive,
     Scope,
@@ -23,16 +29,18 @@ from ..asgi import (
 from ..controlplane.cel import CompiledExpression, outcome
 from ..controlplane.snapshot import CompiledAuthorization, CompiledScopes
 from .authz import DECISION_CACHE, decide, request_variables
+from .content_coding import SUPPORTED, CodingError, check_codings, codings, decode
+from .mcp_list_filter import ListFilter
 from .mcp_messages import (
     GUARDED,
-    HEADER_MISMATCH,
     INVALID_REQUEST,
     LISTS,
-    Ambiguous,
-    HeaderMismatch,
+    PARSE_ERROR,
     McpRequest,
+    Refusal,
+    Unreadable,
     denied,
-    filter_result,
+    error_message,
     read_request,
 )
 from .scopes import granted_scopes, lacking, send_insufficient_scope
@@ -142,38 +150,34 @@ class McpAuthorization:
         return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] != "POST":
+        method = scope["method"]
+        if method != "POST":
+            first = await receive()
+            if first["type"] != "http.request":
+                return  # the client went away
+            if first.get("body") or first.get("more_body", False):
+                # MCP sends bodies only with POST; a backend might still read one as a message.
+                why = f"a {method} request carries a body, which is not read here; MCP sends "
+                await _refuse(send, INVALID_REQUEST, why + "messages only with POST")
+                return
+            receive = _replay(b"", receive)
+            if method == "GET":
+                # A resumed stream (Last-Event-ID) may replay any earlier answer, lists too.
+                _ask_for_identity(scope)
+                send = ListFilter(self._allower(scope), None, None, send).send
             await self.app(scope, receive, send)
             return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                await send_error(
-                    send,
-                    413,
-                    "request_entity_too_large",
-                    f"the request body exceeds {self.max_body_bytes} bytes",
-                )
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
+        body = await self._body(receive, send)
+        if body is None:
+            return
         try:
+            body = _decoded(scope, body, self.max_body_bytes)
             request = read_request(body, header(scope, b"mcp-method"), header(scope, b"mcp-name"))
-        except (HeaderMismatch, Ambiguous) as exc:
-            code = HEADER_MISMATCH if isinstance(exc, HeaderMismatch) else INVALID_REQUEST
-            await send_json(
-                send,
-                400,
-                {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": str(exc)}},
-            )
+        except CodingError as exc:
+            await _refuse(send, PARSE_ERROR, str(exc), [(b"accept-encoding", SUPPORTED.encode())])
+            return
+        except Refusal as exc:
+            await _refuse(send, exc.code, str(exc))
             return
         if request is not None and request.kind is not None:
             if not self.allowed(scope, request.kind, request.name):
@@ -183,8 +187,65 @@ class McpAuthorization:
                 return
         replay = _replay(body, receive)
         if request is not None and request.method in LISTS:
-            send = _ListFilter(self, scope, request, send).send
+            _ask_for_identity(scope)
+            send = ListFilter(self._allower(scope), request.method, request.id, send).send
         await self.app(scope, replay, send)
+
+    def _allower(self, scope: Scope) -> Callable[[str, str], bool]:
+        return lambda kind, name: self.allowed(scope, kind, name)
+
+    async def _body(self, receive: Receive, send: Send) -> bytes | None:
+        """The whole request body, or None once the client left or a 413 was answered."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None  # the client went away
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                await send_error(
+                    send,
+                    413,
+                    "request_entity_too_large",
+                    f"the request body exceeds {self.max_body_bytes} bytes",
+                )
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+
+def _decoded(scope: Scope, body: bytes, limit: int) -> bytes:
+    """The body as the backend will receive it: decoded when coded (and its headers made to
+    say so); a CodingError or Unreadable when it cannot be read as UTF-8 JSON."""
+    headers: Headers = scope["headers"]
+    content_type = header(scope, b"content-type")
+    if content_type is not None and b"charset" in content_type.lower():
+        charset = parse_options_header(content_type.decode("latin-1"))[1].get("charset")
+        if charset is not None and charset.lower() not in ("utf-8", "utf8"):
+            raise Unreadable(f"the body is declared {charset[:40]!r}; send UTF-8 JSON")
+    coding = check_codings(codings(headers))
+    if coding is None:
+        return body
+    decoded = decode(coding, body, limit)
+    scope["headers"] = [
+        *(h for h in headers if h[0] not in (b"content-encoding", b"content-length")),
+        (b"content-length", str(len(decoded)).encode()),
+    ]
+    return decoded
+
+
+def _ask_for_identity(scope: Scope) -> None:
+    # The answer is filtered here: ask for it uncompressed (an absent Accept-Encoding would
+    # allow any coding). One that comes compressed anyway is decoded by the filter.
+    kept = [h for h in scope["headers"] if h[0] != b"accept-encoding"]
+    scope["headers"] = [*kept, (b"accept-encoding", b"identity")]
+
+
+async def _refuse(send: Send, code: int, why: str, headers: Headers | None = None) -> None:
+    await send_json(send, 400, error_message(None, code, why), headers)
 
 
 def _matches(scopes: CompiledScopes | None) -> list[CompiledExpression]:
@@ -202,87 +263,3 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
-
-
-class _ListFilter:
-    """Rewrites a list response: a JSON body as a whole, an SSE stream event by event."""
-
-    def __init__(self, owner: McpAuthorization, scope: Scope, request: McpRequest, send: Send):
-        self.owner = owner
-        self.scope = scope
-        self.method = request.method
-        self.downstream = send
-        self.start: Message | None = None
-        self.sse = False
-        self.pending = b""
-
-    def _allowed(self, kind: str, name: str) -> bool:
-        return self.owner.allowed(self.scope, kind, name)
-
-    def _filtered(self, data: bytes) -> bytes:
-        try:
-            message = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return data
-        if isinstance(message, dict) and filter_result(message, self.method, self._allowed):
-            return orjson.dumps(message)
-        return data
-
-    def _event(self, event: bytes) -> bytes:
-        lines = event.split(b"\n")
-        data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]
-        if not data:
-            return event
-        joined = b"\n".join(data)
-        filtered = self._filtered(joined)
-        if filtered is joined:
-            return event  # nothing removed: the event passes byte for byte
-        others = [line for line in lines if not line.startswith(b"data:")]
-        return b"\n".join([*others, b"data: " + filtered])
-
-    async def _send_events(self, more: bool) -> None:
-        raw, held = self.pending, b""
-        if more and raw.endswith(b"\r"):
-            # It may be the first half of a CRLF: wait for the next chunk to tell.
-            raw, held = raw[:-1], b"\r"
-        # SSE lines end with CRLF, LF or a lone CR; all three must split events here exactly
-        # as a client will, or an event could pass unread.
-        text = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        *events, rest = text.split(b"\n\n")
-        out = b"".join(self._event(e) + b"\n\n" for e in events)
-        self.pending = rest + held
-        if not more:
-            # An unterminated last event: clients should drop it, but a lenient one may not.
-            out, self.pending = out + self._event(self.pending), b""
-        await self.downstream({"type": "http.response.body", "body": out, "more_body": more})
-
-    async def send(self, message: Message) -> None:
-        """Send `message` downstream, with denied list items removed from bodies."""
-        if message["type"] == "http.response.start":
-            content_type = dict(message.get("headers", ())).get(b"content-type", b"")
-            self.sse = content_type.startswith(b"text/event-stream")
-            # The body's length changes when items are dropped.
-            headers = [(k, v) for k, v in message.get("headers", ()) if k != b"content-length"]
-            self.start = {**message, "headers": headers}
-            if self.sse:
-                await self.downstream(self.start)
-            return
-        if message["type"] != "http.response.body":
-            await self.downstream(message)
-            return
-        more = message.get("more_body", False)
-        self.pending += message.get("body", b"")
-        if self.sse:
-            await self._send_events(more)
-            return
-        if more:
-            return
-        body = self._filtered(self.pending) if self.pending else b""
-        assert self.start is not None
-        await self.downstream(
-            {
-                **self.start,
-                "headers": [*self.start["headers"], (b"content-length", str(len(body)).encode())],
-            }
-        )
-        await self.downstream({"type": "http.response.body", "body": body, "more_body": False})

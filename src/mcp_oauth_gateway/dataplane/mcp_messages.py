@@ -1,14 +1,22 @@
 """Reading MCP JSON-RPC messages for tool-level authorization: which item a request names, and
 which items a list result carries. Pure functions; the pipeline stage does the I/O.
 
+Requests are read strictly: a body is judged only when every backend would read it as the
+gateway does, and anything else is refused, never passed on unjudged (a body the backend read
+more leniently could run a tool the gateway never saw). Results are read leniently, as clients
+read them (lone surrogates included), since what a client can read is what must be filtered.
+
 A denied call is answered as if the item did not exist (JSON-RPC -32602, "Unknown tool: X",
 the same answer agentgateway gives), so a caller learns nothing about items it may not use."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import orjson
 
 # method -> (kind as CEL sees it: mcp.<kind>.…, the params field naming the item)
 GUARDED: dict[str, tuple[str, str]] = {
@@ -23,9 +31,24 @@ LISTS: dict[str, tuple[str, str, str]] = {
     "resources/list": ("resources", "resource", "uri"),
     "resources/templates/list": ("resourceTemplates", "resource", "uriTemplate"),
 }
-INVALID_PARAMS = -32602
+PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
 HEADER_MISMATCH = -32020  # 2026-07-28: Mcp-Method/Mcp-Name must equal the body
+
+# Fields the gateway reads, at the top of a message and in `params`. A key equal to one of them
+# but for case (`METHOD`, `Name`, `param\u017f`) is read as that field by case-insensitive decoders
+# (Go's encoding/json folds case, Kelvin sign and long s included), so it is refused.
+_TOP_FIELDS = ("jsonrpc", "id", "method", "params", "result", "error")
+_PARAM_FIELDS = ("name", "uri", "arguments")
+_FOLDED_TOP = {f.casefold(): f for f in _TOP_FIELDS}
+_FOLDED_PARAMS = {f.casefold(): f for f in _PARAM_FIELDS}
+_FOLDED_METHODS = {m.casefold(): m for m in (*GUARDED, *LISTS)}
+# A `\uD800`-`\uDFFF` escape: the only way a lone surrogate gets into text decoded strictly.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+# The integers every JSON-RPC peer reads exactly (JavaScript numbers are doubles).
+_SAFE_INTEGER = 2**53 - 1
 
 
 @dataclass(frozen=True)
@@ -38,12 +61,27 @@ class McpRequest:
     name: str | None = None
 
 
-class HeaderMismatch(ValueError):
+class Refusal(ValueError):
+    """A request body that is answered 400 with a JSON-RPC error instead of being judged."""
+
+    code = INVALID_REQUEST
+
+
+class Unreadable(Refusal):
+    """A body the gateway cannot read exactly: not UTF-8 JSON as RFC 8259 and I-JSON define it
+    (answered 400, -32700)."""
+
+    code = PARSE_ERROR
+
+
+class Ambiguous(Refusal):
+    """A body the gateway might read differently from the backend (answered 400, -32600)."""
+
+
+class HeaderMismatch(Refusal):
     """`Mcp-Method`/`Mcp-Name` disagree with the body (answered 400, -32020)."""
 
-
-class Ambiguous(ValueError):
-    """A body the gateway might read differently from the backend (answered 400, -32600)."""
+    code = HEADER_MISMATCH
 
 
 def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
@@ -55,32 +93,101 @@ def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return unique
 
 
-# Built once: `json.loads(body, object_pairs_hook=...)` would build a decoder per call, which
+def _no_constant(name: str) -> object:
+    raise Unreadable(f"{name} is not a JSON number (RFC 8259)")
+
+
+# Built once: `json.loads(text, object_pairs_hook=...)` would build a decoder per call, which
 # cost more than the parse itself.
-_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates)
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
 
 
-def _parse(body: bytes) -> object:
-    """`json.loads(body)` (the same encoding detection), refusing repeated keys."""
-    return _DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
+def parse_request(body: bytes) -> object:
+    """The JSON value of a request body read strictly; Unreadable or Ambiguous otherwise."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Unreadable(f"the body is not UTF-8 (invalid byte at offset {exc.start})") from None
+    if text.startswith("\ufeff"):
+        raise Unreadable("the body starts with a byte order mark; send UTF-8 JSON without one")
+    try:
+        value = _DECODER.decode(text)
+    except Refusal:
+        raise
+    except RecursionError:
+        raise Unreadable("the body nests arrays or objects deeper than the gateway reads") from None
+    except json.JSONDecodeError as exc:
+        raise Unreadable(f"the body is not JSON: {exc}") from None
+    except ValueError:
+        # int() refuses more than sys.get_int_max_str_digits() digits (4300).
+        why = "the body holds a number with more digits than the gateway reads"
+        raise Unreadable(why) from None
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text) and _holds_lone_surrogate(value):
+        # Decoders differ on these: Go writes U+FFFD, Rust refuses, JavaScript keeps them.
+        raise Unreadable("the body holds a lone UTF-16 surrogate escape (not I-JSON)")
+    return value
+
+
+def _holds_lone_surrogate(value: object) -> bool:
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return True
+        elif isinstance(item, dict):
+            pending.extend(item)
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
+
+
+def _unfolded(message: dict[str, object], folded: dict[str, str], where: str) -> None:
+    for key in message:
+        field = folded.get(key.casefold())
+        if field is not None and field != key:
+            raise Ambiguous(
+                f"the {where} key {key[:40]!r} differs from {field!r} only in case; "
+                "some servers read them alike"
+            )
+
+
+def _request_id(message: dict[str, object]) -> object:
+    value = message.get("id")
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _SAFE_INTEGER:
+        return value
+    raise Ambiguous("the JSON-RPC id must be a string or an integer of at most 2^53 - 1")
 
 
 def read_request(
     body: bytes, method_header: bytes | None = None, name_header: bytes | None = None
 ) -> McpRequest | None:
-    """The request in `body`, or None when it is not a JSON-RPC request object."""
-    try:
-        message = _parse(body)
-    except Ambiguous:
-        raise
-    except ValueError:
-        return None
+    """The request in `body`, or None for a JSON-RPC response (a client's answer to the server);
+    a Refusal for anything else."""
+    message = parse_request(body)
     if isinstance(message, list):
         # Batches (2025-03-26 only) would need every member authorized; refused instead.
         raise Ambiguous("JSON-RPC batches are not accepted when tool-level authorization is on")
-    if not isinstance(message, dict) or not isinstance(message.get("method"), str):
-        return None
+    if not isinstance(message, dict):
+        raise Ambiguous("the body is not a JSON-RPC message (a JSON object)")
+    _unfolded(message, _FOLDED_TOP, "message")
+    request_id = _request_id(message)
+    if "method" not in message:
+        if "result" in message or "error" in message:
+            return None
+        raise Ambiguous("the JSON-RPC message has neither a method nor a result or error")
     method = message["method"]
+    if not isinstance(method, str):
+        raise Ambiguous("the JSON-RPC method must be a string")
+    canonical = _FOLDED_METHODS.get(method.strip().casefold())
+    if canonical is not None and canonical != method:
+        raise Ambiguous(f"the method {method[:40]!r} is written differently from {canonical!r}")
     if method_header is not None and method_header.decode("latin-1") != method:
         raise HeaderMismatch(
             f"Mcp-Method {method_header.decode('latin-1')!r} does not match "
@@ -88,9 +195,12 @@ def read_request(
         )
     guarded = GUARDED.get(method)
     if guarded is None:
-        return McpRequest(message.get("id"), method)
+        return McpRequest(request_id, method)
     params = message.get("params")
-    name = params.get(guarded[1]) if isinstance(params, dict) else None
+    name = None
+    if isinstance(params, dict):
+        _unfolded(params, _FOLDED_PARAMS, "params")
+        name = params.get(guarded[1])
     if not isinstance(name, str):
         name = None
     if name_header is not None and name_header.decode("utf-8", "replace") != name:
@@ -98,29 +208,60 @@ def read_request(
             f"Mcp-Name {name_header.decode('utf-8', 'replace')!r} does not "
             f"match the body's {guarded[1]} {name!r}"
         )
-    return McpRequest(message.get("id"), method, guarded[0], name)
+    return McpRequest(request_id, method, guarded[0], name)
 
 
-def filter_result(
-    message: dict[str, object], method: str, allowed: Callable[[str, str], bool]
-) -> bool:
-    """Drop the items of a list result that `allowed(kind, name)` refuses; True if any were."""
-    shape = LISTS.get(method)
+def read_message(data: bytes) -> object:
+    """A backend's JSON message read as clients read it: UTF-8 (invalid bytes replaced, a BOM
+    skipped, as browsers' `TextDecoder` does), lone surrogates kept; Unreadable otherwise."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    text = data.decode("utf-8", "replace").removeprefix("\ufeff")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise Unreadable("the backend's answer is not JSON the gateway can read") from None
+
+
+def write_message(message: object) -> bytes:
+    """JSON for a message read by `read_message` (lone surrogates written as escapes)."""
+    try:
+        return orjson.dumps(message)
+    except TypeError:
+        return json.dumps(message, separators=(",", ":")).encode("ascii")
+
+
+def filter_result(message: object, method: str | None, allowed: Callable[[str, str], bool]) -> bool:
+    """Drop the items of a list result that `allowed(kind, name)` refuses; True if any were.
+    `method` None: the answer's request is unknown (a resumed stream), so every list field a
+    result carries is filtered. A batch is filtered member by member."""
+    if isinstance(message, list):
+        results = [filter_result(m, method, allowed) for m in message]
+        return any(results)
+    if not isinstance(message, dict):
+        return False
     result = message.get("result")
-    if shape is None or not isinstance(result, dict):
+    if not isinstance(result, dict):
         return False
-    field, kind, key = shape
-    items = result.get(field)
-    if not isinstance(items, list):
-        return False
-    # An item without a usable name cannot be authorized, so it is not shown (fail closed).
-    kept = [
-        item
-        for item in items
-        if isinstance(item, dict) and isinstance(item.get(key), str) and allowed(kind, item[key])
-    ]
-    result[field] = kept
-    return len(kept) != len(items)
+    shapes = LISTS.values() if method is None else [LISTS[method]] if method in LISTS else []
+    removed = False
+    for field, kind, key in shapes:
+        items = result.get(field)
+        if not isinstance(items, list):
+            continue
+        # An item without a usable name cannot be authorized, so it is not shown (fail closed).
+        kept = [
+            item
+            for item in items
+            if isinstance(item, dict)
+            and isinstance(item.get(key), str)
+            and allowed(kind, item[key])
+        ]
+        result[field] = kept
+        removed = removed or len(kept) != len(items)
+    return removed
 
 
 def denied(request: McpRequest) -> dict[str, object]:
@@ -130,3 +271,8 @@ def denied(request: McpRequest) -> dict[str, object]:
         "id": request.id,
         "error": {"code": INVALID_PARAMS, "message": f"Unknown {request.kind}: {request.name}"},
     }
+
+
+def error_message(request_id: object, code: int, text: str) -> dict[str, object]:
+    """A JSON-RPC error response."""
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": text}}

@@ -156,7 +156,7 @@ async def test_an_allowed_call_goes_inward_with_the_same_body_in_one_message():
     [
         rpc("initialize", protocolVersion="2025-06-18"),
         b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
-        b"not json at all",
+        b'{"jsonrpc": "2.0", "id": 3, "result": {"action": "accept"}}',
     ],
 )
 async def test_requests_that_name_no_item_pass_inward_untouched(payload):
@@ -166,12 +166,23 @@ async def test_requests_that_name_no_item_pass_inward_untouched(payload):
     assert inner.last.body == payload
 
 
-async def test_methods_other_than_post_are_not_read_at_all():
-    # The body reaches the inside as the client sent it, chunk for chunk.
+@pytest.mark.parametrize("method", ["GET", "DELETE", "PUT", "PATCH"])
+async def test_methods_other_than_post_may_not_carry_a_body(method):
+    # A lenient backend could read it as a message the gateway never judged.
     inner = Inner()
-    response = await drive(stage(inner), "DELETE", body=[b"a", b"b"], scope=USER, inner=inner)
+    response = await drive(stage(inner), method, body=[b"a", b"b"], scope=USER, inner=inner)
+    assert not response.reached
+    assert response.status == 400
+    assert response.json()["error"]["code"] == -32600
+    assert f"a {method} request carries a body" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+async def test_methods_other_than_post_without_a_body_pass_inward(method):
+    inner = Inner()
+    response = await drive(stage(inner), method, scope=USER, inner=inner)
     assert response.reached
-    assert (inner.last.body, inner.last.body_messages) == (b"ab", 2)
+    assert inner.last.body == b""
 
 
 async def test_the_rules_see_the_callers_claims():
