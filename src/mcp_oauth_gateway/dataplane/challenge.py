@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..asgi import Scope, Send, request_origin, send_error
 
 
+# Control characters the HTTP server refuses to write in a header value (it would answer 500).
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
+
+
 def _quote(value: str) -> str:
-    # Header values are one line: a reason quoting a claim must not start another.
-    flat = value.replace("\r", " ").replace("\n", " ")
+    # Header values are one line of visible characters: a reason quoting a claim or a tool name
+    # must neither start another line nor hold a character the server refuses to send.
+    flat = _CONTROL.sub(" ", value)
     return flat.replace("\\", "\\\\").replace('"', '\\"')
 
 

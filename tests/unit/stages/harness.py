@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from uvicorn.protocols.http.httptools_impl import HEADER_RE, HEADER_VALUE_RE
 
 from mcp_oauth_gateway.asgi import ASGIApp, Headers, Message, Receive, Scope, Send
 from mcp_oauth_gateway.proxy.upstream import UpstreamError
@@ -123,6 +124,10 @@ async def drive(
         assert not complete.is_set(), f"sent after the response ended: {message}"
         if message["type"] == "http.response.start":
             assert not messages, "http.response.start sent twice or after the body"
+            for name, value in message.get("headers", ()):
+                # uvicorn refuses these (the client would get a 500 instead).
+                assert not HEADER_RE.search(name), f"response header name {name!r}"
+                assert not HEADER_VALUE_RE.search(value), f"response header {name!r}: {value!r}"
         else:
             assert messages, "body sent before http.response.start"
         messages.append(message)
