@@ -227,6 +227,20 @@ def wait_for_keyset(base: str, token: str, timeout: float = 30.0) -> None:
     wait_until(ready, timeout, "the gateway to fetch its keyset")
 
 
+def second_issuer(idp: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A second provider for examples/provider-b's policy, as `(issuer, edits)`: another issuer
+    whose tokens the same IdP key signs (alice there is another person), and no `mcp.provider`
+    (Facade fronts one provider's metadata, so it cannot front two)."""
+    issuer = f"{idp}/application/o/partner/"
+    anchor = "              jwksPath: /application/o/mcp/jwks/\n"
+    provider = (
+        f"        - issuer: {issuer}\n"
+        "          audiences: [mcp-public]\n"
+        f"          jwks: {{remote: {{url: '{idp}/application/o/mcp/jwks/'}}}}\n"
+    )
+    return issuer, ((anchor, anchor + provider), ("        provider: ProviderB\n", ""))
+
+
 def unverified_claims(token: str) -> dict[str, object]:
     """The payload of a token, without verification (for assertions only)."""
     payload = token.split(".")[1]

@@ -1,10 +1,11 @@
 """What the MCP server behind the gateway receives, with real processes (the gateway and the
 `mcp` SDK backend, which records every request's headers): a static secret header and the
 caller's signed identity, never a client's copy of either and never the caller's token; or, with
-`passthrough`, the verified token itself."""
+`passthrough`, the verified token itself. With two providers, the identity names the issuer."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,14 @@ from joserfc import jwt
 from joserfc.jwk import OctKey
 
 from conftest import gateway_beside
-from support import INITIALIZE, mcp_headers
+from support import (
+    INITIALIZE,
+    claims_for,
+    mcp_headers,
+    mint,
+    second_issuer,
+    wait_for_keyset,
+)
 
 RULE_LINE = "          - '\"mcp-agent\" in jwt.groups'\n"
 SIGNING_KEY = "identity-signing-key-for-tests-0123456789"
@@ -50,6 +58,28 @@ def passthrough_gateway(stack_b, tmp_path_factory, logs) -> Iterator[str]:
     yield from gateway_beside(
         stack_b, tmp_path_factory.mktemp("passthrough"), logs, "gateway-passthrough", edits=edits
     )
+
+
+@pytest.fixture(scope="module")
+def two_issuers_gateway(stack_b, tmp_path_factory, logs) -> Iterator[tuple[str, str]]:
+    """A gateway whose policy has two providers and the identity header with its default
+    claims; yields its base URL and the second provider's issuer."""
+    tmp = tmp_path_factory.mktemp("two-issuers-identity")
+    secret = tmp / "api-key"
+    secret.write_text("backend-api-key-42\n")
+    issuer, edits = second_issuer(stack_b.idp)
+    block = (
+        "  backend:\n    credentials:\n      secretHeader:\n        header: X-Api-Key\n"
+        f"        value: {{file: {secret}}}\n        identity: {{header: X-Mcp-Identity}}\n"
+    )
+    edits = (*edits, (RULE_LINE, RULE_LINE + block))
+    gateway = gateway_beside(stack_b, tmp / "config", logs, "gateway-two-issuers", edits=edits)
+    try:
+        base = next(gateway)
+        wait_for_keyset(base, mint(stack_b.key, claims_for(issuer, "mcp-public")))
+        yield base, issuer
+    finally:
+        gateway.close()  # stops the gateway
 
 
 def seen_by_backend(stack_b, mark: str) -> list[tuple[str, str]]:
@@ -88,3 +118,19 @@ def test_passthrough_hands_the_backend_the_verified_token(passthrough_gateway, s
     response, mark = send(passthrough_gateway, token)
     assert response.status_code == 200
     assert ("authorization", f"Bearer {token}") in seen_by_backend(stack_b, mark)
+
+
+def test_alice_at_two_providers_reaches_the_backend_as_two_identities(two_issuers_gateway, stack_b):
+    """`sub` is unique only within its issuer: the backend is told which alice calls."""
+    base, other_issuer = two_issuers_gateway
+    identities = []
+    for token in (stack_b.token(), mint(stack_b.key, claims_for(other_issuer, "mcp-public"))):
+        response, mark = send(base, token)
+        assert response.status_code == 200, response.text
+        found = [v for k, v in seen_by_backend(stack_b, mark) if k == "x-mcp-identity"]
+        assert len(found) == 1, found
+        identities.append(json.loads(found[0]))
+    assert identities == [
+        {"iss": stack_b.issuer, "sub": "alice"},
+        {"iss": other_issuer, "sub": "alice"},
+    ]

@@ -131,6 +131,37 @@ def test_a_login_hint_picks_a_provider_only_by_a_domain_that_is_its_alone():
     assert pick_by_hint(two, None) is None
 
 
+def identity_header(claims: str = "") -> str:
+    """A backend secret header with the caller's identity (default claims unless given)."""
+    listed = f"          claims: {claims}\n" if claims else ""
+    return (
+        "  backend:\n    credentials:\n      secretHeader:\n        header: X-Api-Key\n"
+        "        value: {env: SEVERAL_PROVIDERS_API_KEY}\n        identity:\n"
+        f"          header: X-User\n{listed}"
+    )
+
+
+def test_an_identity_header_without_iss_is_refused_with_two_providers(tmp_path, monkeypatch):
+    """Alice at one provider and alice at the other are two people: an identity of `sub`
+    alone would make them one caller for the backend."""
+    monkeypatch.setenv("SEVERAL_PROVIDERS_API_KEY", "k-123")
+    text = two_providers().replace(
+        "        provider: ProviderB\n        clientId: mcp-public\n", ""
+    )
+    message = problems(tmp_path, text + identity_header("[sub, groups]"))
+    path = "spec.backend.credentials.secretHeader.identity.claims"
+    assert (
+        f"{path} [sub, groups] has no iss, but the policy has 2 providers: sub is unique only "
+        "within its issuer"
+    ) in message
+    assert f"add iss to {path}" in message
+    for accepted in (identity_header(), identity_header("[iss, sub, groups]")):
+        snapshot = build_snapshot(load_paths([write(tmp_path, BASE + text + accepted)]))
+        assert snapshot.ok, [p.conditions for p in snapshot.policies]
+    alone = policy() + identity_header("[sub]")  # one issuer: its subjects are unique
+    assert build_snapshot(load_paths([write(tmp_path, BASE + alone)])).ok
+
+
 def test_every_problem_a_policy_has_makes_it_fail_closed(tmp_path):
     """The invariant the data plane relies on: a policy with any problem carries `invalid`
     (its routes answer 503). Each variant has one problem, found by a different step."""

@@ -434,7 +434,8 @@ def backend_credentials(policy: GatewayPolicy, problems: list[str]) -> CompiledC
             "what the backend receives; keep credentials (forwardToken is credentials: "
             "{passthrough: true})"
         )
-    return compile_credentials(spec, problems)
+    providers = len(jwt_spec.providers) if jwt_spec else 0
+    return compile_credentials(spec, problems, providers=providers)
 
 
 def compile_authentication(

@@ -653,7 +653,8 @@ class IdentityHeader(_Model):
     object, or, with `signingKey`, as a short-lived HS256 JWS the backend can verify."""
 
     header: HeaderName
-    claims: Annotated[list[NonEmpty], Field(min_length=1, max_length=32)] = ["sub"]
+    # `sub` is unique only within its issuer (OpenID Connect Core §2), so the pair by default.
+    claims: Annotated[list[NonEmpty], Field(min_length=1, max_length=32)] = ["iss", "sub"]
     signing_key: SecretSource | None = None
 
 

@@ -148,6 +148,52 @@ async def test_the_identity_header_is_plain_json_or_a_signed_jws():
         jwt.decode(token.decode(), OctKey.import_key(b"x" * 32))
 
 
+def identity_spec(**identity: object) -> dict:
+    """A secret header with an identity header `X-User` of these settings."""
+    return {
+        "secretHeader": {
+            "header": "X-Api-Key",
+            "value": {"env": "API_KEY"},
+            "identity": {"header": "X-User", **identity},
+        }
+    }
+
+
+async def test_alice_at_two_providers_reaches_the_backend_as_two_identities():
+    """`sub` is unique only within its issuer: by default the identity names both."""
+    other = {**CALLER, CLAIMS_KEY: {**CALLER[CLAIMS_KEY], "iss": "http://other/"}}
+    inner = Inner()
+    seen = []
+    for caller in (CALLER, other):
+        await drive(Stage(inner, compiled(identity_spec()), "r"), scope=caller, inner=inner)
+        seen.append(json.loads(inner.last.header(b"x-user") or b""))
+    assert seen == [
+        {"iss": "http://idp/", "sub": "alice"},
+        {"iss": "http://other/", "sub": "alice"},
+    ]
+    signed = compiled(identity_spec(signingKey={"env": "SIGNING"}))
+    await drive(Stage(inner, signed, "r"), scope=other, inner=inner)
+    token = inner.last.header(b"x-user")
+    assert token is not None
+    claims = jwt.decode(token.decode(), OctKey.import_key(b"s" * 32)).claims
+    assert (claims["iss"], claims["sub"]) == ("http://other/", "alice")
+
+
+@pytest.mark.parametrize("claims", [["sub"], ["sub", "groups"], ["email"]])
+def test_an_identity_without_iss_is_refused_when_the_policy_has_several_providers(claims):
+    spec = BackendCredentials.model_validate(identity_spec(claims=claims))
+    one: list[str] = []
+    assert compile_credentials(spec, one, ENV, providers=1) is not None
+    assert one == []  # one issuer: its subjects are unique
+    two: list[str] = []
+    compile_credentials(spec, two, ENV, providers=2)
+    path = "spec.backend.credentials.secretHeader.identity.claims"
+    assert len(two) == 1, two
+    assert two[0].startswith(f"{path} [{', '.join(claims)}] has no iss, but the policy has 2 ")
+    assert "sub is unique only within its issuer" in two[0]
+    assert two[0].endswith(f"; add iss to {path}")
+
+
 async def test_a_policy_whose_only_problem_is_a_secret_fails_closed(tmp_path):
     """Regression: the secret's problem was found after the policy was marked valid, so the
     route was built as if it were, without its keyset (a crash in controller mode)."""
