@@ -1,4 +1,5 @@
-"""Rate limits by caller (CEL key), in process and shared by two replicas through a real Redis."""
+"""Rate limits by caller (CEL key), in process and shared by two replicas through a real Redis,
+a bucket per issuer and key."""
 
 from __future__ import annotations
 
@@ -8,7 +9,16 @@ import httpx
 import pytest
 
 from conftest import write_example
-from support import Process, free_port, gateway_cmd, wait_for_keyset, wait_for_port
+from support import (
+    Process,
+    claims_for,
+    free_port,
+    gateway_cmd,
+    mint,
+    second_issuer,
+    wait_for_keyset,
+    wait_for_port,
+)
 
 INIT = {
     "jsonrpc": "2.0",
@@ -23,7 +33,13 @@ INIT = {
 
 
 def limited_gateway(
-    stack_b, tmp_path_factory, logs, name: str, requests: int, redis_url: str | None = None
+    stack_b,
+    tmp_path_factory,
+    logs,
+    name: str,
+    requests: int,
+    redis_url: str | None = None,
+    edits: tuple[tuple[str, str], ...] = (),
 ) -> tuple[str, Process]:
     port = free_port()
     config = write_example(
@@ -39,9 +55,11 @@ def limited_gateway(
     if redis_url:
         block += f"      redisUrl: {redis_url}\n"
     policy = config / "policy.yaml"
-    policy.write_text(
-        policy.read_text().replace("    authorization:\n", block + "    authorization:\n")
-    )
+    text = policy.read_text().replace("    authorization:\n", block + "    authorization:\n")
+    for before, after in edits:
+        assert before in text, before
+        text = text.replace(before, after)
+    policy.write_text(text)
     gateway = Process(name, gateway_cmd(config), logs)
     wait_for_port(port, gateway)
     base = f"http://127.0.0.1:{port}"
@@ -97,3 +115,22 @@ def test_replicas_share_the_bucket_through_redis(stack_b, tmp_path_factory, logs
     finally:
         gw_a.stop()
         gw_b.stop()
+
+
+def test_alice_at_two_providers_has_two_buckets_in_redis(
+    stack_b, tmp_path_factory, logs, redis_url
+):
+    """`sub` is unique only within its issuer: alice at one provider never spends the
+    allowance of alice at the other, in the bucket every replica shares."""
+    issuer, edits = second_issuer(stack_b.idp)
+    base, gateway = limited_gateway(
+        stack_b, tmp_path_factory, logs, "gateway-rl-issuers", 2, redis_url, edits
+    )
+    try:
+        wait_for_keyset(base, mint(stack_b.key, claims_for(issuer, "mcp-public", sub="warm-up")))
+        here = stack_b.token(sub="alice-two-idps")
+        other = mint(stack_b.key, claims_for(issuer, "mcp-public", sub="alice-two-idps"))
+        assert [call(base, here).status_code for _ in range(3)] == [200, 200, 429]
+        assert [call(base, other).status_code for _ in range(3)] == [200, 200, 429]
+    finally:
+        gateway.stop()

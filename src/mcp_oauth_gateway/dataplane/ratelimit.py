@@ -1,15 +1,19 @@
 """Rate limits by caller: a token bucket per key (a CEL expression over the claims), in process
-or shared by every replica through Redis (one atomic script per request, Redis' own clock)."""
+or shared by every replica through Redis (one atomic script per request, Redis' own clock).
+
+A bucket is the key's value together with the issuer of the caller's token: `sub` (like any
+claim) is unique only within its issuer, and alice at one provider is not alice at another."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
 from collections import OrderedDict
 from typing import Protocol
 
-from ..asgi import TOKEN_KEY, ASGIApp, Receive, Scope, Send, send_error
+from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Receive, Scope, Send, send_error
 from ..controlplane.cel import value_of
 from ..controlplane.snapshot import CompiledRateLimit
 from .authz import activation_for
@@ -44,6 +48,12 @@ redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
 redis.call('EXPIRE', KEYS[1], math.ceil(capacity / rate) + 1)
 return {allowed, tostring(wait)}
 """
+
+
+def bucket_of(issuer: object, value: str) -> str:
+    """The bucket of a key value for a caller whose token `issuer` issued (None: no token).
+    JSON, so no issuer and value can spell another pair's bucket, nor the anonymous one."""
+    return json.dumps([issuer if isinstance(issuer, str) else None, value], separators=(",", ":"))
 
 
 class Limiter(Protocol):
@@ -118,14 +128,18 @@ class RateLimit:
         )
 
     def _key(self, scope: Scope) -> str:
-        """The caller's bucket: the key expression's value (remembered per token when it reads
-        the claims alone), or the shared anonymous bucket."""
+        """The caller's bucket: the key expression's value with its token's issuer (remembered
+        per token when it reads the claims alone), or the shared anonymous bucket."""
         return per_token(self._keys, scope.get(TOKEN_KEY), lambda: self._compute_key(scope))
 
     def _compute_key(self, scope: Scope) -> str:
         activation = activation_for(scope, self.key.claims, self.needs_request)
         value = value_of(self.key, activation)
-        return str(value) if isinstance(value, str | int) and value != "" else ANONYMOUS
+        if not isinstance(value, str | int) or value == "":
+            return ANONYMOUS
+        claims = scope.get(CLAIMS_KEY)
+        issuer = claims.get("iss") if isinstance(claims, dict) else None
+        return bucket_of(issuer, str(value))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         key = self._key(scope)

@@ -567,7 +567,8 @@ class Transformation(_Model):
 
 
 class RateLimit(_Model):
-    # A CEL expression naming the caller, e.g. `jwt.sub`; callers without it share one bucket.
+    # A CEL expression naming the caller, e.g. `jwt.sub`, bucketed with the token's issuer (a
+    # value is unique only within it); callers without it share one bucket.
     key: Annotated[str, Field(min_length=1, max_length=4096)]
     requests: Annotated[int, Field(ge=1)]
     window: Duration = "1m"
