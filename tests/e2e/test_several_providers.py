@@ -178,6 +178,35 @@ def test_a_login_hint_picks_the_provider_and_is_passed_on(two):
     assert parse_qs(urlsplit(location).query)["login_hint"] == ["alice@op.example"]
 
 
+def test_consent_given_at_one_provider_is_not_consent_at_the_other(two):
+    """A click on "Allow, sign in with Dev IdP" lets the client act for the Dev IdP account
+    only: the same browser asked for the same client at the Test OP sees the page again."""
+    client_id = register(two)
+    hinted = authorize(two, client_id, login_hint="alice@op.example")  # picks the Test OP
+    with httpx.Client() as browser:
+        page = browser.get(authorize(two, client_id))
+        request_id = page.text.split('name="request" value="')[1].split('"')[0]
+        allowed = browser.post(
+            f"{two.gateway}/mcp/oauth/authorize",
+            data={"request": request_id, "decision": "allow-0"},
+            headers={"Origin": two.gateway},
+        )
+        assert allowed.status_code == 302
+        assert urlsplit(allowed.headers["location"]).netloc == urlsplit(two.dev_issuer).netloc
+        again = browser.get(hinted)
+        assert again.status_code == 200, again.headers.get("location")
+        assert "sign in with Test OP" in again.text
+        request_id = again.text.split('name="request" value="')[1].split('"')[0]
+        browser.post(
+            f"{two.gateway}/mcp/oauth/authorize",
+            data={"request": request_id, "decision": "allow-1"},
+            headers={"Origin": two.gateway},
+        )
+        remembered = browser.get(hinted)  # allowed at the Test OP now: no page
+    assert remembered.status_code == 302
+    assert remembered.headers["location"].startswith(two.op_issuer)
+
+
 def test_the_callback_checks_the_iss_of_the_provider_picked(two):
     with httpx.Client() as browser:
         page = browser.get(authorize(two, register(two)))

@@ -1,5 +1,6 @@
-"""Consent remembered per browser: a signed cookie listing the clients the user allowed, and the
-cookie that ties a consent page to the browser that opened it."""
+"""Consent remembered per browser: a signed cookie listing the clients the user allowed, each at
+the provider it was allowed at, and the cookie that ties a consent page to the browser that
+opened it."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ def cookie_names(origin: str) -> tuple[str, str, str]:
     return f"{prefix}mcp-consent", f"{prefix}mcp-authz", "; Secure" if secure else ""
 
 
-def client_digest(client_id: str) -> str:
-    """What the consent cookie records of a client."""
-    return hashlib.sha256(client_id.encode()).hexdigest()[:16]
+def client_digest(client_id: str, provider: int) -> str:
+    """What the consent cookie records of a client allowed at a provider (its providers[]
+    index): "sign in with A" is not consent to act for the account at B, whoever holds it."""
+    return hashlib.sha256(f"{provider}:{client_id}".encode()).hexdigest()[:16]
 
 
 def _signature(secret: bytes, body: str) -> str:

@@ -271,7 +271,7 @@ class Broker:
         consent_name, browser_name, secure = consent.cookie_names(request_origin(scope))
         secret = await self.store.secret()
         if pending.provider is not None and consent.client_digest(
-            client.client_id
+            client.client_id, pending.provider
         ) in consent.read_consent(secret, cookies(scope).get(consent_name)):
             await self._to_provider(scope, send, pending)
             return
@@ -429,7 +429,8 @@ class Broker:
         pending = self._decision(form.get("decision", ""), pending)
         secret = await self.store.secret()
         digests = consent.read_consent(secret, jar.get(consent_name))
-        digest = consent.client_digest(pending.client_id)
+        assert pending.provider is not None  # a decision that allows names its provider
+        digest = consent.client_digest(pending.client_id, pending.provider)
         if digest not in digests:
             digests.append(digest)
         cookie = (
