@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from ..asgi import Scope, Send, request_origin, send_error
 
-
 # Control characters the HTTP server refuses to write in a header value (it would answer 500).
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ..asgi import Headers, first_item
+from ..asgi import ASGIApp, Headers, Receive, Scope, Send, first_item, send_error
 
 # Headers some stage reads (or the gateway sets on the way to the backend): at most one each.
 SINGLE = frozenset(
@@ -148,4 +148,54 @@ class HeaderRules:
                 if name in seen:
                     return name
                 seen.add(name)
+        return None
+
+
+class OwnedHeaders:
+    """The same rule for the headers one route's stages set for the backend (transformations,
+    the backend's credentials and identity): checked once, before any stage runs.
+
+    Each setting stage drops the client's copies of its headers; what it cannot see is a copy
+    under another name (`X_Api_Key`, read as `X-Api-Key` by CGI-style servers) or a `Connection`
+    header naming its header (the proxy would drop the gateway's value on the way out). Both are
+    refused, as is a client copy of a header the route sets sent more than once."""
+
+    def __init__(self, app: ASGIApp, sets: frozenset[bytes], removes: frozenset[bytes]):
+        self.app = app
+        self.sets = sets
+        self.guarded = sets | removes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        problem = self.problem(scope["headers"])
+        if problem is not None:
+            await send_error(send, 400, "invalid_request", problem)
+            return
+        await self.app(scope, receive, send)
+
+    def problem(self, headers: Headers) -> str | None:
+        """Why `headers` could make a header this route sets mean two things, or None."""
+        seen: set[bytes] = set()
+        for name, value in headers:
+            if name == b"connection":
+                named = hop_by_hop_guarded(value, self.guarded)
+                if named is not None:
+                    return (
+                        f"the Connection header names {display_name(named)}, which this "
+                        "route sets or removes itself"
+                    )
+            if name in self.sets:
+                if name in seen:
+                    # The gateway sets it: two copies mean a client tried to supply one.
+                    return (
+                        f"the request carries more than one {display_name(name)} header, "
+                        "which this route sets itself; send it at most once"
+                    )
+                seen.add(name)
+            alias = underscore_alias(name, self.guarded)
+            if alias is not None:
+                return (
+                    f"the header {display_name(name)} would be read as "
+                    f"{display_name(alias)} by some servers, and this route sets or removes "
+                    f"{display_name(alias)} itself"
+                )
         return None

@@ -1,6 +1,7 @@
 """Request header transformations computed from the verified claims (CEL), applied after
 authorization. Incoming headers of the same names are always dropped first, so a client can never
-supply a value the gateway is meant to set."""
+supply a value the gateway is meant to set; copies under other names (underscore aliases, names
+in `Connection`) are refused for every header a route sets, by `headers.OwnedHeaders`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from ..controlplane.cel import claims_read, value_of
 from ..controlplane.snapshot import CompiledTransformation
 from .authz import activation_for
 from .bounded import BoundedCache, per_token
-from .headers import display_name, hop_by_hop_guarded, underscore_alias
 
 log = logging.getLogger("mcp_oauth_gateway.transform")
 _FORBIDDEN = (b"\r", b"\n", b"\x00")
@@ -38,7 +38,6 @@ class HeaderTransformation:
         self.set = transformation.set
         self.set_names = frozenset(name for name, _ in transformation.set)
         self.drop = transformation.remove | self.set_names
-        self.guarded = frozenset(self.drop)
         self.needs_request = any(e.uses_request for _, e in self.set)
         self.claims = claims_read(e for _, e in self.set)
         # token → the headers to add, or the name of one whose value cannot be a header.
@@ -47,10 +46,6 @@ class HeaderTransformation:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        problem = self._problem(scope["headers"])
-        if problem is not None:
-            await send_error(send, 400, "invalid_request", problem)
-            return
         added = self._added(scope)
         if isinstance(added, bytes):
             log.warning(
@@ -86,30 +81,3 @@ class HeaderTransformation:
                 return name
             added.append((name, value))
         return added
-
-    def _problem(self, headers: Headers) -> str | None:
-        seen: set[bytes] = set()
-        for name, value in headers:
-            if name == b"connection":
-                named = hop_by_hop_guarded(value, self.guarded)
-                if named is not None:
-                    return (
-                        f"the Connection header names {display_name(named)}, which this "
-                        "route sets or removes itself"
-                    )
-            if name in self.set_names:
-                if name in seen:
-                    # The gateway sets it: two copies mean a client tried to supply one.
-                    return (
-                        f"the request carries more than one {display_name(name)} header, "
-                        "which this route sets itself; send it at most once"
-                    )
-                seen.add(name)
-            alias = underscore_alias(name, self.guarded)
-            if alias is not None:
-                return (
-                    f"the header {display_name(name)} would be read as "
-                    f"{display_name(alias)} by some servers, and this route sets or removes "
-                    f"{display_name(alias)} itself"
-                )
-        return None

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 
 from ..asgi import DEFAULT_MAX_BODY_BYTES, BodyTooLarge, Headers, Receive, Scope, Send, send_error
 from ..controlplane.snapshot import CompiledTarget
-from .upstream import Upstream, UpstreamError, UpstreamResponse
+from .upstream import InvalidRequestHead, Upstream, UpstreamError, UpstreamResponse
 
 log = logging.getLogger("mcp_oauth_gateway.proxy")
 
@@ -54,6 +54,21 @@ CORS_RESPONSE = frozenset(
 )
 
 
+# Request headers the gateway itself sets on every route (the list filter's Accept-Encoding, the
+# request id, tracing context, forwarded headers and Host): a client's `Connection` never drops
+# them, nor a header a route's stages set (`kept`), whatever checks ran before.
+GATEWAY_SET = frozenset(
+    {
+        b"host",
+        b"accept-encoding",
+        b"x-request-id",
+        b"traceparent",
+        b"tracestate",
+        *_FORWARDED,
+    }
+)
+
+
 def _connection_tokens(headers: Headers) -> frozenset[bytes]:
     tokens: set[bytes] = set()
     for name, value in headers:
@@ -69,13 +84,18 @@ def dropped_request_headers(trust_forwarded: bool) -> frozenset[bytes]:
 
 
 def upstream_request_headers(
-    scope: Scope, authority: bytes, trust_forwarded: bool, drop: frozenset[bytes]
+    scope: Scope,
+    authority: bytes,
+    trust_forwarded: bool,
+    drop: frozenset[bytes],
+    kept: frozenset[bytes] = GATEWAY_SET,
 ) -> Headers:
-    """Headers for the backend: hop-by-hop and Host replaced, X-Forwarded-* set."""
+    """Headers for the backend: hop-by-hop and Host replaced, X-Forwarded-* set; what the
+    client's `Connection` names is dropped, except the headers the gateway set (`kept`)."""
     incoming: Headers = scope["headers"]
     tokens = _connection_tokens(incoming)
     if tokens:
-        drop = drop | tokens
+        drop = drop | (tokens - kept)
     # One pass (this runs for every request): what is kept, the Host, and any
     # X-Forwarded-For to extend.
     out: Headers = []
@@ -154,6 +174,7 @@ class ReverseProxy:
         max_body: int = DEFAULT_MAX_BODY_BYTES,
         latency: Callable[[float], None] | None = None,
         cors_filtered: bool = False,
+        kept: frozenset[bytes] = GATEWAY_SET,
     ):
         self.base = f"http://{target.authority}{target.path}"
         self.authority = target.authority.encode()
@@ -164,11 +185,14 @@ class ReverseProxy:
         self.max_body = max_body
         self.latency = latency
         self.response_drops = response_drops(cors_filtered)
+        self.kept = kept
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         query = scope.get("query_string", b"")
         url = self.base + ("?" + query.decode("latin-1") if query else "")
-        headers = upstream_request_headers(scope, self.authority, self.trust_forwarded, self.drop)
+        headers = upstream_request_headers(
+            scope, self.authority, self.trust_forwarded, self.drop, self.kept
+        )
         declared = _value(headers, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
             await self._too_large(send)
@@ -215,6 +239,13 @@ class ReverseProxy:
             return None
         except BodyTooLarge:
             await self._too_large(send)
+            return None
+        except InvalidRequestHead as exc:
+            # A value some stage computed (an exchanged token, a claim) would break the request
+            # into lines the backend reads as headers of their own.
+            log.warning("request to backend %s not sent: %s", self.authority.decode(), exc)
+            description = f"the request for the MCP backend was not sent: {exc}"
+            await send_error(send, 502, "bad_gateway", description)
             return None
         except UpstreamError as exc:
             log.warning("backend %s unreachable: %s", self.authority.decode(), exc)

@@ -13,6 +13,12 @@ class UpstreamError(Exception):
     """The backend could not be reached or broke the exchange before answering."""
 
 
+class InvalidRequestHead(ValueError):
+    """A request the upstream refuses to write: a header name that is not a token, or a control
+    character (CR, LF, NUL and the others) in the request line or a header value, whatever stage
+    produced it."""
+
+
 class UpstreamResponse(Protocol):
     status: int
     headers: Headers

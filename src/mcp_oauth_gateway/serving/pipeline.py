@@ -17,6 +17,7 @@ from ..dataplane.authn import JwtAuthentication, challenger_for
 from ..dataplane.authz import CelAuthorization
 from ..dataplane.cors import CorsFilter
 from ..dataplane.credentials import BackendCredentials
+from ..dataplane.headers import OwnedHeaders
 from ..dataplane.mcp_authz import McpAuthorization
 from ..dataplane.metrics import Metrics
 from ..dataplane.oauth_endpoints import OAuthEndpoints, PathDispatch
@@ -26,7 +27,7 @@ from ..dataplane.scopes import RequiredScopes
 from ..dataplane.token_exchange import TokenExchanger
 from ..dataplane.transform import HeaderTransformation
 from ..providers import adapter_for
-from ..proxy.reverse_proxy import ReverseProxy
+from ..proxy.reverse_proxy import GATEWAY_SET, ReverseProxy
 from ..proxy.upstream import Upstream
 from .runtime import BrokerRuntime
 
@@ -77,6 +78,7 @@ class Assembly:
             ), {}
         if policy is not None and policy.invalid is not None:
             return FailClosed(503, "policy_invalid", policy.invalid), {}
+        sets, removes = set_headers(policy)
         app: ASGIApp = ReverseProxy(
             route.target,
             self.upstream,
@@ -85,6 +87,7 @@ class Assembly:
             self.limits.max_body_bytes,
             self.metrics.latency_observer(route.route) if self.metrics else None,
             cors_filtered=route.cors is not None,
+            kept=sets | GATEWAY_SET,
         )
         if policy is None:
             return app, {}
@@ -92,7 +95,10 @@ class Assembly:
             app = BackendCredentials(
                 app, policy.credentials, route.route, self._exchanger(policy, route.route)
             )
-        return self._authentication(self._claims_stages(app, policy), policy, shared_with)
+        app, pages = self._authentication(self._claims_stages(app, policy), policy, shared_with)
+        if sets or removes:
+            app = OwnedHeaders(app, sets, removes)
+        return app, pages
 
     def _exchanger(self, policy: CompiledPolicy, route: str) -> TokenExchanger | None:
         """The token exchanger of a TokenExchange backend: each provider's token endpoint
@@ -210,6 +216,28 @@ class Assembly:
                 entries.append(RouteEntry(route, built[key]))
             tables[port] = RouteTable(entries)
         return tables
+
+
+def set_headers(policy: CompiledPolicy | None) -> tuple[frozenset[bytes], frozenset[bytes]]:
+    """The request headers a route's stages set for the backend, and those they remove."""
+    sets: set[bytes] = set()
+    removes: frozenset[bytes] = frozenset()
+    if policy is None:
+        return frozenset(), removes
+    if policy.forward_token:
+        sets.add(b"authorization")
+    credentials = policy.credentials
+    if credentials is not None:
+        sets.add(b"authorization")
+        secret = credentials.secret_header
+        if secret is not None:
+            sets.add(secret.header)
+            if secret.identity is not None:
+                sets.add(secret.identity.header)
+    if policy.transformation is not None:
+        sets.update(name for name, _ in policy.transformation.set)
+        removes = policy.transformation.remove
+    return frozenset(sets), removes
 
 
 def _version_of(control: ControlPlane, url: str) -> Callable[[], int]:

@@ -16,8 +16,8 @@ import pytest
 
 from mcp_oauth_gateway.asgi import BodyTooLarge
 from mcp_oauth_gateway.controlplane.snapshot import CompiledTarget
-from mcp_oauth_gateway.proxy.reverse_proxy import ReverseProxy
-from mcp_oauth_gateway.proxy.upstream import UpstreamError
+from mcp_oauth_gateway.proxy.reverse_proxy import GATEWAY_SET, ReverseProxy
+from mcp_oauth_gateway.proxy.upstream import InvalidRequestHead, UpstreamError
 
 from .harness import CLIENT, MemoryResponse, MemoryUpstream, drive
 
@@ -333,3 +333,32 @@ async def test_response_connection_tokens_are_read_whatever_their_case():
     )
     response = await drive(proxy(upstream))
     assert response.header(b"x-internal") is None
+
+
+async def test_a_request_the_upstream_refuses_to_write_is_502_naming_the_header():
+    why = "the value of header authorization holds a control character"
+    upstream = MemoryUpstream(error=InvalidRequestHead(why))
+    response = await drive(proxy(upstream), "POST", body=b"{}")
+    assert response.status == 502
+    assert response.json() == {
+        "error": "bad_gateway",
+        "error_description": f"the request for the MCP backend was not sent: {why}",
+    }
+
+
+@pytest.mark.parametrize(
+    "named", [b"x-api-key", b"X-Request-Id", b"keep-alive, accept-encoding, traceparent"]
+)
+async def test_a_clients_connection_header_never_drops_a_header_the_gateway_set(named):
+    # The route's own check refuses such requests first; the writer holds even without it.
+    upstream = MemoryUpstream()
+    app = ReverseProxy(TARGET, upstream, 2.5, False, kept=GATEWAY_SET | {b"x-api-key"})
+    set_by_gateway = [
+        (b"x-api-key", b"secret"),
+        (b"x-request-id", b"r1"),
+        (b"accept-encoding", b"identity"),
+        (b"traceparent", b"00-1-2-01"),
+    ]
+    await drive(app, "POST", body=b"{}", headers=[(b"connection", named), *set_by_gateway])
+    for name, value in set_by_gateway:
+        assert upstream.last.header(name) == value

@@ -3,7 +3,8 @@ claims, incoming copies of them dropped, values that cannot be headers, and the 
 
 Covered elsewhere, not repeated: the end-to-end wire with a real backend
 (`tests/e2e/test_transformations.py`); the entry check refusing repeated guarded headers
-(`tests/unit/test_headers.py`)."""
+(`tests/unit/test_headers.py`); copies of the headers a route sets under other names, or named by
+`Connection` (`tests/unit/stages/test_owned_headers.py`)."""
 
 from __future__ import annotations
 
@@ -136,55 +137,11 @@ async def test_a_computed_value_with_control_characters_is_refused(bad):
     }
 
 
-async def test_two_copies_of_a_header_the_route_sets_are_refused():
-    inner = Inner()
-    response = await drive(
-        stage(inner, {"X-User": "jwt.sub"}),
-        scope=ALICE,
-        inner=inner,
-        headers=[(b"x-user", b"a"), (b"x-user", b"b")],
-    )
-    assert not response.reached
-    assert response.status == 400
-    assert response.json() == {
-        "error": "invalid_request",
-        "error_description": "the request carries more than one X-User header, which this "
-        "route sets itself; send it at most once",
-    }
-
-
-@pytest.mark.parametrize(
-    ("name", "display", "alias_of"),
-    [(b"x_user", "X_User", "X-User"), (b"x_internal", "X_Internal", "X-Internal")],
-)
-async def test_an_underscore_alias_of_a_set_or_removed_header_is_refused(name, display, alias_of):
-    inner = Inner()
-    app = stage(inner, {"X-User": "jwt.sub"}, remove=("X-Internal",))
-    response = await drive(app, scope=ALICE, headers=[(name, b"spoof")], inner=inner)
-    assert not response.reached
-    assert response.status == 400
-    assert response.json()["error_description"] == (
-        f"the header {display} would be read as {alias_of} by some servers, and this route "
-        f"sets or removes {alias_of} itself"
-    )
-
-
 async def test_other_headers_may_repeat_and_keep_their_order():
     inner = Inner()
     headers = [(b"accept", b"a"), (b"x-custom", b"1"), (b"accept", b"b"), (b"x_other", b"2")]
     await drive(stage(inner, {"X-User": "jwt.sub"}), scope=ALICE, headers=headers, inner=inner)
     assert inner.last.headers == [(b"host", b"gw.test"), *headers, (b"x-user", b"alice")]
-
-
-@pytest.mark.parametrize("named", [b"x-user", b"X-Internal", b"keep-alive, x-user"])
-async def test_a_connection_header_cannot_make_a_set_or_removed_header_hop_by_hop(named):
-    # The proxy drops what Connection names: naming X-User would remove the value set here.
-    inner = Inner()
-    app = stage(inner, {"X-User": "jwt.sub"}, remove=("X-Internal",))
-    response = await drive(app, scope=ALICE, headers=[(b"connection", named)], inner=inner)
-    assert not response.reached
-    assert response.status == 400
-    assert "the Connection header names X-" in response.json()["error_description"]
 
 
 async def test_values_over_the_claims_are_computed_once_per_token(monkeypatch):
