@@ -5,6 +5,7 @@ that names the provider whose keyset is missing."""
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from mcp_oauth_gateway.broker.identity import SignInProvider, pick_by_hint
 from mcp_oauth_gateway.controlplane import ControlPlane, build_from_objects, build_snapshot
@@ -141,24 +142,61 @@ def identity_header(claims: str = "") -> str:
     )
 
 
-def test_an_identity_header_without_iss_is_refused_with_two_providers(tmp_path, monkeypatch):
-    """Alice at one provider and alice at the other are two people: an identity of `sub`
-    alone would make them one caller for the backend."""
+def without_mcp_provider(text: str) -> str:
+    """Two providers without `mcp.provider`: Facade would front one of them (a problem)."""
+    return text.replace("        provider: ProviderB\n        clientId: mcp-public\n", "")
+
+
+@pytest.mark.parametrize("claims", ["[sub]", "[sub, groups]", "[email]"])
+def test_an_identity_header_without_iss_is_refused_with_two_providers(
+    tmp_path, monkeypatch, claims
+):
+    """Alice at one provider and alice at the other are two people: an identity without the
+    issuer would make them one caller for the backend."""
     monkeypatch.setenv("SEVERAL_PROVIDERS_API_KEY", "k-123")
-    text = two_providers().replace(
-        "        provider: ProviderB\n        clientId: mcp-public\n", ""
-    )
-    message = problems(tmp_path, text + identity_header("[sub, groups]"))
+    text = without_mcp_provider(two_providers())
+    message = problems(tmp_path, text + identity_header(claims))
     path = "spec.backend.credentials.secretHeader.identity.claims"
     assert (
-        f"{path} [sub, groups] has no iss, but the policy has 2 providers: sub is unique only "
+        f"{path} {claims} has no iss, but the policy has 2 providers: sub is unique only "
         "within its issuer"
     ) in message
-    assert f"add iss to {path}" in message
-    for accepted in (identity_header(), identity_header("[iss, sub, groups]")):
+    assert message.endswith(f"; add iss to {path}")
+    for accepted in (identity_header(), identity_header(f"[iss, {claims[1:]}")):
         snapshot = build_snapshot(load_paths([write(tmp_path, BASE + text + accepted)]))
         assert snapshot.ok, [p.conditions for p in snapshot.policies]
-    alone = policy() + identity_header("[sub]")  # one issuer: its subjects are unique
+    alone = policy() + identity_header(claims)  # one issuer: its subjects are unique
+    assert build_snapshot(load_paths([write(tmp_path, BASE + alone)])).ok
+
+
+def transformation(*values: str) -> str:
+    """Request headers X-0, X-1, … set to these CEL values."""
+    rows = "".join(f"          - {{name: X-{i}, value: '{v}'}}\n" for i, v in enumerate(values))
+    return f"    transformation:\n      request:\n        set:\n{rows}"
+
+
+def test_a_header_set_from_sub_without_the_issuer_is_refused_with_two_providers(tmp_path):
+    """A header set to `jwt.sub` tells the backend who calls, as the identity header does."""
+    text = without_mcp_provider(two_providers())
+    at = "    authorization:\n"
+
+    def with_headers(*values: str) -> str:
+        return text.replace(at, transformation(*values) + at)
+
+    message = problems(tmp_path, with_headers('jwt.groups.join(",")', "jwt.sub"))
+    assert (
+        "spec.traffic.transformation.request.set[1].value reads jwt.sub but no header set reads "
+        "jwt.iss, and the policy has 2 providers: sub is unique only within its issuer"
+    ) in message
+    assert "add jwt.iss to this value, or set another header to jwt.iss" in message
+    for accepted in (
+        with_headers('jwt.iss + " " + jwt.sub'),
+        with_headers("jwt.sub", "jwt.iss"),
+        with_headers('jwt.groups.join(",")'),  # no subject: nothing to mistake
+    ):
+        snapshot = build_snapshot(load_paths([write(tmp_path, BASE + accepted)]))
+        assert snapshot.ok, [p.conditions for p in snapshot.policies]
+    alone = policy().replace(at, transformation("jwt.sub") + at)
     assert build_snapshot(load_paths([write(tmp_path, BASE + alone)])).ok
 
 

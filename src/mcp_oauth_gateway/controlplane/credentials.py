@@ -53,16 +53,11 @@ def read_secret(source: SecretSource, environ: Mapping[str, str] | None = None) 
 
 
 def compile_credentials(
-    spec: BackendCredentials | None,
-    problems: list[str],
-    environ: Mapping[str, str] | None = None,
-    providers: int = 1,
+    spec: BackendCredentials | None, problems: list[str], environ: Mapping[str, str] | None = None
 ) -> CompiledCredentials | None:
-    """The compiled mode with its secrets, or None (with a problem per unreadable secret);
-    `providers` is how many issuers the policy accepts tokens from."""
+    """The compiled mode with its secrets, or None (with a problem per unreadable secret)."""
     if spec is None:
         return None
-    identity_problems(spec, providers, problems)
     try:
         if spec.passthrough:
             return CompiledCredentials("Passthrough")
@@ -84,21 +79,6 @@ def compile_credentials(
     except SecretError as exc:
         problems.append(str(exc))
         return None
-
-
-def identity_problems(spec: BackendCredentials, providers: int, problems: list[str]) -> None:
-    """With several providers the identity header must name the issuer: without it, alice at
-    one provider and alice at another reach the backend as the same caller."""
-    identity = spec.secret_header.identity if spec.secret_header else None
-    if identity is None or providers < 2 or "iss" in identity.claims:
-        return
-    path = f"{PATH}.secretHeader.identity.claims"
-    problems.append(
-        f"{path} [{', '.join(identity.claims)}] has no iss, but the policy has {providers} "
-        "providers: sub is unique only within its issuer, and so is every claim a provider "
-        "asserts (alice at one provider and alice at another are two people, who would reach "
-        f"the backend as one); add iss to {path}"
-    )
 
 
 def _secret_header(

@@ -33,6 +33,7 @@ from .cel import CelCompileError, CompiledExpression, compile_expression
 from .cluster import Cluster, Reference, missing_service, service_host
 from .credentials import compile_credentials
 from .deployment import Deployment
+from .issuers import issuer_problems
 from .keys import parse_jwks
 from .objects import Entry
 from .scopes import compile_scopes
@@ -434,8 +435,7 @@ def backend_credentials(policy: GatewayPolicy, problems: list[str]) -> CompiledC
             "what the backend receives; keep credentials (forwardToken is credentials: "
             "{passthrough: true})"
         )
-    providers = len(jwt_spec.providers) if jwt_spec else 0
-    return compile_credentials(spec, problems, providers=providers)
+    return compile_credentials(spec, problems)
 
 
 def compile_authentication(
@@ -487,6 +487,7 @@ def compile_policy(
     transformation = compile_transformation(traffic.transformation, jwt_spec is not None, problems)
     rate_limit = compile_rate_limit(traffic.rate_limit, problems)
     credentials = backend_credentials(policy, problems)
+    issuer_problems(policy, problems)
     # Last: every problem above must be in it, or an invalid policy would be served.
     invalid = None
     if problems:

@@ -179,21 +179,6 @@ async def test_alice_at_two_providers_reaches_the_backend_as_two_identities():
     assert (claims["iss"], claims["sub"]) == ("http://other/", "alice")
 
 
-@pytest.mark.parametrize("claims", [["sub"], ["sub", "groups"], ["email"]])
-def test_an_identity_without_iss_is_refused_when_the_policy_has_several_providers(claims):
-    spec = BackendCredentials.model_validate(identity_spec(claims=claims))
-    one: list[str] = []
-    assert compile_credentials(spec, one, ENV, providers=1) is not None
-    assert one == []  # one issuer: its subjects are unique
-    two: list[str] = []
-    compile_credentials(spec, two, ENV, providers=2)
-    path = "spec.backend.credentials.secretHeader.identity.claims"
-    assert len(two) == 1, two
-    assert two[0].startswith(f"{path} [{', '.join(claims)}] has no iss, but the policy has 2 ")
-    assert "sub is unique only within its issuer" in two[0]
-    assert two[0].endswith(f"; add iss to {path}")
-
-
 async def test_a_policy_whose_only_problem_is_a_secret_fails_closed(tmp_path):
     """Regression: the secret's problem was found after the policy was marked valid, so the
     route was built as if it were, without its keyset (a crash in controller mode)."""
