@@ -147,7 +147,9 @@ def without_mcp_provider(text: str) -> str:
     return text.replace("        provider: ProviderB\n        clientId: mcp-public\n", "")
 
 
-@pytest.mark.parametrize("claims", ["[sub]", "[sub, groups]", "[email]"])
+@pytest.mark.parametrize(
+    "claims", ["[sub]", "[sub, groups]", "[email]"], ids=["sub", "sub-groups", "email"]
+)
 def test_an_identity_header_without_iss_is_refused_with_two_providers(
     tmp_path, monkeypatch, claims
 ):
