@@ -114,6 +114,8 @@ class TokenExchanger:
         self.session = session
         self.count = count or (lambda outcome: None)
         self.authorization = basic_auth(spec.client_id, spec.client_secret)
+        # By the caller's token, never by subject: the token carries its signed issuer, so
+        # alice at one provider never gets the token exchanged for alice at another.
         self._cache: dict[str, Exchanged] = {}
 
     async def token_for(self, subject_token: str, issuer: str) -> str:
