@@ -256,3 +256,30 @@ def test_decisions_are_remembered_per_token_and_item():
     assert evaluated == ["echo", "rm"]
     assert stage.allowed({**scope, TOKEN_KEY: "t2"}, "tool", "echo")
     assert evaluated == ["echo", "rm", "echo"]
+
+
+@pytest.mark.parametrize(
+    ("params", "kind", "name"),
+    [
+        ({"ref": {"type": "ref/prompt", "name": "secret"}, "argument": {}}, "prompt", "secret"),
+        ({"ref": {"type": "ref/resource", "uri": "db://{id}"}}, "resource", "db://{id}"),
+        ({"ref": {"type": "ref/other", "name": "x"}}, "prompt", None),
+        ({"ref": "secret"}, "prompt", None),
+        ({}, "prompt", None),
+    ],
+)
+def test_a_completion_is_judged_as_the_item_it_completes(params, kind, name):
+    # Completions would show the argument values of a prompt or template the caller may not use.
+    request = read_request(body("completion/complete", **params))
+    assert (request.kind, request.name) == (kind, name)
+
+
+def test_a_completion_reference_differing_only_in_case_is_refused():
+    with pytest.raises(Ambiguous, match="case"):
+        read_request(body("completion/complete", ref={"type": "ref/prompt", "NAME": "secret"}))
+
+
+@pytest.mark.parametrize("method", ["resources/subscribe", "resources/unsubscribe"])
+def test_a_subscription_is_judged_as_the_resource_it_names(method):
+    request = read_request(body(method, uri="file:///private/x"))
+    assert (request.kind, request.name) == ("resource", "file:///private/x")

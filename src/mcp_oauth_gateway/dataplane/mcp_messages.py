@@ -23,6 +23,16 @@ GUARDED: dict[str, tuple[str, str]] = {
     "tools/call": ("tool", "name"),
     "prompts/get": ("prompt", "name"),
     "resources/read": ("resource", "uri"),
+    # A subscription would deliver a denied resource's updates.
+    "resources/subscribe": ("resource", "uri"),
+    "resources/unsubscribe": ("resource", "uri"),
+}
+# `completion/complete` names its item in `params.ref`: completions would show a denied
+# prompt's or resource template's argument values. ref type -> (kind, the ref field naming it)
+COMPLETION = "completion/complete"
+REFERENCES: dict[str, tuple[str, str]] = {
+    "ref/prompt": ("prompt", "name"),
+    "ref/resource": ("resource", "uri"),
 }
 # list method -> (result field holding the items, kind, the item field naming it)
 LISTS: dict[str, tuple[str, str, str]] = {
@@ -43,8 +53,9 @@ HEADER_MISMATCH = -32020  # 2026-07-28: Mcp-Method/Mcp-Name must equal the body
 _TOP_FIELDS = ("jsonrpc", "id", "method", "params", "result", "error")
 _PARAM_FIELDS = ("name", "uri", "arguments")
 _FOLDED_TOP = {f.casefold(): f for f in _TOP_FIELDS}
-_FOLDED_PARAMS = {f.casefold(): f for f in _PARAM_FIELDS}
-_FOLDED_METHODS = {m.casefold(): m for m in (*GUARDED, *LISTS)}
+_FOLDED_PARAMS = {f.casefold(): f for f in (*_PARAM_FIELDS, "ref")}
+_FOLDED_REF = {f.casefold(): f for f in ("type", "name", "uri")}
+_FOLDED_METHODS = {m.casefold(): m for m in (*GUARDED, *LISTS, COMPLETION)}
 # A `\uD800`-`\uDFFF` escape: the only way a lone surrogate gets into text decoded strictly.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 # The integers every JSON-RPC peer reads exactly (JavaScript numbers are doubles).
@@ -193,14 +204,15 @@ def read_request(
             f"Mcp-Method {method_header.decode('latin-1')!r} does not match "
             f"the body's method {method!r}"
         )
+    params = message.get("params")
+    if isinstance(params, dict):
+        _unfolded(params, _FOLDED_PARAMS, "params")
+    if method == COMPLETION:
+        return _completion(request_id, params)
     guarded = GUARDED.get(method)
     if guarded is None:
         return McpRequest(request_id, method)
-    params = message.get("params")
-    name = None
-    if isinstance(params, dict):
-        _unfolded(params, _FOLDED_PARAMS, "params")
-        name = params.get(guarded[1])
+    name = params.get(guarded[1]) if isinstance(params, dict) else None
     if not isinstance(name, str):
         name = None
     if name_header is not None and name_header.decode("utf-8", "replace") != name:
@@ -209,6 +221,18 @@ def read_request(
             f"match the body's {guarded[1]} {name!r}"
         )
     return McpRequest(request_id, method, guarded[0], name)
+
+
+def _completion(request_id: object, params: object) -> McpRequest:
+    """The prompt or resource a completion request is about (a reference that names neither
+    cannot be authorized: its name is None, and None is never allowed)."""
+    ref = params.get("ref") if isinstance(params, dict) else None
+    if not isinstance(ref, dict):
+        return McpRequest(request_id, COMPLETION, "prompt", None)
+    _unfolded(ref, _FOLDED_REF, "ref")
+    kind, field = REFERENCES.get(str(ref.get("type")), ("prompt", "name"))
+    name = ref.get(field) if ref.get("type") in REFERENCES else None
+    return McpRequest(request_id, COMPLETION, kind, name if isinstance(name, str) else None)
 
 
 def read_message(data: bytes) -> object:
