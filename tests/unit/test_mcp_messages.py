@@ -81,7 +81,11 @@ def test_utf8_json_is_read(raw):
         (b'{"method": "tools/call", "params": {"n": NaN}}', "NaN is not a JSON number"),
         (b'{"method": "tools/call", "params": {"n": -Infinity}}', "not a JSON number"),
         (b'{"method": "tools/call", "params": {"n": ' + b"9" * 5000 + b"}}", "more digits"),
-        (b'{"method": "tools/call", "params": ' + b"[" * 100_000, "deeper"),
+        (b'{"method": "tools/call", "params": ' + b"[" * 100_000, "deeper than 512 levels"),
+        (
+            b'{"method": "tools/call", "params": ' + b"[" * 600 + b"]" * 600 + b"}",
+            "deeper than 512",
+        ),
         (b"not json", "not JSON"),
         (b"", "not JSON"),
     ],
@@ -90,6 +94,11 @@ def test_bodies_the_gateway_cannot_read_exactly_are_unreadable(raw, why):
     with pytest.raises(Unreadable, match=why) as refused:
         read_request(raw)
     assert refused.value.code == -32700
+
+
+def test_nesting_up_to_512_levels_is_read():
+    nested = b'{"method": "tools/call", "params": ' + b"[" * 511 + b"]" * 511 + b"}"
+    assert read_request(nested).method == "tools/call"
 
 
 def test_a_key_repeated_at_any_depth_is_refused():

@@ -58,6 +58,10 @@ _FOLDED_REF = {f.casefold(): f for f in ("type", "name", "uri")}
 _FOLDED_METHODS = {m.casefold(): m for m in (*GUARDED, *LISTS, COMPLETION)}
 # A `\uD800`-`\uDFFF` escape: the only way a lone surrogate gets into text decoded strictly.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+# Nesting the gateway reads: well within Python's recursion limit, wherever the parse runs (a
+# deeper body raised RecursionError at a depth that depended on the stack), and far beyond any
+# MCP message.
+MAX_DEPTH = 512
 # The integers every JSON-RPC peer reads exactly (JavaScript numbers are doubles).
 _SAFE_INTEGER = 2**53 - 1
 
@@ -126,17 +130,32 @@ def parse_request(body: bytes) -> object:
     except Refusal:
         raise
     except RecursionError:
-        raise Unreadable("the body nests arrays or objects deeper than the gateway reads") from None
+        why = f"the body nests arrays or objects deeper than {MAX_DEPTH} levels"
+        raise Unreadable(why) from None
     except json.JSONDecodeError as exc:
         raise Unreadable(f"the body is not JSON: {exc}") from None
     except ValueError:
         # int() refuses more than sys.get_int_max_str_digits() digits (4300).
         why = "the body holds a number with more digits than the gateway reads"
         raise Unreadable(why) from None
+    if text.count("[") + text.count("{") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
+        raise Unreadable(f"the body nests arrays or objects deeper than {MAX_DEPTH} levels")
     if "\\u" in text and _SURROGATE_ESCAPE.search(text) and _holds_lone_surrogate(value):
         # Decoders differ on these: Go writes U+FFFD, Rust refuses, JavaScript keeps them.
         raise Unreadable("the body holds a lone UTF-16 surrogate escape (not I-JSON)")
     return value
+
+
+def _deeper_than(value: object, limit: int) -> bool:
+    pending: list[tuple[object, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _holds_lone_surrogate(value: object) -> bool:
