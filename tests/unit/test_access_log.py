@@ -1,5 +1,5 @@
-"""The access log's lines: every JSON line parses whatever the request carried, and the time
-formatted once a second is still each line's own."""
+"""The access log's lines: every JSON line parses whatever the request carried, the caller is
+named by issuer and subject, and the time formatted once a second is still each line's own."""
 
 from __future__ import annotations
 
@@ -55,6 +55,7 @@ def test_every_json_access_line_parses_with_the_request_fields(path: str, sub: o
     fields = json.loads(line)
     assert fields["path"] == path
     assert fields["sub"] == (None if sub is None else str(sub))
+    assert fields["iss"] is None
     assert fields["method"] == "POST"
     assert fields["status"] == 200
     assert fields["duration_ms"] == 1.234 or fields["duration_ms"] == 1.235
@@ -86,6 +87,19 @@ def test_text_access_line_format_is_unchanged() -> None:
         r"POST /mcp 403 2\.1ms sub=-$",
         line,
     )
+
+
+def test_the_access_line_names_the_issuer_beside_the_subject() -> None:
+    # `sub` is unique only within its issuer: with several providers, alice and alice differ.
+    issuer = "https://idp-2.example/realms/a b"
+    text, read_text = pipe_log(json_lines=False)
+    text.record("POST", "/mcp", 200, 0.001, "alice", None, issuer)
+    [line] = written(text, read_text)
+    assert line.endswith(" sub=alice iss=https://idp-2.example/realms/a\\x20b")
+    as_json, read_json = pipe_log(json_lines=True)
+    as_json.record("POST", "/mcp", 200, 0.001, "alice", "req-1", issuer)
+    [line] = written(as_json, read_json)
+    assert (json.loads(line)["sub"], json.loads(line)["iss"]) == ("alice", issuer)
 
 
 def test_json_line_escapes_what_utf8_cannot_carry() -> None:

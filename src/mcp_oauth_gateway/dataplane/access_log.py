@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from ..logs import iso_second, json_line, timestamp
+from ..logs import escape_field, iso_second, json_line, timestamp
 
 FLUSH_INTERVAL = 0.2
 MAX_PENDING = 100_000  # beyond this, lines are dropped (and counted) rather than hoarded
@@ -46,8 +46,9 @@ class AccessLog:
         seconds: float,
         sub: object,
         request_id: str | None = None,
+        iss: object = None,
     ) -> None:
-        """Queue one access line."""
+        """Queue one access line; `sub` and `iss` are the verified token's (None without one)."""
         if not self.enabled:
             return
         now = time.time()
@@ -75,13 +76,18 @@ class AccessLog:
                     "status": status,
                     "duration_ms": round(seconds * 1000, 3),
                     "sub": None if sub is None else str(sub),
+                    "iss": None if iss is None else str(iss),
                 }
             )
             self._pending.append(line + "\n")
             return
+        # Every value a request carried is escaped, spaces included: one field each, one line.
+        # `sub` is unique only within its issuer: with several providers, both name the caller.
+        tail = "\n" if iss is None else f" iss={escape_field(str(iss))}\n"
         self._pending.append(
             f"{self._stamp},{int((now - second) * 1000):03d} INFO mcp_oauth_gateway.access: "
-            f"{method} {path} {status} {seconds * 1000:.1f}ms sub={sub or '-'}\n"
+            f"{escape_field(method)} {escape_field(path)} {status} {seconds * 1000:.1f}ms "
+            f"sub={escape_field(str(sub)) if sub else '-'}{tail}"
         )
 
     def _run(self) -> None:

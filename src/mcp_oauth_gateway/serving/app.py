@@ -250,9 +250,16 @@ class GatewayApp:
             )
         else:
             claims = scope.get(CLAIMS_KEY)
-            sub = claims.get("sub") if isinstance(claims, dict) else None
+            if not isinstance(claims, dict):
+                claims = {}
             self.access_log.record(
-                scope["method"], scope["path"], exchange.status, elapsed, sub, exchange.request_id
+                scope["method"],
+                scope["path"],
+                exchange.status,
+                elapsed,
+                claims.get("sub"),
+                exchange.request_id,
+                claims.get("iss"),
             )
         if self.metrics is not None and exchange.route != "admin":
             self.metrics.request(exchange.route, exchange.status)
