@@ -72,9 +72,10 @@ def test_whatever_the_stages_produced_the_backend_reads_exactly_those_headers(he
         return
     if not all(TOKEN.fullmatch(n) for n, _ in headers):
         return  # not a name any stage sets (names are checked at load); the parser refuses it
-    # httptools trims the value's surrounding whitespace, as every parser does.
+    # Parsers trim the whitespace around a value (how much of it differs): compare without it.
     expected = [(n.lower(), v.strip(b" \t")) for n, v in headers if n.lower() != b"content-length"]
-    assert parsed(head) == [*expected, (b"content-length", b"0")]
+    read = [(n, v.strip(b" \t")) for n, v in parsed(head)]
+    assert read == [*expected, (b"content-length", b"0")]
 
 
 async def test_a_refused_head_writes_nothing_to_the_shared_connection():
