@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlsplit
 
 from ..asgi import Receive, Scope, Send, send_error, send_json
 from ..controlplane.control import ControlPlane
@@ -59,14 +59,14 @@ class AdminApp:
         elif path == "/healthz":
             await send_json(send, 200, {"status": "ok"})
         elif path == "/readyz":
-            waiting = self.not_ready()
+            waiting = self._scrubbed(self.not_ready())
             await send_json(
                 send, 503 if waiting else 200, {"ready": not waiting, "waitingFor": waiting}
             )
         elif path == "/config":
             await send_json(send, 200, config_dump(self.control.snapshot))
         elif path in ("/", "/status"):
-            await send_json(send, 200, self.status())
+            await send_json(send, 200, self._scrubbed(self.status()))
         else:
             await send_error(
                 send,
@@ -80,10 +80,19 @@ class AdminApp:
         controller mode, a configuration not yet read or a listener not yet bound."""
         waiting = self.controller.waiting() if self.controller is not None else []
         return waiting + [
-            f"keyset {url} ({holder.last_error or 'not yet fetched'})"
+            f"keyset {redact(url)} ({holder.last_error or 'not yet fetched'})"
             for url, holder in self.control.keysets.items()
             if not holder.available
         ]
+
+    def _scrubbed(self, answer: Any) -> Any:
+        """`answer` with every configured URL in its messages (a keyset's, quoted by its
+        condition or fetch error) as /config shows it."""
+        shown = {url: redact(url) for url in _config_urls(self.control.snapshot)}
+        shown.update((url, redact(url)) for url in self.control.keysets)
+        # Longest first: a URL that is the start of another is replaced after it.
+        changed = sorted((u for u in shown if shown[u] != u), key=len, reverse=True)
+        return _replaced(answer, [(url, shown[url] or HIDDEN) for url in changed])
 
     def status(self) -> dict[str, object]:
         """Policy conditions (live), the snapshot's errors and the last rejected reload."""
@@ -107,16 +116,69 @@ class AdminApp:
         return out
 
 
+# What /config shows instead of a secret, or of a URL it cannot take apart safely.
+HIDDEN = "***"
+
+
 def redact(url: str | None) -> str | None:
-    """A URL without its user information (Redis passwords live there)."""
+    """`url` as /config may show it: scheme, host, port, path and query keys; the user
+    information and every query value as `***`, no fragment; `***` if it does not parse."""
     if not url:
         return url
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not one)
+        query = _query_keys(parts.query)
+    except ValueError:
+        return HIDDEN
+    # An `@` after the authority means a user-info cut short by a `/`, `?` or `#` in it (a
+    # password written unencoded): its rest would be shown as path or query.
+    if not url.isprintable() or "@" in parts.path + parts.query + parts.fragment:
+        return HIDDEN
+    _, at, host_port = parts.netloc.rpartition("@")
+    authority = HIDDEN + "@" + host_port if at else host_port
+    shown = f"{parts.scheme}:" if parts.scheme else ""
+    if authority or url[len(shown) :].startswith("//"):
+        shown += "//" + authority
+    return shown + parts.path + (f"?{query}" if query else "")
+
+
+def _query_keys(query: str) -> str:
+    """The query's keys, each value `***` (redis-py reads a password there); ValueError for an
+    item that is not `key=value`, which could be a secret itself."""
+    if not query:
+        return ""
+    pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+    return "&".join(f"{quote(key, safe='')}={HIDDEN}" for key, _ in pairs)
+
+
+def _config_urls(snapshot: Snapshot) -> set[str]:
+    """Every URL the configuration holds."""
+    urls: set[str | None] = set()
+    for report in snapshot.policies:
+        urls.update(report.keyset_urls, report.discovery_urls)
+    for routes in snapshot.listeners.values():
+        for policy in {r.policy.key: r.policy for r in routes if r.policy is not None}.values():
+            for provider in policy.providers:
+                urls.update((provider.issuer, provider.keyset.url, provider.discovery_url))
+            if policy.mcp is not None:
+                urls.update((policy.mcp.resource, policy.mcp.redis_url))
+            if policy.rate_limit is not None:
+                urls.add(policy.rate_limit.redis_url)
+    return {url for url in urls if url}
+
+
+def _replaced(value: Any, replacements: list[tuple[str, str]]) -> Any:
+    """`value` (a JSON document) with each text's `old` written as `new`."""
+    if isinstance(value, str):
+        for old, new in replacements:
+            value = value.replace(old, new)
+        return value
+    if isinstance(value, list):
+        return [_replaced(item, replacements) for item in value]
+    if isinstance(value, dict):
+        return {key: _replaced(item, replacements) for key, item in value.items()}
+    return value
 
 
 def config_dump(snapshot: Snapshot) -> dict[str, object]:
@@ -150,7 +212,7 @@ def config_dump(snapshot: Snapshot) -> dict[str, object]:
                     "provider": policy.mcp.provider,
                     "mode": policy.mcp.mode,
                     "clientId": policy.mcp.client_id,
-                    "resource": policy.mcp.resource,
+                    "resource": redact(policy.mcp.resource),
                     "redisUrl": redact(policy.mcp.redis_url),
                 }
             for name, rules in (
@@ -175,8 +237,8 @@ def config_dump(snapshot: Snapshot) -> dict[str, object]:
 
 def _provider_view(provider: CompiledProvider) -> dict[str, object]:
     return {
-        "issuer": provider.issuer,
+        "issuer": redact(provider.issuer),
         "name": provider.name,
         "audiences": sorted(provider.audiences or []),
-        "jwks": "inline" if provider.keyset.inline else provider.keyset.url,
+        "jwks": "inline" if provider.keyset.inline else redact(provider.keyset.url),
     }
