@@ -22,7 +22,6 @@ from ..asgi import (
     Receive,
     Scope,
     Send,
-    header,
     send_error,
     send_json,
 )
@@ -170,9 +169,12 @@ class McpAuthorization:
         body = await self._body(receive, send)
         if body is None:
             return
+        # One dict built in C: the entry check refused repeats of these headers, so its (last)
+        # values are the only ones.
+        values = dict(scope["headers"])
         try:
-            body = _decoded(scope, body, self.max_body_bytes)
-            request = read_request(body, header(scope, b"mcp-method"), header(scope, b"mcp-name"))
+            body = _decoded(scope, values, body, self.max_body_bytes)
+            request = read_request(body, values.get(b"mcp-method"), values.get(b"mcp-name"))
         except CodingError as exc:
             await _refuse(send, PARSE_ERROR, str(exc), [(b"accept-encoding", SUPPORTED.encode())])
             return
@@ -217,15 +219,17 @@ class McpAuthorization:
                 return b"".join(chunks)
 
 
-def _decoded(scope: Scope, body: bytes, limit: int) -> bytes:
+def _decoded(scope: Scope, values: dict[bytes, bytes], body: bytes, limit: int) -> bytes:
     """The body as the backend will receive it: decoded when coded (and its headers made to
     say so); a CodingError or Unreadable when it cannot be read as UTF-8 JSON."""
-    headers: Headers = scope["headers"]
-    content_type = header(scope, b"content-type")
+    content_type = values.get(b"content-type")
     if content_type is not None and b"charset" in content_type.lower():
         charset = parse_options_header(content_type.decode("latin-1"))[1].get("charset")
         if charset is not None and charset.lower() not in ("utf-8", "utf8"):
             raise Unreadable(f"the body is declared {charset[:40]!r}; send UTF-8 JSON")
+    if b"content-encoding" not in values:
+        return body
+    headers: Headers = scope["headers"]
     coding = check_codings(codings(headers))
     if coding is None:
         return body

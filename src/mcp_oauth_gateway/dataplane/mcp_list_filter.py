@@ -112,13 +112,15 @@ class ListFilter:
         content_type = next((v for k, v in headers if k == b"content-type"), b"").lower()
         self.sse = content_type.startswith(b"text/event-stream")
         self.json = b"json" in content_type or 200 <= message["status"] < 300
-        try:
-            coding = check_codings(codings(headers))
-        except CodingError as exc:
-            self._break(str(exc))
-        else:
-            if coding is not None:
-                self.decoder = Decoder(coding, MAX_ANSWER_BYTES)
+        names = dict(headers)
+        if b"content-encoding" in names:
+            try:
+                coding = check_codings(codings(headers))
+            except CodingError as exc:
+                self._break(str(exc))
+            else:
+                if coding is not None:
+                    self.decoder = Decoder(coding, MAX_ANSWER_BYTES)
         # The body's length changes when items are dropped, and it leaves here decoded.
         kept = [(k, v) for k, v in headers if k not in _DROPPED]
         self.start = {**message, "headers": kept}

@@ -55,6 +55,8 @@ _PARAM_FIELDS = ("name", "uri", "arguments")
 _FOLDED_TOP = {f.casefold(): f for f in _TOP_FIELDS}
 _FOLDED_PARAMS = {f.casefold(): f for f in (*_PARAM_FIELDS, "ref")}
 _FOLDED_REF = {f.casefold(): f for f in ("type", "name", "uri")}
+# Keys that need no case check: the fields themselves, and usual ones that fold to none.
+_USUAL_KEYS = frozenset({*_TOP_FIELDS, *_PARAM_FIELDS, "ref", "type", "_meta", "argument"})
 _FOLDED_METHODS = {m.casefold(): m for m in (*GUARDED, *LISTS, COMPLETION)}
 # A `\uD800`-`\uDFFF` escape: the only way a lone surrogate gets into text decoded strictly.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -138,7 +140,11 @@ def parse_request(body: bytes) -> object:
         # int() refuses more than sys.get_int_max_str_digits() digits (4300).
         why = "the body holds a number with more digits than the gateway reads"
         raise Unreadable(why) from None
-    if text.count("[") + text.count("{") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
+    if (
+        len(text) > MAX_DEPTH
+        and text.count("[") + text.count("{") > MAX_DEPTH
+        and _deeper_than(value, MAX_DEPTH)
+    ):
         raise Unreadable(f"the body nests arrays or objects deeper than {MAX_DEPTH} levels")
     if "\\u" in text and _SURROGATE_ESCAPE.search(text) and _holds_lone_surrogate(value):
         # Decoders differ on these: Go writes U+FFFD, Rust refuses, JavaScript keeps them.
@@ -177,7 +183,11 @@ def _holds_lone_surrogate(value: object) -> bool:
 
 
 def _unfolded(message: dict[str, object], folded: dict[str, str], where: str) -> None:
+    if message.keys() <= _USUAL_KEYS:
+        return  # the common case, decided in C: only fields read, or keys that fold to none
     for key in message:
+        if key in folded:
+            continue  # the field itself (every folded name is already its own case fold)
         field = folded.get(key.casefold())
         if field is not None and field != key:
             raise Ambiguous(
@@ -215,9 +225,11 @@ def read_request(
     method = message["method"]
     if not isinstance(method, str):
         raise Ambiguous("the JSON-RPC method must be a string")
-    canonical = _FOLDED_METHODS.get(method.strip().casefold())
-    if canonical is not None and canonical != method:
-        raise Ambiguous(f"the method {method[:40]!r} is written differently from {canonical!r}")
+    if method not in _FOLDED_METHODS:
+        canonical = _FOLDED_METHODS.get(method.strip().casefold())
+        if canonical is not None:
+            why = f"the method {method[:40]!r} is written differently from {canonical!r}"
+            raise Ambiguous(why)
     if method_header is not None and method_header.decode("latin-1") != method:
         raise HeaderMismatch(
             f"Mcp-Method {method_header.decode('latin-1')!r} does not match "
