@@ -308,6 +308,65 @@ def stack_tools(
     )
 
 
+TS_BACKEND_SECRET = "ts-backend-secret-7"
+TS_TOOL_RULES = """\
+  backend:
+    credentials:
+      secretHeader:
+        header: X-Api-Key
+        value: {env: TS_BACKEND_SECRET}
+        identity:
+          header: X-Mcp-Identity
+    mcp:
+      authorization:
+        action: Allow
+        policy:
+          matchExpressions:
+            - 'mcp.tool.name in ["add", "admin"]'
+      scopes:
+        - match: 'has(mcp.tool) && mcp.tool.name == "admin"'
+          required: [mcp:admin]
+"""
+
+
+@pytest.fixture(scope="session")
+def ts_backend(logs: Path) -> Iterator[str]:
+    """`host:port` of a real TypeScript SDK server (Express, body-parser) with ledgers of the
+    tool calls it ran and the headers it received."""
+    port = free_port()
+    proc = Process(
+        "ts-backend", [node(), str(NODE_DIR / "ts_backend.mjs")], logs, env={"PORT": str(port)}
+    )
+    try:
+        wait_for_port(port, proc)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="session")
+def stack_ts_tools(
+    logs: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    idp_key: tuple[RSAKey, Path],
+    ts_backend: str,
+) -> Iterator[Stack]:
+    """Provider B in front of the TypeScript backend: tool rules (add, admin), a per-tool scope
+    (admin needs mcp:admin), a secret header and the caller's identity."""
+    yield from _start_stack(
+        "authentik",
+        "provider-b",
+        "9000",
+        logs,
+        tmp_path_factory.mktemp("stack-ts-tools"),
+        idp_key,
+        ts_backend,
+        name="gateway-ts-tools",
+        policy_extra=TS_TOOL_RULES,
+        gateway_env={"TS_BACKEND_SECRET": TS_BACKEND_SECRET},
+    )
+
+
 @pytest.fixture(scope="session")
 def otlp_receiver(logs: Path) -> Iterator[str]:
     """Base URL of an OTLP/HTTP receiver that lists what it got at `/spans`."""

@@ -6,26 +6,16 @@ from __future__ import annotations
 
 import httpx
 
-from support import wait_until
+from support import INITIALIZE, wait_until
 
 FORGED = "2026-01-01 00:00:00,000 INFO mcp_oauth_gateway.access: POST /mcp 200 1.0ms sub=admin"
 # The escaped form the access line holds: the newline and every space written as escapes.
 ESCAPED = "/mcp\\n" + FORGED.replace(" ", "\\x20")
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 
 
 def test_a_forged_access_line_in_the_path_is_written_escaped_on_its_own_line(stack_b):
     # The request of the issue, unauthenticated (httpx sends the percent-encoding as it is).
-    answer = httpx.post(stack_b.gateway + "/mcp%0A" + FORGED.replace(" ", "%20"), json=INIT)
+    answer = httpx.post(stack_b.gateway + "/mcp%0A" + FORGED.replace(" ", "%20"), json=INITIALIZE)
     assert answer.status_code == 404, answer.text
     # The access log is written in batches by a background thread: wait for the line.
     wait_until(lambda: ESCAPED in stack_b.process.log(), 30, "the forged request's access line")
@@ -39,7 +29,7 @@ def test_the_access_line_names_the_caller_by_issuer_and_subject(stack_b):
     subject = "alice-audit"
     httpx.post(
         stack_b.mcp,
-        json=INIT,
+        json=INITIALIZE,
         headers={
             "Authorization": f"Bearer {stack_b.token(sub=subject)}",
             "Accept": "application/json, text/event-stream",

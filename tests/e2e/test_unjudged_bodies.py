@@ -10,71 +10,20 @@ import gzip
 import json
 import uuid
 import zlib
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
-from joserfc.jwk import RSAKey
 
-from conftest import Stack, _start_stack
-from support import NODE_DIR, Process, free_port, node, wait_for_port
+from conftest import TS_BACKEND_SECRET as SECRET
+from conftest import Stack
 
-SECRET = "ts-backend-secret-7"
-POLICY = """\
-  backend:
-    credentials:
-      secretHeader:
-        header: X-Api-Key
-        value: {env: TS_BACKEND_SECRET}
-        identity:
-          header: X-Mcp-Identity
-    mcp:
-      authorization:
-        action: Allow
-        policy:
-          matchExpressions:
-            - 'mcp.tool.name in ["add", "admin"]'
-      scopes:
-        - match: 'has(mcp.tool) && mcp.tool.name == "admin"'
-          required: [mcp:admin]
-"""
 ACCEPT = "application/json, text/event-stream"
 
 
-@pytest.fixture(scope="module")
-def ts_backend(logs: Path) -> Iterator[str]:
-    """`host:port` of the TypeScript SDK backend with its ledgers."""
-    port = free_port()
-    proc = Process(
-        "ts-backend", [node(), str(NODE_DIR / "ts_backend.mjs")], logs, env={"PORT": str(port)}
-    )
-    try:
-        wait_for_port(port, proc)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.stop()
-
-
-@pytest.fixture(scope="module")
-def stack(
-    logs: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-    idp_key: tuple[RSAKey, Path],
-    ts_backend: str,
-) -> Iterator[Stack]:
-    yield from _start_stack(
-        "authentik",
-        "provider-b",
-        "9000",
-        logs,
-        tmp_path_factory.mktemp("stack-ts-tools"),
-        idp_key,
-        ts_backend,
-        name="gateway-ts-tools",
-        policy_extra=POLICY,
-        gateway_env={"TS_BACKEND_SECRET": SECRET},
-    )
+@pytest.fixture
+def stack(stack_ts_tools: Stack) -> Stack:
+    """The gateway in front of the TypeScript backend (tests/conftest.py)."""
+    return stack_ts_tools
 
 
 def ran(stack: Stack) -> list[dict]:
