@@ -18,3 +18,13 @@ def _root_logger_restored() -> Iterator[None]:
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+
+
+@pytest.fixture
+def access_log_info() -> Iterator[None]:
+    """The access logger at INFO for the test (an AccessLog writes only when it is)."""
+    logger = logging.getLogger("mcp_oauth_gateway.access")
+    before = logger.level
+    logger.setLevel(logging.INFO)
+    yield
+    logger.setLevel(before)

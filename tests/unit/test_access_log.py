@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import calendar
 import json
-import logging
 import os
 import re
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -19,13 +17,7 @@ from mcp_oauth_gateway.logs import json_line
 ISO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
-@pytest.fixture(autouse=True)
-def _info_enabled() -> Iterator[None]:
-    logger = logging.getLogger("mcp_oauth_gateway.access")
-    before = logger.level
-    logger.setLevel(logging.INFO)
-    yield
-    logger.setLevel(before)
+pytestmark = pytest.mark.usefixtures("access_log_info")
 
 
 def written(log: AccessLog, read_fd: int) -> list[str]:

@@ -10,7 +10,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -42,13 +42,7 @@ NON_PRINTABLE = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _info_enabled() -> Iterator[None]:
-    logger = logging.getLogger("mcp_oauth_gateway.access")
-    before = logger.level
-    logger.setLevel(logging.INFO)
-    yield
-    logger.setLevel(before)
+pytestmark = pytest.mark.usefixtures("access_log_info")
 
 
 def unescaped(text: str) -> str:
