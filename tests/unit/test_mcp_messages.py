@@ -149,6 +149,21 @@ def test_what_is_not_a_json_rpc_message_is_refused(raw):
     assert refused.value.code == -32600
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"method": "ping", "method\\u0000x": "tools/call", "params": {"name": "rm"}}',
+        b'{"method": "tools/call", "params": {"name": "add", "name\\u0000": "rm"}}',
+        b'{"method": "tools/call\\u0000", "params": {"name": "rm"}}',
+        b'{"method": "tools/call", "params": {"arguments": {"a\\u0000": 1}, "name": "add"}}',
+    ],
+)
+def test_a_nul_in_a_key_or_the_method_is_refused(raw):
+    # C parsers (cJSON and the like) read strings only up to a NUL: another key, another method.
+    with pytest.raises(Ambiguous, match="NUL"):
+        read_request(raw)
+
+
 def test_a_clients_answer_to_the_server_is_not_a_request():
     assert read_request(b'{"jsonrpc": "2.0", "id": 3, "result": {}}') is None
     assert read_request(b'{"jsonrpc": "2.0", "id": "x", "error": {"code": 1}}') is None

@@ -149,7 +149,23 @@ def parse_request(body: bytes) -> object:
     if "\\u" in text and _SURROGATE_ESCAPE.search(text) and _holds_lone_surrogate(value):
         # Decoders differ on these: Go writes U+FFFD, Rust refuses, JavaScript keeps them.
         raise Unreadable("the body holds a lone UTF-16 surrogate escape (not I-JSON)")
+    if "\\u0000" in text and _a_key_holds_nul(value):
+        # C parsers read a key only up to its NUL: `method\u0000` would be `method` to them.
+        raise Ambiguous("a key of the body holds a NUL character")
     return value
+
+
+def _a_key_holds_nul(value: object) -> bool:
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            if any("\x00" in key for key in item):
+                return True
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
 
 
 def _deeper_than(value: object, limit: int) -> bool:
@@ -223,8 +239,9 @@ def read_request(
             return None
         raise Ambiguous("the JSON-RPC message has neither a method nor a result or error")
     method = message["method"]
-    if not isinstance(method, str):
-        raise Ambiguous("the JSON-RPC method must be a string")
+    if not isinstance(method, str) or "\x00" in method:
+        # A method with a NUL is another method to a backend reading strings up to one.
+        raise Ambiguous("the JSON-RPC method must be a string without NUL characters")
     if method not in _FOLDED_METHODS:
         canonical = _FOLDED_METHODS.get(method.strip().casefold())
         if canonical is not None:

@@ -13,6 +13,7 @@ import contextlib
 import gzip
 import json
 import zlib
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import given
@@ -141,30 +142,43 @@ def _object(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return {"__pairs__": pairs}  # every reader model decides which copy of a key it reads
 
 
-def _lookup(obj: object, field: str, fold: bool, first: bool) -> object:
-    if not isinstance(obj, dict):
-        return None
-    found = None
-    for key, value in obj["__pairs__"]:
-        if key == field or (fold and _FOLD(key) == field):
-            if first:
-                return value
-            found = value
-    return found
+@dataclass(frozen=True)
+class Reader:
+    """How one kind of backend parser reads keys and strings."""
 
+    fold: bool = False  # keys matched ignoring case (Go, System.Text.Json's web defaults)
+    first: bool = False  # the first of repeated keys wins (cJSON), else the last
+    replace_surrogates: bool = False  # lone surrogates become U+FFFD (Go)
+    c_strings: bool = False  # keys and strings end at a NUL (C parsers)
 
-def _call_of(text: str, fold: bool, first: bool, replace_surrogates: bool) -> tuple | None:
-    """(method, name) as one backend model reads `text`, or None when it cannot parse it."""
-    try:
-        message = json.loads(text, object_pairs_hook=_object, parse_constant=_no_constant)
-    except (ValueError, RecursionError):
-        return None
-    method = _lookup(message, "method", fold, first)
-    params = _lookup(message, "params", fold, first)
-    name = _lookup(params, "name", fold, first)
-    if replace_surrogates and isinstance(name, str):
-        name = name.encode("utf-8", "replace").decode("utf-8")  # Go writes U+FFFD for them
-    return method, name
+    def text(self, value: object) -> object:
+        if isinstance(value, str) and self.c_strings:
+            value = value.split("\x00", 1)[0]
+        if isinstance(value, str) and self.replace_surrogates:
+            value = value.encode("utf-8", "replace").decode("utf-8")
+        return value
+
+    def lookup(self, obj: object, field: str) -> object:
+        if not isinstance(obj, dict):
+            return None
+        found = None
+        for key, value in obj["__pairs__"]:
+            key = self.text(key)
+            if key == field or (self.fold and _FOLD(key) == field):
+                if self.first:
+                    return value
+                found = value
+        return found
+
+    def call_of(self, text: str) -> tuple | None:
+        """(method, name) as this reader reads `text`, or None when it cannot parse it."""
+        try:
+            message = json.loads(text, object_pairs_hook=_object, parse_constant=_no_constant)
+        except (ValueError, RecursionError):
+            return None
+        method = self.text(self.lookup(message, "method"))
+        name = self.text(self.lookup(self.lookup(message, "params"), "name"))
+        return method, name
 
 
 def _no_constant(name: str) -> object:
@@ -181,15 +195,17 @@ def inflated(body: bytes, coding: bytes | None) -> bytes:
 def backend_readings(body: bytes) -> list[tuple | None]:
     """What lenient backends make of `body`: the TypeScript SDK (body-parser: UTF-8 with
     replacement, BOM skipped, last key wins), Go (case-insensitive keys, last wins, U+FFFD for
-    bad bytes and lone surrogates), a first-key-wins parser, Python's json.loads."""
+    bad bytes and lone surrogates), C parsers (strings end at NUL; first or last key wins),
+    Python's json.loads."""
     lenient = body.decode("utf-8", "replace")
     readings = [
-        _call_of(lenient.removeprefix("\ufeff"), fold=False, first=False, replace_surrogates=False),
-        _call_of(lenient, fold=True, first=False, replace_surrogates=True),
-        _call_of(lenient, fold=False, first=True, replace_surrogates=False),
+        Reader().call_of(lenient.removeprefix("\ufeff")),
+        Reader(fold=True, replace_surrogates=True).call_of(lenient),
+        Reader(first=True, c_strings=True).call_of(lenient),
+        Reader(c_strings=True).call_of(lenient),
     ]
     with contextlib.suppress(UnicodeDecodeError, LookupError):
-        readings.append(_call_of(body.decode(json.detect_encoding(body)), False, False, False))
+        readings.append(Reader().call_of(body.decode(json.detect_encoding(body))))
     return readings
 
 
@@ -198,7 +214,8 @@ KEYS = st.sampled_from(
         "method",
         "METHOD",
         "Method",
-        "meth\u212aod",
+        "method\\u0000",
+        "name\\u0000x",
         "params",
         "Params",
         "param\u017f",
@@ -211,7 +228,9 @@ KEYS = st.sampled_from(
     ]
 )
 NAMES = st.sampled_from(["echo", "rm", "Echo", "echo\\ud800", "rm\\udfff", "echo\\u0000", "é"])
-METHODS = st.sampled_from(["tools/call", "Tools/Call", "tools/call ", "ping", "tools/list"])
+METHODS = st.sampled_from(
+    ["tools/call", "Tools/Call", "tools/call ", "ping", "tools/list", "tools/call\\u0000x"]
+)
 
 
 @st.composite
