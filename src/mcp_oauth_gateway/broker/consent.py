@@ -1,11 +1,13 @@
 """Consent remembered per browser: a signed cookie listing the clients the user allowed, each at
-the provider it was allowed at, and the cookie that ties a consent page to the browser that
-opened it."""
+the provider it was allowed at, the cookie that ties a consent page to the browser that opened
+it, and the check that a consent answer was posted from the gateway's own page."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+
+from ..asgi import Scope, header, request_origin
 
 REMEMBERED = 20  # clients per cookie
 
@@ -42,3 +44,30 @@ def write_consent(secret: bytes, digests: list[str]) -> str:
     """A consent cookie value for these clients (the most recent ones)."""
     body = "-".join(digests[-REMEMBERED:])
     return f"{body}.{_signature(secret, body)}"
+
+
+def cross_origin(scope: Scope) -> str | None:
+    """Why a consent POST did not come from the gateway's own page, or None."""
+    origin = header(scope, b"origin")
+    own = request_origin(scope)
+    if origin is None:
+        # Browsers that send no Origin still send Fetch Metadata, which pages cannot forge.
+        if header(scope, b"sec-fetch-site") == b"same-origin":
+            return None
+        return (
+            "the consent form must be posted from the gateway's own page (no Origin "
+            "header and no Sec-Fetch-Site: same-origin)"
+        )
+    posted_from = origin.decode("latin-1")
+    if posted_from == own:
+        return None
+    hint = ""
+    if posted_from.partition("://")[2] == own.partition("://")[2]:
+        hint = (
+            "; if a proxy in front of the gateway terminates TLS, start the gateway with "
+            "--trust-forwarded-headers"
+        )
+    return (
+        f"the consent form was posted from {posted_from[:100]!r}, not from the "
+        f"gateway's own origin {own!r}{hint}"
+    )

@@ -32,7 +32,6 @@ from ..asgi import (
     Receive,
     Scope,
     Send,
-    header,
     read_body,
     request_origin,
     send_error,
@@ -377,36 +376,10 @@ class Broker:
             )
         return expected
 
-    def _cross_origin(self, scope: Scope) -> str | None:
-        """Why a consent POST did not come from the gateway's own page, or None."""
-        origin = header(scope, b"origin")
-        own = request_origin(scope)
-        if origin is None:
-            # Browsers that send no Origin still send Fetch Metadata, which pages cannot forge.
-            if header(scope, b"sec-fetch-site") == b"same-origin":
-                return None
-            return (
-                "the consent form must be posted from the gateway's own page (no Origin "
-                "header and no Sec-Fetch-Site: same-origin)"
-            )
-        posted_from = origin.decode("latin-1")
-        if posted_from == own:
-            return None
-        hint = ""
-        if posted_from.partition("://")[2] == own.partition("://")[2]:
-            hint = (
-                "; if a proxy in front of the gateway terminates TLS, start the gateway with "
-                "--trust-forwarded-headers"
-            )
-        return (
-            f"the consent form was posted from {posted_from[:100]!r}, not from the "
-            f"gateway's own origin {own!r}{hint}"
-        )
-
     async def _consent(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Checked before anything is read or consumed: another site's form must not be able to
         # answer (or use up) a pending sign-in.
-        foreign = self._cross_origin(scope)
+        foreign = consent.cross_origin(scope)
         if foreign is not None:
             raise OAuthError(403, "access_denied", foreign)
         form = form_params(await read_body(receive, MAX_FORM))
