@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 
+from .oauth_scopes import scope_problem
 from .providers.base import RegistrationError
 from .urls import InvalidUri, parse_redirect_uri
 
@@ -68,6 +69,10 @@ def parse_registration(raw: bytes) -> dict[str, object]:
     for name in ("client_name", "scope", "token_endpoint_auth_method"):
         if name in body and not isinstance(body[name], str):
             raise RegistrationError(400, "invalid_client_metadata", f"{name} must be a string")
+    # RFC 7591 §3.2.2 has no invalid_scope: a field's bad value is invalid_client_metadata.
+    problem = scope_problem(body.get("scope") or "")
+    if problem:
+        raise RegistrationError(400, "invalid_client_metadata", problem)
     problem = application_type_problem(body.get("application_type"), uris)
     if problem:
         raise RegistrationError(400, "invalid_redirect_uri", problem)

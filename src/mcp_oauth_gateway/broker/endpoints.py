@@ -48,7 +48,7 @@ from .clients import BrokerClient, ClientError, MetadataDocuments, issue_client_
 from .errors import OAuthError, method_not_allowed
 from .identity import SignInProvider, pick_by_hint
 from .refresh import RefreshGrant, RefreshReused, RefreshTokens
-from .requests import cookies, form_params, query_params
+from .requests import cookies, form_params, query_params, scope_param
 from .revocation import Revocation, revoke_at_provider
 from .state import PENDING_TTL, BrokerState, IssuedCode, PendingAuthorization, UpstreamRequest
 from .store import BrokerStore
@@ -348,7 +348,7 @@ class Broker:
             redirect_href=requested.href,
             state=state,
             challenge=challenge,
-            scope=params.get("scope") or self.scopes,
+            scope=scope_param(params.get("scope"), self.scopes, requested.href, state),
             resource=self._target(scope, params.get("resource"), requested.href, state),
             browser=cookies(scope).get(browser_name) or secrets.token_urlsafe(24),
             provider=pick_by_hint(self.providers, params.get("login_hint")),
@@ -656,6 +656,7 @@ class Broker:
         await self._client(client_id)
         if not form.get("refresh_token"):
             raise OAuthError(400, "invalid_request", "refresh_token is required")
+        narrowed = scope_param(form.get("scope"))  # refused before the refresh token is taken
         try:
             grant = await self.refresh.take(form["refresh_token"])
         except RefreshReused as exc:
@@ -680,8 +681,8 @@ class Broker:
             await self.refresh.put_back(grant)  # the provider's fault: the token stays valid
             raise
         upstream = {"grant_type": "refresh_token", "refresh_token": grant.provider_token}
-        if form.get("scope"):
-            upstream["scope"] = form["scope"]
+        if narrowed:
+            upstream["scope"] = narrowed
         status, body = await self._provider_token(grant.idp, provider, upstream)
         if body is None or status >= 500:
             await self.refresh.put_back(grant)

@@ -1,4 +1,4 @@
-"""Reading Broker requests: parameters (each at most once), cookies."""
+"""Reading Broker requests: parameters (each at most once), scopes, cookies."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl
 
 from ..asgi import Scope, header
+from ..oauth_scopes import scope_problem, scope_tokens
 from .errors import OAuthError
 
 
@@ -36,6 +37,22 @@ def query_params(scope: Scope) -> dict[str, str]:
 def form_params(raw: bytes | None) -> dict[str, str]:
     """A form body's parameters."""
     return single_params((raw or b"").decode("utf-8", "replace"))
+
+
+def scope_param(
+    given: str | None,
+    default: str = "",
+    redirect_href: str | None = None,
+    state: str | None = None,
+) -> str:
+    """The scope a request asks for, as the space-joined tokens the Broker shows and passes on
+    (`default` when it names none); `invalid_scope` when it is not RFC 6749 §3.3 scope tokens."""
+    problem = scope_problem(given or "")
+    if problem is not None:
+        raise OAuthError(400, "invalid_scope", problem, redirect_href=redirect_href, state=state)
+    # Joined anew, never passed on as sent: the provider reads exactly the tokens the consent
+    # page listed, with no doubled or trailing space for it to read its own way.
+    return " ".join(scope_tokens(given or "")) or default
 
 
 def cookies(scope: Scope) -> dict[str, str]:
