@@ -6,12 +6,17 @@ shorthands and IDNA. A redirect URI checked with one parser and followed by a br
 is how an authorization code ends up on another host, so every decision here is made on the
 WHATWG reading (the `ada-url` package: the parser Node uses), and a URI is accepted only when it is
 already written the way a browser would write it back, leaving nothing to interpretation.
+
+`shown_url` is how any URL, configured or fetched, is written where people or scrapers read it
+(errors, conditions, logs, metrics, admin pages): by what may be shown, never its user-info or
+query values; the URL the gateway connects to is never the shown one.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import ada_url
 
@@ -26,6 +31,8 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "[::1]", "localhost"})
 # Browsers drop tabs and newlines and trim spaces and control characters; a backslash is a slash
 # in special schemes; `#` starts a fragment, which redirect URIs must not have (RFC 6749 §3.1.2).
 _UNSAFE = re.compile(r"[\x00-\x20\x7f\\#]")
+# What is shown instead of a secret, or of a URL that cannot be taken apart safely.
+HIDDEN = "***"
 
 
 class InvalidUri(ValueError):
@@ -178,3 +185,35 @@ def with_query(href: str, params: str) -> str:
 def hostname_of(href: str) -> str:
     """The WHATWG host name of an already validated URL (IPv6 literals in brackets)."""
     return ada_url.URL(href).hostname
+
+
+def shown_url(url: str) -> str:
+    """`url` as a person or a scraper may see it: scheme, host, port, path and query keys; the
+    user information and every query value as `***`, no fragment; `***` if it does not parse."""
+    if not url:
+        return url
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not one)
+        query = _query_keys(parts.query)
+    except ValueError:
+        return HIDDEN
+    # An `@` after the authority means a user-info cut short by a `/`, `?` or `#` in it (a
+    # password written unencoded): its rest would be shown as path or query.
+    if not url.isprintable() or "@" in parts.path + parts.query + parts.fragment:
+        return HIDDEN
+    _, at, host_port = parts.netloc.rpartition("@")
+    authority = HIDDEN + "@" + host_port if at else host_port
+    shown = f"{parts.scheme}:" if parts.scheme else ""
+    if authority or url[len(shown) :].startswith("//"):
+        shown += "//" + authority
+    return shown + parts.path + (f"?{query}" if query else "")
+
+
+def _query_keys(query: str) -> str:
+    """The query's keys, each value `***` (redis-py reads a password there, JWKS endpoints
+    keys); ValueError for an item that is not `key=value`, which could be a secret itself."""
+    if not query:
+        return ""
+    pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+    return "&".join(f"{quote(key, safe='')}={HIDDEN}" for key, _ in pairs)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any, Protocol
-from urllib.parse import parse_qsl, quote, urlsplit
 
 from ..asgi import Receive, Scope, Send, send_error, send_json
 from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import CompiledProvider, Snapshot
 from ..controlplane.watch import ConfigWatcher
 from ..dataplane.metrics import Metrics
+from ..urls import HIDDEN, shown_url
 
 
 class ControllerView(Protocol):
@@ -80,7 +80,7 @@ class AdminApp:
         controller mode, a configuration not yet read or a listener not yet bound."""
         waiting = self.controller.waiting() if self.controller is not None else []
         return waiting + [
-            f"keyset {redact(url)} ({holder.last_error or 'not yet fetched'})"
+            f"keyset {shown_url(url)} ({holder.last_error or 'not yet fetched'})"
             for url, holder in self.control.keysets.items()
             if not holder.available
         ]
@@ -88,8 +88,8 @@ class AdminApp:
     def _scrubbed(self, answer: Any) -> Any:
         """`answer` with every configured URL in its messages (a keyset's, quoted by its
         condition or fetch error) as /config shows it."""
-        shown = {url: redact(url) for url in _config_urls(self.control.snapshot)}
-        shown.update((url, redact(url)) for url in self.control.keysets)
+        shown = {url: shown_url(url) for url in _config_urls(self.control.snapshot)}
+        shown.update((url, shown_url(url)) for url in self.control.keysets)
         # Longest first: a URL that is the start of another is replaced after it.
         changed = sorted((u for u in shown if shown[u] != u), key=len, reverse=True)
         return _replaced(answer, [(url, shown[url] or HIDDEN) for url in changed])
@@ -116,40 +116,9 @@ class AdminApp:
         return out
 
 
-# What /config shows instead of a secret, or of a URL it cannot take apart safely.
-HIDDEN = "***"
-
-
-def redact(url: str | None) -> str | None:
-    """`url` as /config may show it: scheme, host, port, path and query keys; the user
-    information and every query value as `***`, no fragment; `***` if it does not parse."""
-    if not url:
-        return url
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 (raises ValueError for a port that is not one)
-        query = _query_keys(parts.query)
-    except ValueError:
-        return HIDDEN
-    # An `@` after the authority means a user-info cut short by a `/`, `?` or `#` in it (a
-    # password written unencoded): its rest would be shown as path or query.
-    if not url.isprintable() or "@" in parts.path + parts.query + parts.fragment:
-        return HIDDEN
-    _, at, host_port = parts.netloc.rpartition("@")
-    authority = HIDDEN + "@" + host_port if at else host_port
-    shown = f"{parts.scheme}:" if parts.scheme else ""
-    if authority or url[len(shown) :].startswith("//"):
-        shown += "//" + authority
-    return shown + parts.path + (f"?{query}" if query else "")
-
-
-def _query_keys(query: str) -> str:
-    """The query's keys, each value `***` (redis-py reads a password there); ValueError for an
-    item that is not `key=value`, which could be a secret itself."""
-    if not query:
-        return ""
-    pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
-    return "&".join(f"{quote(key, safe='')}={HIDDEN}" for key, _ in pairs)
+def _shown(url: str | None) -> str | None:
+    """An optional URL as /config shows it (see `shown_url`)."""
+    return None if url is None else shown_url(url)
 
 
 def _config_urls(snapshot: Snapshot) -> set[str]:
@@ -212,8 +181,8 @@ def config_dump(snapshot: Snapshot) -> dict[str, object]:
                     "provider": policy.mcp.provider,
                     "mode": policy.mcp.mode,
                     "clientId": policy.mcp.client_id,
-                    "resource": redact(policy.mcp.resource),
-                    "redisUrl": redact(policy.mcp.redis_url),
+                    "resource": _shown(policy.mcp.resource),
+                    "redisUrl": _shown(policy.mcp.redis_url),
                 }
             for name, rules in (
                 ("authorization", policy.authorization),
@@ -229,7 +198,7 @@ def config_dump(snapshot: Snapshot) -> dict[str, object]:
                     "key": policy.rate_limit.key.source,
                     "capacity": policy.rate_limit.capacity,
                     "perSecond": policy.rate_limit.per_second,
-                    "redisUrl": redact(policy.rate_limit.redis_url),
+                    "redisUrl": _shown(policy.rate_limit.redis_url),
                 }
             policies[policy.key] = entry
     return {"builtAt": snapshot.built_at, "listeners": listeners, "policies": policies}
@@ -237,8 +206,8 @@ def config_dump(snapshot: Snapshot) -> dict[str, object]:
 
 def _provider_view(provider: CompiledProvider) -> dict[str, object]:
     return {
-        "issuer": redact(provider.issuer),
+        "issuer": shown_url(provider.issuer),
         "name": provider.name,
         "audiences": sorted(provider.audiences or []),
-        "jwks": "inline" if provider.keyset.inline else redact(provider.keyset.url),
+        "jwks": "inline" if provider.keyset.inline else shown_url(provider.keyset.url),
     }
