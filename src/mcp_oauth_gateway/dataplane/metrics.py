@@ -16,6 +16,8 @@ from prometheus_client.core import (
     HistogramMetricFamily,
 )
 
+from ..urls import shown_url
+
 REASONS = (
     ("missing bearer token", "missing"),
     ("malformed token", "malformed"),
@@ -44,6 +46,18 @@ def failure_reason(description: str) -> str:
         if marker in description:
             return reason
     return "other"
+
+
+def keyset_labels(urls: list[str]) -> list[str]:
+    """Each URL as a label may show it (`shown_url`), numbered ` (2)`, ` (3)`… when several
+    read the same once their secrets are hidden: a scraper refuses a repeated label set."""
+    labels: list[str] = []
+    seen: dict[str, int] = {}
+    for url in urls:
+        shown = shown_url(url)
+        seen[shown] = seen.get(shown, 0) + 1
+        labels.append(shown if seen[shown] == 1 else f"{shown} ({seen[shown]})")
+    return labels
 
 
 def decision_of(status: int) -> str:
@@ -132,8 +146,11 @@ class Metrics:
         return self.latency.setdefault(route, _Latency()).observe
 
     def watch_keysets(self, keysets: list[tuple[str, object]]) -> None:
-        """The keyset holders whose fetch count and age are reported."""
-        self._keysets = keysets
+        """The keyset holders whose fetch count and age are reported, labelled by URL."""
+        labels = keyset_labels([url for url, _ in keysets])
+        self._keysets = [
+            (label, holder) for label, (_, holder) in zip(labels, keysets, strict=True)
+        ]
 
     def render(self) -> bytes:
         """The Prometheus text exposition."""
