@@ -24,6 +24,7 @@ from .controlplane.fetch import FetchError
 from .controlplane.jwks import RemoteKeyset
 from .resources import load_paths
 from .serving.options import ServeOptions, Watch
+from .urls import shown_url
 
 EXIT_INVALID = 2
 TRUST_ENV = "MCP_OAUTH_GATEWAY_TRUST_FORWARDED"
@@ -489,7 +490,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     for report in snapshot.policies:
         conditions = control.conditions(report)
         ok = ok and all(c.status for c in conditions)
-        discovery = [{"url": url, "error": fetches.get(url)} for url in report.discovery_urls]
+        discovery = [
+            {"url": shown_url(url), "error": fetches.get(url)} for url in report.discovery_urls
+        ]
         policies.append(
             {
                 "policy": report.key,

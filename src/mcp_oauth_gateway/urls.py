@@ -81,7 +81,10 @@ def _read(text: str, what: str) -> ada_url.URL:
     except ValueError as exc:
         raise InvalidUri(f"{what} {shown} is not a valid absolute URL") from exc
     if url.username or url.password:
-        raise InvalidUri(f"{what} {shown} has user information ('…@') before its host")
+        # Quoted without it: a password is what user information usually holds.
+        raise InvalidUri(
+            f"{what} {shown_url(text[:200])!r} has user information ('…@') before its host"
+        )
     return url
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import aiohttp
 
+from ..urls import shown_url
 from . import status
 from .discovery import DiscoveryCache
 from .fetch import new_session
@@ -104,7 +105,7 @@ class ControlPlane:
             if holder is None or not holder.available:
                 why = holder.last_error if holder and holder.last_error else "not yet fetched"
                 whose = f"{owner}: " if owner else ""
-                unavailable.append(f"{whose}keyset {url} is not available: {why}")
+                unavailable.append(f"{whose}keyset {shown_url(url)} is not available: {why}")
             elif isinstance(holder, RemoteKeyset) and holder.failing_since is not None:
                 stale.append(
                     status.stale_message(

@@ -8,6 +8,7 @@ import time
 
 import aiohttp
 
+from ..urls import shown_url
 from .fetch import FetchError, fetch_json
 
 log = logging.getLogger("mcp_oauth_gateway.discovery")
@@ -20,6 +21,8 @@ class DiscoveryCache:
 
     def __init__(self, url: str, ttl: float = DISCOVERY_TTL):
         self.url = url
+        # How messages write it: never its user-info, query values or fragment.
+        self.shown = shown_url(url)
         self.ttl = ttl
         self.document: dict[str, object] | None = None
         self.last_error: str | None = None
@@ -63,18 +66,24 @@ class DiscoveryCache:
 
     async def _fetch(self) -> dict[str, object]:
         if self._session is None:
-            raise FetchError(f"discovery {self.url} is not started")
+            raise FetchError(f"discovery {self.shown} is not started")
         try:
             document = await fetch_json(self._session, self.url)
             if not isinstance(document, dict):
-                raise FetchError(f"GET {self.url}: discovery document is not a JSON object")
+                raise FetchError(f"GET {self.shown}: discovery document is not a JSON object")
         except FetchError as exc:
             self.last_error = str(exc)
             stale = "serving the cached copy" if self.document else "nothing cached yet"
             log.warning("OIDC discovery fetch failed (%s): %s", stale, exc)
             raise
         if self.document is None:
-            log.info("OIDC discovery %s fetched (issuer %s)", self.url, document.get("issuer"))
+            log.info("OIDC discovery %s fetched (issuer %s)", self.shown, _shown_issuer(document))
         self.document, self.last_error = document, None
         self._fetched_at = time.monotonic()
         return document
+
+
+def _shown_issuer(document: dict[str, object]) -> str:
+    """The fetched document's issuer as logs may write it."""
+    issuer = document.get("issuer")
+    return shown_url(issuer) if isinstance(issuer, str) else repr(issuer)

@@ -12,6 +12,7 @@ import time
 
 import aiohttp
 
+from ..urls import shown_url
 from .fetch import FetchError, fetch_json
 from .keys import Keyset, parse_jwks
 
@@ -30,6 +31,8 @@ class RemoteKeyset:
         self, url: str, refresh: float, unknown_kid_interval: float = UNKNOWN_KID_INTERVAL
     ):
         self.url = url
+        # How logs and task names write it: never its user-info, query values or fragment.
+        self.shown = shown_url(url)
         self.refresh = refresh
         self.unknown_kid_interval = min(unknown_kid_interval, refresh)
         self.keyset: Keyset | None = None
@@ -57,7 +60,7 @@ class RemoteKeyset:
         """Start the background fetch loop (idempotent)."""
         self._session = session
         if self._task is None:
-            self._task = asyncio.create_task(self._run(session), name=f"jwks {self.url}")
+            self._task = asyncio.create_task(self._run(session), name=f"jwks {self.shown}")
 
     async def stop(self) -> None:
         """Stop the background loop."""
@@ -103,20 +106,20 @@ class RemoteKeyset:
             if self.failing_since is None:
                 self.failing_since = time.time()
             if self.keyset is None:
-                log.warning("keyset %s is not yet available: %s", self.url, exc)
+                log.warning("keyset %s is not yet available: %s", self.shown, exc)
             else:
                 log.warning(
-                    "JWKS refresh from %s failed, keeping the last good keyset: %s", self.url, exc
+                    "JWKS refresh from %s failed, keeping the last good keyset: %s", self.shown, exc
                 )
             raise FetchError(str(exc)) from exc
         first = self.keyset is None
         self.keyset, self._last_content = keyset, document
         self._succeeded()
         for reason in keyset.skipped:
-            log.warning("JWKS %s: skipped %s", self.url, reason)
+            log.warning("JWKS %s: skipped %s", self.shown, reason)
         log.info(
             "JWKS %s %s: %d key(s) %s",
-            self.url,
+            self.shown,
             "fetched" if first else "changed",
             len(keyset.by_kid),
             sorted(str(k) for k in keyset.by_kid),
@@ -147,7 +150,7 @@ class InlineKeyset:
     """A JWKS given in the policy itself: parsed at load, never fetched."""
 
     def __init__(self, keyset: Keyset):
-        self.url = "inline"
+        self.url = self.shown = "inline"
         self.keyset: Keyset | None = keyset
         self.last_error: str | None = None
         self.available = True

@@ -29,6 +29,7 @@ from ..resources.models import (
     Transformation,
     parse_duration,
 )
+from ..urls import shown_url
 from .cel import CelCompileError, CompiledExpression, compile_expression
 from .cluster import Cluster, Reference, missing_service, service_host
 from .credentials import compile_credentials
@@ -197,7 +198,8 @@ def compile_provider(
         keyset=resolved[0],
         discovery_url=discovery_url_for(resolved[1], spec.issuer),
         index=index,
-        name=spec.name or issuer.netloc,
+        # Shown to users on the consent page: the issuer's host and port, never its user-info.
+        name=spec.name or issuer.netloc.rpartition("@")[2],
         kind=_provider_kind(spec.kind or (mcp_spec.provider if mcp_spec else None)),
         client_id=spec.client_id or (mcp_spec.client_id if mcp_spec else None),
         login_hint_domains=tuple(spec.login_hint_domains),
@@ -235,8 +237,8 @@ def _provider_b_problems(
             )
         if not provider.issuer.endswith("/"):
             problems.append(
-                f"{path}.issuer {provider.issuer!r} must end with '/': provider B issuers "
-                "are <url>/application/o/<slug>/"
+                f"{path}.issuer {shown_url(provider.issuer)!r} must end with '/': provider B "
+                "issuers are <url>/application/o/<slug>/"
             )
 
 

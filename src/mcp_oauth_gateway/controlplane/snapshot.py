@@ -14,6 +14,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from ..resources.models import CorsPolicy, Service
+from ..urls import shown_url
 from . import status
 from .cel import CompiledExpression
 from .keys import Keyset
@@ -73,7 +74,7 @@ class CompiledProvider:
     @property
     def label(self) -> str:
         """How messages name it: `providers[i] (issuer …)`."""
-        return f"providers[{self.index}] (issuer {self.issuer})"
+        return f"providers[{self.index}] (issuer {shown_url(self.issuer)})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ..resources.models import ParentRef
+from ..urls import shown_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +106,8 @@ def stale_message(
         else f"; next try at {iso(next_attempt_at)} (in {max(0.0, next_attempt_at - now):.0f}s)"
     )
     return (
-        f"keyset {url} is stale: refreshing it fails since {iso(failing_since)} ({error}); "
-        f"still verifying tokens with {fetched}{upcoming}"
+        f"keyset {shown_url(url)} is stale: refreshing it fails since {iso(failing_since)} "
+        f"({error}); still verifying tokens with {fetched}{upcoming}"
     )
 
 

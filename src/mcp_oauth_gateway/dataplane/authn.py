@@ -20,6 +20,7 @@ from ..asgi import (
 from ..controlplane.control import Keyholder
 from ..controlplane.snapshot import CompiledMcp, CompiledProvider
 from ..providers.access_tokens import access_token_rule
+from ..urls import shown_url
 from .bounded import BoundedCache
 from .challenge import Challenger
 from .metrics import Metrics
@@ -134,7 +135,7 @@ class JwtAuthentication:
         iss = parsed.issuer
         issuer = self.by_issuer.get(iss) if isinstance(iss, str) else None
         if issuer is None:
-            names = ", ".join(repr(i.rules.issuer) for i in self.issuers)
+            names = ", ".join(repr(shown_url(i.rules.issuer)) for i in self.issuers)
             raise TokenError(f"iss {iss!r} is not one of this route's issuers ({names})")
         return issuer, parsed
 
@@ -150,7 +151,7 @@ class JwtAuthentication:
         keyset = issuer.keys.keyset
         if keyset is None:
             raise TokenError(
-                f"the signing keyset ({issuer.keys.url}) is not yet available; "
+                f"the signing keyset ({issuer.keys.shown}) is not yet available; "
                 f"requests fail closed until it is fetched"
             )
         try:

@@ -19,7 +19,7 @@ import aiohttp
 import orjson
 
 from ..controlplane.discovery import DiscoveryCache
-from ..controlplane.fetch import FetchError, read_at_most
+from ..controlplane.fetch import FetchError, failure_text, read_at_most
 from ..controlplane.snapshot import CompiledTokenExchange
 
 log = logging.getLogger("mcp_oauth_gateway.token_exchange")
@@ -164,7 +164,8 @@ class TokenExchanger:
             raise ExchangeError(
                 503,
                 "unreachable",
-                f"the provider's token endpoint did not answer ({exc or 'timeout'})",
+                "the provider's token endpoint did not answer "
+                f"({'timeout' if isinstance(exc, TimeoutError) else failure_text(exc)})",
             ) from exc
         if status >= 500:
             raise ExchangeError(503, "unreachable", f"the provider answered HTTP {status}")

@@ -15,6 +15,7 @@ from typing_extensions import TypeIs
 
 from ..controlplane.keys import ALLOWED_ALGORITHMS, REGISTRY, Keyset, SignatureCheck
 from ..providers.access_tokens import GENERIC, AccessTokenRule
+from ..urls import shown_url
 
 LEEWAY = 60
 MAX_TOKEN_BYTES = 8192
@@ -56,7 +57,8 @@ def check_claims(claims: Mapping[str, object], rules: TokenRules, now: float) ->
         hint = ""
         if isinstance(iss, str) and iss.rstrip("/") == rules.issuer.rstrip("/"):
             hint = " (a trailing slash matters)"
-        raise TokenError(f"iss {iss!r} is not the expected issuer {rules.issuer!r}{hint}")
+        expected = shown_url(rules.issuer)
+        raise TokenError(f"iss {iss!r} is not the expected issuer {expected!r}{hint}")
     audiences = rules.audiences
     if audiences is not None:
         aud = claims.get("aud")

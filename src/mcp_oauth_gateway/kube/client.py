@@ -23,6 +23,7 @@ import yaml
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
 
+from ..urls import shown_url
 from .kinds import Kind
 
 log = logging.getLogger("mcp_oauth_gateway.kube")
@@ -121,7 +122,7 @@ class KubeClient:
 
     def __init__(self, api: ApiClient, server: str):
         self.api = api
-        self.server = server
+        self.server = server  # for people (logs, /status), never connected to
         self.calls: set[Call] = set()
 
     async def close(self) -> None:
@@ -307,8 +308,10 @@ def check_kubeconfig(kubeconfig: str) -> str:
 async def connect(kubeconfig: str | None) -> KubeClient:
     """A client from a kubeconfig file, or (None) from the pod's service account."""
     configuration, where = await _configuration(kubeconfig)
-    log.info("API server %s (credentials from %s)", configuration.host, where)
+    # Shown in logs and /status only; the ApiClient connects with the configuration itself.
+    server = shown_url(str(configuration.host))
+    log.info("API server %s (credentials from %s)", server, where)
     api = ApiClient(configuration)
     # Named in the objects' managedFields and the API server's audit log.
     api.user_agent = f"mcp-oauth-gateway/{version('mcp-oauth-gateway')}"
-    return KubeClient(api, str(configuration.host))
+    return KubeClient(api, server)

@@ -7,7 +7,8 @@ import asyncio
 
 import aiohttp
 
-from ..controlplane.fetch import read_at_most
+from ..controlplane.fetch import failure_text, read_at_most
+from ..urls import shown_url
 from .base import DiscoveryFacade, RegistrationError, RegistrationResult
 
 FORWARD_TIMEOUT = 15.0
@@ -55,12 +56,13 @@ class KeycloakAdapter(DiscoveryFacade):
             raise RegistrationError(
                 504,
                 "server_error",
-                f"the provider's registration endpoint {target} did not "
+                f"the provider's registration endpoint {shown_url(target)} did not "
                 f"answer within {FORWARD_TIMEOUT:g}s",
             ) from exc
         except aiohttp.ClientError as exc:
             raise RegistrationError(
                 502,
                 "server_error",
-                f"the provider's registration endpoint {target} is unreachable: {exc}",
+                f"the provider's registration endpoint {shown_url(target)} is unreachable: "
+                f"{failure_text(exc)}",
             ) from exc

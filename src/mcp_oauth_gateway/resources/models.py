@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from ..urls import navigable, origin_of
+from ..urls import navigable, origin_of, shown_url
 
 POLICY_API_GROUP: Final = "mcp-oauth-gateway.dev"
 POLICY_API_VERSION = f"{POLICY_API_GROUP}/v1alpha1"
@@ -39,7 +39,7 @@ def parse_duration(text: str) -> float:
 def _absolute_http_url(value: str) -> str:
     # Read as browsers and MCP clients read it (WHATWG), not as urllib does.
     if navigable(value) is None or any(c in value for c in "\\\t\r\n "):
-        raise ValueError(f"{value!r} is not an absolute http(s) URL")
+        raise ValueError(f"{shown_url(value)!r} is not an absolute http(s) URL")
     return value
 
 
@@ -48,13 +48,14 @@ def _cors_origin(value: str) -> str:
         return value
     if "*" in value:
         raise ValueError(
-            f"{value!r}: wildcard origins are not supported; list each origin, or use '*' alone"
+            f"{shown_url(value)!r}: wildcard origins are not supported; list each origin, "
+            "or use '*' alone"
         )
     origin = origin_of(value)
     if origin is None or value.rstrip("/") != origin:
         hint = f"; browsers send it as {origin!r}" if origin else ""
         raise ValueError(
-            f"{value!r} is not an origin (scheme://host[:port], as browsers send "
+            f"{shown_url(value)!r} is not an origin (scheme://host[:port], as browsers send "
             f"it in the Origin header; wildcards other than '*' are not "
             f"supported){hint}"
         )
@@ -449,7 +450,7 @@ class ResourceMetadata(_Model):
 
 def _redis_url(value: str) -> str:
     if urlsplit(value).scheme not in ("redis", "rediss", "unix"):
-        raise ValueError(f"{value!r} is not a redis:// or rediss:// URL")
+        raise ValueError(f"{shown_url(value)!r} is not a redis:// or rediss:// URL")
     return value
 
 

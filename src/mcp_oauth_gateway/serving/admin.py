@@ -11,7 +11,7 @@ from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import CompiledProvider, Snapshot
 from ..controlplane.watch import ConfigWatcher
 from ..dataplane.metrics import Metrics
-from ..urls import HIDDEN, shown_url
+from ..urls import shown_url
 
 
 class ControllerView(Protocol):
@@ -59,14 +59,14 @@ class AdminApp:
         elif path == "/healthz":
             await send_json(send, 200, {"status": "ok"})
         elif path == "/readyz":
-            waiting = self._scrubbed(self.not_ready())
+            waiting = self.not_ready()
             await send_json(
                 send, 503 if waiting else 200, {"ready": not waiting, "waitingFor": waiting}
             )
         elif path == "/config":
             await send_json(send, 200, config_dump(self.control.snapshot))
         elif path in ("/", "/status"):
-            await send_json(send, 200, self._scrubbed(self.status()))
+            await send_json(send, 200, self.status())
         else:
             await send_error(
                 send,
@@ -84,15 +84,6 @@ class AdminApp:
             for url, holder in self.control.keysets.items()
             if not holder.available
         ]
-
-    def _scrubbed(self, answer: Any) -> Any:
-        """`answer` with every configured URL in its messages (a keyset's, quoted by its
-        condition or fetch error) as /config shows it."""
-        shown = {url: shown_url(url) for url in _config_urls(self.control.snapshot)}
-        shown.update((url, shown_url(url)) for url in self.control.keysets)
-        # Longest first: a URL that is the start of another is replaced after it.
-        changed = sorted((u for u in shown if shown[u] != u), key=len, reverse=True)
-        return _replaced(answer, [(url, shown[url] or HIDDEN) for url in changed])
 
     def status(self) -> dict[str, object]:
         """Policy conditions (live), the snapshot's errors and the last rejected reload."""
@@ -119,35 +110,6 @@ class AdminApp:
 def _shown(url: str | None) -> str | None:
     """An optional URL as /config shows it (see `shown_url`)."""
     return None if url is None else shown_url(url)
-
-
-def _config_urls(snapshot: Snapshot) -> set[str]:
-    """Every URL the configuration holds."""
-    urls: set[str | None] = set()
-    for report in snapshot.policies:
-        urls.update(report.keyset_urls, report.discovery_urls)
-    for routes in snapshot.listeners.values():
-        for policy in {r.policy.key: r.policy for r in routes if r.policy is not None}.values():
-            for provider in policy.providers:
-                urls.update((provider.issuer, provider.keyset.url, provider.discovery_url))
-            if policy.mcp is not None:
-                urls.update((policy.mcp.resource, policy.mcp.redis_url))
-            if policy.rate_limit is not None:
-                urls.add(policy.rate_limit.redis_url)
-    return {url for url in urls if url}
-
-
-def _replaced(value: Any, replacements: list[tuple[str, str]]) -> Any:
-    """`value` (a JSON document) with each text's `old` written as `new`."""
-    if isinstance(value, str):
-        for old, new in replacements:
-            value = value.replace(old, new)
-        return value
-    if isinstance(value, list):
-        return [_replaced(item, replacements) for item in value]
-    if isinstance(value, dict):
-        return {key: _replaced(item, replacements) for key, item in value.items()}
-    return value
 
 
 def config_dump(snapshot: Snapshot) -> dict[str, object]:
