@@ -20,6 +20,13 @@ def scope_tokens(text: str) -> list[str]:
     return [token for token in text.split(" ") if token]
 
 
+def whitespace_tokens(text: str) -> list[str]:
+    """How authentik reads a scope string: split on any whitespace (its authorize and token
+    views call `str.split()`). Only for the dev IdP's imitation of authentik, never to decide
+    what a token grants."""
+    return text.split()
+
+
 def scope_problem(text: str) -> str | None:
     """Why `text` is not scope tokens separated by spaces (RFC 6749 §3.3), or None."""
     # Runs of U+0020 are not a problem: every reader (Keycloak, authentik, oidc-provider,

@@ -752,3 +752,14 @@ def test_authentik_id_token_fails_the_authentik_access_token_rule():
     assert all(id_claims[name] == access[name] for name in shared)
     with pytest.raises(TokenError, match=r"^this is an ID token \(it has no uid and azp claim"):
         _gateway_verify(tokens["id_token"], jwks, issuer, "ProviderB", client_id)
+
+
+def test_each_flavour_splits_scope_as_its_provider_does():
+    # Keycloak: TokenManager.parseScopeParameter splits on U+0020; authentik's views call
+    # str.split(), any whitespace. The Broker refuses other whitespace before either sees it.
+    from mcp_oauth_gateway.devidp.authentik import AuthentikFlavour
+    from mcp_oauth_gateway.devidp.keycloak import KeycloakFlavour
+
+    asked = "openid\u00a0profile  mcp:tools"
+    assert KeycloakFlavour.scope_tokens(asked) == ["openid\u00a0profile", "mcp:tools"]
+    assert AuthentikFlavour.scope_tokens(asked) == ["openid", "profile", "mcp:tools"]

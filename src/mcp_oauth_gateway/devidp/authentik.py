@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..oauth_scopes import whitespace_tokens
 from . import authentik_exchange
 from .oidc import OAuthClient, OpenIdProvider, Subject, json_response
 from .settings import DevIdpSettings
@@ -237,6 +238,9 @@ class AuthentikFlavour:
     name = "authentik"
     interaction_prefix = "/if/flow/authorize"
     grant_not_allowed_error = (400, "invalid_grant")
+    # authentik's authorize and token views split `scope` on any whitespace (`str.split()`):
+    # imitated, so the gateway is tested against what authentik really grants.
+    scope_tokens = staticmethod(whitespace_tokens)
 
     def token_exchange(
         self, base: str, client: OAuthClient, form: dict[str, str], audiences: list[str]

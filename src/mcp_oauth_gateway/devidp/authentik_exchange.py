@@ -15,7 +15,7 @@ from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import RSAKey
 
-from ..oauth_scopes import scope_tokens
+from ..oauth_scopes import whitespace_tokens
 from .oidc import OAuthClient, OAuthError, OpenIdProvider, Subject
 
 GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
@@ -123,7 +123,7 @@ def exchange(
     issuing = target or client
     # No scope asked: none granted (the provider's mappings clamp what is asked, silently).
     answer = flavour.provider.mint(
-        base, issuing, subject, scope_tokens(form.get("scope", "")), None, refresh=False
+        base, issuing, subject, whitespace_tokens(form.get("scope", "")), None, refresh=False
     )
     issued = jwt.decode(answer["access_token"], flavour.signing_key(issuing)).claims
     return {

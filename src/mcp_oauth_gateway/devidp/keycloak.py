@@ -144,6 +144,8 @@ class KeycloakFlavour:
     name = "keycloak"
     interaction_prefix = f"/realms/{REALM}/login-actions"
     grant_not_allowed_error = (400, "unauthorized_client")
+    # TokenManager.parseScopeParameter: `scope.split(" ")`, U+0020 alone.
+    scope_tokens = staticmethod(scope_tokens)
 
     def __init__(self, store: Store, settings: DevIdpSettings):
         self.store = store

@@ -24,7 +24,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from .. import pkce
-from ..oauth_scopes import scope_tokens
 from . import pages
 
 CODE_TTL = 60
@@ -114,6 +113,10 @@ class Flavour(Protocol):
 
     def subject_by_id(self, subject_id: str) -> Subject | None:
         """Reload a subject (for refresh tokens)."""
+        ...
+
+    def scope_tokens(self, text: str) -> list[str]:
+        """The scopes of a `scope` parameter, split as this provider splits it."""
         ...
 
 
@@ -340,7 +343,7 @@ class OpenIdProvider:
         if "subject" not in item:
             return pages.login_page(action, client.name or client.client_id)
         if client.consent and (item["subject"], client.client_id) not in self.consents:
-            scopes = scope_tokens(item["params"].get("scope", ""))
+            scopes = self.flavour.scope_tokens(item["params"].get("scope", ""))
             return pages.consent_page(
                 action,
                 client.name or client.client_id,
@@ -370,7 +373,7 @@ class OpenIdProvider:
             "client_id": client.client_id,
             "redirect_uri": params["redirect_uri"],
             "subject": item["subject"],
-            "scopes": scope_tokens(params.get("scope", "")),
+            "scopes": self.flavour.scope_tokens(params.get("scope", "")),
             "challenge": params.get("code_challenge"),
             "resource": params.get("resource"),
             "nonce": params.get("nonce"),
@@ -489,7 +492,7 @@ class OpenIdProvider:
             raise OAuthError(
                 401, "unauthorized_client", "public clients cannot use client_credentials"
             )
-        scopes = scope_tokens(form.get("scope", ""))
+        scopes = self.flavour.scope_tokens(form.get("scope", ""))
         return self.mint(
             base,
             client,
@@ -505,7 +508,7 @@ class OpenIdProvider:
         subject = self.flavour.authenticate(form.get("username", ""), form.get("password", ""))
         if subject is None:
             raise OAuthError(401, "invalid_grant", "Invalid user credentials")
-        scopes = scope_tokens(form.get("scope", "email profile"))
+        scopes = self.flavour.scope_tokens(form.get("scope", "email profile"))
         return self.mint(base, client, subject, scopes, None)
 
     # --- userinfo -------------------------------------------------------------------------
