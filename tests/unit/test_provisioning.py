@@ -515,3 +515,19 @@ def test_step_names_come_from_one_list():
     for steps in (keycloak.STEPS, authentik.STEPS):
         assert len(set(steps)) == len(steps)
     assert (len(keycloak.STEPS), len(authentik.STEPS)) == (10, 7)
+
+
+def test_keycloak_tool_never_prints_the_user_info_of_its_url(kc_app):
+    # httpx sends user-info as Basic credentials; the tool's lines show the URL without it.
+    app, _ = kc_app
+    secret = "S3cr3t-in-url"
+    stream = io.StringIO()
+    options = kc_options(url=f"http://kc-user:{secret}@127.0.0.1:8180")
+    with client(app, Recorder(), KC_URL) as http:
+        try:
+            keycloak.provision(options, http, Progress("keycloak", len(keycloak.STEPS), stream))
+        except StepError as exc:
+            stream.write(str(exc))
+    log = stream.getvalue()
+    assert "via admin-cli at http://***@127.0.0.1:8180" in log
+    assert secret not in log

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from ..urls import shown_url
 from . import authentik_exchange
 from .exchange import ExchangeOptions, ExchangeValues, for_policy
 from .resources import GatewayValues
@@ -91,7 +92,7 @@ class AuthentikApi:
             try:
                 response = self.http.request(method, url, headers=headers, **kwargs)
             except httpx.TransportError as exc:
-                self.wait(f"{self.base} is not answering ({type(exc).__name__})", 2.0)
+                self.wait(f"{shown_url(self.base)} is not answering ({type(exc).__name__})", 2.0)
                 continue
             if response.status_code == 503:
                 retry = float(response.headers.get("Retry-After", "5") or 5)
@@ -189,7 +190,8 @@ class _Run:
 
 
 def _api_ready(run: _Run) -> None:
-    run.progress.say(f"waiting for {run.api.base}/api/v3 to answer (up to {run.options.wait:g}s)")
+    api = shown_url(f"{run.api.base}/api/v3")
+    run.progress.say(f"waiting for {api} to answer (up to {run.options.wait:g}s)")
     run.api.matching("/flows/instances/", "slug", run.options.authorization_flow)
     run.progress.say("ok")
 

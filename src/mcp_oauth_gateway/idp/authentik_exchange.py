@@ -17,6 +17,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..urls import shown_url
 from .exchange import ExchangeOptions, ExchangeValues, write_secret
 from .steps import Progress, describe
 
@@ -176,7 +177,7 @@ def provision(
     _bind(api, backend, options.audience, progress)
     slug = backend.get("assigned_application_slug") or options.audience
     progress.say(
-        f"the backend receives tokens with iss {base}/application/o/{slug}/ and aud "
-        f"{options.audience!r}; it should accept those"
+        f"the backend receives tokens with iss {shown_url(f'{base}/application/o/{slug}/')} "
+        f"and aud {options.audience!r}; it should accept those"
     )
     return ExchangeValues(requester["client_id"], options.audience, SCOPE, options.secret_file)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from ..urls import shown_url
 from . import authentik, exchange, keycloak, resources
 from .steps import Progress, StepError
 
@@ -290,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     target = resources.write(values, Path(args.output_dir))
-    print(f"issuer: {values.issuer}")
+    print(f"issuer: {shown_url(values.issuer)}")
     print(f"jwks_path: {values.jwks_path}")
     print(f"client_id: {values.client_id or '(registered by each MCP client through DCR)'}")
     print(f"resources: {target}")

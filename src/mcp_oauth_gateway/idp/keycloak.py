@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from ..urls import shown_url
 from . import exchange, keycloak_exchange
 from .resources import GatewayValues
 from .steps import Progress, Step, StepError, describe, names, run_steps
@@ -178,7 +179,8 @@ class _Run:
 
 def _admin_token(run: _Run) -> None:
     run.progress.say(
-        f"password grant for {run.options.admin_user!r} via admin-cli at {run.admin.base}"
+        f"password grant for {run.options.admin_user!r} via admin-cli at "
+        f"{shown_url(run.admin.base)}"
     )
     run.progress.say(f"ok (token lives {run.admin.login()} s; refreshed as needed)")
 
@@ -387,7 +389,7 @@ def _discovery(run: _Run) -> None:
     if not isinstance(issuer, str) or not isinstance(jwks_uri, str):
         raise run.progress.fail("the discovery document has no issuer or jwks_uri")
     run.issuer, run.jwks_path = issuer, httpx.URL(jwks_uri).path
-    run.progress.say(f"issuer {run.issuer}, JWKS path {run.jwks_path}")
+    run.progress.say(f"issuer {shown_url(run.issuer)}, JWKS path {run.jwks_path}")
 
 
 _STEPS: tuple[Step[_Run], ...] = (
