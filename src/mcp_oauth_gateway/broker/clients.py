@@ -19,7 +19,7 @@ from werkzeug.datastructures import ResponseCacheControl
 from werkzeug.http import parse_cache_control_header, parse_date
 from yarl import URL
 
-from ..controlplane.fetch import read_at_most
+from ..controlplane.fetch import failure_text, read_at_most
 from ..registration import application_type_problem, validate_redirect_uri
 from ..urls import InvalidUri, hostname_of, parse_document_url
 from .addresses import AddressRefused, CheckedResolver, Lookup, checked_literal
@@ -161,7 +161,8 @@ class MetadataDocuments:
             ) from exc
         except aiohttp.ClientError as exc:
             raise ClientError(
-                "invalid_client", f"client metadata document {url} could not be fetched: {exc}"
+                "invalid_client",
+                f"client metadata document {url} could not be fetched: {failure_text(exc)}",
             ) from exc
         if len(body) > CIMD_MAX_BYTES:
             raise ClientError(

@@ -37,12 +37,19 @@ from ..asgi import (
     send_error,
     send_json,
 )
-from ..controlplane.fetch import FetchError
+from ..controlplane.fetch import FetchError, failure_text
 from ..controlplane.snapshot import CompiledMcp
 from ..oauth_scopes import scope_tokens
 from ..providers import RegistrationError
 from ..registration import parse_registration
-from ..urls import InvalidUri, navigable, parse_redirect_uri, redirect_matches, with_query
+from ..urls import (
+    InvalidUri,
+    navigable,
+    parse_redirect_uri,
+    redirect_matches,
+    shown_url,
+    with_query,
+)
 from . import consent, pages
 from .clients import BrokerClient, ClientError, MetadataDocuments, issue_client_id, read_client_id
 from .errors import OAuthError, method_not_allowed
@@ -568,7 +575,8 @@ class Broker:
                     except orjson.JSONDecodeError:
                         return 502, None
         except (TimeoutError, aiohttp.ClientError) as exc:
-            log.warning("provider token endpoint %s unreachable: %s", endpoint, exc)
+            why = failure_text(exc)
+            log.warning("provider token endpoint %s unreachable: %s", shown_url(endpoint), why)
             return 502, None
 
     # --- token ----------------------------------------------------------------------------
