@@ -141,6 +141,13 @@ _DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
     (models.Scopes, "_required"): _no_refresh_scope("scopes.required"),
     (models.McpScopeRule, "_required"): _no_refresh_scope("required"),
     (models.JwtProvider, "_known_kind"): Rule(keywords={"enum": list(models.PROVIDER_ALIASES)}),
+    (models.JwtProvider, "_issuer_url"): Rule(
+        # What the API server can say of it: http(s), a host without user-info, no query or
+        # fragment; the controller reads the rest as the WHATWG URL parser does.
+        keywords={"pattern": r"^https?://[^/?#@\s\\]+(/[^?#\s\\]*)?$"},
+        controller="jwtAuthentication.providers[].issuer: an absolute http(s) URL (WHATWG) "
+        "without user information, query or fragment",
+    ),
     (models.SecretSource, "_env_name"): Rule(keywords={"pattern": f"^{models._ENV_NAME.pattern}$"}),
     (models.SecretSource, "_one_source"): Rule(
         cel=(("has(self.file) != has(self.env)", "set exactly one of file or env"),)

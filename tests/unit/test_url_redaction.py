@@ -82,14 +82,14 @@ spec:
 
 
 def _valid(tmp_path):
-    """A policy the gateway accepts whose every URL carries the secret where it may: the
-    issuer's user-info (so the discovery URL's), the JWKS URL's query, the Redis password."""
+    """A policy the gateway accepts whose every URL carries the secret where it may: the JWKS
+    URL's query, the Redis password (an issuer may carry none: refused, see `_rejected`)."""
     return write(
         tmp_path,
         ROUTE.format(
             origin="https://app.example",
             port=CLOSED,
-            issuer=f"http://idp-user:{SECRET}@127.0.0.1:{CLOSED}/realms/a",
+            issuer=f"http://127.0.0.1:{CLOSED}/realms/a",
             jwks=f"http://127.0.0.1:{CLOSED}/jwks?key={SECRET}&v=1",
             resource="http://127.0.0.1:8080/mcp",
             redis=f"redis://:{SECRET}@127.0.0.1:{CLOSED}/0?password={SECRET}",
@@ -104,7 +104,7 @@ def _rejected(tmp_path):
         ROUTE.format(
             origin=f"https://app-user:{SECRET}@app.example",
             port=CLOSED,
-            issuer=f"http://127.0.0.1:{CLOSED}/realms/a",
+            issuer=f"http://idp-user:{SECRET}@127.0.0.1:{CLOSED}/realms/a?k={SECRET}",
             jwks=f"ftp://127.0.0.1:{CLOSED}/jwks?key={SECRET}#{SECRET}",
             resource=f"http://gw-user:{SECRET}@127.0.0.1:8080/mcp",
             redis=f"memcached://:{SECRET}@127.0.0.1:{CLOSED}/0?password={SECRET}",
@@ -152,18 +152,24 @@ async def test_no_secret_of_a_configured_url_is_shown_while_its_fetches_fail(tmp
     logged = [record.getMessage() for record in caplog.records]
     # Not vacuous: each place names the URL, as it may be shown.
     assert f'url="http://127.0.0.1:{CLOSED}/jwks?key=***&v=***"' in answers["/metrics"]
-    assert any(f"http://***@127.0.0.1:{CLOSED}/realms/a" in m for m in conditions)
+    assert any(f"http://127.0.0.1:{CLOSED}/realms/a" in m for m in conditions)
     assert any(f"keyset http://127.0.0.1:{CLOSED}/jwks?key=***" in m for m in conditions)
-    assert any(f"GET http://***@127.0.0.1:{CLOSED}/realms/a/.well-known" in m for m in logged)
+    assert any(f"GET http://127.0.0.1:{CLOSED}/realms/a/.well-known" in m for m in logged)
     assert f"http://127.0.0.1:{CLOSED}/jwks?key=***" in answers["token"]
-    assert f"GET http://***@127.0.0.1:{CLOSED}/realms/a/" in answers["metadata"]
+    assert f"GET http://127.0.0.1:{CLOSED}/realms/a/" in answers["metadata"]
     for text in [*conditions, *answers.values(), *logged]:
         assert SECRET not in text
 
 
 def test_a_refused_url_is_not_quoted_with_its_secret(tmp_path):
     errors = load_paths([_rejected(tmp_path)]).errors
-    refused = ("allowOrigins[0]", "jwks.remote.url", "resourceMetadata.resource", "redisUrl")
+    refused = (
+        "allowOrigins[0]",
+        "jwks.remote.url",
+        "resourceMetadata.resource",
+        "redisUrl",
+        "providers[0].issuer",
+    )
     for field in refused:
         assert any(field in e for e in errors), f"{field} not refused: {errors}"
     assert any(f"'ftp://127.0.0.1:{CLOSED}/jwks?key=***'" in e for e in errors), errors
@@ -289,3 +295,19 @@ def test_no_text_about_a_url_holds_its_secrets(case: tuple[str, list[str]]) -> N
         for secret in secrets:
             for written in (secret, quote(secret, safe=""), quote_plus(secret)):
                 assert written not in text, f"{written!r} of {url!r} in {text!r}"
+
+
+@pytest.mark.parametrize(
+    ("issuer", "why"),
+    [
+        ("http://user:pw@idp.example/realms/a", "holds no user information"),
+        ("http://idp.example/realms/a?tenant=1", "no query or fragment"),
+        ("http://idp.example/realms/a#x", "no query or fragment"),
+        ("idp.example/realms/a", "not an absolute http(s) URL"),
+    ],
+)
+def test_an_issuer_is_an_http_url_without_user_info_query_or_fragment(issuer, why):
+    from mcp_oauth_gateway.resources.models import JwtProvider
+
+    with pytest.raises(ValueError, match=why):
+        JwtProvider.model_validate({"issuer": issuer, "jwks": {"inline": "{}"}})
