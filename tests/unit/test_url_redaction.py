@@ -303,7 +303,7 @@ def test_no_text_about_a_url_holds_its_secrets(case: tuple[str, list[str]]) -> N
         ("http://user:pw@idp.example/realms/a", "holds no user information"),
         ("http://idp.example/realms/a?tenant=1", "no query or fragment"),
         ("http://idp.example/realms/a#x", "no query or fragment"),
-        ("idp.example/realms/a", "not an absolute http(s) URL"),
+        ("idp.example/realms/a", r"not an absolute http\(s\) URL"),
     ],
 )
 def test_an_issuer_is_an_http_url_without_user_info_query_or_fragment(issuer, why):

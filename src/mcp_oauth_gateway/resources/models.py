@@ -391,13 +391,12 @@ class JwtProvider(_Model):
         # OpenID Connect Discovery §3: an http(s) URL without query or fragment. User-info is
         # refused too: it would become Basic credentials on the discovery fetch and be published
         # as it is in the protected resource metadata.
-        _absolute_http_url(value)
         parts = urlsplit(value)
         if parts.username is not None or parts.password is not None or "@" in parts.netloc:
             raise ValueError(f"{shown_url(value)!r}: an issuer holds no user information")
         if parts.query or parts.fragment or "?" in value or "#" in value:
             raise ValueError(f"{shown_url(value)!r}: an issuer has no query or fragment")
-        return value
+        return _absolute_http_url(value)
 
     @field_validator("kind")
     @classmethod
