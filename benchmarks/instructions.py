@@ -5,6 +5,7 @@ instructions executed between the two are divided by the requests.
     python benchmarks/instructions.py            # scenario b: one token
     python benchmarks/instructions.py --new-tokens   # scenario c: a new token per request
 
+    python benchmarks/instructions.py --stage "tool authorization"   # with an optional stage on
     python benchmarks/instructions.py --cache-sim    # and simulated cache misses per request
     python benchmarks/instructions.py --haproxy --cache-sim   # the same for HAProxy jwt_verify
 
@@ -92,6 +93,12 @@ def main() -> int:
     parser.add_argument(
         "--haproxy", action="store_true", help="measure HAProxy jwt_verify instead (scenario d)"
     )
+    parser.add_argument(
+        "--stage",
+        choices=("plain", *run.STAGES, "all"),
+        default="plain",
+        help="the gateway with this optional stage on (as `run.py --stages` runs it)",
+    )
     args = parser.parse_args()
     if args.haproxy and args.new_tokens:
         parser.error("--haproxy measures one token (scenario d); drop --new-tokens")
@@ -115,7 +122,11 @@ def main() -> int:
     bench.spawn = under_valgrind  # type: ignore[method-assign]
     try:
         backend = bench.backend(run.LOAD_CORE)
-        server = bench.haproxy(backend.port) if args.haproxy else bench.gateway(backend.port)
+        server = (
+            bench.haproxy(backend.port)
+            if args.haproxy
+            else bench.gateway(backend.port, stage=args.stage)
+        )
         warm = tokens[count:] if args.new_tokens else tokens
         asyncio.run(load(server.port, warm, 200, args.conns))
         pid = str(server.popen.pid)

@@ -8,11 +8,13 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 from ..logs import escape_field, iso_second, json_line, timestamp
 
 FLUSH_INTERVAL = 0.2
 MAX_PENDING = 100_000  # beyond this, lines are dropped (and counted) rather than hoarded
+FIELD_MEMO = 4096  # escaped request and caller fields remembered (all forgotten when full)
 
 log = logging.getLogger("mcp_oauth_gateway.access")
 
@@ -31,6 +33,9 @@ class AccessLog:
         self._wake = threading.Event()
         self._stopped = False
         self._thread: threading.Thread | None = None
+        # Escaped "method path" and "sub=… iss=…" fields, by their values.
+        self._requests: dict[tuple[str, str], str] = {}
+        self._callers: dict[tuple[object, object], str] = {}
 
     def start(self) -> None:
         """Start the writer thread (idempotent)."""
@@ -81,13 +86,34 @@ class AccessLog:
             )
             self._pending.append(line + "\n")
             return
-        # Every value a request carried is escaped, spaces included: one field each, one line.
-        # `sub` is unique only within its issuer: with several providers, both name the caller.
-        tail = "\n" if iss is None else f" iss={escape_field(str(iss))}\n"
-        self._pending.append(
-            f"{self._stamp},{int((now - second) * 1000):03d} INFO mcp_oauth_gateway.access: "
-            f"{escape_field(method)} {escape_field(path)} {status} {seconds * 1000:.1f}ms "
-            f"sub={escape_field(str(sub)) if sub else '-'}{tail}"
+        self._pending.append(self._text_line(now, method, path, status, seconds, sub, iss))
+
+    def _text_line(
+        self,
+        now: float,
+        method: str,
+        path: str,
+        status: int,
+        seconds: float,
+        sub: object,
+        iss: object,
+    ) -> str:
+        """A text access line. Every value a request carried is escaped, spaces included: one
+        field each, one line; `sub` is unique only within its issuer, so both name the caller."""
+        request = self._requests.get((method, path))
+        if request is None:
+            request = f"{escape_field(method)} {escape_field(path)}"
+            _remember(self._requests, (method, path), request)
+        # Only text claims are remembered: 1 and True are one key to a dict.
+        known = isinstance(sub, str | None) and isinstance(iss, str | None)
+        caller = self._callers.get((sub, iss)) if known else None
+        if caller is None:
+            caller = _caller(sub, iss)
+            if known:
+                _remember(self._callers, (sub, iss), caller)
+        return (
+            f"{self._stamp},{int((now - int(now)) * 1000):03d} INFO mcp_oauth_gateway.access: "
+            f"{request} {status} {seconds * 1000:.1f}ms {caller}\n"
         )
 
     def _run(self) -> None:
@@ -130,3 +156,17 @@ class AccessLog:
             self._thread.join(2)
             self._thread = None
         self.flush()
+
+
+def _caller(sub: object, iss: object) -> str:
+    """`sub=… iss=…` of a text access line, each escaped (`sub=-` without a token)."""
+    who = f"sub={escape_field(str(sub))}" if sub else "sub=-"
+    return who if iss is None else f"{who} iss={escape_field(str(iss))}"
+
+
+def _remember(memo: dict[tuple[Any, Any], str], key: tuple[Any, Any], shown: str) -> None:
+    # Methods, paths, subjects and issuers repeat: escaping each character every time would
+    # cost more than a lookup. Forgotten all at once when full.
+    if len(memo) >= FIELD_MEMO:
+        memo.clear()
+    memo[key] = shown
