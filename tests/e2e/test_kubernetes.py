@@ -371,6 +371,51 @@ def test_an_invalid_cel_rule_fails_closed_and_fixing_it_restores_service(
     wait_until(lambda: cluster.initialize(token).status_code == 200, WAIT, "service to return")
 
 
+@pytest.mark.parametrize(
+    "refused",
+    [
+        {"jwtAuthentication": {"providers": [{"jwks": {"remote": {"url": "not-a-url"}}}]}},
+        {"jwtAuthentication": {"mcp": {"resourceMetadata": {"resource": "/mcp#frag"}}}},
+    ],
+    ids=["jwks url", "resource"],
+)
+def test_a_policy_the_api_server_stores_but_the_gateway_refuses_fails_its_route_closed(
+    cluster: ClusterStack, refused: dict[str, Any]
+) -> None:
+    # The CRD allows more than the models read: such a policy was dropped from the build and
+    # its route served without it (200 without a token).
+    api = cluster.api
+    assert cluster.initialize(None).status_code == 401
+    good = api.get("GatewayPolicy", NS, "mcp-authn")["spec"]["traffic"]
+    broken = merge(copy.deepcopy(good), refused)
+    generation = api.patch("GatewayPolicy", NS, "mcp-authn", {"spec": {"traffic": broken}})
+    try:
+        api.wait_conditions("GatewayPolicy", NS, "mcp-authn", {"Accepted": "False"}, generation)
+        wait_until(
+            lambda: cluster.initialize(None).status_code == 503, WAIT, "the route to fail closed"
+        )
+        for token in (None, cluster.token()):
+            answer = cluster.initialize(token)
+            assert answer.status_code == 503, answer.text
+            assert answer.json()["error"] == "policy_invalid"
+    finally:
+        api.patch("GatewayPolicy", NS, "mcp-authn", {"spec": {"traffic": good}})
+    wait_until(lambda: cluster.initialize(None).status_code == 401, WAIT, "the policy to return")
+
+
+def merge(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    """`change` laid over `base`; lists of objects are merged item by item (the first one)."""
+    for key, value in change.items():
+        current = base.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            merge(current, value)
+        elif isinstance(value, list) and isinstance(current, list) and current:
+            merge(current[0], value[0])
+        else:
+            base[key] = value
+    return base
+
+
 BACKEND_API_KEY = "k8s-backend-api-key-7"
 
 

@@ -3,11 +3,12 @@ which policy governs which route."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from ..resources.models import Gateway, GatewayPolicy, HTTPRoute, Listener, ParentRef
-from .objects import Entry
+from .objects import Entry, RefusedPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,17 +144,17 @@ class Attachment:
 
 
 def _claim(
-    policy: GatewayPolicy,
+    key: str,
+    targets: Iterable[str],
     valid: bool,
     bindings: Mapping[str, RouteBinding],
     governing: dict[str, str],
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Claim the policy's target routes in `governing`; return its missing and conflicting ones."""
-    key = policy.metadata.key
+    """Claim the policy's target routes (`namespace/name`) in `governing`; return its missing
+    and conflicting ones."""
     missing: list[str] = []
     conflicts: list[str] = []
-    for ref in policy.spec.target_refs:
-        route = f"{policy.metadata.namespace}/{ref.name}"
+    for route in targets:
         binding = bindings.get(route)
         if binding is None:
             missing.append(f"HTTPRoute {route} not found")
@@ -175,13 +176,19 @@ def attach_policies(
     policies: Mapping[str, Entry[GatewayPolicy]],
     valid: Set[str],
     bindings: Mapping[str, RouteBinding],
+    refused: Mapping[str, RefusedPolicy] = MappingProxyType({}),
 ) -> Attachment:
-    """Attach policies to routes: the first by namespace/name wins, later ones conflict."""
+    """Attach policies to routes: the first by namespace/name wins, later ones conflict. A
+    policy the models refused (`refused`) claims its routes like an invalid one."""
     governing: dict[str, str] = {}
     missing: dict[str, tuple[str, ...]] = {}
     conflicts: dict[str, tuple[str, ...]] = {}
-    for key in sorted(policies):
-        missing[key], conflicts[key] = _claim(
-            policies[key].resource, key in valid, bindings, governing
-        )
+    for key in sorted({*policies, *refused}):
+        if key in policies:
+            policy = policies[key].resource
+            namespace, names = policy.metadata.namespace, [r.name for r in policy.spec.target_refs]
+        else:
+            namespace, names = refused[key].namespace, list(refused[key].targets)
+        targets = [f"{namespace}/{name}" for name in names]
+        missing[key], conflicts[key] = _claim(key, targets, key in valid, bindings, governing)
     return Attachment(governing, missing, conflicts)

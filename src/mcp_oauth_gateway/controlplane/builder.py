@@ -19,10 +19,17 @@ from .binding import Attachment, RouteBinding, attach_policies, bind_routes, bin
 from .cluster import Cluster, our_classes, our_gateways
 from .deployment import Deployment
 from .object_status import derive_statuses, policy_conditions
-from .objects import Entry, ObjectIndex, ObjectKey, ResourceObject, index_objects
+from .objects import (
+    Entry,
+    ObjectIndex,
+    ObjectKey,
+    RefusedPolicy,
+    ResourceObject,
+    index_objects,
+)
 from .policies import PolicyResult, compile_policies, fetch_targets, uses_discovery
 from .routes import backend_errors, compile_routes, listener_tables, resolve_backends
-from .snapshot import PolicyReport, Snapshot
+from .snapshot import CompiledPolicy, PolicyReport, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +94,9 @@ def build_from_objects(
             index, routes={k: e for k, e in index.routes.items() if bindings[k].parents}
         )
     results = compile_policies(index.policies, index.services, deployment, index.grants)
-    attachment = attach_policies(
-        index.policies, {key for key, result in results.items() if result.valid}, bindings
-    )
+    valid = {key for key, result in results.items() if result.valid}
+    attachment = attach_policies(index.policies, valid, bindings, index.refused)
+    results.update({key: refused_result(stand_in) for key, stand_in in index.refused.items()})
     resolved = resolve_backends(
         index.routes, index.backends, index.grants if cluster is not None else None
     )
@@ -107,6 +114,12 @@ def build_from_objects(
         built_at=at,
     )
     return BuildResult(snapshot, derive_statuses(index, bindings, resolved, conditions, at))
+
+
+def refused_result(stand_in: RefusedPolicy) -> PolicyResult:
+    """What a policy the models refused compiles to: invalid, so its routes answer 503."""
+    why = f"GatewayPolicy {stand_in.key} is invalid: " + "; ".join(stand_in.problems)
+    return PolicyResult(CompiledPolicy(stand_in.key, (), None, None, False, invalid=why), (why,))
 
 
 def served(index: ObjectIndex, cluster: Cluster | None) -> ObjectIndex:

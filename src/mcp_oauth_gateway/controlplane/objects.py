@@ -8,7 +8,8 @@ later step can depend on the order they arrived in.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Generic, NamedTuple, TypeVar
 
 from ..resources.loader import Loaded
@@ -23,7 +24,25 @@ from ..resources.models import (
     Service,
 )
 
-ResourceObject = Loaded | Resource
+
+@dataclass(frozen=True, slots=True)
+class RefusedPolicy:
+    """A GatewayPolicy the API server stores but the models refuse (its schema allows more than
+    the gateway reads). It still claims the routes its `targetRefs` name, so they answer 503
+    instead of being served without the policy."""
+
+    namespace: str
+    name: str
+    targets: tuple[str, ...]  # the HTTPRoute names its targetRefs give
+    problems: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`, as policies are keyed."""
+        return f"{self.namespace}/{self.name}"
+
+
+ResourceObject = Loaded | Resource | RefusedPolicy
 
 R = TypeVar(
     "R", Gateway, HTTPRoute, GatewayBackend, GatewayPolicy, Service, GatewayClass, ReferenceGrant
@@ -79,6 +98,8 @@ class ObjectIndex:
     # Kubernetes mode: classes by name (cluster-scoped) and ReferenceGrants by namespace/name.
     classes: Mapping[str, Entry[GatewayClass]]
     grants: Mapping[str, Entry[ReferenceGrant]]
+    # Kubernetes mode: policies the models refuse, which still fail their routes closed.
+    refused: Mapping[str, RefusedPolicy] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def _sorted(entries: dict[str, Entry[R]]) -> dict[str, Entry[R]]:
@@ -94,8 +115,12 @@ def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
     policies: dict[str, Entry[GatewayPolicy]] = {}
     classes: dict[str, Entry[GatewayClass]] = {}
     grants: dict[str, Entry[ReferenceGrant]] = {}
+    refused: dict[str, RefusedPolicy] = {}
     seen: set[ObjectKey] = set()
     for item in objects:
+        if isinstance(item, RefusedPolicy):
+            refused[item.key] = item
+            continue
         resource = item.resource if isinstance(item, Loaded) else item
         source = str(item.source) if isinstance(item, Loaded) else None
         identity = object_key(resource)
@@ -127,4 +152,5 @@ def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
         _sorted(policies),
         _sorted(classes),
         _sorted(grants),
+        MappingProxyType(dict(sorted(refused.items()))),
     )

@@ -13,9 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..controlplane.objects import RefusedPolicy
 from ..resources.models import Resource
 from .kinds import Kind
-from .objects import Invalid, from_server, identity
+from .objects import Invalid, from_server, identity, refused_policy
 
 Json = dict[str, Any]
 Name = tuple[str, str]  # (namespace, name); "" namespace for cluster-scoped kinds
@@ -147,14 +148,17 @@ class ObjectCache:
         cached = self.kinds[kind.kind].objects.get((namespace, name))
         return cached.raw if cached is not None else None
 
-    def resources(self) -> list[Resource]:
-        """Every object the builder can read."""
-        return [
-            cached.parsed
-            for state in self.kinds.values()
-            for cached in state.objects.values()
-            if not isinstance(cached.parsed, Invalid)
-        ]
+    def resources(self) -> list[Resource | RefusedPolicy]:
+        """Every object the builder can read, and a stand-in for each GatewayPolicy the models
+        refuse (its routes fail closed rather than lose the policy)."""
+        out: list[Resource | RefusedPolicy] = []
+        for state in self.kinds.values():
+            for cached in state.objects.values():
+                if not isinstance(cached.parsed, Invalid):
+                    out.append(cached.parsed)
+                elif (stand_in := refused_policy(cached.raw, cached.parsed)) is not None:
+                    out.append(stand_in)
+        return out
 
     def invalid(self) -> list[tuple[Json, Invalid]]:
         """Every object the gateway cannot read, and why."""

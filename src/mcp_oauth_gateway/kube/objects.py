@@ -12,8 +12,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..controlplane.objects import RefusedPolicy
 from ..resources.loader import validation_problems
-from ..resources.models import KINDS, Resource
+from ..resources.models import GATEWAY_API_GROUP, KINDS, Resource
 
 _METADATA = ("name", "namespace", "generation", "labels", "annotations")
 
@@ -55,3 +56,21 @@ def from_server(raw: dict[str, Any]) -> Resource | Invalid:
         return model.model_validate(document)
     except ValidationError as exc:
         return Invalid(kind, namespace, name, int(generation or 1), tuple(validation_problems(exc)))
+
+
+def refused_policy(raw: dict[str, Any], invalid: Invalid) -> RefusedPolicy | None:
+    """The stand-in of a GatewayPolicy the models refuse: the HTTPRoutes its targetRefs name,
+    read leniently, so they fail closed rather than lose the policy (None for other kinds)."""
+    if invalid.kind != "GatewayPolicy":
+        return None
+    spec = raw.get("spec")
+    refs = spec.get("targetRefs") if isinstance(spec, dict) else None
+    targets = tuple(
+        ref["name"]
+        for ref in (refs if isinstance(refs, list) else [])
+        if isinstance(ref, dict)
+        and isinstance(ref.get("name"), str)
+        and ref.get("kind", "HTTPRoute") == "HTTPRoute"
+        and ref.get("group", GATEWAY_API_GROUP) == GATEWAY_API_GROUP
+    )
+    return RefusedPolicy(invalid.namespace, invalid.name, targets, invalid.problems)
