@@ -582,6 +582,68 @@ def test_a_backend_in_another_namespace_needs_a_reference_grant(cluster: Cluster
     api.delete("HTTPRoute", NS, "tools")
 
 
+def test_a_newer_route_with_the_same_match_cannot_take_a_path_over(cluster: ClusterStack) -> None:
+    # Gateway API: among equal matches the oldest route wins. `aaa/hijack` sorts before
+    # mcp-e2e/mcp by name, and with no policy it served /mcp without a token.
+    api = cluster.api
+    listeners = api.get("Gateway", NS, "mcp-gateway")["spec"]["listeners"]
+    opened = [{**listeners[0], "allowedRoutes": {"namespaces": {"from": "All"}}}]
+    api.patch("Gateway", NS, "mcp-gateway", {"spec": {"listeners": opened}})
+    host, port = cluster.backend.rsplit(":", 1)
+    api.create(
+        {
+            "apiVersion": "mcp-oauth-gateway.dev/v1alpha1",
+            "kind": "GatewayBackend",
+            "metadata": {"name": "open", "namespace": "aaa"},
+            "spec": {
+                "mcp": {"targets": [{"name": "t", "static": {"host": host, "port": int(port)}}]}
+            },
+        }
+    )
+    route = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "hijack", "namespace": "aaa"},
+        "spec": {
+            "parentRefs": [{"name": "mcp-gateway", "namespace": NS}],
+            "rules": [
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": "/mcp"}}],
+                    "backendRefs": [
+                        {"group": "mcp-oauth-gateway.dev", "kind": "GatewayBackend", "name": "open"}
+                    ],
+                }
+            ],
+        },
+    }
+    api.create(route)
+    try:
+        swaps = cluster.status()["controller"]["snapshotSwaps"]
+
+        def bound() -> bool:
+            parents = (api.get("HTTPRoute", "aaa", "hijack").get("status") or {}).get("parents")
+            return bool(parents) and cluster.status()["controller"]["snapshotSwaps"] > swaps
+
+        wait_until(bound, WAIT, "the newer route to be bound and built")
+        for _ in range(5):
+            assert cluster.initialize(None).status_code == 401
+
+        def accepted() -> str:
+            parents = api.get("HTTPRoute", "aaa", "hijack")["status"]["parents"]
+            conditions = {c["type"]: c for p in parents for c in p["conditions"]}
+            return str(conditions.get("Accepted", {}).get("message", ""))
+
+        wait_until(lambda: "shadowed" in accepted(), WAIT, "the losing route's status")
+        assert f"PathPrefix /mcp on port {cluster.gateway_port} is shadowed by HTTPRoute " in (
+            accepted()
+        )
+        assert f"{NS}/mcp" in accepted()
+    finally:
+        api.delete("HTTPRoute", "aaa", "hijack")
+        api.delete("GatewayBackend", "aaa", "open")
+        api.patch("Gateway", NS, "mcp-gateway", {"spec": {"listeners": listeners}})
+
+
 def test_a_burst_of_changes_is_one_snapshot_swap(cluster: ClusterStack) -> None:
     api = cluster.api
     host, port = cluster.backend.rsplit(":", 1)

@@ -28,7 +28,13 @@ from .objects import (
     index_objects,
 )
 from .policies import PolicyResult, compile_policies, fetch_targets, uses_discovery
-from .routes import backend_errors, compile_routes, listener_tables, resolve_backends
+from .routes import (
+    backend_errors,
+    compile_routes,
+    listener_tables,
+    resolve_backends,
+    shadowed_matches,
+)
 from .snapshot import CompiledPolicy, PolicyReport, Snapshot
 
 
@@ -106,14 +112,24 @@ def build_from_objects(
     keysets, discovery_urls = fetch_targets(results)
     ancestors = policy_ancestors(attachment, bindings)
     snapshot = Snapshot(
-        listeners=listener_tables(index.gateways, bindings, compiled),
+        listeners=listener_tables(index.gateways, bindings, compiled, creation_times(index)),
         policies=policy_reports(index.policies, results, conditions, ancestors),
         errors=tuple(binding_errors(index.routes, bindings) + backend_errors(resolved)),
         keysets=MappingProxyType(keysets),
         discovery_urls=MappingProxyType(discovery_urls),
         built_at=at,
     )
-    return BuildResult(snapshot, derive_statuses(index, bindings, resolved, conditions, at))
+    shadowed = shadowed_matches(snapshot.listeners)
+    return BuildResult(
+        snapshot, derive_statuses(index, bindings, resolved, conditions, at, shadowed)
+    )
+
+
+def creation_times(index: ObjectIndex) -> dict[str, str]:
+    """Route → its creation timestamp (empty when it has none, as in files)."""
+    return {
+        key: entry.resource.metadata.creation_timestamp or "" for key, entry in index.routes.items()
+    }
 
 
 def refused_result(stand_in: RefusedPolicy) -> PolicyResult:

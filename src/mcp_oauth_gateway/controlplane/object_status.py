@@ -72,7 +72,11 @@ def gateway_status(
 
 
 def route_status(
-    entry: Entry[HTTPRoute], binding: RouteBinding, missing: list[MissingBackend], at: str
+    entry: Entry[HTTPRoute],
+    binding: RouteBinding,
+    missing: list[MissingBackend],
+    at: str,
+    shadowed: tuple[str, ...] = (),
 ) -> status.ObjectStatus:
     """Per parentRef: `Accepted` by that parent, and `ResolvedRefs` for the route's backends."""
     generation = entry.generation
@@ -85,7 +89,10 @@ def route_status(
     parents = tuple(
         status.ParentStatus(
             parent.ref,
-            (status.route_accepted(parent.refusal, parent.gateway, generation, at), resolved),
+            (
+                status.route_accepted(parent.refusal, parent.gateway, generation, at, shadowed),
+                resolved,
+            ),
         )
         for parent in binding.parents
     )
@@ -117,8 +124,10 @@ def derive_statuses(
     resolved: Mapping[RuleKey, CompiledTarget | MissingBackend],
     policies: Mapping[str, tuple[status.Condition, ...]],
     at: str,
+    shadowed: Mapping[str, tuple[str, ...]] = MappingProxyType({}),
 ) -> MappingProxyType[ObjectKey, status.ObjectStatus]:
-    """The status of every input object, keyed by (kind, namespace, name)."""
+    """The status of every input object, keyed by (kind, namespace, name); `shadowed`: the
+    matches of each route that an older route takes."""
     out: dict[ObjectKey, status.ObjectStatus] = {}
     attached = attached_routes(bindings)
     for gateway in index.gateways.values():
@@ -126,7 +135,7 @@ def derive_statuses(
     missing = missing_backends(resolved)
     for key, route in index.routes.items():
         out[object_key(route.resource)] = route_status(
-            route, bindings[key], missing.get(key, []), at
+            route, bindings[key], missing.get(key, []), at, shadowed.get(key, ())
         )
     for backend in index.backends.values():
         out[object_key(backend.resource)] = backend_status(backend, at)

@@ -177,8 +177,11 @@ def listener_tables(
     gateways: Mapping[str, Entry[Gateway]],
     bindings: Mapping[str, RouteBinding],
     compiled: Mapping[str, tuple[CompiledRoute, ...]],
+    created: Mapping[str, str] = MappingProxyType({}),
 ) -> MappingProxyType[int, tuple[CompiledRoute, ...]]:
-    """Each listener port → the routes bound to it, best match first (ties: route name)."""
+    """Each listener port → the routes bound to it, best match first (ties: the oldest route
+    by `created`, its creation timestamp, then route name)."""
+    created = {key: created.get(key, "") for key in compiled}
     tables: dict[int, list[CompiledRoute]] = {
         port: []
         for port in sorted(
@@ -189,10 +192,40 @@ def listener_tables(
             }
         )
     }
-    # Routes are added in namespace/name order, so the stable sort breaks ties by route name.
-    for key in sorted(compiled):
+    # Gateway API: among equal matches the oldest route wins, then namespace/name; the rules
+    # of one route keep their order. Added in that order, the stable sort keeps it for ties.
+    for key in sorted(compiled, key=lambda k: (created[k], k)):
         for port in bindings[key].ports:
             tables[port].extend(compiled[key])
     return MappingProxyType(
         {port: tuple(sorted(routes, key=route_sort_key)) for port, routes in tables.items()}
     )
+
+
+def shadowed_matches(
+    listeners: Mapping[int, tuple[CompiledRoute, ...]],
+) -> dict[str, tuple[str, ...]]:
+    """Route → each of its matches that an earlier route (older, or first by name) already
+    takes on the same listener: requests never reach it there."""
+    out: dict[str, list[str]] = {}
+    for port, routes in listeners.items():
+        taken: dict[tuple[str, str], list[CompiledRoute]] = {}
+        for route in routes:
+            earlier = taken.setdefault((route.match_type, route.match_value), [])
+            winner = next(
+                (e for e in earlier if e.route != route.route and _overlap(e, route)), None
+            )
+            if winner is not None:
+                out.setdefault(route.route, []).append(
+                    f"{route.match_type} {route.match_value} on port {port} is shadowed by "
+                    f"HTTPRoute {winner.route}, which is older (or first by namespace/name)"
+                )
+            earlier.append(route)
+    return {route: tuple(dict.fromkeys(lines)) for route, lines in out.items()}
+
+
+def _overlap(a: CompiledRoute, b: CompiledRoute) -> bool:
+    # No hostnames is every host; a wildcard is taken to overlap anything (erring on "shared").
+    if not a.hostnames or not b.hostnames or any("*" in h for h in (*a.hostnames, *b.hostnames)):
+        return True
+    return not {h.lower() for h in a.hostnames}.isdisjoint(h.lower() for h in b.hostnames)

@@ -208,11 +208,17 @@ def class_accepted(generation: int, at: str) -> Condition:
     )
 
 
-def route_accepted(refusal: str | None, gateway: str, generation: int, at: str) -> Condition:
-    """A route parent's `Accepted`: True, or `False reason=NoMatchingParent` saying why."""
+def route_accepted(
+    refusal: str | None, gateway: str, generation: int, at: str, shadowed: tuple[str, ...] = ()
+) -> Condition:
+    """A route parent's `Accepted`: True (naming any match another route shadows), or
+    `False reason=NoMatchingParent` saying why."""
     if refusal is not None:
         return Condition("Accepted", False, "NoMatchingParent", refusal, generation, at)
-    return Condition("Accepted", True, "Accepted", f"Accepted by Gateway {gateway}", generation, at)
+    message = f"Accepted by Gateway {gateway}"
+    if shadowed:
+        message += "; " + "; ".join(shadowed)
+    return Condition("Accepted", True, "Accepted", message, generation, at)
 
 
 def route_resolved_refs(

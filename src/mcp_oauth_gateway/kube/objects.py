@@ -16,7 +16,7 @@ from ..controlplane.objects import RefusedPolicy
 from ..resources.loader import validation_problems
 from ..resources.models import GATEWAY_API_GROUP, KINDS, Resource
 
-_METADATA = ("name", "namespace", "generation", "labels", "annotations")
+_METADATA = ("name", "namespace", "generation", "labels", "annotations", "creationTimestamp")
 
 
 @dataclass(frozen=True, slots=True)

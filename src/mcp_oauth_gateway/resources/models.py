@@ -88,6 +88,8 @@ class ObjectMeta(_Model):
     generation: int = 1
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
+    # Set by the API server (RFC 3339, UTC): the older of two routes with the same match wins.
+    creation_timestamp: str | None = None
 
     @property
     def key(self) -> str:
@@ -773,6 +775,7 @@ class ClusterMeta(_Model):
     generation: int = 1
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
+    creation_timestamp: str | None = None  # set by the API server
 
     @property
     def namespace(self) -> str:
