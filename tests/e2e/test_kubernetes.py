@@ -930,3 +930,75 @@ def test_watches_resume_after_the_api_server_restarts(cluster: ClusterStack) -> 
     assert cluster.initialize(token).status_code == 200
     assert cluster.process.popen.poll() is None
     assert "reading the API server again" in cluster.process.log()
+
+
+def test_reference_grants_are_not_forgotten_while_the_api_server_restarts(
+    cluster: ClusterStack,
+) -> None:
+    # A starting kube-apiserver answers 404 for CRD kinds for a moment; that once dropped every
+    # ReferenceGrant for minutes (a permitted cross-namespace route answered 503). The test
+    # server here (apiextensions-apiserver) serves its CRDs at once after a restart, so this
+    # guards the whole path; the 404 itself is replayed by
+    # tests/unit/kube/test_watch.py::test_a_refused_list_never_forgets_what_was_listed.
+    api = cluster.api
+    host, port = cluster.backend.rsplit(":", 1)
+    ns = "granted-tools"
+    api.create(
+        {
+            "apiVersion": "mcp-oauth-gateway.dev/v1alpha1",
+            "kind": "GatewayBackend",
+            "metadata": {"name": "tools", "namespace": ns},
+            "spec": {
+                "mcp": {"targets": [{"name": "t", "static": {"host": host, "port": int(port)}}]}
+            },
+        }
+    )
+    api.create(
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1beta1",
+            "kind": "ReferenceGrant",
+            "metadata": {"name": "routes-from-mcp", "namespace": ns},
+            "spec": {
+                "from": [
+                    {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": NS}
+                ],
+                "to": [{"group": "mcp-oauth-gateway.dev", "kind": "GatewayBackend"}],
+            },
+        }
+    )
+    ref = {"group": "mcp-oauth-gateway.dev", "kind": "GatewayBackend", "name": "tools"}
+    api.create(
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "HTTPRoute",
+            "metadata": {"name": "granted", "namespace": NS},
+            "spec": {
+                "parentRefs": [{"name": "mcp-gateway"}],
+                "rules": [
+                    {
+                        "matches": [{"path": {"type": "PathPrefix", "value": "/granted"}}],
+                        "backendRefs": [{**ref, "namespace": ns}],
+                    }
+                ],
+            },
+        }
+    )
+    wait_until(
+        lambda: cluster.initialize(path="/granted").status_code == 200, WAIT, "the route to serve"
+    )
+    before = cluster.status()["controller"]["snapshotSwaps"]
+    cluster.server.restart()
+    marker = f"after-grants-{uuid.uuid4().hex[:8]}"
+    api.patch("GatewayBackend", ns, "tools", {"metadata": {"labels": {"m": marker}}})
+    answers: list[int] = []
+
+    def settled() -> bool:
+        answers.append(cluster.initialize(path="/granted").status_code)
+        return cluster.status()["controller"]["snapshotSwaps"] > before
+
+    # Until the change made after the restart is built (the watches and lists are back),
+    # the permitted route never stops being permitted.
+    wait_until(settled, WAIT, "the controller to read the restarted API server")
+    answers.append(cluster.initialize(path="/granted").status_code)
+    assert set(answers) == {200}, answers
+    api.delete("HTTPRoute", NS, "granted")

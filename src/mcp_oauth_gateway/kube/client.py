@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -191,9 +191,12 @@ class KubeClient:
             if not token:
                 return Listing(items, str(metadata.get("resourceVersion") or ""))
 
-    async def watch(self, kind: Kind, resource_version: str) -> AsyncIterator[WatchEvent]:
+    async def watch(
+        self, kind: Kind, resource_version: str, opened: Callable[[], object] | None = None
+    ) -> AsyncIterator[WatchEvent]:
         """Changes to `kind` after `resource_version` until the server ends the watch;
-        ApiError with status 410 when that version is too old (list again)."""
+        ApiError with status 410 when that version is too old (list again). `opened` is called
+        once the server has accepted the watch."""
         query = [
             ("watch", "true"),
             ("allowWatchBookmarks", "true"),
@@ -207,6 +210,8 @@ class KubeClient:
         response = await self._request(
             Call("watch", kind.group, kind.plural), "GET", path, query, limit=timeout
         )
+        if opened is not None:
+            opened()
         buffer = bytearray()
         try:
             async for chunk in response.content.iter_any():

@@ -2,13 +2,18 @@
 
 A watch resumes from the last `resourceVersion` it saw (also across a lost connection or an API
 server restart); only `410 Gone` (that version is compacted away) lists again. Failures are
-retried with a growing delay and logged when they start, while they last, and when they end.
+retried with a short, jittered delay (a few seconds at most, so changes reach every replica soon
+after the server answers again) and logged when they start, while they last, and when they end.
+
+An error never counts as "the kind holds nothing": what was last listed stands until the server
+answers. Only an optional kind never listed yet is taken as absent (none known) meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from dataclasses import dataclass
 
@@ -21,9 +26,8 @@ from .kinds import Kind
 log = logging.getLogger("mcp_oauth_gateway.kube")
 
 FIRST_DELAY = 0.5
-MAX_DELAY = 30.0
-# An optional kind the server does not serve is asked for again this seldom.
-OPTIONAL_RETRY = 300.0
+# Replicas retry within this (jittered, so they do not come back in step).
+MAX_DELAY = 4.0
 # While a kind keeps failing, one line about it this often.
 FAILURE_LOG_INTERVAL = 30.0
 
@@ -63,13 +67,14 @@ class Backoff:
     last_log: float = 0.0
 
     def failed(self) -> float:
-        """The delay before the next attempt."""
+        """The delay before the next attempt: doubling up to MAX_DELAY, each a random half to
+        whole of it."""
         now = time.monotonic()
         if self.failing_since is None:
             self.failing_since, self.delay = now, FIRST_DELAY
         else:
             self.delay = min(self.delay * 2, MAX_DELAY)
-        return self.delay
+        return random.uniform(self.delay / 2, self.delay)
 
     def should_log(self) -> bool:
         """Log the first failure, then one line per interval."""
@@ -123,7 +128,9 @@ class KindWatch:
 
     async def _watch(self) -> None:
         assert self.resource_version is not None
-        async for event in self.client.watch(self.kind, self.resource_version):
+        # The watch being open is success (it may stay quiet): the next failure starts short.
+        events = self.client.watch(self.kind, self.resource_version, opened=self._recovered)
+        async for event in events:
             self._recovered()
             version = (event.object.get("metadata") or {}).get("resourceVersion")
             if event.type != "BOOKMARK":
@@ -138,17 +145,23 @@ class KindWatch:
 
     async def _refused(self, exc: ApiError) -> None:
         advice = refusal_advice(self.kind, exc)
-        if self.kind.optional and exc.status in (403, 404):
-            # Not fatal (the test API server has no Services): references to it are not checked.
-            self.cache.unavailable(self.kind, advice)
-            log.warning("%s: %s; %s", self.kind.plural, advice, self.kind.when_absent)
-            self.resource_version = None
-            await asyncio.sleep(OPTIONAL_RETRY)
-            return
-        self.cache.kinds[self.kind.kind].last_error = advice
+        state = self.cache.kinds[self.kind.kind]
         delay = self.backoff.failed()
+        absent = self.kind.optional and exc.status in (403, 404)
+        if absent and not state.synced:
+            # Never listed: taken as absent (none known, so nothing it would permit is) rather
+            # than holding every other kind back; asked for again like any failure.
+            self.cache.unavailable(self.kind, advice)
+        else:
+            # A kind once listed keeps what was listed: a server starting up answers 404 for a
+            # moment, and forgetting every ReferenceGrant would refuse what they permit.
+            state.last_error = advice
         if self.backoff.should_log():
-            log.error("%s: %s; retrying in %.1fs", self.kind.plural, advice, delay)
+            also = f"; {self.kind.when_absent}" if absent and not state.available else ""
+            level = logging.WARNING if absent else logging.ERROR
+            log.log(level, "%s: %s%s; retrying in %.1fs", self.kind.plural, advice, also, delay)
+        # A list starts again after a refusal: what is known stands until it succeeds.
+        self.resource_version = None
         await asyncio.sleep(delay)
 
     async def _lost(self, exc: BaseException) -> None:

@@ -14,7 +14,7 @@ import pytest
 from mcp_oauth_gateway.kube import watch as watch_module
 from mcp_oauth_gateway.kube.cache import ObjectCache
 from mcp_oauth_gateway.kube.client import ApiError, Listing, WatchEvent
-from mcp_oauth_gateway.kube.kinds import GATEWAY_POLICY, SERVICE, Kind
+from mcp_oauth_gateway.kube.kinds import GATEWAY_POLICY, REFERENCE_GRANT, SERVICE, Kind
 from mcp_oauth_gateway.kube.watch import KindWatch
 
 
@@ -42,13 +42,17 @@ class ScriptedServer:
             raise asyncio.CancelledError
         return self.lists.pop(0)
 
-    async def watch(self, kind: Kind, resource_version: str) -> AsyncIterator[WatchEvent]:
+    async def watch(
+        self, kind: Kind, resource_version: str, opened: Any = None
+    ) -> AsyncIterator[WatchEvent]:
         self.asked.append(("watch", resource_version))
         if not self.watches:
             raise asyncio.CancelledError
         script = self.watches.pop(0)
         if isinstance(script, BaseException):
             raise script
+        if opened is not None:
+            opened()
         for event in script:
             yield event
 
@@ -123,3 +127,58 @@ async def test_an_optional_kind_the_server_does_not_serve_counts_as_listed() -> 
     cache = await run(server, SERVICE)
     assert cache.synced
     assert not cache.available(SERVICE)
+
+
+def grant(name: str, version: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1beta1",
+        "kind": "ReferenceGrant",
+        "metadata": {"name": name, "namespace": "tools", "resourceVersion": version},
+        "spec": {
+            "from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "a"}],
+            "to": [{"group": "mcp-oauth-gateway.dev", "kind": "GatewayBackend"}],
+        },
+    }
+
+
+async def test_a_refused_list_never_forgets_what_was_listed() -> None:
+    # An API server restarting answers 404 for a moment: the grants stay known meanwhile
+    # (issue 25, item 3: every grant was dropped for minutes), and the kind is listed again.
+    not_found = ApiError(404, "NotFound", "the server could not find it", "list", "/p")
+    server = ScriptedServer([Listing([grant("g", "5")], "10")], [not_found])
+    listed: list[int] = []
+    real_list = server.list
+
+    async def list_then_refuse(kind: Kind) -> Listing:
+        listed.append(len(cache.kinds[REFERENCE_GRANT.kind].objects))
+        if len(listed) == 2:
+            server.asked.append(("list", ""))
+            raise not_found
+        return await real_list(kind)
+
+    cache = ObjectCache([REFERENCE_GRANT])
+    server.list = list_then_refuse  # type: ignore[method-assign]
+    with pytest.raises(asyncio.CancelledError):
+        await KindWatch(server, cache, REFERENCE_GRANT).run()  # type: ignore[arg-type]
+    assert cache.raw(REFERENCE_GRANT, "tools", "g") is not None
+    assert cache.available(REFERENCE_GRANT)
+    # The watch's 404 made it list again, and the refused list did not empty the cache either.
+    assert listed == [0, 1, 1]
+
+
+async def test_retries_are_short_jittered_and_start_over_once_a_watch_opens(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slept: list[float] = []
+
+    async def record(delay: float) -> None:
+        slept.append(delay)
+
+    monkeypatch.setattr(watch_module.asyncio, "sleep", record)
+    lost = aiohttp.ServerDisconnectedError()
+    server = ScriptedServer([Listing([], "1")], [lost] * 8 + [[]] + [lost])
+    await run(server)
+    assert all(0 < d <= watch_module.MAX_DELAY for d in slept)
+    assert len(set(slept)) == len(slept)  # jittered: replicas do not retry in step
+    # The quiet watch that opened reset the delay: the failure after it waited the first one.
+    assert slept[-1] <= watch_module.FIRST_DELAY
