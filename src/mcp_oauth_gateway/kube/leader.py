@@ -104,19 +104,31 @@ class LeaderElection:
     async def run(self) -> None:
         """Try to hold the Lease, forever."""
         while True:
+            budget = self.round_budget(time.monotonic())
             try:
-                await self._round()
+                # As client-go does: a round may not outlast the renew deadline, whatever the
+                # client's own timeouts (a hung API server kept a holder leading for ~31 s).
+                await asyncio.wait_for(self._round(), budget)
                 self._last_error = None
+            except TimeoutError:
+                self._failed(TimeoutError(f"the API server did not answer within {budget:.1f}s"))
             except (ApiError, *CONNECTION_ERRORS) as exc:
                 self._failed(exc)
             if self.leader and time.monotonic() - self.last_renewed > self.renew_deadline:
                 log.warning(
-                    "leader: could not renew Lease %s for %.0fs; no longer writing status",
+                    "leader: could not renew Lease %s within %.1fs; no longer writing status",
                     self.lease,
                     self.renew_deadline,
                 )
+                self.holder = ""  # unknown: the Lease may expire or be taken
                 self._set_leader(False)
             await asyncio.sleep(self.retry)
+
+    def round_budget(self, now: float) -> float:
+        """How long one round may take: a holder's, only until its renew deadline."""
+        if self.leader:
+            return max(0.05, self.last_renewed + self.renew_deadline - now)
+        return self.renew_deadline
 
     def _failed(self, exc: BaseException) -> None:
         message = str(exc) or type(exc).__name__
@@ -195,11 +207,18 @@ class LeaderElection:
         self.leader = leader
         if leader:
             log.info("leader: %s holds Lease %s and writes status", self.identity, self.lease)
-        else:
+        elif self.holder and self.holder != self.identity:
             log.info(
                 "follower: %s serves traffic; %s holds Lease %s and writes status",
                 self.identity,
-                self.holder or "nobody yet",
+                self.holder,
+                self.lease,
+            )
+        else:
+            log.info(
+                "follower: %s serves traffic and writes no status; no replica is known to hold "
+                "Lease %s",
+                self.identity,
                 self.lease,
             )
         self.on_change(leader)

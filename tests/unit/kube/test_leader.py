@@ -3,7 +3,13 @@ clock since it last changed), follow a live holder."""
 
 from __future__ import annotations
 
-from mcp_oauth_gateway.kube.leader import Observed, decide, lease_spec
+import asyncio
+import contextlib
+import logging
+
+import pytest
+
+from mcp_oauth_gateway.kube.leader import LeaderElection, Observed, decide, lease_spec
 
 
 def test_free_or_missing_lease_is_acquired() -> None:
@@ -39,3 +45,69 @@ def test_renewing_keeps_the_acquire_time_and_transitions() -> None:
 
 def test_first_holder_starts_at_zero_transitions() -> None:
     assert lease_spec("a", 10, 0.0, None)["leaseTransitions"] == 0
+
+
+class LeaseServer:
+    """A stand-in for the API client's Lease calls; `hang` makes every call wait forever, as
+    a hung API server does (the client's own timeouts are longer than a Lease)."""
+
+    def __init__(self) -> None:
+        self.raw: dict | None = None
+        self.version = 0
+        self.hang = False
+        self.hanging = 0
+
+    async def _maybe_hang(self) -> None:
+        if self.hang:
+            self.hanging += 1
+            await asyncio.Event().wait()
+
+    async def get(self, kind: object, namespace: str, name: str) -> dict | None:
+        await self._maybe_hang()
+        return self.raw
+
+    async def create(self, kind: object, namespace: str, body: dict) -> dict:
+        await self._maybe_hang()
+        return self._stored(body)
+
+    async def replace(self, kind: object, body: dict) -> dict:
+        await self._maybe_hang()
+        return self._stored(body)
+
+    def _stored(self, body: dict) -> dict:
+        self.version += 1
+        self.raw = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
+        return self.raw
+
+
+async def test_a_holder_whose_api_server_hangs_steps_down_by_its_renew_deadline(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="mcp_oauth_gateway.kube")
+    server = LeaseServer()
+    changes: list[bool] = []
+    election = LeaderElection(server, "ns", "replica-a", changes.append, duration=0.6)  # type: ignore[arg-type]
+    task = asyncio.create_task(election.run())
+    try:
+        async with asyncio.timeout(10):  # a guard against a hang, not a timing assertion
+            while not election.leader:
+                await asyncio.sleep(0.01)
+            server.hang = True
+            while election.leader:
+                await asyncio.sleep(0.01)
+        # It stepped down while the API server's call was still hanging.
+        assert server.hanging >= 1
+        assert changes == [True, False]
+        assert election.round_budget(0.0) == election.renew_deadline
+        lines = [r.getMessage() for r in caplog.records]
+        assert any("could not renew Lease ns/mcp-oauth-gateway" in line for line in lines)
+        assert not any("replica-a holds Lease" in line for line in lines if "follower" in line)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def test_a_holders_round_may_last_only_until_its_renew_deadline() -> None:
+    election = LeaderElection(LeaseServer(), "ns", "a", lambda _: None, duration=9.0)  # type: ignore[arg-type]
+    election.leader, election.last_renewed = True, 100.0
+    assert election.round_budget(101.0) == pytest.approx(5.0)  # 6 s deadline, 1 s gone
+    assert election.round_budget(200.0) == 0.05
