@@ -168,8 +168,13 @@ def test_fail_closed_until_first_fetch_then_recovers(rig):
     jwks, base, gateway, _ = rig
     token = mint(jwks.keys[0], claims_for(ISSUER, AUDIENCE))
     response = call(base, token)
-    assert response.status_code == 401
+    # The wait is the gateway's: 503 with Retry-After, not a 401 that sends the client to sign
+    # in again with a token that is fine. A token wrong anyway is still 401.
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
     assert "not yet available" in response.json()["error_description"]
+    expired = mint(jwks.keys[0], claims_for(ISSUER, AUDIENCE, ttl=-600))
+    assert call(base, expired).status_code == 401
     wait_until(lambda: "not yet available" in gateway.log(), 30, "the fetch failure to be logged")
     jwks.up = True
     wait_until(lambda: call(base, token).status_code == 200, 30, "recovery after JWKS is up")

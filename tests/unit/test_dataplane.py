@@ -9,6 +9,7 @@ from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
 from mcp_oauth_gateway.resources import load_paths
 from mcp_oauth_gateway.serving.app import GatewayApp
 from mcp_oauth_gateway.serving.options import ServeOptions
+from support import claims_for, unsigned
 
 from .resources_fixture import BASE, policy, write
 
@@ -41,15 +42,27 @@ async def test_preflight_is_answered_before_authentication(tmp_path):
 
 
 async def test_cors_headers_on_401_and_fail_closed_before_keyset(tmp_path):
+    # A token the keys might accept waits for them (503, retry: not the client's fault, and a
+    # 401 would send it to sign in again); one that is wrong anyway is 401 at once.
+    plausible = unsigned(
+        {"alg": "RS256", "kid": "k1"}, claims_for("http://idp/application/o/mcp/", "mcp-public")
+    )
     async with client_for(tmp_path, BASE + policy()) as client:
-        response = await client.post(
+        waiting = await client.post(
+            "/mcp", json={}, headers={"Origin": ORIGIN, "Authorization": f"Bearer {plausible}"}
+        )
+        refused = await client.post(
             "/mcp", json={}, headers={"Origin": ORIGIN, "Authorization": "Bearer a.b.c"}
         )
-    assert response.status_code == 401
-    assert "not yet available" in response.json()["error_description"]
-    assert response.headers["access-control-allow-origin"] == ORIGIN
-    assert response.headers["access-control-expose-headers"] == "Origin, Mcp-Session-Id"
-    assert response.headers["www-authenticate"].startswith('Bearer error="invalid_token"')
+    assert waiting.status_code == 503
+    assert waiting.headers["retry-after"] == "1"
+    assert waiting.json()["error"] == "temporarily_unavailable"
+    assert "not yet available" in waiting.json()["error_description"]
+    assert refused.status_code == 401
+    assert refused.headers["www-authenticate"].startswith('Bearer error="invalid_token"')
+    for response in (waiting, refused):
+        assert response.headers["access-control-allow-origin"] == ORIGIN
+        assert response.headers["access-control-expose-headers"] == "Origin, Mcp-Session-Id"
 
 
 async def test_protected_resource_metadata_document(tmp_path):

@@ -28,7 +28,7 @@ from mcp_oauth_gateway.resources.loader import validation_problems
 from mcp_oauth_gateway.resources.models import BrokerSettings, RemoteJwks
 from mcp_oauth_gateway.serving.app import GatewayApp
 from mcp_oauth_gateway.serving.options import ServeOptions
-from support import free_port
+from support import claims_for, free_port, unsigned
 
 from .resources_fixture import write
 
@@ -129,7 +129,10 @@ async def _answers(app: GatewayApp) -> dict[str, str]:
         for path in ("/status", "/readyz", "/config", "/metrics"):
             answers[path] = (await admin.get(path)).text
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8080") as client:
-        refused = await client.post("/mcp", headers={"Authorization": "Bearer a.b.c"})
+        token = unsigned(
+            {"alg": "RS256", "kid": "k"}, claims_for(f"http://127.0.0.1:{CLOSED}/realms/a", "mcp")
+        )
+        refused = await client.post("/mcp", headers={"Authorization": f"Bearer {token}"})
         answers["token"] = f"{refused.headers} {refused.text}"
         metadata = await client.get("/.well-known/oauth-authorization-server/mcp")
         answers["metadata"] = f"{metadata.headers} {metadata.text}"

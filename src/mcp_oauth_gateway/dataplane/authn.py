@@ -16,6 +16,7 @@ from ..asgi import (
     Receive,
     Scope,
     Send,
+    send_error,
 )
 from ..controlplane.control import Keyholder
 from ..controlplane.snapshot import CompiledMcp, CompiledProvider
@@ -31,6 +32,7 @@ from .tokens import (
     TokenError,
     TokenRules,
     UnknownKeyId,
+    check_claims,
     parse_unverified,
     verify_token,
 )
@@ -109,6 +111,13 @@ class JwtAuthentication:
         token = raw[7:].strip().decode("latin-1")
         try:
             claims = await self._verify(token)
+        except KeysetPending as exc:
+            # The gateway's own wait, not the token's fault: a 401 would send a client with a
+            # valid token to sign in again. Retried shortly instead.
+            await send_error(
+                send, 503, "temporarily_unavailable", str(exc), [(b"retry-after", b"1")]
+            )
+            return
         except TokenError as exc:
             if self.mode != "Permissive":
                 await self._deny(scope, send, str(exc), token_sent=True)
@@ -150,9 +159,15 @@ class JwtAuthentication:
         issuer, parsed = self._issuer_of(token)
         keyset = issuer.keys.keyset
         if keyset is None:
-            raise TokenError(
-                f"the signing keyset ({issuer.keys.shown}) is not yet available; "
-                f"requests fail closed until it is fetched"
+            # What can be told without keys is told (a malformed, expired or foreign token is
+            # 401 as it would be later); only a token the keys might accept waits.
+            unverified = parsed or parse_unverified(token)
+            if not isinstance(unverified.payload, dict):
+                raise TokenError("malformed token: the payload is not a JSON object")
+            check_claims(unverified.payload, issuer.rules, now)
+            raise KeysetPending(
+                f"the signing keyset ({issuer.keys.shown}) is not yet available; requests "
+                "with a token fail closed until it is fetched: retry shortly"
             )
         try:
             claims = verify_token(token, keyset, issuer.rules, now, parsed)
@@ -172,6 +187,10 @@ class JwtAuthentication:
         if self.metrics is not None:
             self.metrics.auth_failure(why)
         await self.challenger.unauthorized(scope, send, why, token_sent)
+
+
+class KeysetPending(TokenError):
+    """The keys that would check the token were never fetched yet (answered 503, retry)."""
 
 
 def challenger_for(mcp: CompiledMcp | None) -> Challenger:
