@@ -485,7 +485,14 @@ KINDS = (
         short_names=("gwpol",),
         description="OAuth 2.0 enforcement for the HTTPRoutes it targets: JWT authentication, "
         "MCP OAuth discovery, CEL authorization.",
-        columns=(_condition_column("Accepted"), _condition_column("Attached"), _AGE),
+        # ResolvedRefs too: Accepted and Attached are True for a policy whose keyset cannot be
+        # fetched, which serves nobody.
+        columns=(
+            _condition_column("Accepted"),
+            _condition_column("Attached"),
+            _condition_column("ResolvedRefs"),
+            _AGE,
+        ),
         status={
             "type": "object",
             "properties": {"conditions": _conditions(min_items=0), "ancestors": _ANCESTORS},

@@ -191,7 +191,11 @@ MERGE_PATCH = {"content-type": "application/merge-patch+json"}
 def test_status_subresource_and_printer_columns(server: DevApiServer) -> None:
     document = named(case_named("example").document(), "status")
     path = f"{collection('GatewayPolicy')}/{document['metadata']['name']}"
-    conditions = [condition("Accepted", "True"), condition("Attached", "False")]
+    conditions = [
+        condition("Accepted", "True"),
+        condition("Attached", "False"),
+        condition("ResolvedRefs", "False"),
+    ]
     ancestor = {
         "ancestorRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway"}
         | {"name": "mcp-gateway", "namespace": NAMESPACE},
@@ -208,8 +212,9 @@ def test_status_subresource_and_printer_columns(server: DevApiServer) -> None:
         assert refused.status_code == 422, refused.text
         table = server.request("GET", path, headers={"accept": TABLE}).json()
     columns = [column["name"] for column in table["columnDefinitions"]]
-    assert columns == ["Name", "Accepted", "Attached", "Age"]
-    assert table["rows"][0]["cells"][:3] == [document["metadata"]["name"], "True", "False"]
+    assert columns == ["Name", "Accepted", "Attached", "ResolvedRefs", "Age"]
+    # A policy whose keyset cannot be fetched shows it: ResolvedRefs False beside True/True.
+    assert table["rows"][0]["cells"][:4] == [document["metadata"]["name"], "True", "False", "False"]
 
 
 def test_backend_printer_columns_show_the_target(server: DevApiServer) -> None:

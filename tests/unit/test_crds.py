@@ -739,7 +739,7 @@ def test_policy_status_has_gep_713_ancestors() -> None:
 @pytest.mark.parametrize(
     ("kind", "columns"),
     [
-        ("GatewayPolicy", ["Accepted", "Attached", "Age"]),
+        ("GatewayPolicy", ["Accepted", "Attached", "ResolvedRefs", "Age"]),
         ("GatewayBackend", ["Host", "Port", "Path", "Age"]),
     ],
 )

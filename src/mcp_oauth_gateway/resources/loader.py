@@ -113,7 +113,12 @@ def _documents(path: Path) -> Iterable[tuple[int, object]]:
         yield from enumerate(yaml.safe_load_all(handle))
 
 
-def _parse_document(doc: object, source: Source) -> Loaded | list[str]:
+# Kinds a directory meant for `kubectl apply -f` holds that the gateway reads nothing from:
+# skipped, not refused (a Namespace must come first for the namespaced objects after it).
+NOT_READ = frozenset({("v1", "Namespace")})
+
+
+def _parse_document(doc: object, source: Source) -> Loaded | list[str] | None:
     if not isinstance(doc, dict):
         return [f"{source}: expected a mapping with apiVersion and kind, got {type(doc).__name__}"]
     api_version, kind = doc.get("apiVersion"), doc.get("kind")
@@ -122,6 +127,8 @@ def _parse_document(doc: object, source: Source) -> Loaded | list[str]:
     name = f"{metadata.get('namespace', 'default')}/{metadata.get('name', '<unnamed>')}"
     if not isinstance(api_version, str) or not isinstance(kind, str):
         return [f"{source}: {name}: apiVersion and kind are required strings"]
+    if (api_version, kind) in NOT_READ:
+        return None
     model = KINDS.get((api_version, kind))
     if model is None:
         known = ", ".join(f"{k} ({v})" for v, k in KINDS)
@@ -158,6 +165,8 @@ def load_paths(paths: Sequence[str | Path]) -> LoadResult:
             if doc is None:  # an empty document between `---` separators
                 continue
             parsed = _parse_document(doc, Source(str(path), index))
+            if parsed is None:
+                continue
             if isinstance(parsed, list):
                 result.errors.extend(parsed)
                 continue

@@ -143,3 +143,22 @@ def test_with_the_secret_in_place_the_credentials_patch_is_accepted(tmp_path: Pa
     (report,) = result.snapshot.policies
     assert report.ok, report.conditions
     assert "s3cret" not in repr(result.snapshot)
+
+
+def test_kubectl_apply_of_the_directory_creates_each_namespace_before_its_objects() -> None:
+    # kubectl applies a directory's files in name order, each object in turn: an object in a
+    # namespace not created yet fails the apply.
+    created: set[str] = set()
+    for path in sorted(EXAMPLE.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc:
+                continue
+            if doc["kind"] == "Namespace":
+                created.add(doc["metadata"]["name"])
+            namespace = doc["metadata"].get("namespace")
+            assert namespace is None or namespace in created, f"{path.name}: {namespace}"
+
+
+def test_the_loader_reads_nothing_from_namespaces_and_refuses_nothing_for_them() -> None:
+    loaded = load_paths([EXAMPLE / "00-namespaces.yaml"])
+    assert (loaded.errors, loaded.resources) == ([], [])
