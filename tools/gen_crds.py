@@ -64,6 +64,15 @@ class Rule:
     controller: str = ""  # what only the controller checks (listed in the CRD's comment)
 
 
+def _http_url_rule(field: str) -> Rule:
+    # The models' own grammar (HTTP_URL) as the pattern; what only the WHATWG parser can say
+    # (a host it refuses, a port out of range) is the controller's.
+    return Rule(
+        keywords={"pattern": f"^{models.HTTP_URL.pattern}$"},
+        controller=f"{field}: an http(s) URL whose host and port the WHATWG URL parser reads",
+    )
+
+
 def _duration_rule(bound: str, message: str) -> Rule:
     # The guard keeps a malformed duration to the pattern's error instead of a CEL
     # evaluation error on top of it.
@@ -103,9 +112,7 @@ _AFTER_VALIDATORS: dict[Callable[..., Any], Rule] = {
             "not": {"pattern": PROTECTED_HEADERS_PATTERN},
         }
     ),
-    models._redis_url: Rule(
-        controller="redisUrl: a redis://, rediss:// or unix: URL (read by urllib's URL parser)"
-    ),
+    models._redis_url: Rule(keywords={"pattern": f"^{models.REDIS_URL.pattern}$"}),
 }
 
 # `@field_validator` and `@model_validator` methods, keyed by (model, method name).
@@ -113,9 +120,7 @@ _DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
     (models.RemoteJwks, "_duration"): _duration_rule(
         ">= duration('1s')", "cacheDuration must be at least 1s"
     ),
-    (models.RemoteJwks, "_url"): Rule(
-        controller="jwks.remote.url: an absolute http(s) URL as the WHATWG URL parser reads it"
-    ),
+    (models.RemoteJwks, "_url"): _http_url_rule("jwks.remote.url"),
     (models.RemoteJwks, "_one_source"): Rule(
         cel=(
             ("has(self.backendRef) != has(self.url)", "set exactly one of backendRef or url"),
@@ -133,10 +138,7 @@ _DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
     (models.Jwks, "_one_source"): Rule(
         cel=(("has(self.remote) != has(self.inline)", "set exactly one of remote or inline"),)
     ),
-    (models.ResourceMetadata, "_resource"): Rule(
-        controller="mcp.resourceMetadata.resource: an absolute http(s) URL (WHATWG) without "
-        "a fragment"
-    ),
+    (models.ResourceMetadata, "_resource"): _http_url_rule("mcp.resourceMetadata.resource"),
     (models.ResourceMetadata, "_minimal"): _no_refresh_scope("scopesSupported"),
     (models.Scopes, "_required"): _no_refresh_scope("scopes.required"),
     (models.McpScopeRule, "_required"): _no_refresh_scope("required"),
@@ -152,9 +154,7 @@ _DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
     (models.SecretSource, "_one_source"): Rule(
         cel=(("has(self.file) != has(self.env)", "set exactly one of file or env"),)
     ),
-    (models.TokenExchange, "_resource"): Rule(
-        controller="credentials.tokenExchange.resource: an absolute http(s) URL (WHATWG)"
-    ),
+    (models.TokenExchange, "_resource"): _http_url_rule("credentials.tokenExchange.resource"),
     (models.TokenExchange, "_target"): Rule(
         cel=(
             (

@@ -297,8 +297,34 @@ def _limit(**fields: object) -> tuple[str, object]:
     return (L, {"key": "jwt.sub", "requests": 10, **fields})
 
 
+# URLs the schema refuses as the models do (issue 25, item 1: "not-a-url" was stored and the
+# route lost its policy).
+REFUSED_URLS = [
+    pol("url-not-a-url", f"{R}.url", (R, {"url": "not a url"})),
+    pol("url-not-http", f"{R}.url", (R, {"url": "ftp://idp.example/jwks"})),
+    pol("url-no-slashes", f"{R}.url", (R, {"url": "http:idp.example/jwks"})),
+    pol("url-user-info", f"{R}.url", (R, {"url": "http://user:pw@idp.example/jwks"})),
+    pol("url-fragment", f"{R}.url", (R, {"url": "http://idp.example/jwks#k"})),
+    pol("url-space", f"{R}.url", (R, {"url": "http://idp.example/j wks"})),
+    pol(
+        "resource-relative",
+        f"{M}.resourceMetadata.resource",
+        (f"{M}.resourceMetadata.resource", "127.0.0.1/mcp"),
+    ),
+    pol(
+        "resource-fragment",
+        f"{M}.resourceMetadata.resource",
+        (f"{M}.resourceMetadata.resource", "http://a/mcp#x"),
+    ),
+    pol("broker-redis-url", f"{M}.broker.redisUrl", (f"{M}.broker", {"redisUrl": "http://r:6379"})),
+    pol("limit-redis-url", f"{L}.redisUrl", _limit(redisUrl="http://127.0.0.1:6379")),
+    pol("limit-redis-url-space", f"{L}.redisUrl", _limit(redisUrl=" redis://127.0.0.1:6379")),
+]
+
+
 # Refused by the schema (or its CEL rules) and by the loader, both naming `field`.
 REFUSED = [
+    *REFUSED_URLS,
     # Whole-value matches, ASCII digits: a trailing newline or another script's digit is refused
     # by both (Python's `$` and `\d` would admit them; RE2 and the models do not).
     pol(
@@ -502,21 +528,16 @@ ACCEPTED = [
 
 # Accepted by the schema, refused by the loader at `field`: checks only the controller makes
 # in Kubernetes (Accepted=False), listed in the CRD's comment.
+# What only the WHATWG URL parser can say of a URL the schema's pattern admits: the controller
+# refuses such a policy, and its routes answer 503 (a stand-in claims them).
 CONTROLLER_ONLY = [
-    pol("url-not-a-url", f"{R}.url", (R, {"url": "not a url"})),
-    pol("url-not-http", f"{R}.url", (R, {"url": "ftp://idp.example/jwks"})),
+    pol("url-port-out-of-range", f"{R}.url", (R, {"url": "http://idp.example:99999/jwks"})),
+    pol("url-unclosed-ipv6", f"{R}.url", (R, {"url": "http://[::1/jwks"})),
     pol(
-        "resource-relative",
+        "resource-bad-host",
         f"{M}.resourceMetadata.resource",
-        (f"{M}.resourceMetadata.resource", "127.0.0.1/mcp"),
+        (f"{M}.resourceMetadata.resource", "http://a%zz/mcp"),
     ),
-    pol(
-        "resource-fragment",
-        f"{M}.resourceMetadata.resource",
-        (f"{M}.resourceMetadata.resource", "http://a/mcp#x"),
-    ),
-    pol("broker-redis-url", f"{M}.broker.redisUrl", (f"{M}.broker", {"redisUrl": "http://r:6379"})),
-    pol("limit-redis-url", f"{L}.redisUrl", _limit(redisUrl="http://127.0.0.1:6379")),
 ]
 
 

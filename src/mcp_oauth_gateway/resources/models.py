@@ -36,9 +36,22 @@ def parse_duration(text: str) -> float:
     return hours * 3600 + minutes * 60 + seconds + millis / 1000
 
 
+# What the CRD schema can say of an http(s) URL, so the API server refuses what the gateway
+# would (a refused policy fails its routes closed, but it should not be stored at all):
+# `http(s)://`, a host without user information, no fragment, no ASCII space or backslash
+# (explicit classes: `\s` is Unicode in Python, ASCII in the API server's RE2). The
+# WHATWG parser then reads the rest (a host it refuses is the controller's to report).
+HTTP_URL = re.compile(
+    r"[Hh][Tt][Tt][Pp][Ss]?://[^\t\n\v\f\r /?#@\\]+(?:[/?][^\t\n\v\f\r #\\]*)?"
+)
+# And of a Redis URL: its scheme, as urllib reads it.
+REDIS_URL = re.compile(r"(?:[Rr][Ee][Dd][Ii][Ss][Ss]?|[Uu][Nn][Ii][Xx]):[^\t\n\v\f\r ]*")
+
+
 def _absolute_http_url(value: str) -> str:
-    # Read as browsers and MCP clients read it (WHATWG), not as urllib does.
-    if navigable(value) is None or any(c in value for c in "\\\t\r\n "):
+    # Read as browsers and MCP clients read it (WHATWG), not as urllib does, and written as the
+    # CRD schema says (HTTP_URL).
+    if navigable(value) is None or not HTTP_URL.fullmatch(value):
         raise ValueError(f"{shown_url(value)!r} is not an absolute http(s) URL")
     return value
 
@@ -464,7 +477,7 @@ class ResourceMetadata(_Model):
 
 
 def _redis_url(value: str) -> str:
-    if urlsplit(value).scheme not in ("redis", "rediss", "unix"):
+    if not REDIS_URL.fullmatch(value) or urlsplit(value).scheme not in ("redis", "rediss", "unix"):
         raise ValueError(f"{shown_url(value)!r} is not a redis:// or rediss:// URL")
     return value
 
