@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import os
 import signal
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ import pytest
 import yaml
 from joserfc.jwk import RSAKey
 
+from kube_support import ACCEPT, INITIALIZE, WAIT, Api, controller_cmd
 from support import (
     NODE_DIR,
     ROOT,
@@ -48,93 +48,6 @@ FAILOVER_NS = "mcp-e2e-failover"
 CLIENT_ID = "mcp-public"
 EXAMPLE = ROOT / "examples" / "kubernetes"
 POLICY_CRDS = sorted((ROOT / "deploy" / "crds").glob("*.yaml"))
-GROUPS = {
-    "GatewayClass": ("gateway.networking.k8s.io/v1", "gatewayclasses"),
-    "Gateway": ("gateway.networking.k8s.io/v1", "gateways"),
-    "HTTPRoute": ("gateway.networking.k8s.io/v1", "httproutes"),
-    "ReferenceGrant": ("gateway.networking.k8s.io/v1beta1", "referencegrants"),
-    "GatewayBackend": ("mcp-oauth-gateway.dev/v1alpha1", "gatewaybackends"),
-    "GatewayPolicy": ("mcp-oauth-gateway.dev/v1alpha1", "gatewaypolicies"),
-    "Lease": ("coordination.k8s.io/v1", "leases"),
-}
-ACCEPT = {"Accept": "application/json, text/event-stream"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "k8s-e2e", "version": "1"},
-    },
-}
-WAIT = 60.0
-
-
-class Api:
-    """The test's own calls to the API server (the gateway uses kubernetes_asyncio)."""
-
-    def __init__(self, server: Any):
-        self.server = server
-
-    @staticmethod
-    def path(kind: str, namespace: str | None, name: str | None = None, sub: str = "") -> str:
-        api_version, plural = GROUPS[kind]
-        where = f"/namespaces/{namespace}" if namespace else ""
-        path = f"/apis/{api_version}{where}/{plural}"
-        return path + (f"/{name}" if name else "") + (f"/{sub}" if sub else "")
-
-    def create(self, doc: dict[str, Any]) -> dict[str, Any]:
-        response = self.server.request(
-            "POST", self.path(doc["kind"], doc["metadata"].get("namespace")), doc
-        )
-        assert response.status_code == 201, response.text
-        return response.json()
-
-    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
-        response = self.server.request("GET", self.path(kind, namespace, name))
-        assert response.status_code == 200, response.text
-        return response.json()
-
-    def patch(self, kind: str, namespace: str | None, name: str, patch: dict[str, Any]) -> int:
-        """A JSON merge patch; the object's new generation."""
-        response = self.server.request(
-            "PATCH",
-            self.path(kind, namespace, name),
-            patch,
-            headers={"Content-Type": "application/merge-patch+json"},
-        )
-        assert response.status_code == 200, response.text
-        return int(response.json()["metadata"]["generation"])
-
-    def delete(self, kind: str, namespace: str | None, name: str) -> None:
-        response = self.server.request("DELETE", self.path(kind, namespace, name))
-        assert response.status_code in (200, 202, 404), response.text
-
-    def conditions(self, kind: str, namespace: str | None, name: str) -> dict[str, dict[str, Any]]:
-        """The object's own `status.conditions`, by type."""
-        status = self.get(kind, namespace, name).get("status") or {}
-        return {c["type"]: c for c in status.get("conditions") or []}
-
-    def wait_conditions(
-        self, kind: str, namespace: str | None, name: str, want: dict[str, str], generation: int
-    ) -> dict[str, dict[str, Any]]:
-        """Until the object's conditions have the wanted statuses for `generation`."""
-        seen: dict[str, dict[str, Any]] = {}
-
-        def ready() -> bool:
-            nonlocal seen
-            seen = self.conditions(kind, namespace, name)
-            return all(
-                t in seen and seen[t]["status"] == s and seen[t]["observedGeneration"] == generation
-                for t, s in want.items()
-            )
-
-        try:
-            wait_until(ready, WAIT, f"{kind} {name} conditions {want} at generation {generation}")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; last seen: {seen}") from None
-        return seen
 
 
 def example_objects(gateway_port: int, idp: str, backend: str, gateway: str) -> list[dict]:
@@ -161,20 +74,6 @@ def example_objects(gateway_port: int, idp: str, backend: str, gateway: str) -> 
             jwt["providers"][0]["jwks"] = {"remote": {"url": f"{idp}/application/o/mcp/jwks/"}}
             jwt["mcp"]["resourceMetadata"]["resource"] = f"{gateway}/mcp"
     return docs
-
-
-def controller_cmd(kubeconfig: Path, admin_port: int, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "mcp_oauth_gateway",
-        "serve",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--admin-port",
-        str(admin_port),
-        *extra,
-    ]
 
 
 @dataclass
