@@ -6,17 +6,24 @@
 
 The spec schemas are read from the pydantic models in `mcp_oauth_gateway.resources.models`
 (camelCase aliases, Literal enums, length and number bounds, required fields, scalar defaults),
-so the API server and the file loader accept the same documents. Validators are code, not
-schema: every one the two kinds use must have an entry in `_AFTER_VALIDATORS` or `_DECORATED`
-below, saying how it is expressed (an OpenAPI keyword when one can say it, because editors and
-offline linters read those too; a CEL rule only for what OpenAPI cannot say) or that only the
-controller checks it. A validator without an entry, or an entry no model uses any more, stops
-the generator, so the CRDs cannot silently drift from the models.
+so the API server and the file loader accept the same documents. Their descriptions, which
+`kubectl explain` shows, are the docstrings under the fields (a model's own docstring for a
+list's items, or for a field without one); a field with neither stops the generator.
+
+Validators are code, not schema: every one the two kinds use must have an entry in
+`_AFTER_VALIDATORS` or `_DECORATED` below, saying how it is expressed (an OpenAPI keyword when
+one can say it, because editors and offline linters read those too; a CEL rule only for what
+OpenAPI cannot say) or that only the controller checks it. A validator without an entry, or an
+entry no model uses any more, stops the generator, so the CRDs cannot silently drift from the
+models.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import inspect
+import itertools
 import sys
 import textwrap
 import types
@@ -253,7 +260,13 @@ def _schema_for(tp: Any, walk: _Walk, where: str) -> Schema:
     if origin is typing.Literal:
         return _literal(args, where)
     if origin is list:
-        return {"type": "array", "items": _schema_for(args[0], walk, f"{where}[]")}
+        items = _schema_for(args[0], walk, f"{where}[]")
+        if items.get("type") == "object" and not items.get("description"):
+            raise GeneratorError(
+                f"{where}[]: {args[0].__name__} has no docstring; write one in "
+                "resources/models.py (it describes each item of the list)"
+            )
+        return {"type": "array", "items": items}
     if origin is dict:
         return _map_schema(args[0], args[1], walk, where)
     if isinstance(tp, type) and issubclass(tp, BaseModel):
@@ -296,8 +309,65 @@ def _default(info: FieldInfo) -> object:
     return None
 
 
+def _field_docstrings(module: types.ModuleType) -> dict[tuple[str, str], str]:
+    """(class, field) → the docstring written under the field in the module's source.
+
+    Read here rather than by pydantic (`use_attribute_docstrings`), which costs every gateway
+    process ~50 ms at import for text only the CRDs use.
+    """
+    found: dict[tuple[str, str], str] = {}
+    for node in ast.parse(inspect.getsource(module)).body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for stmt, doc in itertools.pairwise(node.body):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(doc, ast.Expr)
+                and isinstance(doc.value, ast.Constant)
+                and isinstance(doc.value.value, str)
+            ):
+                found[node.name, stmt.target.id] = doc.value.value
+    return found
+
+
+_DOCSTRINGS = _field_docstrings(models)
+
+
+def _field_text(model: type[BaseModel], name: str) -> str | None:
+    """What describes a field: its `Field(description=...)`, else its docstring."""
+    text = model.model_fields[name].description
+    if text is None and model.__module__ == models.__name__:
+        text = _DOCSTRINGS.get((model.__qualname__, name))
+    return text
+
+
+def _prose(text: str) -> str:
+    """A docstring as one line: `kubectl explain` wraps it to the terminal itself."""
+    return " ".join(text.split())
+
+
+def _described(node: Schema, text: str | None, where: str) -> Schema:
+    """`node` with `text` (a field's docstring) as its description, written first.
+
+    A description already on an object node is its model's docstring, which the field's
+    replaces; on any other node it is a validator's note (`Rule` keywords), which follows it.
+    """
+    own = node.pop("description", None)
+    if text and own and node.get("type") != "object":
+        text = f"{text} {own}"
+    text = text or own
+    if not text:
+        raise GeneratorError(
+            f"{where}: no description; write a docstring under the field in "
+            "resources/models.py (what it means, its default, its form)"
+        )
+    return {"description": _prose(text), **node}
+
+
 def _object_schema(model: type[BaseModel], walk: _Walk, where: str) -> Schema:
-    """The schema of one model: its aliased fields, required ones, defaults and validators."""
+    """The schema of one model: its aliased fields, required ones, defaults, validators and
+    descriptions."""
     if model.model_config.get("extra") != "forbid":
         raise GeneratorError(f"{where}: {model.__name__} does not forbid unknown fields")
     properties: Schema = {}
@@ -314,8 +384,10 @@ def _object_schema(model: type[BaseModel], walk: _Walk, where: str) -> Schema:
             required.append(alias)
         elif (default := _default(info)) is not None:
             node["default"] = default
-        properties[alias] = node
+        properties[alias] = _described(node, _field_text(model, name), f"{where}.{alias}")
     schema: Schema = {"type": "object", "properties": properties}
+    if model.__doc__:
+        schema = {"description": _prose(model.__doc__), **schema}
     if required:
         schema["required"] = required
     _apply_decorators(model, schema, walk, where)
@@ -348,22 +420,45 @@ def _rule_for(model: type[BaseModel], name: str, where: str) -> Rule:
 
 # --- status ----------------------------------------------------------------------------------
 
-# metav1.Condition, as the Gateway API CRDs write it.
+# metav1.Condition, as the Gateway API CRDs write it (the words are ours).
 _CONDITION: Schema = {
+    "description": "One aspect of the object's state, as the controller last saw it.",
     "type": "object",
     "required": ["lastTransitionTime", "message", "reason", "status", "type"],
     "properties": {
-        "lastTransitionTime": {"type": "string", "format": "date-time"},
-        "message": {"type": "string", "maxLength": 32768},
-        "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+        "lastTransitionTime": {
+            "description": "When `status` last changed (RFC 3339); it stays while the status does.",
+            "type": "string",
+            "format": "date-time",
+        },
+        "message": {
+            "description": "What the controller found, in words; for a problem, what is wrong "
+            "and where.",
+            "type": "string",
+            "maxLength": 32768,
+        },
+        "observedGeneration": {
+            "description": "The `metadata.generation` the condition was computed for; lower than "
+            "the object's means the controller has not caught up with its latest change.",
+            "type": "integer",
+            "format": "int64",
+            "minimum": 0,
+        },
         "reason": {
+            "description": "Why the condition has its status, as one CamelCase word such as "
+            "`Valid` or `Invalid`.",
             "type": "string",
             "minLength": 1,
             "maxLength": 1024,
             "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
         },
-        "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+        "status": {
+            "description": "`True`, `False` or `Unknown`.",
+            "type": "string",
+            "enum": ["True", "False", "Unknown"],
+        },
         "type": {
+            "description": "What the condition is about, e.g. `Accepted`.",
             "type": "string",
             "maxLength": 316,
             "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
@@ -375,8 +470,9 @@ _CONDITION: Schema = {
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
-def _conditions(min_items: int) -> Schema:
+def _conditions(description: str, min_items: int = 0) -> Schema:
     schema: Schema = {
+        "description": description,
         "type": "array",
         "maxItems": 8,
         "items": _CONDITION,
@@ -388,57 +484,87 @@ def _conditions(min_items: int) -> Schema:
     return schema
 
 
+_POLICY_CONDITIONS = (
+    "`Accepted`: reason `Valid`, or `Invalid` naming every problem (the targeted routes then "
+    "answer 503). `Attached`: reason `Attached`, or `TargetNotFound`, `Pending`, `Conflicted`. "
+    "`ResolvedRefs`: the signing keys; `KeysetUnavailable` until fetched (the routes serve "
+    "nobody), `KeysetStale` while refreshes fail."
+)
+
 # GEP-713 PolicyAncestorStatus: the Gateway a targeted route is attached to, per controller.
 _ANCESTOR_REF: Schema = {
+    "description": "The Gateway a targeted route is attached to.",
     "type": "object",
     "required": ["name"],
     "properties": {
         "group": {
+            "description": "API group of the Gateway; default `gateway.networking.k8s.io`.",
             "type": "string",
             "default": models.GATEWAY_API_GROUP,
             "maxLength": 253,
             "pattern": "^$|" + _DNS_SUBDOMAIN,
         },
         "kind": {
+            "description": "Kind of the ancestor: `Gateway`, the default.",
             "type": "string",
             "default": "Gateway",
             "minLength": 1,
             "maxLength": 63,
             "pattern": "^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$",
         },
-        "name": {"type": "string", "minLength": 1, "maxLength": 253},
+        "name": {
+            "description": "Name of the Gateway.",
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 253,
+        },
         "namespace": {
+            "description": "Namespace of the Gateway.",
             "type": "string",
             "minLength": 1,
             "maxLength": 63,
             "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
         },
         "sectionName": {
+            "description": "One listener of the Gateway, when the entry is about it alone.",
             "type": "string",
             "minLength": 1,
             "maxLength": 253,
             "pattern": _DNS_SUBDOMAIN,
         },
-        "port": {"type": "integer", "format": "int32", "minimum": 1, "maximum": 65535},
+        "port": {
+            "description": "One port of the Gateway, when the entry is about it alone.",
+            "type": "integer",
+            "format": "int32",
+            "minimum": 1,
+            "maximum": 65535,
+        },
     },
 }
 
 _ANCESTORS: Schema = {
+    "description": "One entry per controller and Gateway serving a targeted route (GEP-713); "
+    "entries of other controllers are left as they are.",
     "type": "array",
     "maxItems": 16,
     "x-kubernetes-list-type": "atomic",
     "items": {
+        "description": "The policy's status at one Gateway.",
         "type": "object",
         "required": ["ancestorRef", "controllerName", "conditions"],
         "properties": {
             "ancestorRef": _ANCESTOR_REF,
             "controllerName": {
+                "description": "The controller that wrote the entry, e.g. "
+                "`mcp-oauth-gateway.dev/gateway-controller`.",
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 253,
                 "pattern": _DNS_SUBDOMAIN[:-1] + r"\/[A-Za-z0-9\/\-._~%!$&'()*+,;=:]+$",
             },
-            "conditions": _conditions(min_items=1),
+            "conditions": _conditions(
+                "The policy's conditions at this Gateway, as in `status.conditions`.", min_items=1
+            ),
         },
     },
 }
@@ -483,8 +609,9 @@ KINDS = (
         model=models.GatewayPolicy,
         plural="gatewaypolicies",
         short_names=("gwpol",),
-        description="OAuth 2.0 enforcement for the HTTPRoutes it targets: JWT authentication, "
-        "MCP OAuth discovery, CEL authorization.",
+        description="OAuth 2.0 for the MCP servers behind the HTTPRoutes it targets: JWT "
+        "authentication, MCP OAuth discovery and client registration, CEL authorization, scopes, "
+        "rate limits, and what the MCP server receives.",
         # ResolvedRefs too: Accepted and Attached are True for a policy whose keyset cannot be
         # fetched, which serves nobody.
         columns=(
@@ -494,22 +621,33 @@ KINDS = (
             _AGE,
         ),
         status={
+            "description": "Written by the gateway's controller: the policy's conditions, and "
+            "the same per Gateway that serves its routes.",
             "type": "object",
-            "properties": {"conditions": _conditions(min_items=0), "ancestors": _ANCESTORS},
+            "properties": {"conditions": _conditions(_POLICY_CONDITIONS), "ancestors": _ANCESTORS},
         },
     ),
     Kind(
         model=models.GatewayBackend,
         plural="gatewaybackends",
         short_names=("gwbe",),
-        description="An MCP server that HTTPRoutes send traffic to.",
+        description="An MCP server that HTTPRoutes send traffic to, named in their backendRefs.",
         columns=(
             {"name": "Host", "type": "string", "jsonPath": f"{_TARGET}.host"},
             {"name": "Port", "type": "integer", "jsonPath": f"{_TARGET}.port"},
             {"name": "Path", "type": "string", "jsonPath": f"{_TARGET}.path"},
             _AGE,
         ),
-        status={"type": "object", "properties": {"conditions": _conditions(min_items=0)}},
+        status={
+            "description": "Written by the gateway's controller.",
+            "type": "object",
+            "properties": {
+                "conditions": _conditions(
+                    "`Accepted`: True naming the target, or False reason `Invalid` naming the "
+                    "problem."
+                )
+            },
+        },
     ),
 )
 
@@ -533,18 +671,23 @@ _POLICY_COMPILE_CHECKS = (
 def spec_schema(kind: Kind, walk: _Walk) -> Schema:
     """The schema of `spec`, from the model's `spec` field."""
     info = kind.model.model_fields["spec"]
-    return _schema_for(info.annotation, walk, "spec")
+    node = _schema_for(info.annotation, walk, "spec")
+    return _described(node, _field_text(kind.model, "spec"), "spec")
 
 
 def crd(kind: Kind, walk: _Walk) -> Schema:
     """The CustomResourceDefinition of one kind."""
     schema: Schema = {
-        "type": "object",
         "description": kind.description,
+        "type": "object",
         "required": ["spec"],
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
+            "apiVersion": {
+                "description": f"The API version of the object: `{GROUP}/{VERSION}`.",
+                "type": "string",
+            },
+            "kind": {"description": f"The object's kind: `{kind.name}`.", "type": "string"},
+            # No description: the API server forbids anything but `type` here.
             "metadata": {"type": "object"},
             "spec": spec_schema(kind, walk),
             "status": kind.status,

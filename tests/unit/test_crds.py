@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import inspect
+import json
 import re
 import sys
 from collections.abc import Iterator, Mapping
@@ -27,7 +29,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import ValidationError, validators
 from openapi_schema_validator import OAS30Validator
-from pydantic import BaseModel, field_validator
+from pydantic import BaseModel, Field, field_validator
 from pydantic import ValidationError as PydanticError
 
 from mcp_oauth_gateway.resources import load_paths
@@ -693,6 +695,29 @@ def node_at(kind: str, path: str) -> Schema:
     return node
 
 
+def undescribed(node: Schema, path: str = "") -> Iterator[str]:
+    """The paths `kubectl explain` would show as `<no description>`: every property, and the
+    items of every list of objects, without one."""
+    for name, sub in node.get("properties", {}).items():
+        child = _join(path, name)
+        # The API server refuses anything but `type` on the root's metadata.
+        if child != "metadata" and not str(sub.get("description", "")).strip():
+            yield child
+        yield from undescribed(sub, child)
+    items = node.get("items")
+    if isinstance(items, dict):
+        if items.get("type") == "object" and not str(items.get("description", "")).strip():
+            yield f"{path}[]"
+        yield from undescribed(items, f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from undescribed(node["additionalProperties"], f"{path}{{}}")
+
+
+def prose(text: str | None) -> str:
+    """A docstring as the generator writes it: one line."""
+    return " ".join((text or "").split())
+
+
 # --- tests --------------------------------------------------------------------------------------
 
 
@@ -709,7 +734,7 @@ def test_generator_stops_at_a_validator_it_has_no_rule_for() -> None:
     gen = generator()
 
     class Probe(m._Model):
-        name: m.NonEmpty
+        name: m.NonEmpty = Field(description="Described.")
 
         @field_validator("name")
         @classmethod
@@ -717,6 +742,29 @@ def test_generator_stops_at_a_validator_it_has_no_rule_for() -> None:
             return value
 
     with pytest.raises(gen.GeneratorError, match=r"Probe\._checked has no entry"):
+        gen._object_schema(Probe, gen._Walk(), "spec")
+
+
+def test_generator_stops_at_a_field_without_a_description() -> None:
+    gen = generator()
+
+    class Probe(m._Model):
+        name: m.NonEmpty
+
+    with pytest.raises(gen.GeneratorError, match=r"spec\.name: no description; write a docstring"):
+        gen._object_schema(Probe, gen._Walk(), "spec")
+
+
+def test_generator_stops_at_list_items_without_a_docstring() -> None:
+    gen = generator()
+
+    class Item(m._Model):
+        name: m.NonEmpty = Field(description="Described.")
+
+    class Probe(m._Model):
+        items: list[Item] = Field(description="Described too.")
+
+    with pytest.raises(gen.GeneratorError, match=r"spec\.items\[\]: Item has no docstring"):
         gen._object_schema(Probe, gen._Walk(), "spec")
 
 
@@ -780,6 +828,45 @@ def test_schemas_are_structural(kind: str) -> None:
     root = schema(kind)
     assert list(structural_problems(root)) == []
     assert root["properties"]["metadata"] == {"type": "object"}
+
+
+@pytest.mark.parametrize("kind", PLURALS)
+def test_kubectl_explain_has_a_description_for_every_field(kind: str) -> None:
+    """Issue 25, item 7: `kubectl explain gatewaypolicy.spec` said `<no description>`."""
+    missing = list(undescribed(schema(kind)))
+    assert not missing, (
+        f"{kind}: no description at {', '.join(missing)}; write a docstring under the field in "
+        "src/mcp_oauth_gateway/resources/models.py (status: tools/gen_crds.py), then run "
+        f"{generator().REGENERATE}"
+    )
+    assert schema(kind)["description"]
+
+
+def test_descriptions_are_the_models_docstrings() -> None:
+    """One source: the docstring under a field, then what a validator adds that the server
+    words poorly (a protected header name is refused as `must not validate the schema (not)`)."""
+    mode = node_at("GatewayPolicy", f"{P}.mode")["description"]
+    assert f'"""{mode}"""' in prose(inspect.getsource(m.JwtAuthentication)), mode
+    assert node_at("GatewayPolicy", "spec.targetRefs[]")["description"] == prose(
+        m.PolicyTargetRef.__doc__
+    )
+    name = node_at("GatewayPolicy", f"{X}.set[].name")["description"]
+    own = name.partition(". An HTTP header name")[0]
+    assert f'"""{own}."""' in prose(inspect.getsource(m.HeaderValue)), name
+    for path in (f"{X}.set[].name", f"{X}.remove[]", f"{CR}.secretHeader.header"):
+        description = node_at("GatewayPolicy", path)["description"]
+        assert all(header in description for header in m._PROTECTED), (path, description)
+
+
+# Client-side `kubectl apply -k deploy/` keeps the whole CRD as JSON in an annotation, and an
+# object's annotations together may hold 256 KiB: descriptions count toward it.
+ANNOTATIONS_LIMIT = 256 * 1024
+
+
+@pytest.mark.parametrize("kind", PLURALS)
+def test_crds_fit_in_a_client_side_apply_annotation(kind: str) -> None:
+    size = len(json.dumps(crd(kind), separators=(",", ":")).encode())
+    assert size < ANNOTATIONS_LIMIT, f"{kind}: the CRD is {size} bytes as JSON"
 
 
 # The type name of the Python value for each JSON type, as `compile_rule` takes it.

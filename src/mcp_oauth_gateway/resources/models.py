@@ -2,6 +2,10 @@
 
 Unknown fields are rejected (like `kubectl apply --validate=strict`) so a typo in a policy is an
 error that names the field instead of a setting that silently does nothing.
+
+The docstring under a field of GatewayPolicy and GatewayBackend is its description in the CRDs
+(tools/gen_crds.py), which `kubectl explain` shows: what the field means, its default, its form
+and what it is for. A model's own docstring describes the items of a list of it.
 """
 
 from __future__ import annotations
@@ -41,9 +45,7 @@ def parse_duration(text: str) -> float:
 # `http(s)://`, a host without user information, no fragment, no ASCII space or backslash
 # (explicit classes: `\s` is Unicode in Python, ASCII in the API server's RE2). The
 # WHATWG parser then reads the rest (a host it refuses is the controller's to report).
-HTTP_URL = re.compile(
-    r"[Hh][Tt][Tt][Pp][Ss]?://[^\t\n\v\f\r /?#@\\]+(?:[/?][^\t\n\v\f\r #\\]*)?"
-)
+HTTP_URL = re.compile(r"[Hh][Tt][Tt][Pp][Ss]?://[^\t\n\v\f\r /?#@\\]+(?:[/?][^\t\n\v\f\r #\\]*)?")
 # And of a Redis URL: its scheme, as urllib reads it.
 REDIS_URL = re.compile(r"(?:[Rr][Ee][Dd][Ii][Ss][Ss]?|[Uu][Nn][Ii][Xx]):[^\t\n\v\f\r ]*")
 
@@ -284,23 +286,37 @@ class HTTPRoute(_Model):
 
 class StaticTarget(_Model):
     host: NonEmpty
+    """Host name or IP address of the MCP server, e.g. the Service name
+    `mcp-server.mcp.svc.cluster.local`. The gateway connects to it over plain HTTP."""
     port: Port
+    """TCP port of the MCP server, 1-65535."""
     path: AbsolutePath = "/mcp"
+    """Path of the server's MCP endpoint, starting with `/`; default `/mcp`. Every request the
+    route forwards is sent to this path, with its query string (the request's own path is not
+    appended)."""
     protocol: Literal["StreamableHTTP"] = "StreamableHTTP"
+    """MCP transport: `StreamableHTTP` only, the default (JSON and SSE responses are streamed
+    through unbuffered)."""
 
 
 class McpTarget(_Model):
+    """One MCP server and how the gateway reaches it."""
+
     name: NonEmpty
+    """A name for the target, for people reading the resource; the gateway does not use it."""
     static: StaticTarget
+    """A fixed address: `http://<host>:<port><path>`."""
 
 
 class McpBackend(_Model):
-    # One target is what the data plane serves today; the list keeps the resource shape stable.
     targets: Annotated[list[McpTarget], Field(min_length=1, max_length=1)]
+    """The MCP server: exactly one entry. One target is what the gateway serves today; the list
+    keeps the resource's shape stable for more."""
 
 
 class GatewayBackendSpec(_Model):
     mcp: McpBackend
+    """The MCP server behind this backend."""
 
 
 class GatewayBackend(_Model):
@@ -308,31 +324,58 @@ class GatewayBackend(_Model):
     kind: Literal["GatewayBackend"]
     metadata: ObjectMeta
     spec: GatewayBackendSpec
+    """Where the gateway sends the MCP requests of the HTTPRoute rules whose `backendRefs` name
+    this backend (group `mcp-oauth-gateway.dev`, kind `GatewayBackend`; from another namespace
+    only with a ReferenceGrant here)."""
 
 
 # --- GatewayPolicy (mcp-oauth-gateway.dev/v1alpha1) ----------------------------------------
 
 
 class PolicyTargetRef(_Model):
+    """An HTTPRoute in the policy's namespace."""
+
     group: Literal["gateway.networking.k8s.io"] = GATEWAY_API_GROUP
+    """`gateway.networking.k8s.io`, the only value and the default."""
     kind: Literal["HTTPRoute"] = "HTTPRoute"
+    """`HTTPRoute`, the only value and the default: a policy governs whole routes."""
     name: NonEmpty
+    """Name of the HTTPRoute."""
     section_name: str | None = None
+    """Accepted for Gateway API compatibility and ignored: the policy governs every rule of the
+    route."""
 
 
 class ServiceBackendRef(_Model):
     group: Literal[""] = ""
+    """`""` (the core API group), the only value and the default."""
     kind: Literal["Service"] = "Service"
+    """`Service`, the only value and the default."""
     name: NonEmpty
+    """Name of the Service."""
     namespace: str | None = None
+    """Namespace of the Service; default: the policy's. Another namespace needs a ReferenceGrant
+    there that lets GatewayPolicies of the policy's namespace refer to Services."""
     port: Port
+    """Port of the Service, 1-65535."""
 
 
 class RemoteJwks(_Model):
     backend_ref: ServiceBackendRef | None = None
+    """The Service the keys, and the provider's OpenID discovery document, are fetched from: in
+    a cluster `http://<name>.<namespace>.svc.<cluster domain>:<port>`, from files the Service's
+    `externalName`. Needs `jwksPath`; set this or `url`."""
     jwks_path: Annotated[AbsolutePath, Field(max_length=1024)] | None = None
+    """Path of the JWKS document on the `backendRef` Service, starting with `/`: authentik
+    `/application/o/<slug>/jwks/`, Keycloak `/realms/<realm>/protocol/openid-connect/certs`.
+    Required with `backendRef`, refused with `url`."""
     url: str | None = None
+    """The JWKS document's http(s) URL, without user information or fragment, instead of
+    `backendRef`; the discovery document is then fetched from the issuer's host."""
     cache_duration: Duration = "5m"
+    """How often the keys are fetched again, as a duration such as `30s`, `5m` or `1h30m`: at
+    least `1s`, default `5m`. A token naming an unknown `kid` also fetches them (at most once
+    per 10 s); when a fetch fails, the last good keys stay in use."""
 
     @field_validator("cache_duration")
     @classmethod
@@ -362,7 +405,12 @@ class RemoteJwks(_Model):
 
 class Jwks(_Model):
     remote: RemoteJwks | None = None
+    """Fetch the keys over HTTP, from a Service (`backendRef` and `jwksPath`) or a URL (`url`).
+    Until the first fetch succeeds the route serves nobody (503 or 401) and `ResolvedRefs` is
+    False."""
     inline: Annotated[str, Field(min_length=2, max_length=65536)] | None = None
+    """The JWKS document itself, as JSON text (`{"keys": [...]}`); never refetched, so only for
+    keys that do not rotate."""
 
     @model_validator(mode="after")
     def _one_source(self) -> Jwks:
@@ -384,21 +432,37 @@ def _domain(value: str) -> str:
 
 
 class JwtProvider(_Model):
+    """An OpenID Connect provider whose access tokens the route accepts."""
+
     issuer: Annotated[str, Field(min_length=1, max_length=256)]
+    """The provider's issuer URL, exactly as its tokens' `iss` says it (a trailing slash
+    counts: authentik's is `<url>/application/o/<slug>/`): http(s), without user information,
+    query or fragment. OpenID discovery is read at its path plus
+    `/.well-known/openid-configuration`, through `jwks.remote.backendRef` when set."""
     audiences: Annotated[list[NonEmpty], Field(min_length=1, max_length=64)] | None = None
+    """The `aud` values accepted: a token must name at least one. Keycloak: the MCP resource
+    URL (an audience mapper puts it there); authentik (ProviderB): the client id. Unset: the
+    audience is not checked."""
     jwks: Jwks
-    # With several providers on a route, what tells them apart beyond the issuer:
-    # the name users choose on the Broker's consent page (default: the issuer's host),
+    """Where the provider's public signing keys come from: exactly one of `remote` or
+    `inline`."""
     name: Annotated[str, Field(min_length=1, max_length=100)] | None = None
-    # its kind (how its access tokens are recognised; default: mcp.provider),
+    """With several providers, what users pick on the Broker's consent page; default: the
+    issuer's host."""
     kind: str | None = None
-    # the client the Broker signs users in as there (default: mcp.clientId),
+    """The provider's product, which decides how its access tokens are told from its ID tokens
+    (docs/access-tokens.md): `Keycloak`, or `ProviderB` (`Authentik` is the same). Default:
+    `mcp.provider`; neither set: a generic OpenID provider."""
     client_id: NonEmpty | None = None
-    # and the e-mail domains whose `login_hint` picks it without asking.
+    """Broker mode: the client the gateway signs users in as at this provider; default:
+    `mcp.clientId`."""
     login_hint_domains: Annotated[
         list[Annotated[str, Field(max_length=253), AfterValidator(_domain)]],
         Field(max_length=64),
     ] = []
+    """Broker mode: lowercase e-mail domains, such as `corp.example`, whose `login_hint`
+    (`alice@corp.example`) picks this provider without asking. A domain belongs to one provider
+    at most."""
 
     @field_validator("issuer")
     @classmethod
@@ -453,12 +517,23 @@ def _not_refresh_scope(values: list[str], where: str) -> list[str]:
 
 class ResourceMetadata(_Model):
     resource: str | None = None
+    """The exact URL MCP clients connect to, e.g. `https://mcp.example/mcp`: http(s), no
+    fragment. Clients ask for tokens for it (RFC 8707), and its path places the well-known
+    endpoints. Default: the request's origin and `/mcp`."""
     scopes_supported: Annotated[list[ScopeToken], Field(max_length=64)] = []
+    """Scopes advertised in the metadata and the 401 challenge, with `scopes.required` added:
+    the minimal set that gets a client in, e.g. `[openid, profile]`. Not `offline_access`
+    (clients add it themselves)."""
     bearer_methods_supported: list[Literal["header"]] = ["header"]
+    """How clients send the token: `header` (`Authorization: Bearer`) only, the default."""
     resource_name: str | None = None
+    """Human-readable name of the MCP server, published as `resource_name`."""
     resource_documentation: str | None = None
+    """URL of documentation for developers, published as `resource_documentation`."""
     resource_policy_uri: str | None = None
+    """URL of the policy on how client data is used, published as `resource_policy_uri`."""
     resource_tos_uri: str | None = None
+    """URL of the terms of service, published as `resource_tos_uri`."""
 
     @field_validator("scopes_supported")
     @classmethod
@@ -486,18 +561,33 @@ RedisUrl = Annotated[str, AfterValidator(_redis_url)]
 
 
 class BrokerSettings(_Model):
-    # Shared state for several replicas; MCP_OAUTH_GATEWAY_REDIS_URL also sets it.
     redis_url: RedisUrl | None = None
+    """Redis holding sign-ins in progress, codes and refresh tokens for every replica:
+    `redis://`, `rediss://` (TLS) or `unix:`. Required when several processes serve, unless the
+    gateway's MCP_OAUTH_GATEWAY_REDIS_URL sets it; unset, state stays in memory."""
 
 
 class McpAuthentication(_Model):
     provider: str | None = None
+    """The identity provider MCP clients sign in at, which the gateway adapts to: `Keycloak`
+    (registration goes to Keycloak's own endpoint) or `ProviderB` (`Authentik` is the same: no
+    dynamic registration, so the gateway answers registrations with `clientId`). Unset: the
+    metadata lists every provider's issuer, and clients sign in there directly."""
     client_id: NonEmpty | None = None
+    """The pre-registered public client (PKCE, no secret). ProviderB: what the registration
+    endpoint returns to MCP clients (required, and one of the audiences). Broker mode: the
+    client the gateway signs users in as."""
     resource_metadata: ResourceMetadata = ResourceMetadata()
-    # Facade (the spec): metadata copied from the provider. Broker: the gateway is the
-    # authorization server clients see, for clients that check issuer and RFC 9207 `iss`.
+    """The protected resource metadata (RFC 9728) served at
+    `/.well-known/oauth-protected-resource<resource path>`: what MCP clients read first to find
+    where to sign in."""
     authorization_server_mode: Literal["Facade", "Broker"] = "Facade"
+    """`Facade` (default): clients get the provider's own authorization server metadata, with
+    the gateway's registration endpoint, and sign in at the provider. `Broker`: the gateway is
+    the authorization server clients see and signs users in at the provider itself; needed by
+    clients that check the metadata's `issuer` and the RFC 9207 `iss`."""
     broker: BrokerSettings | None = None
+    """Broker mode settings; refused in Facade mode."""
 
     @field_validator("provider")
     @classmethod
@@ -511,14 +601,21 @@ class McpAuthentication(_Model):
 
 
 class JwtAuthentication(_Model):
-    # Strict: a valid token or 401. Optional: no token passes as an anonymous caller, a bad one
-    # is 401. Permissive: a bad token also passes as anonymous, and why is logged and counted.
     mode: Literal["Strict", "Optional", "Permissive"] = "Strict"
+    """`Strict` (default): a valid token or 401. `Optional`: a request without a token goes on
+    as an anonymous caller (`jwt` is an empty map), a bad token is 401. `Permissive`: a bad
+    token also goes on as anonymous, and why is logged and counted."""
     providers: Annotated[list[JwtProvider], Field(min_length=1, max_length=64)]
+    """The identity providers whose tokens are accepted. A token goes by its `iss` to the one
+    provider with that issuer (none: 401) and is checked against its keys and audiences."""
     mcp: McpAuthentication | None = None
-    # Not in the reference API: the bearer token is stripped before proxying (MCP forbids token
-    # passthrough); set this only for a backend that validates the same token itself.
+    """MCP OAuth discovery: the gateway serves the metadata and registration endpoints MCP
+    clients use to sign in, and 401 challenges point at them. Unset: tokens are only
+    verified."""
     forward_token: bool = False
+    """Pass the caller's token on to the backend. Default false: it is removed before proxying,
+    as MCP forbids token passthrough. Prefer `spec.backend.credentials` (`passthrough: true` is
+    the same); the two cannot be combined."""
 
 
 class AuthorizationRules(_Model):
@@ -526,11 +623,19 @@ class AuthorizationRules(_Model):
         list[Annotated[str, Field(min_length=1, max_length=16384)]],
         Field(min_length=1, max_length=256),
     ]
+    """CEL expressions returning a boolean, over `jwt` (the verified claims, e.g.
+    `"mcp-agent" in jwt.groups`) and `request` (method, path, headers, host); under
+    `backend.mcp` also `mcp.tool.name`, `mcp.prompt.name`, `mcp.resource.uri`. One that does
+    not compile makes the policy Accepted=False."""
 
 
 class Authorization(_Model):
     action: Literal["Allow", "Deny", "Require"] = "Allow"
+    """`Allow` (default): allowed when any expression is true. `Deny`: refused when any is
+    true. `Require`: allowed when all are true. An expression that cannot be evaluated (a
+    missing claim, not a boolean) never lets a request through."""
     policy: AuthorizationRules
+    """The expressions the action applies to."""
 
 
 ScopeList = Annotated[list[ScopeToken], Field(max_length=64)]
@@ -540,9 +645,12 @@ class Scopes(_Model):
     """The scopes every request on the route needs, and which granted scopes imply others."""
 
     required: ScopeList = []
-    # A granted scope (key) also grants the listed ones, transitively: how a provider's scope
-    # hierarchy (`mcp:admin` ⊇ `mcp:tools`) is told to the gateway.
+    """Scopes every request on the route needs, read from the token's `scope` or `scp`; short
+    of one: 403 `insufficient_scope`, so MCP clients step up. Also advertised to clients. Not
+    `offline_access`."""
     implies: Annotated[dict[ScopeToken, ScopeList], Field(max_length=256)] = {}
+    """The provider's scope hierarchy: a granted scope (the key) also grants the listed ones,
+    transitively, e.g. `mcp:admin: [mcp:tools]`. Nothing is inferred from names."""
 
     @field_validator("required")
     @classmethod
@@ -554,7 +662,11 @@ class McpScopeRule(_Model):
     """Scopes a tool, prompt or resource needs: a CEL `match` over `mcp` (and `jwt`, `request`)."""
 
     match: Annotated[str, Field(min_length=1, max_length=16384)]
+    """CEL choosing the items, e.g. `mcp.tool.name.startsWith("delete_")`; a rule applies to the
+    kinds it reads (tools, prompts, resources; all if none), and one that cannot be evaluated
+    counts as matching."""
     required: Annotated[list[ScopeToken], Field(min_length=1, max_length=64)]
+    """Scopes a call of a matching item needs, e.g. `[mcp:admin]`; not `offline_access`."""
 
     @field_validator("required")
     @classmethod
@@ -581,28 +693,40 @@ HeaderName = Annotated[str, AfterValidator(_header_name)]
 
 
 class HeaderValue(_Model):
+    """A request header and the CEL expression that gives its value."""
+
     name: HeaderName
-    # A CEL expression over `jwt` and `request`, e.g. `jwt.sub` or `jwt.groups.join(",")`.
+    """The header to set; a header of that name from the client is always dropped."""
     value: Annotated[str, Field(min_length=1, max_length=4096)]
+    """CEL over `jwt` and `request`, e.g. `jwt.sub` or `jwt.groups.join(",")`. A missing claim
+    leaves the header unset; CR, LF or NUL in the value refuses the request (400)."""
 
 
 class RequestTransformation(_Model):
     set: list[HeaderValue] = []
+    """Headers to set from the verified token (clients cannot supply them). With several
+    providers, one set from `jwt.sub` needs `jwt.iss` in it or in another header set: `sub` is
+    unique only within its issuer."""
     remove: list[HeaderName] = []
+    """Headers to remove from the request, e.g. `X-Internal-Secret`."""
 
 
 class Transformation(_Model):
     request: RequestTransformation = RequestTransformation()
+    """Changes to the request before it is forwarded to the backend."""
 
 
 class RateLimit(_Model):
-    # A CEL expression naming the caller, e.g. `jwt.sub`, bucketed with the token's issuer (a
-    # value is unique only within it); callers without it share one bucket.
     key: Annotated[str, Field(min_length=1, max_length=4096)]
+    """CEL naming the caller, e.g. `jwt.sub`. Each value has its own bucket within the token's
+    issuer (a value is unique only there); callers whose key cannot be computed share one."""
     requests: Annotated[int, Field(ge=1)]
+    """Requests a caller may make per window, at least 1; also the largest burst."""
     window: Duration = "1m"
-    # Shared across replicas through Redis (token bucket, atomic); in process when unset.
+    """The window, as a duration such as `30s`, `1m` or `1h`: longer than 0, default `1m`."""
     redis_url: RedisUrl | None = None
+    """Redis shared by every replica, so the limit holds across them: `redis://`, `rediss://`
+    or `unix:`. Unset: each process counts alone. Redis not answering: 503."""
 
     @field_validator("window")
     @classmethod
@@ -614,17 +738,27 @@ class RateLimit(_Model):
 
 class Traffic(_Model):
     jwt_authentication: JwtAuthentication | None = None
+    """Bearer JWT validation. Required: without it the policy is Accepted=False. A request
+    without a valid token gets 401 with a `WWW-Authenticate` challenge."""
     authorization: Authorization | None = None
+    """CEL rules over the verified claims and the request; refused: 403 (401 for an anonymous
+    caller)."""
     transformation: Transformation | None = None
+    """Request headers set from the verified token, or removed, before proxying."""
     rate_limit: RateLimit | None = None
+    """A token bucket per caller; over the limit: 429 with `Retry-After`."""
     scopes: Scopes | None = None
+    """The scopes every request needs, and which scopes imply others."""
 
 
 class McpPolicy(_Model):
-    # Evaluated per MCP item with `mcp.tool.name`, `mcp.prompt.name`, `mcp.resource.uri`.
     authorization: Authorization | None = None
-    # Calls of matching items need these scopes (403 insufficient_scope: clients step up).
+    """Tool-level authorization, evaluated per tool, prompt and resource with `mcp.tool.name`,
+    `mcp.prompt.name` or `mcp.resource.uri`: lists lose the items the caller may not use, and
+    calls of them are answered as unknown without reaching the backend."""
     scopes: Annotated[list[McpScopeRule], Field(max_length=256)] = []
+    """Scopes that calls of matching items need; short of one: 403 `insufficient_scope` naming
+    every scope the call needs, so MCP clients step up once."""
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -637,7 +771,11 @@ class SecretSource(_Model):
     mounted into the gateway's pod, so the controller itself needs no access to Secrets."""
 
     file: AbsolutePath | None = None
+    """Absolute path of a file holding the secret (in a cluster, a Secret mounted into the
+    gateway's pod); one trailing newline is dropped. Read when the configuration loads."""
     env: str | None = None
+    """Name of an environment variable of the gateway process holding the secret (in a
+    cluster, set from a Secret with `secretKeyRef`)."""
 
     @field_validator("env")
     @classmethod
@@ -655,13 +793,21 @@ class SecretSource(_Model):
 
 class TokenExchange(_Model):
     """RFC 8693 at the provider that issued the caller's token: the backend gets a token of its
-    own audience naming the same user, never the caller's."""
+    own audience naming the same user, never the caller's. If the provider refuses (502) or
+    cannot be reached (503), nothing reaches the backend."""
 
     client_id: NonEmpty
+    """The confidential client the gateway exchanges tokens as."""
     client_secret: SecretSource
+    """Where that client's secret is read from: exactly one of `file` or `env`."""
     audience: NonEmpty | None = None
+    """The backend's client id at the provider: the new token's `aud`. Set this or
+    `resource`."""
     resource: str | None = None
+    """The backend's http(s) URL, sent as RFC 8707 `resource`. Set this or `audience`; authentik
+    refuses it."""
     scope: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    """Scopes to ask for, separated by spaces; optional."""
 
     @field_validator("resource")
     @classmethod
@@ -683,16 +829,22 @@ class IdentityHeader(_Model):
     object, or, with `signingKey`, as a short-lived HS256 JWS the backend can verify."""
 
     header: HeaderName
-    # `sub` is unique only within its issuer (OpenID Connect Core §2), so the pair by default.
+    """The header carrying the identity, e.g. `X-Mcp-Identity`."""
     claims: Annotated[list[NonEmpty], Field(min_length=1, max_length=32)] = ["iss", "sub"]
+    """The claims sent; default `[iss, sub]`: `sub` is unique only within its issuer, so
+    backends should key users on the pair (with several providers, `iss` is required)."""
     signing_key: SecretSource | None = None
+    """Where the HS256 key is read from: with it, the claims go as a JWS valid for 60 s instead
+    of plain JSON."""
 
 
 class SecretHeader(_Model):
     """A static header (an API key) the backend requires, and optionally who the caller is."""
 
     header: HeaderName
+    """The header's name, e.g. `X-Api-Key`."""
     value: SecretSource
+    """Where the header's value is read from: exactly one of `file` or `env`."""
     identity: IdentityHeader | None = None
 
 
@@ -701,8 +853,9 @@ class BackendCredentials(_Model):
     `passthrough` says so): exactly one mode."""
 
     token_exchange: TokenExchange | None = None
-    # The verified token itself: only for a backend that is the same audience.
     passthrough: bool = False
+    """Send the caller's verified token itself: only for a backend that is its audience.
+    Default false."""
     secret_header: SecretHeader | None = None
 
     @model_validator(mode="after")
@@ -715,13 +868,23 @@ class BackendCredentials(_Model):
 
 class BackendPolicy(_Model):
     mcp: McpPolicy | None = None
+    """Rules per MCP tool, prompt and resource; they read the verified token, so they need
+    `traffic.jwtAuthentication`."""
     credentials: BackendCredentials | None = None
+    """What the MCP server receives in place of the caller's token: exactly one of
+    `tokenExchange`, `passthrough` or `secretHeader`. Unset: no credential at all."""
 
 
 class GatewayPolicySpec(_Model):
     target_refs: Annotated[list[PolicyTargetRef], Field(min_length=1, max_length=16)]
+    """The HTTPRoutes this policy governs. A route takes one policy: when several name it, the
+    first by namespace/name applies and the others are Attached=False reason Conflicted."""
     traffic: Traffic
+    """What every request on the routes goes through: JWT authentication, then the optional
+    authorization, scope, rate limit and header rules."""
     backend: BackendPolicy | None = None
+    """What the gateway does for the MCP server: rules per tool, prompt and resource, and the
+    credential it receives."""
 
 
 class GatewayPolicy(_Model):
@@ -729,6 +892,8 @@ class GatewayPolicy(_Model):
     kind: Literal["GatewayPolicy"]
     metadata: ObjectMeta
     spec: GatewayPolicySpec
+    """How requests to the targeted routes are authenticated and authorized, how MCP clients
+    find where to sign in, and what the MCP server receives."""
 
 
 # --- Service (v1) --------------------------------------------------------------------------
