@@ -655,12 +655,17 @@ KINDS = (
 # what fails them, so the schema does too, and the controller reports them as Accepted=False.
 _POLICY_COMPILE_CHECKS = (
     "every CEL expression compiles (authorization and backend.mcp.authorization "
-    "matchExpressions, transformation.request.set[].value, rateLimit.key)",
+    "matchExpressions, backend.mcp.scopes[].match, transformation.request.set[].value, "
+    "rateLimit.key)",
     "jwks.inline is a JWKS document; jwks.remote.backendRef names a Service the gateway "
     "can resolve",
-    "exactly one entry in jwtAuthentication.providers",
-    "traffic sets jwtAuthentication; authorization, backend.mcp.authorization and a "
-    "transformation that reads jwt need it",
+    "several providers: distinct issuers, a loginHintDomains domain in one provider only, no "
+    "mcp.provider in Facade mode, a clientId for each in Broker mode, and iss beside sub in what "
+    "the backend is told (secretHeader.identity.claims, headers set from jwt.sub)",
+    "traffic sets jwtAuthentication; authorization, scopes, backend.mcp, backend.credentials "
+    "and a transformation that reads jwt need it",
+    "backend.credentials: its secrets can be read, and jwtAuthentication.forwardToken is not "
+    "set beside it",
     "provider ProviderB (Authentik): clientId is set and is one of the audiences, and the "
     "issuer ends with '/'",
     "authorizationServerMode Broker: provider and clientId are set, and broker.redisUrl when "
