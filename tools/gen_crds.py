@@ -42,6 +42,8 @@ from mcp_oauth_gateway.resources import models
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "deploy" / "crds"
+# The Helm chart installs the same CRDs from its own crds/ (Helm reads no file outside a chart).
+CHART_CRDS = ROOT / "deploy" / "helm" / "mcp-oauth-gateway" / "crds"
 GROUP = models.POLICY_API_GROUP
 VERSION = "v1alpha1"
 REGENERATE = ".venv/bin/python tools/gen_crds.py"
@@ -772,7 +774,7 @@ def render() -> dict[Path, str]:
             regenerate=REGENERATE, kind=kind.name, version=VERSION, checks=_comment(checks)
         )
         body = yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
-        out[kind.file] = header + "---\n" + body
+        out[kind.file] = out[CHART_CRDS / kind.file.name] = header + "---\n" + body
     stale = [key for key in (*_AFTER_VALIDATORS, *_DECORATED) if key not in walk.used]
     if stale:
         raise GeneratorError(
@@ -802,8 +804,8 @@ def main(argv: list[str] | None = None) -> int:
         for path in stale:
             print(f"{path.relative_to(ROOT)} is out of date: run {REGENERATE}", file=sys.stderr)
         return 1 if stale else 0
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
     for path in stale:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(rendered[path], encoding="utf-8")
         print(f"wrote {path.relative_to(ROOT)}")
     return 0
