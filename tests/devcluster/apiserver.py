@@ -34,10 +34,10 @@ class DevApiServerError(Exception):
     """The tool failed; the message is its own one-line explanation (step and fix)."""
 
 
-def _run_tool(*args: str, echo: bool = False) -> str:
+def _run_tool(*args: str, echo: bool = False, tool: Path = TOOL) -> str:
     """Run the tool; with `echo`, its progress lines reach the caller's stderr as they come."""
     proc = subprocess.Popen(
-        [sys.executable, str(TOOL), *args],
+        [sys.executable, str(tool), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -49,37 +49,39 @@ def _run_tool(*args: str, echo: bool = False) -> str:
         if echo:
             print(line, end="", file=sys.stderr, flush=True)
     if proc.wait() != 0:
-        errors = [line for line in lines if line.startswith("dev-apiserver: error:")]
-        detail = (
-            errors[-1].removeprefix("dev-apiserver: error: ") if errors else "\n".join(lines[-15:])
-        )
-        raise DevApiServerError(f"{TOOL.name} {args[0]} failed: {detail}")
+        prefix = f"{tool.stem.replace('_', '-')}: error: "
+        errors = [line for line in lines if line.startswith(prefix)]
+        detail = errors[-1].removeprefix(prefix) if errors else "\n".join(lines[-15:])
+        raise DevApiServerError(f"{tool.name} {args[0]} failed: {detail}")
     return "\n".join(lines)
 
 
 class DevApiServer:
     """One running server: etcd plus apiextensions-apiserver on free loopback ports."""
 
+    # The tool that builds, starts and stops it (a subclass names another).
+    tool = TOOL
+
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.state: dict[str, Any] = {}
         self._reload()
 
-    @staticmethod
-    def build(*, echo: bool = False) -> None:
+    @classmethod
+    def build(cls, *, echo: bool = False) -> None:
         """Build once into the cache (minutes the first time, instant afterwards)."""
-        _run_tool("build", "--quiet", echo=echo)
+        _run_tool("build", "--quiet", echo=echo, tool=cls.tool)
 
     @classmethod
     def kustomize_binary(cls) -> Path:
         """The cached `kustomize` (Debian sid's binary), built first if needed."""
         cls.build(echo=True)
-        return Path(_run_tool("path", "kustomize").splitlines()[-1])
+        return Path(_run_tool("path", "kustomize", tool=cls.tool).splitlines()[-1])
 
     @classmethod
     def start(cls, directory: Path) -> DevApiServer:
         """Start a server in `directory`; it is stopped also if this process dies first."""
-        _run_tool("start", "--dir", str(directory), "--watch-pid", str(os.getpid()))
+        _run_tool("start", "--dir", str(directory), "--watch-pid", str(os.getpid()), tool=cls.tool)
         return cls(directory)
 
     def _reload(self) -> None:
@@ -190,11 +192,11 @@ class DevApiServer:
 
     def restart(self) -> None:
         """Restart the API server only: same port, same etcd, so the data survives."""
-        _run_tool("restart", "--dir", str(self.directory))
+        _run_tool("restart", "--dir", str(self.directory), tool=self.tool)
         self._reload()
 
     def stop(self) -> None:
-        _run_tool("stop", "--dir", str(self.directory))
+        _run_tool("stop", "--dir", str(self.directory), tool=self.tool)
 
 
 def _retrying_429(send: Callable[[], httpx.Response]) -> httpx.Response:
