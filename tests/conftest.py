@@ -574,3 +574,36 @@ def apiserver(
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def kube_apiserver(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[object]:
+    """A full Kubernetes API server (kube-apiserver v1.36 + etcd, RBAC on, ServiceAccount
+    tokens, an audit log of every ServiceAccount's requests) with kubectl and Helm, as a
+    `devcluster.cluster.DevCluster`; a fresh one for each module, since modules install things.
+
+    Fails (never skips) with the tool's own message when it cannot be built or started: the
+    first build compiles from the Go module proxy for several minutes, its progress shown live.
+    """
+    import contextlib
+
+    from devcluster.apiserver import DevApiServerError
+    from devcluster.cluster import DevCluster
+
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    live = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
+    failure = None
+    try:
+        with live:
+            DevCluster.build(echo=True)
+        server = DevCluster.start(tmp_path_factory.mktemp("kube-apiserver"))
+    except DevApiServerError as error:
+        failure = str(error)
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
