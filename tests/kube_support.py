@@ -3,11 +3,15 @@ the command line of a gateway in controller mode."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from support import wait_until
+import yaml
+
+from devcluster.apiserver import DevApiServer
+from support import ROOT, wait_until
 
 GROUPS = {
     "GatewayClass": ("gateway.networking.k8s.io/v1", "gatewayclasses"),
@@ -110,3 +114,16 @@ def controller_cmd(kubeconfig: Path, admin_port: int, *extra: str) -> list[str]:
         str(admin_port),
         *extra,
     ]
+
+
+def kustomize_render(directory: Path = ROOT / "deploy") -> list[dict[str, Any]]:
+    """`directory` rendered by a real kustomize (Debian's, fetched by tools/dev_apiserver.py)."""
+    done = subprocess.run(
+        [str(DevApiServer.kustomize_binary()), "build", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]

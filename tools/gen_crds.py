@@ -703,7 +703,12 @@ def crd(kind: Kind, walk: _Walk) -> Schema:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{kind.plural}.{GROUP}"},
+        # The label kustomize gives every object of deploy/, here too: the Helm chart installs
+        # these files as they are, and both installs must be the same objects.
+        "metadata": {
+            "name": f"{kind.plural}.{GROUP}",
+            "labels": {"app.kubernetes.io/name": "mcp-oauth-gateway"},
+        },
         "spec": {
             "group": GROUP,
             "names": {

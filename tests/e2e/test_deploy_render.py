@@ -4,28 +4,15 @@ controller's calls, and the CRDs it installs are the ones a real API server acce
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from devcluster.apiserver import DevApiServer
+from kube_support import kustomize_render as render
 from support import ROOT, controller_rbac_calls
 
 CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
-
-
-def render(directory: Path = ROOT / "deploy") -> list[dict[str, Any]]:
-    done = subprocess.run(
-        [str(DevApiServer.kustomize_binary()), "build", str(directory)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
 def test_deploy_renders_into_one_namespace_with_the_image_and_exact_roles() -> None:

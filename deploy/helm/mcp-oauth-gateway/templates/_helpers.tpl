@@ -12,3 +12,10 @@ app.kubernetes.io/name: {{ include "gateway.name" . }}
 {{- end -}}
 {{- . -}}
 {{- end -}}
+
+{{/* Each listener entry, checked: `--set listeners[1]...` alone leaves listeners[0] empty. */}}
+{{- define "gateway.listener" -}}
+{{- if not (and . (kindIs "map" .) .name .port) -}}
+{{- fail "each listeners[] entry needs a name and a port (with --set, give every index: listeners[0].name=http,listeners[0].port=8080,listeners[1].name=...)" -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,128 @@
+"""The Helm chart (deploy/helm/mcp-oauth-gateway), rendered by a real Helm (v4, built from the
+Go module proxy by tools/dev_cluster.py): `helm lint --strict` is clean, and at default values
+it renders exactly what the kustomize base (deploy/, rendered by a real kustomize) applies,
+object for object, but the Namespace (Helm installs into a namespace it is given). Its values
+change what they say and nothing else."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import yaml
+
+from kube_support import kustomize_render
+from support import ROOT
+
+CHART = ROOT / "deploy" / "helm" / "mcp-oauth-gateway"
+NAMESPACE = "mcp-oauth-gateway"
+
+
+def helm_binary() -> str:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "dev_cluster.py"), "path", "helm"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, f"Helm is not built (make test builds it): {done.stderr}"
+    return done.stdout.strip().splitlines()[-1]
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [helm_binary(), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def rendered(*sets: str) -> list[dict[str, Any]]:
+    flags = [f"--set={s}" for s in sets]
+    done = helm("template", NAMESPACE, str(CHART), "-n", NAMESPACE, "--include-crds", *flags)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def keyed(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+
+def test_helm_lint_is_clean() -> None:
+    done = helm("lint", "--strict", str(CHART))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[WARNING]" not in done.stdout
+    assert "[ERROR]" not in done.stdout
+
+
+def test_at_default_values_the_chart_is_the_kustomize_base_object_for_object() -> None:
+    chart = keyed(rendered())
+    base = keyed([o for o in kustomize_render() if o["kind"] != "Namespace"])
+    assert sorted(chart) == sorted(base)
+    for key, expected in base.items():
+        assert chart[key] == expected, key
+
+
+def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    deployment = keyed(objects)[("Deployment", "mcp-oauth-gateway")]
+    (found,) = deployment["spec"]["template"]["spec"]["containers"]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("sets", "expect"),
+    [
+        (("image.repository=reg.example/gw", "image.tag=1.2.3"), "image"),
+        (("controllerName=example.com/other",), "--controller-name=example.com/other"),
+        (("lease.durationSeconds=15",), "--lease-duration=15"),
+        (("clusterDomain=corp.local",), "--cluster-domain=corp.local"),
+        (("adminPort=9191",), "--admin-port=9191"),
+    ],
+)
+def test_each_value_changes_what_it_says(sets: tuple[str, ...], expect: str) -> None:
+    default, changed = container(rendered()), container(rendered(*sets))
+    if expect == "image":
+        assert changed["image"] == "reg.example/gw:1.2.3"
+    else:
+        assert expect in changed["args"]
+        assert expect not in default["args"]
+    if sets[0].startswith("adminPort"):
+        assert {"name": "admin", "containerPort": 9191} in changed["ports"]
+
+
+def test_listener_ports_and_replicas_reach_the_deployment_and_the_service() -> None:
+    listeners = ("listeners[0].name=http", "listeners[0].port=8080")
+    objects = rendered(
+        "replicas=3", *listeners, "listeners[1].name=https", "listeners[1].port=8443"
+    )
+    assert keyed(objects)[("Deployment", "mcp-oauth-gateway")]["spec"]["replicas"] == 3
+    assert {"name": "https", "containerPort": 8443} in container(objects)["ports"]
+    service = keyed(objects)[("Service", "mcp-oauth-gateway")]
+    assert {"name": "https", "port": 8443, "targetPort": "https"} in service["spec"]["ports"]
+
+
+def test_the_redis_url_comes_from_a_secret_never_from_values() -> None:
+    env = container(rendered("redis.existingSecret=gw-redis"))["env"]
+    assert {
+        "name": "MCP_OAUTH_GATEWAY_REDIS_URL",
+        "valueFrom": {"secretKeyRef": {"name": "gw-redis", "key": "url"}},
+    } in env
+
+
+def test_a_listener_entry_left_empty_by_set_is_refused_saying_how_to_set_it() -> None:
+    done = helm("template", NAMESPACE, str(CHART), "-n", NAMESPACE, "--set=listeners[1].port=1")
+    assert done.returncode != 0
+    assert "each listeners[] entry needs a name and a port" in done.stderr
+
+
+def test_a_listener_name_that_cannot_be_a_port_name_is_refused_naming_it() -> None:
+    done = helm(
+        "template",
+        NAMESPACE,
+        str(CHART),
+        "-n",
+        NAMESPACE,
+        "--set=listeners[0].name=Bad_Name,listeners[0].port=8080",
+    )
+    assert done.returncode != 0
+    assert 'listeners[].name "Bad_Name" must be a DNS label' in done.stderr
