@@ -16,6 +16,8 @@ a verb the install does not grant fails here as it would in a cluster.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +29,7 @@ import yaml
 from joserfc.jwk import RSAKey
 
 from devcluster.apiserver import CRDS
-from devcluster.cluster import DevCluster
+from devcluster.cluster import TOOL, DevCluster
 from kube_support import ACCEPT, INITIALIZE, WAIT, controller_cmd
 from support import (
     NODE_DIR,
@@ -83,6 +85,17 @@ def examples(deployed: str, cluster: DevCluster) -> str:
     """`kubectl apply -f examples/kubernetes/`, as the example's README says."""
     path = ROOT / "examples" / "kubernetes"
     return cluster.kubectl("apply", "--validate=strict", "-f", f"{path}/").stdout
+
+
+def test_a_cached_build_is_a_no_op(kube_apiserver: DevCluster) -> None:
+    # `make test` runs `dev_cluster.py build` every time: cached, it builds and prints nothing.
+    names = ("kube-apiserver", "kubectl", "etcd", "helm")
+    before = {name: kube_apiserver.binary(name).stat().st_mtime_ns for name in names}
+    result = subprocess.run(
+        [sys.executable, str(TOOL), "build", "--quiet"], capture_output=True, text=True, timeout=60
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert {name: kube_apiserver.binary(name).stat().st_mtime_ns for name in names} == before
 
 
 def test_the_server_is_a_full_kubernetes_api_server(cluster: DevCluster) -> None:
