@@ -126,3 +126,39 @@ def test_a_listener_name_that_cannot_be_a_port_name_is_refused_naming_it() -> No
     )
     assert done.returncode != 0
     assert 'listeners[].name "Bad_Name" must be a DNS label' in done.stderr
+
+
+def test_helm_install_into_a_full_api_server_creates_what_kubectl_apply_would(
+    kube_apiserver: Any,
+) -> None:
+    # A real kube-apiserver (RBAC, core kinds, discovery: tools/dev_cluster.py) stores what Helm
+    # installs; no kubelet runs its pods. Then the chart upgrades and uninstalls cleanly.
+    cluster = kube_apiserver
+    installed = cluster.helm(
+        "install", "gw", str(CHART), "--namespace", NAMESPACE, "--create-namespace", "--wait=false"
+    )
+    assert "STATUS: deployed" in installed.stdout, installed.stdout
+    listed = cluster.kubectl("get", "crd", "-o", "name").stdout.split()
+    crd = "customresourcedefinition.apiextensions.k8s.io/gatewaypolicies.mcp-oauth-gateway.dev"
+    assert crd in listed
+    for kind in ("deployment", "service", "serviceaccount", "role", "rolebinding", "pdb"):
+        cluster.kubectl(
+            "get",
+            kind,
+            "mcp-oauth-gateway" + ("-leader-election" if "role" in kind else ""),
+            "-n",
+            NAMESPACE,
+        )
+    for kind in ("clusterrole", "clusterrolebinding"):
+        cluster.kubectl("get", kind, "mcp-oauth-gateway")
+    upgraded = cluster.helm(
+        "upgrade", "gw", str(CHART), "--namespace", NAMESPACE, "--set", "replicas=3"
+    )
+    assert "has been upgraded" in upgraded.stdout, upgraded.stdout
+    replicas = cluster.kubectl(
+        "get", "deployment", "mcp-oauth-gateway", "-n", NAMESPACE, "-o", "jsonpath={.spec.replicas}"
+    ).stdout
+    assert replicas == "3"
+    cluster.helm("uninstall", "gw", "--namespace", NAMESPACE)
+    gone = cluster.kubectl("get", "deployment", "mcp-oauth-gateway", "-n", NAMESPACE, check=False)
+    assert gone.returncode != 0
