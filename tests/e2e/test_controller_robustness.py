@@ -217,7 +217,8 @@ def cluster(
         "SLUG": "mcp",
     }
     idp_process = Process("robust-idp", [node(), str(NODE_DIR / "idp.mjs")], logs, env=idp_env)
-    for doc in objects(port, idp, backend, f"http://{HOSTS[0]}:{port}"):
+    created = objects(port, idp, backend, f"http://{HOSTS[0]}:{port}")
+    for doc in created:
         api.create(doc)
     stack = Cluster(api, apiserver, port, idp, idp_key[0], backend, logs)
     try:
@@ -226,6 +227,9 @@ def cluster(
     finally:
         stack.stop_all()
         idp_process.stop()
+        # The API server is the session's: later modules must not meet these objects.
+        for doc in reversed(created):
+            api.delete(doc["kind"], doc["metadata"].get("namespace"), doc["metadata"]["name"])
 
 
 @pytest.fixture

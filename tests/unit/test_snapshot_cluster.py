@@ -216,3 +216,17 @@ spec:
 """
     route = build(moved + grant).statuses["HTTPRoute", "apps", "mcp"]
     assert conditions(route.parents[0].conditions)["ResolvedRefs"][0] is True
+
+
+def test_a_policy_on_another_controllers_route_is_not_fetched_for():
+    # Its keyset never served a request here: fetching it would hold this replica's readiness
+    # (/readyz waits for every keyset) on a provider it has nothing to do with.
+    theirs = (
+        POLICY.replace("name: auth,", "name: theirs,")
+        .replace("name: mcp}]", "name: elsewhere}]")
+        .replace("authentik.example", "other.example")
+        .replace("name: authentik,", "name: other-idp,")
+    )
+    result = build(OURS + POLICY + GRANT + theirs)
+    fetched = list(result.snapshot.keysets)
+    assert fetched == ["http://authentik.idp.svc.cluster.local:9000/application/o/mcp/jwks/"]

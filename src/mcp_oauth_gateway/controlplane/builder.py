@@ -109,7 +109,12 @@ def build_from_objects(
     governed = {route: results[key].compiled for route, key in attachment.governing.items()}
     compiled = compile_routes(index.routes, resolved, governed)
     conditions = policy_conditions(index.policies, results, attachment, at)
-    keysets, discovery_urls = fetch_targets(results)
+    # In a cluster only what governs a route this controller serves is fetched: a policy on
+    # another controller's routes must not hold this replica's readiness (nor cost fetches).
+    fetched = results
+    if cluster is not None:
+        fetched = {key: results[key] for key in set(attachment.governing.values())}
+    keysets, discovery_urls = fetch_targets(fetched)
     ancestors = policy_ancestors(attachment, bindings)
     snapshot = Snapshot(
         listeners=listener_tables(index.gateways, bindings, compiled, creation_times(index)),
