@@ -13,8 +13,8 @@ CONFORMANCE := tests/conformance
 INSPECTOR := tests/inspector
 
 # Debian packages the tests start for real: Redis (broker state), Chromium (browser sign-in),
-# and the benchmark's load generator and reference proxies.
-SYSTEM_PACKAGES := redis-server chromium wrk haproxy nginx-light
+# the benchmark's load generator and reference proxies, and Java and Maven for real Keycloak.
+SYSTEM_PACKAGES := redis-server chromium wrk haproxy nginx-light openjdk-17-jre-headless maven
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # The Keycloak and authentik OpenAPI documents for `make test-contracts` (third-party data, never
@@ -56,7 +56,7 @@ $(INSPECTOR)/node_modules/.installed: $(INSPECTOR)/package-lock.json
 	touch $@
 
 system-deps:
-	@for tool in redis-server chromium wrk haproxy nginx; do \
+	@for tool in redis-server chromium wrk haproxy nginx java mvn; do \
 	  command -v $$tool >/dev/null || [ -x /usr/sbin/$$tool ] || missing=1; \
 	done; [ -z "$$missing" ] || { \
 	  echo "installing Debian packages: $(SYSTEM_PACKAGES)"; \
@@ -113,7 +113,8 @@ typecheck: install-test
 lint-imports: install-test
 	$(VENV)/bin/lint-imports
 
-test: install-test node-peers mcp1-client system-deps lint apiserver-build cluster-build
+test: install-test node-peers mcp1-client system-deps lint apiserver-build cluster-build \
+	keycloak-fetch
 	$(PY) -m pytest -m "not contracts"
 
 # Only the tests marked `contracts`: exchanges checked against the providers' API documents.
@@ -170,6 +171,23 @@ dev-cluster: dev-apiserver-dir install-test
 
 dev-cluster-stop: dev-apiserver-dir install-test
 	$(PY) tools/dev_cluster.py stop --dir "$(DIR)"
+
+# Real Keycloak (identity provider A) for the tests and for people (tools/dev_keycloak.py):
+# keycloak-quarkus-dist 26.7.3 from Maven Central, fetched by Maven and started once to run
+# Quarkus's build (~180 MB download and ~40 s the first time), cached in
+# ~/.cache/mcp-oauth-gateway/keycloak-26.7.3 (or $$MCP_OAUTH_GATEWAY_KEYCLOAK_CACHE); later
+# fetches are no-ops. `make dev-keycloak DIR=/tmp/kc` starts one on a free loopback port in dev
+# mode (a fresh database, admin password in DIR/admin-password); `make dev-keycloak-stop DIR=…`.
+.PHONY: keycloak-fetch dev-keycloak dev-keycloak-stop
+
+keycloak-fetch: install-test system-deps
+	$(PY) tools/dev_keycloak.py fetch --quiet
+
+dev-keycloak: dev-apiserver-dir keycloak-fetch
+	$(PY) tools/dev_keycloak.py start --dir "$(DIR)"
+
+dev-keycloak-stop: dev-apiserver-dir install-test
+	$(PY) tools/dev_keycloak.py stop --dir "$(DIR)"
 
 clean:
 	rm -rf $(VENV) $(VENV_MCP1) $(VENV_BENCH) $(NODE_PEERS)/node_modules \

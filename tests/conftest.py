@@ -607,3 +607,35 @@ def kube_apiserver(
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def real_keycloak(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[object]:
+    """Keycloak 26 itself (tools/dev_keycloak.py), one server for the session, as a
+    `keycloak_support.RealKeycloak`; modules that must not share the master realm make one of
+    their own.
+
+    Fails (never skips) with the tool's own message when Java, Maven or the distribution is
+    missing: the first fetch downloads from Maven Central, its progress shown live.
+    """
+    import contextlib
+
+    from keycloak_support import KeycloakError, RealKeycloak
+
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    live = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
+    failure = None
+    try:
+        with live:
+            RealKeycloak.fetch(echo=True)
+        server = RealKeycloak.start(tmp_path_factory.mktemp("keycloak"))
+    except KeycloakError as error:
+        failure = str(error)
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -404,7 +404,8 @@ def retrying_ports(title: str, attempt: Callable[[], Any]) -> Any:
         try:
             return attempt()
         except Exited as error:
-            if "address already in use" not in error.log or not tries_left:
+            # Go says "address already in use", Java "Address already in use".
+            if "address already in use" not in error.log.lower() or not tries_left:
                 raise
             say(f"a port picked for {title} was taken meanwhile; retrying with new ports")
     raise AssertionError("unreachable")

@@ -124,7 +124,7 @@ def test_keycloak_provisioning_is_idempotent_and_prints_no_secret(kc_app):
     assert values.audiences == (RESOURCE,)
     assert values.client_id is None
     assert step_names(log, "keycloak") == list(keycloak.STEPS)
-    assert "[keycloak 10/10] discovery" in log
+    assert "[keycloak 11/11] discovery" in log
     assert "created 'mcp'" in log
     assert "created 'users'" in log
     assert "added 'alice' to 'users'" in log
@@ -171,7 +171,7 @@ def test_keycloak_wrong_admin_password_names_the_step(kc_app):
     app, _ = kc_app
     with pytest.raises(
         StepError,
-        match=r"step 1/10 \(admin token\) failed: admin login as "
+        match=r"step 1/11 \(admin token\) failed: admin login as "
         r"'admin' was refused \(HTTP 401",
     ):
         run_kc(app, kc_options(admin_password="nope"), Recorder())
@@ -514,7 +514,7 @@ def test_step_names_come_from_one_list():
     """No step is named twice, and the tools' totals are their lists' lengths."""
     for steps in (keycloak.STEPS, authentik.STEPS):
         assert len(set(steps)) == len(steps)
-    assert (len(keycloak.STEPS), len(authentik.STEPS)) == (10, 7)
+    assert (len(keycloak.STEPS), len(authentik.STEPS)) == (11, 7)
 
 
 def test_keycloak_tool_never_prints_the_user_info_of_its_url(kc_app):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +59,12 @@ def _add_keycloak_parser(tools: argparse._SubParsersAction[argparse.ArgumentPars
         default=[],
         metavar="NAME[:EMAIL]",
         help="a user to create (if missing) and add to the group (repeatable)",
+    )
+    kc.add_argument(
+        "--realm",
+        default="master",
+        help="the realm to set up (default master, the spec's layout); created if missing. "
+        "The admin signs in to master either way",
     )
     kc.add_argument("--group", default="users")
     kc.add_argument("--scope", default="mcp", help="name of the client scope (default mcp)")
@@ -215,9 +222,20 @@ def _keycloak(args: argparse.Namespace) -> tuple[Tool, Progress]:
         mode=args.mode,
         gateway_client_id=args.gateway_client_id,
         exchange=_exchange_options(args),
+        realm=_realm_name(args.realm),
     )
     progress = Progress("keycloak", len(keycloak.STEPS))
     return functools.partial(keycloak.provision, options, progress=progress), progress
+
+
+def _realm_name(realm: str) -> str:
+    # It becomes a path segment of every admin URL: nothing that could change the path.
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", realm):
+        raise _Usage(
+            f"--realm {realm[:60]!r}: use letters, digits, '.', '_' and '-' (starting with a "
+            "letter or digit, at most 100 characters)"
+        )
+    return realm
 
 
 def _exchange_options(args: argparse.Namespace) -> exchange.ExchangeOptions | None:

@@ -22,13 +22,15 @@ from . import exchange, keycloak_exchange
 from .resources import GatewayValues
 from .steps import Progress, Step, StepError, describe, names, run_steps
 
-REALM = "master"
+# The admin logs in to the master realm (where Keycloak's bootstrap admin lives) whatever realm
+# is set up.
+ADMIN_REALM = "master"
 POLICY_TYPE = "org.keycloak.services.clientregistration.policy.ClientRegistrationPolicy"
 
 
 @dataclass
 class KeycloakOptions:
-    """What to provision in Keycloak's master realm, and where (the passwords included)."""
+    """What to provision in a Keycloak realm, and where (the passwords included)."""
 
     url: str
     admin_user: str
@@ -42,6 +44,8 @@ class KeycloakOptions:
     backend: str = "http://127.0.0.1:8000/mcp"
     mode: str = "Facade"
     gateway_client_id: str = "mcp-gateway"
+    # The spec's layout is the master realm; any other is created when missing.
+    realm: str = "master"
     # --token-exchange-client / --token-exchange-audience (docs/token-exchange.md §1.5)
     exchange: exchange.ExchangeOptions | None = None
 
@@ -60,7 +64,7 @@ class KeycloakAdmin:
 
     def _grant(self, form: dict[str, str]) -> httpx.Response:
         return self.http.post(
-            f"{self.base}/realms/{REALM}/protocol/openid-connect/token",
+            f"{self.base}/realms/{ADMIN_REALM}/protocol/openid-connect/token",
             data={"client_id": "admin-cli", **form},
         )
 
@@ -101,12 +105,16 @@ class KeycloakAdmin:
         """An admin call; on 401 the token is refreshed and the call sent once more."""
         if time.monotonic() >= self._refresh_at:
             self._renew("is about to expire")
-        url = f"{self.base}/admin/realms/{REALM}{path}"
+        url = f"{self.base}/admin/realms/{self.options.realm}{path}"
         response = self.http.request(method, url, headers=self._auth(), **kwargs)
         if response.status_code == 401:
             self._renew("was rejected (401)")
             response = self.http.request(method, url, headers=self._auth(), **kwargs)
         return response
+
+    def auth_header(self) -> dict[str, str]:
+        """The admin token as an Authorization header (for calls outside the realm's path)."""
+        return self._auth()
 
     def _auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._token}"}
@@ -183,6 +191,25 @@ def _admin_token(run: _Run) -> None:
         f"{shown_url(run.admin.base)}"
     )
     run.progress.say(f"ok (token lives {run.admin.login()} s; refreshed as needed)")
+
+
+def _realm(run: _Run) -> None:
+    realm, admin = run.options.realm, run.admin
+    if realm == ADMIN_REALM:
+        run.progress.say(f"{realm!r} (the admin's own realm, always there)")
+        return
+    found = admin.call("GET", "")
+    if found.status_code == 200:
+        run.progress.say(f"{realm!r} exists; unchanged")
+        return
+    admin.expect(found, 404)
+    created = admin.http.post(
+        f"{admin.base}/admin/realms",
+        headers=admin.auth_header(),
+        json={"realm": realm, "enabled": True},
+    )
+    admin.expect(created, 201)
+    run.progress.say(f"created {realm!r}")
 
 
 def _new_scope(run: _Run) -> None:
@@ -381,7 +408,8 @@ def _token_exchange(run: _Run) -> None:
 
 
 def _discovery(run: _Run) -> None:
-    response = run.http.get(f"{run.admin.base}/realms/{REALM}/.well-known/openid-configuration")
+    realm = run.options.realm
+    response = run.http.get(f"{run.admin.base}/realms/{realm}/.well-known/openid-configuration")
     if response.status_code != 200:
         raise run.progress.fail(f"GET discovery answered {describe(response)}")
     document = response.json()
@@ -394,6 +422,7 @@ def _discovery(run: _Run) -> None:
 
 _STEPS: tuple[Step[_Run], ...] = (
     Step("admin token", _admin_token),
+    Step("realm", _realm),
     Step("client scope", _client_scope),
     Step("default scope", _default_scope),
     Step("group", _group),
