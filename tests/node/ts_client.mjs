@@ -36,7 +36,38 @@ class MemoryProvider {
   discoveryState() { return this.store.discovery; }
 }
 
-// Complete oidc-provider's login and consent pages with plain HTTP, keeping cookies.
+const ENTITIES = { amp: '&', lt: '<', gt: '>', quot: '"', '#39': "'", '#x27': "'" };
+const unescapeHtml = (text) => text.replace(/&(amp|lt|gt|quot|#39|#x27);/g, (_, e) => ENTITIES[e]);
+const attribute = (tag, name) => {
+  const found = tag.match(new RegExp(`\\s${name}\\s*=\\s*"([^"]*)"`, 'i'));
+  return found ? unescapeHtml(found[1]) : undefined;
+};
+
+// The first form of a page as a person would submit it: hidden fields as they are, the user
+// name in its text field (oidc-provider's and the dev IdP's `login`, Keycloak's `username`),
+// the password, and the button that says yes (Keycloak's consent page: accept=Yes).
+function submission(html, user) {
+  const form = html.match(/<form\b[^>]*>[\s\S]*?<\/form>/i)?.[0];
+  if (!form) return null;
+  const fields = [...form.matchAll(/<(?:input|button)\b[^>]*>/gi)].map(([tag]) => ({
+    type: (attribute(tag, 'type') ?? 'text').toLowerCase(),
+    name: attribute(tag, 'name'),
+    value: attribute(tag, 'value') ?? '',
+  }));
+  const body = {};
+  for (const field of fields) {
+    if (!field.name) continue;
+    if (field.type === 'hidden') body[field.name] = field.value;
+    else if (field.type === 'password') body[field.name] = password;
+    else if (field.type === 'text' || field.type === 'email') body[field.name] = user;
+    else if (field.name === 'accept') body.accept = field.value;
+  }
+  if ('request' in body) body.decision = 'allow';  // the gateway's consent page (Broker)
+  return { action: attribute(form.match(/<form\b[^>]*>/i)[0], 'action'), body };
+}
+
+// Complete the provider's login and consent pages with plain HTTP, keeping cookies (every
+// cookie is sent back: Keycloak marks its cookies Secure even on http://127.0.0.1).
 async function login(start, user) {
   const jar = new Map();
   const cookieHeader = () => [...jar].map(([k, v]) => `${k}=${v}`).join('; ');
@@ -55,23 +86,23 @@ async function login(start, user) {
     remember(res);
     if (res.status >= 300 && res.status < 400) { next = new URL(res.headers.get('location'), next).toString(); continue; }
     const html = await res.text();
-    const action = html.match(/action="([^"]+)"/)?.[1];
-    if (!action) throw new Error(`login page without form (HTTP ${res.status}): ${html.slice(0, 300)}`);
-    const request = html.match(/name="request" value="([^"]+)"/)?.[1];
-    let form;
-    if (request) form = { request, decision: 'allow' };  // the gateway's consent page (broker)
-    else if (html.includes('value="login"')) form = { prompt: 'login', login: user, password };
-    else form = { prompt: 'consent' };
-    const target = new URL(action, next);
+    const form = submission(html, user);
+    if (!form?.action) throw new Error(`login page without form (HTTP ${res.status}): ${html.slice(0, 300)}`);
+    const target = new URL(form.action, next);
     // What a browser sends with a same-origin form post.
     const sameOrigin = target.origin === new URL(next).origin ? { origin: target.origin } : {};
     res = await fetch(target, {
-      method: 'POST', redirect: 'manual', body: new URLSearchParams(form),
+      method: 'POST', redirect: 'manual', body: new URLSearchParams(form.body),
       headers: { cookie: cookieHeader(), 'content-type': 'application/x-www-form-urlencoded',
                  ...sameOrigin },
     });
     remember(res);
-    next = new URL(res.headers.get('location'), next).toString();
+    const location = res.headers.get('location');
+    if (!location) {
+      const text = await res.text();
+      throw new Error(`form at ${target} answered HTTP ${res.status} without a redirect: ${text.slice(0, 300)}`);
+    }
+    next = new URL(location, next).toString();
   }
   throw new Error('login did not reach the redirect URI');
 }

@@ -1,27 +1,95 @@
 """Complete a browser sign-in with plain HTTP: the gateway's consent page, then the identity
-provider's login and consent forms (oidc-provider's dev interactions and the dev IdP use the
-same field names). Returns the query of the final redirect to the client's callback."""
+provider's login and consent forms (oidc-provider's, the dev IdP's and real Keycloak's), filled
+in as a person would. Returns the query of the final redirect to the client's callback."""
 
 from __future__ import annotations
 
-import re
+from html.parser import HTMLParser
 from urllib.parse import parse_qs, urljoin, urlsplit
 
 import httpx
 
-ACTION = re.compile(r'<form[^>]*action="([^"]+)"')
-REQUEST = re.compile(r'name="request" value="([^"]+)"')
+
+class _FirstForm(HTMLParser):
+    """The first <form> of a page: its action and the fields a person would submit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.action: str | None = None
+        self.fields: list[dict[str, str]] = []
+        self._inside = False
+        self._done = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = {name: value or "" for name, value in attrs}
+        if tag == "form" and not self._done:
+            self._inside = True
+            self.action = values.get("action", "")
+        elif tag in ("input", "button") and self._inside:
+            values.setdefault("type", "text" if tag == "input" else "submit")
+            self.fields.append(values)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "form" and self._inside:
+            self._inside, self._done = False, True
+
+
+def submission(page: str, user: str, password: str, decision: str) -> tuple[str, dict[str, str]]:
+    """(action, form fields) of the page's first form: hidden fields as they are, the user name
+    in its text field (`login` at oidc-provider and the dev IdP, `username` at Keycloak), the
+    password, and the button that says yes (Keycloak's consent page sends accept=Yes)."""
+    parser = _FirstForm()
+    parser.feed(page)
+    if parser.action is None:
+        raise RuntimeError(f"no form on the page: {page[:300]}")
+    form: dict[str, str] = {}
+    for field in parser.fields:
+        name, kind = field.get("name"), field["type"].lower()
+        if not name:
+            continue
+        if kind == "hidden":
+            form[name] = field.get("value", "")
+        elif kind == "password":
+            form[name] = password
+        elif kind in ("text", "email"):
+            form[name] = user
+        elif name == "accept":
+            form[name] = field.get("value", "")
+    if "request" in form:  # the gateway's consent page
+        form["decision"] = decision
+    return parser.action, form
+
+
+class _Jar:
+    """Every cookie sent back to the host that set it. Keycloak marks its cookies Secure even on
+    http://127.0.0.1 (a secure context to browsers), which httpx's jar would then hold back."""
+
+    def __init__(self) -> None:
+        self.cookies: dict[str, dict[str, str]] = {}
+
+    def keep(self, response: httpx.Response) -> None:
+        host = response.url.netloc.decode()
+        for line in response.headers.get_list("set-cookie"):
+            name, _, value = line.split(";", 1)[0].partition("=")
+            self.cookies.setdefault(host, {})[name.strip()] = value.strip()
+
+    def header(self, url: str) -> dict[str, str]:
+        pairs = self.cookies.get(urlsplit(url).netloc, {})
+        return {"Cookie": "; ".join(f"{k}={v}" for k, v in pairs.items())} if pairs else {}
 
 
 async def sign_in(
     url: str, user: str, password: str, callback: str, decision: str = "allow"
 ) -> dict[str, str]:
     """Follow redirects and submit forms until the browser would land on `callback`."""
+    jar = _Jar()
     async with httpx.AsyncClient(follow_redirects=False, timeout=20) as browser:
         for _ in range(25):
             if url.startswith(callback):
                 return {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
-            response = await browser.get(url)
+            browser.cookies.clear()
+            response = await browser.get(url, headers=jar.header(url))
+            jar.keep(response)
             if response.status_code in (301, 302, 303, 307):
                 url = urljoin(url, response.headers["location"])
                 continue
@@ -29,23 +97,17 @@ async def sign_in(
                 raise RuntimeError(
                     f"sign-in stopped at {url}: HTTP {response.status_code} {response.text[:300]}"
                 )
-            page = response.text
-            action = ACTION.search(page)
-            if action is None:
-                raise RuntimeError(f"no form on {url}: {page[:300]}")
-            request_id = REQUEST.search(page)
-            if request_id is not None:  # the gateway's consent page
-                form = {"request": request_id.group(1), "decision": decision}
-            elif 'value="login"' in page:
-                form = {"prompt": "login", "login": user, "password": password}
-            else:
-                form = {"prompt": "consent"}
-            target = urljoin(url, action.group(1))
+            action, form = submission(response.text, user, password, decision)
+            target = urljoin(url, action)
             # What a browser sends with a same-origin form post (the pages' Referrer-Policy
             # is same-origin, so the real origin, not "null").
             page_origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))
             headers = {"Origin": page_origin} if target.startswith(page_origin + "/") else {}
-            response = await browser.post(target, data=form, headers=headers)
+            browser.cookies.clear()
+            response = await browser.post(
+                target, data=form, headers={**headers, **jar.header(target)}
+            )
+            jar.keep(response)
             if response.status_code not in (301, 302, 303, 307):
                 raise RuntimeError(
                     f"form on {url} answered HTTP {response.status_code}: {response.text[:300]}"
