@@ -13,8 +13,10 @@ CONFORMANCE := tests/conformance
 INSPECTOR := tests/inspector
 
 # Debian packages the tests start for real: Redis (broker state), Chromium (browser sign-in),
-# the benchmark's load generator and reference proxies, and Java and Maven for real Keycloak.
-SYSTEM_PACKAGES := redis-server chromium wrk haproxy nginx-light openjdk-17-jre-headless maven
+# and the benchmark's load generator and reference proxies. Java and Maven (real Keycloak) are
+# installed by keycloak-deps, which `make dev-keycloak` needs alone.
+SYSTEM_PACKAGES := redis-server chromium wrk haproxy nginx-light
+KEYCLOAK_PACKAGES := openjdk-17-jre-headless maven
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # The Keycloak and authentik OpenAPI documents for `make test-contracts` (third-party data, never
@@ -56,7 +58,7 @@ $(INSPECTOR)/node_modules/.installed: $(INSPECTOR)/package-lock.json
 	touch $@
 
 system-deps:
-	@for tool in redis-server chromium wrk haproxy nginx java mvn; do \
+	@for tool in redis-server chromium wrk haproxy nginx; do \
 	  command -v $$tool >/dev/null || [ -x /usr/sbin/$$tool ] || missing=1; \
 	done; [ -z "$$missing" ] || { \
 	  echo "installing Debian packages: $(SYSTEM_PACKAGES)"; \
@@ -178,13 +180,20 @@ dev-cluster-stop: dev-apiserver-dir install-test
 # ~/.cache/mcp-oauth-gateway/keycloak-26.7.3 (or $$MCP_OAUTH_GATEWAY_KEYCLOAK_CACHE); later
 # fetches are no-ops. `make dev-keycloak DIR=/tmp/kc` starts one on a free loopback port in dev
 # mode (a fresh database, admin password in DIR/admin-password); `make dev-keycloak-stop DIR=…`.
-.PHONY: keycloak-fetch dev-keycloak dev-keycloak-stop
+.PHONY: keycloak-deps keycloak-fetch dev-keycloak dev-keycloak-stop
 
-keycloak-fetch: install-test system-deps
+keycloak-deps:
+	@command -v java >/dev/null && command -v mvn >/dev/null || { \
+	  echo "installing Debian packages for Keycloak: $(KEYCLOAK_PACKAGES)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install \
+	    -y -qq --no-install-recommends $(KEYCLOAK_PACKAGES) >/dev/null; }
+
+keycloak-fetch: install-test keycloak-deps
 	$(PY) tools/dev_keycloak.py fetch --quiet
 
+# PORT=8180 picks the port (default: a free one).
 dev-keycloak: dev-apiserver-dir keycloak-fetch
-	$(PY) tools/dev_keycloak.py start --dir "$(DIR)"
+	$(PY) tools/dev_keycloak.py start --dir "$(DIR)" $(if $(PORT),--port $(PORT))
 
 dev-keycloak-stop: dev-apiserver-dir install-test
 	$(PY) tools/dev_keycloak.py stop --dir "$(DIR)"

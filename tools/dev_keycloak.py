@@ -9,9 +9,11 @@ prepared distribution into its own directory: every server begins with an empty 
 
     dev_keycloak.py fetch               download and prepare once (idempotent, cached)
     dev_keycloak.py path                print the prepared distribution's directory
-    dev_keycloak.py start --dir D       Keycloak in dev mode on a free loopback port; the admin
-                                        is `admin`, its password $KC_BOOTSTRAP_ADMIN_PASSWORD or
-                                        a generated one written to D/admin-password
+    dev_keycloak.py start --dir D [--port P]
+                                        Keycloak in dev mode on a loopback port (a free one
+                                        unless --port); the admin is `admin`, its password
+                                        $KC_BOOTSTRAP_ADMIN_PASSWORD or a generated one written
+                                        to D/admin-password
     dev_keycloak.py stop --dir D        stop it (safe to run twice)
 
 Needs Java 17 or newer (`java` on PATH or $JAVA_HOME) and Maven (`mvn`); `make test` installs
@@ -223,9 +225,13 @@ class Paths:
         return self.root / "watchdog.log"
 
 
-def _launch(home: Path, logs: Path, java: Path, title: str, password: str) -> dict[str, int]:
-    """`kc.sh start-dev` of the distribution at `home` on a free port; pid and port once its
-    discovery document answers."""
+def _launch(
+    home: Path, logs: Path, java: Path, title: str, password: str, port: int | None = None
+) -> dict[str, int]:
+    """`kc.sh start-dev` of the distribution at `home` on `port` (default: a free one); pid and
+    port once its discovery document answers."""
+    if port is not None and not common.port_free(port):
+        raise ToolError(f"step start: port {port} is taken; choose another with --port")
     env = {
         **os.environ,
         "JAVA_HOME": str(java),
@@ -238,12 +244,12 @@ def _launch(home: Path, logs: Path, java: Path, title: str, password: str) -> di
     plain = common.opener(None)
 
     def attempt() -> dict[str, int]:
-        port = common.free_port()
-        url = f"http://127.0.0.1:{port}/realms/master/.well-known/openid-configuration"
+        chosen = port or common.free_port()
+        url = f"http://127.0.0.1:{chosen}/realms/master/.well-known/openid-configuration"
         command = [
             str(home / "bin" / "kc.sh"),
             "start-dev",
-            *("--http-host", "127.0.0.1", "--http-port", str(port)),
+            *("--http-host", "127.0.0.1", "--http-port", str(chosen)),
         ]
         proc = common.launch(
             f"Keycloak ({title})",
@@ -252,13 +258,17 @@ def _launch(home: Path, logs: Path, java: Path, title: str, password: str) -> di
             lambda: common.answers(plain, url, b'"issuer"'),
             env,
         )
-        return {"pid": proc.pid, "port": port}
+        return {"pid": proc.pid, "port": chosen}
 
+    if port is not None:
+        return attempt()
     result: dict[str, int] = common.retrying_ports("Keycloak", attempt)
     return result
 
 
-def start(directory: Path, cache: Path, watch_pid: int | None) -> dict[str, Any]:
+def start(
+    directory: Path, cache: Path, watch_pid: int | None, port: int | None = None
+) -> dict[str, Any]:
     """Start a fresh Keycloak for `directory`; return the recorded state."""
     dist = fetch(cache)
     java = java_home()
@@ -273,7 +283,7 @@ def start(directory: Path, cache: Path, watch_pid: int | None) -> dict[str, Any]
     shutil.rmtree(paths.home, ignore_errors=True)
     shutil.copytree(dist, paths.home, symlinks=True)
     password = os.environ.get("KC_BOOTSTRAP_ADMIN_PASSWORD") or _new_password(paths.password)
-    server = _launch(paths.home, paths.root, java, "dev mode", password)
+    server = _launch(paths.home, paths.root, java, "dev mode", password, port)
     state: dict[str, Any] = {
         "keycloak": server,
         "url": f"http://127.0.0.1:{server['port']}",
@@ -333,6 +343,9 @@ def _parser() -> argparse.ArgumentParser:
     start_parser = commands.add_parser("start", help="start a fresh Keycloak on a free port")
     start_parser.add_argument("--dir", required=True, type=Path, help="the server's directory")
     start_parser.add_argument(
+        "--port", type=int, help="the loopback port to listen on (default: a free one)"
+    )
+    start_parser.add_argument(
         "--watch-pid", type=int, help="also stop the server when this process exits (tests)"
     )
     stop_parser = commands.add_parser("stop", help="stop it (SIGTERM, then SIGKILL)")
@@ -369,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise ToolError(f"step path: not fetched yet; run {sys.argv[0]} fetch")
             print(cache / "dist")
         elif args.command == "start":
-            _report_start(start(args.dir, cache, args.watch_pid), args.dir, started)
+            state = start(args.dir, cache, args.watch_pid, args.port)
+            _report_start(state, args.dir, started)
         elif args.command == "stop":
             stopped = stop(args.dir)
             say(f"stopped Keycloak in {args.dir}" if stopped else f"nothing running in {args.dir}")
