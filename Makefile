@@ -120,7 +120,7 @@ test: install-test node-peers mcp1-client system-deps lint apiserver-build clust
 	$(PY) -m pytest -m "not contracts"
 
 # Only the tests marked `contracts`: exchanges checked against the providers' API documents.
-test-contracts: contracts-dir install-test node-peers apiserver-build
+test-contracts: contracts-dir install-test node-peers apiserver-build keycloak-fetch
 	CONTRACTS_DIR="$(CONTRACTS_DIR)" $(PY) -m pytest -m contracts
 
 contracts-dir:
