@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from ..oauth_scopes import scope_tokens
 from . import keycloak_exchange
+from .keycloak_realm import Realm
 from .oidc import OAuthClient, OpenIdProvider, Subject, json_response
 from .settings import DevIdpSettings
 from .store import Record, Store, check_password, hash_password, new_id, new_signing_key
@@ -151,10 +152,14 @@ class KeycloakFlavour:
         self.store = store
         self.settings = settings
         self.provider = OpenIdProvider(self)
+        self.realm = Realm(store, self.provider, REALM_ID, settings.access_token_ttl)
         one = "([^/]+)"
         self._admin_routes = [
             (method, re.compile(pattern.replace("{id}", one)), handler)
             for method, pattern, handler in (
+                ("GET", "", self.realm.get),
+                ("PUT", "", self.realm.put),
+                ("POST", "logout-all", self.realm.logout_all),
                 ("GET", "client-scopes", self._list_scopes),
                 ("POST", "client-scopes", self._create_scope),
                 ("GET", "client-scopes/{id}", self._get_scope),
@@ -344,8 +349,8 @@ class KeycloakFlavour:
         return keycloak_exchange.exchange(self, base, client, form, audiences)
 
     def access_token_ttl(self, client: OAuthClient) -> int:
-        """The master realm's access-token lifespan (60 s unless configured)."""
-        return self.settings.access_token_ttl
+        """The master realm's `accessTokenLifespan` (60 s unless set through the admin API)."""
+        return self.realm.access_token_lifespan()
 
     def _client_record(self, client_id: str) -> Record | None:
         return next(
@@ -428,7 +433,7 @@ class KeycloakFlavour:
 
     def _admin(self, request: Request) -> Response | None:
         claims = self.provider.bearer_claims(request, self._key)
-        if claims is None:
+        if claims is None or self.realm.refused(claims):
             return json_response({"error": "HTTP 401 Unauthorized"}, 401)
         user = self._user(id=str(claims.get("sub", "")))
         if user is None or not user.get("admin"):
@@ -454,7 +459,7 @@ class KeycloakFlavour:
         denied = self._admin(request)
         if denied is not None:
             return denied
-        rest = request.path_params["rest"].strip("/")
+        rest = request.path_params.get("rest", "").strip("/")
         for method, pattern, handler in self._admin_routes:
             match = pattern.fullmatch(rest)
             if match and method == request.method:
@@ -828,7 +833,7 @@ class KeycloakFlavour:
     async def userinfo(self, request: Request) -> Response:
         """Claims of the bearer token's user."""
         claims = self.provider.bearer_claims(request, self._key)
-        if claims is None:
+        if claims is None or self.realm.refused(claims):
             return json_response({"error": "invalid_token"}, 401)
         keep = ("sub", "preferred_username", "email", "email_verified", "groups", "name")
         return json_response({k: claims[k] for k in keep if k in claims})
@@ -913,6 +918,7 @@ class KeycloakFlavour:
             Route(
                 f"{self.interaction_prefix}/{{uid}}", provider.interaction, methods=["GET", "POST"]
             ),
+            Route("/admin/realms/{realm}", self.admin, methods=["GET", "PUT"]),
             Route(
                 "/admin/realms/{realm}/{rest:path}",
                 self.admin,

@@ -481,7 +481,7 @@ class OpenIdProvider:
         if record is None or record["exp"] < time.time() or record["client_id"] != client.client_id:
             raise OAuthError(400, "invalid_grant", "Token is not active")
         subject = self.flavour.subject_by_id(record["subject"])
-        if subject is None:
+        if subject is None or record.get("ended"):
             raise OAuthError(400, "invalid_grant", "Session not active")
         return self.mint(base, client, subject, record["scopes"], record["resource"])
 
@@ -522,7 +522,8 @@ class OpenIdProvider:
             token = jwt.decode(auth[7:].strip(), key, algorithms=["RS256"])
         except Exception:  # any decoding failure means "not a valid token"
             return None
-        if token.claims.get("exp", 0) < time.time():
+        # Expired once the clock's whole second is past `exp` (Keycloak's `Time.currentTime()`).
+        if token.claims.get("exp", 0) < int(time.time()):
             return None
         return token.claims
 
