@@ -1,0 +1,130 @@
+"""A Broker-mode client spoken with plain HTTP, one OAuth step at a time: register with the
+gateway, authorize (the sign-in completed headlessly on the provider's own pages), redeem the
+gateway's code, refresh and revoke. Each step returns what the gateway answered, so tests can
+stop between steps (at the provider's redirect to the gateway, say) and change what is sent.
+
+`provider_refresh_token` reads what a gateway refresh token stands for out of the Broker's Redis
+store: the provider's own refresh token, which clients never see, so that a test can present it
+to the provider directly."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass, field
+from urllib.parse import urlencode
+
+import httpx
+import redis
+from headless_login import sign_in
+
+from mcp_oauth_gateway.broker.refresh import digest
+from mcp_oauth_gateway.broker.store import PREFIX
+
+REDIRECT = "http://127.0.0.1:47111/cb"
+
+
+def s256(verifier: str) -> str:
+    """The PKCE S256 challenge of `verifier`."""
+    hashed = hashlib.sha256(verifier.encode()).digest()
+    return base64.urlsafe_b64encode(hashed).rstrip(b"=").decode()
+
+
+@dataclass
+class BrokerClient:
+    """One client registered with the gateway at `mcp` (the gateway's issuer)."""
+
+    mcp: str
+    client_id: str = ""
+    verifier: str = field(default_factory=lambda: secrets.token_urlsafe(48))
+
+    @property
+    def callback(self) -> str:
+        """Where the provider sends the browser back to the gateway."""
+        return f"{self.mcp}/oauth/callback"
+
+    def register(self) -> BrokerClient:
+        response = httpx.post(
+            f"{self.mcp.rsplit('/', 1)[0]}/.well-known/oauth-authorization-server/mcp"
+            "/client-registration",
+            json={"client_name": "Broker e2e", "redirect_uris": [REDIRECT]},
+        )
+        assert response.status_code == 201, response.text
+        self.client_id = response.json()["client_id"]
+        return self
+
+    def authorize_url(self, scope: str = "openid profile") -> str:
+        params = {
+            "response_type": "code",
+            "client_id": self.client_id,
+            "redirect_uri": REDIRECT,
+            "state": "client-state",
+            "code_challenge": s256(self.verifier),
+            "code_challenge_method": "S256",
+            "scope": scope,
+            "resource": self.mcp,
+        }
+        return f"{self.mcp}/oauth/authorize?{urlencode(params)}"
+
+    async def provider_redirect(self, user: str, password: str) -> dict[str, str]:
+        """Sign in up to the provider's redirect to the gateway: its query (code, state, iss…),
+        not yet delivered."""
+        return await sign_in(self.authorize_url(), user, password, self.callback)
+
+    def deliver(self, query: dict[str, str]) -> httpx.Response:
+        """Bring the provider's redirect to the gateway's callback, as the browser would."""
+        return httpx.get(f"{self.callback}?{urlencode(query)}", follow_redirects=False)
+
+    async def code(self, user: str, password: str) -> dict[str, str]:
+        """A whole sign-in: the query the gateway redirects the client's callback with."""
+        return await sign_in(self.authorize_url(), user, password, REDIRECT)
+
+    def redeem(self, code: str) -> httpx.Response:
+        return httpx.post(
+            f"{self.mcp}/oauth/token",
+            data={
+                "grant_type": "authorization_code",
+                "code": code,
+                "client_id": self.client_id,
+                "redirect_uri": REDIRECT,
+                "code_verifier": self.verifier,
+                "resource": self.mcp,
+            },
+        )
+
+    async def tokens(self, user: str, password: str) -> dict[str, str]:
+        """Sign in and redeem the code: the gateway's token response."""
+        query = await self.code(user, password)
+        assert "code" in query, query
+        response = self.redeem(query["code"])
+        assert response.status_code == 200, response.text
+        tokens: dict[str, str] = response.json()
+        return tokens
+
+    def refresh(self, refresh_token: str) -> httpx.Response:
+        return httpx.post(
+            f"{self.mcp}/oauth/token",
+            data={
+                "grant_type": "refresh_token",
+                "refresh_token": refresh_token,
+                "client_id": self.client_id,
+                "resource": self.mcp,
+            },
+        )
+
+    def revoke(self, token: str, hint: str) -> httpx.Response:
+        return httpx.post(
+            f"{self.mcp}/oauth/revoke",
+            data={"token": token, "token_type_hint": hint, "client_id": self.client_id},
+        )
+
+
+def provider_refresh_token(redis_url: str, gateway_refresh_token: str) -> str:
+    """The provider's refresh token that a live gateway refresh token stands for."""
+    with redis.Redis.from_url(redis_url) as store:
+        raw = store.get(f"{PREFIX}refresh:{digest(gateway_refresh_token)}")
+    assert raw is not None, "the gateway refresh token is not in the Broker's store"
+    token: str = json.loads(raw)["provider"]
+    return token

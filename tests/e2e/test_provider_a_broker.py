@@ -1,0 +1,389 @@
+"""Broker mode in front of provider A, with the provider's real tokens: the gateway set up by the
+product's own `idp keycloak --mode Broker` against real Keycloak 26 (in a realm of this module's
+own, `broker`, so the master realm of the shared server stays test_provider_a.py's) and against
+the dev IdP's Keycloak flavour (master realm), one parametrised module.
+
+Each client signs in on the provider's own login page and calls a tool: the Python `mcp` SDK
+2.x, the TypeScript `@modelcontextprotocol/client` 2.x and MCP Inspector's web UI in Chromium.
+The gateway checks the provider's RFC 9207 `iss` on its callback; it refreshes through the
+provider while rotating its own refresh tokens (with Keycloak's rotation on, too); and a token
+revoked at the gateway is revoked at Keycloak's revocation endpoint.
+
+The gateway keeps its Broker state in Redis here, so that a test can read the provider's
+refresh token behind a gateway refresh token and present it to the provider directly.
+
+Where the dev IdP differs from Keycloak, the test is parametrised over real Keycloak only and
+the difference is named next to it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.async_api import Page, expect
+
+from broker_flow import REDIRECT, BrokerClient, provider_refresh_token
+from keycloak_support import USER_PASSWORD, DevKeycloak, Provider, idp_keycloak
+from support import (
+    PEERS,
+    Process,
+    free_port,
+    gateway_cmd,
+    unverified_claims,
+    wait_for_port,
+    wait_until,
+)
+
+from .test_client_flow import run_ts_client
+from .test_inspector import (
+    ARTIFACTS,
+    STEP_TIMEOUT_MS,
+    call_add,
+    chromium_page,
+    running_inspector,
+    watch_gateway,
+)
+
+FLAVOURS = ["keycloak", "dev-idp"]
+REALM = {"keycloak": "broker", "dev-idp": "master"}  # the dev IdP serves master only
+GATEWAY_CLIENT = "mcp-gateway"  # what idp keycloak --mode Broker creates at the provider
+# Parametrises a test over real Keycloak alone (the module-scoped fixtures are reused).
+KEYCLOAK_ONLY = pytest.mark.parametrize("provider", ["keycloak"], indirect=True)
+
+
+@pytest.fixture(scope="module", params=FLAVOURS)
+def provider(
+    request: pytest.FixtureRequest, logs: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Provider]:
+    """Real Keycloak (the session's server) or the dev IdP's Keycloak flavour."""
+    if request.param == "keycloak":
+        yield request.getfixturevalue("real_keycloak")
+        return
+    dev = DevKeycloak.start(logs, tmp_path_factory.mktemp("dev-kc-broker") / "state.json")
+    try:
+        yield dev
+    finally:
+        dev.stop()
+
+
+@dataclass
+class Broker:
+    """The gateway in Broker mode in front of `provider`'s `realm`."""
+
+    provider: Provider
+    realm: str
+    gateway: str
+    process: Process
+    redis_url: str
+
+    @property
+    def mcp(self) -> str:
+        return f"{self.gateway}/mcp"
+
+    @property
+    def issuer(self) -> str:
+        """The provider's issuer (the realm's)."""
+        return self.provider.issuer(self.realm)
+
+    def discovery(self) -> dict[str, object]:
+        found: dict[str, object] = httpx.get(
+            f"{self.issuer}/.well-known/openid-configuration"
+        ).json()
+        return found
+
+    def client(self) -> BrokerClient:
+        return BrokerClient(self.mcp).register()
+
+
+@pytest.fixture(scope="module")
+def broker(
+    provider: Provider,
+    backend: str,
+    redis_url: str,
+    logs: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Broker]:
+    realm = REALM[provider.name]
+    out = tmp_path_factory.mktemp(f"broker-{provider.name}") / "out"
+    port = free_port()
+    gateway = f"http://127.0.0.1:{port}"
+    done = idp_keycloak(
+        provider,
+        *("--realm", realm, "--mode", "Broker"),
+        *("--resource", f"{gateway}/mcp", "--user", "alice:alice@example.com"),
+        *("--backend", f"http://{backend}/mcp", "--output-dir", str(out)),
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"created public client '{GATEWAY_CLIENT}'" in done.stderr, done.stderr
+    process = Process(
+        f"gateway-broker-{provider.name}",
+        gateway_cmd(out),
+        logs,
+        env={"MCP_OAUTH_GATEWAY_REDIS_URL": redis_url},
+    )
+    try:
+        wait_for_port(port, process)
+        yield Broker(provider, realm, gateway, process, redis_url)
+    finally:
+        process.stop()
+
+
+def audiences(claims: dict[str, object]) -> list[object]:
+    aud = claims["aud"]
+    return aud if isinstance(aud, list) else [aud]
+
+
+def assert_providers_token(broker: Broker, token: str) -> None:
+    """A token the provider issued to the gateway's client for alice, for this resource."""
+    claims = unverified_claims(token)
+    assert claims["iss"] == broker.issuer
+    assert claims["azp"] == GATEWAY_CLIENT
+    assert broker.mcp in audiences(claims)
+    assert claims["groups"] == ["users"]
+    assert claims["preferred_username"] == "alice"
+
+
+# --- clients signing in on the provider's own pages -----------------------------------------
+
+
+def test_python_sdk_2_signs_in_and_calls_a_tool(broker):
+    done = subprocess.run(
+        [sys.executable, str(PEERS / "py_client.py"), broker.mcp, "alice", USER_PASSWORD],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["ok"], report
+    assert report["sdk"].startswith("mcp 2."), report
+    assert report["authorize"] == f"{broker.mcp}/oauth/authorize"
+    assert report["tools"] == ["add", "count"]
+    assert report["result"] == "5"
+
+
+def test_typescript_client_2_signs_in_and_calls_a_tool(broker):
+    report = run_ts_client(broker.mcp, "alice", USER_PASSWORD, "client2")
+    assert report["ok"], report
+    assert report["sdk"] == "@modelcontextprotocol/client 2"
+    assert report["authorizationUrl"].startswith(f"{broker.mcp}/oauth/authorize?")
+    assert report["callback"]["iss"] == broker.mcp  # the gateway's iss, checked by the client
+    assert report["add"]["structuredContent"] == {"result": 5}
+    assert report["count"]["content"][0]["text"] == "counted to 3"  # streamed over SSE
+    assert_providers_token(broker, report["accessToken"])
+
+
+async def provider_pages(page: Page, provider: Provider) -> None:
+    """The provider's login form (Keycloak: username, password, #kc-login; the dev IdP: login,
+    password, submit), then its consent page if one follows."""
+    await page.wait_for_url(f"{provider.url}/**")
+    await page.locator("input[name=username], input[name=login]").fill("alice")
+    await page.fill("input[name=password]", USER_PASSWORD)
+    await page.locator("#kc-login, button[type=submit]").first.click()
+    connected = page.get_by_text("Connected", exact=True)
+    consent = page.locator(
+        "input[name=accept], form:has(input[name=prompt][value=consent]) button[value=allow]"
+    )
+    await expect(connected.or_(consent).first).to_be_visible(timeout=STEP_TIMEOUT_MS)
+    if await consent.count():
+        await consent.first.click()
+    await expect(connected).to_be_visible(timeout=STEP_TIMEOUT_MS)
+
+
+async def test_inspector_signs_in_and_calls_a_tool(broker, logs):
+    ARTIFACTS.mkdir(exist_ok=True)
+    name = f"inspector-broker-{broker.provider.name}.png"
+    with running_inspector("1.0.3", logs) as inspector:
+        async with chromium_page() as page:
+            from_browser = watch_gateway(page, broker.gateway)
+            navigations: list[str] = []
+            page.on("framenavigated", lambda frame: navigations.append(frame.url))
+            try:
+                await page.goto(inspector.page_url(broker.mcp))
+                await page.get_by_role("button", name="Connect", exact=True).click()
+                await page.wait_for_url(f"{broker.mcp}/oauth/authorize?*")
+                assert "MCP Inspector" in await page.inner_text("body")
+                await page.click("button[name=decision][value=allow]")
+                await provider_pages(page, broker.provider)
+                await call_add(page)
+            finally:  # printed by pytest when the test fails
+                print("page:", page.url)
+                print("navigations:", *navigations, sep="\n  ")
+                print("from the browser:", *from_browser, sep="\n  ")
+                await page.screenshot(path=str(ARTIFACTS / name))
+    # The browser went through the provider's own pages, and back through the gateway.
+    assert any(url.startswith(f"{broker.issuer}/") for url in navigations), navigations
+    callbacks = [url for url in navigations if url.startswith(f"{inspector.ui}/oauth/callback?")]
+    assert callbacks, navigations
+    assert "code=" in callbacks[0], callbacks
+
+
+# --- RFC 9207: the provider's iss on the gateway's callback ---------------------------------
+
+
+async def test_the_providers_iss_is_checked_on_the_callback(broker):
+    assert broker.discovery()["authorization_response_iss_parameter_supported"] is True
+    client = broker.client()
+    genuine = await client.provider_redirect("alice", USER_PASSWORD)
+    assert genuine["iss"] == broker.issuer, genuine
+    assert set(genuine) >= {"code", "state", "iss"}
+    # Another issuer's iss (a mix-up): refused, and the sign-in is used up.
+    forged = client.deliver({**genuine, "iss": f"{broker.provider.url}/realms/elsewhere"})
+    assert forged.status_code == 400, forged.text
+    assert "RFC 9207 mix-up defence" in forged.text
+    assert "is not the provider issuer" in forged.text
+    again = client.deliver(genuine)
+    assert again.status_code == 400
+    assert "already used state" in again.text
+    # No iss from a provider that says it sends one: refused too.
+    second = await client.provider_redirect("alice", USER_PASSWORD)
+    stripped = client.deliver({k: v for k, v in second.items() if k != "iss"})
+    assert stripped.status_code == 400, stripped.text
+    assert "RFC 9207 mix-up defence" in stripped.text
+    # The provider's own iss: accepted; the client gets the gateway's code and iss.
+    third = await client.provider_redirect("alice", USER_PASSWORD)
+    accepted = client.deliver(third)
+    assert accepted.status_code == 302, accepted.text
+    location = httpx.URL(accepted.headers["location"])
+    assert str(location).startswith(f"{REDIRECT}?")
+    assert location.params["iss"] == broker.mcp
+    assert location.params["state"] == "client-state"
+    redeemed = client.redeem(location.params["code"])
+    assert redeemed.status_code == 200, redeemed.text
+    assert_providers_token(broker, redeemed.json()["access_token"])
+
+
+# --- refresh ---------------------------------------------------------------------------------
+
+
+def refreshed(client: BrokerClient, token: str) -> dict[str, str]:
+    response = client.refresh(token)
+    assert response.status_code == 200, response.text
+    tokens: dict[str, str] = response.json()
+    return tokens
+
+
+async def test_a_refresh_token_used_twice_at_the_gateway_is_refused(broker):
+    client = broker.client()
+    first = await client.tokens("alice", USER_PASSWORD)
+    second = refreshed(client, first["refresh_token"])
+    assert second["refresh_token"] != first["refresh_token"]
+    assert second["access_token"] != first["access_token"]
+    assert_providers_token(broker, second["access_token"])
+    replayed = client.refresh(first["refresh_token"])
+    assert replayed.status_code == 400
+    assert replayed.json()["error"] == "invalid_grant"
+    assert "already exchanged once" in replayed.json()["error_description"]
+    # The replay revoked the sign-in: the newer token is gone too.
+    after = client.refresh(second["refresh_token"])
+    assert (after.status_code, after.json()["error"]) == (400, "invalid_grant")
+
+
+@contextmanager
+def rotation(provider: Provider, realm: str) -> Iterator[None]:
+    """The realm revokes a refresh token once used (Keycloak's "Revoke Refresh Token", no
+    reuse), back off afterwards."""
+    on = {"revokeRefreshToken": True, "refreshTokenMaxReuse": 0}
+    assert provider.admin("PUT", "", realm, json=on).status_code == 204
+    settings = provider.admin("GET", "", realm).json()
+    assert (settings["revokeRefreshToken"], settings["refreshTokenMaxReuse"]) == (True, 0)
+    try:
+        yield
+    finally:
+        off = {"revokeRefreshToken": False}
+        assert provider.admin("PUT", "", realm, json=off).status_code == 204
+
+
+def at_provider(broker: Broker, refresh_token: str) -> httpx.Response:
+    """The provider's refresh token presented to the provider itself, as the gateway does."""
+    return httpx.post(
+        broker.provider.token_endpoint(broker.realm),
+        data={
+            "grant_type": "refresh_token",
+            "refresh_token": refresh_token,
+            "client_id": GATEWAY_CLIENT,
+        },
+    )
+
+
+# Real Keycloak only: the dev IdP has no realm update (PUT /admin/realms/master answers 404), so
+# the realm's rotation cannot be switched on there (it always rotates, as if it were on).
+@KEYCLOAK_ONLY
+async def test_refresh_with_keycloaks_rotation(broker):
+    with rotation(broker.provider, broker.realm):
+        client = broker.client()
+        first = await client.tokens("alice", USER_PASSWORD)
+        behind_first = provider_refresh_token(broker.redis_url, first["refresh_token"])
+        # Keycloak calls a used token stale only if it was issued before the last refresh, in
+        # whole seconds: the refresh that makes it stale happens in a later second.
+        issued = unverified_claims(behind_first)["iat"]
+        wait_until(lambda: time.time() >= issued + 1, 5, "the second after Keycloak's iat")
+        second = refreshed(client, first["refresh_token"])
+        behind_second = provider_refresh_token(broker.redis_url, second["refresh_token"])
+        assert second["refresh_token"] != first["refresh_token"]
+        assert behind_second != behind_first  # Keycloak rotated its own
+        # The gateway refreshes with Keycloak's new token: the old one is dead at Keycloak.
+        third = refreshed(client, second["refresh_token"])
+        assert_providers_token(broker, third["access_token"])
+        stale = at_provider(broker, behind_first)
+        assert (stale.status_code, stale.json()["error"]) == (400, "invalid_grant"), stale.text
+        assert stale.json()["error_description"] == "Stale token"
+        # The client's old token replayed at the gateway: a clear OAuth error.
+        replayed = client.refresh(second["refresh_token"])
+        assert replayed.status_code == 400
+        assert replayed.headers["content-type"].startswith("application/json")
+        assert replayed.json()["error"] == "invalid_grant"
+        assert replayed.json()["error_description"] == (
+            "this refresh token was already exchanged once; using it again revokes the "
+            "sign-in (sign in again)"
+        )
+
+
+# --- revocation ------------------------------------------------------------------------------
+
+
+# Real Keycloak only: the dev IdP's discovery has no revocation_endpoint (Keycloak's is
+# <issuer>/protocol/openid-connect/revoke), so the gateway revokes only its own refresh token
+# there and the dev IdP's refresh token behind it stays valid.
+@KEYCLOAK_ONLY
+async def test_revoking_at_the_gateway_revokes_the_refresh_token_at_keycloak(broker):
+    gateway_metadata = httpx.get(
+        f"{broker.gateway}/.well-known/oauth-authorization-server/mcp"
+    ).json()
+    assert gateway_metadata["revocation_endpoint"] == f"{broker.mcp}/oauth/revoke"
+    revocation = f"{broker.issuer}/protocol/openid-connect/revoke"
+    assert broker.discovery()["revocation_endpoint"] == revocation
+    client = broker.client()
+    tokens = await client.tokens("alice", USER_PASSWORD)
+    tokens = refreshed(client, tokens["refresh_token"])  # the chain works until revoked
+    behind = provider_refresh_token(broker.redis_url, tokens["refresh_token"])
+    done = client.revoke(tokens["refresh_token"], "refresh_token")
+    assert done.status_code == 200, done.text
+    at_keycloak = at_provider(broker, behind)
+    assert at_keycloak.status_code == 400, at_keycloak.text
+    assert at_keycloak.json()["error"] == "invalid_grant"
+    at_gateway = client.refresh(tokens["refresh_token"])
+    assert (at_gateway.status_code, at_gateway.json()["error"]) == (400, "invalid_grant")
+
+
+# Real Keycloak only, for the same reason (no revocation_endpoint at the dev IdP: the gateway
+# answers unsupported_token_type for an access token there).
+@KEYCLOAK_ONLY
+async def test_revoking_an_access_token_at_the_gateway_revokes_it_at_keycloak(broker):
+    client = broker.client()
+    tokens = await client.tokens("alice", USER_PASSWORD)
+    userinfo = f"{broker.issuer}/protocol/openid-connect/userinfo"
+    bearer = {"Authorization": f"Bearer {tokens['access_token']}"}
+    assert httpx.get(userinfo, headers=bearer).status_code == 200
+    done = client.revoke(tokens["access_token"], "access_token")
+    assert done.status_code == 200, done.text
+    assert httpx.get(userinfo, headers=bearer).status_code == 401
