@@ -1,0 +1,250 @@
+"""`spec.backend.credentials.tokenExchange` against provider A's own token exchange: real
+Keycloak 26's standard token exchange (RFC 8693) in a realm of this module's own (`exchange`;
+the session's server is shared, and test_provider_a.py owns its master realm), and the dev IdP's
+Keycloak flavour (master realm only) held to the same assertions where it can be.
+
+The realm is set up by the product's `idp keycloak --realm … --token-exchange-client …
+--token-exchange-audience …`, the gateway serves what it wrote, and a user signs in with the
+TypeScript SDK (Facade: anonymous DCR forwarded to the provider, its login page filled in). The
+backend (the `mcp` SDK server, which records every request's headers) shows what it was sent:
+a token Keycloak signed for the exchange audience, never the caller's. Exchanges Keycloak
+refuses reach the caller as a 502 naming the provider's reason, and nothing reaches the backend.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from keycloak_realm_support import (
+    audiences,
+    edit_resources,
+    listen_on,
+    of_kind,
+    serving,
+    user_id,
+    user_token,
+    verified_claims,
+)
+from keycloak_support import USER_PASSWORD, DevKeycloak, Provider, RealKeycloak, idp_keycloak
+from support import INITIALIZE, free_port, mcp_headers, unverified_claims, wait_for_keyset
+
+from .test_client_flow import backend_requests, run_ts_client
+
+CLIENT = "gateway-exchange"
+AUDIENCE = "mcp-backend"
+# A client of the realm that no client scope of the exchange client gives as an audience:
+# Keycloak's `audience` only narrows what the requester's scopes give, so it refuses.
+ELSEWHERE = "mcp-elsewhere"
+ENABLED = "standard.token.exchange.enabled"
+
+
+@pytest.fixture(scope="module", params=["keycloak", "dev-idp"])
+def provider(
+    request: pytest.FixtureRequest, logs: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Provider]:
+    if request.param == "keycloak":
+        yield request.getfixturevalue("real_keycloak")
+        return
+    dev = DevKeycloak.start(logs, tmp_path_factory.mktemp("dev-kc-exchange") / "state.json")
+    try:
+        yield dev
+    finally:
+        dev.stop()
+
+
+@dataclass
+class Exchange:
+    provider: Provider
+    realm: str
+    out: Path
+    gateway: str  # exchanges users' tokens for AUDIENCE
+    refusing: str  # the same policy asking for ELSEWHERE
+    backend: str
+
+    @property
+    def issuer(self) -> str:
+        return self.provider.issuer(self.realm)
+
+
+def _set_up(provider: Provider, realm: str, gateway: str, backend: str, out: Path) -> None:
+    done = idp_keycloak(
+        provider,
+        *("--realm", realm, "--resource", f"{gateway}/mcp", "--backend", f"http://{backend}/mcp"),
+        *("--user", "alice:alice@example.com", "--user", "dave:dave@example.com"),
+        *("--token-exchange-client", CLIENT, "--token-exchange-audience", AUDIENCE),
+        *("--allow-anonymous-dcr", "--output-dir", str(out)),
+    )
+    assert done.returncode == 0, done.stderr
+    created = provider.admin("POST", "/clients", realm, json={"clientId": ELSEWHERE})
+    assert created.status_code == 201, created.text
+
+
+def _refusing_copy(out: Path, directory: Path) -> Path:
+    """The generated resources on another port, exchanging for ELSEWHERE (the same secret file:
+    its path in the policy is absolute)."""
+    directory.mkdir()
+    config = directory / "gateway.yaml"
+    config.write_text((out / "gateway.yaml").read_text())
+
+    def edit(documents: list[dict[str, Any]]) -> None:
+        listen_on(documents, free_port())
+        policy = of_kind(documents, "GatewayPolicy")
+        policy["spec"]["backend"]["credentials"]["tokenExchange"]["audience"] = ELSEWHERE
+
+    edit_resources(config, edit)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def exchange(
+    provider: Provider, backend: str, logs: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Exchange]:
+    # The dev IdP serves the master realm only; real Keycloak gets a realm of this module's own.
+    realm = "exchange" if isinstance(provider, RealKeycloak) else "master"
+    tmp = tmp_path_factory.mktemp("provider-a-exchange")
+    gateway = f"http://127.0.0.1:{free_port()}"
+    _set_up(provider, realm, gateway, backend, tmp / "out")
+    refusing = _refusing_copy(tmp / "out", tmp / "refusing")
+    name = f"gateway-a-exchange-{provider.name}"
+    with ExitStack() as stack:
+        base = stack.enter_context(serving(tmp / "out", logs, name))
+        other = stack.enter_context(serving(refusing, logs, f"{name}-refusing"))
+        for started in (base, other):
+            wait_for_keyset(started, user_token(provider, realm, "alice"))
+        yield Exchange(provider, realm, tmp / "out", base, other, backend)
+
+
+def _client(setup: Exchange, client_id: str) -> dict[str, Any]:
+    found = setup.provider.admin("GET", "/clients", setup.realm, params={"clientId": client_id})
+    return next(c for c in found.json() if c["clientId"] == client_id)
+
+
+def test_idp_keycloak_made_a_confidential_exchange_client(exchange):
+    client = _client(exchange, CLIENT)
+    assert client["publicClient"] is False
+    assert client["attributes"][ENABLED] == "true"
+    path = f"/clients/{client['id']}/optional-client-scopes"
+    optional = exchange.provider.admin("GET", path, exchange.realm).json()
+    assert f"{AUDIENCE}-audience" in [s["name"] for s in optional]
+    secret_file = exchange.out / "token-exchange-client-secret"
+    assert secret_file.stat().st_mode & 0o777 == 0o600
+    assert f"file: {secret_file.resolve()}" in (exchange.out / "gateway.yaml").read_text()
+
+
+def _authorizations(backend: str) -> list[tuple[dict[str, str], str | None]]:
+    """(headers, bearer token or None) of every request the backend has received."""
+    seen = []
+    for request in backend_requests(backend):
+        headers = dict(request["headers"])
+        value = headers.get("authorization")
+        seen.append((headers, value.removeprefix("Bearer ") if value else None))
+    return seen
+
+
+def test_the_backend_gets_keycloaks_exchanged_token_never_the_callers(exchange):
+    report = run_ts_client(f"{exchange.gateway}/mcp", "alice", USER_PASSWORD)
+    assert report["ok"], report
+    assert report["add"]["structuredContent"] == {"result": 5}
+    caller = report["accessToken"]
+    mine = unverified_claims(caller)
+    assert mine["iss"] == exchange.issuer
+    assert AUDIENCE not in audiences(mine)
+    assert CLIENT in audiences(mine)  # Keycloak exchanges only tokens naming the requester
+    seen = _authorizations(exchange.backend)
+    assert all(caller not in str(headers) for headers, _ in seen)
+    session = {t for h, t in seen if h.get("mcp-session-id") == report["sessionId"]}
+    assert len(session) == 1, session  # one exchange served every call of the session
+    token = session.pop()
+    assert token is not None
+    assert token != caller
+    claims = verified_claims(exchange.provider, exchange.realm, token)  # Keycloak signed it
+    assert claims["iss"] == exchange.issuer
+    assert audiences(claims) == [AUDIENCE]
+    assert claims["azp"] == CLIENT
+    assert claims["sub"] == mine["sub"]
+    assert claims["typ"] == "Bearer"
+
+
+def _refused(base: str, token: str) -> tuple[httpx.Response, str]:
+    mark = uuid.uuid4().hex
+    headers = mcp_headers(token, **{"Mcp-Param-Mark": mark})
+    return httpx.post(f"{base}/mcp", json=INITIALIZE, headers=headers, timeout=30), mark
+
+
+def _assert_refused(exchange: Exchange, base: str, token: str, reason: str) -> None:
+    answer, mark = _refused(base, token)
+    assert answer.status_code == 502, answer.text
+    body = answer.json()
+    assert body["error"] == "backend_credentials_unavailable"
+    assert f"the provider refused: {reason}" in body["error_description"]
+    assert token not in answer.text
+    for headers, _ in _authorizations(exchange.backend):
+        assert headers.get("mcp-param-mark") != mark, "a refused call reached the backend"
+        assert token not in str(headers)
+
+
+def test_an_audience_keycloak_will_not_exchange_for_is_a_clear_error(exchange):
+    token = user_token(exchange.provider, exchange.realm, "alice")
+    reason = f"invalid_request: Requested audience not available: {ELSEWHERE}"
+    _assert_refused(exchange, exchange.refusing, token, reason)
+
+
+# Real Keycloak only: the dev IdP has no admin logout (POST /users/{id}/logout) and its exchange
+# does not look at the subject token's session.
+@pytest.mark.parametrize("provider", ["keycloak"], indirect=True)
+def test_a_signed_out_users_token_is_not_exchanged(exchange):
+    """The user's sessions end at Keycloak; the access token still verifies at the gateway
+    (signature, expiry), but Keycloak exchanges only a token of a live session."""
+    provider, realm = exchange.provider, exchange.realm
+    token = user_token(provider, realm, "dave")
+    signed_out = provider.admin("POST", f"/users/{user_id(provider, realm, 'dave')}/logout", realm)
+    assert signed_out.status_code == 204, signed_out.text
+    _assert_refused(exchange, exchange.gateway, token, "invalid_request: Invalid token")
+
+
+def _client_without_the_exchange_audience(exchange: Exchange) -> str:
+    """A direct-grant client whose tokens pass the gateway (the resource audience, groups) but
+    do not name the exchange client: its own mappers instead of the realm's `mcp` scope."""
+    provider, realm, name = exchange.provider, exchange.realm, "no-exchange-audience"
+    body = {"clientId": name, "publicClient": True, "directAccessGrantsEnabled": True}
+    assert provider.admin("POST", "/clients", realm, json=body).status_code == 201
+    client = _client(exchange, name)["id"]
+    scopes = provider.admin("GET", f"/clients/{client}/default-client-scopes", realm).json()
+    mcp = next(s["id"] for s in scopes if s["name"] == "mcp")
+    path = f"/clients/{client}/default-client-scopes/{mcp}"
+    assert provider.admin("DELETE", path, realm).status_code == 204
+    resource = f"{exchange.gateway}/mcp"  # the audience the gateway accepts
+    for mapper, config in (
+        ("oidc-audience-mapper", {"included.custom.audience": resource}),
+        ("oidc-group-membership-mapper", {"claim.name": "groups", "full.path": "false"}),
+    ):
+        model = {
+            "name": mapper,
+            "protocol": "openid-connect",
+            "protocolMapper": mapper,
+            "config": {**config, "access.token.claim": "true"},
+        }
+        path = f"/clients/{client}/protocol-mappers/models"
+        assert provider.admin("POST", path, realm, json=model).status_code == 201
+    return name
+
+
+# Real Keycloak only: the dev IdP's admin API has no client-level protocol mappers and cannot
+# take a default scope off a client, so it cannot make such a client.
+@pytest.mark.parametrize("provider", ["keycloak"], indirect=True)
+def test_a_token_that_does_not_name_the_exchange_client_is_not_exchanged(exchange):
+    client = _client_without_the_exchange_audience(exchange)
+    token = user_token(exchange.provider, exchange.realm, "alice", client)
+    claims = unverified_claims(token)
+    assert CLIENT not in audiences(claims)
+    assert claims["groups"] == ["users"]  # the gateway's own rules let it in
+    reason = "access_denied: Client is not within the token audience"
+    _assert_refused(exchange, exchange.gateway, token, reason)
