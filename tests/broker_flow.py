@@ -77,9 +77,9 @@ class BrokerClient:
         """Bring the provider's redirect to the gateway's callback, as the browser would."""
         return httpx.get(f"{self.callback}?{urlencode(query)}", follow_redirects=False)
 
-    async def code(self, user: str, password: str) -> dict[str, str]:
+    async def code(self, user: str, password: str, scope: str = "openid profile") -> dict[str, str]:
         """A whole sign-in: the query the gateway redirects the client's callback with."""
-        return await sign_in(self.authorize_url(), user, password, REDIRECT)
+        return await sign_in(self.authorize_url(scope), user, password, REDIRECT)
 
     def redeem(self, code: str) -> httpx.Response:
         return httpx.post(
@@ -94,25 +94,27 @@ class BrokerClient:
             },
         )
 
-    async def tokens(self, user: str, password: str) -> dict[str, str]:
+    async def tokens(
+        self, user: str, password: str, scope: str = "openid profile"
+    ) -> dict[str, str]:
         """Sign in and redeem the code: the gateway's token response."""
-        query = await self.code(user, password)
+        query = await self.code(user, password, scope)
         assert "code" in query, query
         response = self.redeem(query["code"])
         assert response.status_code == 200, response.text
         tokens: dict[str, str] = response.json()
         return tokens
 
-    def refresh(self, refresh_token: str) -> httpx.Response:
-        return httpx.post(
-            f"{self.mcp}/oauth/token",
-            data={
-                "grant_type": "refresh_token",
-                "refresh_token": refresh_token,
-                "client_id": self.client_id,
-                "resource": self.mcp,
-            },
-        )
+    def refresh(self, refresh_token: str, scope: str | None = None) -> httpx.Response:
+        form = {
+            "grant_type": "refresh_token",
+            "refresh_token": refresh_token,
+            "client_id": self.client_id,
+            "resource": self.mcp,
+        }
+        if scope is not None:
+            form["scope"] = scope
+        return httpx.post(f"{self.mcp}/oauth/token", data=form)
 
     def revoke(self, token: str, hint: str) -> httpx.Response:
         return httpx.post(

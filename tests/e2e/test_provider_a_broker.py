@@ -315,18 +315,19 @@ def at_provider(broker: Broker, refresh_token: str) -> httpx.Response:
     )
 
 
-# Real Keycloak only: the dev IdP has no realm update (PUT /admin/realms/master answers 404), so
-# the realm's rotation cannot be switched on there (it always rotates, as if it were on).
+# Real Keycloak only: the dev IdP answers a used-up refresh token "Token is not active" where
+# Keycloak says "Stale token" (and the dev IdP as committed has no realm update: PUT
+# /admin/realms/master answers 404; it always rotates, as if revokeRefreshToken were on).
 @KEYCLOAK_ONLY
 async def test_refresh_with_keycloaks_rotation(broker):
     with rotation(broker.provider, broker.realm):
         client = broker.client()
         first = await client.tokens("alice", USER_PASSWORD)
+        received = int(time.time())
         behind_first = provider_refresh_token(broker.redis_url, first["refresh_token"])
         # Keycloak calls a used token stale only if it was issued before the last refresh, in
         # whole seconds: the refresh that makes it stale happens in a later second.
-        issued = unverified_claims(behind_first)["iat"]
-        wait_until(lambda: time.time() >= issued + 1, 5, "the second after Keycloak's iat")
+        wait_until(lambda: int(time.time()) > received, 5, "the next second")
         second = refreshed(client, first["refresh_token"])
         behind_second = provider_refresh_token(broker.redis_url, second["refresh_token"])
         assert second["refresh_token"] != first["refresh_token"]
@@ -348,6 +349,39 @@ async def test_refresh_with_keycloaks_rotation(broker):
         )
 
 
+# Real Keycloak only: the dev IdP ignores the scope of a refresh request (it answers 200 with
+# the sign-in's scopes), where Keycloak refuses a scope it does not know (invalid_scope).
+@KEYCLOAK_ONLY
+async def test_a_scope_keycloak_refuses_on_refresh_leaves_the_refresh_token_valid(broker):
+    client = broker.client()
+    tokens = await client.tokens("alice", USER_PASSWORD)
+    refused = client.refresh(tokens["refresh_token"], scope="openid unheard-of")
+    assert refused.status_code == 400, refused.text
+    assert refused.json() == {
+        "error": "invalid_scope",
+        "error_description": "Invalid scopes: openid unheard-of",
+    }
+    # Not the token's fault: it still works, at the gateway and behind it.
+    again = refreshed(client, tokens["refresh_token"])
+    assert_providers_token(broker, again["access_token"])
+
+
+# Real Keycloak only: the dev IdP has no admin logout of a user (POST
+# /admin/realms/master/users/{id}/logout answers 404).
+@KEYCLOAK_ONLY
+async def test_a_sign_in_ended_at_keycloak_ends_the_gateway_refresh_token(broker):
+    client = broker.client()
+    tokens = await client.tokens("alice", USER_PASSWORD)
+    alice = unverified_claims(tokens["access_token"])["sub"]
+    assert broker.provider.admin("POST", f"/users/{alice}/logout", broker.realm).status_code == 204
+    ended = client.refresh(tokens["refresh_token"])
+    assert ended.status_code == 400, ended.text
+    assert ended.json() == {"error": "invalid_grant", "error_description": "Session not active"}
+    # Keycloak's invalid_grant means its token is gone: so is the gateway's.
+    after = client.refresh(tokens["refresh_token"])
+    assert after.json()["error_description"] == "unknown, expired or revoked refresh token"
+
+
 # --- revocation ------------------------------------------------------------------------------
 
 
@@ -355,7 +389,17 @@ async def test_refresh_with_keycloaks_rotation(broker):
 # <issuer>/protocol/openid-connect/revoke), so the gateway revokes only its own refresh token
 # there and the dev IdP's refresh token behind it stays valid.
 @KEYCLOAK_ONLY
-async def test_revoking_at_the_gateway_revokes_the_refresh_token_at_keycloak(broker):
+@pytest.mark.parametrize(
+    ("scope", "kind", "gone"),
+    [
+        ("openid profile", "Refresh", "Session not active"),
+        # An offline token: Keycloak says refresh_expires_in 0 (no end); the gateway's lasts.
+        ("openid profile offline_access", "Offline", "Offline user session not found"),
+    ],
+)
+async def test_revoking_at_the_gateway_revokes_the_refresh_token_at_keycloak(
+    broker, scope, kind, gone
+):
     gateway_metadata = httpx.get(
         f"{broker.gateway}/.well-known/oauth-authorization-server/mcp"
     ).json()
@@ -363,14 +407,15 @@ async def test_revoking_at_the_gateway_revokes_the_refresh_token_at_keycloak(bro
     revocation = f"{broker.issuer}/protocol/openid-connect/revoke"
     assert broker.discovery()["revocation_endpoint"] == revocation
     client = broker.client()
-    tokens = await client.tokens("alice", USER_PASSWORD)
+    tokens = await client.tokens("alice", USER_PASSWORD, scope)
     tokens = refreshed(client, tokens["refresh_token"])  # the chain works until revoked
     behind = provider_refresh_token(broker.redis_url, tokens["refresh_token"])
+    assert unverified_claims(behind)["typ"] == kind
     done = client.revoke(tokens["refresh_token"], "refresh_token")
     assert done.status_code == 200, done.text
     at_keycloak = at_provider(broker, behind)
     assert at_keycloak.status_code == 400, at_keycloak.text
-    assert at_keycloak.json()["error"] == "invalid_grant"
+    assert at_keycloak.json() == {"error": "invalid_grant", "error_description": gone}
     at_gateway = client.refresh(tokens["refresh_token"])
     assert (at_gateway.status_code, at_gateway.json()["error"]) == (400, "invalid_grant")
 
