@@ -10,6 +10,7 @@ from starlette.types import Receive, Scope, Send
 
 from .authentik import AuthentikFlavour, starting_response
 from .keycloak import KeycloakFlavour
+from .keycloak_cors import Preflight
 from .settings import DevIdpSettings
 from .store import Store
 
@@ -37,7 +38,7 @@ class _Startup:
         await self.app(scope, receive, send)
 
 
-def create_app(settings: DevIdpSettings) -> Starlette | _Startup:
+def create_app(settings: DevIdpSettings) -> Preflight | _Startup:
     """The ASGI app of the requested flavour."""
     store = Store(settings.state)
 
@@ -46,7 +47,8 @@ def create_app(settings: DevIdpSettings) -> Starlette | _Startup:
 
     if settings.flavour == "keycloak":
         flavour = KeycloakFlavour(store, settings)
-        return Starlette(routes=[*flavour.routes(), Route("/health/live", live)])
+        kc = Starlette(routes=[*flavour.routes(), Route("/health/live", live)])
+        return Preflight(kc, flavour.preflight_methods())
     if settings.flavour == "authentik":
         ak = AuthentikFlavour(store, settings)
         app = Starlette(

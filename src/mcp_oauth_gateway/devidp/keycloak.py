@@ -17,72 +17,19 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..oauth_scopes import scope_tokens
-from . import keycloak_exchange
+from . import keycloak_exchange, keycloak_tokens
+from .keycloak_client_scopes import BUILTIN_SCOPES, ClientScopes
+from .keycloak_cors import TokenEndpointCors, any_origin
 from .keycloak_realm import Realm
+from .keycloak_registration import Registration, seed_policies
 from .oidc import OAuthClient, OpenIdProvider, Subject, json_response
 from .settings import DevIdpSettings
 from .store import Record, Store, check_password, hash_password, new_id, new_signing_key
 
 REALM = "master"
 REALM_ID = "master-realm-id"
-POLICY_TYPE = "org.keycloak.services.clientregistration.policy.ClientRegistrationPolicy"
 OIDC = f"/realms/{REALM}/protocol/openid-connect"
 ADMIN = f"/admin/realms/{REALM}"
-
-_BUILTIN_SCOPES = {  # name → default-default?
-    "profile": True,
-    "email": True,
-    "roles": True,
-    "web-origins": True,
-    "acr": True,
-    "basic": True,
-    "offline_access": False,
-    "address": False,
-    "phone": False,
-    "microprofile-jwt": False,
-    "organization": False,
-}
-_DEFAULT_POLICIES = [
-    (
-        "Trusted Hosts",
-        "trusted-hosts",
-        "anonymous",
-        {
-            "trusted-hosts": [],
-            "host-sending-registration-request-must-match": ["true"],
-            "client-uris-must-match": ["true"],
-        },
-    ),
-    ("Consent Required", "consent-required", "anonymous", {}),
-    ("Full Scope Disabled", "scope", "anonymous", {}),
-    ("Max Clients Limit", "max-clients", "anonymous", {"max-clients": ["200"]}),
-    ("Allowed Protocol Mapper Types", "allowed-protocol-mappers", "anonymous", {}),
-    (
-        "Allowed Client Scopes",
-        "allowed-client-templates",
-        "anonymous",
-        {"allowed-client-scopes": [], "allow-default-scopes": ["true"]},
-    ),
-    (
-        "Allowed Registration Web Origins",
-        "registration-web-origins",
-        "anonymous",
-        {"web-origins": []},
-    ),
-    ("Allowed Protocol Mapper Types", "allowed-protocol-mappers", "authenticated", {}),
-    (
-        "Allowed Client Scopes",
-        "allowed-client-templates",
-        "authenticated",
-        {"allowed-client-scopes": [], "allow-default-scopes": ["true"]},
-    ),
-    (
-        "Allowed Registration Web Origins",
-        "registration-web-origins",
-        "authenticated",
-        {"web-origins": []},
-    ),
-]
 
 
 def _error(status: int, message: str) -> Response:
@@ -99,46 +46,6 @@ def _created(request: Request, collection: str, new: str) -> Response:
     return Response(status_code=201, headers={"Location": f"{base}{ADMIN}/{collection}/{new}"})
 
 
-def _registration_error(status: int, error: str, description: str) -> Response:
-    """An RFC 7591 error body, as Keycloak's client-registration service sends it."""
-    return json_response({"error": error, "error_description": description}, status)
-
-
-def _unparsable_metadata() -> Response:
-    """The 400 for a registration body that is not a JSON object."""
-    return _registration_error(400, "invalid_client_metadata", "Failed to parse client metadata")
-
-
-def _policy_rejection(policy: str, details: str) -> Response:
-    """The 403 for a registration one of the realm's anonymous policies refuses."""
-    return _registration_error(
-        403,
-        "insufficient_scope",
-        f"Policy '{policy}' rejected request to client-registration service. Details: {details}",
-    )
-
-
-def _registration_response(request: Request, record: Record, method: str) -> Record:
-    """The registered client's metadata, with the secret only for a confidential client."""
-    base = str(request.base_url).rstrip("/")
-    out = {
-        "client_id": record["clientId"],
-        "client_name": record["name"],
-        "redirect_uris": record["redirectUris"],
-        "token_endpoint_auth_method": method,
-        "grant_types": record["grantTypes"],
-        "response_types": ["code", "none"],
-        "client_id_issued_at": int(time.time()),
-        "client_secret_expires_at": 0,
-        "registration_client_uri": f"{base}/realms/{REALM}/clients-registrations/"
-        f"openid-connect/{record['clientId']}",
-        "registration_access_token": secrets.token_urlsafe(32),
-    }
-    if record["secret"]:
-        out["client_secret"] = record["secret"]
-    return out
-
-
 class KeycloakFlavour:
     """Realm state, the admin API and the token contents of a Keycloak `master` realm."""
 
@@ -151,8 +58,12 @@ class KeycloakFlavour:
     def __init__(self, store: Store, settings: DevIdpSettings):
         self.store = store
         self.settings = settings
-        self.provider = OpenIdProvider(self)
+        self.provider = OpenIdProvider(self, keycloak_tokens.KEYCLOAK_ERRORS)
         self.realm = Realm(store, self.provider, REALM_ID, settings.access_token_ttl)
+        self.provider.extras = keycloak_tokens.response_members(self.realm.not_before)
+        self.client_scopes = ClientScopes(store)
+        self.registration = Registration(store, self.client_scopes, f"/realms/{REALM}")
+        self.token_cors = TokenEndpointCors(self.provider, self._client_record)
         one = "([^/]+)"
         self._admin_routes = [
             (method, re.compile(pattern.replace("{id}", one)), handler)
@@ -175,8 +86,14 @@ class KeycloakFlavour:
                 ("PUT", "users/{id}/groups/{id}", self._join_group),
                 ("GET", "clients", self._list_clients),
                 ("POST", "clients", self._create_client),
-                ("GET", "clients/{id}/optional-client-scopes", self._list_optional),
-                ("PUT", "clients/{id}/optional-client-scopes/{id}", self._add_optional),
+                ("GET", "clients/{id}/default-client-scopes", self.client_scopes.list_default),
+                ("PUT", "clients/{id}/default-client-scopes/{id}", self.client_scopes.add_default),
+                ("GET", "clients/{id}/optional-client-scopes", self.client_scopes.list_optional),
+                (
+                    "PUT",
+                    "clients/{id}/optional-client-scopes/{id}",
+                    self.client_scopes.add_optional,
+                ),
                 ("GET", "components", self._list_components),
                 ("DELETE", "components/{id}", self._delete_component),
             )
@@ -207,30 +124,18 @@ class KeycloakFlavour:
             )
         scopes = store.collection("kc_scopes")
         if not scopes:
-            for name, default in _BUILTIN_SCOPES.items():
+            for name, (default, in_token) in BUILTIN_SCOPES.items():
                 scope: Record = {
                     "id": new_id(),
                     "name": name,
                     "protocol": "openid-connect",
-                    "attributes": {"include.in.token.scope": "true"},
+                    "attributes": {"include.in.token.scope": str(in_token).lower()},
                     "protocolMappers": [],
                 }
                 scopes.append(scope)
                 if default:
                     store.ids("kc_default_default").append(scope["id"])
-        if not store.collection("kc_components"):
-            for name, provider, sub, config in _DEFAULT_POLICIES:
-                store.collection("kc_components").append(
-                    {
-                        "id": new_id(),
-                        "name": name,
-                        "providerId": provider,
-                        "providerType": POLICY_TYPE,
-                        "parentId": REALM_ID,
-                        "subType": sub,
-                        "config": config,
-                    }
-                )
+        seed_policies(store, REALM_ID)
         clients = store.collection("kc_clients")
         if not any(c["clientId"] == "admin-cli" for c in clients):
             clients.append(
@@ -243,6 +148,7 @@ class KeycloakFlavour:
                     "redirectUris": [],
                     "grantTypes": ["password", "refresh_token"],
                     "consentRequired": False,
+                    "webOrigins": [],
                 }
             )
         store.save()
@@ -357,77 +263,20 @@ class KeycloakFlavour:
             (c for c in self.store.collection("kc_clients") if c["clientId"] == client_id), None
         )
 
-    def _optional_scopes(self, record: Record | None) -> list[Record]:
-        """A client's optional client scopes: the realm's built-in optional ones (Keycloak
-        gives every new client those) and the ones assigned to it through the admin API."""
-        assigned = set((record or {}).get("optionalClientScopes", []))
-        return [
-            s
-            for s in self.store.collection("kc_scopes")
-            if s["id"] in assigned or _BUILTIN_SCOPES.get(s["name"]) is False
-        ]
-
-    def _applied_scopes(self, client_id: str, requested: list[str]) -> list[Record]:
-        """The realm's default scopes, plus the requested ones that are optional scopes of
-        the client: Keycloak ignores a requested scope the client does not have."""
-        defaults = set(self.store.ids("kc_default_default"))
-        optional = {s["id"] for s in self._optional_scopes(self._client_record(client_id))}
-        return [
-            s
-            for s in self.store.collection("kc_scopes")
-            if s["id"] in defaults or (s["name"] in requested and s["id"] in optional)
-        ]
-
     def token_claims(
         self, client: OAuthClient, subject: Subject, scopes: list[str], resource: str | None
     ) -> dict[str, Any]:
-        """Claims from the applied client scopes' mappers (audience, group membership)."""
-        applied = self._applied_scopes(client.client_id, scopes)
-        names = [s["name"] for s in applied]
-        claims: dict[str, Any] = {
-            "sub": subject.id,
-            "typ": "Bearer",
-            "azp": client.client_id,
-            "sid": new_id(),
-            "scope": " ".join(["openid", *names]) if "openid" in scopes else " ".join(names),
-        }
-        if "profile" in names:
-            claims["preferred_username"] = subject.username
-            if subject.name:
-                claims["name"] = subject.name
-        if "email" in names and subject.email:
-            claims["email"] = subject.email
-            claims["email_verified"] = False
-        audiences: list[str] = []
-        for scope in applied:
-            for mapper in scope.get("protocolMappers", []):
-                config = mapper.get("config", {})
-                if config.get("access.token.claim", "true") != "true":
-                    continue
-                if mapper.get("protocolMapper") == "oidc-audience-mapper":
-                    value = config.get("included.client.audience") or config.get(
-                        "included.custom.audience"
-                    )
-                    if value and value not in audiences:
-                        audiences.append(value)
-                elif mapper.get("protocolMapper") == "oidc-group-membership-mapper":
-                    full = config.get("full.path", "true") == "true"
-                    claims[config.get("claim.name", "groups")] = [
-                        f"/{g}" if full else g for g in subject.groups
-                    ]
-        if audiences:
-            claims["aud"] = audiences[0] if len(audiences) == 1 else audiences
-        return claims
+        """Claims from the client scopes the request applies (keycloak_tokens)."""
+        record = self._client_record(client.client_id)
+        applied = self.client_scopes.applied(record, scopes)
+        user = self._user(id=subject.id) or {}
+        return keycloak_tokens.access_claims(client, record, subject, user, applied, scopes)
 
     def id_token_claims(
         self, client: OAuthClient, access: dict[str, Any], standard: dict[str, Any]
     ) -> dict[str, Any]:
-        """Keycloak's ID token: the standard claims, the session id, and the `typ` claim `ID`
-        (access tokens say `Bearer`), which is how a resource server tells them apart."""
-        claims = {**standard, "typ": "ID"}
-        if "sid" in access:
-            claims["sid"] = access["sid"]
-        return claims
+        """Keycloak's ID token (keycloak_tokens)."""
+        return keycloak_tokens.id_claims(access, standard)
 
     # --- admin authentication -------------------------------------------------------------
 
@@ -673,6 +522,7 @@ class KeycloakFlavour:
         return Response(status_code=204)
 
     def _client_rep(self, record: Record) -> Record:
+        scopes = self.client_scopes
         return {
             "id": record["id"],
             "clientId": record["clientId"],
@@ -684,8 +534,12 @@ class KeycloakFlavour:
             "directAccessGrantsEnabled": "password" in record["grantTypes"],
             "serviceAccountsEnabled": "client_credentials" in record["grantTypes"],
             "consentRequired": record.get("consentRequired", False),
+            "fullScopeAllowed": record.get("fullScopeAllowed", True),
+            "webOrigins": record.get("webOrigins", []),
             "protocol": "openid-connect",
             "attributes": record.get("attributes", {}),
+            "defaultClientScopes": scopes.names(scopes.default_ids(record)),
+            "optionalClientScopes": scopes.names(scopes.optional_ids(record)),
         }
 
     async def _list_clients(self, request: Request, parts: list[str]) -> Response:
@@ -724,38 +578,16 @@ class KeycloakFlavour:
             "redirectUris": [u for u in body.get("redirectUris") or [] if isinstance(u, str)],
             "grantTypes": grants,
             "consentRequired": bool(body.get("consentRequired")),
+            "fullScopeAllowed": body.get("fullScopeAllowed", True) is not False,
+            "webOrigins": [o for o in body.get("webOrigins") or [] if isinstance(o, str)],
             "attributes": {
                 k: v for k, v in (body.get("attributes") or {}).items() if isinstance(v, str)
             },
         }
+        self.client_scopes.assign_at_creation(record)
         self.store.collection("kc_clients").append(record)
         self.store.save()
         return _created(request, "clients", str(record["id"]))
-
-    def _client_by_id(self, client_uuid: str) -> Record | None:
-        return next(
-            (c for c in self.store.collection("kc_clients") if c["id"] == client_uuid), None
-        )
-
-    async def _list_optional(self, request: Request, parts: list[str]) -> Response:
-        record = self._client_by_id(parts[0])
-        if record is None:
-            return _not_found("Could not find client")
-        return json_response(
-            [{"id": s["id"], "name": s["name"]} for s in self._optional_scopes(record)]
-        )
-
-    async def _add_optional(self, request: Request, parts: list[str]) -> Response:
-        record, scope = self._client_by_id(parts[0]), self._scope(parts[1])
-        if record is None:
-            return _not_found("Could not find client")
-        if scope is None:
-            return _not_found("Client scope not found")
-        assigned = record.setdefault("optionalClientScopes", [])
-        if scope["id"] not in assigned:
-            assigned.append(scope["id"])
-            self.store.save()
-        return Response(status_code=204)
 
     async def _list_components(self, request: Request, parts: list[str]) -> Response:
         kind = request.query_params.get("type")
@@ -838,81 +670,30 @@ class KeycloakFlavour:
         keep = ("sub", "preferred_username", "email", "email_verified", "groups", "name")
         return json_response({k: claims[k] for k in keep if k in claims})
 
-    def _policy(self, provider_id: str) -> Record | None:
-        return next(
-            (
-                c
-                for c in self.store.collection("kc_components")
-                if c["providerId"] == provider_id and c["subType"] == "anonymous"
+    def preflight_methods(self) -> dict[str, str]:
+        """`Access-Control-Allow-Methods` of each endpoint's preflight answer."""
+        return {
+            f"{OIDC}/token": "POST, OPTIONS",
+            f"/realms/{REALM}/clients-registrations/openid-connect": (
+                "DELETE, POST, GET, OPTIONS, PUT"
             ),
-            None,
-        )
-
-    async def register(self, request: Request) -> Response:
-        """Anonymous Dynamic Client Registration (RFC 7591), subject to the realm's policies."""
-        if self._policy("trusted-hosts") is not None:
-            return _policy_rejection("Trusted Hosts", "Host not trusted.")
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError:
-            return _unparsable_metadata()
-        if not isinstance(body, dict):
-            return _unparsable_metadata()
-        if self._scopes_rejected(body.get("scope")):
-            return _policy_rejection(
-                "Allowed Client Scopes", "Not permitted to use specified clientScope"
-            )
-        method = body.get("token_endpoint_auth_method", "client_secret_basic")
-        uris = body.get("redirect_uris") or []
-        if not isinstance(uris, list) or not all(isinstance(u, str) for u in uris):
-            return _registration_error(
-                400, "invalid_redirect_uri", "redirect_uris must be an array"
-            )
-        record = self._register_client(body, method == "none", uris)
-        return json_response(_registration_response(request, record, method), 201)
-
-    def _scopes_rejected(self, scope: object) -> bool:
-        # The policy guards the realm's client scopes only: names it does not know pass.
-        templates = self._policy("allowed-client-templates")
-        if templates is None or not isinstance(scope, str):
-            return False
-        allowed = {
-            s["name"]
-            for s in self.store.collection("kc_scopes")
-            if s["id"] in self.store.ids("kc_default_default")
+            f"{OIDC}/userinfo": "GET, HEAD, OPTIONS",
+            f"/realms/{REALM}/.well-known/openid-configuration": "GET",
+            f"{OIDC}/certs": "GET",
         }
-        allowed |= set(templates["config"].get("allowed-client-scopes", []))
-        known = {s["name"] for s in self.store.collection("kc_scopes")}
-        return any(s in known and s not in allowed for s in scope_tokens(scope))
-
-    def _register_client(self, body: dict[str, Any], public: bool, uris: list[str]) -> Record:
-        grants = body.get("grant_types") or ["authorization_code", "refresh_token"]
-        record = {
-            "id": new_id(),
-            "clientId": new_id(),
-            "name": body.get("client_name"),
-            "publicClient": public,
-            "secret": None if public else secrets.token_urlsafe(24),
-            "redirectUris": uris,
-            "grantTypes": [g for g in grants if isinstance(g, str)],
-            "consentRequired": self._policy("consent-required") is not None,
-        }
-        self.store.collection("kc_clients").append(record)
-        self.store.save()
-        return record
 
     def routes(self) -> list[Route]:
         """The Starlette routes of this flavour."""
         provider = self.provider
         return [
-            Route(f"/realms/{REALM}/.well-known/openid-configuration", self.discovery),
-            Route(f"{OIDC}/certs", self.jwks),
+            Route(f"/realms/{REALM}/.well-known/openid-configuration", any_origin(self.discovery)),
+            Route(f"{OIDC}/certs", any_origin(self.jwks)),
             Route(f"{OIDC}/auth", provider.authorize),
-            Route(f"{OIDC}/token", provider.token, methods=["POST"]),
+            Route(f"{OIDC}/token", self.token_cors.token, methods=["POST"]),
             Route(f"{OIDC}/userinfo", self.userinfo, methods=["GET", "POST"]),
             Route(
                 f"/realms/{REALM}/clients-registrations/openid-connect",
-                self.register,
+                self.registration.register,
                 methods=["POST"],
             ),
             Route(

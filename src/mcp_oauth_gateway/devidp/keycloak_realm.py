@@ -116,10 +116,13 @@ class Realm:
             **{k: v for k, v in self._settings().items() if k != "accessTokenLifespan"},
         }
 
+    def not_before(self) -> int:
+        """The realm's `notBefore` (the last logout-all), 0 if none."""
+        return int(self._settings().get("notBefore", 0))
+
     def refused(self, claims: dict[str, Any]) -> bool:
         """Whether a token belongs to a session a logout-all ended."""
-        not_before = int(self._settings().get("notBefore", 0))
-        return int(claims.get("iat", 0)) < not_before or claims.get("jti") in self.ended
+        return int(claims.get("iat", 0)) < self.not_before() or claims.get("jti") in self.ended
 
     async def get(self, request: Request, parts: list[str]) -> Response:
         return json_response(self.representation())

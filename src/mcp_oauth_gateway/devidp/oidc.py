@@ -10,21 +10,26 @@ from __future__ import annotations
 
 import base64
 import hmac
-import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+from urllib.parse import unquote, urlsplit
 
-import orjson
 from joserfc import jwt
 from joserfc.jwk import RSAKey
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 
 from .. import pkce
 from . import pages
+from .oidc_http import OAuthError as OAuthError
+from .oidc_http import TokenErrors, append_query, form_pairs, redirect_allowed
+from .oidc_http import json_response as json_response
+from .oidc_http import oauth_error as oauth_error
+from .oidc_http import read_form as read_form
+from .oidc_http import token_response as token_response
 
 CODE_TTL = 60
 INTERACTION_TTL = 600
@@ -52,16 +57,6 @@ class Subject:
     name: str | None = None
     groups: tuple[str, ...] = ()
     service_account: bool = False
-
-
-class OAuthError(Exception):
-    """An RFC 6749 error response."""
-
-    def __init__(self, status: int, error: str, description: str):
-        super().__init__(description)
-        self.status = status
-        self.error = error
-        self.description = description
 
 
 class Flavour(Protocol):
@@ -137,59 +132,19 @@ def standard_id_claims(client: OAuthClient, access: dict[str, Any], now: int) ->
     return claims
 
 
-def redirect_allowed(client: OAuthClient, uri: str) -> bool:
-    """Whether `uri` is a registered redirect URI of `client` (strict, regex or wildcard)."""
-    for mode, value in client.redirect_uris:
-        if mode == "strict" and uri == value:
-            return True
-        if mode == "regex":
-            try:
-                if re.fullmatch(value, uri):
-                    return True
-            except re.error:
-                continue
-        if mode == "wildcard" and value.endswith("*") and uri.startswith(value[:-1]):
-            return True
-    return False
-
-
-async def read_form(request: Request) -> dict[str, str]:
-    """An `application/x-www-form-urlencoded` body as a dict (the last value of a key wins)."""
-    body = await request.body()
-    return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
-
-
-def form_pairs(body: bytes) -> list[tuple[str, str]]:
-    """Every parameter of a form body, repeats kept (`audience` may repeat in token exchange)."""
-    return parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
-
-
-def json_response(
-    payload: Any, status: int = 200, headers: dict[str, str] | None = None
-) -> Response:
-    """A JSON response rendered with orjson (both providers' renderers)."""
-    return Response(
-        orjson.dumps(payload), status_code=status, headers=headers, media_type="application/json"
-    )
-
-
-def token_response(payload: dict[str, Any], status: int = 200) -> JSONResponse:
-    """A token-endpoint JSON response (never cached)."""
-    return JSONResponse(
-        payload, status_code=status, headers={"Cache-Control": "no-store", "Pragma": "no-cache"}
-    )
-
-
-def oauth_error(exc: OAuthError) -> JSONResponse:
-    """The JSON form of an OAuth error."""
-    return token_response({"error": exc.error, "error_description": exc.description}, exc.status)
-
-
 class OpenIdProvider:
     """Authorization, token, userinfo endpoints and the interaction pages for one flavour."""
 
-    def __init__(self, flavour: Flavour):
+    def __init__(
+        self,
+        flavour: Flavour,
+        errors: TokenErrors | None = None,
+        extras: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+    ):
         self.flavour = flavour
+        self.errors = errors or TokenErrors()
+        # Adds a provider's own members to a token response, from the access token's claims.
+        self.extras = extras
         self.interactions: dict[str, dict[str, Any]] = {}
         self.codes: dict[str, dict[str, Any]] = {}
         self.refresh_tokens: dict[str, dict[str, Any]] = {}
@@ -254,6 +209,8 @@ class OpenIdProvider:
             }
             out["refresh_token"] = token
             out["refresh_expires_in"] = 1800
+        if self.extras is not None:
+            self.extras(out, claims)
         return out
 
     # --- authorization --------------------------------------------------------------------
@@ -282,7 +239,7 @@ class OpenIdProvider:
             query = {"error": error, "error_description": description, "iss": issuer}
             if "state" in params:
                 query["state"] = params["state"]
-            return RedirectResponse(_append_query(redirect_uri, query), status_code=302)
+            return RedirectResponse(append_query(redirect_uri, query), status_code=302)
 
         if params.get("response_type") != "code":
             return fail("unsupported_response_type", "only response_type=code is supported")
@@ -363,7 +320,7 @@ class OpenIdProvider:
         }
         if "state" in params:
             query["state"] = params["state"]
-        return RedirectResponse(_append_query(params["redirect_uri"], query), status_code=303)
+        return RedirectResponse(append_query(params["redirect_uri"], query), status_code=303)
 
     def _finish(self, uid: str, item: dict[str, Any], client: OAuthClient) -> Response:
         params = item["params"]
@@ -383,11 +340,12 @@ class OpenIdProvider:
         query = {"code": code, "iss": self.flavour.issuer(item["base"], client)}
         if "state" in params:
             query["state"] = params["state"]
-        return RedirectResponse(_append_query(params["redirect_uri"], query), status_code=303)
+        return RedirectResponse(append_query(params["redirect_uri"], query), status_code=303)
 
     # --- token endpoint -------------------------------------------------------------------
 
-    def _client_from_request(self, request: Request, form: dict[str, str]) -> OAuthClient:
+    def client_from_request(self, request: Request, form: dict[str, str]) -> OAuthClient:
+        """The client a token request authenticates as (OAuthError when it does not)."""
         client_id, secret = form.get("client_id"), form.get("client_secret")
         auth = request.headers.get("authorization", "")
         if auth.lower().startswith("basic "):
@@ -399,39 +357,26 @@ class OpenIdProvider:
             client_id, secret = unquote(basic_id), unquote(basic_secret)
         client = self.flavour.find_client(client_id or "")
         if client is None:
-            raise OAuthError(401, "invalid_client", "Invalid client or Invalid client credentials")
+            raise OAuthError.of(self.errors.unknown_client)
         if secret is not None and client.secret is not None:
             if not hmac.compare_digest(secret, client.secret):
-                raise OAuthError(401, "invalid_client", "Invalid client credentials")
+                raise OAuthError.of(self.errors.bad_secret)
         elif not client.public:
-            raise OAuthError(401, "invalid_client", "client authentication required")
+            raise OAuthError.of(self.errors.no_secret)
         return client
 
     async def token(self, request: Request) -> Response:
         """The token endpoint: authorization_code, refresh_token, client_credentials, password."""
         form = await read_form(request)
         try:
-            client = self._client_from_request(request, form)
+            client = self.client_from_request(request, form)
             grant = form.get("grant_type", "")
             base = str(request.base_url).rstrip("/")
             if grant == TOKEN_EXCHANGE:
                 # Each provider decides for itself who may exchange (not by grant_types).
                 audiences = [v for k, v in form_pairs(await request.body()) if k == "audience"]
                 return token_response(self.flavour.token_exchange(base, client, form, audiences))
-            if grant not in (
-                "authorization_code",
-                "refresh_token",
-                "client_credentials",
-                "password",
-            ):
-                raise OAuthError(
-                    400, "unsupported_grant_type", f"grant_type {grant!r} is not supported"
-                )
-            if grant not in client.grant_types:
-                status, error = self.flavour.grant_not_allowed_error
-                raise OAuthError(
-                    status, error, f"the {grant} grant is not allowed for client {client.client_id}"
-                )
+            self._check_grant(client, grant)
             handler = {
                 "authorization_code": self._code_grant,
                 "refresh_token": self._refresh_grant,
@@ -442,29 +387,39 @@ class OpenIdProvider:
         except OAuthError as exc:
             return oauth_error(exc)
 
+    def _check_grant(self, client: OAuthClient, grant: str) -> None:
+        errors = self.errors
+        if not grant:
+            raise OAuthError.of(errors.missing_grant)
+        if grant not in ("authorization_code", "refresh_token", "client_credentials", "password"):
+            raise OAuthError.of(errors.unsupported_grant, grant=grant)
+        public = client.public and client.secret is None
+        if grant == "client_credentials" and public and errors.public_client_credentials_first:
+            raise OAuthError.of(errors.public_client_credentials)
+        if grant not in client.grant_types:
+            status, error = self.flavour.grant_not_allowed_error
+            default = (status, error, f"the {grant} grant is not allowed for client {{client}}")
+            refusal = errors.grant_not_allowed.get(grant, default)
+            raise OAuthError.of(refusal, client=client.client_id)
+
     def _code_grant(self, base: str, client: OAuthClient, form: dict[str, str]) -> dict[str, Any]:
-        record = self.codes.pop(form.get("code", ""), None)
-        invalid = OAuthError(
-            400,
-            "invalid_grant",
-            "The provided authorization grant or refresh "
-            "token is invalid, expired, revoked, does not match the redirection "
-            "URI used in the authorization request, or was issued to another "
-            "client",
-        )
+        errors = self.errors
+        if not form.get("code"):
+            raise OAuthError.of(errors.code_missing)
+        record = self.codes.pop(form["code"], None)
         if record is None or record["exp"] < time.time():
-            raise invalid
+            raise OAuthError.of(errors.code_invalid)
         if record["client_id"] != client.client_id:
-            raise invalid
+            raise OAuthError.of(errors.code_other_client)
         if record["redirect_uri"] != form.get("redirect_uri"):
-            raise invalid
-        if record["challenge"] and not pkce.verify(
-            form.get("code_verifier", ""), record["challenge"]
-        ):
-            raise OAuthError(400, "invalid_grant", "PKCE verification failed")
+            raise OAuthError.of(errors.redirect_mismatch)
+        if record["challenge"] and not form.get("code_verifier"):
+            raise OAuthError.of(errors.pkce_missing)
+        if record["challenge"] and not pkce.verify(form["code_verifier"], record["challenge"]):
+            raise OAuthError.of(errors.pkce_mismatch)
         subject = self.flavour.subject_by_id(record["subject"])
         if subject is None:
-            raise invalid
+            raise OAuthError.of(errors.code_invalid)
         return self.mint(
             record["base"],
             client,
@@ -477,21 +432,21 @@ class OpenIdProvider:
     def _refresh_grant(
         self, base: str, client: OAuthClient, form: dict[str, str]
     ) -> dict[str, Any]:
-        record = self.refresh_tokens.pop(form.get("refresh_token", ""), None)
+        if not form.get("refresh_token"):
+            raise OAuthError.of(self.errors.refresh_missing)
+        record = self.refresh_tokens.pop(form["refresh_token"], None)
         if record is None or record["exp"] < time.time() or record["client_id"] != client.client_id:
-            raise OAuthError(400, "invalid_grant", "Token is not active")
+            raise OAuthError.of(self.errors.refresh_invalid)
         subject = self.flavour.subject_by_id(record["subject"])
         if subject is None or record.get("ended"):
-            raise OAuthError(400, "invalid_grant", "Session not active")
+            raise OAuthError.of(self.errors.session_ended)
         return self.mint(base, client, subject, record["scopes"], record["resource"])
 
     def _client_credentials_grant(
         self, base: str, client: OAuthClient, form: dict[str, str]
     ) -> dict[str, Any]:
         if client.public and client.secret is None:
-            raise OAuthError(
-                401, "unauthorized_client", "public clients cannot use client_credentials"
-            )
+            raise OAuthError.of(self.errors.public_client_credentials)
         scopes = self.flavour.scope_tokens(form.get("scope", ""))
         return self.mint(
             base,
@@ -505,9 +460,11 @@ class OpenIdProvider:
     def _password_grant(
         self, base: str, client: OAuthClient, form: dict[str, str]
     ) -> dict[str, Any]:
+        if client.consent and self.errors.consent_required is not None:
+            raise OAuthError.of(self.errors.consent_required)
         subject = self.flavour.authenticate(form.get("username", ""), form.get("password", ""))
         if subject is None:
-            raise OAuthError(401, "invalid_grant", "Invalid user credentials")
+            raise OAuthError.of(self.errors.user_credentials)
         scopes = self.flavour.scope_tokens(form.get("scope", "email profile"))
         return self.mint(base, client, subject, scopes, None)
 
@@ -526,7 +483,3 @@ class OpenIdProvider:
         if token.claims.get("exp", 0) < int(time.time()):
             return None
         return token.claims
-
-
-def _append_query(uri: str, query: dict[str, str]) -> str:
-    return uri + ("&" if urlsplit(uri).query else "?") + urlencode(query)
