@@ -31,6 +31,7 @@ from starlette.routing import Route
 
 from ..oauth_scopes import whitespace_tokens
 from . import authentik_exchange
+from .authentik_cors import AuthentikCors
 from .oidc import OAuthClient, OpenIdProvider, Subject, json_response
 from .settings import DevIdpSettings
 from .store import Record, Store, check_password, hash_password, new_id, new_signing_key
@@ -1231,24 +1232,22 @@ class AuthentikFlavour:
         key = self._key_for(found[1]["signing_key"])
         return json_response({"keys": [key.as_dict(private=False)] if key else []})
 
-    async def userinfo(self, request: Request) -> Response:
-        """Claims of a valid access token."""
+    def bearer_claims(self, request: Request) -> dict[str, Any] | None:
+        """The claims of the valid access token the request carries, if any."""
         for keypair in self.store.collection("ak_keypairs"):
             key = self._key_for(keypair["pk"])
             claims = self.provider.bearer_claims(request, key) if key else None
             if claims is not None:
-                keep = (
-                    "sub",
-                    "email",
-                    "email_verified",
-                    "name",
-                    "given_name",
-                    "preferred_username",
-                    "nickname",
-                    "groups",
-                )
-                return json_response({k: claims[k] for k in keep if k in claims})
-        return json_response({"error": "invalid_token"}, 401)
+                return claims
+        return None
+
+    async def userinfo(self, request: Request) -> Response:
+        """Claims of a valid access token."""
+        claims = self.bearer_claims(request)
+        if claims is None:
+            return json_response({"error": "invalid_token"}, 401)
+        keep = _USERINFO_CLAIMS
+        return json_response({k: claims[k] for k in keep if k in claims})
 
     async def token(self, request: Request) -> Response:
         """The token endpoint (400 `invalid_grant` for grant types the provider lacks)."""
@@ -1256,18 +1255,27 @@ class AuthentikFlavour:
 
     def routes(self) -> list[Route]:
         """The Starlette routes of this flavour."""
-        provider = self.provider
+        provider, cors = self.provider, AuthentikCors(self.store, self.bearer_claims)
+        discovery = cors.discovery(self.discovery)
         return [
-            Route("/application/o/{slug}/.well-known/openid-configuration", self.discovery),
-            Route("/application/o/{slug}/jwks/", self.jwks),
+            Route("/application/o/{slug}/.well-known/openid-configuration", discovery),
+            Route("/application/o/{slug}/jwks/", cors.jwks(self.jwks)),
             Route("/application/o/authorize/", provider.authorize),
-            Route("/application/o/token/", self.token, methods=["POST"]),
-            Route("/application/o/userinfo/", self.userinfo, methods=["GET", "POST"]),
+            Route("/application/o/token/", cors.token(self.token), methods=["POST", "OPTIONS"]),
+            Route(
+                "/application/o/userinfo/",
+                cors.userinfo(self.userinfo),
+                methods=["GET", "POST", "OPTIONS"],
+            ),
             Route(
                 f"{self.interaction_prefix}/{{uid}}", provider.interaction, methods=["GET", "POST"]
             ),
             Route(API + "/{rest:path}", self.api, methods=["GET", "POST", "PATCH"]),
         ]
+
+
+_USERINFO_CLAIMS: tuple[str, ...] = ("sub", "email", "email_verified", "name", "given_name")
+_USERINFO_CLAIMS += ("preferred_username", "nickname", "groups")
 
 
 def starting_response(request: Request) -> Response:

@@ -1,0 +1,87 @@
+"""Dynamic client registration in the Keycloak flavour gives a client the scopes Keycloak 26.7
+gives it (probed on the real server): with a `scope`, exactly those as optional client scopes and
+of the realm's defaults `basic` alone; without, the realm's defaults and its optional scopes."""
+
+from __future__ import annotations
+
+import pytest
+from starlette.testclient import TestClient
+
+from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
+
+KC = "http://127.0.0.1:8180"
+ADMIN = "/admin/realms/master"
+REGISTER = "/realms/master/clients-registrations/openid-connect"
+REDIRECT = "http://127.0.0.1:5555/callback"
+REALM_DEFAULTS = ["acr", "basic", "email", "profile", "roles", "web-origins"]
+REALM_OPTIONAL = ["address", "microprofile-jwt", "offline_access", "organization", "phone"]
+
+
+@pytest.fixture
+def kc():
+    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="pw"))
+    with TestClient(app, base_url=KC, follow_redirects=False) as http:
+        token = http.post(
+            "/realms/master/protocol/openid-connect/token",
+            data={
+                "grant_type": "password",
+                "client_id": "admin-cli",
+                "username": "admin",
+                "password": "pw",
+            },
+        ).json()["access_token"]
+        http.headers["Authorization"] = f"Bearer {token}"
+        for policy in http.get(f"{ADMIN}/components").json():
+            if policy["providerId"] == "trusted-hosts":
+                http.delete(f"{ADMIN}/components/{policy['id']}")
+        yield http
+
+
+def registered(http: TestClient, **body) -> tuple[dict, dict]:
+    """(the registration answer, the client as the admin API shows it)."""
+    answer = http.post(
+        REGISTER,
+        json={"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none", **body},
+    )
+    assert answer.status_code == 201, answer.text
+    client_id = answer.json()["client_id"]
+    client = http.get(f"{ADMIN}/clients", params={"clientId": client_id}).json()[0]
+    return answer.json(), client
+
+
+def scope_names(http: TestClient, client: dict, kind: str) -> list[str]:
+    listing = http.get(f"{ADMIN}/clients/{client['id']}/{kind}-client-scopes").json()
+    return sorted(s["name"] for s in listing)
+
+
+def test_a_client_registered_without_scope_gets_the_realms_scopes(kc):
+    answer, client = registered(kc)
+    assert scope_names(kc, client, "default") == REALM_DEFAULTS
+    assert scope_names(kc, client, "optional") == REALM_OPTIONAL
+    assert sorted(answer["scope"].split(" ")) == REALM_OPTIONAL
+    assert client["webOrigins"] == ["http://127.0.0.1:5555"]
+    assert (client["consentRequired"], client["fullScopeAllowed"]) == (True, False)
+    assert "client_secret" not in answer
+    assert answer["post_logout_redirect_uris"] == [REDIRECT]
+
+
+def test_a_client_registered_with_a_scope_gets_those_as_optional_scopes_only(kc):
+    answer, client = registered(kc, scope="openid profile bogus")
+    assert scope_names(kc, client, "default") == ["basic"]
+    assert scope_names(kc, client, "optional") == ["profile"]
+    assert answer["scope"] == "profile"
+
+
+def test_a_scope_made_a_realm_default_later_reaches_only_clients_created_after(kc):
+    _, before = registered(kc)
+    created = kc.post(f"{ADMIN}/client-scopes", json={"name": "mcp", "protocol": "openid-connect"})
+    scope_id = created.headers["location"].rsplit("/", 1)[1]
+    assert kc.put(f"{ADMIN}/default-default-client-scopes/{scope_id}").status_code == 204
+    _, after = registered(kc)
+    assert "mcp" not in scope_names(kc, before, "default")
+    assert "mcp" in scope_names(kc, after, "default")
+    assert (
+        kc.put(f"{ADMIN}/clients/{before['id']}/default-client-scopes/{scope_id}").status_code
+        == 204
+    )
+    assert "mcp" in scope_names(kc, before, "default")
