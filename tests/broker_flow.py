@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 
 import httpx
 import redis
-from headless_login import sign_in
+from headless_login import sign_in, submission
 
 from mcp_oauth_gateway.broker.refresh import digest
 from mcp_oauth_gateway.broker.store import PREFIX
@@ -130,3 +130,41 @@ def provider_refresh_token(redis_url: str, gateway_refresh_token: str) -> str:
     assert raw is not None, "the gateway refresh token is not in the Broker's store"
     token: str = json.loads(raw)["provider"]
     return token
+
+
+async def deny_at_provider(url: str, user: str, password: str, stop_at: str) -> dict[str, str]:
+    """Sign in at the provider but refuse its consent page (Keycloak's `cancel` button), as a
+    person would; the query of the provider's redirect to `stop_at`, not delivered."""
+    jar: dict[str, str] = {}  # every cookie, Secure ones included (Keycloak on http loopback)
+    async with httpx.AsyncClient(follow_redirects=False, timeout=20) as browser:
+        for _ in range(20):
+            if url.startswith(stop_at):
+                return dict(httpx.URL(url).params)
+            response = await browser.get(url, headers=_cookie(jar))
+            _keep(jar, response)
+            if response.is_redirect:
+                url = str(response.url.join(response.headers["location"]))
+                continue
+            action, form = submission(response.text, user, password, "allow")
+            if "accept" in form:  # the provider's consent page: say no
+                del form["accept"]
+                form["cancel"] = "No"
+            target = response.url.join(action)
+            origin = f"{response.url.scheme}://{response.url.netloc.decode()}"
+            response = await browser.post(
+                target, data=form, headers={"Origin": origin, **_cookie(jar)}
+            )
+            _keep(jar, response)
+            assert response.is_redirect, f"{target} answered {response.status_code}"
+            url = str(response.url.join(response.headers["location"]))
+    raise AssertionError(f"the sign-in did not reach {stop_at}")
+
+
+def _keep(jar: dict[str, str], response: httpx.Response) -> None:
+    for line in response.headers.get_list("set-cookie"):
+        name, _, value = line.split(";", 1)[0].partition("=")
+        jar[name.strip()] = value.strip()
+
+
+def _cookie(jar: dict[str, str]) -> dict[str, str]:
+    return {"Cookie": "; ".join(f"{k}={v}" for k, v in jar.items())} if jar else {}

@@ -31,7 +31,7 @@ import httpx
 import pytest
 from playwright.async_api import Page, expect
 
-from broker_flow import REDIRECT, BrokerClient, provider_refresh_token
+from broker_flow import REDIRECT, BrokerClient, deny_at_provider, provider_refresh_token
 from keycloak_support import USER_PASSWORD, DevKeycloak, Provider, idp_keycloak
 from support import (
     PEERS,
@@ -49,6 +49,7 @@ from .test_inspector import (
     STEP_TIMEOUT_MS,
     call_add,
     chromium_page,
+    gateway_requests,
     running_inspector,
     watch_gateway,
 )
@@ -103,6 +104,11 @@ class Broker:
     def client(self) -> BrokerClient:
         return BrokerClient(self.mcp).register()
 
+    def callbacks(self) -> int:
+        """How many times the provider sent a signed-in user back to the gateway so far."""
+        answered = gateway_requests(self.process.log())
+        return sum(line.startswith("GET /mcp/oauth/callback 302 ") for line in answered)
+
 
 @pytest.fixture(scope="module")
 def broker(
@@ -156,6 +162,7 @@ def assert_providers_token(broker: Broker, token: str) -> None:
 
 
 def test_python_sdk_2_signs_in_and_calls_a_tool(broker):
+    before = broker.callbacks()
     done = subprocess.run(
         [sys.executable, str(PEERS / "py_client.py"), broker.mcp, "alice", USER_PASSWORD],
         capture_output=True,
@@ -169,9 +176,12 @@ def test_python_sdk_2_signs_in_and_calls_a_tool(broker):
     assert report["authorize"] == f"{broker.mcp}/oauth/authorize"
     assert report["tools"] == ["add", "count"]
     assert report["result"] == "5"
+    # It signed in at the provider, which sent it back through the gateway's callback.
+    wait_until(lambda: broker.callbacks() == before + 1, 10, "the callback in the access log")
 
 
 def test_typescript_client_2_signs_in_and_calls_a_tool(broker):
+    before = broker.callbacks()
     report = run_ts_client(broker.mcp, "alice", USER_PASSWORD, "client2")
     assert report["ok"], report
     assert report["sdk"] == "@modelcontextprotocol/client 2"
@@ -180,6 +190,7 @@ def test_typescript_client_2_signs_in_and_calls_a_tool(broker):
     assert report["add"]["structuredContent"] == {"result": 5}
     assert report["count"]["content"][0]["text"] == "counted to 3"  # streamed over SSE
     assert_providers_token(broker, report["accessToken"])
+    wait_until(lambda: broker.callbacks() == before + 1, 10, "the callback in the access log")
 
 
 async def provider_pages(page: Page, provider: Provider) -> None:
@@ -260,6 +271,44 @@ async def test_the_providers_iss_is_checked_on_the_callback(broker):
     redeemed = client.redeem(location.params["code"])
     assert redeemed.status_code == 200, redeemed.text
     assert_providers_token(broker, redeemed.json()["access_token"])
+
+
+@contextmanager
+def consent_required(broker: Broker) -> Iterator[None]:
+    """Keycloak asks alice to consent to the gateway's client, for the duration."""
+    provider, realm = broker.provider, broker.realm
+    found = provider.admin("GET", "/clients", realm, params={"clientId": GATEWAY_CLIENT}).json()
+    path = f"/clients/{found[0]['id']}"
+    changed = provider.admin("PUT", path, realm, json={**found[0], "consentRequired": True})
+    assert changed.status_code == 204, changed.text
+    try:
+        yield
+    finally:
+        back = provider.admin("PUT", path, realm, json={**found[0], "consentRequired": False})
+        assert back.status_code == 204, back.text
+
+
+# Real Keycloak only: the dev IdP has no client update (PUT /admin/realms/master/clients/{id}
+# answers 404), and its consent page has decision=allow/deny buttons, not accept/cancel.
+@KEYCLOAK_ONLY
+async def test_consent_refused_at_keycloak_reaches_the_client_as_access_denied(broker):
+    client = broker.client()
+    with consent_required(broker):
+        refused = await deny_at_provider(
+            client.authorize_url(), "alice", USER_PASSWORD, client.callback
+        )
+    # Keycloak's error redirect carries its iss too (RFC 9207 §2), so the gateway passes the
+    # error on instead of suspecting a mix-up.
+    assert refused["iss"] == broker.issuer, refused
+    assert refused["error"] == "access_denied", refused
+    answered = client.deliver(refused)
+    assert answered.status_code == 302, answered.text
+    location = httpx.URL(answered.headers["location"])
+    assert str(location).startswith(f"{REDIRECT}?")
+    assert location.params["error"] == "access_denied"
+    assert location.params["state"] == "client-state"
+    assert location.params["iss"] == broker.mcp
+    assert "code" not in location.params
 
 
 # --- refresh ---------------------------------------------------------------------------------
