@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from ..oauth_scopes import scope_tokens
 from . import keycloak_exchange, keycloak_tokens
+from .keycloak_authorize import KeycloakAuthorize
 from .keycloak_client_scopes import BUILTIN_SCOPES, ClientScopes
 from .keycloak_cors import TokenEndpointCors, any_origin
 from .keycloak_realm import Realm
@@ -64,6 +65,10 @@ class KeycloakFlavour:
         self.client_scopes = ClientScopes(store)
         self.registration = Registration(store, self.client_scopes, f"/realms/{REALM}")
         self.token_cors = TokenEndpointCors(self.provider, self._client_record)
+        self.provider.denied_description = None
+        self._authorize = KeycloakAuthorize(
+            self.provider.authorize, self.find_client, self._scope_names, f"/realms/{REALM}"
+        )
         one = "([^/]+)"
         self._admin_routes = [
             (method, re.compile(pattern.replace("{id}", one)), handler)
@@ -95,6 +100,7 @@ class KeycloakFlavour:
                     self.client_scopes.add_optional,
                 ),
                 ("GET", "components", self._list_components),
+                ("PUT", "components/{id}", self.registration.update_component),
                 ("DELETE", "components/{id}", self._delete_component),
             )
         ]
@@ -257,6 +263,10 @@ class KeycloakFlavour:
     def access_token_ttl(self, client: OAuthClient) -> int:
         """The master realm's `accessTokenLifespan` (60 s unless set through the admin API)."""
         return self.realm.access_token_lifespan()
+
+    def _scope_names(self, client_id: str) -> set[str]:
+        record, scopes = self._client_record(client_id), self.client_scopes
+        return set(scopes.names([*scopes.default_ids(record), *scopes.optional_ids(record)]))
 
     def _client_record(self, client_id: str) -> Record | None:
         return next(
@@ -688,7 +698,7 @@ class KeycloakFlavour:
         return [
             Route(f"/realms/{REALM}/.well-known/openid-configuration", any_origin(self.discovery)),
             Route(f"{OIDC}/certs", any_origin(self.jwks)),
-            Route(f"{OIDC}/auth", provider.authorize),
+            Route(f"{OIDC}/auth", self._authorize.authorize),
             Route(f"{OIDC}/token", self.token_cors.token, methods=["POST"]),
             Route(f"{OIDC}/userinfo", self.userinfo, methods=["GET", "POST"]),
             Route(

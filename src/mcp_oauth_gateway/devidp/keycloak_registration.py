@@ -111,6 +111,25 @@ class Registration:
             None,
         )
 
+    async def update_component(self, request: Request, parts: list[str]) -> Response:
+        """`PUT /admin/realms/master/components/{id}`: a policy's name and configuration."""
+        target = next(
+            (c for c in self.store.collection("kc_components") if c["id"] == parts[0]), None
+        )
+        if target is None:
+            return json_response({"error": "Could not find component"}, 404)
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            body = None
+        if not isinstance(body, dict):
+            return json_response({"error": "unknown_error"}, 400)
+        for field in ("name", "config"):
+            if field in body and body[field] is not None:
+                target[field] = body[field]
+        self.store.save()
+        return Response(status_code=204)
+
     def allowed_origins(self) -> list[str]:
         """Origins a browser may register from (the anonymous web-origins policy's list)."""
         policy = self.policy("registration-web-origins")

@@ -149,7 +149,10 @@ class OpenIdProvider:
         self.codes: dict[str, dict[str, Any]] = {}
         self.refresh_tokens: dict[str, dict[str, Any]] = {}
         self.sessions: dict[str, str] = {}  # session cookie → subject id
-        self.consents: set[tuple[str, str]] = set()
+        # (subject, client) → the scopes the user consented to (asked again for more).
+        self.consents: dict[tuple[str, str], set[str]] = {}
+        # Keycloak's access_denied carries no description.
+        self.denied_description: str | None = "the user denied access"
         self.access_tokens: dict[str, dict[str, Any]] = {}
 
     # --- tokens ---------------------------------------------------------------------------
@@ -294,13 +297,17 @@ class OpenIdProvider:
                 item["subject"] = subject.id
             elif form.get("prompt") == "consent" and "subject" in item:
                 if form.get("decision", "allow") != "allow":
-                    return self._finish_error(item, "access_denied", "the user denied access")
-                self.consents.add((item["subject"], client.client_id))
+                    return self._finish_error(item, "access_denied", self.denied_description)
+                key = (item["subject"], client.client_id)
+                self.consents.setdefault(key, set()).update(
+                    self.flavour.scope_tokens(item["params"].get("scope", ""))
+                )
             return RedirectResponse(str(request.url), status_code=303)
         if "subject" not in item:
             return pages.login_page(action, client.name or client.client_id)
-        if client.consent and (item["subject"], client.client_id) not in self.consents:
-            scopes = self.flavour.scope_tokens(item["params"].get("scope", ""))
+        scopes = self.flavour.scope_tokens(item["params"].get("scope", ""))
+        consented = self.consents.get((item["subject"], client.client_id))
+        if client.consent and (consented is None or not set(scopes) <= consented):
             return pages.consent_page(
                 action,
                 client.name or client.client_id,
@@ -309,15 +316,13 @@ class OpenIdProvider:
             )
         return self._finish(uid, item, client)
 
-    def _finish_error(self, item: dict[str, Any], error: str, description: str) -> Response:
+    def _finish_error(self, item: dict[str, Any], error: str, description: str | None) -> Response:
         params = item["params"]
         client = self.flavour.find_client(item["client_id"])
         assert client is not None
-        query = {
-            "error": error,
-            "error_description": description,
-            "iss": self.flavour.issuer(item["base"], client),
-        }
+        query = {"error": error, "iss": self.flavour.issuer(item["base"], client)}
+        if description is not None:
+            query["error_description"] = description
         if "state" in params:
             query["state"] = params["state"]
         return RedirectResponse(append_query(params["redirect_uri"], query), status_code=303)
