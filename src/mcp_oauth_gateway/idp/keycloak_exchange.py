@@ -3,7 +3,9 @@ token exchange (Keycloak ≥ 26.2) needs, as docs/token-exchange.md §1.5 record
 
 - BACKEND exists as a client (the exchanged token's `aud`);
 - NAME is a confidential client with `standard.token.exchange.enabled`, and its secret is
-  written to a file beside the resources (never printed), which the policy names;
+  written to a file beside the resources (never printed), which the policy names; a secret
+  already in that file (a run for another realm of the same policy) is given to the new client
+  instead of a new one, so one policy's exchange works for the clients of all its realms;
 - users' tokens name NAME in `aud` (a mapper on the MCP client scope): Keycloak refuses to
   exchange a token whose audience does not include the requesting client;
 - a client scope `<BACKEND>-audience`, an optional scope of NAME, lets NAME ask for BACKEND's
@@ -12,6 +14,7 @@ token exchange (Keycloak ≥ 26.2) needs, as docs/token-exchange.md §1.5 record
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 from typing import Any, Protocol
 
 from .exchange import ExchangeOptions, ExchangeValues, write_secret
@@ -59,7 +62,8 @@ def _ensure_exchange_client(admin: Admin, options: ExchangeOptions, progress: Pr
             )
         progress.say(f"exchange client {options.client!r} exists; its secret file is kept")
         return
-    secret = secrets.token_urlsafe(32)
+    kept = _secret_in(options.secret_file)
+    secret = kept or secrets.token_urlsafe(32)
     body = {
         "clientId": options.client,
         "name": "MCP OAuth gateway (token exchange)",
@@ -69,11 +73,27 @@ def _ensure_exchange_client(admin: Admin, options: ExchangeOptions, progress: Pr
         "attributes": {ENABLED: "true"},
     }
     admin.expect(admin.call("POST", "/clients", json=body), 201)
+    if kept:
+        progress.say(
+            f"created confidential client {options.client!r} with token exchange enabled and "
+            f"the secret already in {options.secret_file} (the policy has one secret for the "
+            "exchange clients of all its realms)"
+        )
+        return
     write_secret(options.secret_file, secret)
     progress.say(
         f"created confidential client {options.client!r} with token exchange enabled; "
         f"secret written to {options.secret_file} (mode 600)"
     )
+
+
+def _secret_in(path: Path) -> str | None:
+    """The secret a run for another realm wrote, if the file holds one: a policy names one
+    secret file, so the exchange clients of every realm it serves must share that secret."""
+    if not path.is_file():
+        return None
+    lines = path.read_text().splitlines()
+    return lines[0] if len(lines) == 1 and lines[0] else None
 
 
 def _audience_mapper(name: str, audience: str) -> dict[str, Any]:
