@@ -6,13 +6,17 @@ and a rule that names the group per issuer.
 
 Tokens of either realm are accepted, a third realm's (same server, same audience) is 401; a
 group of the right name in the wrong realm does not let a user in; a login hint sends the
-browser to its realm's login page, and a user of each realm signs in through the gateway.
+browser to its realm's login page, and a user of each realm signs in through the gateway. Both
+realms are set up for the backend's token exchange (`--token-exchange-client`), and one
+`tokenExchange` on the route exchanges each caller's token at the caller's own realm.
 
 Real Keycloak only: the dev IdP's Keycloak flavour serves the master realm alone.
 """
 
 from __future__ import annotations
 
+import shutil
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -24,11 +28,22 @@ import httpx
 import pytest
 from headless_login import sign_in
 
-from keycloak_realm_support import edit_resources, of_kind, serving, user_token
+from keycloak_realm_support import (
+    audiences,
+    edit_resources,
+    of_kind,
+    serving,
+    user_token,
+    verified_claims,
+)
 from keycloak_support import USER_PASSWORD, Provider, RealKeycloak, idp_keycloak
 from support import INITIALIZE, free_port, mcp_headers, unverified_claims, wait_for_keyset
 
 from .test_broker import CALLBACK, VERIFIER, redeem, register, s256
+from .test_client_flow import backend_requests
+
+SECRET_FILE = "token-exchange-client-secret"
+CLIENT, AUDIENCE = "gateway-exchange", "mcp-backend"  # the backend's token exchange, both realms
 
 
 @dataclass(frozen=True)
@@ -51,6 +66,7 @@ ON_THE_ROUTE = (STAFF, PARTNER)
 class Route:
     provider: RealKeycloak
     gateway: str
+    backend: str
 
     @property
     def mcp(self) -> str:
@@ -61,11 +77,13 @@ class Route:
 
 
 def _set_up(provider: Provider, realm: Realm, resource: str, backend: str, out: Path) -> None:
+    exchange = ("--token-exchange-client", CLIENT, "--token-exchange-audience", AUDIENCE)
     done = idp_keycloak(
         provider,
         *("--realm", realm.name, "--group", realm.group, "--mode", "Broker"),
         *("--user", f"{realm.user}:{realm.user}@{realm.domain}"),
         *("--resource", resource, "--backend", f"http://{backend}/mcp", "--output-dir", str(out)),
+        *(exchange if realm in ON_THE_ROUTE else ()),
     )
     assert done.returncode == 0, done.stderr
 
@@ -118,6 +136,11 @@ def route(
     tmp = tmp_path_factory.mktemp("provider-a-realms")
     gateway = f"http://127.0.0.1:{free_port()}"
     for realm in (*ON_THE_ROUTE, STRANGER):
+        if realm is PARTNER:
+            # The policy names one secret file: the partner realm's exchange client is made
+            # with the secret the staff realm's run wrote (idp keycloak keeps a secret it finds).
+            (tmp / realm.name).mkdir()
+            shutil.copy2(tmp / STAFF.name / SECRET_FILE, tmp / realm.name / SECRET_FILE)
         _set_up(real_keycloak, realm, f"{gateway}/mcp", backend, tmp / realm.name)
     _in_a_namesake_group(real_keycloak, PARTNER, "mallory", STAFF.group)
     _in_a_namesake_group(real_keycloak, STAFF, "eve", PARTNER.group)
@@ -127,7 +150,7 @@ def route(
     with serving(tmp / STAFF.name, logs, "gateway-a-realms") as base:
         for realm in ON_THE_ROUTE:
             wait_for_keyset(base, user_token(real_keycloak, realm.name, realm.user))
-        yield Route(real_keycloak, base)
+        yield Route(real_keycloak, base, backend)
 
 
 @pytest.mark.parametrize(
@@ -151,6 +174,30 @@ def test_each_realms_tokens_and_its_own_group_rule(route, realm, user, groups, s
     assert answer.status_code == status, answer.text
     if status == 401:
         assert "is not one of this route's issuers" in answer.json()["error_description"]
+
+
+@pytest.mark.parametrize("realm", ON_THE_ROUTE, ids=[r.name for r in ON_THE_ROUTE])
+def test_the_backend_gets_a_token_exchanged_at_the_callers_realm(route, realm):
+    """One `tokenExchange` on the route: each caller's token goes to its own realm's token
+    endpoint, and the backend gets that realm's token for its audience, never the caller's."""
+    token = user_token(route.provider, realm.name, realm.user)
+    mark = uuid.uuid4().hex
+    headers = mcp_headers(token, **{"Mcp-Param-Mark": mark})
+    answer = httpx.post(route.mcp, json=INITIALIZE, headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    received = [
+        dict(r["headers"])
+        for r in backend_requests(route.backend)
+        if dict(r["headers"]).get("mcp-param-mark") == mark
+    ]
+    assert len(received) == 1, received
+    sent = received[0]["authorization"].removeprefix("Bearer ")
+    assert sent != token
+    claims = verified_claims(route.provider, realm.name, sent)
+    assert claims["iss"] == route.issuer(realm)
+    assert audiences(claims) == [AUDIENCE]
+    assert claims["azp"] == CLIENT
+    assert claims["sub"] == unverified_claims(token)["sub"]
 
 
 def _authorize(route: Route, client_id: str, **extra: str) -> str:
