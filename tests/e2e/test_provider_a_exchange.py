@@ -66,7 +66,7 @@ class Exchange:
     realm: str
     out: Path
     gateway: str  # exchanges users' tokens for AUDIENCE
-    refusing: str  # the same policy asking for ELSEWHERE
+    variants: dict[str, str]  # the same policy with one thing Keycloak refuses (VARIANTS)
     backend: str
 
     @property
@@ -87,9 +87,21 @@ def _set_up(provider: Provider, realm: str, gateway: str, backend: str, out: Pat
     assert created.status_code == 201, created.text
 
 
-def _refusing_copy(out: Path, directory: Path) -> Path:
-    """The generated resources on another port, exchanging for ELSEWHERE (the same secret file:
-    its path in the policy is absolute)."""
+def _another_audience(exchange: dict[str, Any], directory: Path) -> None:
+    exchange["audience"] = ELSEWHERE
+
+
+def _another_secret(exchange: dict[str, Any], directory: Path) -> None:
+    """A secret that is not the client's (one rotated at Keycloak, the gateway not told)."""
+    (directory / "old-secret").write_text("not-the-secret-keycloak-holds\n")
+    exchange["clientSecret"] = {"file": str(directory / "old-secret")}
+
+
+VARIANTS = {"elsewhere": _another_audience, "stale-secret": _another_secret}
+
+
+def _variant(out: Path, directory: Path, change: Any) -> Path:
+    """The generated resources on another port, their tokenExchange changed by `change`."""
     directory.mkdir()
     config = directory / "gateway.yaml"
     config.write_text((out / "gateway.yaml").read_text())
@@ -97,7 +109,7 @@ def _refusing_copy(out: Path, directory: Path) -> Path:
     def edit(documents: list[dict[str, Any]]) -> None:
         listen_on(documents, free_port())
         policy = of_kind(documents, "GatewayPolicy")
-        policy["spec"]["backend"]["credentials"]["tokenExchange"]["audience"] = ELSEWHERE
+        change(policy["spec"]["backend"]["credentials"]["tokenExchange"], directory)
 
     edit_resources(config, edit)
     return directory
@@ -112,14 +124,18 @@ def exchange(
     tmp = tmp_path_factory.mktemp("provider-a-exchange")
     gateway = f"http://127.0.0.1:{free_port()}"
     _set_up(provider, realm, gateway, backend, tmp / "out")
-    refusing = _refusing_copy(tmp / "out", tmp / "refusing")
     name = f"gateway-a-exchange-{provider.name}"
     with ExitStack() as stack:
         base = stack.enter_context(serving(tmp / "out", logs, name))
-        other = stack.enter_context(serving(refusing, logs, f"{name}-refusing"))
-        for started in (base, other):
+        variants = {
+            variant: stack.enter_context(
+                serving(_variant(tmp / "out", tmp / variant, change), logs, f"{name}-{variant}")
+            )
+            for variant, change in VARIANTS.items()
+        }
+        for started in (base, *variants.values()):
             wait_for_keyset(started, user_token(provider, realm, "alice"))
-        yield Exchange(provider, realm, tmp / "out", base, other, backend)
+        yield Exchange(provider, realm, tmp / "out", base, variants, backend)
 
 
 def _client(setup: Exchange, client_id: str) -> dict[str, Any]:
@@ -194,7 +210,15 @@ def _assert_refused(exchange: Exchange, base: str, token: str, reason: str) -> N
 def test_an_audience_keycloak_will_not_exchange_for_is_a_clear_error(exchange):
     token = user_token(exchange.provider, exchange.realm, "alice")
     reason = f"invalid_request: Requested audience not available: {ELSEWHERE}"
-    _assert_refused(exchange, exchange.refusing, token, reason)
+    _assert_refused(exchange, exchange.variants["elsewhere"], token, reason)
+
+
+def test_a_secret_keycloak_does_not_hold_is_a_clear_error(exchange):
+    """Keycloak 26.7.3 answers a known client with a wrong secret `unauthorized_client` (401),
+    not RFC 6749's `invalid_client` (which it keeps for an unknown client)."""
+    token = user_token(exchange.provider, exchange.realm, "alice")
+    reason = "unauthorized_client: Invalid client or Invalid client credentials"
+    _assert_refused(exchange, exchange.variants["stale-secret"], token, reason)
 
 
 # Real Keycloak only: the dev IdP has no admin logout (POST /users/{id}/logout) and its exchange
