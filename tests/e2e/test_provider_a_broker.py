@@ -5,9 +5,10 @@ the dev IdP's Keycloak flavour (master realm), one parametrised module.
 
 Each client signs in on the provider's own login page and calls a tool: the Python `mcp` SDK
 2.x, the TypeScript `@modelcontextprotocol/client` 2.x and MCP Inspector's web UI in Chromium.
-The gateway checks the provider's RFC 9207 `iss` on its callback; it refreshes through the
-provider while rotating its own refresh tokens (with Keycloak's rotation on, too); and a token
-revoked at the gateway is revoked at Keycloak's revocation endpoint.
+The gateway checks the provider's RFC 9207 `iss` on its callback (and passes on the error of a
+consent refused at Keycloak); it refreshes through the provider while rotating its own refresh
+tokens (with Keycloak's rotation on, too), passing Keycloak's refusals on; and a token revoked
+at the gateway is revoked at Keycloak's revocation endpoint.
 
 The gateway keeps its Broker state in Redis here, so that a test can read the provider's
 refresh token behind a gateway refresh token and present it to the provider directly.
