@@ -65,7 +65,24 @@ def test_a_client_registered_without_scope_gets_the_realms_scopes(kc):
     assert answer["post_logout_redirect_uris"] == [REDIRECT]
 
 
+@pytest.mark.parametrize(
+    ("scope", "status"),
+    [("profile", 201), ("phone", 201), ("openid", 403), ("openid profile", 403), ("bogus", 403)],
+)
+def test_the_allowed_client_scopes_policy_allows_the_realms_scopes_only(kc, scope, status):
+    answer = kc.post(
+        REGISTER,
+        json={"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none", "scope": scope},
+    )
+    assert answer.status_code == status, answer.text
+    if status == 403:
+        assert "Policy 'Allowed Client Scopes' rejected" in answer.json()["error_description"]
+
+
 def test_a_client_registered_with_a_scope_gets_those_as_optional_scopes_only(kc):
+    for policy in kc.get(f"{ADMIN}/components").json():
+        if policy["providerId"] == "allowed-client-templates" and policy["subType"] == "anonymous":
+            assert kc.delete(f"{ADMIN}/components/{policy['id']}").status_code == 204
     answer, client = registered(kc, scope="openid profile bogus")
     assert scope_names(kc, client, "default") == ["basic"]
     assert scope_names(kc, client, "optional") == ["profile"]

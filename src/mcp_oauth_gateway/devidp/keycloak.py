@@ -100,6 +100,7 @@ class KeycloakFlavour:
                     self.client_scopes.add_optional,
                 ),
                 ("GET", "components", self._list_components),
+                ("POST", "components", self.registration.create_component),
                 ("PUT", "components/{id}", self.registration.update_component),
                 ("DELETE", "components/{id}", self._delete_component),
             )

@@ -45,7 +45,8 @@ class ClientScopes:
     def _scopes(self) -> list[Record]:
         return self.store.collection("kc_scopes")
 
-    def _realm_optional(self) -> list[str]:
+    def realm_optional(self) -> list[str]:
+        """The ids of the realm's optional client scopes."""
         return [
             s["id"] for s in self._scopes() if BUILTIN_SCOPES.get(s["name"], (True,))[0] is False
         ]
@@ -55,7 +56,7 @@ class ClientScopes:
         registration that names a `scope`, the named client scopes as optional ones."""
         if requested is None:
             record["defaultClientScopes"] = list(self.store.ids("kc_default_default"))
-            record["optionalClientScopes"] = self._realm_optional()
+            record["optionalClientScopes"] = self.realm_optional()
             return
         names = scope_tokens(requested)
         record["defaultClientScopes"] = [
@@ -76,7 +77,7 @@ class ClientScopes:
         if record is not None and "defaultClientScopes" in record:
             ids: list[str] = record.get("optionalClientScopes", [])
             return ids
-        return [*self._realm_optional(), *(record or {}).get("optionalClientScopes", [])]
+        return [*self.realm_optional(), *(record or {}).get("optionalClientScopes", [])]
 
     def applied(self, record: Record | None, requested: list[str]) -> list[Record]:
         """The client's default scopes, plus the requested ones that are optional scopes of

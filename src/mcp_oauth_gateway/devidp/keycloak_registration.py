@@ -111,6 +111,34 @@ class Registration:
             None,
         )
 
+    async def create_component(self, request: Request, parts: list[str]) -> Response:
+        """`POST /admin/realms/master/components`: a registration policy (201 + `Location`)."""
+        body = await self._json(request)
+        if body is None:
+            return json_response({"error": "unknown_error"}, 400)
+        component = {
+            "id": new_id(),
+            "name": body.get("name"),
+            "providerId": body.get("providerId"),
+            "providerType": body.get("providerType", POLICY_TYPE),
+            "parentId": body.get("parentId"),
+            "subType": body.get("subType"),
+            "config": body.get("config") or {},
+        }
+        self.store.collection("kc_components").append(component)
+        self.store.save()
+        base = str(request.base_url).rstrip("/")
+        location = f"{base}/admin{self.realm_path}/components/{component['id']}"
+        return Response(status_code=201, headers={"Location": location})
+
+    @staticmethod
+    async def _json(request: Request) -> dict[str, Any] | None:
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            return None
+        return body if isinstance(body, dict) else None
+
     async def update_component(self, request: Request, parts: list[str]) -> Response:
         """`PUT /admin/realms/master/components/{id}`: a policy's name and configuration."""
         target = next(
@@ -118,11 +146,8 @@ class Registration:
         )
         if target is None:
             return json_response({"error": "Could not find component"}, 404)
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError:
-            body = None
-        if not isinstance(body, dict):
+        body = await self._json(request)
+        if body is None:
             return json_response({"error": "unknown_error"}, 400)
         for field in ("name", "config"):
             if field in body and body[field] is not None:
@@ -168,16 +193,15 @@ class Registration:
         return json_response(self._answer(request, record, method), 201)
 
     def _scopes_rejected(self, scope: object) -> bool:
-        # The policy guards the realm's client scopes only: names it does not know pass.
+        # Allowed: the realm's default and optional client scopes and the policy's own list;
+        # any other name is refused, `openid` (no client scope) included.
         templates = self.policy("allowed-client-templates")
         if templates is None or not isinstance(scope, str):
             return False
-        scopes = self.store.collection("kc_scopes")
-        defaults = self.store.ids("kc_default_default")
-        allowed = {s["name"] for s in scopes if s["id"] in defaults}
+        realm = [*self.store.ids("kc_default_default"), *self.scopes.realm_optional()]
+        allowed = set(self.scopes.names(realm))
         allowed |= set(templates["config"].get("allowed-client-scopes", []))
-        known = {s["name"] for s in scopes}
-        return any(s in known and s not in allowed for s in scope_tokens(scope))
+        return any(s not in allowed for s in scope_tokens(scope))
 
     def _new_client(self, body: dict[str, Any], public: bool, uris: list[str]) -> Record:
         grants = body.get("grant_types") or ["authorization_code", "refresh_token"]

@@ -139,10 +139,12 @@ def id_claims(access: dict[str, Any], standard: dict[str, Any]) -> dict[str, Any
 def response_members(
     not_before: Callable[[], int],
 ) -> Callable[[dict[str, Any], dict[str, Any]], None]:
-    """Keycloak's own members of a token response: `not-before-policy` (the realm's
-    `notBefore`) and, for a user's session, `session_state` (the session id)."""
+    """Keycloak's own members of a token response: `scope` as the token's claim says it,
+    `not-before-policy` (the realm's `notBefore`) and, for a user's session, `session_state`
+    (the session id)."""
 
     def add(answer: dict[str, Any], claims: dict[str, Any]) -> None:
+        answer["scope"] = claims.get("scope", answer["scope"])  # the applied scopes
         answer["not-before-policy"] = not_before()
         if "sid" in claims:
             answer["session_state"] = claims["sid"]
