@@ -1230,7 +1230,8 @@ class AuthentikFlavour:
         if found is None:
             return json_response({"detail": "Not found."}, 404)
         key = self._key_for(found[1]["signing_key"])
-        return json_response({"keys": [key.as_dict(private=False)] if key else []})
+        # authentik leaves out `keys` when the provider has no key at all.
+        return json_response({"keys": [key.as_dict(private=False)]} if key else {})
 
     def bearer_claims(self, request: Request) -> dict[str, Any] | None:
         """The claims of the valid access token the request carries, if any."""
