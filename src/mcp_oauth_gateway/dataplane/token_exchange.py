@@ -3,7 +3,10 @@ provider that issued it, for a token of the backend's own audience naming the sa
 
 Exchanged tokens are cached per caller token until shortly before they expire (bounded, and
 dropped when the caller's keyset changes or the configuration does: the stage that owns this
-object is rebuilt then). A refusal or failure never falls back to the caller's token."""
+object is rebuilt then). Requests of one caller that arrive while its token is being exchanged
+(an MCP client's GET stream opened beside its POSTs) wait for that exchange rather than start
+their own, so a session costs one exchange. A refusal or failure never falls back to the
+caller's token."""
 
 from __future__ import annotations
 
@@ -117,6 +120,8 @@ class TokenExchanger:
         # By the caller's token, never by subject: the token carries its signed issuer, so
         # alice at one provider never gets the token exchanged for alice at another.
         self._cache: dict[str, Exchanged] = {}
+        # Exchanges under way, by caller token: later requests of the caller wait for them.
+        self._in_flight: dict[str, asyncio.Task[str]] = {}
 
     async def token_for(self, subject_token: str, issuer: str) -> str:
         """A token for the backend standing for the caller of `subject_token`."""
@@ -130,6 +135,27 @@ class TokenExchanger:
         ):
             self.count("cache_hit")
             return hit.token
+        running = self._in_flight.get(subject_token)
+        if running is None:
+            running = asyncio.create_task(
+                self._exchange_and_keep(subject_token, discovery, version)
+            )
+            self._in_flight[subject_token] = running
+            running.add_done_callback(lambda task: self._done(subject_token, task))
+            # Shielded: a caller that goes away leaves the exchange to the others waiting.
+            return await asyncio.shield(running)
+        token = await asyncio.shield(running)
+        self.count("cache_hit")  # served by the exchange another request of the caller made
+        return token
+
+    def _done(self, subject_token: str, task: asyncio.Task[str]) -> None:
+        del self._in_flight[subject_token]
+        if not task.cancelled():
+            task.exception()  # retrieved: every waiter may have gone away
+
+    async def _exchange_and_keep(
+        self, subject_token: str, discovery: DiscoveryCache | None, version: int
+    ) -> str:
         try:
             token, lifetime = await self._exchange(subject_token, discovery)
         except ExchangeError as exc:
