@@ -13,6 +13,7 @@ refuses reach the caller as a 502 naming the provider's reason, and nothing reac
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -44,6 +45,7 @@ AUDIENCE = "mcp-backend"
 # Keycloak's `audience` only narrows what the requester's scopes give, so it refuses.
 ELSEWHERE = "mcp-elsewhere"
 ENABLED = "standard.token.exchange.enabled"
+SECRET_FILE = "token-exchange-client-secret"
 
 
 @pytest.fixture(scope="module", params=["keycloak", "dev-idp"])
@@ -65,6 +67,7 @@ class Exchange:
     provider: Provider
     realm: str
     out: Path
+    args: list[str]  # what `idp keycloak` was run with
     gateway: str  # exchanges users' tokens for AUDIENCE
     variants: dict[str, str]  # the same policy with one thing Keycloak refuses (VARIANTS)
     backend: str
@@ -74,17 +77,18 @@ class Exchange:
         return self.provider.issuer(self.realm)
 
 
-def _set_up(provider: Provider, realm: str, gateway: str, backend: str, out: Path) -> None:
-    done = idp_keycloak(
-        provider,
+def _set_up(provider: Provider, realm: str, gateway: str, backend: str, out: Path) -> list[str]:
+    args = [
         *("--realm", realm, "--resource", f"{gateway}/mcp", "--backend", f"http://{backend}/mcp"),
         *("--user", "alice:alice@example.com", "--user", "dave:dave@example.com"),
         *("--token-exchange-client", CLIENT, "--token-exchange-audience", AUDIENCE),
         *("--allow-anonymous-dcr", "--output-dir", str(out)),
-    )
+    ]
+    done = idp_keycloak(provider, *args)
     assert done.returncode == 0, done.stderr
     created = provider.admin("POST", "/clients", realm, json={"clientId": ELSEWHERE})
     assert created.status_code == 201, created.text
+    return args
 
 
 def _another_audience(exchange: dict[str, Any], directory: Path) -> None:
@@ -123,7 +127,7 @@ def exchange(
     realm = "exchange" if isinstance(provider, RealKeycloak) else "master"
     tmp = tmp_path_factory.mktemp("provider-a-exchange")
     gateway = f"http://127.0.0.1:{free_port()}"
-    _set_up(provider, realm, gateway, backend, tmp / "out")
+    args = _set_up(provider, realm, gateway, backend, tmp / "out")
     name = f"gateway-a-exchange-{provider.name}"
     with ExitStack() as stack:
         base = stack.enter_context(serving(tmp / "out", logs, name))
@@ -135,7 +139,7 @@ def exchange(
         }
         for started in (base, *variants.values()):
             wait_for_keyset(started, user_token(provider, realm, "alice"))
-        yield Exchange(provider, realm, tmp / "out", base, variants, backend)
+        yield Exchange(provider, realm, tmp / "out", args, base, variants, backend)
 
 
 def _client(setup: Exchange, client_id: str) -> dict[str, Any]:
@@ -150,9 +154,27 @@ def test_idp_keycloak_made_a_confidential_exchange_client(exchange):
     path = f"/clients/{client['id']}/optional-client-scopes"
     optional = exchange.provider.admin("GET", path, exchange.realm).json()
     assert f"{AUDIENCE}-audience" in [s["name"] for s in optional]
-    secret_file = exchange.out / "token-exchange-client-secret"
+    secret_file = exchange.out / SECRET_FILE
     assert secret_file.stat().st_mode & 0o777 == 0o600
     assert f"file: {secret_file.resolve()}" in (exchange.out / "gateway.yaml").read_text()
+
+
+def test_a_second_run_changes_nothing(exchange, tmp_path):
+    # On a copy of the output: the gateway reloads a rewritten gateway.yaml (even one written
+    # the same), and a reload drops the tokens it has exchanged.
+    again = tmp_path / "again"
+    shutil.copytree(exchange.out, again)
+    args = [str(again) if a == str(exchange.out) else a for a in exchange.args]
+    second = idp_keycloak(exchange.provider, *args)
+    assert second.returncode == 0, second.stderr
+    for change in ("created", "added", " now "):
+        assert change not in second.stderr, second.stderr
+    assert f"exchange client {CLIENT!r} exists; its secret file is kept" in second.stderr
+    assert (again / SECRET_FILE).read_text() == (exchange.out / SECRET_FILE).read_text()
+    written = (exchange.out / "gateway.yaml").read_text()
+    assert (again / "gateway.yaml").read_text() == written.replace(
+        str(exchange.out.resolve()), str(again.resolve())
+    )
 
 
 def _authorizations(backend: str) -> list[tuple[dict[str, str], str | None]]:
