@@ -232,7 +232,7 @@ async def test_code_grant_refusals(provider, monkeypatch):
 async def test_access_and_id_tokens_carry_the_same_header_and_claims(provider, monkeypatch):
     client = public_client(provider)["client_id"]
     query, verifier = await Browser(monkeypatch).sign_in(provider, client, "openid")
-    assert {"code", "iss", "state"} <= set(query)  # Keycloak adds session_state: docs/dev-idp.md
+    assert set(query) == {"code", "iss", "state", "session_state"}
     answer = token(provider, code_form(client, query["code"], verifier))
     assert answer.status_code == 200, answer.text
     assert answer.headers["cache-control"] == "no-store"
@@ -253,7 +253,8 @@ async def test_access_and_id_tokens_carry_the_same_header_and_claims(provider, m
         *("allowed-origins", "scope", "email_verified", "name", "preferred_username"),
         *("given_name", "family_name", "email"),
     }
-    expected = {"typ": "Bearer", "azp": client, "sid": tokens["session_state"], "acr": "1"}
+    assert tokens["session_state"] == query["session_state"]
+    expected = {"typ": "Bearer", "azp": client, "sid": query["session_state"], "acr": "1"}
     expected |= {"allowed-origins": [APP], "preferred_username": USER, "email_verified": True}
     expected |= {"email": f"{USER}@example.com", "name": "Parity-Ann Outsider"}
     expected |= {"given_name": "Parity-Ann", "family_name": "Outsider"}
@@ -268,6 +269,9 @@ async def test_access_and_id_tokens_carry_the_same_header_and_claims(provider, m
     }
     assert (id_claims["typ"], id_claims["aud"], id_claims["nonce"]) == ("ID", client, "n-1")
     assert id_claims["sid"] == claims["sid"]
+    refresh = {"grant_type": "refresh_token", "client_id": client}
+    again = token(provider, {**refresh, "refresh_token": tokens["refresh_token"]}).json()
+    assert unverified_claims(again["access_token"])["sid"] == claims["sid"]  # the same session
 
 
 SCOPES_POLICY = {"name": "Allowed Client Scopes", "providerId": "allowed-client-templates"}

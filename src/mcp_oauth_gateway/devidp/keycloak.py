@@ -66,6 +66,7 @@ class KeycloakFlavour:
         self.registration = Registration(store, self.client_scopes, f"/realms/{REALM}")
         self.token_cors = TokenEndpointCors(self.provider, self._client_record)
         self.provider.denied_description = None
+        self.provider.session_state = True
         self._authorize = KeycloakAuthorize(
             self.provider.authorize, self.find_client, self._scope_names, f"/realms/{REALM}"
         )

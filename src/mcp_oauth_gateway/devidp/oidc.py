@@ -151,8 +151,10 @@ class OpenIdProvider:
         self.sessions: dict[str, str] = {}  # session cookie → subject id
         # (subject, client) → the scopes the user consented to (asked again for more).
         self.consents: dict[tuple[str, str], set[str]] = {}
-        # Keycloak's access_denied carries no description.
+        # Keycloak's access_denied carries no description; its sign-ins start a session whose
+        # id comes back as `session_state` and stays the tokens' `sid` through refreshes.
         self.denied_description: str | None = "the user denied access"
+        self.session_state = False
         self.access_tokens: dict[str, dict[str, Any]] = {}
 
     # --- tokens ---------------------------------------------------------------------------
@@ -209,6 +211,7 @@ class OpenIdProvider:
                 "scopes": scopes,
                 "resource": resource,
                 "exp": now + 1800,
+                "sid": claims.get("sid"),
             }
             out["refresh_token"] = token
             out["refresh_expires_in"] = 1800
@@ -345,6 +348,8 @@ class OpenIdProvider:
         query = {"code": code, "iss": self.flavour.issuer(item["base"], client)}
         if "state" in params:
             query["state"] = params["state"]
+        if self.session_state:
+            self.codes[code]["sid"] = query["session_state"] = secrets.token_urlsafe(18)
         return RedirectResponse(append_query(params["redirect_uri"], query), status_code=303)
 
     # --- token endpoint -------------------------------------------------------------------
@@ -432,6 +437,7 @@ class OpenIdProvider:
             record["scopes"],
             form.get("resource") or record["resource"],
             record["nonce"],
+            overrides={"sid": record["sid"]} if "sid" in record else None,
         )
 
     def _refresh_grant(
@@ -445,7 +451,9 @@ class OpenIdProvider:
         subject = self.flavour.subject_by_id(record["subject"])
         if subject is None or record.get("ended"):
             raise OAuthError.of(self.errors.session_ended)
-        return self.mint(base, client, subject, record["scopes"], record["resource"])
+        same = {"sid": record["sid"]} if record.get("sid") else None  # the same session
+        scopes, resource = record["scopes"], record["resource"]
+        return self.mint(base, client, subject, scopes, resource, overrides=same)
 
     def _client_credentials_grant(
         self, base: str, client: OAuthClient, form: dict[str, str]
