@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,10 +101,11 @@ def _another_secret(exchange: dict[str, Any], directory: Path) -> None:
     exchange["clientSecret"] = {"file": str(directory / "old-secret")}
 
 
-VARIANTS = {"elsewhere": _another_audience, "stale-secret": _another_secret}
+Change = Callable[[dict[str, Any], Path], None]
+VARIANTS: dict[str, Change] = {"elsewhere": _another_audience, "stale-secret": _another_secret}
 
 
-def _variant(out: Path, directory: Path, change: Any) -> Path:
+def _variant(out: Path, directory: Path, change: Change) -> Path:
     """The generated resources on another port, their tokenExchange changed by `change`."""
     directory.mkdir()
     config = directory / "gateway.yaml"

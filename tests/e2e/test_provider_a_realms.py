@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -98,19 +98,19 @@ def _in_a_namesake_group(provider: Provider, realm: Realm, username: str, group:
     assert joined.status_code == 204, joined.text
 
 
-def _provider_entry(route_issuer: str, realm: Realm, resource: str) -> dict[str, Any]:
+def _provider_entry(issuer: str, realm: Realm, resource: str) -> dict[str, Any]:
     return {
-        "issuer": route_issuer,
+        "issuer": issuer,
         "name": realm.title,
         "kind": "Keycloak",
         "clientId": "mcp-gateway",
         "loginHintDomains": [realm.domain],
         "audiences": [resource],
-        "jwks": {"remote": {"url": f"{route_issuer}/protocol/openid-connect/certs"}},
+        "jwks": {"remote": {"url": f"{issuer}/protocol/openid-connect/certs"}},
     }
 
 
-def _two_providers(provider: Provider, resource: str) -> Any:
+def _two_providers(provider: Provider, resource: str) -> Callable[[list[dict[str, Any]]], None]:
     """Edits the policy written for STAFF: PARTNER beside it, and the group rule per issuer."""
 
     def edit(documents: list[dict[str, Any]]) -> None:
