@@ -1,7 +1,8 @@
 """`idp keycloak --token-exchange-client` for a second realm of the same policy: the policy names
 one secret file, so the exchange client made in the second realm gets the secret already in it
 (found with real Keycloak: the second run wrote a new secret over the first realm's, and the
-first realm's exchanges were then refused as invalid_client)."""
+first realm's exchanges were then refused as unauthorized_client). A run that finds the client
+checks that Keycloak accepts the file's secret, rather than keep a file that cannot work."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from mcp_oauth_gateway.idp import keycloak_exchange
 from mcp_oauth_gateway.idp.exchange import ExchangeOptions, write_secret
-from mcp_oauth_gateway.idp.steps import Progress
+from mcp_oauth_gateway.idp.steps import Progress, StepError
 
 
 class Realm:
@@ -32,6 +34,13 @@ class Realm:
             return httpx.Response(204)
         wanted = kwargs.get("params", {}).get("clientId")
         return httpx.Response(200, json=[c for c in listed if wanted in (None, c.get("clientId"))])
+
+    def token_request(self, form: dict[str, str], client: tuple[str, str]) -> httpx.Response:
+        """Client authentication first, as Keycloak's token endpoint does it."""
+        known = [c for c in self.made.get("/clients", []) if c["clientId"] == client[0]]
+        if not known or known[0].get("secret") != client[1]:
+            return httpx.Response(401, json={"error": "unauthorized_client"})
+        return httpx.Response(400, json={"error": "invalid_request"})
 
     def expect(self, response: httpx.Response, *ok: int) -> httpx.Response:
         assert response.status_code in ok
@@ -76,3 +85,22 @@ def test_a_file_that_is_not_one_secret_is_replaced(tmp_path):
     provision(realm, secret_file)
     assert secret_file.read_text() == realm.secret_of("gateway-exchange") + "\n"
     assert realm.secret_of("gateway-exchange")
+
+
+def test_a_rerun_keeps_a_secret_file_keycloak_accepts(tmp_path):
+    realm, secret_file = Realm(), tmp_path / "token-exchange-client-secret"
+    provision(realm, secret_file)
+    said = provision(realm, secret_file)
+    assert "exchange client 'gateway-exchange' exists; its secret file is kept" in said
+    assert secret_file.read_text() == realm.secret_of("gateway-exchange") + "\n"
+
+
+def test_a_rerun_refuses_a_secret_file_keycloak_does_not_accept(tmp_path):
+    """E.g. a second realm set up with another output directory, its client given a secret of
+    its own, then run again with the policy's: the exchanges would all be refused."""
+    realm, secret_file = Realm(), tmp_path / "token-exchange-client-secret"
+    provision(realm, tmp_path / "elsewhere" / "token-exchange-client-secret")
+    write_secret(secret_file, "the-policys-secret")
+    with pytest.raises(StepError, match="Keycloak does not accept the secret in"):
+        provision(realm, secret_file)
+    assert secret_file.read_text() == "the-policys-secret\n"

@@ -112,6 +112,14 @@ class KeycloakAdmin:
             response = self.http.request(method, url, headers=self._auth(), **kwargs)
         return response
 
+    def token_request(self, form: dict[str, str], client: tuple[str, str]) -> httpx.Response:
+        """A request to the set-up realm's token endpoint as `client` (id, secret)."""
+        return self.http.post(
+            f"{self.base}/realms/{self.options.realm}/protocol/openid-connect/token",
+            data=form,
+            auth=client,
+        )
+
     def auth_header(self) -> dict[str, str]:
         """The admin token as an Authorization header (for calls outside the realm's path)."""
         return self._auth()

@@ -21,6 +21,8 @@ from .exchange import ExchangeOptions, ExchangeValues, write_secret
 from .steps import Progress
 
 ENABLED = "standard.token.exchange.enabled"
+GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
+ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token"
 
 
 class Admin(Protocol):
@@ -30,6 +32,10 @@ class Admin(Protocol):
 
     def expect(self, response: Any, *ok: int) -> Any:
         """The response, if its status is one of `ok`."""
+        ...
+
+    def token_request(self, form: dict[str, str], client: tuple[str, str]) -> Any:
+        """A request to the realm's token endpoint as `client` (id, secret)."""
         ...
 
 
@@ -55,10 +61,17 @@ def _ensure_exchange_client(admin: Admin, options: ExchangeOptions, progress: Pr
                 f"client {options.client!r} exists without standard token exchange; enable "
                 f"'{ENABLED}' on it, or choose another --token-exchange-client"
             )
-        if not options.secret_file.exists():
+        kept = _secret_in(options.secret_file)
+        if kept is None:
             raise progress.fail(
                 f"client {options.client!r} exists but its secret is not in "
                 f"{options.secret_file}; write it there, or choose another name"
+            )
+        if not _authenticates(admin, options.client, kept):
+            raise progress.fail(
+                f"client {options.client!r} exists but Keycloak does not accept the secret in "
+                f"{options.secret_file} (the gateway's exchanges would be refused); write the "
+                "client's secret there (its Credentials tab), or choose another name"
             )
         progress.say(f"exchange client {options.client!r} exists; its secret file is kept")
         return
@@ -85,6 +98,13 @@ def _ensure_exchange_client(admin: Admin, options: ExchangeOptions, progress: Pr
         f"created confidential client {options.client!r} with token exchange enabled; "
         f"secret written to {options.secret_file} (mode 600)"
     )
+
+
+def _authenticates(admin: Admin, client: str, secret: str) -> bool:
+    """Whether Keycloak authenticates `client` with `secret`: an exchange request without a
+    subject token is refused after client authentication (400) or by it (401)."""
+    form = {"grant_type": GRANT, "subject_token_type": ACCESS_TOKEN}
+    return bool(admin.token_request(form, (client, secret)).status_code != 401)
 
 
 def _secret_in(path: Path) -> str | None:
