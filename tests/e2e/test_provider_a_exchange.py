@@ -178,6 +178,17 @@ def test_a_second_run_changes_nothing(exchange, tmp_path):
     )
 
 
+def test_a_run_with_a_secret_keycloak_does_not_accept_stops_naming_the_file(exchange, tmp_path):
+    again = tmp_path / "again"
+    shutil.copytree(exchange.out, again)
+    (again / SECRET_FILE).write_text("not-the-secret-keycloak-holds\n")
+    args = [str(again) if a == str(exchange.out) else a for a in exchange.args]
+    second = idp_keycloak(exchange.provider, *args)
+    assert second.returncode != 0, second.stderr
+    assert f"Keycloak does not accept the secret in {again / SECRET_FILE}" in second.stderr
+    assert "not-the-secret-keycloak-holds" not in second.stdout + second.stderr
+
+
 def _authorizations(backend: str) -> list[tuple[dict[str, str], str | None]]:
     """(headers, bearer token or None) of every request the backend has received."""
     seen = []
