@@ -102,3 +102,78 @@ def test_a_scope_made_a_realm_default_later_reaches_only_clients_created_after(k
         == 204
     )
     assert "mcp" in scope_names(kc, before, "default")
+
+
+CANNOT_PARSE = {"error": "unknown_error", "error_description": "Cannot parse the JSON"}
+
+
+@pytest.mark.parametrize(
+    ("body", "answer"),
+    [
+        (b"not json", {"error": "invalid_request", "error_description": "Cannot parse the JSON"}),
+        (b"[1]", CANNOT_PARSE),
+        (b'{"redirect_uris": "http://127.0.0.1:9999/cb"}', CANNOT_PARSE),
+        (
+            b'{"redirect_uris": ["http://127.0.0.1:9999/cb"], "bogus_field": 1}',
+            {
+                "error": "Invalid json representation for OIDCClientRepresentation. "
+                'Unrecognized field "bogus_field" at line 1 column 65.'
+            },
+        ),
+        (
+            b'{\n  "a_b": 2\n}',
+            {
+                "error": "Invalid json representation for OIDCClientRepresentation. "
+                'Unrecognized field "a_b" at line 2 column 11.'
+            },
+        ),
+        (
+            b'{"redirect_uris":[],"x":{"y":1}}',
+            {
+                "error": "Invalid json representation for OIDCClientRepresentation. "
+                'Unrecognized field "x" at line 1 column 26.'
+            },
+        ),
+        (
+            b'{"redirect_uris": ["not a url"]}',
+            {
+                "error": "invalid_redirect_uri",
+                "error_description": "A redirect URI is not a valid URI",
+            },
+        ),
+        (
+            b'{"redirect_uris": ["http://127.0.0.1:9999/cb#frag"]}',
+            {
+                "error": "invalid_redirect_uri",
+                "error_description": "A redirect URI must not contain an URL fragment",
+            },
+        ),
+        (
+            b'{"redirect_uris": [], "token_endpoint_auth_method": "bogus"}',
+            {"error": "invalid_client_metadata", "error_description": "Client metadata invalid"},
+        ),
+    ],
+)
+def test_a_body_keycloak_cannot_read_gets_its_400(kc, body, answer):
+    """Answers word for word as Keycloak 26.7.3 gave them to the same bodies."""
+    refused = kc.post(REGISTER, content=body, headers={"Content-Type": "application/json"})
+    assert (refused.status_code, refused.json()) == (400, answer)
+
+
+@pytest.mark.parametrize(
+    ("asked", "grants", "responses"),
+    [
+        (None, ["authorization_code", "refresh_token"], ["code", "none"]),
+        ([], ["authorization_code"], ["code", "none"]),
+        (["authorization_code", "bogus"], ["authorization_code"], ["code", "none"]),
+        (["client_credentials"], ["client_credentials"], []),
+        (["implicit"], ["implicit"], ["id_token", "id_token token"]),
+    ],
+)
+def test_grant_types_are_kept_as_keycloak_keeps_them(kc, asked, grants, responses):
+    body = {"redirect_uris": ["relative/path", "myapp:/cb"]}
+    if asked is not None:
+        body["grant_types"] = asked
+    answer = kc.post(REGISTER, json=body)
+    assert answer.status_code == 201, answer.text
+    assert (answer.json()["grant_types"], answer.json()["response_types"]) == (grants, responses)

@@ -646,10 +646,11 @@ class KeycloakFlavour:
                 "response_modes_supported": ["query"],
                 "subject_types_supported": ["public"],
                 "id_token_signing_alg_values_supported": ["RS256"],
+                # Keycloak does not list `none` (public clients work all the same); the JWT and
+                # TLS methods it lists, the dev IdP does not serve.
                 "token_endpoint_auth_methods_supported": [
                     "client_secret_basic",
                     "client_secret_post",
-                    "none",
                 ],
                 "code_challenge_methods_supported": ["S256"],
                 "scopes_supported": [
@@ -657,14 +658,8 @@ class KeycloakFlavour:
                     *[s["name"] for s in self.store.collection("kc_scopes")],
                 ],
                 "claims_supported": [
-                    "sub",
-                    "iss",
-                    "aud",
-                    "exp",
-                    "iat",
-                    "preferred_username",
-                    "email",
-                    "groups",
+                    *("iss", "sub", "aud", "exp", "iat", "auth_time", "name", "given_name"),
+                    *("family_name", "preferred_username", "email", "acr", "azp", "nonce"),
                 ],
                 "authorization_response_iss_parameter_supported": True,
             }

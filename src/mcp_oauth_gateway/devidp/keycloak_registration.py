@@ -19,6 +19,7 @@ from starlette.responses import Response
 from ..oauth_scopes import scope_tokens
 from .keycloak_client_scopes import ClientScopes
 from .keycloak_cors import origin_of
+from .keycloak_dcr_body import grant_types, read_registration, response_types
 from .oidc import json_response
 from .store import Record, Store, new_id
 
@@ -77,10 +78,6 @@ def seed_policies(store: Store, realm_id: str) -> None:
 def _error(status: int, error: str, description: str) -> Response:
     """An RFC 7591 error body, as Keycloak's client-registration service sends it."""
     return json_response({"error": error, "error_description": description}, status)
-
-
-def _unparsable() -> Response:
-    return _error(400, "invalid_client_metadata", "Failed to parse client metadata")
 
 
 def _policy_rejection(policy: str, details: str) -> Response:
@@ -175,21 +172,15 @@ class Registration:
     async def _register(self, request: Request) -> Response:
         if self.policy("trusted-hosts") is not None:
             return _policy_rejection("Trusted Hosts", "Host not trusted.")
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError:
-            return _unparsable()
-        if not isinstance(body, dict):
-            return _unparsable()
+        body = read_registration(await request.body())
+        if isinstance(body, Response):
+            return body
         if self._scopes_rejected(body.get("scope")):
             return _policy_rejection(
                 "Allowed Client Scopes", "Not permitted to use specified clientScope"
             )
-        method = body.get("token_endpoint_auth_method", "client_secret_basic")
-        uris = body.get("redirect_uris") or []
-        if not isinstance(uris, list) or not all(isinstance(u, str) for u in uris):
-            return _error(400, "invalid_redirect_uri", "redirect_uris must be an array")
-        record = self._new_client(body, method == "none", uris)
+        method = body.get("token_endpoint_auth_method") or "client_secret_basic"
+        record = self._new_client(body, method == "none", body.get("redirect_uris") or [])
         return json_response(self._answer(request, record, method), 201)
 
     def _scopes_rejected(self, scope: object) -> bool:
@@ -204,7 +195,7 @@ class Registration:
         return any(s not in allowed for s in scope_tokens(scope))
 
     def _new_client(self, body: dict[str, Any], public: bool, uris: list[str]) -> Record:
-        grants = body.get("grant_types") or ["authorization_code", "refresh_token"]
+        grants = grant_types(body)
         origins = [o for o in dict.fromkeys(origin_of(u) for u in uris) if o]
         record: Record = {
             "id": new_id(),
@@ -214,7 +205,7 @@ class Registration:
             "secret": None if public else secrets.token_urlsafe(24),
             "redirectUris": uris,
             "webOrigins": origins,
-            "grantTypes": [g for g in grants if isinstance(g, str)],
+            "grantTypes": grants,
             "consentRequired": self.policy("consent-required") is not None,
             "fullScopeAllowed": self.policy("scope") is None,
         }
@@ -231,7 +222,7 @@ class Registration:
             "redirect_uris": record["redirectUris"],
             "token_endpoint_auth_method": method,
             "grant_types": record["grantTypes"],
-            "response_types": ["code", "none"],
+            "response_types": response_types(record["grantTypes"]),
             "client_id": record["clientId"],
             "client_name": record["name"],
             "scope": " ".join(self.scopes.names(self.scopes.optional_ids(record))),
