@@ -177,3 +177,24 @@ def test_grant_types_are_kept_as_keycloak_keeps_them(kc, asked, grants, response
     answer = kc.post(REGISTER, json=body)
     assert answer.status_code == 201, answer.text
     assert (answer.json()["grant_types"], answer.json()["response_types"]) == (grants, responses)
+
+
+def test_a_client_is_updated_with_its_own_representation(kc):
+    _, client = registered(kc)
+    path = f"{ADMIN}/clients/{client['id']}"
+    changed = {
+        **client,
+        "consentRequired": False,
+        "webOrigins": ["+"],
+        "directAccessGrantsEnabled": True,
+    }
+    assert kc.put(path, json=changed).status_code == 204
+    shown = kc.get(f"{ADMIN}/clients", params={"clientId": client["clientId"]}).json()[0]
+    assert (shown["consentRequired"], shown["webOrigins"], shown["directAccessGrantsEnabled"]) == (
+        False,
+        ["+"],
+        True,
+    )
+    assert shown["standardFlowEnabled"] is True
+    missing = kc.put(f"{ADMIN}/clients/nope", json=changed)
+    assert (missing.status_code, missing.json()) == (404, {"error": "Could not find client"})

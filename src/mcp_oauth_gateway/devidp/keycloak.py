@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -17,16 +18,19 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..oauth_scopes import scope_tokens
-from . import keycloak_exchange, keycloak_tokens
+from . import keycloak_clients, keycloak_exchange, keycloak_tokens
 from .keycloak_authorize import KeycloakAuthorize
 from .keycloak_client_scopes import BUILTIN_SCOPES, ClientScopes
 from .keycloak_cors import TokenEndpointCors, any_origin
 from .keycloak_realm import Realm
 from .keycloak_registration import Registration, seed_policies
+from .keycloak_revoke import Revocation
+from .keycloak_userinfo import Userinfo
 from .oidc import OAuthClient, OpenIdProvider, Subject, json_response
 from .settings import DevIdpSettings
 from .store import Record, Store, check_password, hash_password, new_id, new_signing_key
 
+AdminHandler = Callable[[Request, list[str]], Awaitable[Response]]
 REALM = "master"
 REALM_ID = "master-realm-id"
 OIDC = f"/realms/{REALM}/protocol/openid-connect"
@@ -61,53 +65,67 @@ class KeycloakFlavour:
         self.settings = settings
         self.provider = OpenIdProvider(self, keycloak_tokens.KEYCLOAK_ERRORS)
         self.realm = Realm(store, self.provider, REALM_ID, settings.access_token_ttl)
-        self.provider.extras = keycloak_tokens.response_members(self.realm.not_before)
         self.client_scopes = ClientScopes(store)
         self.registration = Registration(store, self.client_scopes, f"/realms/{REALM}")
+        self._seed()
+        self._key = RSAKey.import_key(self.store.value("kc_key"))
         self.token_cors = TokenEndpointCors(self.provider, self._client_record)
-        self.provider.denied_description = None
-        self.provider.session_state = True
         self._authorize = KeycloakAuthorize(
             self.provider.authorize, self.find_client, self._scope_names, f"/realms/{REALM}"
         )
+        self._userinfo = Userinfo(REALM, self._valid_claims, self._client_record)
+        self._revocation = Revocation(self.provider, self.realm, self._key)
+        self._keycloak_ways(self.provider)
         one = "([^/]+)"
         self._admin_routes = [
             (method, re.compile(pattern.replace("{id}", one)), handler)
-            for method, pattern, handler in (
-                ("GET", "", self.realm.get),
-                ("PUT", "", self.realm.put),
-                ("POST", "logout-all", self.realm.logout_all),
-                ("GET", "client-scopes", self._list_scopes),
-                ("POST", "client-scopes", self._create_scope),
-                ("GET", "client-scopes/{id}", self._get_scope),
-                ("GET", "client-scopes/{id}/protocol-mappers/models", self._list_mappers),
-                ("POST", "client-scopes/{id}/protocol-mappers/models", self._add_mapper),
-                ("GET", "default-default-client-scopes", self._list_default_default),
-                ("PUT", "default-default-client-scopes/{id}", self._add_default_default),
-                ("GET", "groups", self._list_groups),
-                ("POST", "groups", self._create_group),
-                ("GET", "users", self._list_users),
-                ("POST", "users", self._create_user),
-                ("GET", "users/{id}/groups", self._user_groups),
-                ("PUT", "users/{id}/groups/{id}", self._join_group),
-                ("GET", "clients", self._list_clients),
-                ("POST", "clients", self._create_client),
-                ("GET", "clients/{id}/default-client-scopes", self.client_scopes.list_default),
-                ("PUT", "clients/{id}/default-client-scopes/{id}", self.client_scopes.add_default),
-                ("GET", "clients/{id}/optional-client-scopes", self.client_scopes.list_optional),
-                (
-                    "PUT",
-                    "clients/{id}/optional-client-scopes/{id}",
-                    self.client_scopes.add_optional,
-                ),
-                ("GET", "components", self._list_components),
-                ("POST", "components", self.registration.create_component),
-                ("PUT", "components/{id}", self.registration.update_component),
-                ("DELETE", "components/{id}", self._delete_component),
-            )
+            for method, pattern, handler in self._admin_table()
         ]
-        self._seed()
-        self._key = RSAKey.import_key(self.store.value("kc_key"))
+
+    def _keycloak_ways(self, provider: OpenIdProvider) -> None:
+        """What Keycloak does its own way in the shared OpenID provider."""
+        provider.extras = keycloak_tokens.response_members(self.realm.not_before)
+        provider.denied_description = None
+        provider.session_state = True
+        provider.rotates_refresh_tokens = self.realm.revokes_refresh_tokens
+        provider.refresh_scope_check = self._authorize.check_refresh_scope
+
+    def _admin_table(self) -> list[tuple[str, str, AdminHandler]]:
+        """(method, path under /admin/realms/master, handler) of the admin API subset."""
+        return [
+            ("GET", "", self.realm.get),
+            ("PUT", "", self.realm.put),
+            ("POST", "logout-all", self.realm.logout_all),
+            ("GET", "client-scopes", self._list_scopes),
+            ("POST", "client-scopes", self._create_scope),
+            ("GET", "client-scopes/{id}", self._get_scope),
+            ("GET", "client-scopes/{id}/protocol-mappers/models", self._list_mappers),
+            ("POST", "client-scopes/{id}/protocol-mappers/models", self._add_mapper),
+            ("GET", "default-default-client-scopes", self._list_default_default),
+            ("PUT", "default-default-client-scopes/{id}", self._add_default_default),
+            ("GET", "groups", self._list_groups),
+            ("POST", "groups", self._create_group),
+            ("GET", "users", self._list_users),
+            ("POST", "users", self._create_user),
+            ("GET", "users/{id}/groups", self._user_groups),
+            ("PUT", "users/{id}/groups/{id}", self._join_group),
+            ("POST", "users/{id}/logout", self.realm.logout_user),
+            ("GET", "clients", self._list_clients),
+            ("POST", "clients", self._create_client),
+            ("PUT", "clients/{id}", self._update_client),
+            ("GET", "clients/{id}/default-client-scopes", self.client_scopes.list_default),
+            ("PUT", "clients/{id}/default-client-scopes/{id}", self.client_scopes.add_default),
+            ("GET", "clients/{id}/optional-client-scopes", self.client_scopes.list_optional),
+            (
+                "PUT",
+                "clients/{id}/optional-client-scopes/{id}",
+                self.client_scopes.add_optional,
+            ),
+            ("GET", "components", self._list_components),
+            ("POST", "components", self.registration.create_component),
+            ("PUT", "components/{id}", self.registration.update_component),
+            ("DELETE", "components/{id}", self._delete_component),
+        ]
 
     # --- state ----------------------------------------------------------------------------
 
@@ -601,6 +619,17 @@ class KeycloakFlavour:
         self.store.save()
         return _created(request, "clients", str(record["id"]))
 
+    async def _update_client(self, request: Request, parts: list[str]) -> Response:
+        record = next((c for c in self.store.collection("kc_clients") if c["id"] == parts[0]), None)
+        if record is None:
+            return _not_found("Could not find client")
+        body = await self._body(request)
+        if isinstance(body, Response):
+            return body
+        keycloak_clients.update_client(record, body)
+        self.store.save()
+        return Response(status_code=204)
+
     async def _list_components(self, request: Request, parts: list[str]) -> Response:
         kind = request.query_params.get("type")
         name = request.query_params.get("name")
@@ -632,6 +661,7 @@ class KeycloakFlavour:
                 "authorization_endpoint": f"{base}{OIDC}/auth",
                 "token_endpoint": f"{base}{OIDC}/token",
                 "userinfo_endpoint": f"{base}{OIDC}/userinfo",
+                "revocation_endpoint": f"{base}{OIDC}/revoke",
                 "jwks_uri": f"{base}{OIDC}/certs",
                 "registration_endpoint": (
                     f"{base}/realms/{REALM}/clients-registrations/openid-connect"
@@ -669,13 +699,10 @@ class KeycloakFlavour:
         """The realm's public keys."""
         return json_response({"keys": [self._key.as_dict(private=False)]})
 
-    async def userinfo(self, request: Request) -> Response:
-        """Claims of the bearer token's user."""
+    def _valid_claims(self, request: Request) -> dict[str, Any] | None:
+        """The claims of the request's valid access token of a session still open."""
         claims = self.provider.bearer_claims(request, self._key)
-        if claims is None or self.realm.refused(claims):
-            return json_response({"error": "invalid_token"}, 401)
-        keep = ("sub", "preferred_username", "email", "email_verified", "groups", "name")
-        return json_response({k: claims[k] for k in keep if k in claims})
+        return None if claims is None or self.realm.refused(claims) else claims
 
     def preflight_methods(self) -> dict[str, str]:
         """`Access-Control-Allow-Methods` of each endpoint's preflight answer."""
@@ -685,6 +712,7 @@ class KeycloakFlavour:
                 "DELETE, POST, GET, OPTIONS, PUT"
             ),
             f"{OIDC}/userinfo": "GET, HEAD, OPTIONS",
+            f"{OIDC}/revoke": "POST, OPTIONS",
             f"/realms/{REALM}/.well-known/openid-configuration": "GET",
             f"{OIDC}/certs": "GET",
         }
@@ -697,7 +725,8 @@ class KeycloakFlavour:
             Route(f"{OIDC}/certs", any_origin(self.jwks)),
             Route(f"{OIDC}/auth", self._authorize.authorize),
             Route(f"{OIDC}/token", self.token_cors.token, methods=["POST"]),
-            Route(f"{OIDC}/userinfo", self.userinfo, methods=["GET", "POST"]),
+            Route(f"{OIDC}/userinfo", self._userinfo.userinfo, methods=["GET", "POST"]),
+            Route(f"{OIDC}/revoke", self._revocation.revoke, methods=["POST"]),
             Route(
                 f"/realms/{REALM}/clients-registrations/openid-connect",
                 self.registration.register,

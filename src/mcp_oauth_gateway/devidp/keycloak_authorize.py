@@ -1,7 +1,8 @@
 """The authorization endpoint's refusals as Keycloak 26.7 words them (probed on the real server),
 in front of the shared one: an unknown client and a missing or unregistered `redirect_uri` get an
 error page (400, never a redirect); a `scope` naming anything but `openid` and the client's own
-client scopes is sent back to the client as `invalid_scope` ("Invalid scopes: <scope>")."""
+client scopes is sent back to the client as `invalid_scope` ("Invalid scopes: <scope>"), and a
+refresh request's `scope` is held to the same rule."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from starlette.responses import RedirectResponse, Response
 
 from ..oauth_scopes import scope_tokens
 from . import pages
-from .oidc import OAuthClient
+from .oidc import OAuthClient, OAuthError
 from .oidc_http import append_query, redirect_allowed
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -47,13 +48,20 @@ class KeycloakAuthorize:
         if not redirect_allowed(client, redirect_uri):
             return _sorry("Invalid parameter: redirect_uri")
         scope = params.get("scope")
-        known = {"openid", *self.client_scopes(client.client_id)}
-        if params.get("response_type") == "code" and scope is not None:
-            requested = scope_tokens(scope)
-            if not requested or not set(requested) <= known:
-                query = {"error": "invalid_scope", "error_description": f"Invalid scopes: {scope}"}
-                if "state" in params:
-                    query["state"] = params["state"]
-                query["iss"] = str(request.base_url).rstrip("/") + self.issuer
-                return RedirectResponse(append_query(redirect_uri, query), status_code=302)
+        coded = params.get("response_type") == "code"
+        if coded and scope is not None and not self._valid_scope(client, scope):
+            query = {"error": "invalid_scope", "error_description": f"Invalid scopes: {scope}"}
+            if "state" in params:
+                query["state"] = params["state"]
+            query["iss"] = str(request.base_url).rstrip("/") + self.issuer
+            return RedirectResponse(append_query(redirect_uri, query), status_code=302)
         return await self.handler(request)
+
+    def _valid_scope(self, client: OAuthClient, scope: str) -> bool:
+        requested, known = scope_tokens(scope), self.client_scopes(client.client_id)
+        return bool(requested) and set(requested) <= {"openid", *known}
+
+    def check_refresh_scope(self, client: OAuthClient, scope: str) -> None:
+        """A refresh's `scope` is held to the same rule (the refresh token stays good)."""
+        if not self._valid_scope(client, scope):
+            raise OAuthError(400, "invalid_scope", f"Invalid scopes: {scope}")

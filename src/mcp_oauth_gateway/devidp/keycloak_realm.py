@@ -116,6 +116,30 @@ class Realm:
             **{k: v for k, v in self._settings().items() if k != "accessTokenLifespan"},
         }
 
+    def revokes_refresh_tokens(self) -> bool:
+        """The realm's `revokeRefreshToken`: each refresh token is good once (off by default,
+        when a refresh token may be used again and again)."""
+        return self._settings().get("revokeRefreshToken") is True
+
+    def end_sessions(self, *, subject: str | None = None, sid: str | None = None) -> None:
+        """End a user's sessions, or one session: their refresh tokens get `Session not
+        active`, their access tokens 401."""
+
+        def ends(record: dict[str, Any]) -> bool:
+            return record.get("subject") == subject if subject else record.get("sid") == sid
+
+        for record in self.provider.refresh_tokens.values():
+            if ends(record):
+                record["ended"] = True
+        self.ended.update(j for j, r in self.provider.access_tokens.items() if ends(r))
+
+    async def logout_user(self, request: Request, parts: list[str]) -> Response:
+        """`POST /admin/realms/master/users/{id}/logout`: 204, every session of the user ends."""
+        if not any(u["id"] == parts[0] for u in self.store.collection("kc_users")):
+            return json_response({"error": "User not found"}, 404)
+        self.end_sessions(subject=parts[0])
+        return Response(status_code=204)
+
     def not_before(self) -> int:
         """The realm's `notBefore` (the last logout-all), 0 if none."""
         return int(self._settings().get("notBefore", 0))

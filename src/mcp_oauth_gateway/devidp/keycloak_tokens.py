@@ -47,6 +47,8 @@ KEYCLOAK_ERRORS = TokenErrors(
     pkce_mismatch=(400, "invalid_grant", "PKCE verification failed: Code mismatch"),
     refresh_missing=(400, "invalid_request", "No refresh token"),
     refresh_invalid=(400, "invalid_grant", "Invalid refresh token"),
+    refresh_reused=(400, "invalid_grant", "Maximum allowed refresh token reuse exceeded"),
+    reuse_ends_session=True,
     user_credentials=(400, "invalid_grant", "Invalid user credentials"),
     consent_required=(400, "invalid_client", "Client requires user consent"),
 )

@@ -29,6 +29,7 @@ from .oidc_http import TokenErrors, append_query, form_pairs, redirect_allowed
 from .oidc_http import json_response as json_response
 from .oidc_http import oauth_error as oauth_error
 from .oidc_http import read_form as read_form
+from .oidc_http import standard_id_claims as standard_id_claims
 from .oidc_http import token_response as token_response
 
 CODE_TTL = 60
@@ -115,23 +116,6 @@ class Flavour(Protocol):
         ...
 
 
-def standard_id_claims(client: OAuthClient, access: dict[str, Any], now: int) -> dict[str, Any]:
-    """The OpenID Connect ID-token claims for an access token's subject (Core §2)."""
-    claims = {
-        "iss": access["iss"],
-        "sub": access.get("sub"),
-        "aud": client.client_id,
-        "iat": now,
-        "exp": access["exp"],
-        "auth_time": now,
-        "azp": client.client_id,
-    }
-    for name in ("email", "groups", "preferred_username", "name"):
-        if name in access:
-            claims[name] = access[name]
-    return claims
-
-
 class OpenIdProvider:
     """Authorization, token, userinfo endpoints and the interaction pages for one flavour."""
 
@@ -155,6 +139,10 @@ class OpenIdProvider:
         # id comes back as `session_state` and stays the tokens' `sid` through refreshes.
         self.denied_description: str | None = "the user denied access"
         self.session_state = False
+        # Whether a refresh token is good once (authentik; Keycloak's revokeRefreshToken) and
+        # how a refresh's `scope` is checked (Keycloak refuses a scope the client lacks).
+        self.rotates_refresh_tokens: Callable[[], bool] = lambda: True
+        self.refresh_scope_check: Callable[[OAuthClient, str], None] | None = None
         self.access_tokens: dict[str, dict[str, Any]] = {}
 
     # --- tokens ---------------------------------------------------------------------------
@@ -187,7 +175,7 @@ class OpenIdProvider:
         }
         header = {"alg": "RS256", "kid": key.kid, "typ": "JWT"}
         access = jwt.encode(header, claims, key)
-        self.access_tokens[claims["jti"]] = {"subject": subject.id, "exp": now + ttl}
+        self.access_tokens[claims["jti"]] = {"subject": subject.id, "sid": claims.get("sid")}
         out: dict[str, Any] = {
             "access_token": access,
             "token_type": "Bearer",
@@ -198,7 +186,7 @@ class OpenIdProvider:
             # Each provider shapes its ID token differently, and the gateway tells them from
             # access tokens by exactly that difference, so the flavour decides.
             id_claims = flavour.id_token_claims(
-                client, claims, standard_id_claims(client, claims, now)
+                client, claims, standard_id_claims(client.client_id, claims, now)
             )
             if nonce:
                 id_claims["nonce"] = nonce
@@ -445,12 +433,24 @@ class OpenIdProvider:
     ) -> dict[str, Any]:
         if not form.get("refresh_token"):
             raise OAuthError.of(self.errors.refresh_missing)
-        record = self.refresh_tokens.pop(form["refresh_token"], None)
+        errors, record = self.errors, self.refresh_tokens.get(form["refresh_token"])
         if record is None or record["exp"] < time.time() or record["client_id"] != client.client_id:
-            raise OAuthError.of(self.errors.refresh_invalid)
+            raise OAuthError.of(errors.refresh_invalid)
+        if self.refresh_scope_check is not None and "scope" in form:
+            self.refresh_scope_check(client, form["scope"])  # the token stays good
         subject = self.flavour.subject_by_id(record["subject"])
         if subject is None or record.get("ended"):
-            raise OAuthError.of(self.errors.session_ended)
+            raise OAuthError.of(errors.session_ended)
+        if record.get("client_ended"):
+            raise OAuthError.of(errors.client_session_ended)
+        if self.rotates_refresh_tokens():
+            if record.get("used") and errors.reuse_ends_session:
+                for other in self.refresh_tokens.values():
+                    if other.get("sid") == record["sid"] and other["client_id"] == client.client_id:
+                        other["client_ended"] = True
+            if record.get("used"):
+                raise OAuthError.of(errors.refresh_reused)
+            record["used"] = True
         same = {"sid": record["sid"]} if record.get("sid") else None  # the same session
         scopes, resource = record["scopes"], record["resource"]
         return self.mint(base, client, subject, scopes, resource, overrides=same)

@@ -77,6 +77,11 @@ class TokenErrors:
     refresh_missing: Refusal = (400, "invalid_grant", "Token is not active")
     refresh_invalid: Refusal = (400, "invalid_grant", "Token is not active")
     session_ended: Refusal = (400, "invalid_grant", "Session not active")
+    # A refresh token used a second time where each is good once; Keycloak then ends the
+    # client's part of the session, and its other refresh tokens get `client_session_ended`.
+    refresh_reused: Refusal = (400, "invalid_grant", "Token is not active")
+    reuse_ends_session: bool = False
+    client_session_ended: Refusal = (400, "invalid_grant", "Session doesn't have required client")
     user_credentials: Refusal = (401, "invalid_grant", "Invalid user credentials")
     # A password grant for a client that asks its users' consent (None: allowed).
     consent_required: Refusal | None = None
@@ -140,3 +145,20 @@ def redirect_allowed(client: _Redirecting, uri: str) -> bool:
         if mode == "wildcard" and value.endswith("*") and uri.startswith(value[:-1]):
             return True
     return False
+
+
+def standard_id_claims(client_id: str, access: dict[str, Any], now: int) -> dict[str, Any]:
+    """The OpenID Connect ID-token claims for an access token's subject (Core §2)."""
+    claims = {
+        "iss": access["iss"],
+        "sub": access.get("sub"),
+        "aud": client_id,
+        "iat": now,
+        "exp": access["exp"],
+        "auth_time": now,
+        "azp": client_id,
+    }
+    for name in ("email", "groups", "preferred_username", "name"):
+        if name in access:
+            claims[name] = access[name]
+    return claims
