@@ -12,6 +12,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..oauth_scopes import scope_tokens
 from .keycloak_cors import echo, origin_allowed
 from .oidc_http import json_response
 from .store import Record
@@ -55,7 +56,7 @@ class Userinfo:
         claims = self.claims_of(request)
         if claims is None:
             return _challenge(401, self.realm, "invalid_token", "Token verification failed")
-        if "openid" not in str(claims.get("scope", "")).split():
+        if "openid" not in scope_tokens(str(claims.get("scope", ""))):
             return _challenge(403, self.realm, "insufficient_scope", "Missing openid scope")
         origin = request.headers.get("origin")
         if origin is not None and not origin_allowed(
