@@ -252,6 +252,8 @@ async def test_access_and_id_tokens_carry_the_same_header_and_claims(provider, m
     refresh = {"grant_type": "refresh_token", "client_id": client}
     again = token(provider, {**refresh, "refresh_token": tokens["refresh_token"]}).json()
     assert unverified_claims(again["access_token"])["sid"] == claims["sid"]  # the same session
+    refresh_token = (jose_header(again["refresh_token"]), unverified_claims(again["refresh_token"]))
+    assert (refresh_token[0]["alg"], refresh_token[1]["typ"]) == ("HS512", "Refresh")
 
 
 SCOPES_POLICY = {"name": "Allowed Client Scopes", "providerId": "allowed-client-templates"}

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from joserfc.jwk import RSAKey
+from joserfc.jwk import OctKey, RSAKey
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -69,6 +69,7 @@ class KeycloakFlavour:
         self.registration = Registration(store, self.client_scopes, f"/realms/{REALM}")
         self._seed()
         self._key = RSAKey.import_key(self.store.value("kc_key"))
+        self._hmac = OctKey.import_key(self.store.value("kc_hmac"))  # signs refresh tokens
         self.token_cors = TokenEndpointCors(self.provider, self._client_record)
         self._authorize = KeycloakAuthorize(
             self.provider.authorize, self.find_client, self._scope_names, f"/realms/{REALM}"
@@ -84,7 +85,9 @@ class KeycloakFlavour:
 
     def _keycloak_ways(self, provider: OpenIdProvider) -> None:
         """What Keycloak does its own way in the shared OpenID provider."""
-        provider.extras = keycloak_tokens.response_members(self.realm.not_before)
+        provider.extras = keycloak_tokens.response_members(
+            self.realm.not_before, provider.refresh_tokens, self._hmac
+        )
         provider.denied_description = None
         provider.session_state = True
         provider.rotates_refresh_tokens = self.realm.revokes_refresh_tokens
@@ -133,6 +136,9 @@ class KeycloakFlavour:
         store = self.store
         if store.value("kc_key") is None:
             store.data["kc_key"] = new_signing_key("kc")
+        if store.value("kc_hmac") is None:
+            hmac_key = OctKey.generate_key(512, parameters={"kid": new_id()})
+            store.data["kc_hmac"] = hmac_key.as_dict(private=True)
         users = store.collection("kc_users")
         admin = self.settings.admin_username.lower()
         if not any(u["username"] == admin for u in users):

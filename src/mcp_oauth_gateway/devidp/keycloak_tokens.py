@@ -10,6 +10,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from joserfc import jwt
+from joserfc.jwk import OctKey
+
+from ..oauth_scopes import scope_tokens
 from .keycloak_cors import web_origins
 from .oidc import OAuthClient, Subject
 from .oidc_http import TokenErrors
@@ -50,6 +54,7 @@ KEYCLOAK_ERRORS = TokenErrors(
     refresh_reused=(400, "invalid_grant", "Maximum allowed refresh token reuse exceeded"),
     reuse_ends_session=True,
     user_credentials=(400, "invalid_grant", "Invalid user credentials"),
+    offline_ended=(400, "invalid_grant", "Offline user session not found"),
     consent_required=(400, "invalid_client", "Client requires user consent"),
 )
 
@@ -138,17 +143,38 @@ def id_claims(access: dict[str, Any], standard: dict[str, Any]) -> dict[str, Any
     return claims
 
 
+def refresh_jwt(record: dict[str, Any], claims: dict[str, Any], key: OctKey) -> str:
+    """A refresh token as Keycloak writes one: an HS512 JWT of the realm's HMAC key, `typ`
+    `Refresh` (`Offline` with the offline_access scope, which has no `exp`)."""
+    offline = "offline_access" in scope_tokens(str(claims.get("scope", "")))
+    body = {"exp": record["exp"], "iat": claims["iat"], "jti": new_id(), "iss": claims["iss"]}
+    body |= {"aud": claims["iss"], "sub": claims.get("sub"), "typ": "Refresh", "azp": claims["azp"]}
+    body |= {"sid": claims.get("sid"), "scope": claims.get("scope", "")}
+    if offline:
+        body |= {"typ": "Offline"}
+        del body["exp"]
+    header = {"alg": "HS512", "typ": "JWT", "kid": key.kid}
+    return jwt.encode(header, body, key, algorithms=["HS512"])
+
+
 def response_members(
-    not_before: Callable[[], int],
+    not_before: Callable[[], int], refresh_tokens: dict[str, dict[str, Any]], key: OctKey
 ) -> Callable[[dict[str, Any], dict[str, Any]], None]:
     """Keycloak's own members of a token response: `scope` as the token's claim says it,
-    `not-before-policy` (the realm's `notBefore`) and, for a user's session, `session_state`
-    (the session id)."""
+    `not-before-policy` (the realm's `notBefore`), for a user's session `session_state` (the
+    session id), and the refresh token as a JWT (the dev IdP keeps its record under it)."""
 
     def add(answer: dict[str, Any], claims: dict[str, Any]) -> None:
         answer["scope"] = claims.get("scope", answer["scope"])  # the applied scopes
         answer["not-before-policy"] = not_before()
         if "sid" in claims:
             answer["session_state"] = claims["sid"]
+        if "refresh_token" in answer:
+            record = refresh_tokens.pop(answer["refresh_token"])
+            answer["refresh_token"] = refresh_jwt(record, claims, key)
+            refresh_tokens[answer["refresh_token"]] = record
+            if "offline_access" in scope_tokens(answer["scope"]):  # an offline session: no end
+                record["offline"] = True
+                answer["refresh_expires_in"] = 0
 
     return add

@@ -135,12 +135,10 @@ class OpenIdProvider:
         self.sessions: dict[str, str] = {}  # session cookie → subject id
         # (subject, client) → the scopes the user consented to (asked again for more).
         self.consents: dict[tuple[str, str], set[str]] = {}
-        # Keycloak's access_denied carries no description; its sign-ins start a session whose
-        # id comes back as `session_state` and stays the tokens' `sid` through refreshes.
+        # Keycloak: no access_denied description; a sign-in's session id as session_state/sid.
         self.denied_description: str | None = "the user denied access"
         self.session_state = False
-        # Whether a refresh token is good once (authentik; Keycloak's revokeRefreshToken) and
-        # how a refresh's `scope` is checked (Keycloak refuses a scope the client lacks).
+        # Refresh tokens good once? (authentik; Keycloak's revokeRefreshToken); refresh scopes.
         self.rotates_refresh_tokens: Callable[[], bool] = lambda: True
         self.refresh_scope_check: Callable[[OAuthClient, str], None] | None = None
         self.access_tokens: dict[str, dict[str, Any]] = {}
@@ -440,7 +438,9 @@ class OpenIdProvider:
             self.refresh_scope_check(client, form["scope"])  # the token stays good
         subject = self.flavour.subject_by_id(record["subject"])
         if subject is None or record.get("ended"):
-            raise OAuthError.of(errors.session_ended)
+            raise OAuthError.of(
+                errors.offline_ended if record.get("offline") else errors.session_ended
+            )
         if record.get("client_ended"):
             raise OAuthError.of(errors.client_session_ended)
         if self.rotates_refresh_tokens():

@@ -77,6 +77,7 @@ class TokenErrors:
     refresh_missing: Refusal = (400, "invalid_grant", "Token is not active")
     refresh_invalid: Refusal = (400, "invalid_grant", "Token is not active")
     session_ended: Refusal = (400, "invalid_grant", "Session not active")
+    offline_ended: Refusal = (400, "invalid_grant", "Session not active")
     # A refresh token used a second time where each is good once; Keycloak then ends the
     # client's part of the session, and its other refresh tokens get `client_session_ended`.
     refresh_reused: Refusal = (400, "invalid_grant", "Token is not active")
