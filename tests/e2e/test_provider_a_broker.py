@@ -288,8 +288,8 @@ def consent_required(broker: Broker) -> Iterator[None]:
         assert back.status_code == 204, back.text
 
 
-# Real Keycloak only: the dev IdP has no client update (PUT /admin/realms/master/clients/{id}
-# answers 404), and its consent page has decision=allow/deny buttons, not accept/cancel.
+# Real Keycloak only: the dev IdP's consent page has decision=allow/deny buttons, not Keycloak's
+# accept/cancel (docs/dev-idp.md).
 @KEYCLOAK_ONLY
 async def test_consent_refused_at_keycloak_reaches_the_client_as_access_denied(broker):
     client = broker.client()
@@ -364,13 +364,6 @@ def at_provider(broker: Broker, refresh_token: str) -> httpx.Response:
     )
 
 
-# Real Keycloak only. With revokeRefreshToken on, Keycloak answers a used-up refresh token
-# "Maximum allowed refresh token reuse exceeded" and ends the client's session, so the newest
-# token is refused too ("Session doesn't have required client"); the dev IdP answers another
-# description ("Token is not active", "Invalid refresh token" in its working copy being
-# edited) and keeps the sign-in, its newest token still refreshing. (The dev IdP as committed
-# also has no realm update: PUT /admin/realms/master answers 404; it always rotates.)
-@KEYCLOAK_ONLY
 async def test_refresh_with_keycloaks_rotation(broker):
     with rotation(broker.provider, broker.realm):
         client = broker.client()
@@ -408,9 +401,6 @@ async def test_refresh_with_keycloaks_rotation(broker):
         )
 
 
-# Real Keycloak only: the dev IdP ignores the scope of a refresh request (it answers 200 with
-# the sign-in's scopes), where Keycloak refuses a scope it does not know (invalid_scope).
-@KEYCLOAK_ONLY
 async def test_a_scope_keycloak_refuses_on_refresh_leaves_the_refresh_token_valid(broker):
     client = broker.client()
     tokens = await client.tokens("alice", USER_PASSWORD)
@@ -425,9 +415,6 @@ async def test_a_scope_keycloak_refuses_on_refresh_leaves_the_refresh_token_vali
     assert_providers_token(broker, again["access_token"])
 
 
-# Real Keycloak only: the dev IdP has no admin logout of a user (POST
-# /admin/realms/master/users/{id}/logout answers 404).
-@KEYCLOAK_ONLY
 async def test_a_sign_in_ended_at_keycloak_ends_the_gateway_refresh_token(broker):
     client = broker.client()
     tokens = await client.tokens("alice", USER_PASSWORD)
@@ -444,10 +431,6 @@ async def test_a_sign_in_ended_at_keycloak_ends_the_gateway_refresh_token(broker
 # --- revocation ------------------------------------------------------------------------------
 
 
-# Real Keycloak only: the dev IdP's discovery has no revocation_endpoint (Keycloak's is
-# <issuer>/protocol/openid-connect/revoke), so the gateway revokes only its own refresh token
-# there and the dev IdP's refresh token behind it stays valid.
-@KEYCLOAK_ONLY
 @pytest.mark.parametrize(
     ("scope", "kind", "gone"),
     [
@@ -479,9 +462,6 @@ async def test_revoking_at_the_gateway_revokes_the_refresh_token_at_keycloak(
     assert (at_gateway.status_code, at_gateway.json()["error"]) == (400, "invalid_grant")
 
 
-# Real Keycloak only, for the same reason (no revocation_endpoint at the dev IdP: the gateway
-# answers unsupported_token_type for an access token there).
-@KEYCLOAK_ONLY
 async def test_revoking_an_access_token_at_the_gateway_revokes_it_at_keycloak(broker):
     client = broker.client()
     tokens = await client.tokens("alice", USER_PASSWORD)

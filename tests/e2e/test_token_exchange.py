@@ -364,7 +364,8 @@ def test_a_refused_exchange_is_a_clear_error_and_nothing_reaches_the_backend(set
             "invalid_request",
             "Requested audience not available: mcp-backend",
         ),
-        ("gateway-exchange", "wrong", {}, 401, "invalid_client", None),
+        # Keycloak 26.7.3 for a known client with a wrong secret (test_provider_a_exchange).
+        ("gateway-exchange", "wrong", {}, 401, "unauthorized_client", None),
     ],
     ids=[
         "not-enabled",

@@ -172,7 +172,7 @@ def test_keycloak_wrong_admin_password_names_the_step(kc_app):
     with pytest.raises(
         StepError,
         match=r"step 1/11 \(admin token\) failed: admin login as "
-        r"'admin' was refused \(HTTP 401",
+        r"'admin' was refused \(HTTP 400",
     ):
         run_kc(app, kc_options(admin_password="nope"), Recorder())
 

@@ -272,6 +272,10 @@ class KeycloakFlavour:
         """The realm's RS256 key (every client's tokens are signed with it)."""
         return self._key
 
+    def session_ended(self, claims: dict[str, Any]) -> bool:
+        """Whether a token's session was ended (a user's logout, logout-all)."""
+        return self.realm.refused(claims)
+
     def client_attribute(self, client_id: str, name: str) -> str | None:
         """A client's attribute (`standard.token.exchange.enabled`, …)."""
         record = next(

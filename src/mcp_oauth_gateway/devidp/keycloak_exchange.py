@@ -2,8 +2,10 @@
 checks in Keycloak's order and its refusals word for word (docs/token-exchange.md §1).
 
 Held to: the requesting client is confidential with `standard.token.exchange.enabled`; the
-subject token is an access token of this realm, unexpired; the requester is the token's `azp` or
-in its `aud`; `audience` only narrows the audiences the requester's scopes produce."""
+subject token is an access token of this realm, unexpired, of a live session (Keycloak 26.7.3
+refuses a signed-out user's token: "Invalid token"); the requester is the token's `azp` or in its
+`aud`; `audience` only narrows the audiences the requester's scopes produce; the exchanged token
+keeps the subject token's `sid`, as Keycloak 26.7.3 does."""
 
 from __future__ import annotations
 
@@ -49,6 +51,10 @@ class KeycloakFlavour(Protocol):
         """The claims the client's scopes give a token."""
         ...
 
+    def session_ended(self, claims: dict[str, Any]) -> bool:
+        """Whether the token's session was ended (a user's logout, logout-all)."""
+        ...
+
 
 ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token"
 ENABLED = "standard.token.exchange.enabled"
@@ -80,6 +86,8 @@ def _subject_claims(flavour: KeycloakFlavour, base: str, token: str) -> dict[str
     if claims.get("iss") != realm or claims.get("typ") != "Bearer":
         raise _invalid("Invalid token")
     if not isinstance(claims.get("exp"), int) or claims["exp"] < time.time():
+        raise _invalid("Invalid token")
+    if flavour.session_ended(claims):
         raise _invalid("Invalid token")
     return claims
 
@@ -123,6 +131,8 @@ def exchange(
         raise _invalid(f"Requested audience not available: {', '.join(missing)}")
     narrowed = audiences or available
     overrides: dict[str, Any] = {}
+    if "sid" in subject_claims:
+        overrides["sid"] = subject_claims["sid"]
     if narrowed:
         overrides["aud"] = narrowed[0] if len(narrowed) == 1 else narrowed
     answer = flavour.provider.mint(
