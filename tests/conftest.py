@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from joserfc.jwk import RSAKey
@@ -542,33 +543,46 @@ def redis_url(logs: Path) -> Iterator[str]:
         proc.stop()
 
 
-@pytest.fixture(scope="session")
-def apiserver(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[object]:
-    """A real Kubernetes API server (standalone apiextensions-apiserver + etcd) serving the CRDs
-    of tests/devcluster/crds, as a `devcluster.apiserver.DevApiServer`.
-
-    Fails (never skips) with the tool's own message when the server cannot be built or started:
-    the first build downloads and compiles for a few minutes, and its progress is shown live.
-    """
-    # Imported here: these additions stay at the end of the file.
+def _built_and_started(
+    request: pytest.FixtureRequest,
+    prepare: Callable[[], None],
+    start: Callable[[], Any],
+    errors: tuple[type[Exception], ...],
+) -> Any:
+    """A local server whose tool first builds or fetches it (progress shown live, since a first
+    run takes minutes), then starts it. A failure fails the test (never skips it) with the
+    tool's own one-line message."""
     import contextlib
-
-    from devcluster.apiserver import CRDS, DevApiServer, DevApiServerError
 
     capture = request.config.pluginmanager.getplugin("capturemanager")
     live = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
     failure = None
     try:
         with live:
-            DevApiServer.build(echo=True)
-        server = DevApiServer.start(tmp_path_factory.mktemp("apiserver"))
-    except DevApiServerError as error:
+            prepare()
+        return start()
+    except errors as error:
         failure = str(error)
-    if failure is not None:
-        # Outside the except block: the report shows the tool's message, not a traceback chain.
-        pytest.fail(failure, pytrace=False)
+    # Outside the except block: the report shows the tool's message, not a traceback chain.
+    pytest.fail(failure, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def apiserver(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[object]:
+    """A real Kubernetes API server (standalone apiextensions-apiserver + etcd) serving the CRDs
+    of tests/devcluster/crds, as a `devcluster.apiserver.DevApiServer`; the first build
+    downloads and compiles for a few minutes."""
+    # Imported here: these additions stay at the end of the file.
+    from devcluster.apiserver import CRDS, DevApiServer, DevApiServerError
+
+    server = _built_and_started(
+        request,
+        lambda: DevApiServer.build(echo=True),
+        lambda: DevApiServer.start(tmp_path_factory.mktemp("apiserver")),
+        (DevApiServerError,),
+    )
     try:
         server.apply_crds(sorted(CRDS.glob("*.yaml")))
         yield server
@@ -583,26 +597,16 @@ def kube_apiserver(
     """A full Kubernetes API server (kube-apiserver v1.36 + etcd, RBAC on, ServiceAccount
     tokens, an audit log of every ServiceAccount's requests) with kubectl and Helm, as a
     `devcluster.cluster.DevCluster`; a fresh one for each module, since modules install things.
-
-    Fails (never skips) with the tool's own message when it cannot be built or started: the
-    first build compiles from the Go module proxy for several minutes, its progress shown live.
-    """
-    import contextlib
-
+    The first build compiles from the Go module proxy for several minutes."""
     from devcluster.apiserver import DevApiServerError
     from devcluster.cluster import DevCluster
 
-    capture = request.config.pluginmanager.getplugin("capturemanager")
-    live = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
-    failure = None
-    try:
-        with live:
-            DevCluster.build(echo=True)
-        server = DevCluster.start(tmp_path_factory.mktemp("kube-apiserver"))
-    except DevApiServerError as error:
-        failure = str(error)
-    if failure is not None:
-        pytest.fail(failure, pytrace=False)
+    server = _built_and_started(
+        request,
+        lambda: DevCluster.build(echo=True),
+        lambda: DevCluster.start(tmp_path_factory.mktemp("kube-apiserver")),
+        (DevApiServerError,),
+    )
     try:
         yield server
     finally:
@@ -615,26 +619,16 @@ def real_keycloak(
 ) -> Iterator[object]:
     """Keycloak 26 itself (tools/dev_keycloak.py), one server for the session, as a
     `keycloak_support.RealKeycloak`; modules that must not share the master realm make one of
-    their own.
-
-    Fails (never skips) with the tool's own message when Java, Maven or the distribution is
-    missing: the first fetch downloads from Maven Central, its progress shown live.
-    """
-    import contextlib
-
+    their own. Java, Maven and the distribution missing fail with the tool's message; the
+    first fetch downloads from Maven Central."""
     from keycloak_support import KeycloakError, RealKeycloak
 
-    capture = request.config.pluginmanager.getplugin("capturemanager")
-    live = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
-    failure = None
-    try:
-        with live:
-            RealKeycloak.fetch(echo=True)
-        server = RealKeycloak.start(tmp_path_factory.mktemp("keycloak"))
-    except KeycloakError as error:
-        failure = str(error)
-    if failure is not None:
-        pytest.fail(failure, pytrace=False)
+    server = _built_and_started(
+        request,
+        lambda: RealKeycloak.fetch(echo=True),
+        lambda: RealKeycloak.start(tmp_path_factory.mktemp("keycloak")),
+        (KeycloakError,),
+    )
     try:
         yield server
     finally:

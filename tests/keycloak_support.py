@@ -13,11 +13,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from support import ROOT, Process, free_port, wait_for_port
 
@@ -211,3 +213,22 @@ def idp_keycloak(
         timeout=timeout,
         env=env,
     )
+
+
+FLAVOURS = ("keycloak", "dev-idp")
+
+
+def either_provider(
+    request: pytest.FixtureRequest, logs: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Provider]:
+    """Real Keycloak (the session's server) or a dev IdP of the module's own, by
+    `request.param`: the body of every provider-A module's parametrised `provider` fixture
+    (`pytest.fixture(scope="module", params=FLAVOURS, name="provider")(either_provider)`)."""
+    if request.param == "keycloak":
+        yield request.getfixturevalue("real_keycloak")
+        return
+    dev = DevKeycloak.start(logs, tmp_path_factory.mktemp("dev-kc") / "state.json")
+    try:
+        yield dev
+    finally:
+        dev.stop()

@@ -19,7 +19,13 @@ from typing import Any
 import httpx
 import pytest
 
-from keycloak_support import USER_PASSWORD, DevKeycloak, Provider, idp_keycloak
+from keycloak_support import (
+    FLAVOURS,
+    USER_PASSWORD,
+    Provider,
+    either_provider,
+    idp_keycloak,
+)
 from mcp_oauth_gateway.idp import keycloak
 from mcp_oauth_gateway.idp.steps import Progress
 from support import (
@@ -35,22 +41,9 @@ from .test_client_flow import run_ts_client
 from .test_idp_e2e import cli
 
 POLICY_TYPE = "org.keycloak.services.clientregistration.policy.ClientRegistrationPolicy"
-FLAVOURS = ["keycloak", "dev-idp"]
 
 
-@pytest.fixture(scope="module", params=FLAVOURS)
-def provider(
-    request: pytest.FixtureRequest, logs: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Provider]:
-    """Real Keycloak (the session's server: this module owns its master realm) or the dev IdP."""
-    if request.param == "keycloak":
-        yield request.getfixturevalue("real_keycloak")
-        return
-    dev = DevKeycloak.start(logs, tmp_path_factory.mktemp("dev-kc") / "state.json")
-    try:
-        yield dev
-    finally:
-        dev.stop()
+provider = pytest.fixture(scope="module", params=FLAVOURS, name="provider")(either_provider)
 
 
 @dataclass

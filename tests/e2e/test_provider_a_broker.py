@@ -32,7 +32,13 @@ import pytest
 from playwright.async_api import Page, expect
 
 from broker_flow import REDIRECT, BrokerClient, deny_at_provider, provider_refresh_token
-from keycloak_support import USER_PASSWORD, DevKeycloak, Provider, idp_keycloak
+from keycloak_support import (
+    FLAVOURS,
+    USER_PASSWORD,
+    Provider,
+    either_provider,
+    idp_keycloak,
+)
 from support import (
     PEERS,
     Process,
@@ -54,26 +60,13 @@ from .test_inspector import (
     watch_gateway,
 )
 
-FLAVOURS = ["keycloak", "dev-idp"]
 REALM = {"keycloak": "broker", "dev-idp": "master"}  # the dev IdP serves master only
 GATEWAY_CLIENT = "mcp-gateway"  # what idp keycloak --mode Broker creates at the provider
 # Parametrises a test over real Keycloak alone (the module-scoped fixtures are reused).
 KEYCLOAK_ONLY = pytest.mark.parametrize("provider", ["keycloak"], indirect=True)
 
 
-@pytest.fixture(scope="module", params=FLAVOURS)
-def provider(
-    request: pytest.FixtureRequest, logs: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Provider]:
-    """Real Keycloak (the session's server) or the dev IdP's Keycloak flavour."""
-    if request.param == "keycloak":
-        yield request.getfixturevalue("real_keycloak")
-        return
-    dev = DevKeycloak.start(logs, tmp_path_factory.mktemp("dev-kc-broker") / "state.json")
-    try:
-        yield dev
-    finally:
-        dev.stop()
+provider = pytest.fixture(scope="module", params=FLAVOURS, name="provider")(either_provider)
 
 
 @dataclass

@@ -34,7 +34,14 @@ from keycloak_realm_support import (
     user_token,
     verified_claims,
 )
-from keycloak_support import USER_PASSWORD, DevKeycloak, Provider, RealKeycloak, idp_keycloak
+from keycloak_support import (
+    FLAVOURS,
+    USER_PASSWORD,
+    Provider,
+    RealKeycloak,
+    either_provider,
+    idp_keycloak,
+)
 from support import INITIALIZE, free_port, mcp_headers, unverified_claims, wait_for_keyset
 
 from .test_client_flow import backend_requests, run_ts_client
@@ -48,18 +55,7 @@ ENABLED = "standard.token.exchange.enabled"
 SECRET_FILE = "token-exchange-client-secret"
 
 
-@pytest.fixture(scope="module", params=["keycloak", "dev-idp"])
-def provider(
-    request: pytest.FixtureRequest, logs: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Provider]:
-    if request.param == "keycloak":
-        yield request.getfixturevalue("real_keycloak")
-        return
-    dev = DevKeycloak.start(logs, tmp_path_factory.mktemp("dev-kc-exchange") / "state.json")
-    try:
-        yield dev
-    finally:
-        dev.stop()
+provider = pytest.fixture(scope="module", params=FLAVOURS, name="provider")(either_provider)
 
 
 @dataclass

@@ -19,7 +19,7 @@ import headless_login
 import httpx
 import pytest
 
-from keycloak_support import USER_PASSWORD, DevKeycloak, Provider
+from keycloak_support import FLAVOURS, USER_PASSWORD, Provider, either_provider
 from support import unverified_claims
 
 POLICY_TYPE = "org.keycloak.services.clientregistration.policy.ClientRegistrationPolicy"
@@ -36,21 +36,15 @@ ALLOW_HEADERS = {
 }
 
 
-@pytest.fixture(scope="module", params=["keycloak", "dev-idp"])
+@pytest.fixture(scope="module", params=FLAVOURS)
 def provider(
     request: pytest.FixtureRequest, logs: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Provider]:
     """Real Keycloak or the dev IdP, open to anonymous registration (as `idp keycloak` leaves
     it), with one user."""
-    if request.param == "keycloak":
-        kc: Provider = request.getfixturevalue("real_keycloak")
-        yield prepared(kc)
-        return
-    dev = DevKeycloak.start(logs, tmp_path_factory.mktemp("dev-kc-parity") / "state.json")
-    try:
-        yield prepared(dev)
-    finally:
-        dev.stop()
+    providers = either_provider(request, logs, tmp_path_factory)
+    yield prepared(next(providers))
+    next(providers, None)
 
 
 def prepared(provider: Provider) -> Provider:
