@@ -549,9 +549,9 @@ def _built_and_started(
     start: Callable[[], Any],
     errors: tuple[type[Exception], ...],
 ) -> Any:
-    """A local server whose tool first builds or fetches it (progress shown live, since a first
-    run takes minutes), then starts it. A failure fails the test (never skips it) with the
-    tool's own one-line message."""
+    """A local server whose tool first builds or fetches it, then starts it, its progress shown
+    live (a first build takes minutes, a Keycloak start ~15 s). A failure fails the test
+    (never skips it) with the tool's own one-line message."""
     import contextlib
 
     capture = request.config.pluginmanager.getplugin("capturemanager")
@@ -560,7 +560,7 @@ def _built_and_started(
     try:
         with live:
             prepare()
-        return start()
+            return start()
     except errors as error:
         failure = str(error)
     # Outside the except block: the report shows the tool's message, not a traceback chain.

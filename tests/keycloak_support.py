@@ -37,16 +37,22 @@ class KeycloakError(Exception):
 def _run_tool(*args: str, echo: bool = False, env: dict[str, str] | None = None) -> str:
     command = [sys.executable, str(TOOL), *args]
     full_env = {**os.environ, **(env or {})}
-    if echo:
-        # Progress lines reach the terminal as they are written (fetching takes a while).
-        done = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=full_env)
-        out, err = done.stdout, ""
-    else:
-        done = subprocess.run(command, capture_output=True, text=True, env=full_env)
-        out, err = done.stdout, done.stderr
-    if done.returncode != 0:
-        lines = [line for line in (err or out).splitlines() if "error:" in line]
-        raise KeycloakError(lines[-1] if lines else f"{TOOL.name} {args[0]} failed:\n{err}")
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env
+    ) as proc:
+        assert proc.stderr is not None
+        assert proc.stdout is not None
+        said = []
+        for line in proc.stderr:
+            said.append(line)
+            if echo:  # progress lines reach the terminal as they are written
+                print(line, end="", file=sys.stderr, flush=True)
+        out = proc.stdout.read()
+    if proc.returncode != 0:
+        lines = [line.strip() for line in said if "error:" in line]
+        raise KeycloakError(
+            lines[-1] if lines else f"{TOOL.name} {args[0]} failed:\n{''.join(said)}"
+        )
     return out
 
 
@@ -126,12 +132,14 @@ class RealKeycloak(Provider):
     @classmethod
     def start(cls, directory: Path) -> RealKeycloak:
         # The server stops with this process even if the session is killed hard.
+        # Its "waiting for Keycloak" lines reach the terminal while it starts.
         _run_tool(
             "start",
             "--dir",
             str(directory),
             "--watch-pid",
             str(os.getpid()),
+            echo=True,
             env={"KC_BOOTSTRAP_ADMIN_PASSWORD": ADMIN_PASSWORD},
         )
         state = json.loads((directory / "state.json").read_text())

@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from keycloak_support import TOOL
+import pytest
+
+from keycloak_support import TOOL, KeycloakError, RealKeycloak
 
 
 def tool(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -94,3 +96,12 @@ def test_stop_is_safe_twice(tmp_path):
         stopped = tool("stop", "--dir", str(tmp_path))
         assert stopped.returncode == 0
         assert "nothing running in" in stopped.stderr
+
+
+def test_the_fixture_fails_with_the_tools_own_line(real_keycloak):
+    """What the real_keycloak fixture reports when the tool refuses (here: a directory whose
+    Keycloak runs): the tool's one line, not a traceback."""
+    with pytest.raises(KeycloakError) as refused:
+        RealKeycloak.start(real_keycloak.directory)
+    assert str(refused.value).startswith("dev-keycloak: error: step start: Keycloak (pid ")
+    assert "stop --dir" in str(refused.value)
