@@ -18,6 +18,8 @@ from mcp_oauth_gateway.broker.addresses import (
     refusal,
 )
 
+from .fake_dns import FakeLookup
+
 # Written out independently of the module's table: (block, words its refusal must quote).
 SPECIAL_IPV4 = [
     ("0.0.0.0/8", "This network"),
@@ -241,28 +243,6 @@ def test_checked_literal_passes_names_and_public_literals(host, result):
 def test_checked_literal_refuses_private_and_legacy_literals(host, words):
     with pytest.raises(AddressRefused, match=words):
         checked_literal(host)
-
-
-class FakeLookup:
-    """DNS stand-in: a fixed answer per host, counting every lookup."""
-
-    def __init__(self, answers: dict[str, list[str]]):
-        self.answers = answers
-        self.calls: list[str] = []
-
-    async def __call__(self, host: str, port: int, family: socket.AddressFamily) -> list:
-        self.calls.append(host)
-        return [
-            {
-                "hostname": host,
-                "host": address,
-                "port": port,
-                "family": socket.AF_INET6 if ":" in address else socket.AF_INET,
-                "proto": 0,
-                "flags": socket.AI_NUMERICHOST,
-            }
-            for address in self.answers[host]
-        ]
 
 
 async def test_resolver_returns_exactly_the_checked_records_from_one_lookup():

@@ -19,7 +19,7 @@ from mcp_oauth_gateway.idp import resources
 from mcp_oauth_gateway.idp.exchange import SECRET_FILE, ExchangeOptions
 from mcp_oauth_gateway.idp.steps import StepError
 
-from .test_provisioning import AK_URL, ak_app, ak_options, api_get, run_ak, writes
+from .provisioning_support import AK_URL, ak_app, ak_options, api_get, run_ak, writes
 
 GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
 

@@ -20,9 +20,9 @@ from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
 from mcp_oauth_gateway.resources import load_paths
 from mcp_oauth_gateway.serving.app import GatewayApp
 from support import claims_for, jwks_of, mint, new_key
+from unit.fuzz_settings import FUZZ
 from unit.resources_fixture import BASE, policy, write
 from unit.stages.harness import MemoryUpstream
-from unit.test_fuzz import FUZZ
 
 ISSUER = "http://idp/application/o/mcp/"
 KEY = new_key("k1")

@@ -20,7 +20,7 @@ from mcp_oauth_gateway.registration import application_type_problem
 from mcp_oauth_gateway.serving.runtime import BrokerRuntime
 from mcp_oauth_gateway.urls import parse_redirect_uri, redirect_matches
 
-from .test_addresses import FakeLookup
+from .fake_dns import FakeLookup
 
 SECRET = b"s" * 32
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import time
 
 import httpx
 import yaml
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
@@ -26,14 +25,9 @@ from mcp_oauth_gateway.resources import load_paths
 from mcp_oauth_gateway.serving.app import GatewayApp
 from support import claims_for, jwks_of, mint, new_key
 
+from .fuzz_settings import FUZZ
 from .resources_fixture import BASE, policy
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
 ISSUER = "http://idp/application/o/mcp/"
 RULES = TokenRules(ISSUER, frozenset({"mcp-public"}))
 KEY, ATTACKER = new_key("k1"), new_key("k1")

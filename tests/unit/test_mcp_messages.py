@@ -17,9 +17,7 @@ from mcp_oauth_gateway.dataplane.mcp_messages import (
     read_request,
 )
 
-
-def body(method: str, **params: object) -> bytes:
-    return json.dumps({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}).encode()
+from .rpc_bodies import body
 
 
 def test_a_tool_call_names_its_tool():

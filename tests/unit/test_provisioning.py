@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from starlette.responses import PlainTextResponse
-from starlette.testclient import TestClient
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import AUTHENTIK, KEYCLOAK, Recorder, validate
@@ -22,15 +21,19 @@ from mcp_oauth_gateway.idp import authentik, keycloak
 from mcp_oauth_gateway.idp.exchange import ExchangeOptions
 from mcp_oauth_gateway.idp.steps import Progress, StepError
 
+from .provisioning_support import (
+    AK_URL,
+    ak_app,
+    ak_options,
+    api_get,
+    api_post,
+    client,
+    run_ak,
+    writes,
+)
+
 KC_URL = "http://127.0.0.1:8180"
-AK_URL = "http://127.0.0.1:9000"
 RESOURCE = "http://127.0.0.1:8080/mcp"
-
-
-def client(app: ASGIApp, recorder: Recorder, base: str) -> TestClient:
-    http = TestClient(app, base_url=base, follow_redirects=False)
-    http.event_hooks = recorder.hooks()
-    return http
 
 
 def step_names(log: str, tool: str) -> list[str]:
@@ -40,15 +43,6 @@ def step_names(log: str, tool: str) -> list[str]:
         if name not in seen:
             seen.append(name)
     return seen
-
-
-def writes(recorder: Recorder) -> list[str]:
-    """The API requests that change something."""
-    return [
-        f"{q.method} {q.url.path}"
-        for q, _ in recorder.exchanges
-        if q.method not in ("GET", "HEAD") and "/token" not in q.url.path
-    ]
 
 
 class ServerTime:
@@ -66,19 +60,6 @@ def server_time(monkeypatch: pytest.MonkeyPatch) -> ServerTime:
     shifted = ServerTime()
     monkeypatch.setattr(oidc, "time", shifted)
     return shifted
-
-
-class Clock:
-    """A monotonic clock shared by the tool and the dev IdP: waiting advances it at once."""
-
-    def __init__(self, start: float) -> None:
-        self.now = start
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 # --- Keycloak -------------------------------------------------------------------------------
@@ -194,58 +175,6 @@ def test_keycloak_provisioning_exchanges_follow_the_contract(kc_app, tmp_path):
 
 
 # --- authentik ------------------------------------------------------------------------------
-
-
-def ak_options(**overrides: object) -> authentik.AuthentikOptions:
-    base = {"url": AK_URL, "token": "test-token", "users": ["alice"], "wait": 20.0}
-    base.update(overrides)
-    return authentik.AuthentikOptions(**base)  # type: ignore[arg-type]
-
-
-def ak_app(tmp_path: Path, migrations: float = 0.0, worker: float = 0.0) -> tuple:
-    """The dev IdP's authentik flavour on a clock the tool's waits advance."""
-    settings = DevIdpSettings(
-        flavour="authentik",
-        bootstrap_token="test-token",
-        seed_users=["alice", "bob"],
-        state=tmp_path / "ak.json",
-        access_token_ttl=3600,
-        migrations_seconds=migrations,
-        worker_seconds=worker,
-    )
-    app = create_app(settings)
-    clock = Clock(app.flavour.started)
-    app.flavour.clock = clock.monotonic
-    return app, settings, clock
-
-
-def run_ak(app, clock: Clock, options: authentik.AuthentikOptions, recorder: Recorder) -> tuple:
-    stream = io.StringIO()
-    progress = Progress("authentik", len(authentik.STEPS), stream)
-    with client(app, recorder, AK_URL) as http:
-        api = authentik.AuthentikApi(
-            http, options, progress, clock=clock.monotonic, sleep=clock.sleep
-        )
-        values = authentik.provision(options, http, progress, api=api)
-    return values, stream.getvalue()
-
-
-def api_get(app, path: str, **params: str) -> dict:
-    with TestClient(app, base_url=AK_URL) as http:
-        response = http.get(
-            f"/api/v3{path}", params=params, headers={"Authorization": "Bearer test-token"}
-        )
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def api_post(app, path: str, body: dict) -> dict:
-    with TestClient(app, base_url=AK_URL) as http:
-        response = http.post(
-            f"/api/v3{path}", json=body, headers={"Authorization": "Bearer test-token"}
-        )
-    assert response.status_code == 201, response.text
-    return response.json()
 
 
 def test_authentik_waits_out_startup_then_provisions(tmp_path):

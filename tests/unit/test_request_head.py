@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from mcp_oauth_gateway.proxy.pool import RawUpstream, _head
 from mcp_oauth_gateway.proxy.upstream import InvalidRequestHead
-from unit.test_fuzz import FUZZ
+from unit.fuzz_settings import FUZZ
 
 TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 

@@ -10,7 +10,7 @@ from joserfc.jwk import ECKey, RSAKey
 
 from mcp_oauth_gateway.controlplane.jwks import InlineKeyset
 from mcp_oauth_gateway.controlplane.keys import parse_jwks
-from mcp_oauth_gateway.controlplane.snapshot import CompiledMcp, CompiledProvider, KeysetSource
+from mcp_oauth_gateway.controlplane.snapshot import CompiledProvider, KeysetSource
 from mcp_oauth_gateway.dataplane.authn import JwtAuthentication
 from mcp_oauth_gateway.dataplane.metrics import failure_reason
 from mcp_oauth_gateway.dataplane.tokens import (
@@ -22,18 +22,11 @@ from mcp_oauth_gateway.dataplane.tokens import (
 )
 from mcp_oauth_gateway.providers import access_tokens
 from mcp_oauth_gateway.providers.access_tokens import access_token_rule
-from support import claims_for, jwks_of, mint, new_key, unsigned
+from support import jwks_of, mint, new_key, unsigned
 
-ISSUER = "http://idp/application/o/mcp/"
+from .tokens_support import ISSUER, KEY, KEYSET, bearer, compiled_mcp, good
+
 RULES = TokenRules(issuer=ISSUER, audiences=frozenset({"mcp-public"}))
-KEY = new_key("k1")
-KEYSET = parse_jwks(jwks_of(KEY), version=1)
-
-
-def good(**overrides: object) -> dict[str, object]:
-    claims = claims_for(ISSUER, "mcp-public")
-    claims.update(overrides)
-    return claims
 
 
 def test_valid_token_returns_claims():
@@ -277,18 +270,6 @@ def test_kind_is_checked_after_signature_and_claims():
 # --- the authentication stage: rule chosen from mcp.provider, Authorization headers ---------
 
 
-def compiled_mcp(provider: str | None) -> CompiledMcp:
-    return CompiledMcp(
-        provider=provider,
-        client_id="mcp-public",  # type: ignore[arg-type]
-        resource="http://gw.test/mcp",
-        mcp_path="/mcp",
-        scopes_supported=("openid",),
-        bearer_methods_supported=("header",),
-        extra_metadata=(),
-    )
-
-
 def authn(provider: str | None, forward_token: bool = False) -> tuple[JwtAuthentication, list]:
     seen: list = []
 
@@ -330,10 +311,6 @@ def call(stage: JwtAuthentication, headers: list[tuple[bytes, bytes]]) -> tuple[
     asyncio.run(stage(scope, receive, send))
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return sent[0]["status"], orjson.loads(body) if sent[0]["status"] != 200 else {}
-
-
-def bearer(token: str) -> tuple[bytes, bytes]:
-    return (b"authorization", f"Bearer {token}".encode())
 
 
 @pytest.mark.parametrize(

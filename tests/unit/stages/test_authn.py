@@ -20,7 +20,7 @@ from mcp_oauth_gateway.controlplane.snapshot import CompiledMcp, CompiledProvide
 from mcp_oauth_gateway.dataplane import authn as authn_module
 from mcp_oauth_gateway.dataplane.authn import JwtAuthentication
 from support import jwks_of, mint, new_key
-from unit.test_tokens import ISSUER, KEY, KEYSET, bearer, compiled_mcp, good
+from unit.tokens_support import ISSUER, KEY, KEYSET, bearer, compiled_mcp, good
 
 from .harness import Inner, drive
 

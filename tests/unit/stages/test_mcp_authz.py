@@ -13,28 +13,12 @@ import json
 import orjson
 import pytest
 
-from mcp_oauth_gateway.asgi import CLAIMS_KEY, TOKEN_KEY
-from mcp_oauth_gateway.controlplane.cel import compile_expression
-from mcp_oauth_gateway.controlplane.snapshot import CompiledAuthorization
-from mcp_oauth_gateway.dataplane.mcp_authz import McpAuthorization
-from unit.test_mcp_messages import body as rpc
+from unit.rpc_bodies import body as rpc
 
 from .harness import Inner, drive
+from .mcp_authz_support import ADMIN, USER, stage
 
-RULE = (
-    '"admin" in jwt.groups'
-    ' || (has(mcp.tool) && mcp.tool.name == "echo")'
-    ' || (has(mcp.prompt) && mcp.prompt.name == "greet")'
-    ' || (has(mcp.resource) && mcp.resource.uri.startsWith("file:///public/"))'
-)
-USER = {CLAIMS_KEY: {"sub": "alice", "groups": ["users"]}, TOKEN_KEY: "t-alice"}
-ADMIN = {CLAIMS_KEY: {"sub": "root", "groups": ["admin"]}, TOKEN_KEY: "t-root"}
 JSON = [(b"content-type", b"application/json")]
-
-
-def stage(inner: Inner, rule: str = RULE, max_body: int = 1 << 20) -> McpAuthorization:
-    rules = CompiledAuthorization("Allow", (compile_expression(rule, mcp=True),))
-    return McpAuthorization(inner, rules, max_body)
 
 
 def listing(field: str, *items: dict[str, str]) -> bytes:

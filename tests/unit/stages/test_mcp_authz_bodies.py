@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from unit.test_fuzz import FUZZ
+from unit.fuzz_settings import FUZZ
 
 from .harness import Inner, drive
-from .test_mcp_authz import USER, stage
+from .mcp_authz_support import USER, stage
 
 ALLOWED = "echo"
 JSON_TYPE = (b"content-type", b"application/json")

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from unit.test_fuzz import FUZZ
-from unit.test_mcp_messages import body as rpc
+from unit.fuzz_settings import FUZZ
+from unit.rpc_bodies import body as rpc
 
 from .harness import Inner, drive
-from .test_mcp_authz import USER, stage
+from .mcp_authz_support import USER, stage
 
 SSE = (b"content-type", b"text/event-stream")
 JSON_TYPE = (b"content-type", b"application/json")

@@ -20,7 +20,7 @@ from mcp_oauth_gateway.controlplane.snapshot import CompiledMcp, CompiledProvide
 from mcp_oauth_gateway.dataplane.oauth_endpoints import OAuthEndpoints
 from mcp_oauth_gateway.providers import RegistrationError, RegistrationResult, adapter_for
 from mcp_oauth_gateway.providers.base import DiscoveryFacade
-from unit.test_tokens import ISSUER, compiled_mcp
+from unit.tokens_support import ISSUER, compiled_mcp
 
 from .harness import Inner, drive
 

@@ -12,10 +12,10 @@ from uvicorn.protocols.http.httptools_impl import HEADER_VALUE_RE
 
 from mcp_oauth_gateway.dataplane.challenge import challenge
 from mcp_oauth_gateway.dataplane.mcp_authz import McpAuthorization
-from unit.test_fuzz import FUZZ
+from unit.fuzz_settings import FUZZ
 
 from .harness import Inner, drive
-from .test_scopes import PRM, caller, scopes
+from .scopes_support import PRM, caller, scopes
 
 EVERY_TOOL = [("has(mcp.tool)", ["mcp:admin"])]
 

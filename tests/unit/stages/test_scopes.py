@@ -6,38 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_oauth_gateway.asgi import CLAIMS_KEY, TOKEN_KEY
 from mcp_oauth_gateway.controlplane.scopes import compile_scopes, implied_closure, rule_kinds
-from mcp_oauth_gateway.controlplane.snapshot import CompiledScopes
 from mcp_oauth_gateway.dataplane.mcp_authz import McpAuthorization
 from mcp_oauth_gateway.dataplane.scopes import RequiredScopes, granted_scopes, lacking
-from mcp_oauth_gateway.resources.models import McpScopeRule, Scopes
-from unit.test_mcp_messages import body as rpc
+from mcp_oauth_gateway.resources.models import McpScopeRule
+from unit.rpc_bodies import body as rpc
 
 from .harness import Inner, drive
+from .scopes_support import PRM, caller, scopes
 
 JSON = [(b"content-type", b"application/json")]
-PRM = "/.well-known/oauth-protected-resource/mcp"
-
-
-def scopes(
-    required: list[str] | None = None,
-    implies: dict[str, list[str]] | None = None,
-    items: list[tuple[str, list[str]]] = (),  # type: ignore[assignment]
-) -> CompiledScopes:
-    problems: list[str] = []
-    compiled = compile_scopes(
-        Scopes(required=required or [], implies=implies or {}),
-        [McpScopeRule(match=m, required=r) for m, r in items],
-        problems,
-    )
-    assert not problems
-    assert compiled is not None
-    return compiled
-
-
-def caller(scope_claim: object, claim: str = "scope") -> dict[str, object]:
-    return {CLAIMS_KEY: {"sub": "alice", claim: scope_claim}, TOKEN_KEY: f"t-{scope_claim}"}
 
 
 # --- reading granted scopes ---------------------------------------------------------------
