@@ -23,8 +23,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # copied into the repository): `make test-contracts CONTRACTS_DIR=/path/to/contracts`.
 CONTRACTS_DIR ?= ../shared/contracts
 
-.PHONY: install install-test node-peers mcp1-client system-deps demo test test-contracts \
-	contracts-dir bench lint lint-imports typecheck clean
+.PHONY: install install-test node-peers mcp1-client system-deps demo test test-unit \
+	test-contracts contracts-dir bench lint lint-imports typecheck clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -118,6 +118,10 @@ lint-imports: install-test
 test: install-test node-peers mcp1-client system-deps lint apiserver-build cluster-build \
 	keycloak-fetch
 	$(PY) -m pytest -m "not contracts"
+
+# Only tests/unit: in process, no servers, browsers or node peers to install.
+test-unit: install-test
+	$(PY) -m pytest tests/unit -m "not contracts" -q
 
 # Only the tests marked `contracts`: exchanges checked against the providers' API documents.
 test-contracts: contracts-dir install-test node-peers apiserver-build keycloak-fetch
