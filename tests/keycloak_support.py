@@ -21,11 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
+from idp_support import ADMIN_PASSWORD, USER_PASSWORD
 from support import ROOT, Process, free_port, wait_for_port
 
 TOOL = ROOT / "tools" / "dev_keycloak.py"
-ADMIN_PASSWORD = "kc-admin-test-pw"
-USER_PASSWORD = "user-test-pw"
 # What a first fetch adds to a run, for messages: tools/dev_keycloak.py says more.
 FIRST_FETCH = "~180 MB from Maven Central and a ~40 s first start, once, then cached"
 

@@ -260,3 +260,8 @@ def read_until(stream, found, timeout: float = 90.0) -> tuple[list[str], object]
         if result:
             return lines, result
     raise AssertionError("the expected line never came:\n" + "".join(lines)[-3000:])
+
+
+def backend_requests(backend: str) -> list[dict]:
+    """What the MCP backend received, newest last."""
+    return httpx.get(f"http://{backend}/debug/requests", timeout=5).json()

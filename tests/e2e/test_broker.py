@@ -8,72 +8,19 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
 from headless_login import sign_in
 
+from broker_calls import CALLBACK, authorize_url, redeem, register
+from node_clients import run_ts_client
 from support import PEERS, free_port, unverified_claims
-
-from .test_client_flow import run_ts_client
-
-CALLBACK = "http://127.0.0.1:47001/cb"
-VERIFIER = "v" * 64
-
-
-def s256(verifier: str) -> str:
-    import base64
-    import hashlib
-
-    return (
-        base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-    )
-
-
-def register(stack, redirect: str = CALLBACK) -> str:
-    response = httpx.post(
-        f"{stack.gateway}/.well-known/oauth-authorization-server/mcp/client-registration",
-        json={"client_name": "Attack Lab", "redirect_uris": [redirect]},
-    )
-    assert response.status_code == 201, response.text
-    body = response.json()
-    assert body["redirect_uris"] == [redirect]
-    assert body["token_endpoint_auth_method"] == "none"
-    return body["client_id"]
-
-
-def authorize_url(stack, client_id: str, redirect: str = CALLBACK, **extra: str) -> str:
-    params = {
-        "response_type": "code",
-        "client_id": client_id,
-        "redirect_uri": redirect,
-        "state": "client-state-1",
-        "code_challenge": s256(VERIFIER),
-        "code_challenge_method": "S256",
-        "scope": "openid profile",
-        **extra,
-    }
-    return f"{stack.gateway}/mcp/oauth/authorize?{urlencode(params)}"
 
 
 async def signed_in_code(stack, client_id: str, redirect: str = CALLBACK) -> dict[str, str]:
     return await sign_in(authorize_url(stack, client_id, redirect), "alice", "x", redirect)
-
-
-def redeem(
-    stack, client_id: str, code: str, verifier: str = VERIFIER, redirect: str = CALLBACK
-) -> httpx.Response:
-    return httpx.post(
-        f"{stack.gateway}/mcp/oauth/token",
-        data={
-            "grant_type": "authorization_code",
-            "code": code,
-            "client_id": client_id,
-            "redirect_uri": redirect,
-            "code_verifier": verifier,
-        },
-    )
 
 
 def test_metadata_is_the_gateways_own(broker_b):

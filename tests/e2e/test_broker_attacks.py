@@ -10,7 +10,7 @@ import httpx
 import pytest
 from headless_login import sign_in
 
-from .test_broker import VERIFIER, authorize_url, redeem, register
+from broker_calls import VERIFIER, authorize_url, redeem, register
 
 REGISTERED = "http://127.0.0.1/cb"
 EVIL = "https://evil.example"

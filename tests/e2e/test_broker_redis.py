@@ -10,10 +10,9 @@ import httpx
 import pytest
 from headless_login import sign_in
 
+from broker_calls import CALLBACK, VERIFIER, authorize_url, register
 from conftest import use_broker, write_example
 from support import Process, free_port, gateway_cmd, wait_for_port
-
-from .test_broker import CALLBACK, VERIFIER, authorize_url, register
 
 
 class Replica:

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 from headless_login import sign_in
 
-from .test_broker import CALLBACK, authorize_url, redeem, register
+from broker_calls import CALLBACK, authorize_url, redeem, register
 
 
 def registration(stack, **body: object) -> httpx.Response:

@@ -10,9 +10,8 @@ from pathlib import Path
 import httpx
 from headless_login import sign_in
 
+from broker_calls import authorize_url, redeem, register
 from support import wait_until
-
-from .test_broker import authorize_url, redeem, register
 
 
 async def tokens_for(stack, client_id: str) -> dict[str, str]:

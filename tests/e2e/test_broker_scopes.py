@@ -13,7 +13,7 @@ import httpx
 import pytest
 from headless_login import sign_in
 
-from .test_broker import CALLBACK, authorize_url, redeem, register
+from broker_calls import CALLBACK, authorize_url, redeem, register
 
 # Each would make one item on the consent page and, at authentik, two scopes or more.
 MALFORMED = {

@@ -3,32 +3,8 @@ the spec's facade layout, against an independent OpenID provider."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-
-import httpx
-
-from support import NODE_DIR, node, unverified_claims
-
-
-def run_ts_client(
-    mcp_url: str, user: str, password: str = "x", sdk: str = "sdk1", *extra: str
-) -> dict:
-    """Run tests/node/ts_client.mjs and return its JSON report."""
-    done = subprocess.run(
-        [node(), str(NODE_DIR / "ts_client.mjs"), mcp_url, user, password, sdk, *extra],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=NODE_DIR,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def backend_requests(backend: str) -> list[dict]:
-    """What the MCP backend received, newest last."""
-    return httpx.get(f"http://{backend}/debug/requests", timeout=5).json()
+from node_clients import run_ts_client
+from support import backend_requests, unverified_claims
 
 
 def test_ts_client_full_flow_provider_b(stack_b):

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from idp_support import BOOTSTRAP_TOKEN, USER_PASSWORD, cli, start_dev_idp
+from node_clients import run_ts_client
 from support import PEERS, ROOT, Process, free_port, gateway_cmd, wait_for_port
-
-from .test_client_flow import run_ts_client
-from .test_idp_e2e import BOOTSTRAP_TOKEN, USER_PASSWORD, cli, start_dev_idp
 
 MCP1_PYTHON = ROOT / ".venv-mcp1" / "bin" / "python"
 CLIENTS = ["python mcp 1.x", "python mcp 2.x", "ts sdk 1.x", "ts client 2.x"]
@@ -142,7 +141,7 @@ async def test_broker_proxies_refresh_grants(dev_idp_targets):
     import httpx
     from headless_login import sign_in
 
-    from .test_broker import CALLBACK, VERIFIER, authorize_url, register
+    from broker_calls import CALLBACK, VERIFIER, authorize_url, register
 
     class Gateway:
         gateway = dev_idp_targets["Broker"].mcp.removesuffix("/mcp")

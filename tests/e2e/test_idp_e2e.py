@@ -4,9 +4,7 @@ a client-credentials token for the same client get 403; a second run changes not
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,26 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from idp_support import ADMIN_PASSWORD, BOOTSTRAP_TOKEN, USER_PASSWORD, cli, start_dev_idp
+from node_clients import run_ts_client
 from support import Process, free_port, gateway_cmd, wait_for_port
-
-from .test_client_flow import run_ts_client
-
-ADMIN_PASSWORD = "kc-admin-test-pw"
-USER_PASSWORD = "user-test-pw"
-BOOTSTRAP_TOKEN = "ak-bootstrap-test-token"
-
-
-def cli(
-    *args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mcp_oauth_gateway", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
 
 
 @dataclass
@@ -45,35 +26,6 @@ class Provisioned:
     first: subprocess.CompletedProcess[str]
     tool_args: list[str]
     tool_env: dict[str, str]
-
-
-def start_dev_idp(flavour: str, logs: Path, state: Path, *extra: str) -> tuple[Process, str]:
-    port = free_port()
-    env = {
-        "DEV_IDP_ADMIN_PASSWORD": ADMIN_PASSWORD,
-        "DEV_IDP_BOOTSTRAP_TOKEN": BOOTSTRAP_TOKEN,
-        "DEV_IDP_USER_PASSWORD": USER_PASSWORD,
-    }
-    proc = Process(
-        f"dev-idp-{flavour}",
-        [
-            sys.executable,
-            "-m",
-            "mcp_oauth_gateway",
-            "dev-idp",
-            "--flavor",
-            flavour,
-            "--port",
-            str(port),
-            "--state",
-            str(state),
-            *extra,
-        ],
-        logs,
-        env=env,
-    )
-    wait_for_port(port, proc)
-    return proc, f"http://127.0.0.1:{port}"
 
 
 def serve_and_check(p: Provisioned, logs: Path, name: str) -> Process:

@@ -27,6 +27,7 @@ import yaml
 from joserfc.jwk import RSAKey
 
 from kube_support import ACCEPT, INITIALIZE, WAIT, Api, controller_cmd
+from node_clients import run_ts_client
 from support import (
     NODE_DIR,
     ROOT,
@@ -39,8 +40,6 @@ from support import (
     wait_for_port,
     wait_until,
 )
-
-from .test_client_flow import run_ts_client
 
 NS = "mcp-e2e"
 TOOLS_NS = "mcp-e2e-tools"

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from idp_support import cli
 from keycloak_support import (
     FLAVOURS,
     USER_PASSWORD,
@@ -28,6 +29,7 @@ from keycloak_support import (
 )
 from mcp_oauth_gateway.idp import keycloak
 from mcp_oauth_gateway.idp.steps import Progress
+from node_clients import run_ts_client
 from support import (
     Process,
     free_port,
@@ -36,9 +38,6 @@ from support import (
     wait_for_port,
     wait_until,
 )
-
-from .test_client_flow import run_ts_client
-from .test_idp_e2e import cli
 
 POLICY_TYPE = "org.keycloak.services.clientregistration.policy.ClientRegistrationPolicy"
 

@@ -39,6 +39,7 @@ from keycloak_support import (
     either_provider,
     idp_keycloak,
 )
+from node_clients import run_ts_client
 from support import (
     PEERS,
     Process,
@@ -49,7 +50,6 @@ from support import (
     wait_until,
 )
 
-from .test_client_flow import run_ts_client
 from .test_inspector import (
     ARTIFACTS,
     STEP_TIMEOUT_MS,

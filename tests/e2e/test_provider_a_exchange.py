@@ -42,9 +42,15 @@ from keycloak_support import (
     either_provider,
     idp_keycloak,
 )
-from support import INITIALIZE, free_port, mcp_headers, unverified_claims, wait_for_keyset
-
-from .test_client_flow import backend_requests, run_ts_client
+from node_clients import run_ts_client
+from support import (
+    INITIALIZE,
+    backend_requests,
+    free_port,
+    mcp_headers,
+    unverified_claims,
+    wait_for_keyset,
+)
 
 CLIENT = "gateway-exchange"
 AUDIENCE = "mcp-backend"

@@ -28,6 +28,7 @@ import httpx
 import pytest
 from headless_login import sign_in
 
+from broker_calls import CALLBACK, VERIFIER, redeem, register, s256
 from keycloak_realm_support import (
     audiences,
     edit_resources,
@@ -37,10 +38,14 @@ from keycloak_realm_support import (
     verified_claims,
 )
 from keycloak_support import USER_PASSWORD, Provider, RealKeycloak, idp_keycloak
-from support import INITIALIZE, free_port, mcp_headers, unverified_claims, wait_for_keyset
-
-from .test_broker import CALLBACK, VERIFIER, redeem, register, s256
-from .test_client_flow import backend_requests
+from support import (
+    INITIALIZE,
+    backend_requests,
+    free_port,
+    mcp_headers,
+    unverified_claims,
+    wait_for_keyset,
+)
 
 SECRET_FILE = "token-exchange-client-secret"
 CLIENT, AUDIENCE = "gateway-exchange", "mcp-backend"  # the backend's token exchange, both realms

@@ -17,6 +17,8 @@ import pytest
 import yaml
 from headless_login import sign_in
 
+from broker_calls import CALLBACK, VERIFIER, redeem, register, s256
+from idp_support import BOOTSTRAP_TOKEN, USER_PASSWORD, cli, start_dev_idp
 from support import (
     INITIALIZE,
     NODE_DIR,
@@ -28,9 +30,6 @@ from support import (
     unverified_claims,
     wait_for_port,
 )
-
-from .test_broker import CALLBACK, VERIFIER, redeem, register, s256
-from .test_idp_e2e import BOOTSTRAP_TOKEN, USER_PASSWORD, cli, start_dev_idp
 
 OP_CLIENT = "mcp-public"
 

@@ -15,9 +15,8 @@ import sys
 import httpx
 import pytest
 
+from node_clients import run_ts_client
 from support import PEERS, unverified_claims
-
-from .test_client_flow import run_ts_client
 
 STACKS = ["step_up_facade", "step_up_broker"]
 

@@ -9,18 +9,16 @@ refused exchange gives the client the provider's reason and nothing reaches the 
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import httpx2
 import pytest
-from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
 
+from exchange_support import ExchangeConfig, call_whoami, resources
+from idp_support import ADMIN_PASSWORD, USER_PASSWORD, start_dev_idp
 from support import (
     INITIALIZE,
     PEERS,
@@ -32,8 +30,6 @@ from support import (
     wait_for_keyset,
     wait_for_port,
 )
-
-from .test_idp_e2e import ADMIN_PASSWORD, USER_PASSWORD, start_dev_idp
 
 EXCHANGE_SECRET = "exchange-client-secret-for-tests"
 REALM = "/realms/master"
@@ -133,66 +129,6 @@ def provision(idp: str) -> None:
         assert admin.post("/users", json=user).status_code == 201
 
 
-@dataclass(frozen=True)
-class ExchangeConfig:
-    """What differs between the providers' exchange set-ups in the generated resources."""
-
-    issuer: str
-    kind: str
-    audiences: str  # the users' tokens' audience the gateway accepts
-    jwks: str
-    client: str
-    audience: str  # the backend's
-    scope: str | None = None
-
-
-def resources(port: int, backend_port: int, c: ExchangeConfig) -> str:
-    """A gateway in front of the backend, exchanging users' tokens for it."""
-    scope = f"\n        scope: {c.scope}" if c.scope else ""
-    return f"""
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw}}
-spec:
-  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: mcp}}
-spec:
-  parentRefs: [{{name: gw}}]
-  rules:
-    - matches: [{{path: {{type: PathPrefix, value: /mcp}}}}]
-      backendRefs: [{{name: backend}}]
----
-apiVersion: mcp-oauth-gateway.dev/v1alpha1
-kind: GatewayBackend
-metadata: {{name: backend}}
-spec:
-  mcp:
-    targets: [{{name: t, static: {{host: 127.0.0.1, port: {backend_port}, path: /mcp}}}}]
----
-apiVersion: mcp-oauth-gateway.dev/v1alpha1
-kind: GatewayPolicy
-metadata: {{name: exchange}}
-spec:
-  targetRefs: [{{kind: HTTPRoute, name: mcp}}]
-  traffic:
-    jwtAuthentication:
-      providers:
-        - issuer: {c.issuer}
-          kind: {c.kind}
-          audiences: [{c.audiences}]
-          jwks: {{remote: {{url: {c.jwks}}}}}
-  backend:
-    credentials:
-      tokenExchange:
-        clientId: {c.client}
-        clientSecret: {{env: EXCHANGE_SECRET}}
-        audience: {c.audience}{scope}
-"""
-
-
 def _gateway(
     logs: Path,
     tmp: Path,
@@ -269,17 +205,6 @@ def setup(logs: Path, tmp_path_factory) -> Iterator[Setup]:
 
 def user_token(setup: Setup) -> str:
     return password_token(setup.idp, "alice", USER_PASSWORD, scope="openid")
-
-
-async def call_whoami(base: str, token: str) -> dict:
-    """Three tool calls in one MCP session, as a signed-in client makes them."""
-    headers = {"Authorization": f"Bearer {token}"}
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=30) as http,
-        Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client,
-    ):
-        results = [await client.call_tool("whoami", {}) for _ in range(3)]
-    return json.loads(results[-1].content[0].text)
 
 
 def ledger(setup: Setup) -> list[str]:
@@ -399,7 +324,7 @@ def test_idp_keycloak_sets_token_exchange_up(logs: Path, tmp_path_factory):
     """`idp keycloak --token-exchange-client … --token-exchange-audience …` against the dev IdP:
     the policy it writes exchanges users' tokens for the backend, the secret sits in a file only
     its owner reads, a second run changes nothing, and the exchange it set up works."""
-    from .test_idp_e2e import cli
+    from idp_support import cli
 
     tmp = tmp_path_factory.mktemp("idp-exchange")
     idp, url = start_dev_idp("keycloak", logs, tmp / "state.json")

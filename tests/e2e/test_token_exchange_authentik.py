@@ -14,6 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from exchange_support import ExchangeConfig, call_whoami, resources
+from idp_support import BOOTSTRAP_TOKEN, USER_PASSWORD, cli, start_dev_idp
 from support import (
     PEERS,
     Process,
@@ -23,9 +25,6 @@ from support import (
     wait_for_keyset,
     wait_for_port,
 )
-
-from .test_idp_e2e import BOOTSTRAP_TOKEN, USER_PASSWORD, cli, start_dev_idp
-from .test_token_exchange import ExchangeConfig, call_whoami, resources
 
 GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
 
