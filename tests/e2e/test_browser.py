@@ -13,21 +13,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from playwright.async_api import async_playwright
 
-from support import ROOT, free_port
-
-from .test_demo import running_demo
-
-ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from browser_support import ARTIFACTS, CHROMIUM_FLAGS
+from demo_support import running_demo
+from support import free_port
 
 
 class CallbackServer:

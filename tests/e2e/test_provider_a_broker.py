@@ -32,6 +32,15 @@ import pytest
 from playwright.async_api import Page, expect
 
 from broker_flow import REDIRECT, BrokerClient, deny_at_provider, provider_refresh_token
+from browser_support import ARTIFACTS
+from inspector_support import (
+    STEP_TIMEOUT_MS,
+    call_add,
+    chromium_page,
+    gateway_requests,
+    running_inspector,
+    watch_gateway,
+)
 from keycloak_support import (
     FLAVOURS,
     USER_PASSWORD,
@@ -48,16 +57,6 @@ from support import (
     unverified_claims,
     wait_for_port,
     wait_until,
-)
-
-from .test_inspector import (
-    ARTIFACTS,
-    STEP_TIMEOUT_MS,
-    call_add,
-    chromium_page,
-    gateway_requests,
-    running_inspector,
-    watch_gateway,
 )
 
 REALM = {"keycloak": "broker", "dev-idp": "master"}  # the dev IdP serves master only

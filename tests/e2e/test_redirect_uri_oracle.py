@@ -17,9 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from playwright.sync_api import Page, sync_playwright
 
+from browser_support import CHROMIUM_FLAGS
 from mcp_oauth_gateway.urls import InvalidUri, parse_redirect_uri, redirect_matches
-
-from .test_browser import CHROMIUM_FLAGS
 
 REGISTERED = ("http://127.0.0.1/cb", "http://localhost:8123/cb?app=1", "https://client.example/cb")
 READ = """u => { try { const x = new URL(u);

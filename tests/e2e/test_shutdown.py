@@ -10,9 +10,8 @@ from pathlib import Path
 
 import httpx
 
+from resource_yaml import route
 from support import PEERS, Process, free_port, gateway_cmd, wait_for_port, wait_until
-
-from .test_proxy_faults import route
 
 STREAMS = 3
 
