@@ -1,9 +1,10 @@
 """The CRDs of deploy/crds on a real Kubernetes API server, which also evaluates their CEL rules.
 
-Every document of tests/unit/test_crds.py is created with `?fieldValidation=Strict` (what
-`kubectl apply` sends by default) and must be answered as the file loader decides: 201 for what
-it accepts, 422 (invalid) or 400 (unknown field) naming the same field for what it refuses, and
-the documented answer for each known divergence.
+Every document of the case tables in tests/crd_support.py (which tests/unit/test_crds.py runs
+without a server) is created with `?fieldValidation=Strict` (what `kubectl apply` sends by
+default) and must be answered as the file loader decides: 201 for what it accepts, 422 (invalid)
+or 400 (unknown field) naming the same field for what it refuses, and the documented answer
+for each known divergence.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from unit.test_crds import (
+from crd_support import (
     ACCEPTED,
     CONTROLLER_ONLY,
     CRD_FILES,
