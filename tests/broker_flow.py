@@ -9,8 +9,6 @@ to the provider directly."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import secrets
 from dataclasses import dataclass, field
@@ -20,16 +18,11 @@ import httpx
 import redis
 from headless_login import sign_in, submission
 
+from broker_calls import s256
 from mcp_oauth_gateway.broker.refresh import digest
 from mcp_oauth_gateway.broker.store import PREFIX
 
 REDIRECT = "http://127.0.0.1:47111/cb"
-
-
-def s256(verifier: str) -> str:
-    """The PKCE S256 challenge of `verifier`."""
-    hashed = hashlib.sha256(verifier.encode()).digest()
-    return base64.urlsafe_b64encode(hashed).rstrip(b"=").decode()
 
 
 @dataclass
