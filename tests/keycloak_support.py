@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +57,7 @@ def _run_tool(*args: str, echo: bool = False, env: dict[str, str] | None = None)
 
 
 @dataclass
-class Provider:
+class Provider(ABC):
     """What the tests need of a running provider A."""
 
     name: str
@@ -112,8 +113,9 @@ class Provider:
         assert created.status_code == 201, created.text
         return created.headers["location"].rsplit("/", 1)[-1]
 
+    @abstractmethod
     def stop(self) -> None:
-        raise NotImplementedError
+        """Stop what this kind of provider started."""
 
 
 class RealKeycloak(Provider):

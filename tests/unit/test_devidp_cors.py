@@ -9,10 +9,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
+from unit.devidp_support import TOKEN, open_keycloak
 
-KC = "http://127.0.0.1:8180"
 AK = "http://127.0.0.1:9000"
-TOKEN = "/realms/master/protocol/openid-connect/token"
 REGISTER = "/realms/master/clients-registrations/openid-connect"
 INSPECTOR = "http://localhost:6274"
 EVIL = "http://evil.example"
@@ -28,22 +27,7 @@ def cors(response) -> dict[str, str]:
 
 @pytest.fixture
 def kc():
-    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="pw"))
-    with TestClient(app, base_url=KC, follow_redirects=False) as http:
-        token = http.post(
-            TOKEN,
-            data={
-                "grant_type": "password",
-                "client_id": "admin-cli",
-                "username": "admin",
-                "password": "pw",
-            },
-        ).json()["access_token"]
-        admin = {"Authorization": f"Bearer {token}"}
-        policies = http.get("/admin/realms/master/components", headers=admin).json()
-        for policy in policies:
-            if policy["providerId"] == "trusted-hosts":
-                http.delete(f"/admin/realms/master/components/{policy['id']}", headers=admin)
+    with open_keycloak() as (http, _):
         yield http
 
 

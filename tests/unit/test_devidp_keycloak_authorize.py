@@ -9,9 +9,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from starlette.testclient import TestClient
 
-from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
+from unit.devidp_support import KC, open_keycloak
 
-KC = "http://127.0.0.1:8180"
 AUTH = "/realms/master/protocol/openid-connect/auth"
 REDIRECT = "http://127.0.0.1:5555/callback"
 CHALLENGE = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
@@ -19,21 +18,7 @@ CHALLENGE = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
 
 @pytest.fixture
 def kc():
-    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="pw"))
-    with TestClient(app, base_url=KC, follow_redirects=False) as http:
-        token = http.post(
-            "/realms/master/protocol/openid-connect/token",
-            data={
-                "grant_type": "password",
-                "client_id": "admin-cli",
-                "username": "admin",
-                "password": "pw",
-            },
-        ).json()["access_token"]
-        admin = {"Authorization": f"Bearer {token}"}
-        for policy in http.get("/admin/realms/master/components", headers=admin).json():
-            if policy["providerId"] == "trusted-hosts":
-                http.delete(f"/admin/realms/master/components/{policy['id']}", headers=admin)
+    with open_keycloak() as (http, _):
         client = http.post(
             "/realms/master/clients-registrations/openid-connect",
             json={"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"},

@@ -7,10 +7,8 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
-from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
+from unit.devidp_support import ADMIN, open_keycloak
 
-KC = "http://127.0.0.1:8180"
-ADMIN = "/admin/realms/master"
 REGISTER = "/realms/master/clients-registrations/openid-connect"
 REDIRECT = "http://127.0.0.1:5555/callback"
 REALM_DEFAULTS = ["acr", "basic", "email", "profile", "roles", "web-origins"]
@@ -19,21 +17,8 @@ REALM_OPTIONAL = ["address", "microprofile-jwt", "offline_access", "organization
 
 @pytest.fixture
 def kc():
-    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="pw"))
-    with TestClient(app, base_url=KC, follow_redirects=False) as http:
-        token = http.post(
-            "/realms/master/protocol/openid-connect/token",
-            data={
-                "grant_type": "password",
-                "client_id": "admin-cli",
-                "username": "admin",
-                "password": "pw",
-            },
-        ).json()["access_token"]
-        http.headers["Authorization"] = f"Bearer {token}"
-        for policy in http.get(f"{ADMIN}/components").json():
-            if policy["providerId"] == "trusted-hosts":
-                http.delete(f"{ADMIN}/components/{policy['id']}")
+    with open_keycloak() as (http, admin):
+        http.headers.update(admin)
         yield http
 
 
