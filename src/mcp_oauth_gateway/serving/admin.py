@@ -8,10 +8,11 @@ from typing import Any, Protocol
 
 from ..asgi import Receive, Scope, Send, send_error, send_json
 from ..controlplane.control import ControlPlane
-from ..controlplane.snapshot import CompiledProvider, Snapshot
+from ..controlplane.snapshot import CompiledPolicy, CompiledRoute, Snapshot
 from ..controlplane.watch import ConfigWatcher
 from ..dataplane.metrics import Metrics
 from ..urls import shown_url
+from .stages import PIPELINE, stages_for
 
 
 class ControllerView(Protocol):
@@ -107,69 +108,34 @@ class AdminApp:
         return out
 
 
-def _shown(url: str | None) -> str | None:
-    """An optional URL as /config shows it (see `shown_url`)."""
-    return None if url is None else shown_url(url)
-
-
 def config_dump(snapshot: Snapshot) -> dict[str, object]:
-    """Listeners, routes and policies as the data plane uses them."""
+    """Listeners, routes (with the stages each runs) and policies as the data plane uses them:
+    each policy shows what every stage of `PIPELINE` reads of it."""
     policies: dict[str, dict[str, object]] = {}
     listeners: dict[str, list[dict[str, object]]] = {}
     for port, routes in snapshot.listeners.items():
-        listeners[str(port)] = []
+        listeners[str(port)] = [_route_view(route) for route in routes]
         for route in routes:
-            listeners[str(port)].append(
-                {
-                    "route": route.route,
-                    "match": f"{route.match_type} {route.match_value}",
-                    "backend": f"{route.target.authority}{route.target.path}"
-                    if route.target
-                    else None,
-                    "policy": route.policy.key if route.policy else None,
-                }
-            )
             policy = route.policy
-            if policy is None or policy.key in policies:
-                continue
-            entry: dict[str, object] = {"invalid": policy.invalid}
-            if policy.provider is not None:
-                # The first provider at the top level (what one-provider policies show), all
-                # of them under `providers`.
-                entry.update(_provider_view(policy.provider))
-                entry["providers"] = [_provider_view(p) for p in policy.providers]
-            if policy.mcp is not None:
-                entry["mcp"] = {
-                    "provider": policy.mcp.provider,
-                    "mode": policy.mcp.mode,
-                    "clientId": policy.mcp.client_id,
-                    "resource": _shown(policy.mcp.resource),
-                    "redisUrl": _shown(policy.mcp.redis_url),
-                }
-            for name, rules in (
-                ("authorization", policy.authorization),
-                ("mcpAuthorization", policy.mcp_authorization),
-            ):
-                if rules is not None:
-                    entry[name] = {
-                        "action": rules.action,
-                        "rules": [e.source for e in rules.expressions],
-                    }
-            if policy.rate_limit is not None:
-                entry["rateLimit"] = {
-                    "key": policy.rate_limit.key.source,
-                    "capacity": policy.rate_limit.capacity,
-                    "perSecond": policy.rate_limit.per_second,
-                    "redisUrl": _shown(policy.rate_limit.redis_url),
-                }
-            policies[policy.key] = entry
+            if policy is not None and policy.key not in policies:
+                policies[policy.key] = _policy_view(policy)
     return {"builtAt": snapshot.built_at, "listeners": listeners, "policies": policies}
 
 
-def _provider_view(provider: CompiledProvider) -> dict[str, object]:
+def _route_view(route: CompiledRoute) -> dict[str, object]:
+    target = route.target
     return {
-        "issuer": shown_url(provider.issuer),
-        "name": provider.name,
-        "audiences": sorted(provider.audiences or []),
-        "jwks": "inline" if provider.keyset.inline else shown_url(provider.keyset.url),
+        "route": route.route,
+        "match": f"{route.match_type} {route.match_value}",
+        "backend": f"{target.authority}{target.path}" if target else None,
+        "policy": route.policy.key if route.policy else None,
+        "stages": [stage.name for stage in stages_for(route)],
     }
+
+
+def _policy_view(policy: CompiledPolicy) -> dict[str, object]:
+    entry: dict[str, object] = {"invalid": policy.invalid}
+    for stage in PIPELINE:
+        if stage.view is not None:
+            entry.update(stage.view(policy))
+    return entry

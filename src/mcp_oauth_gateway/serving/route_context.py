@@ -1,0 +1,183 @@
+"""What a route's stages are built from: the compiled route, the process's shared parts, and what
+more than one stage needs (the Broker, the headers the stages own), each made once per route."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..asgi import ASGIApp, Limits, Receive, Scope, Send, send_error
+from ..broker.endpoints import Broker
+from ..broker.identity import SignInProvider
+from ..controlplane.control import ControlPlane
+from ..controlplane.snapshot import CompiledPolicy, CompiledRoute
+from ..dataplane.metrics import Metrics
+from ..dataplane.token_exchange import TokenExchanger
+from ..providers import adapter_for
+from ..proxy.upstream import Upstream
+from .runtime import BrokerRuntime
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What every route's pipeline is built from, besides the route itself."""
+
+    control: ControlPlane
+    upstream: Upstream
+    trust_forwarded: bool
+    brokers: BrokerRuntime
+    limits: Limits
+    metrics: Metrics | None = None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a route cannot be served safely: every request gets this error."""
+
+    status: int
+    error: str
+    description: str
+
+
+class FailClosed:
+    """Answers every request with an error: the route cannot be served safely."""
+
+    def __init__(self, status: int, error: str, description: str):
+        self.status = status
+        self.error = error
+        self.description = description
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_error(send, self.status, self.error, self.description)
+
+
+class RouteContext:
+    """One route rule being assembled. `shared_with`: the other protected resources on a host
+    the route serves (then its OAuth endpoints do not answer the root forms)."""
+
+    def __init__(self, route: CompiledRoute, shared: Shared, shared_with: tuple[str, ...] = ()):
+        self.route = route
+        self.shared = shared
+        self.shared_with = shared_with
+        self.policy: CompiledPolicy | None = route.policy
+
+    @cached_property
+    def failure(self) -> Failure | None:
+        """Set when the route must fail closed (see `failure_of`)."""
+        return failure_of(self.route)
+
+    @cached_property
+    def owned_headers(self) -> tuple[frozenset[bytes], frozenset[bytes]]:
+        """The request headers the stages set for the backend, and those they remove."""
+        return set_headers(self.policy)
+
+    @cached_property
+    def broker(self) -> Broker | None:
+        """The policy's Broker (Broker mode only): its endpoints and its browser pages."""
+        policy = self.policy
+        if policy is None or policy.provider is None or policy.mcp is None:
+            return None
+        if not is_broker(self.route):
+            return None
+        control = self.shared.control
+        return Broker(
+            policy.mcp,
+            self.sign_in_providers(policy),
+            self.shared.brokers.store(policy.mcp.redis_url),
+            self.shared.brokers.documents,
+            lambda: control.session,
+        )
+
+    def sign_in_providers(self, policy: CompiledPolicy) -> tuple[SignInProvider, ...]:
+        """What the Broker needs of each provider: its metadata, client, name and adapter."""
+        out = []
+        for provider in policy.providers:
+            adapter = adapter_for(provider.kind, provider.client_id)
+            out.append(
+                SignInProvider(
+                    index=provider.index,
+                    name=provider.name,
+                    client_id=provider.client_id or "",
+                    discovery=self.shared.control.discoveries.get(provider.discovery_url),
+                    forwards_resource=adapter.forwards_resource if adapter else True,
+                    login_hint_domains=provider.login_hint_domains,
+                )
+            )
+        return tuple(out)
+
+    def exchanger(self, policy: CompiledPolicy) -> TokenExchanger | None:
+        """The token exchanger of a TokenExchange backend: each provider's token endpoint
+        (from its metadata) and keyset version, by issuer."""
+        credentials = policy.credentials
+        if credentials is None or credentials.token_exchange is None:
+            return None
+        control = self.shared.control
+        metrics = self.shared.metrics
+        providers = {
+            p.issuer: (
+                control.discoveries.get(p.discovery_url),
+                _version_of(control, p.keyset.url),
+            )
+            for p in policy.providers
+        }
+        return TokenExchanger(
+            credentials.token_exchange,
+            providers,
+            lambda: control.session,
+            metrics.exchange_counter(self.route.route) if metrics else None,
+        )
+
+    def pages(self) -> dict[str, ASGIApp]:
+        """The Broker's browser pages (none outside Broker mode)."""
+        return self.broker.pages() if self.broker is not None else {}
+
+
+def failure_of(route: CompiledRoute) -> Failure | None:
+    """Why a route cannot be served safely: no backend, or an invalid policy (else None)."""
+    if route.broken is not None or route.target is None:
+        return Failure(503, "backend_unavailable", route.broken or "route has no backend")
+    if route.policy is not None and route.policy.invalid is not None:
+        return Failure(503, "policy_invalid", route.policy.invalid)
+    return None
+
+
+def is_broker(route: CompiledRoute) -> bool:
+    """A servable route whose policy makes the gateway the authorization server (Broker)."""
+    policy = route.policy
+    if policy is None or policy.provider is None or policy.mcp is None:
+        return False
+    return policy.mcp.mode == "Broker" and failure_of(route) is None
+
+
+def set_headers(policy: CompiledPolicy | None) -> tuple[frozenset[bytes], frozenset[bytes]]:
+    """The request headers a route's stages set for the backend, and those they remove."""
+    sets: set[bytes] = set()
+    removes: frozenset[bytes] = frozenset()
+    if policy is None:
+        return frozenset(), removes
+    if policy.forward_token:
+        sets.add(b"authorization")
+    credentials = policy.credentials
+    if credentials is not None:
+        sets.add(b"authorization")
+        secret = credentials.secret_header
+        if secret is not None:
+            sets.add(secret.header)
+            if secret.identity is not None:
+                sets.add(secret.identity.header)
+    if policy.transformation is not None:
+        sets.update(name for name, _ in policy.transformation.set)
+        removes = policy.transformation.remove
+    return frozenset(sets), removes
+
+
+def _version_of(control: ControlPlane, url: str) -> Callable[[], int]:
+    """The current version of a keyset (0 while none was fetched)."""
+
+    def version() -> int:
+        holder = control.keysets.get(url)
+        keyset = holder.keyset if holder is not None else None
+        return keyset.version if keyset is not None else 0
+
+    return version

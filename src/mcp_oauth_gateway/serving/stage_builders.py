@@ -1,0 +1,151 @@
+"""How each stage of `stages.PIPELINE` is built for a route: from its compiled policy and the
+route's context. Each builder is called only when its stage applies to the route."""
+
+from __future__ import annotations
+
+from ..asgi import ASGIApp
+from ..controlplane.snapshot import CompiledPolicy
+from ..dataplane.authn import JwtAuthentication, challenger_for
+from ..dataplane.authz import CelAuthorization
+from ..dataplane.cors import CorsFilter
+from ..dataplane.credentials import BackendCredentials
+from ..dataplane.headers import OwnedHeaders
+from ..dataplane.mcp_authz import McpAuthorization
+from ..dataplane.oauth_endpoints import OAuthEndpoints, PathDispatch
+from ..dataplane.ratelimit import RateLimit
+from ..dataplane.scopes import RequiredScopes
+from ..dataplane.transform import HeaderTransformation
+from ..providers import adapter_for
+from ..proxy.reverse_proxy import GATEWAY_SET, ReverseProxy
+from .route_context import FailClosed, RouteContext
+
+
+def _policy(ctx: RouteContext) -> CompiledPolicy:
+    """The route's policy (a policy stage applies only when there is one)."""
+    assert ctx.policy is not None
+    return ctx.policy
+
+
+def _prm_path(policy: CompiledPolicy) -> str | None:
+    return policy.mcp.prm_path if policy.mcp is not None else None
+
+
+def broker_pages(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
+    """The Broker's sign-in and consent pages, by exact path."""
+    return PathDispatch(ctx.pages(), app)
+
+
+def cors(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
+    """The route's CORS filter."""
+    assert ctx.route.cors is not None
+    return CorsFilter(app, ctx.route.cors)
+
+
+def fail_closed(ctx: RouteContext) -> ASGIApp:
+    """The 503 a route that cannot be served safely answers."""
+    failure = ctx.failure
+    assert failure is not None
+    return FailClosed(failure.status, failure.error, failure.description)
+
+
+def owned_headers(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
+    """Drops the client's copies of the headers the stages own."""
+    return OwnedHeaders(app, *ctx.owned_headers)
+
+
+def oauth_endpoints(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
+    """The MCP OAuth endpoints, with the Broker's when in Broker mode."""
+    policy = _policy(ctx)
+    assert policy.mcp is not None
+    assert policy.provider is not None
+    control = ctx.shared.control
+    broker = ctx.broker
+    return OAuthEndpoints(
+        app,
+        policy.mcp,
+        policy.providers,
+        adapter_for(policy.mcp.provider, policy.mcp.client_id),
+        control.discoveries.get(policy.provider.discovery_url),
+        lambda: control.session,
+        broker.routes() if broker is not None else None,
+        ctx.shared_with,
+    )
+
+
+def jwt_authentication(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
+    """JWT verification against each provider's live keyset."""
+    policy = _policy(ctx)
+    keysets = ctx.shared.control.keysets
+    return JwtAuthentication(
+        app,
+        [(p, keysets[p.keyset.url]) for p in policy.providers],
+        policy.mcp,
+        policy.forward_token,
+        ctx.shared.metrics,
+        policy.jwt_mode,
+    )
+
+
+def required_scopes(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
+    """The route-wide scopes."""
+    policy = _policy(ctx)
+    assert policy.scopes is not None
+    return RequiredScopes(app, policy.scopes, _prm_path(policy))
+
+
+def cel_authorization(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
+    """The policy's CEL rules."""
+    policy = _policy(ctx)
+    assert policy.authorization is not None
+    return CelAuthorization(app, policy.authorization, policy.key, challenger_for(policy.mcp))
+
+
+def rate_limit(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
+    """The policy's token buckets (kept across reloads while unchanged)."""
+    policy = _policy(ctx)
+    assert policy.rate_limit is not None
+    limiter = ctx.shared.brokers.limiter(policy.key, policy.rate_limit)
+    return RateLimit(app, policy.rate_limit, limiter, policy.key, ctx.shared.metrics)
+
+
+def header_transformation(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
+    """The request headers set from CEL and removed."""
+    policy = _policy(ctx)
+    assert policy.transformation is not None
+    return HeaderTransformation(app, policy.transformation)
+
+
+def mcp_authorization(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
+    """Tool-level rules and item scopes."""
+    policy = _policy(ctx)
+    return McpAuthorization(
+        app,
+        policy.mcp_authorization,
+        ctx.shared.limits.max_body_bytes,
+        policy.scopes,
+        _prm_path(policy),
+    )
+
+
+def backend_credentials(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
+    """What the backend is given in place of the client's token."""
+    policy = _policy(ctx)
+    assert policy.credentials is not None
+    return BackendCredentials(app, policy.credentials, ctx.route.route, ctx.exchanger(policy))
+
+
+def reverse_proxy(ctx: RouteContext) -> ASGIApp:
+    """The proxy to the route's backend."""
+    route = ctx.route
+    assert route.target is not None
+    metrics = ctx.shared.metrics
+    return ReverseProxy(
+        route.target,
+        ctx.shared.upstream,
+        route.backend_timeout,
+        ctx.shared.trust_forwarded,
+        ctx.shared.limits.max_body_bytes,
+        metrics.latency_observer(route.route) if metrics else None,
+        cors_filtered=route.cors is not None,
+        kept=ctx.owned_headers[0] | GATEWAY_SET,
+    )

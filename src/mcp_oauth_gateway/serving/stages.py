@@ -1,0 +1,157 @@
+"""The request's way through a route, declared once and read top to bottom: each stage, when it
+applies, how it is built (`stage_builders`) and what `/config` shows of it (`stage_views`). The
+assembly (`pipeline.py`), `/config` and the docs' stage list all read `PIPELINE`, so a new stage
+is its module in `dataplane/`, a builder, and one entry here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..asgi import ASGIApp
+from ..controlplane.snapshot import CompiledPolicy, CompiledRoute
+from . import stage_builders as build
+from . import stage_views as views
+from .route_context import RouteContext, failure_of, is_broker, set_headers
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of the request's way. It either wraps what comes after it (`wrap`) or answers
+    every request itself (`answer`: nothing after it is built or run). `view` is what `/config`
+    shows of the policy for it; it has no default, so a new stage decides what it shows."""
+
+    name: str
+    does: str
+    applies: Callable[[CompiledRoute], bool]
+    view: Callable[[CompiledPolicy], dict[str, object]] | None
+    wrap: Callable[[RouteContext, ASGIApp], ASGIApp] | None = None
+    answer: Callable[[RouteContext], ASGIApp] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.wrap is None) == (self.answer is None):
+            raise TypeError(f"stage {self.name}: give exactly one of wrap and answer")
+
+
+def _has(test: Callable[[CompiledPolicy], object]) -> Callable[[CompiledRoute], bool]:
+    """`applies` for a policy stage: the route has a policy and `test` holds for it."""
+    return lambda route: route.policy is not None and bool(test(route.policy))
+
+
+# In the request's order: the first stage sees the request first.
+PIPELINE: tuple[Stage, ...] = (
+    Stage(
+        "broker-pages",
+        "Broker mode: the sign-in and consent pages (outside CORS, never readable cross-origin)",
+        is_broker,
+        None,
+        wrap=build.broker_pages,
+    ),
+    Stage(
+        "cors",
+        "answers preflights and adds CORS headers (the route's CORS filter)",
+        lambda route: route.cors is not None,
+        None,
+        wrap=build.cors,
+    ),
+    Stage(
+        "fail-closed",
+        "a route without a backend or with an invalid policy answers 503 to every request",
+        lambda route: failure_of(route) is not None,
+        None,
+        answer=build.fail_closed,
+    ),
+    Stage(
+        "owned-headers",
+        "drops client-sent copies of the headers the gateway sets or removes for the backend",
+        lambda route: any(set_headers(route.policy)),
+        None,
+        wrap=build.owned_headers,
+    ),
+    Stage(
+        "oauth-endpoints",
+        "the MCP OAuth documents, the registration shim and, in Broker mode, the OAuth server",
+        _has(lambda p: p.provider is not None and p.mcp is not None),
+        views.mcp,
+        wrap=build.oauth_endpoints,
+    ),
+    Stage(
+        "jwt-authentication",
+        "verifies the bearer JWT with the keys of the provider its issuer names (401)",
+        _has(lambda p: p.provider is not None),
+        views.providers,
+        wrap=build.jwt_authentication,
+    ),
+    Stage(
+        "required-scopes",
+        "a token short of a route-wide scope is asked to step up (403 insufficient_scope)",
+        _has(lambda p: p.scopes is not None and p.scopes.required),
+        views.scopes,
+        wrap=build.required_scopes,
+    ),
+    Stage(
+        "cel-authorization",
+        "the policy's CEL rules over the request and the verified claims (403)",
+        _has(lambda p: p.authorization is not None),
+        views.authorization,
+        wrap=build.cel_authorization,
+    ),
+    Stage(
+        "rate-limit",
+        "a token bucket per CEL key, in process or shared through Redis (429)",
+        _has(lambda p: p.rate_limit is not None),
+        views.rate_limit,
+        wrap=build.rate_limit,
+    ),
+    Stage(
+        "header-transformation",
+        "sets request headers from CEL expressions and removes others",
+        _has(lambda p: p.transformation is not None),
+        views.transformation,
+        wrap=build.header_transformation,
+    ),
+    Stage(
+        "mcp-authorization",
+        "tool-level rules and item scopes on MCP messages; filters list results",
+        _has(lambda p: p.mcp_authorization is not None or (p.scopes and p.scopes.items)),
+        views.mcp_authorization,
+        wrap=build.mcp_authorization,
+    ),
+    Stage(
+        "backend-credentials",
+        "what the backend gets instead of the client's token: exchanged, passed on or a secret",
+        _has(lambda p: p.credentials is not None),
+        views.credentials,
+        wrap=build.backend_credentials,
+    ),
+    Stage(
+        "reverse-proxy",
+        "streams the request to the backend and its answer back",
+        lambda route: True,
+        None,
+        answer=build.reverse_proxy,
+    ),
+)
+
+
+def stages_for(route: CompiledRoute) -> tuple[Stage, ...]:
+    """The stages a route runs, in the request's order, up to the first that answers."""
+    out: list[Stage] = []
+    for stage in PIPELINE:
+        if stage.applies(route):
+            out.append(stage)
+            if stage.answer is not None:
+                break
+    return tuple(out)
+
+
+def assemble(ctx: RouteContext) -> ASGIApp:
+    """The route's app: its stages built innermost first, each wrapping the next."""
+    stages = stages_for(ctx.route)
+    last = stages[-1]
+    assert last.answer is not None, "the pipeline ends with a stage that answers"
+    app = last.answer(ctx)
+    for stage in reversed(stages[:-1]):
+        assert stage.wrap is not None
+        app = stage.wrap(ctx, app)
+    return app

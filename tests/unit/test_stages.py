@@ -1,0 +1,181 @@
+"""The pipeline declared once (issue 27): `stages.PIPELINE` is the request's way, the assembly
+builds exactly the stages it declares for a route in that order, and `/config` shows what every
+stage reads of a policy, so a policy field no stage shows cannot be added unnoticed."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+
+from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
+from mcp_oauth_gateway.controlplane.snapshot import CompiledPolicy, CompiledRoute, Snapshot
+from mcp_oauth_gateway.resources import load_paths
+from mcp_oauth_gateway.serving.admin import config_dump
+from mcp_oauth_gateway.serving.app import GatewayApp
+from mcp_oauth_gateway.serving.stages import PIPELINE, Stage, stages_for
+
+from .resources_fixture import BASE, policy, write
+
+# Everything a policy can turn on, on the provider-B layout.
+FULL = (
+    policy()
+    .replace(
+        "        provider: ProviderB\n",
+        "        provider: ProviderB\n        authorizationServerMode: Broker\n",
+    )
+    .replace(
+        "    authorization:\n",
+        "    scopes: {required: [mcp:tools], implies: {'mcp:admin': [mcp:tools]}}\n"
+        "    rateLimit: {key: 'jwt.sub', requests: 5, window: 1m}\n"
+        "    transformation:\n      request:\n"
+        "        set: [{name: X-User, value: 'jwt.sub'}]\n        remove: [X-Debug]\n"
+        "    authorization:\n",
+    )
+    + "  backend:\n"
+    "    mcp:\n"
+    "      authorization: {action: Allow, policy: {matchExpressions: ['true']}}\n"
+    "      scopes: [{match: 'mcp.tool.name == \"x\"', required: [mcp:admin]}]\n"
+    "    credentials:\n"
+    "      secretHeader: {header: X-Api-Key, value: {env: STAGES_TEST_SECRET}}\n"
+)
+POLICY_STAGES = [
+    "owned-headers",
+    "oauth-endpoints",
+    "jwt-authentication",
+    "required-scopes",
+    "cel-authorization",
+    "rate-limit",
+    "header-transformation",
+    "mcp-authorization",
+    "backend-credentials",
+]
+
+
+def _snapshot(tmp_path, text: str) -> Snapshot:
+    snapshot = build_snapshot(load_paths([write(tmp_path, text)]))
+    assert snapshot.errors == (), snapshot.errors
+    return snapshot
+
+
+def _route(snapshot: Snapshot) -> CompiledRoute:
+    [route, *_] = next(iter(snapshot.listeners.values()))
+    return route
+
+
+@pytest.fixture
+def full(tmp_path, monkeypatch) -> Snapshot:
+    monkeypatch.setenv("STAGES_TEST_SECRET", "s3cret-value")
+    return _snapshot(tmp_path, BASE + FULL)
+
+
+@pytest.fixture
+def full_route(full) -> CompiledRoute:
+    route = _route(full)
+    assert route.policy is not None
+    assert route.policy.invalid is None, route.policy.invalid
+    return route
+
+
+def test_the_pipeline_is_one_list_in_the_request_order():
+    names = [stage.name for stage in PIPELINE]
+    assert names == ["broker-pages", "cors", "fail-closed", *POLICY_STAGES, "reverse-proxy"]
+    assert PIPELINE[-1].answer is not None
+    assert all(stage.does for stage in PIPELINE)
+
+
+def test_a_stage_is_built_one_way_only():
+    with pytest.raises(TypeError, match="exactly one of wrap and answer"):
+        Stage("x", "does nothing", lambda route: True, None)
+    with pytest.raises(TypeError, match="exactly one of wrap and answer"):
+        Stage("x", "both", lambda route: True, None, wrap=lambda c, a: a, answer=lambda c: c)
+
+
+def test_a_full_policy_runs_every_stage_in_order(full_route):
+    names = [stage.name for stage in stages_for(full_route)]
+    assert names == ["broker-pages", "cors", *POLICY_STAGES, "reverse-proxy"]
+
+
+def test_a_route_that_cannot_be_served_stops_at_fail_closed(tmp_path, full_route):
+    assert full_route.policy is not None
+    broken = dataclasses.replace(full_route, target=None)
+    invalid = dataclasses.replace(
+        full_route, policy=dataclasses.replace(full_route.policy, invalid="bad")
+    )
+    for route in (broken, invalid):
+        # No Broker pages either: nothing of the policy is served.
+        assert [s.name for s in stages_for(route)] == ["cors", "fail-closed"]
+
+
+def test_a_route_without_a_policy_is_only_proxied(tmp_path):
+    route = dataclasses.replace(_route(_snapshot(tmp_path, BASE)), cors=None)
+    assert [s.name for s in stages_for(route)] == ["reverse-proxy"]
+
+
+def _chain(app: object) -> list[str]:
+    """The class names from the outermost app inwards, following each stage's `app`."""
+    out = []
+    while app is not None:
+        out.append(type(app).__name__)
+        app = getattr(app, "app", None)
+    return out
+
+
+async def test_the_assembly_nests_the_declared_stages_in_order(full, full_route):
+    gateway = GatewayApp(ControlPlane(full))
+    try:
+        app = gateway.assembly.route_app(full_route)
+    finally:
+        await gateway.brokers.close()
+    assert _chain(app) == [
+        "PathDispatch",
+        "CorsFilter",
+        "OwnedHeaders",
+        "OAuthEndpoints",
+        "JwtAuthentication",
+        "RequiredScopes",
+        "CelAuthorization",
+        "RateLimit",
+        "HeaderTransformation",
+        "McpAuthorization",
+        "BackendCredentials",
+        "ReverseProxy",
+    ]
+
+
+def test_config_names_each_routes_stages(full_route):
+    dump = config_dump(_snapshot_of(full_route))
+    [entry] = dump["listeners"]["8080"]  # type: ignore[index]
+    assert entry["stages"] == [s.name for s in stages_for(full_route)]
+
+
+def _snapshot_of(route: CompiledRoute) -> Snapshot:
+    empty: MappingProxyType[str, Any] = MappingProxyType({})
+    return Snapshot(MappingProxyType({8080: (route,)}), (), (), empty, empty)
+
+
+def _shown(route: CompiledRoute, policy: CompiledPolicy) -> object:
+    return config_dump(_snapshot_of(dataclasses.replace(route, policy=policy)))["policies"]
+
+
+# What turning a field off looks like, for the fields whose "off" is not None.
+_OFF = {"providers": (), "forward_token": True, "jwt_mode": "Optional"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [f.name for f in dataclasses.fields(CompiledPolicy) if f.name not in ("key", "invalid")],
+)
+def test_config_shows_every_policy_field(full_route, name):
+    """A policy field that no stage's view shows would be invisible in /config: changing any
+    field of a full policy must change what /config shows."""
+    policy = full_route.policy
+    assert policy is not None
+    changed = dataclasses.replace(policy, **{name: _OFF.get(name)})
+    assert _shown(full_route, changed) != _shown(full_route, policy), f"/config hides {name}"
+
+
+def test_config_shows_no_secret(full_route):
+    assert "s3cret-value" not in repr(config_dump(_snapshot_of(full_route)))
