@@ -22,6 +22,7 @@ from .asgi import (
 from .controlplane import ControlPlane, Deployment, Snapshot, build_snapshot
 from .controlplane.fetch import FetchError
 from .controlplane.jwks import RemoteKeyset
+from .idp.cli import FACADE_CLIENTS
 from .resources import load_paths
 from .serving.options import ServeOptions, Watch
 from .urls import shown_url
@@ -30,6 +31,10 @@ EXIT_INVALID = 2
 TRUST_ENV = "MCP_OAUTH_GATEWAY_TRUST_FORWARDED"
 LOCAL_CIMD_ENV = "MCP_OAUTH_GATEWAY_ALLOW_LOCAL_CLIENT_METADATA"
 REDIS_ENV = "MCP_OAUTH_GATEWAY_REDIS_URL"
+FACADE_HINT = (
+    f"Facade mode serves only {FACADE_CLIENTS}; set mcp.authorizationServerMode: Broker to "
+    "serve them all"
+)
 
 
 if TYPE_CHECKING:
@@ -478,6 +483,17 @@ async def _check_fetches(control: ControlPlane, limit: float) -> dict[str, str |
     return results
 
 
+def _facade_policies(snapshot: Snapshot) -> set[str]:
+    return {
+        route.policy.key
+        for routes in snapshot.listeners.values()
+        for route in routes
+        if route.policy is not None
+        and route.policy.mcp is not None
+        and route.policy.mcp.mode == "Facade"
+    }
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """Print every policy's conditions; exit 0 only when all are True and keysets fetched."""
     # The table below reports every fetch failure; the fetchers' own log lines would repeat it.
@@ -486,6 +502,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     control = ControlPlane(snapshot)
     fetches = asyncio.run(_check_fetches(control, args.timeout))
     ok = not snapshot.errors
+    facade = _facade_policies(snapshot)
     policies: list[dict[str, Any]] = []
     for report in snapshot.policies:
         conditions = control.conditions(report)
@@ -493,14 +510,15 @@ def cmd_check(args: argparse.Namespace) -> int:
         discovery = [
             {"url": shown_url(url), "error": fetches.get(url)} for url in report.discovery_urls
         ]
-        policies.append(
-            {
-                "policy": report.key,
-                "source": report.source,
-                "conditions": [c.as_dict() for c in conditions],
-                "discovery": discovery,
-            }
-        )
+        entry: dict[str, Any] = {
+            "policy": report.key,
+            "source": report.source,
+            "conditions": [c.as_dict() for c in conditions],
+            "discovery": discovery,
+        }
+        if report.key in facade:
+            entry["hint"] = FACADE_HINT
+        policies.append(entry)
     if not snapshot.policies and not snapshot.errors:
         print(
             "warning: no GatewayPolicy found: every route would be served without authentication",
@@ -521,6 +539,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             for d in entry["discovery"]:
                 state = "ok" if d["error"] is None else f"FAILED: {d['error']}"
                 print(f"  discovery     {d['url']}: {state}")
+            if "hint" in entry:
+                print(f"  hint: {entry['hint']}")
         print("OK" if ok else "NOT OK")
     if not snapshot.ok:
         return EXIT_INVALID

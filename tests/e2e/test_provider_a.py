@@ -61,7 +61,7 @@ def setup(provider: Provider, backend: str, tmp_path_factory: pytest.TempPathFac
     args = [
         *("--resource", f"{gateway}/mcp"),
         *("--user", "alice:alice@example.com", "--user", "bob:bob@example.com"),
-        "--allow-anonymous-dcr",
+        *("--allow-anonymous-dcr", "--mode", "Facade"),
         *("--backend", f"http://{backend}/mcp"),
         *("--output-dir", str(out)),
     ]

@@ -84,7 +84,7 @@ def _set_up(provider: Provider, realm: str, gateway: str, backend: str, out: Pat
         *("--realm", realm, "--resource", f"{gateway}/mcp", "--backend", f"http://{backend}/mcp"),
         *("--user", "alice:alice@example.com", "--user", "dave:dave@example.com"),
         *("--token-exchange-client", CLIENT, "--token-exchange-audience", AUDIENCE),
-        *("--allow-anonymous-dcr", "--output-dir", str(out)),
+        *("--allow-anonymous-dcr", "--mode", "Facade", "--output-dir", str(out)),
     ]
     done = idp_keycloak(provider, *args)
     assert done.returncode == 0, done.stderr

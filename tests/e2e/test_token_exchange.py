@@ -331,6 +331,7 @@ def test_idp_keycloak_sets_token_exchange_up(logs: Path, tmp_path_factory):
     out = tmp / "out"
     args = [
         *("idp", "keycloak", "--url", url, "--resource", "http://127.0.0.1:8080/mcp"),
+        *("--mode", "Facade"),
         *("--user", "alice:alice@example.com", "--output-dir", str(out)),
         *(
             "--token-exchange-client",

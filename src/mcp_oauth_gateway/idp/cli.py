@@ -20,6 +20,12 @@ EXIT_USAGE = 2
 KEYCLOAK_ADMIN_PASSWORD = "KEYCLOAK_ADMIN_PASSWORD"
 KEYCLOAK_USER_PASSWORD = "KEYCLOAK_USER_PASSWORD"
 AUTHENTIK_TOKEN = "AUTHENTIK_TOKEN"
+# Facade mode hands clients the provider's own metadata, whose issuer is not the URL they
+# discovered it at: only clients without the RFC 8414 §3.3 check sign in through it.
+FACADE_CLIENTS = (
+    "clients without the RFC 8414 issuer check (the TypeScript SDK 1.x); MCP Inspector, "
+    "mcp-remote, FastMCP, Python mcp and the TypeScript client 2.x refuse it"
+)
 
 
 def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -161,10 +167,11 @@ def _exchange_flags(parser: argparse.ArgumentParser, client: str, audience: str)
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mode",
-        choices=["Facade", "Broker"],
-        default="Facade",
-        help="authorizationServerMode of the generated policy (Broker: the "
-        "gateway fronts the provider for strict MCP clients)",
+        choices=["Broker", "Facade"],
+        default="Broker",
+        help="authorizationServerMode of the generated policy (default Broker: the gateway "
+        "is the authorization server MCP clients see; Facade, the spec's layout, serves "
+        f"only {FACADE_CLIENTS})",
     )
     parser.add_argument(
         "--backend",
@@ -206,6 +213,12 @@ def _keycloak(args: argparse.Namespace) -> tuple[Tool, Progress]:
         raise _Usage(
             f"no admin password: set {KEYCLOAK_ADMIN_PASSWORD} or pass "
             "--password-stdin and write it to stdin"
+        )
+    if args.allow_anonymous_dcr and args.mode == "Broker":
+        raise _Usage(
+            "--allow-anonymous-dcr opens Keycloak's registration to MCP clients, which only "
+            "Facade mode uses: in Broker mode (the default) they register with the gateway. "
+            "Drop the flag, or pass --mode Facade with it"
         )
     users = [(u.split(":", 1)[0], u.split(":", 1)[1] if ":" in u else None) for u in args.users]
     options = keycloak.KeycloakOptions(
@@ -277,15 +290,35 @@ def _authentik(args: argparse.Namespace) -> tuple[Tool, Progress]:
         backend=args.backend,
         wait=args.wait,
         mode=args.mode,
-        redirect_uris=tuple(redirects)
-        or (
-            authentik.broker_redirects(args.resource)
-            if args.mode == "Broker"
-            else authentik.DEFAULT_REDIRECTS
-        ),
+        redirect_uris=_authentik_redirects(args, redirects),
     )
     progress = Progress("authentik", len(authentik.STEPS))
     return functools.partial(authentik.provision, options, progress=progress), progress
+
+
+def _authentik_redirects(
+    args: argparse.Namespace, given: list[tuple[str, str]]
+) -> tuple[tuple[str, str], ...]:
+    if args.mode != "Broker":
+        return tuple(given) or authentik.DEFAULT_REDIRECTS
+    (callback,) = (url for _, url in authentik.broker_redirects(args.resource))
+    if given and not any(_allows_callback(mode, url, callback) for mode, url in given):
+        raise _Usage(
+            f"--redirect-uri: in Broker mode (the default) authentik sends users back to the "
+            f"gateway's callback {callback}, which none of the given URIs allows; add "
+            f"--redirect-uri strict:{callback}, or pass --mode Facade"
+        )
+    return tuple(given) or authentik.broker_redirects(args.resource)
+
+
+def _allows_callback(mode: str, url: str, callback: str) -> bool:
+    # authentik compares strict URIs exactly and matches regex ones in full (Python `re`).
+    if mode == "strict":
+        return url == callback
+    try:
+        return re.fullmatch(url, callback) is not None
+    except re.error as exc:
+        raise _Usage(f"--redirect-uri regex:{url}: not a regular expression: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -313,4 +346,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"jwks_path: {values.jwks_path}")
     print(f"client_id: {values.client_id or '(registered by each MCP client through DCR)'}")
     print(f"resources: {target}")
+    print(f"mode: {args.mode}")
+    if args.mode == "Facade":
+        print(f"hint: Facade mode serves only {FACADE_CLIENTS}; --mode Broker serves them all")
     return 0
