@@ -1,11 +1,12 @@
-"""The broker's browser pages: the consent page, and errors shown instead of redirecting."""
+"""The broker's browser answers: the consent page, errors shown instead of redirecting, and the
+redirects that send the browser on."""
 
 from __future__ import annotations
 
 import unicodedata
 from html import escape
 
-from ..asgi import Scope, Send, header, send_error
+from ..asgi import Headers, Scope, Send, header, send_error
 from ..urls import origin_of
 from .clients import BrokerClient
 
@@ -162,3 +163,20 @@ async def send_error_page(
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+async def send_redirect(send: Send, location: str, headers: Headers | None = None) -> None:
+    """302 to `location` (the provider's sign-in, or back to the client), never cached."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 302,
+            "headers": [
+                (b"location", location.encode()),
+                (b"content-length", b"0"),
+                (b"cache-control", b"no-store"),
+                *(headers or ()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": b""})

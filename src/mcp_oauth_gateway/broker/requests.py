@@ -9,6 +9,8 @@ from ..asgi import Scope, header
 from ..oauth_scopes import scope_problem, scope_tokens
 from .errors import OAuthError
 
+MAX_FORM = 16 * 1024  # bytes of a form body (a registration may be four times as long)
+
 
 def single_params(text: str) -> dict[str, str]:
     """Query or form parameters; a repeated one is refused rather than resolved (RFC 6749

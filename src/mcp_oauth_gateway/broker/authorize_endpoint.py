@@ -1,0 +1,117 @@
+"""The Broker's authorization endpoint: a client's request checked (exact redirect URI, PKCE
+S256, scope, resource), then the consent page, or straight on to the provider when this browser
+already allowed the client there. The consent page posts back here (`consent_endpoint`)."""
+
+from __future__ import annotations
+
+import secrets
+
+from ..asgi import Receive, Scope, Send, request_origin
+from ..oauth_scopes import scope_tokens
+from ..urls import InvalidUri, navigable, parse_redirect_uri, redirect_matches
+from . import consent, pages
+from .clients import BrokerClient
+from .consent_endpoint import answer
+from .context import BrokerContext
+from .errors import OAuthError, method_not_allowed
+from .identity import pick_by_hint
+from .requests import cookies, query_params, scope_param
+from .state import PENDING_TTL, PendingAuthorization
+from .upstream import to_provider
+
+
+async def authorize(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) -> None:
+    """GET: validate and ask for consent; POST: the consent decision."""
+    if scope["method"] == "POST":
+        await answer(ctx, scope, receive, send)
+        return
+    if scope["method"] not in ("GET", "HEAD"):
+        raise method_not_allowed("GET, POST")
+    client, pending = await _authorization_request(ctx, scope)
+    consent_name, browser_name, secure = consent.cookie_names(request_origin(scope))
+    secret = await ctx.store.secret()
+    if pending.provider is not None and consent.client_digest(
+        client.client_id, pending.provider
+    ) in consent.read_consent(secret, cookies(scope).get(consent_name)):
+        await to_provider(ctx, scope, send, pending)
+        return
+    request_id = secrets.token_urlsafe(24)
+    await ctx.state.put_pending(request_id, pending)
+    cookie = (
+        f"{browser_name}={pending.browser}; Path=/; HttpOnly; SameSite=Lax; "
+        f"Max-Age={PENDING_TTL}{secure}"
+    )
+    choices = (
+        [ctx.providers[pending.provider]] if pending.provider is not None else list(ctx.providers)
+    )
+    await pages.send_consent(
+        send,
+        action=ctx.authorize_path,
+        request_id=request_id,
+        client=client,
+        redirect_href=pending.redirect_href,
+        scopes=scope_tokens(pending.scope),
+        cookie=cookie,
+        provider_authorize=[await _authorize_endpoint(ctx, p.index) for p in choices],
+        choices=[(p.index, p.name) for p in choices] if len(ctx.providers) > 1 else [],
+    )
+
+
+async def _authorize_endpoint(ctx: BrokerContext, index: int) -> str | None:
+    try:
+        return navigable((await ctx.provider(index)).get("authorization_endpoint"))
+    except OAuthError:
+        return None  # the consent page still works; only its CSP is narrower
+
+
+async def _authorization_request(
+    ctx: BrokerContext, scope: Scope
+) -> tuple[BrokerClient, PendingAuthorization]:
+    """The client and its checked request. Until the redirect URI is known to be the
+    client's, errors are answered in place: a redirect to an unchecked URI is how codes and
+    errors leak."""
+    params = query_params(scope)
+    client = await ctx.client(params.get("client_id", ""))
+    try:
+        requested = parse_redirect_uri(params.get("redirect_uri", ""))
+    except InvalidUri as exc:
+        raise OAuthError(400, "invalid_request", str(exc)) from exc
+    if not redirect_matches(client.redirect_uris, requested):
+        raise OAuthError(
+            400,
+            "invalid_request",
+            f"redirect_uri {requested.href!r} is not registered for this "
+            f"client (registered: {list(client.redirect_uris)})",
+        )
+    state = params.get("state")
+    if params.get("response_type") != "code":
+        raise OAuthError(
+            400,
+            "unsupported_response_type",
+            "only response_type=code is supported",
+            redirect_href=requested.href,
+            state=state,
+        )
+    challenge = params.get("code_challenge", "")
+    if params.get("code_challenge_method") != "S256" or not 43 <= len(challenge) <= 128:
+        raise OAuthError(
+            400,
+            "invalid_request",
+            "PKCE is required: code_challenge with code_challenge_method=S256",
+            redirect_href=requested.href,
+            state=state,
+        )
+    _, browser_name, _ = consent.cookie_names(request_origin(scope))
+    return client, PendingAuthorization(
+        client_id=client.client_id,
+        client_name=client.name,
+        redirect_uri=params["redirect_uri"],
+        redirect_href=requested.href,
+        state=state,
+        challenge=challenge,
+        scope=scope_param(params.get("scope"), ctx.scopes, requested.href, state),
+        resource=ctx.target(scope, params.get("resource"), requested.href, state),
+        browser=cookies(scope).get(browser_name) or secrets.token_urlsafe(24),
+        provider=pick_by_hint(ctx.providers, params.get("login_hint")),
+        login_hint=params.get("login_hint"),
+    )

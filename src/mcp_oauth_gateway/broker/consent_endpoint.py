@@ -1,0 +1,81 @@
+"""The consent page's answer (a POST to the authorization endpoint): the user allowed the client,
+at one provider, or denied it."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import replace
+
+from ..asgi import Receive, Scope, Send, read_body, request_origin
+from . import consent
+from .context import BrokerContext
+from .errors import OAuthError
+from .requests import MAX_FORM, cookies, form_params
+from .state import PendingAuthorization
+from .upstream import to_provider
+
+CONSENT_DAYS = 30
+
+
+async def answer(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) -> None:
+    """Remember an allowed client and go on to the provider; a denial goes back to the client."""
+    # Checked before anything is read or consumed: another site's form must not be able to
+    # answer (or use up) a pending sign-in.
+    foreign = consent.cross_origin(scope)
+    if foreign is not None:
+        raise OAuthError(403, "access_denied", foreign)
+    form = form_params(await read_body(receive, MAX_FORM))
+    pending = await ctx.state.take_pending(form.get("request", ""))
+    if pending is None:
+        raise OAuthError(
+            400,
+            "invalid_request",
+            "unknown, expired or already answered authorization request; start the sign-in again",
+        )
+    consent_name, browser_name, secure = consent.cookie_names(request_origin(scope))
+    jar = cookies(scope)
+    if not hmac.compare_digest(jar.get(browser_name, ""), pending.browser):
+        raise OAuthError(
+            400,
+            "invalid_request",
+            "this consent was not given in the browser that started the sign-in; start again",
+        )
+    pending = _decision(ctx, form.get("decision", ""), pending)
+    secret = await ctx.store.secret()
+    digests = consent.read_consent(secret, jar.get(consent_name))
+    assert pending.provider is not None  # a decision that allows names its provider
+    digest = consent.client_digest(pending.client_id, pending.provider)
+    if digest not in digests:
+        digests.append(digest)
+    cookie = (
+        f"{consent_name}={consent.write_consent(secret, digests)}; Path=/; "
+        f"HttpOnly; SameSite=Lax; Max-Age={CONSENT_DAYS * 86400}{secure}"
+    )
+    await to_provider(ctx, scope, send, pending, [(b"set-cookie", cookie.encode())])
+
+
+def _decision(
+    ctx: BrokerContext, decision: str, pending: PendingAuthorization
+) -> PendingAuthorization:
+    """The pending request with the provider the user allowed it at: `allow` when there
+    was no choice, `allow-<index>` when there was one; anything else is a denial."""
+    chosen = pending.provider
+    if chosen is None and decision.startswith("allow-") and decision[6:].isdigit():
+        index = int(decision[6:])
+        if index < len(ctx.providers):
+            return replace(pending, provider=index)
+    if chosen is not None and decision in ("allow", f"allow-{chosen}"):
+        return pending
+    if decision.startswith("allow"):
+        raise OAuthError(
+            400,
+            "invalid_request",
+            "choose the identity provider to sign in with; start the sign-in again",
+        )
+    raise OAuthError(
+        400,
+        "access_denied",
+        "the user denied the request",
+        redirect_href=pending.redirect_href,
+        state=pending.state,
+    )

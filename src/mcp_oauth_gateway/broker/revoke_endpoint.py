@@ -1,0 +1,40 @@
+"""The Broker's revocation endpoint (RFC 7009): a token the client holds revoked at the gateway,
+then what it stood for at the provider (`revocation` says how)."""
+
+from __future__ import annotations
+
+from ..asgi import Receive, Scope, Send, read_body, send_json
+from .context import BrokerContext
+from .errors import OAuthError, method_not_allowed
+from .requests import MAX_FORM, form_params
+from .revocation import revoke_at_provider
+
+
+async def revoke(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) -> None:
+    """RFC 7009: revoke a token this client holds, here and at the provider."""
+    if scope["method"] != "POST":
+        raise method_not_allowed("POST")
+    form = form_params(await read_body(receive, MAX_FORM))
+    client_id = form.get("client_id", "")
+    if not client_id:
+        raise OAuthError(
+            400,
+            "invalid_client",
+            "client_id is required: a token can only be revoked by the client it was issued to",
+        )
+    await ctx.client(client_id)
+    token = form.get("token")
+    if not token:
+        raise OAuthError(400, "invalid_request", "token is required")
+    upstream = await ctx.revocation.revoke(client_id, token, form.get("token_type_hint"))
+    if upstream is not None:
+        revoked, kind, idp = upstream
+        provider = await ctx.provider(idp)
+        await revoke_at_provider(
+            ctx.session(),
+            provider.get("revocation_endpoint"),
+            ctx.signin(idp).client_id,
+            revoked,
+            kind,
+        )
+    await send_json(send, 200, {}, [(b"pragma", b"no-cache")])

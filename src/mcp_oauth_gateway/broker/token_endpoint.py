@@ -1,0 +1,140 @@
+"""The Broker's token endpoint: the gateway's one-time code redeemed (PKCE checked) for the
+provider's tokens, or a gateway refresh token rotated through a refresh at the provider."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Any
+
+from .. import pkce
+from ..asgi import Receive, Scope, Send, read_body, send_json
+from .context import BrokerContext
+from .errors import OAuthError, method_not_allowed
+from .refresh import RefreshGrant, RefreshReused
+from .requests import MAX_FORM, form_params, scope_param
+from .upstream import post_token
+
+log = logging.getLogger("mcp_oauth_gateway.broker")
+
+
+async def token(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) -> None:
+    """Redeem the gateway's one-time code (PKCE checked) or rotate a refresh token."""
+    if scope["method"] != "POST":
+        raise method_not_allowed("POST")
+    form = form_params(await read_body(receive, MAX_FORM))
+    ctx.target(scope, form.get("resource"))
+    grant = form.get("grant_type")
+    if grant == "authorization_code":
+        tokens, idp = await _redeem(ctx, form)
+    elif grant == "refresh_token":
+        tokens, idp = await _refresh(ctx, form)
+    else:
+        raise OAuthError(
+            400,
+            "unsupported_grant_type",
+            f"grant_type {grant!r} is not supported (authorization_code, refresh_token)",
+        )
+    # Both grants checked client_id against the code or refresh token: it is the holder.
+    await ctx.revocation.bind(form.get("client_id", ""), tokens, idp)
+    await send_json(send, 200, tokens, [(b"pragma", b"no-cache")])
+
+
+async def _redeem(ctx: BrokerContext, form: dict[str, str]) -> tuple[dict[str, Any], int]:
+    issued = await ctx.state.take_code(form.get("code", ""))
+    if issued is None:
+        raise OAuthError(
+            400, "invalid_grant", "unknown, expired or already used authorization code"
+        )
+    if not hmac.compare_digest(form.get("client_id", ""), issued.client_id):
+        raise OAuthError(400, "invalid_grant", "the code was issued to another client")
+    if not hmac.compare_digest(form.get("redirect_uri", ""), issued.redirect_uri):
+        raise OAuthError(
+            400, "invalid_grant", "redirect_uri does not match the authorization request"
+        )
+    if not pkce.verify(form.get("code_verifier", ""), issued.challenge):
+        raise OAuthError(
+            400,
+            "invalid_grant",
+            "PKCE verification failed (code_verifier does not match the code_challenge)",
+        )
+    tokens = await ctx.refresh.issue(issued.client_id, issued.tokens, idp=issued.provider)
+    return tokens, issued.provider
+
+
+async def _refresh(ctx: BrokerContext, form: dict[str, str]) -> tuple[dict[str, Any], int]:
+    client_id = form.get("client_id", "")
+    if not client_id:
+        raise OAuthError(
+            400,
+            "invalid_client",
+            "client_id is required: a refresh token "
+            "can only be used by the client it was issued to",
+        )
+    await ctx.client(client_id)
+    if not form.get("refresh_token"):
+        raise OAuthError(400, "invalid_request", "refresh_token is required")
+    narrowed = scope_param(form.get("scope"))  # refused before the refresh token is taken
+    grant = await _claim(ctx, form["refresh_token"], client_id)
+    try:
+        provider = await ctx.provider(grant.idp)
+    except OAuthError:
+        await ctx.refresh.put_back(grant)  # the provider's fault: the token stays valid
+        raise
+    upstream = {"grant_type": "refresh_token", "refresh_token": grant.provider_token}
+    if narrowed:
+        upstream["scope"] = narrowed
+    status, body = await post_token(ctx, grant.idp, provider, upstream)
+    if body is None or status >= 500:
+        await ctx.refresh.put_back(grant)
+        raise OAuthError(
+            502,
+            "temporarily_unavailable",
+            "the identity provider's token "
+            "endpoint did not answer; the refresh token is still valid, try "
+            "again",
+        )
+    if status != 200 or not isinstance(body, dict) or "access_token" not in body:
+        raise await _refused_refresh(ctx, grant, status, body)
+    return await ctx.refresh.rotate(grant, body), grant.idp
+
+
+async def _claim(ctx: BrokerContext, refresh_token: str, client_id: str) -> RefreshGrant:
+    """The refresh token's grant, taken for this refresh if `client_id` holds it."""
+    try:
+        grant = await ctx.refresh.take(refresh_token)
+    except RefreshReused as exc:
+        log.warning(
+            "a rotated-away refresh token was presented for client %s; its sign-in was revoked",
+            client_id[:80],
+        )
+        raise OAuthError(
+            400,
+            "invalid_grant",
+            "this refresh token was already exchanged "
+            "once; using it again revokes the sign-in (sign in again)",
+        ) from exc
+    if grant is None:
+        raise OAuthError(400, "invalid_grant", "unknown, expired or revoked refresh token")
+    if not hmac.compare_digest(grant.client_id, client_id):
+        await ctx.refresh.put_back(grant)
+        raise OAuthError(400, "invalid_grant", "the refresh token was issued to another client")
+    return grant
+
+
+async def _refused_refresh(
+    ctx: BrokerContext, grant: RefreshGrant, status: int, body: object
+) -> OAuthError:
+    """The provider's refusal, passed on. invalid_grant means its token is gone; anything
+    else (a scope it will not grant, say) leaves it valid, and so the client's."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if error != "invalid_grant":
+        await ctx.refresh.put_back(grant)
+    description = body.get("error_description") if isinstance(body, dict) else None
+    return OAuthError(
+        status if 400 <= status < 500 else 502,
+        error if isinstance(error, str) else "invalid_grant",
+        description
+        if isinstance(description, str)
+        else "the identity provider refused the refresh",
+    )
