@@ -38,6 +38,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel
 from pydantic.fields import FieldInfo
 
+from mcp_oauth_gateway.provider_kinds import ProviderKind
 from mcp_oauth_gateway.resources import models
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -246,6 +247,8 @@ def _literal(values: tuple[object, ...], where: str) -> Schema:
 
 _SCALARS: dict[type, Schema] = {str: {"type": "string"}, int: {"type": "integer"}}
 _SCALARS[bool] = {"type": "boolean"}
+# Its spellings (aliases included) come from the field's validator rule.
+_SCALARS[ProviderKind] = {"type": "string"}
 
 
 def _schema_for(tp: Any, walk: _Walk, where: str) -> Schema:

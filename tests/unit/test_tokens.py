@@ -20,6 +20,7 @@ from mcp_oauth_gateway.dataplane.tokens import (
     check_claims,
     verify_token,
 )
+from mcp_oauth_gateway.provider_kinds import ProviderKind, parse_kind
 from mcp_oauth_gateway.providers import access_tokens
 from mcp_oauth_gateway.providers.access_tokens import access_token_rule
 from support import jwks_of, mint, new_key, unsigned
@@ -176,15 +177,17 @@ JWT_HEADER = {"typ": "JWT"}  # what Keycloak and authentik put in the header of 
 
 
 def rules_for(provider: str | None) -> TokenRules:
+    kind = parse_kind(provider) if provider is not None else None
     return TokenRules(
-        issuer=ISSUER, audiences=frozenset({"mcp-public"}), access_token=access_token_rule(provider)
+        issuer=ISSUER, audiences=frozenset({"mcp-public"}), access_token=access_token_rule(kind)
     )
 
 
 def test_each_provider_gets_its_own_rule():
-    assert access_token_rule("Keycloak") is access_tokens.KEYCLOAK
-    assert access_token_rule("ProviderB") is access_tokens.AUTHENTIK
-    assert access_token_rule("Authentik") is access_tokens.AUTHENTIK
+    assert access_token_rule(ProviderKind.KEYCLOAK) is access_tokens.KEYCLOAK
+    assert access_token_rule(ProviderKind.AUTHENTIK) is access_tokens.AUTHENTIK
+    # `Authentik` is a spelling of configuration only: it reads as the same kind.
+    assert access_token_rule(parse_kind("Authentik")) is access_tokens.AUTHENTIK
     assert access_token_rule(None) is access_tokens.GENERIC
     assert TokenRules(ISSUER, None).access_token is access_tokens.GENERIC  # never unchecked
 

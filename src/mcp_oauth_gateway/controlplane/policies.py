@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
 from urllib.parse import urlsplit
 
 import orjson
 
+from ..provider_kinds import ProviderFacts, profile
 from ..resources.models import (
     POLICY_API_GROUP,
     Authorization,
@@ -200,46 +200,32 @@ def compile_provider(
         index=index,
         # Shown to users on the consent page: the issuer's host and port, never its user-info.
         name=spec.name or issuer.netloc.rpartition("@")[2],
-        kind=_provider_kind(spec.kind or (mcp_spec.provider if mcp_spec else None)),
+        kind=spec.kind or (mcp_spec.provider if mcp_spec else None),
         client_id=spec.client_id or (mcp_spec.client_id if mcp_spec else None),
         login_hint_domains=tuple(spec.login_hint_domains),
     )
 
 
-def _provider_kind(value: str | None) -> Literal["ProviderB", "Keycloak"] | None:
-    """The model's provider name (aliases already normalized) as its literal type."""
-    if value == "ProviderB":
-        return "ProviderB"
-    if value == "Keycloak":
-        return "Keycloak"
-    return None
-
-
-def _provider_b_problems(
+def _kind_problems(
     spec: McpAuthentication, providers: list[JwtProvider], problems: list[str]
 ) -> None:
-    """Provider B needs the pre-registered client, as audience, and a `/`-terminated issuer."""
+    """What each provider's kind needs of its configuration (its profile's checks)."""
     for i, provider in enumerate(providers):
-        if (provider.kind or spec.provider) != "ProviderB":
+        kind = provider.kind or spec.provider
+        if kind is None:
             continue
-        client_id = provider.client_id or spec.client_id
-        path = f"{PROVIDERS_PATH}[{i}]"
-        named = f"{path}.clientId" if provider.client_id else "mcp.clientId"
-        if not client_id:
-            problems.append(
-                f"{MCP_PATH}.clientId is required when provider is ProviderB (the "
-                f"pre-registered public client returned to MCP clients; or set {path}.clientId)"
-            )
-        elif provider.audiences and client_id not in provider.audiences:
-            problems.append(
-                f"{path}.audiences must contain {named} {client_id!r}: provider B sets aud to "
-                "the client id"
-            )
-        if not provider.issuer.endswith("/"):
-            problems.append(
-                f"{path}.issuer {shown_url(provider.issuer)!r} must end with '/': provider B "
-                "issuers are <url>/application/o/<slug>/"
-            )
+        facts = ProviderFacts(
+            path=f"{PROVIDERS_PATH}[{i}]",
+            mcp_path=MCP_PATH,
+            issuer=provider.issuer,
+            shown_issuer=shown_url(provider.issuer),
+            audiences=tuple(provider.audiences) if provider.audiences is not None else None,
+            client_id=provider.client_id or spec.client_id,
+            client_id_field=f"{PROVIDERS_PATH}[{i}].clientId"
+            if provider.client_id
+            else "mcp.clientId",
+        )
+        problems.extend(profile(kind).problems(facts))
 
 
 def several_providers_problems(jwt_spec: JwtAuthentication, problems: list[str]) -> None:
@@ -317,7 +303,7 @@ def compile_mcp(
 ) -> CompiledMcp:
     """Compile the MCP OAuth settings: metadata paths and values served by the gateway; the
     scopes every request needs are advertised with the configured ones."""
-    _provider_b_problems(spec, providers, problems)
+    _kind_problems(spec, providers, problems)
     _broker_problems(spec, problems, deployment, len(providers))
     metadata = spec.resource_metadata
     mcp_path = DEFAULT_MCP_PATH
@@ -334,7 +320,7 @@ def compile_mcp(
         if value is not None
     )
     return CompiledMcp(
-        provider=_provider_kind(spec.provider),
+        provider=spec.provider,
         client_id=spec.client_id,
         resource=metadata.resource,
         mcp_path=mcp_path,

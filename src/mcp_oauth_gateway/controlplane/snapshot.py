@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Literal
 from urllib.parse import urlsplit
 
+from ..provider_kinds import ProviderKind
 from ..resources.models import CorsPolicy, Service
 from ..urls import shown_url
 from . import status
@@ -67,7 +68,7 @@ class CompiledProvider:
     # several: a name for people, its kind, the Broker's client there, login_hint domains.
     index: int = 0
     name: str = ""
-    kind: Literal["ProviderB", "Keycloak"] | None = None
+    kind: ProviderKind | None = None
     client_id: str | None = None
     login_hint_domains: tuple[str, ...] = ()
 
@@ -79,7 +80,7 @@ class CompiledProvider:
 
 @dataclass(frozen=True, slots=True)
 class CompiledMcp:
-    provider: Literal["ProviderB", "Keycloak"] | None
+    provider: ProviderKind | None
     client_id: str | None
     resource: str | None
     mcp_path: str

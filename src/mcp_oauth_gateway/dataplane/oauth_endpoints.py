@@ -13,6 +13,7 @@ from ..asgi import ASGIApp, Receive, Scope, Send, read_body, request_origin, sen
 from ..controlplane.discovery import DiscoveryCache
 from ..controlplane.fetch import FetchError
 from ..controlplane.snapshot import ASM_PREFIX, PRM_PREFIX, CompiledMcp, CompiledProvider
+from ..provider_kinds import profile
 from ..providers import ProviderAdapter, RegistrationError
 from ..registration import parse_registration
 
@@ -78,6 +79,10 @@ class OAuthEndpoints:
         self.mcp = mcp
         self.issuers = tuple(p.issuer for p in providers)
         self.adapter = adapter
+        # A provider that registers clients itself: its endpoint is in its discovery document.
+        self.forwards_registration = (
+            adapter is not None and profile(adapter.kind).forwards_registration
+        )
         self.discovery = discovery
         self.session = session
         self.shared_with = shared_with
@@ -185,7 +190,7 @@ class OAuthEndpoints:
         try:
             metadata = parse_registration(raw)
             discovery = None
-            if self.discovery is not None and self.adapter.name == "Keycloak":
+            if self.discovery is not None and self.forwards_registration:
                 discovery = await self.discovery.get()
             result = await self.adapter.register(metadata, raw, discovery, self.session())
         except RegistrationError as exc:

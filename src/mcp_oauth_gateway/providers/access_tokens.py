@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..provider_kinds import ProviderKind
+
 # RFC 9068 §2.1: this header `typ` marks a JWT access token whoever issued it.
 AT_JWT_TYPES = frozenset({"at+jwt", "application/at+jwt"})
 SEND_ACCESS_TOKEN = "send the access_token from the token response"
@@ -28,8 +30,8 @@ ID_TOKEN_ONLY_CLAIMS = ("at_hash", "c_hash")
 
 class AccessTokenRule(Protocol):
     @property
-    def name(self) -> str:
-        """The provider the rule is for."""
+    def kind(self) -> ProviderKind | None:
+        """The provider kind the rule is for (None: any OpenID provider)."""
         ...
 
     def refusal(self, header: Mapping[str, object], claims: Mapping[str, object]) -> str | None:
@@ -60,7 +62,7 @@ class KeycloakRule:
     `Refresh`/`Offline`, logout tokens `Logout`), or the header `typ: at+jwt` when the client
     enables RFC 9068 access-token headers."""
 
-    name: str = "Keycloak"
+    kind: ProviderKind | None = ProviderKind.KEYCLOAK
 
     def refusal(self, header: Mapping[str, object], claims: Mapping[str, object]) -> str | None:
         """None for a Keycloak access token; otherwise why it is not one."""
@@ -83,7 +85,7 @@ class AuthentikRule:
     (a random id), both with header `typ: JWT`; so an access token has both and an ID token
     neither. `nonce` and `aud` do not tell them apart."""
 
-    name: str = "ProviderB"
+    kind: ProviderKind | None = ProviderKind.AUTHENTIK
 
     def refusal(self, header: Mapping[str, object], claims: Mapping[str, object]) -> str | None:
         """None for an authentik access token; otherwise why it is not one."""
@@ -106,7 +108,7 @@ class GenericRule:
     is clearly something else (a `typ` claim other than `Bearer`, or `at_hash`/`c_hash`) and
     accept the rest, which cannot be told apart without knowing the provider."""
 
-    name: str = "generic"
+    kind: ProviderKind | None = None
 
     def refusal(self, header: Mapping[str, object], claims: Mapping[str, object]) -> str | None:
         """None unless the token is marked as something other than an access token."""
@@ -128,13 +130,12 @@ class GenericRule:
 KEYCLOAK = KeycloakRule()
 AUTHENTIK = AuthentikRule()
 GENERIC = GenericRule()
-_BY_PROVIDER: dict[str, AccessTokenRule] = {
-    "Keycloak": KEYCLOAK,
-    "ProviderB": AUTHENTIK,
-    "Authentik": AUTHENTIK,
+RULES: dict[ProviderKind, AccessTokenRule] = {
+    ProviderKind.KEYCLOAK: KEYCLOAK,
+    ProviderKind.AUTHENTIK: AUTHENTIK,
 }
 
 
-def access_token_rule(provider: str | None) -> AccessTokenRule:
-    """The rule for a validated `mcp.provider` value (None or unknown: the generic rule)."""
-    return _BY_PROVIDER.get(provider, GENERIC) if provider is not None else GENERIC
+def access_token_rule(kind: ProviderKind | None) -> AccessTokenRule:
+    """The rule for a provider kind (None: a generic OpenID provider)."""
+    return RULES[kind] if kind is not None else GENERIC

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from ..provider_kinds import ProviderKind
 from .base import DiscoveryFacade, RegistrationResult
 
 if TYPE_CHECKING:
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
 
 class AuthentikAdapter(DiscoveryFacade):
-    name = "ProviderB"
+    kind = ProviderKind.AUTHENTIK
 
     def __init__(self, client_id: str):
         self.client_id = client_id

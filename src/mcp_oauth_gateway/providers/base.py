@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from ..provider_kinds import ProviderKind
+
 if TYPE_CHECKING:  # annotations only: the package stays importable without network code
     import aiohttp
 
@@ -27,9 +29,7 @@ class RegistrationError(Exception):
 
 
 class ProviderAdapter(Protocol):
-    name: str
-    # Whether the provider takes the RFC 8707 `resource` parameter (some refuse the request).
-    forwards_resource: bool
+    kind: ProviderKind
 
     def authorization_server_metadata(
         self, discovery: dict[str, object], registration_endpoint: str
@@ -51,10 +51,6 @@ class ProviderAdapter(Protocol):
 class DiscoveryFacade:
     """AS metadata = the provider's discovery document with the gateway's registration endpoint
     (injected when the provider has none, replaced when it has one) and S256 PKCE advertised."""
-
-    # Keycloak and authentik ignore `resource` (they set `aud` their own way): passing it on
-    # costs nothing and keeps it for a provider that honours it.
-    forwards_resource = True
 
     def authorization_server_metadata(
         self, discovery: dict[str, object], registration_endpoint: str

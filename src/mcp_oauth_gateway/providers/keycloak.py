@@ -16,6 +16,7 @@ import aiohttp
 import orjson
 
 from ..controlplane.fetch import failure_text, read_at_most
+from ..provider_kinds import ProviderKind
 from ..urls import shown_url
 from .base import DiscoveryFacade, RegistrationError, RegistrationResult
 
@@ -24,7 +25,7 @@ MAX_RESPONSE = 256 * 1024
 
 
 class KeycloakAdapter(DiscoveryFacade):
-    name = "Keycloak"
+    kind = ProviderKind.KEYCLOAK
 
     async def register(
         self,

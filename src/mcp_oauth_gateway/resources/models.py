@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from ..provider_kinds import ALIASES, ProviderKind, parse_kind
 from ..urls import navigable, origin_of, shown_url
 
 POLICY_API_GROUP: Final = "mcp-oauth-gateway.dev"
@@ -419,7 +420,18 @@ class Jwks(_Model):
         return self
 
 
-PROVIDER_ALIASES = {"ProviderB": "ProviderB", "Authentik": "ProviderB", "Keycloak": "Keycloak"}
+# Every spelling of a provider kind configuration accepts (the CRDs' enum).
+PROVIDER_ALIASES = tuple(ALIASES)
+
+
+def _provider_kind(value: object, noun: str) -> object:
+    """A provider kind from any of its spellings (a non-string is left to the type check)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return parse_kind(value)
+    except ValueError as exc:
+        raise ValueError(f"unknown {noun} {exc}") from None
 
 
 DOMAIN = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+")
@@ -449,7 +461,7 @@ class JwtProvider(_Model):
     name: Annotated[str, Field(min_length=1, max_length=100)] | None = None
     """With several providers, what users pick on the Broker's consent page; default: the
     issuer's host."""
-    kind: str | None = None
+    kind: ProviderKind | None = None
     """The provider's product, which decides how its access tokens are told from its ID tokens
     (docs/access-tokens.md): `Keycloak`, or `ProviderB` (`Authentik` is the same). Default:
     `mcp.provider`; neither set: a generic OpenID provider."""
@@ -477,15 +489,10 @@ class JwtProvider(_Model):
             raise ValueError(f"{shown_url(value)!r}: an issuer has no query or fragment")
         return _absolute_http_url(value)
 
-    @field_validator("kind")
+    @field_validator("kind", mode="before")
     @classmethod
-    def _known_kind(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        if value not in PROVIDER_ALIASES:
-            allowed = ", ".join(PROVIDER_ALIASES)
-            raise ValueError(f"unknown provider kind {value!r}; allowed values: {allowed}")
-        return PROVIDER_ALIASES[value]
+    def _known_kind(cls, value: object) -> object:
+        return _provider_kind(value, "provider kind")
 
 
 # RFC 6749 §3.3 scope-token: printable ASCII without space, `"` or a backslash, so a scope can be
@@ -568,7 +575,7 @@ class BrokerSettings(_Model):
 
 
 class McpAuthentication(_Model):
-    provider: str | None = None
+    provider: ProviderKind | None = None
     """The identity provider MCP clients sign in at, which the gateway adapts to: `Keycloak`
     (registration goes to Keycloak's own endpoint) or `ProviderB` (`Authentik` is the same: no
     dynamic registration, so the gateway answers registrations with `clientId`). Unset: the
@@ -589,15 +596,10 @@ class McpAuthentication(_Model):
     broker: BrokerSettings | None = None
     """Broker mode settings; refused in Facade mode."""
 
-    @field_validator("provider")
+    @field_validator("provider", mode="before")
     @classmethod
-    def _known_provider(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        if value not in PROVIDER_ALIASES:
-            allowed = ", ".join(PROVIDER_ALIASES)
-            raise ValueError(f"unknown provider {value!r}; allowed values: {allowed}")
-        return PROVIDER_ALIASES[value]
+    def _known_provider(cls, value: object) -> object:
+        return _provider_kind(value, "provider")
 
 
 class JwtAuthentication(_Model):

@@ -14,7 +14,7 @@ from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import CompiledPolicy, CompiledRoute
 from ..dataplane.metrics import Metrics
 from ..dataplane.token_exchange import TokenExchanger
-from ..providers import adapter_for
+from ..provider_kinds import profile
 from ..proxy.upstream import Upstream
 from .runtime import BrokerRuntime
 
@@ -93,14 +93,16 @@ class RouteContext:
         """What the Broker needs of each provider: its metadata, client, name and adapter."""
         out = []
         for provider in policy.providers:
-            adapter = adapter_for(provider.kind, provider.client_id)
             out.append(
                 SignInProvider(
                     index=provider.index,
                     name=provider.name,
                     client_id=provider.client_id or "",
                     discovery=self.shared.control.discoveries.get(provider.discovery_url),
-                    forwards_resource=adapter.forwards_resource if adapter else True,
+                    # A generic provider gets `resource` too: ignored or honoured, never harmful.
+                    forwards_resource=profile(provider.kind).forwards_resource
+                    if provider.kind
+                    else True,
                     login_hint_domains=provider.login_hint_domains,
                 )
             )

@@ -18,6 +18,7 @@ from mcp_oauth_gateway.asgi import TRUST_FORWARDED_KEY, Receive, Scope, Send, se
 from mcp_oauth_gateway.controlplane.fetch import FetchError
 from mcp_oauth_gateway.controlplane.snapshot import CompiledMcp, CompiledProvider, KeysetSource
 from mcp_oauth_gateway.dataplane.oauth_endpoints import OAuthEndpoints
+from mcp_oauth_gateway.provider_kinds import ProviderKind
 from mcp_oauth_gateway.providers import RegistrationError, RegistrationResult, adapter_for
 from mcp_oauth_gateway.providers.base import DiscoveryFacade
 from unit.tokens_support import ISSUER, compiled_mcp
@@ -59,9 +60,9 @@ class Discovery:
 
 
 class ForwardingAdapter(DiscoveryFacade):
-    """An adapter named like the Keycloak one, answering registration without a network."""
+    """An adapter of the Keycloak kind, answering registration without a network."""
 
-    name = "Keycloak"
+    kind = ProviderKind.KEYCLOAK
 
     def __init__(self, error: RegistrationError | None = None):
         self.error = error
