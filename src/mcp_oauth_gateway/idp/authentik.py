@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from ..provider_kinds import ProviderKind
 from ..urls import shown_url
 from . import authentik_exchange
 from .exchange import ExchangeOptions, ExchangeValues, for_policy
@@ -436,7 +437,7 @@ def provision(
     client_id = run.provider["client_id"]
     base = run.api.base
     return GatewayValues(
-        provider="ProviderB",
+        provider=ProviderKind.AUTHENTIK,
         idp_url=base,
         issuer=f"{base}/application/o/{options.slug}/",
         jwks_path=f"/application/o/{options.slug}/jwks/",

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from ..provider_kinds import ProviderKind
 from ..urls import shown_url
 from . import exchange, keycloak_exchange
 from .resources import GatewayValues
@@ -449,7 +450,7 @@ def provision(options: KeycloakOptions, http: httpx.Client, progress: Progress) 
     run = _Run(KeycloakAdmin(http, options, progress), options, progress, http)
     run_steps(_STEPS, run, progress)
     return GatewayValues(
-        provider="Keycloak",
+        provider=ProviderKind.KEYCLOAK,
         idp_url=run.admin.base,
         issuer=run.issuer,
         jwks_path=run.jwks_path,

@@ -9,6 +9,7 @@ from urllib.parse import SplitResult, urlsplit
 
 import yaml
 
+from ..provider_kinds import ProviderKind
 from ..resources.models import GATEWAY_API_GROUP, GATEWAY_API_VERSION, POLICY_API_VERSION
 from ..urls import shown_url
 
@@ -48,7 +49,7 @@ class TokenExchangeValues:
 class GatewayValues:
     """What a provisioning run found out that the gateway's resources need."""
 
-    provider: str  # "ProviderB" or "Keycloak"
+    provider: ProviderKind
     idp_url: str
     issuer: str
     jwks_path: str
@@ -73,7 +74,7 @@ def render(values: GatewayValues) -> list[dict[str, object]]:
     resource = urlsplit(values.resource)
     backend = urlsplit(values.backend)
     idp = urlsplit(values.idp_url)
-    service = "keycloak" if values.provider == "Keycloak" else "authentik"
+    service = "keycloak" if values.provider is ProviderKind.KEYCLOAK else "authentik"
     return [
         _gateway(resource),
         _http_route(resource.path.rstrip("/") or "/mcp"),
@@ -233,11 +234,11 @@ def _policy_document(values: GatewayValues, service: str, idp: SplitResult) -> d
 
 
 def _mcp_settings(values: GatewayValues) -> dict[str, object]:
-    mcp: dict[str, object] = {"provider": values.provider}
+    mcp: dict[str, object] = {"provider": values.provider.value}
     if values.mode == "Broker":
         mcp["authorizationServerMode"] = "Broker"
     # With Keycloak in Facade mode each MCP client registers itself through DCR: none is pinned.
-    if values.client_id and (values.provider == "ProviderB" or values.mode == "Broker"):
+    if values.client_id and (values.provider is ProviderKind.AUTHENTIK or values.mode == "Broker"):
         mcp["clientId"] = values.client_id
     mcp["resourceMetadata"] = {
         "resource": values.resource,
