@@ -144,7 +144,7 @@ def _run(
         print(common.tail(log, 25), file=sys.stderr)
         raise ToolError(
             f"step {doing}: go {args[0]} exited {proc.returncode}; see {log} (a module the "
-            "proxy refuses shows there as a 404 or 410: pin another version in dev_cluster.py)"
+            "proxy refuses shows there as a 404 or 410: pin another version in _cluster_build.py)"
         )
 
 
@@ -162,7 +162,7 @@ def _module_facts(chain: Toolchain, recipe: Recipe, cwd: Path) -> dict[str, str]
         reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise ToolError(
             f"step resolve: the Go module proxy has no {recipe.module}@{recipe.version}: "
-            f"{reason}; pin a version it serves in dev_cluster.py"
+            f"{reason}; pin a version it serves in _cluster_build.py"
         )
     facts: dict[str, str] = json.loads(result.stdout)
     return facts

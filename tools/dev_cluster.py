@@ -31,287 +31,39 @@ ServiceAccount's token asked for and whether RBAC refused any of it.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import _devserver as common
-import _gobuild
+from _cluster_build import (
+    APISERVER,
+    BINARIES,
+    ETCD,
+    KUBECTL,
+    KUBERNETES_VERSION,
+    build,
+    cache_dir,
+    missing,
+    tool_path,
+)
+from _cluster_files import (
+    Paths,
+    kubeconfig_text,
+    write_admin_kubeconfig,
+    write_audit_policy,
+    write_keys,
+)
 from _devserver import STOP_TIMEOUT, ToolError, elapsed, say
-from _gobuild import Recipe
 
-KUBERNETES_VERSION = "v1.36.4"
-# What k8s.io/kubernetes v1.36.4's go.mod requires of go.etcd.io/etcd/server/v3.
-ETCD_VERSION = "v3.6.8"
-HELM_VERSION = "v4.3.1"
-APISERVER = "kube-apiserver"
-KUBECTL = "kubectl"
-ETCD = "etcd"
-HELM = "helm"
-BINARIES = (APISERVER, KUBECTL, ETCD, HELM)
-# Measured at the peak of a first build: ~1.4 GB of modules, ~3.6 GB of Go build cache, the
-# binaries; a margin on top.
-FREE_SPACE_NEEDED = 7 * 1024**3
 # Addresses Services get: only allocated in etcd, never connected to (there is no kube-proxy).
 SERVICE_RANGE = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-
-
-def _kubernetes_ldflags(version: str) -> str:
-    major, minor = version.removeprefix("v").split(".")[:2]
-    flags = ["-s", "-w"]
-    # What the upstream release stamps (hack/lib/version.sh): `kubectl version` and /version.
-    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
-        flags += [
-            f"-X {package}.gitVersion={version}",
-            f"-X {package}.gitMajor={major}",
-            f"-X {package}.gitMinor={minor}",
-            f"-X {package}.gitTreeState=clean",
-        ]
-    return " ".join(flags)
-
-
-RECIPES = (
-    Recipe(
-        name="kubernetes",
-        module="k8s.io/kubernetes",
-        version=KUBERNETES_VERSION,
-        binaries={
-            APISERVER: "k8s.io/kubernetes/cmd/kube-apiserver",
-            KUBECTL: "k8s.io/kubernetes/cmd/kubectl",
-        },
-        checks={
-            APISERVER: (["--version"], f"Kubernetes {KUBERNETES_VERSION}"),
-            KUBECTL: (["version", "--client"], f"Client Version: {KUBERNETES_VERSION}"),
-        },
-        ldflags=_kubernetes_ldflags(KUBERNETES_VERSION),
-        staging=True,
-        minutes={APISERVER: "~4 minutes", KUBECTL: "~20 seconds"},
-    ),
-    Recipe(
-        name="etcd",
-        module="go.etcd.io/etcd/server/v3",
-        version=ETCD_VERSION,
-        binaries={ETCD: "go.etcd.io/etcd/server/v3"},
-        checks={ETCD: (["--version"], f"etcd Version: {ETCD_VERSION.removeprefix('v')}")},
-        minutes={ETCD: "~25 seconds"},
-    ),
-    Recipe(
-        name="helm",
-        module="helm.sh/helm/v4",
-        version=HELM_VERSION,
-        binaries={HELM: "helm.sh/helm/v4/cmd/helm"},
-        checks={HELM: (["version", "--template", "{{.Version}}"], HELM_VERSION)},
-        ldflags=(
-            f"-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION} "
-            "-X helm.sh/helm/v4/internal/version.gitTreeState=clean"
-        ),
-        minutes={HELM: "~2 minutes"},
-    ),
-)
-WANTED = {binary: recipe.version for recipe in RECIPES for binary in recipe.binaries}
-
-
-def cache_dir() -> Path:
-    explicit = os.environ.get("MCP_OAUTH_GATEWAY_CLUSTER_CACHE")
-    if explicit:
-        return Path(explicit).expanduser().resolve()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "mcp-oauth-gateway" / f"cluster-{KUBERNETES_VERSION}"
-
-
-# --- build ----------------------------------------------------------------------------------------
-
-
-def _missing(cache: Path, marker: dict[str, Any]) -> list[Recipe]:
-    """The recipes with a binary not cached at the wanted version (cheap: no process runs)."""
-    return [
-        recipe
-        for recipe in RECIPES
-        if any(
-            marker.get(binary) != recipe.version or not os.access(cache / "bin" / binary, os.X_OK)
-            for binary in recipe.binaries
-        )
-    ]
-
-
-def build(cache: Path) -> dict[str, Any]:
-    """Build what is not cached yet; a later call with everything cached returns at once.
-
-    Only the recipes whose version changed (or whose binary is gone) are built again.
-    """
-    marker = common.read_marker(cache)
-    if not _missing(cache, marker):
-        return marker
-    with common.build_lock(cache):
-        marker = common.read_marker(cache)
-        todo = _missing(cache, marker)
-        if not todo:
-            return marker
-        started = time.monotonic()
-        _preflight(cache)
-        work = cache / "work"
-        steps = len(todo) + 1
-        chain = _gobuild.toolchain(work, f"step 1/{steps}")
-        out = work / "out"
-        out.mkdir(parents=True, exist_ok=True)
-        (cache / "bin").mkdir(exist_ok=True)
-        for number, recipe in enumerate(todo, 2):
-            built = _gobuild.build_recipe(chain, recipe, out, f"step {number}/{steps}")
-            for binary, path in built.items():
-                os.replace(path, cache / "bin" / binary)
-                marker[binary] = recipe.version
-            marker.update(
-                go=chain.version,
-                built=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            )
-            # Written after each recipe: a later failure keeps what was built.
-            common.write_marker(cache, marker)
-        shutil.rmtree(work, ignore_errors=True)
-        size = sum((cache / "bin" / b).stat().st_size for b in BINARIES) // 1024**2
-        say(f"built in {elapsed(time.monotonic() - started)}; {cache}/bin holds {size} MB")
-        return marker
-
-
-def _preflight(cache: Path) -> None:
-    free = shutil.disk_usage(cache).free
-    if free < FREE_SPACE_NEEDED:
-        raise ToolError(
-            f"step preflight: only {free // 1024**2} MB free under {cache}; the build needs "
-            f"~{FREE_SPACE_NEEDED // 1024**2} MB while it runs; free some space or set "
-            "MCP_OAUTH_GATEWAY_CLUSTER_CACHE to a roomier place"
-        )
-
-
-def tool_path(cache: Path, binary: str) -> Path:
-    marker = common.read_marker(cache)
-    path = cache / "bin" / binary
-    if marker.get(binary) != WANTED[binary] or not os.access(path, os.X_OK):
-        raise ToolError(
-            f"step path: {binary} {WANTED[binary]} is not in {cache} yet; run "
-            f"`{Path(__file__).name} build` first"
-        )
-    return path
-
-
-# --- one server's files ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Paths:
-    """Where one server's files live in its directory."""
-
-    root: Path
-    ca: Path
-    server_cert: Path
-    server_key: Path
-    client_cert: Path
-    client_key: Path
-    sa_key: Path
-    sa_pub: Path
-    kubeconfig: Path
-    state: Path
-    etcd_data: Path
-    etcd_log: Path
-    apiserver_log: Path
-    audit_log: Path
-    audit_policy: Path
-    watchdog_log: Path
-    cert_dir: Path
-
-    @classmethod
-    def of(cls, directory: Path) -> Paths:
-        root = directory.expanduser().resolve()
-        names = (
-            *("ca.crt", "server.crt", "server.key", "admin.crt", "admin.key"),
-            *("service-accounts.key", "service-accounts.pub", "kubeconfig", "state.json"),
-            *("etcd", "etcd.log", "apiserver.log", "audit.log", "audit-policy.yaml"),
-            *("watchdog.log", "certs"),
-        )
-        return cls(root, *(root / name for name in names))
-
-    def tls(self) -> common.Tls:
-        return common.Tls(
-            self.ca, self.server_cert, self.server_key, self.client_cert, self.client_key
-        )
-
-
-def _write_keys(paths: Paths) -> None:
-    """TLS as dev_apiserver.py has it, plus the key that signs ServiceAccount tokens."""
-    common.write_tls(paths.tls(), "mcp-oauth-gateway dev-cluster CA")
-    if paths.sa_key.is_file() and paths.sa_pub.is_file():
-        return
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    common.write_pem(paths.sa_key, key)
-    paths.sa_pub.write_bytes(
-        key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-
-
-def kubeconfig_text(server: str, ca: Path, user: str, credentials: dict[str, str]) -> str:
-    """A kubeconfig with one cluster, one user (`credentials`: client-certificate/client-key,
-    or token) and one context (JSON strings are YAML strings: paths keep spaces and colons)."""
-
-    def q(value: object) -> str:
-        return json.dumps(str(value))
-
-    lines = [
-        "apiVersion: v1",
-        "kind: Config",
-        "clusters:",
-        "- name: dev-cluster",
-        "  cluster:",
-        f"    server: {q(server)}",
-        f"    certificate-authority: {q(ca)}",
-        "users:",
-        f"- name: {q(user)}",
-        "  user:",
-        *(f"    {key}: {q(value)}" for key, value in credentials.items()),
-        "contexts:",
-        "- name: dev-cluster",
-        "  context:",
-        "    cluster: dev-cluster",
-        f"    user: {q(user)}",
-        "current-context: dev-cluster",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _write_admin_kubeconfig(paths: Paths, port: int) -> None:
-    credentials = {
-        "client-certificate": str(paths.client_cert),
-        "client-key": str(paths.client_key),
-    }
-    paths.kubeconfig.write_text(
-        kubeconfig_text(f"https://127.0.0.1:{port}", paths.ca, "dev-admin", credentials)
-    )
-    paths.kubeconfig.chmod(0o600)
-
-
-def _write_audit_policy(paths: Paths) -> None:
-    # ServiceAccounts only: the admin's own calls (tests, kubectl) stay out of the log.
-    paths.audit_policy.write_text(
-        "apiVersion: audit.k8s.io/v1\n"
-        "kind: Policy\n"
-        "omitStages: [RequestReceived]\n"
-        "rules:\n"
-        "  - level: Metadata\n"
-        "    userGroups: [system:serviceaccounts]\n"
-        "  - level: None\n"
-    )
 
 
 # --- processes ------------------------------------------------------------------------------------
@@ -344,7 +96,7 @@ def _start_apiserver(cache: Path, paths: Paths, etcd_port: int, port: int | None
 
     def attempt() -> dict[str, int]:
         chosen = port or common.free_port()
-        _write_admin_kubeconfig(paths, chosen)
+        write_admin_kubeconfig(paths, chosen)
         client = common.opener(paths.ca, paths.client_cert, paths.client_key)
         base = f"https://127.0.0.1:{chosen}"
 
@@ -413,8 +165,8 @@ def start(directory: Path, cache: Path, watch_pid: int | None) -> dict[str, Any]
             f"step start: {', '.join(running)} already running for {paths.root}; run "
             f"`{sys.argv[0]} stop --dir {paths.root}` first"
         )
-    _write_keys(paths)
-    _write_audit_policy(paths)
+    write_keys(paths)
+    write_audit_policy(paths)
     etcd = common.start_etcd(cache / "bin" / ETCD, paths.etcd_data, paths.etcd_log)
     state: dict[str, Any] = {"etcd": etcd}
     # Recorded before the API server starts, so `stop` can end etcd if what follows fails.
@@ -570,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         if args.command == "build":
-            cached = not _missing(cache, common.read_marker(cache))
+            cached = not missing(cache, common.read_marker(cache))
             marker = build(cache)
             if not (cached and args.quiet):
                 versions = ", ".join(f"{binary} {marker[binary]}" for binary in BINARIES)
