@@ -115,9 +115,22 @@ typecheck: install-test
 lint-imports: install-test
 	$(VENV)/bin/lint-imports
 
-test: install-test node-peers mcp1-client system-deps lint apiserver-build cluster-build \
+test: install-test node-peers mcp1-client system-deps lint docs apiserver-build cluster-build \
 	keycloak-fetch
 	$(PY) -m pytest -m "not contracts"
+
+# The documentation site (mkdocs.yml, docs/): built into site/ (git-ignored) by
+# `mkdocs build --strict`, so a broken link or anchor, or a page missing from the nav, fails it.
+# The reference pages in docs/reference/ are generated (tools/gen_reference.py, from the CRDs and
+# the models); `make docs-reference` rewrites them, and tests/unit/test_reference_docs.py fails
+# while a committed page is out of date.
+.PHONY: docs docs-reference
+
+docs: install-test
+	$(VENV)/bin/mkdocs build --strict --quiet
+
+docs-reference: install-test
+	$(PY) tools/gen_reference.py
 
 # Only tests/unit: in process, no servers, browsers or node peers to install.
 test-unit: install-test

@@ -1,0 +1,73 @@
+"""The documentation's reference pages (docs/reference/) are what tools/gen_reference.py makes of
+the CRDs and the models: committed up to date, one per kind the gateway reads, every field."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from functools import cache
+from types import ModuleType
+
+import yaml
+
+from support import ROOT
+
+GENERATOR = ROOT / "tools" / "gen_reference.py"
+KINDS = ("GatewayPolicy", "GatewayBackend", "Gateway", "HTTPRoute", "ReferenceGrant")
+KINDS += ("GatewayClass", "Service")
+
+
+@cache
+def generator() -> ModuleType:
+    """tools/gen_reference.py, imported from its path (tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("gen_reference", GENERATOR)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    # Registered first: its dataclasses look their module up while the class is made.
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_reference_pages_are_what_the_generator_makes() -> None:
+    gen = generator()
+    rendered = gen.render()
+    for path, text in rendered.items():
+        committed = path.read_text(encoding="utf-8") if path.is_file() else ""
+        assert committed == text, f"{path.relative_to(ROOT)} is out of date: run {gen.REGENERATE}"
+    assert gen.main(["--check"]) == 0
+    assert sorted(p.name for p in rendered) == sorted(f"{k.lower()}.md" for k in KINDS)
+
+
+def test_regenerating_is_a_make_target() -> None:
+    gen = generator()
+    target = gen.REGENERATE.removeprefix("make ")
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(rf"^{target}:.*\n\t\$\(PY\) tools/gen_reference.py$", makefile, re.M)
+
+
+def test_every_field_of_the_crds_has_a_row() -> None:
+    gen = generator()
+    for kind, file in gen.CRDS.items():
+        document = next(yaml.safe_load_all((gen.CRD_DIR / file).read_text()))
+        schema = document["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        page = gen.crd_page(kind, file)
+        for section in ("spec", "status"):
+            for row in gen.crd_rows(schema["properties"][section], section):
+                assert f"| `{row.path}` |" in page, (kind, row.path)
+                assert row.description, (kind, row.path)
+
+
+def test_every_field_of_the_gateway_api_kinds_is_described() -> None:
+    gen = generator()
+    for kind, model in gen.MODELS.items():
+        page = gen.model_page(kind, model)
+        assert f"# {kind}\n" in page
+        for alias in ("apiVersion", "kind", "metadata.name", "spec"):
+            assert f"| `{alias}` |" in page, (kind, alias)
+    route = gen.model_page("HTTPRoute", gen.MODELS["HTTPRoute"])
+    path_type = "| `spec.rules[].matches[].path.type` | string | no | `PathPrefix` |"
+    assert path_type in route
+    assert "`PathPrefix`, `Exact`" in route
