@@ -1,0 +1,1 @@
+"""Unit tests of each Broker endpoint, driven in process through the stage harness."""

@@ -1,0 +1,222 @@
+"""The Broker's authorization endpoint, GET (`broker/authorize_endpoint.py`): a request checked,
+then the consent page or, when this browser already allowed the client, straight on to the
+provider. Until the redirect URI is known to be the client's, errors are answered in place;
+after that they go back to the client with `iss` (RFC 9207) and the client's state."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcp_oauth_gateway.broker.state import PENDING_TTL
+
+from .broker_support import (
+    AUTHORIZE,
+    REDIRECT,
+    Rig,
+    answer,
+    authorize,
+    authorize_query,
+    consent_page,
+    cookie_value,
+    error_of,
+    redirected,
+    register,
+    request_id,
+    started_rig,
+)
+
+
+async def test_a_valid_request_is_answered_with_the_consent_page(rig: Rig):
+    client_id = await register(rig, name="Inspector")
+    page = await authorize(rig, client_id)
+    assert page.status == 200
+    assert page.header(b"content-type") == b"text/html; charset=utf-8"
+    assert page.header(b"cache-control") == b"no-store"
+    assert page.header(b"x-frame-options") == b"DENY"
+    # The form may lead to the provider (allow) or back to the client (deny), nowhere else.
+    assert page.header(b"content-security-policy") == (
+        b"default-src 'none'; style-src 'unsafe-inline'; form-action 'self' "
+        b"http://idp0.test http://127.0.0.1:47001; frame-ancestors 'none'"
+    )
+    browser = cookie_value(page, "mcp-authz")
+    assert page.header(b"set-cookie") == (
+        f"mcp-authz={browser}; Path=/; HttpOnly; SameSite=Lax; Max-Age={PENDING_TTL}".encode()
+    )
+    text = page.body.decode()
+    assert "<b>Inspector</b>" in text
+    assert f'action="{AUTHORIZE}"' in text
+    assert "<li>openid</li><li>profile</li>" in text
+    assert 'value="allow"' in text  # one provider: nothing to choose
+    pending = await rig.broker.context.state.take_pending(request_id(page))
+    assert pending is not None
+    assert (pending.client_id, pending.redirect_uri, pending.state) == (
+        client_id,
+        REDIRECT,
+        "client-state",
+    )
+    assert (pending.scope, pending.resource, pending.browser) == (
+        "openid profile",
+        "http://gw.test/mcp",
+        browser,
+    )
+
+
+async def test_no_scope_asks_for_every_supported_one(rig: Rig):
+    request, _ = await consent_page(rig, await register(rig), scope=None)
+    pending = await rig.broker.context.state.take_pending(request)
+    assert pending is not None
+    assert pending.scope == "openid profile"
+
+
+async def test_a_browser_that_allowed_the_client_goes_straight_to_the_provider(rig: Rig):
+    client_id = await register(rig)
+    request, browser = await consent_page(rig, client_id)
+    consented = cookie_value(await answer(rig, request, browser), "mcp-consent")
+    again = await authorize(rig, client_id, cookie=f"mcp-authz={browser}; mcp-consent={consented}")
+    where, params = redirected(again)
+    assert where == "http://idp0.test/authorize"
+    assert params["client_id"] == "gateway-at-0"
+    assert again.header(b"set-cookie") is None
+    # Another client, or a tampered cookie, is asked again.
+    other = await authorize(rig, await register(rig), cookie=f"mcp-consent={consented}")
+    assert other.status == 200
+    tampered = await authorize(rig, client_id, cookie=f"mcp-consent={consented[:-1]}0")
+    assert tampered.status == 200
+
+
+async def test_an_unknown_client_is_answered_in_place(rig: Rig):
+    response = await authorize(rig, "not-registered")
+    assert response.header(b"location") is None
+    assert error_of(response) == (
+        400,
+        "invalid_client",
+        "client_id 'not-registered' is not registered with this gateway (register through the "
+        "registration_endpoint or use a client metadata document URL)",
+    )
+
+
+async def test_errors_in_place_are_a_page_for_browsers(rig: Rig):
+    response = await rig.call(
+        "GET",
+        AUTHORIZE,
+        query=authorize_query("not-registered"),
+        headers=[(b"accept", b"text/html,application/xhtml+xml")],
+    )
+    assert response.status == 400
+    assert response.header(b"content-type") == b"text/html; charset=utf-8"
+    assert b"<b>invalid_client</b>" in response.body
+    assert response.header(b"content-security-policy") == (
+        b"default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("redirect", "description"),
+    [
+        (
+            "http://127.0.0.1:47001/elsewhere",
+            "redirect_uri 'http://127.0.0.1:47001/elsewhere' is not registered for this client "
+            "(registered: ['http://127.0.0.1:47001/cb'])",
+        ),
+        (None, None),
+    ],
+)
+async def test_a_redirect_uri_that_is_not_the_clients_is_answered_in_place(
+    rig: Rig, redirect, description
+):
+    response = await authorize(rig, await register(rig), redirect_uri=redirect)
+    assert response.header(b"location") is None
+    status, error, said = error_of(response)
+    assert (status, error) == (400, "invalid_request")
+    if description is not None:
+        assert said == description
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "description"),
+    [
+        (
+            {"response_type": "token"},
+            "unsupported_response_type",
+            "only response_type=code is supported",
+        ),
+        (
+            {"code_challenge_method": "plain"},
+            "invalid_request",
+            "PKCE is required: code_challenge with code_challenge_method=S256",
+        ),
+        (
+            {"code_challenge": None},
+            "invalid_request",
+            "PKCE is required: code_challenge with code_challenge_method=S256",
+        ),
+        (
+            {"code_challenge": "short"},
+            "invalid_request",
+            "PKCE is required: code_challenge with code_challenge_method=S256",
+        ),
+        (
+            {"resource": "http://elsewhere.test/mcp"},
+            "invalid_target",
+            "resource 'http://elsewhere.test/mcp' is not served here; this authorization "
+            "server issues tokens for 'http://gw.test/mcp' only",
+        ),
+    ],
+)
+async def test_other_errors_go_back_to_the_client_with_iss_and_state(
+    rig: Rig, changes, error, description
+):
+    where, params = redirected(await authorize(rig, await register(rig), **changes))
+    assert where == REDIRECT
+    assert params == {
+        "error": error,
+        "error_description": description,
+        "iss": "http://gw.test/mcp",
+        "state": "client-state",
+    }
+
+
+async def test_a_scope_that_is_not_scope_tokens_goes_back_to_the_client(rig: Rig):
+    where, params = redirected(
+        await authorize(rig, await register(rig), scope='openid "profile"', state=None)
+    )
+    assert where == REDIRECT
+    assert params["error"] == "invalid_scope"
+    assert "state" not in params
+
+
+async def test_a_repeated_parameter_is_refused_in_place(rig: Rig):
+    query = authorize_query(await register(rig)) + b"&state=second"
+    response = await rig.call("GET", AUTHORIZE, query=query)
+    assert error_of(response) == (
+        400,
+        "invalid_request",
+        "the parameter 'state' appears more than once; send each parameter once (RFC 6749 §3.1)",
+    )
+
+
+async def test_other_methods_are_405_naming_get_and_post(rig: Rig):
+    response = await rig.call("PUT", AUTHORIZE)
+    assert error_of(response) == (405, "invalid_request", "use GET, POST")
+
+
+async def test_the_page_still_shows_while_the_providers_metadata_is_unavailable(rig: Rig):
+    rig.discoveries[0].document = None
+    page = await authorize(rig, await register(rig))
+    assert page.status == 200
+    assert b"http://idp0.test" not in (page.header(b"content-security-policy") or b"")
+
+
+async def test_with_several_providers_the_user_chooses_unless_a_hint_names_one():
+    async with started_rig(("Corp", "Partner"), domains=((), ("partner.example",))) as rig:
+        client_id = await register(rig)
+        page = await authorize(rig, client_id)
+        text = page.body.decode()
+        assert 'value="allow-0">Allow, sign in with Corp' in text
+        assert 'value="allow-1">Allow, sign in with Partner' in text
+        assert b"http://idp0.test http://idp1.test" in (
+            page.header(b"content-security-policy") or b""
+        )
+        hinted = await authorize(rig, client_id, login_hint="bob@partner.example")
+        assert 'value="allow-1">Allow, sign in with Partner' in hinted.body.decode()
+        assert b"sign in with Corp" not in hinted.body
