@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import inspect
 import itertools
 import sys
@@ -39,9 +40,10 @@ from pydantic import AfterValidator, BaseModel
 from pydantic.fields import FieldInfo
 
 from mcp_oauth_gateway.provider_kinds import ProviderKind
-from mcp_oauth_gateway.resources import models
+from mcp_oauth_gateway.resources import fields, models
 
 ROOT = Path(__file__).resolve().parent.parent
+RESOURCES_PACKAGE = models.__name__.rpartition(".")[0] + "."
 OUT_DIR = ROOT / "deploy" / "crds"
 # The Helm chart installs the same CRDs from its own crds/ (Helm reads no file outside a chart).
 CHART_CRDS = ROOT / "deploy" / "helm" / "mcp-oauth-gateway" / "crds"
@@ -58,11 +60,11 @@ DURATION_PATTERN = r"^(?:[0-9]{1,5}h)?(?:[0-9]{1,5}m)?(?:[0-9]{1,5}s)?(?:[0-9]{1
 # The longest string DURATION_PATTERN matches; bounding it keeps the CEL rules' cost small.
 DURATION_MAX_LENGTH = 25
 # Kubernetes matches `pattern` anywhere in the value: anchor the model's whole-value pattern.
-HEADER_NAME_PATTERN = f"^{models._HEADER_NAME.pattern}$"
+HEADER_NAME_PATTERN = f"^{fields._HEADER_NAME.pattern}$"
 DOMAIN_PATTERN = f"^{models.DOMAIN.pattern}$"
 # RFC 6749 scope-token: printable ASCII but space, `"` and backslash.
 SCOPE_PATTERN = r"^[!#-\[\]-~]{1,256}$"
-PROTECTED_HEADERS_PATTERN = "(?i)^(" + "|".join(sorted(models._PROTECTED)) + ")$"
+PROTECTED_HEADERS_PATTERN = "(?i)^(" + "|".join(sorted(fields._PROTECTED)) + ")$"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +95,7 @@ def _duration_rule(bound: str, message: str) -> Rule:
 
 
 def _no_refresh_scope(where: str) -> Rule:
-    message = " ".join((models._not_refresh_scope.__doc__ or "").split())
+    message = " ".join((fields.not_refresh_scope.__doc__ or "").split())
     return Rule(
         cel=(
             (
@@ -106,23 +108,23 @@ def _no_refresh_scope(where: str) -> Rule:
 
 # Validators attached to a type with `Annotated[..., AfterValidator(f)]`, keyed by `f`.
 _AFTER_VALIDATORS: dict[Callable[..., Any], Rule] = {
-    models._starts_with_slash: Rule(keywords={"pattern": "^/"}),
-    models._scope_token: Rule(keywords={"pattern": SCOPE_PATTERN}),
-    models._domain: Rule(keywords={"pattern": DOMAIN_PATTERN}),
+    fields._starts_with_slash: Rule(keywords={"pattern": "^/"}),
+    fields._scope_token: Rule(keywords={"pattern": SCOPE_PATTERN}),
+    fields.domain: Rule(keywords={"pattern": DOMAIN_PATTERN}),
     # Not CEL: a rule on these unbounded strings in unbounded lists exceeds the API server's
     # cost budget (it needs maxLength and maxItems the models do not have). The server words a
     # `not` failure poorly, so the description says what it means (`kubectl explain`).
-    models._header_name: Rule(
+    fields._header_name: Rule(
         keywords={
             "description": "An HTTP header name, other than those the gateway manages itself: "
-            + ", ".join(sorted(models._PROTECTED))
+            + ", ".join(sorted(fields._PROTECTED))
             + " (in any case; the API server reports one as `must not validate the schema "
             "(not)`).",
             "pattern": HEADER_NAME_PATTERN,
             "not": {"pattern": PROTECTED_HEADERS_PATTERN},
         }
     ),
-    models._redis_url: Rule(keywords={"pattern": f"^{models.REDIS_URL.pattern}$"}),
+    fields._redis_url: Rule(keywords={"pattern": f"^{models.REDIS_URL.pattern}$"}),
 }
 
 # `@field_validator` and `@model_validator` methods, keyed by (model, method name).
@@ -160,7 +162,7 @@ _DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
         controller="jwtAuthentication.providers[].issuer: an absolute http(s) URL (WHATWG) "
         "without user information, query or fragment",
     ),
-    (models.SecretSource, "_env_name"): Rule(keywords={"pattern": f"^{models._ENV_NAME.pattern}$"}),
+    (models.SecretSource, "_env_name"): Rule(keywords={"pattern": f"^{fields.ENV_NAME.pattern}$"}),
     (models.SecretSource, "_one_source"): Rule(
         cel=(("has(self.file) != has(self.env)", "set exactly one of file or env"),)
     ),
@@ -174,7 +176,7 @@ _DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
             ),
         )
     ),
-    (models.BackendCredentials, "_one_mode"): Rule(
+    (models.BackendCredentialsSpec, "_one_mode"): Rule(
         cel=(
             (
                 "[has(self.tokenExchange), has(self.passthrough) && self.passthrough, "
@@ -186,7 +188,7 @@ _DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
     (models.McpAuthentication, "_known_provider"): Rule(
         keywords={"enum": list(models.PROVIDER_ALIASES)}
     ),
-    (models.RateLimit, "_window"): _duration_rule(
+    (models.RateLimitSpec, "_window"): _duration_rule(
         "> duration('0s')", "window must be longer than 0"
     ),
 }
@@ -269,7 +271,7 @@ def _schema_for(tp: Any, walk: _Walk, where: str) -> Schema:
         if items.get("type") == "object" and not items.get("description"):
             raise GeneratorError(
                 f"{where}[]: {args[0].__name__} has no docstring; write one in "
-                "resources/models.py (it describes each item of the list)"
+                f"{args[0].__module__} (it describes each item of the list)"
             )
         return {"type": "array", "items": items}
     if origin is dict:
@@ -336,14 +338,17 @@ def _field_docstrings(module: types.ModuleType) -> dict[tuple[str, str], str]:
     return found
 
 
-_DOCSTRINGS = _field_docstrings(models)
+@functools.cache
+def _docstrings_of(module_name: str) -> dict[tuple[str, str], str]:
+    """The field docstrings of one module of the resources package."""
+    return _field_docstrings(sys.modules[module_name])
 
 
 def _field_text(model: type[BaseModel], name: str) -> str | None:
     """What describes a field: its `Field(description=...)`, else its docstring."""
     text = model.model_fields[name].description
-    if text is None and model.__module__ == models.__name__:
-        text = _DOCSTRINGS.get((model.__qualname__, name))
+    if text is None and model.__module__.startswith(RESOURCES_PACKAGE):
+        text = _docstrings_of(model.__module__).get((model.__qualname__, name))
     return text
 
 
@@ -365,7 +370,8 @@ def _described(node: Schema, text: str | None, where: str) -> Schema:
     if not text:
         raise GeneratorError(
             f"{where}: no description; write a docstring under the field in "
-            "resources/models.py (what it means, its default, its form)"
+            "its model's module in src/mcp_oauth_gateway/resources/ (what it means, its "
+            "default, its form)"
         )
     return {"description": _prose(text), **node}
 

@@ -56,7 +56,7 @@ from crd_support import (
     subschemas,
     version,
 )
-from mcp_oauth_gateway.resources import load_paths
+from mcp_oauth_gateway.resources import fields, load_paths
 from mcp_oauth_gateway.resources import models as m
 from support import ROOT
 
@@ -215,7 +215,7 @@ def test_committed_crds_are_what_the_generator_makes_of_the_models() -> None:
 def test_generator_stops_at_a_validator_it_has_no_rule_for() -> None:
     gen = generator()
 
-    class Probe(m._Model):
+    class Probe(m.StrictModel):
         name: m.NonEmpty = Field(description="Described.")
 
         @field_validator("name")
@@ -230,7 +230,7 @@ def test_generator_stops_at_a_validator_it_has_no_rule_for() -> None:
 def test_generator_stops_at_a_field_without_a_description() -> None:
     gen = generator()
 
-    class Probe(m._Model):
+    class Probe(m.StrictModel):
         name: m.NonEmpty
 
     with pytest.raises(gen.GeneratorError, match=r"spec\.name: no description; write a docstring"):
@@ -240,10 +240,10 @@ def test_generator_stops_at_a_field_without_a_description() -> None:
 def test_generator_stops_at_list_items_without_a_docstring() -> None:
     gen = generator()
 
-    class Item(m._Model):
+    class Item(m.StrictModel):
         name: m.NonEmpty = Field(description="Described.")
 
-    class Probe(m._Model):
+    class Probe(m.StrictModel):
         items: list[Item] = Field(description="Described too.")
 
     with pytest.raises(gen.GeneratorError, match=r"spec\.items\[\]: Item has no docstring"):
@@ -318,7 +318,7 @@ def test_kubectl_explain_has_a_description_for_every_field(kind: str) -> None:
     missing = list(undescribed(schema(kind)))
     assert not missing, (
         f"{kind}: no description at {', '.join(missing)}; write a docstring under the field in "
-        "src/mcp_oauth_gateway/resources/models.py (status: tools/gen_crds.py), then run "
+        "its model's module in src/mcp_oauth_gateway/resources/, then run "
         f"{generator().REGENERATE}"
     )
     assert schema(kind)["description"]
@@ -328,7 +328,7 @@ def test_descriptions_are_the_models_docstrings() -> None:
     """One source: the docstring under a field, then what a validator adds that the server
     words poorly (a protected header name is refused as `must not validate the schema (not)`)."""
     mode = node_at("GatewayPolicy", f"{P}.mode")["description"]
-    assert f'"""{mode}"""' in prose(inspect.getsource(m.JwtAuthentication)), mode
+    assert f'"""{mode}"""' in prose(inspect.getsource(m.JwtAuthenticationSpec)), mode
     assert node_at("GatewayPolicy", "spec.targetRefs[]")["description"] == prose(
         m.PolicyTargetRef.__doc__
     )
@@ -337,7 +337,7 @@ def test_descriptions_are_the_models_docstrings() -> None:
     assert f'"""{own}."""' in prose(inspect.getsource(m.HeaderValue)), name
     for path in (f"{X}.set[].name", f"{X}.remove[]", f"{CR}.secretHeader.header"):
         description = node_at("GatewayPolicy", path)["description"]
-        assert all(header in description for header in m._PROTECTED), (path, description)
+        assert all(header in description for header in fields._PROTECTED), (path, description)
 
 
 # Client-side `kubectl apply -k deploy/` keeps the whole CRD as JSON in an annotation, and an
@@ -471,12 +471,12 @@ def test_cache_duration_rules_read_durations_as_the_model_does(text: str) -> Non
 def test_window_rules_read_durations_as_the_model_does(text: str) -> None:
     node = node_at("GatewayPolicy", f"{L}.window")
     limit = {"key": "jwt.sub", "requests": 1, "window": text}
-    assert node_admits(node, text) is model_accepts(m.RateLimit, limit), text
+    assert node_admits(node, text) is model_accepts(m.RateLimitSpec, limit), text
 
 
 header_names = st.text(
     alphabet=st.characters(min_codepoint=32, max_codepoint=126), min_size=0, max_size=20
-) | st.sampled_from(sorted(m._PROTECTED)).map(lambda s: "".join(random_case(s)))
+) | st.sampled_from(sorted(fields._PROTECTED)).map(lambda s: "".join(random_case(s)))
 
 
 def random_case(text: str) -> Iterator[str]:

@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..resources.models import BackendCredentials, SecretSource
+from ..resources.models import BackendCredentialsSpec, SecretSource
 from .snapshot import (
     CompiledCredentials,
     CompiledIdentity,
@@ -53,7 +53,9 @@ def read_secret(source: SecretSource, environ: Mapping[str, str] | None = None) 
 
 
 def compile_credentials(
-    spec: BackendCredentials | None, problems: list[str], environ: Mapping[str, str] | None = None
+    spec: BackendCredentialsSpec | None,
+    problems: list[str],
+    environ: Mapping[str, str] | None = None,
 ) -> CompiledCredentials | None:
     """The compiled mode with its secrets, or None (with a problem per unreadable secret)."""
     if spec is None:
@@ -82,7 +84,7 @@ def compile_credentials(
 
 
 def _secret_header(
-    spec: BackendCredentials, environ: Mapping[str, str] | None
+    spec: BackendCredentialsSpec, environ: Mapping[str, str] | None
 ) -> CompiledSecretHeader:
     header = spec.secret_header
     assert header is not None

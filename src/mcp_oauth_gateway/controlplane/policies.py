@@ -18,10 +18,10 @@ from ..resources.models import (
     POLICY_API_GROUP,
     Authorization,
     GatewayPolicy,
-    JwtAuthentication,
+    JwtAuthenticationSpec,
     JwtProvider,
     McpAuthentication,
-    RateLimit,
+    RateLimitSpec,
     ReferenceGrant,
     RemoteJwks,
     Service,
@@ -228,7 +228,7 @@ def _kind_problems(
         problems.extend(profile(kind).problems(facts))
 
 
-def several_providers_problems(jwt_spec: JwtAuthentication, problems: list[str]) -> None:
+def several_providers_problems(jwt_spec: JwtAuthenticationSpec, problems: list[str]) -> None:
     """Several providers: each token's `iss` must pick exactly one, and what clients are shown
     must name them all (Facade fronts one provider's metadata, so it cannot)."""
     providers = jwt_spec.providers
@@ -370,7 +370,7 @@ def compile_transformation(
     )
 
 
-def compile_rate_limit(spec: RateLimit | None, problems: list[str]) -> CompiledRateLimit | None:
+def compile_rate_limit(spec: RateLimitSpec | None, problems: list[str]) -> CompiledRateLimit | None:
     """Compile the rate limit: its CEL key and token-bucket rate."""
     if spec is None:
         return None
@@ -428,7 +428,7 @@ def backend_credentials(policy: GatewayPolicy, problems: list[str]) -> CompiledC
 
 def compile_authentication(
     policy: GatewayPolicy,
-    jwt_spec: JwtAuthentication,
+    jwt_spec: JwtAuthenticationSpec,
     refs: References,
     findings: tuple[list[str], list[str]],
     deployment: Deployment,

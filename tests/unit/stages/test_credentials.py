@@ -14,7 +14,7 @@ from joserfc.jwk import OctKey
 from mcp_oauth_gateway.asgi import CLAIMS_KEY, TOKEN_KEY
 from mcp_oauth_gateway.controlplane.credentials import SecretError, compile_credentials, read_secret
 from mcp_oauth_gateway.dataplane.credentials import BackendCredentials as Stage
-from mcp_oauth_gateway.resources.models import BackendCredentials, SecretSource
+from mcp_oauth_gateway.resources.models import BackendCredentialsSpec, SecretSource
 
 from .harness import Inner, drive
 
@@ -27,7 +27,7 @@ ENV = {"API_KEY": "k-123", "SIGNING": "s" * 32, "EMPTY": "", "TWO_LINES": "a\nb"
 
 def compiled(spec: dict, environ: dict[str, str] = ENV):
     problems: list[str] = []
-    result = compile_credentials(BackendCredentials.model_validate(spec), problems, environ)
+    result = compile_credentials(BackendCredentialsSpec.model_validate(spec), problems, environ)
     assert not problems, problems
     assert result is not None
     return result
@@ -58,7 +58,7 @@ def test_a_secret_that_cannot_be_used_says_where_it_was_looked_for(source, messa
 
 def test_an_unreadable_secret_makes_the_policy_invalid_naming_the_field():
     problems: list[str] = []
-    spec = BackendCredentials.model_validate(
+    spec = BackendCredentialsSpec.model_validate(
         {"secretHeader": {"header": "X-Api-Key", "value": {"env": "MISSING"}}}
     )
     assert compile_credentials(spec, problems, ENV) is None

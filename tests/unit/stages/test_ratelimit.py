@@ -16,7 +16,7 @@ from mcp_oauth_gateway.controlplane.policies import compile_rate_limit
 from mcp_oauth_gateway.controlplane.snapshot import CompiledRateLimit
 from mcp_oauth_gateway.dataplane.metrics import Metrics
 from mcp_oauth_gateway.dataplane.ratelimit import LocalLimiter, RateLimit
-from mcp_oauth_gateway.resources.models import RateLimit as RateLimitSpec
+from mcp_oauth_gateway.resources.models import RateLimitSpec
 
 from .harness import Inner, count_calls, drive
 

@@ -1,0 +1,257 @@
+"""GatewayPolicy's `traffic.jwtAuthentication`: the providers whose tokens a route accepts,
+their keys, and the MCP OAuth settings (metadata, Facade or Broker)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from ..provider_kinds import ProviderKind
+from ..urls import shown_url
+from .fields import (
+    GATEWAY_API_GROUP,
+    AbsolutePath,
+    Duration,
+    NonEmpty,
+    Port,
+    RedisUrl,
+    ScopeToken,
+    StrictModel,
+    absolute_http_url,
+    domain,
+    not_refresh_scope,
+    parse_duration,
+    provider_kind,
+)
+
+# --- GatewayPolicy (mcp-oauth-gateway.dev/v1alpha1) ----------------------------------------
+
+
+class PolicyTargetRef(StrictModel):
+    """An HTTPRoute in the policy's namespace."""
+
+    group: Literal["gateway.networking.k8s.io"] = GATEWAY_API_GROUP
+    """`gateway.networking.k8s.io`, the only value and the default."""
+    kind: Literal["HTTPRoute"] = "HTTPRoute"
+    """`HTTPRoute`, the only value and the default: a policy governs whole routes."""
+    name: NonEmpty
+    """Name of the HTTPRoute."""
+    section_name: str | None = None
+    """Accepted for Gateway API compatibility and ignored: the policy governs every rule of the
+    route."""
+
+
+class ServiceBackendRef(StrictModel):
+    group: Literal[""] = ""
+    """`""` (the core API group), the only value and the default."""
+    kind: Literal["Service"] = "Service"
+    """`Service`, the only value and the default."""
+    name: NonEmpty
+    """Name of the Service."""
+    namespace: str | None = None
+    """Namespace of the Service; default: the policy's. Another namespace needs a ReferenceGrant
+    there that lets GatewayPolicies of the policy's namespace refer to Services."""
+    port: Port
+    """Port of the Service, 1-65535."""
+
+
+class RemoteJwks(StrictModel):
+    backend_ref: ServiceBackendRef | None = None
+    """The Service the keys, and the provider's OpenID discovery document, are fetched from: in
+    a cluster `http://<name>.<namespace>.svc.<cluster domain>:<port>`, from files the Service's
+    `externalName`. Needs `jwksPath`; set this or `url`."""
+    jwks_path: Annotated[AbsolutePath, Field(max_length=1024)] | None = None
+    """Path of the JWKS document on the `backendRef` Service, starting with `/`: authentik
+    `/application/o/<slug>/jwks/`, Keycloak `/realms/<realm>/protocol/openid-connect/certs`.
+    Required with `backendRef`, refused with `url`."""
+    url: str | None = None
+    """The JWKS document's http(s) URL, without user information or fragment, instead of
+    `backendRef`; the discovery document is then fetched from the issuer's host."""
+    cache_duration: Duration = "5m"
+    """How often the keys are fetched again, as a duration such as `30s`, `5m` or `1h30m`: at
+    least `1s`, default `5m`. A token naming an unknown `kid` also fetches them (at most once
+    per 10 s); when a fetch fails, the last good keys stay in use."""
+
+    @field_validator("cache_duration")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if parse_duration(value) < 1:
+            raise ValueError("cacheDuration must be at least 1s")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        return None if value is None else absolute_http_url(value)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RemoteJwks:
+        if (self.backend_ref is None) == (self.url is None):
+            raise ValueError("set exactly one of backendRef or url")
+        if self.backend_ref is not None and self.jwks_path is None:
+            raise ValueError(
+                "jwksPath is required with backendRef (the path of the JWKS document on that "
+                "service, e.g. /application/o/<slug>/jwks/ for authentik)"
+            )
+        if self.url is not None and self.jwks_path is not None:
+            raise ValueError("jwksPath cannot be combined with url; put the path in the url")
+        return self
+
+
+class Jwks(StrictModel):
+    remote: RemoteJwks | None = None
+    """Fetch the keys over HTTP, from a Service (`backendRef` and `jwksPath`) or a URL (`url`).
+    Until the first fetch succeeds the route serves nobody (503 or 401) and `ResolvedRefs` is
+    False."""
+    inline: Annotated[str, Field(min_length=2, max_length=65536)] | None = None
+    """The JWKS document itself, as JSON text (`{"keys": [...]}`); never refetched, so only for
+    keys that do not rotate."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Jwks:
+        if (self.remote is None) == (self.inline is None):
+            raise ValueError("set exactly one of remote or inline")
+        return self
+
+
+class JwtProvider(StrictModel):
+    """An OpenID Connect provider whose access tokens the route accepts."""
+
+    issuer: Annotated[str, Field(min_length=1, max_length=256)]
+    """The provider's issuer URL, exactly as its tokens' `iss` says it (a trailing slash
+    counts: authentik's is `<url>/application/o/<slug>/`): http(s), without user information,
+    query or fragment. OpenID discovery is read at its path plus
+    `/.well-known/openid-configuration`, through `jwks.remote.backendRef` when set."""
+    audiences: Annotated[list[NonEmpty], Field(min_length=1, max_length=64)] | None = None
+    """The `aud` values accepted: a token must name at least one. Keycloak: the MCP resource
+    URL (an audience mapper puts it there); authentik (ProviderB): the client id. Unset: the
+    audience is not checked."""
+    jwks: Jwks
+    """Where the provider's public signing keys come from: exactly one of `remote` or
+    `inline`."""
+    name: Annotated[str, Field(min_length=1, max_length=100)] | None = None
+    """With several providers, what users pick on the Broker's consent page; default: the
+    issuer's host."""
+    kind: ProviderKind | None = None
+    """The provider's product, which decides how its access tokens are told from its ID tokens
+    (docs/access-tokens.md): `Keycloak`, or `ProviderB` (`Authentik` is the same). Default:
+    `mcp.provider`; neither set: a generic OpenID provider."""
+    client_id: NonEmpty | None = None
+    """Broker mode: the client the gateway signs users in as at this provider; default:
+    `mcp.clientId`."""
+    login_hint_domains: Annotated[
+        list[Annotated[str, Field(max_length=253), AfterValidator(domain)]],
+        Field(max_length=64),
+    ] = []
+    """Broker mode: lowercase e-mail domains, such as `corp.example`, whose `login_hint`
+    (`alice@corp.example`) picks this provider without asking. A domain belongs to one provider
+    at most."""
+
+    @field_validator("issuer")
+    @classmethod
+    def _issuer_url(cls, value: str) -> str:
+        # OpenID Connect Discovery §3: an http(s) URL without query or fragment. User-info is
+        # refused too: it would become Basic credentials on the discovery fetch and be published
+        # as it is in the protected resource metadata.
+        parts = urlsplit(value)
+        if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+            raise ValueError(f"{shown_url(value)!r}: an issuer holds no user information")
+        if parts.query or parts.fragment or "?" in value or "#" in value:
+            raise ValueError(f"{shown_url(value)!r}: an issuer has no query or fragment")
+        return absolute_http_url(value)
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _known_kind(cls, value: object) -> object:
+        return provider_kind(value, "provider kind")
+
+
+class ResourceMetadata(StrictModel):
+    resource: str | None = None
+    """The exact URL MCP clients connect to, e.g. `https://mcp.example/mcp`: http(s), no
+    fragment. Clients ask for tokens for it (RFC 8707), and its path places the well-known
+    endpoints. Default: the request's origin and `/mcp`."""
+    scopes_supported: Annotated[list[ScopeToken], Field(max_length=64)] = []
+    """Scopes advertised in the metadata and the 401 challenge, with `scopes.required` added:
+    the minimal set that gets a client in, e.g. `[openid, profile]`. Not `offline_access`
+    (clients add it themselves)."""
+    bearer_methods_supported: list[Literal["header"]] = ["header"]
+    """How clients send the token: `header` (`Authorization: Bearer`) only, the default."""
+    resource_name: str | None = None
+    """Human-readable name of the MCP server, published as `resource_name`."""
+    resource_documentation: str | None = None
+    """URL of documentation for developers, published as `resource_documentation`."""
+    resource_policy_uri: str | None = None
+    """URL of the policy on how client data is used, published as `resource_policy_uri`."""
+    resource_tos_uri: str | None = None
+    """URL of the terms of service, published as `resource_tos_uri`."""
+
+    @field_validator("scopes_supported")
+    @classmethod
+    def _minimal(cls, values: list[str]) -> list[str]:
+        return not_refresh_scope(values, "scopesSupported")
+
+    @field_validator("resource")
+    @classmethod
+    def _resource(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        absolute_http_url(value)
+        if urlsplit(value).fragment:
+            raise ValueError("resource must not have a fragment")
+        return value
+
+
+class BrokerSettings(StrictModel):
+    redis_url: RedisUrl | None = None
+    """Redis holding sign-ins in progress, codes and refresh tokens for every replica:
+    `redis://`, `rediss://` (TLS) or `unix:`. Required when several processes serve, unless the
+    gateway's MCP_OAUTH_GATEWAY_REDIS_URL sets it; unset, state stays in memory."""
+
+
+class McpAuthentication(StrictModel):
+    provider: ProviderKind | None = None
+    """The identity provider MCP clients sign in at, which the gateway adapts to: `Keycloak`
+    (registration goes to Keycloak's own endpoint) or `ProviderB` (`Authentik` is the same: no
+    dynamic registration, so the gateway answers registrations with `clientId`). Unset: the
+    metadata lists every provider's issuer, and clients sign in there directly."""
+    client_id: NonEmpty | None = None
+    """The pre-registered public client (PKCE, no secret). ProviderB: what the registration
+    endpoint returns to MCP clients (required, and one of the audiences). Broker mode: the
+    client the gateway signs users in as."""
+    resource_metadata: ResourceMetadata = ResourceMetadata()
+    """The protected resource metadata (RFC 9728) served at
+    `/.well-known/oauth-protected-resource<resource path>`: what MCP clients read first to find
+    where to sign in."""
+    authorization_server_mode: Literal["Facade", "Broker"] = "Facade"
+    """`Facade` (default): clients get the provider's own authorization server metadata, with
+    the gateway's registration endpoint, and sign in at the provider. `Broker`: the gateway is
+    the authorization server clients see and signs users in at the provider itself; needed by
+    clients that check the metadata's `issuer` and the RFC 9207 `iss`."""
+    broker: BrokerSettings | None = None
+    """Broker mode settings; refused in Facade mode."""
+
+    @field_validator("provider", mode="before")
+    @classmethod
+    def _known_provider(cls, value: object) -> object:
+        return provider_kind(value, "provider")
+
+
+class JwtAuthenticationSpec(StrictModel):
+    mode: Literal["Strict", "Optional", "Permissive"] = "Strict"
+    """`Strict` (default): a valid token or 401. `Optional`: a request without a token goes on
+    as an anonymous caller (`jwt` is an empty map), a bad token is 401. `Permissive`: a bad
+    token also goes on as anonymous, and why is logged and counted."""
+    providers: Annotated[list[JwtProvider], Field(min_length=1, max_length=64)]
+    """The identity providers whose tokens are accepted. A token goes by its `iss` to the one
+    provider with that issuer (none: 401) and is checked against its keys and audiences."""
+    mcp: McpAuthentication | None = None
+    """MCP OAuth discovery: the gateway serves the metadata and registration endpoints MCP
+    clients use to sign in, and 401 challenges point at them. Unset: tokens are only
+    verified."""
+    forward_token: bool = False
+    """Pass the caller's token on to the backend. Default false: it is removed before proxying,
+    as MCP forbids token passthrough. Prefer `spec.backend.credentials` (`passthrough: true` is
+    the same); the two cannot be combined."""

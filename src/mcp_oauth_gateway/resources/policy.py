@@ -1,0 +1,144 @@
+"""GatewayPolicy itself, with what it does for the backend (the credentials it receives)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from .authentication import PolicyTargetRef
+from .fields import ENV_NAME, AbsolutePath, HeaderName, NonEmpty, StrictModel, absolute_http_url
+from .gateway_api import ObjectMeta
+from .traffic import McpPolicy, Traffic
+
+
+class SecretSource(StrictModel):
+    """Where a secret comes from: never the resource itself, so it stays out of git and out of
+    `kubectl get -o yaml`. Exactly one of a file (its content, one trailing newline dropped) or
+    an environment variable of the gateway process. In Kubernetes both come from a Secret
+    mounted into the gateway's pod, so the controller itself needs no access to Secrets."""
+
+    file: AbsolutePath | None = None
+    """Absolute path of a file holding the secret (in a cluster, a Secret mounted into the
+    gateway's pod); one trailing newline is dropped. Read when the configuration loads."""
+    env: str | None = None
+    """Name of an environment variable of the gateway process holding the secret (in a
+    cluster, set from a Secret with `secretKeyRef`)."""
+
+    @field_validator("env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and not ENV_NAME.fullmatch(value):
+            raise ValueError(f"{value!r} is not an environment variable name")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SecretSource:
+        if (self.file is None) == (self.env is None):
+            raise ValueError("set exactly one of file or env")
+        return self
+
+
+class TokenExchange(StrictModel):
+    """RFC 8693 at the provider that issued the caller's token: the backend gets a token of its
+    own audience naming the same user, never the caller's. If the provider refuses (502) or
+    cannot be reached (503), nothing reaches the backend."""
+
+    client_id: NonEmpty
+    """The confidential client the gateway exchanges tokens as."""
+    client_secret: SecretSource
+    """Where that client's secret is read from: exactly one of `file` or `env`."""
+    audience: NonEmpty | None = None
+    """The backend's client id at the provider: the new token's `aud`. Set this or
+    `resource`."""
+    resource: str | None = None
+    """The backend's http(s) URL, sent as RFC 8707 `resource`. Set this or `audience`; authentik
+    refuses it."""
+    scope: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    """Scopes to ask for, separated by spaces; optional."""
+
+    @field_validator("resource")
+    @classmethod
+    def _resource(cls, value: str | None) -> str | None:
+        return None if value is None else absolute_http_url(value)
+
+    @model_validator(mode="after")
+    def _target(self) -> TokenExchange:
+        if self.audience is None and self.resource is None:
+            raise ValueError(
+                "set audience (the backend's client id at the provider) or resource (its URL): "
+                "the exchanged token must be for the backend"
+            )
+        return self
+
+
+class IdentityHeader(StrictModel):
+    """The caller's identity for a backend that trusts the gateway: the named claims as a JSON
+    object, or, with `signingKey`, as a short-lived HS256 JWS the backend can verify."""
+
+    header: HeaderName
+    """The header carrying the identity, e.g. `X-Mcp-Identity`."""
+    claims: Annotated[list[NonEmpty], Field(min_length=1, max_length=32)] = ["iss", "sub"]
+    """The claims sent; default `[iss, sub]`: `sub` is unique only within its issuer, so
+    backends should key users on the pair (with several providers, `iss` is required)."""
+    signing_key: SecretSource | None = None
+    """Where the HS256 key is read from: with it, the claims go as a JWS valid for 60 s instead
+    of plain JSON."""
+
+
+class SecretHeader(StrictModel):
+    """A static header (an API key) the backend requires, and optionally who the caller is."""
+
+    header: HeaderName
+    """The header's name, e.g. `X-Api-Key`."""
+    value: SecretSource
+    """Where the header's value is read from: exactly one of `file` or `env`."""
+    identity: IdentityHeader | None = None
+
+
+class BackendCredentialsSpec(StrictModel):
+    """What the backend receives in place of the caller's token (which it never gets unless
+    `passthrough` says so): exactly one mode."""
+
+    token_exchange: TokenExchange | None = None
+    passthrough: bool = False
+    """Send the caller's verified token itself: only for a backend that is its audience.
+    Default false."""
+    secret_header: SecretHeader | None = None
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> BackendCredentialsSpec:
+        chosen = [self.token_exchange is not None, self.passthrough, self.secret_header is not None]
+        if sum(chosen) != 1:
+            raise ValueError("set exactly one of tokenExchange, passthrough or secretHeader")
+        return self
+
+
+class BackendPolicy(StrictModel):
+    mcp: McpPolicy | None = None
+    """Rules per MCP tool, prompt and resource; they read the verified token, so they need
+    `traffic.jwtAuthentication`."""
+    credentials: BackendCredentialsSpec | None = None
+    """What the MCP server receives in place of the caller's token: exactly one of
+    `tokenExchange`, `passthrough` or `secretHeader`. Unset: no credential at all."""
+
+
+class GatewayPolicySpec(StrictModel):
+    target_refs: Annotated[list[PolicyTargetRef], Field(min_length=1, max_length=16)]
+    """The HTTPRoutes this policy governs. A route takes one policy: when several name it, the
+    first by namespace/name applies and the others are Attached=False reason Conflicted."""
+    traffic: Traffic
+    """What every request on the routes goes through: JWT authentication, then the optional
+    authorization, scope, rate limit and header rules."""
+    backend: BackendPolicy | None = None
+    """What the gateway does for the MCP server: rules per tool, prompt and resource, and the
+    credential it receives."""
+
+
+class GatewayPolicy(StrictModel):
+    api_version: Literal["mcp-oauth-gateway.dev/v1alpha1"]
+    kind: Literal["GatewayPolicy"]
+    metadata: ObjectMeta
+    spec: GatewayPolicySpec
+    """How requests to the targeted routes are authenticated and authorized, how MCP clients
+    find where to sign in, and what the MCP server receives."""
