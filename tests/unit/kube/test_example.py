@@ -1,6 +1,7 @@
-"""The README's Kubernetes example (examples/kubernetes): with the ReferenceGrant it tells the
-user to apply, the policy is Accepted and Attached; without it, not (and the route fails
-closed). Built by the same function the controller uses, as the API server's objects."""
+"""The Kubernetes guide's example (docs/kubernetes.md, examples/kubernetes): with the
+ReferenceGrant it tells the user to apply, the policy is Accepted and Attached; without it,
+not (and the route fails closed). Built by the same function the controller uses, as the API
+server's objects."""
 
 from __future__ import annotations
 
