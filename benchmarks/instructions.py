@@ -27,8 +27,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import run
-from run import Bench
+import processes
+from configs import STAGES
+from processes import LOAD_CORE
+from scenarios import Bench
+from servers import Server
 
 BODY = (
     b'{"jsonrpc":"2.0","id":1,"method":"tools/call",'
@@ -78,8 +81,8 @@ def annotate(dump: Path, top: int) -> str:
     return "\n".join(rows[:top])
 
 
-def main() -> int:
-    """Measure and print instructions per request."""
+def _parser() -> argparse.ArgumentParser:
+    """The command line: the scenario, the server measured and what to count."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--new-tokens", action="store_true", help="scenario c")
@@ -95,10 +98,16 @@ def main() -> int:
     )
     parser.add_argument(
         "--stage",
-        choices=("plain", *run.STAGES, "all"),
+        choices=("plain", *STAGES, "all"),
         default="plain",
         help="the gateway with this optional stage on (as `run.py --stages` runs it)",
     )
+    return parser
+
+
+def main() -> int:
+    """Measure and print instructions per request."""
+    parser = _parser()
     args = parser.parse_args()
     if args.haproxy and args.new_tokens:
         parser.error("--haproxy measures one token (scenario d); drop --new-tokens")
@@ -109,32 +118,7 @@ def main() -> int:
     count = args.requests
     tokens = [bench.mint(i) for i in range(count + 200)] if args.new_tokens else [bench.token]
     out = Path(tempfile.mkdtemp()) / "callgrind.out"
-    spawn, wait_port = bench.spawn, run.wait_port
-    run.wait_port = lambda port, timeout=20: wait_port(port, 600)  # start-up under valgrind
-
-    measured = "haproxy" if args.haproxy else "gateway"
-    cache = ["--cache-sim=yes", "--LL=1048576,16,64"] if args.cache_sim else []
-    tool = ["valgrind", "--tool=callgrind", *cache, f"--callgrind-out-file={out}.%p"]
-
-    def under_valgrind(name, cmd, core, port, env=None):  # noqa: ANN001, ANN202
-        return spawn(name, [*tool, *cmd] if name == measured else cmd, core, port, env)
-
-    bench.spawn = under_valgrind  # type: ignore[method-assign]
-    try:
-        backend = bench.backend(run.LOAD_CORE)
-        server = (
-            bench.haproxy(backend.port)
-            if args.haproxy
-            else bench.gateway(backend.port, stage=args.stage)
-        )
-        warm = tokens[count:] if args.new_tokens else tokens
-        asyncio.run(load(server.port, warm, 200, args.conns))
-        pid = str(server.popen.pid)
-        subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
-        failed = asyncio.run(load(server.port, tokens, count, args.conns))
-        subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
-    finally:
-        bench.stop_all()
+    failed = _under_callgrind(bench, args, tokens, out)
     totals = summed_events(out)
     for dump in dumps(out):
         if args.top:
@@ -154,6 +138,41 @@ def main() -> int:
     if args.cache_sim:
         print(cache_line(totals, count))
     return 0 if failed == 0 and total else 1
+
+
+def _under_callgrind(bench: Bench, args: argparse.Namespace, tokens: list[str], out: Path) -> int:
+    """The measured server under callgrind: warm it up, zero the counts, send the requests and
+    dump them into `out`.<pid>; the requests not answered 200."""
+    count = args.requests
+    spawn, wait_port = bench.spawn, processes.wait_port
+    processes.wait_port = lambda port, timeout=20: wait_port(port, 600)  # start-up under valgrind
+
+    measured = "haproxy" if args.haproxy else "gateway"
+    cache = ["--cache-sim=yes", "--LL=1048576,16,64"] if args.cache_sim else []
+    tool = ["valgrind", "--tool=callgrind", *cache, f"--callgrind-out-file={out}.%p"]
+
+    def under_valgrind(
+        name: str, cmd: list[str], core: str, port: int, env: dict[str, str] | None = None
+    ) -> Server:
+        return spawn(name, [*tool, *cmd] if name == measured else cmd, core, port, env)
+
+    bench.spawn = under_valgrind  # type: ignore[method-assign]
+    try:
+        backend = bench.backend(LOAD_CORE)
+        server = (
+            bench.haproxy(backend.port)
+            if args.haproxy
+            else bench.gateway(backend.port, stage=args.stage)
+        )
+        warm = tokens[count:] if args.new_tokens else tokens
+        asyncio.run(load(server.port, warm, 200, args.conns))
+        pid = str(server.popen.pid)
+        subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
+        failed = asyncio.run(load(server.port, tokens, count, args.conns))
+        subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
+    finally:
+        bench.stop_all()
+    return failed
 
 
 def dumps(out: Path) -> list[Path]:

@@ -15,7 +15,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from run import HERE, LOAD_CORE, Bench, pinned
+from processes import HERE, LOAD_CORE, pinned
+from scenarios import Bench
 
 
 def summarize(raw: Path, top: int) -> str:
@@ -39,8 +40,8 @@ def summarize(raw: Path, top: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    """Profile and write the summary."""
+def _parser() -> argparse.ArgumentParser:
+    """The command line: how long to sample, which scenario, where to write."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument(
@@ -50,7 +51,12 @@ def main() -> int:
         help="cycle this many tokens (scenario c: 12000 with a 10,000-entry cache); 0: one",
     )
     parser.add_argument("--output", default=str(HERE / "profile.txt"))
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> int:
+    """Profile and write the summary."""
+    args = _parser().parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not os.path.exists(spy):
         print("error: py-spy is required (pip install py-spy)", file=sys.stderr)
@@ -61,47 +67,7 @@ def main() -> int:
     bench = Bench(options)
     raw = Path(tempfile.mkdtemp()) / "profile.raw"
     try:
-        backend = bench.backend(LOAD_CORE)
-        gateway = bench.gateway(backend.port)
-        tokens = str(bench.tokens_file(args.tokens)) if args.tokens else ""
-        env = {**os.environ, "TOKEN": bench.token, "TOKENS_FILE": tokens}
-        load = subprocess.Popen(
-            pinned(
-                LOAD_CORE,
-                [
-                    "wrk",
-                    "-t1",
-                    "-c64",
-                    f"-d{args.seconds + 4}s",
-                    "-s",
-                    str(HERE / "post.lua"),
-                    f"http://127.0.0.1:{gateway.port}/mcp",
-                ],
-            ),
-            env=env,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        subprocess.run(
-            [
-                spy,
-                "record",
-                "-p",
-                str(gateway.popen.pid),
-                "-d",
-                str(args.seconds),
-                "-r",
-                "250",
-                "-f",
-                "raw",
-                "-o",
-                str(raw),
-                "--nonblocking",
-            ],
-            capture_output=True,
-            check=True,
-        )
-        out, _ = load.communicate(timeout=60)
+        out = _sample(bench, args, spy, raw)
     finally:
         bench.stop_all()
     scenario = f"c ({args.tokens} tokens cycled)" if args.tokens else "b (one token)"
@@ -113,6 +79,52 @@ def main() -> int:
     Path(args.output).write_text(text)
     print(text)
     return 0
+
+
+def _sample(bench: Bench, args: argparse.Namespace, spy: str, raw: Path) -> str:
+    """py-spy records the gateway into `raw` while wrk loads it; wrk's output."""
+    backend = bench.backend(LOAD_CORE)
+    gateway = bench.gateway(backend.port)
+    tokens = str(bench.tokens_file(args.tokens)) if args.tokens else ""
+    env = {**os.environ, "TOKEN": bench.token, "TOKENS_FILE": tokens}
+    load = subprocess.Popen(
+        pinned(
+            LOAD_CORE,
+            [
+                "wrk",
+                "-t1",
+                "-c64",
+                f"-d{args.seconds + 4}s",
+                "-s",
+                str(HERE / "post.lua"),
+                f"http://127.0.0.1:{gateway.port}/mcp",
+            ],
+        ),
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    subprocess.run(
+        [
+            spy,
+            "record",
+            "-p",
+            str(gateway.popen.pid),
+            "-d",
+            str(args.seconds),
+            "-r",
+            "250",
+            "-f",
+            "raw",
+            "-o",
+            str(raw),
+            "--nonblocking",
+        ],
+        capture_output=True,
+        check=True,
+    )
+    out, _ = load.communicate(timeout=60)
+    return out
 
 
 if __name__ == "__main__":
