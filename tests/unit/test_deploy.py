@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mcp_oauth_gateway.cli import _parser
+from mcp_oauth_gateway.cli.flags import parser as _parser
 from mcp_oauth_gateway.kube.options import controller_options
 from support import controller_rbac_calls, deploy_rbac_rules
 

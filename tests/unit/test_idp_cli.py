@@ -12,6 +12,7 @@ import yaml
 from starlette.testclient import TestClient
 
 from mcp_oauth_gateway import cli
+from mcp_oauth_gateway.cli.flags import parser
 from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
 from mcp_oauth_gateway.resources import load_paths
 from support import ROOT
@@ -54,7 +55,7 @@ def dev_idp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
 
 def test_the_mode_defaults_to_broker_for_both_tools():
     for tool in ("keycloak", "authentik"):
-        args = cli._parser().parse_args(
+        args = parser().parse_args(
             ["idp", tool, "--url", KC_URL, "--resource", RESOURCE, "--output-dir", "out"]
         )
         assert args.mode == "Broker", tool

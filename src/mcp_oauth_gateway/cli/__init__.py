@@ -1,0 +1,80 @@
+"""The `mcp-oauth-gateway` command: `serve`, `check`, `idp`, `dev-idp` and `demo`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .check import cmd_check
+from .common import EXIT_INVALID
+from .flags import parser
+from .serve import cmd_serve
+
+__all__ = ["EXIT_INVALID", "main"]
+
+
+def cmd_dev_idp(args: argparse.Namespace) -> int:
+    """Run the dev identity provider until interrupted."""
+    from pathlib import Path
+
+    import uvicorn
+
+    from .. import logs
+    from ..devidp import BANNER, DevIdpSettings, create_app
+
+    logs.configure("info")
+    keycloak = args.flavour == "keycloak"
+    port = args.port if args.port is not None else (8180 if keycloak else 9000)
+    settings = DevIdpSettings(
+        flavour=args.flavour,
+        host=args.host,
+        port=port,
+        state=Path(args.state) if args.state else None,
+        seed_users=args.seed_users,
+        access_token_ttl=args.access_token_ttl or (60 if keycloak else 3600),
+        migrations_seconds=args.migrations_delay,
+        worker_seconds=args.worker_delay,
+    )
+    app = create_app(settings)
+    print(
+        BANNER.format(flavour=args.flavour, url=f"http://{args.host}:{port}"),
+        file=sys.stderr,
+        flush=True,
+    )
+    uvicorn.run(
+        app, host=args.host, port=port, log_config=None, access_log=False, server_header=False
+    )
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the demo until Ctrl-C."""
+    from pathlib import Path
+
+    from ..demo.runner import DemoOptions, run_demo
+
+    return run_demo(
+        DemoOptions(
+            flavour=args.flavour,
+            directory=Path(args.dir).resolve(),
+            gateway_port=args.port,
+            idp_port=args.idp_port,
+            backend_port=args.backend_port,
+        )
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    args = parser().parse_args(argv)
+    from ..idp.cli import run as cmd_idp
+
+    commands = {
+        "serve": cmd_serve,
+        "check": cmd_check,
+        "dev-idp": cmd_dev_idp,
+        "idp": cmd_idp,
+        "demo": cmd_demo,
+    }
+    return commands[args.command](args)
