@@ -65,7 +65,10 @@ GENERATOR = ROOT / "tools" / "gen_crds.py"
 
 @cache
 def generator() -> ModuleType:
-    """tools/gen_crds.py, imported from its path (tools/ is not a package)."""
+    """tools/gen_crds.py, imported from its path (tools/ is not a package; its helper modules
+    `_crd_*` are imported from tools/ as when it runs as a script)."""
+    if str(GENERATOR.parent) not in sys.path:
+        sys.path.insert(0, str(GENERATOR.parent))
     spec = importlib.util.spec_from_file_location("gen_crds", GENERATOR)
     assert spec is not None
     assert spec.loader is not None
@@ -74,6 +77,12 @@ def generator() -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def schema_walk() -> ModuleType:
+    """The generator's model walker (tools/_crd_schema.py)."""
+    generator()
+    return sys.modules["_crd_schema"]
 
 
 def loader_errors(document: Mapping[str, Any], tmp_path: Path) -> list[str]:
@@ -224,7 +233,7 @@ def test_generator_stops_at_a_validator_it_has_no_rule_for() -> None:
             return value
 
     with pytest.raises(gen.GeneratorError, match=r"Probe\._checked has no entry"):
-        gen._object_schema(Probe, gen._Walk(), "spec")
+        schema_walk().object_schema(Probe, schema_walk().Walk(), "spec")
 
 
 def test_generator_stops_at_a_field_without_a_description() -> None:
@@ -234,7 +243,7 @@ def test_generator_stops_at_a_field_without_a_description() -> None:
         name: m.NonEmpty
 
     with pytest.raises(gen.GeneratorError, match=r"spec\.name: no description; write a docstring"):
-        gen._object_schema(Probe, gen._Walk(), "spec")
+        schema_walk().object_schema(Probe, schema_walk().Walk(), "spec")
 
 
 def test_generator_stops_at_list_items_without_a_docstring() -> None:
@@ -247,12 +256,13 @@ def test_generator_stops_at_list_items_without_a_docstring() -> None:
         items: list[Item] = Field(description="Described too.")
 
     with pytest.raises(gen.GeneratorError, match=r"spec\.items\[\]: Item has no docstring"):
-        gen._object_schema(Probe, gen._Walk(), "spec")
+        schema_walk().object_schema(Probe, schema_walk().Walk(), "spec")
 
 
 def test_generator_stops_at_a_rule_no_model_uses(monkeypatch: pytest.MonkeyPatch) -> None:
     gen = generator()
-    monkeypatch.setitem(gen._DECORATED, (m.RemoteJwks, "_renamed"), gen.Rule())
+    rules = sys.modules["_crd_rules"]
+    monkeypatch.setitem(rules.DECORATED, (m.RemoteJwks, "_renamed"), rules.Rule())
     with pytest.raises(gen.GeneratorError, match="no model uses any more"):
         gen.render()
 
