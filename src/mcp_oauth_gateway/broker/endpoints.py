@@ -94,6 +94,8 @@ async def _write_error(
             params["state"] = exc.state
         await pages.send_redirect(send, with_query(exc.redirect_href, urlencode(params)))
     elif page:
-        await pages.send_error_page(scope, send, exc.status, exc.error, exc.description)
+        await pages.send_error_page(
+            scope, send, exc.status, exc.error, exc.description, exc.headers
+        )
     else:
         await send_error(send, exc.status, exc.error, exc.description, exc.headers)

@@ -135,12 +135,18 @@ def _allow_buttons(choices: list[tuple[int, str]]) -> str:
 
 
 async def send_error_page(
-    scope: Scope, send: Send, status: int, error: str, description: str
+    scope: Scope,
+    send: Send,
+    status: int,
+    error: str,
+    description: str,
+    headers: Headers | None = None,
 ) -> None:
-    """An OAuth error answered in place: an HTML page for browsers, JSON for programs."""
+    """An OAuth error answered in place: an HTML page for browsers, JSON for programs. `headers`
+    are the error's own (a 405's `Allow`), sent either way."""
     accept = header(scope, b"accept") or b""
     if b"text/html" not in accept:
-        await send_error(send, status, error, description)
+        await send_error(send, status, error, description, headers)
         return
     body = _html(
         "Sign-in failed",
@@ -154,6 +160,7 @@ async def send_error_page(
             "status": status,
             "headers": [
                 *_SECURITY,
+                *(headers or ()),
                 (b"content-length", str(len(body)).encode()),
                 (
                     b"content-security-policy",

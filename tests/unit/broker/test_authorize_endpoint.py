@@ -198,6 +198,11 @@ async def test_a_repeated_parameter_is_refused_in_place(rig: Rig):
 async def test_other_methods_are_405_naming_get_and_post(rig: Rig):
     response = await rig.call("PUT", AUTHORIZE)
     assert error_of(response) == (405, "invalid_request", "use GET, POST")
+    # RFC 9110 §15.5.6: a 405 names the methods it allows, on the page as in JSON.
+    assert response.header(b"allow") == b"GET, POST"
+    page = await rig.call("PUT", AUTHORIZE, headers=[(b"accept", b"text/html")])
+    assert page.status == 405
+    assert page.header(b"allow") == b"GET, POST"
 
 
 async def test_the_page_still_shows_while_the_providers_metadata_is_unavailable(rig: Rig):
