@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from ..urls import shown_url
 from .errors import OAuthError
 from .refresh import RefreshTokens, digest
 from .store import BrokerStore
@@ -100,7 +101,7 @@ async def revoke_at_provider(
                     return
                 body = await response.read()
     except (TimeoutError, aiohttp.ClientError) as exc:
-        log.warning("provider revocation endpoint %s unreachable: %s", endpoint, exc)
+        log.warning("provider revocation endpoint %s unreachable: %s", shown_url(endpoint), exc)
         raise OAuthError(
             503,
             "temporarily_unavailable",
