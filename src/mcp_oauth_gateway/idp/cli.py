@@ -87,9 +87,9 @@ def _add_keycloak_parser(tools: argparse._SubParsersAction[argparse.ArgumentPars
     kc.add_argument(
         "--allow-anonymous-dcr",
         action="store_true",
-        help="local tests only: delete the trusted-hosts and anonymous "
-        "allowed-client-templates registration policies so MCP clients can "
-        "register without a token",
+        help="with --mode Facade, for local tests only: delete the trusted-hosts and "
+        "anonymous allowed-client-templates registration policies so MCP clients can "
+        "register at Keycloak without a token",
     )
     _common(kc)
 
