@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _pipeline_doc as pipeline_doc
 import yaml
 
 from mcp_oauth_gateway.resources.models import (
@@ -411,9 +412,10 @@ def model_page(kind: str, model: Any) -> str:
 
 
 def render() -> dict[Path, str]:
-    """Every reference page: path → text."""
+    """Every reference page, and the pipeline page with its stage list: path → text."""
     pages = {OUT_DIR / f"{kind.lower()}.md": crd_page(kind, file) for kind, file in CRDS.items()}
     pages |= {OUT_DIR / f"{kind.lower()}.md": model_page(kind, m) for kind, m in MODELS.items()}
+    pages[pipeline_doc.PAGE] = pipeline_doc.page(pipeline_doc.PAGE.read_text(encoding="utf-8"))
     return pages
 
 

@@ -9,6 +9,7 @@ import sys
 from functools import cache
 from types import ModuleType
 
+import pytest
 import yaml
 
 from support import ROOT
@@ -20,7 +21,10 @@ KINDS += ("GatewayClass", "Service")
 
 @cache
 def generator() -> ModuleType:
-    """tools/gen_reference.py, imported from its path (tools/ is not a package)."""
+    """tools/gen_reference.py, imported from its path (tools/ is not a package; its helper
+    modules are imported from tools/ as when it runs as a script)."""
+    if str(GENERATOR.parent) not in sys.path:
+        sys.path.insert(0, str(GENERATOR.parent))
     spec = importlib.util.spec_from_file_location("gen_reference", GENERATOR)
     assert spec is not None
     assert spec.loader is not None
@@ -38,7 +42,8 @@ def test_committed_reference_pages_are_what_the_generator_makes() -> None:
         committed = path.read_text(encoding="utf-8") if path.is_file() else ""
         assert committed == text, f"{path.relative_to(ROOT)} is out of date: run {gen.REGENERATE}"
     assert gen.main(["--check"]) == 0
-    assert sorted(p.name for p in rendered) == sorted(f"{k.lower()}.md" for k in KINDS)
+    reference = [p.name for p in rendered if p.parent.name == "reference"]
+    assert sorted(reference) == sorted(f"{k.lower()}.md" for k in KINDS)
 
 
 def test_regenerating_is_a_make_target() -> None:
@@ -71,3 +76,20 @@ def test_every_field_of_the_gateway_api_kinds_is_described() -> None:
     path_type = "| `spec.rules[].matches[].path.type` | string | no | `PathPrefix` |"
     assert path_type in route
     assert "`PathPrefix`, `Exact`" in route
+
+
+def test_the_pipeline_page_lists_every_declared_stage_in_order() -> None:
+    """docs/concepts/pipeline.md's stage list is written from serving.stages.PIPELINE."""
+    from mcp_oauth_gateway.serving.stages import PIPELINE
+
+    generator()
+    doc = sys.modules["_pipeline_doc"]
+    page = doc.PAGE.read_text(encoding="utf-8")
+    section = page[page.index(doc.BEGIN) : page.index(doc.END)]
+    listed = re.findall(r"^\| \d+ \| `([a-z-]+)` \|", section, re.M)
+    assert listed == [stage.name for stage in PIPELINE]
+    for stage in PIPELINE:
+        assert stage.does in section
+    # The markers are what the generator needs: without them it stops, naming them.
+    with pytest.raises(SystemExit, match="markers"):
+        doc.page(page.replace(doc.END, ""))

@@ -83,14 +83,16 @@ def test_the_pipeline_is_one_list_in_the_request_order():
     names = [stage.name for stage in PIPELINE]
     assert names == ["broker-pages", "cors", "fail-closed", *POLICY_STAGES, "reverse-proxy"]
     assert PIPELINE[-1].answer is not None
-    assert all(stage.does for stage in PIPELINE)
+    assert all(stage.does and stage.when for stage in PIPELINE)
 
 
 def test_a_stage_is_built_one_way_only():
     with pytest.raises(TypeError, match="exactly one of wrap and answer"):
-        Stage("x", "does nothing", lambda route: True, None)
+        Stage("x", "does nothing", "always", lambda route: True, None)
     with pytest.raises(TypeError, match="exactly one of wrap and answer"):
-        Stage("x", "both", lambda route: True, None, wrap=lambda c, a: a, answer=lambda c: c)
+        Stage(
+            "x", "both", "always", lambda route: True, None, wrap=lambda c, a: a, answer=lambda c: c
+        )
 
 
 def test_a_full_policy_runs_every_stage_in_order(full_route):

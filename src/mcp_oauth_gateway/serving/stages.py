@@ -23,6 +23,8 @@ class Stage:
 
     name: str
     does: str
+    # `applies` in words, for the docs: the configuration that turns the stage on.
+    when: str
     applies: Callable[[CompiledRoute], bool]
     view: Callable[[CompiledPolicy], dict[str, object]] | None
     wrap: Callable[[RouteContext, ASGIApp], ASGIApp] | None = None
@@ -43,6 +45,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage(
         "broker-pages",
         "Broker mode: the sign-in and consent pages (outside CORS, never readable cross-origin)",
+        "spec.traffic.jwtAuthentication.mcp.authorizationServerMode is Broker",
         is_broker,
         None,
         wrap=build.broker_pages,
@@ -50,6 +53,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage(
         "cors",
         "answers preflights and adds CORS headers (the route's CORS filter)",
+        "the HTTPRoute rule has a CORS filter",
         lambda route: route.cors is not None,
         None,
         wrap=build.cors,
@@ -57,6 +61,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage(
         "fail-closed",
         "a route without a backend or with an invalid policy answers 503 to every request",
+        "the rule has no backend, or its GatewayPolicy is not valid",
         lambda route: failure_of(route) is not None,
         None,
         answer=build.fail_closed,
@@ -64,6 +69,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage(
         "owned-headers",
         "drops client-sent copies of the headers the gateway sets or removes for the backend",
+        "the policy sets or removes request headers for the backend",
         lambda route: any(set_headers(route.policy)),
         None,
         wrap=build.owned_headers,
@@ -71,6 +77,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage(
         "oauth-endpoints",
         "the MCP OAuth documents, the registration shim and, in Broker mode, the OAuth server",
+        "spec.traffic.jwtAuthentication.mcp is set",
         _has(lambda p: p.provider is not None and p.mcp is not None),
         views.mcp,
         wrap=build.oauth_endpoints,
@@ -78,6 +85,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage(
         "jwt-authentication",
         "verifies the bearer JWT with the keys of the provider its issuer names (401)",
+        "the route has a GatewayPolicy (jwtAuthentication is required)",
         _has(lambda p: p.provider is not None),
         views.providers,
         wrap=build.jwt_authentication,
@@ -85,6 +93,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage(
         "required-scopes",
         "a token short of a route-wide scope is asked to step up (403 insufficient_scope)",
+        "spec.traffic.scopes.required is not empty",
         _has(lambda p: p.scopes is not None and p.scopes.required),
         views.scopes,
         wrap=build.required_scopes,
@@ -92,6 +101,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage(
         "cel-authorization",
         "the policy's CEL rules over the request and the verified claims (403)",
+        "spec.traffic.authorization is set",
         _has(lambda p: p.authorization is not None),
         views.authorization,
         wrap=build.cel_authorization,
@@ -99,6 +109,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage(
         "rate-limit",
         "a token bucket per CEL key, in process or shared through Redis (429)",
+        "spec.traffic.rateLimit is set",
         _has(lambda p: p.rate_limit is not None),
         views.rate_limit,
         wrap=build.rate_limit,
@@ -106,6 +117,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage(
         "header-transformation",
         "sets request headers from CEL expressions and removes others",
+        "spec.traffic.transformation is set",
         _has(lambda p: p.transformation is not None),
         views.transformation,
         wrap=build.header_transformation,
@@ -113,6 +125,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage(
         "mcp-authorization",
         "tool-level rules and item scopes on MCP messages; filters list results",
+        "spec.backend.mcp.authorization or spec.backend.mcp.scopes is set",
         _has(lambda p: p.mcp_authorization is not None or (p.scopes and p.scopes.items)),
         views.mcp_authorization,
         wrap=build.mcp_authorization,
@@ -120,6 +133,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage(
         "backend-credentials",
         "what the backend gets instead of the client's token: exchanged, passed on or a secret",
+        "spec.backend.credentials is set",
         _has(lambda p: p.credentials is not None),
         views.credentials,
         wrap=build.backend_credentials,
@@ -127,6 +141,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage(
         "reverse-proxy",
         "streams the request to the backend and its answer back",
+        "always, unless a stage before it answered",
         lambda route: True,
         None,
         answer=build.reverse_proxy,
