@@ -8,7 +8,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from .authentik import AuthentikFlavour, starting_response
+from .authentik import AuthentikFlavour
+from .authentik_startup import starting_response
 from .keycloak import KeycloakFlavour
 from .keycloak_cors import Preflight
 from .settings import DevIdpSettings

@@ -1,12 +1,14 @@
-"""`PUT /admin/realms/master/clients/{id}` in the Keycloak flavour: a client representation (as
-`GET …/clients` shows it, changed) updates the fields the dev IdP keeps and leaves the rest;
-204, or 404 `Could not find client`."""
+"""The realm's clients in the Keycloak flavour: a client's record by client id, the record as the
+OpenID provider sees it (a redirect URI ending in `*` is a wildcard), and what `PUT
+/admin/realms/master/clients/{id}` does to a record: a client representation (as `GET …/clients`
+shows it, changed) updates the fields the dev IdP keeps and leaves the rest."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .store import Record
+from .oidc import OAuthClient
+from .store import Record, Store
 
 # Representation flag → the grant it stands for.
 _FLAGS = {
@@ -16,6 +18,25 @@ _FLAGS = {
 }
 _BOOLEANS = ("publicClient", "consentRequired", "fullScopeAllowed")
 _LISTS = ("redirectUris", "webOrigins")
+
+
+def client_record(store: Store, client_id: str) -> Record | None:
+    """The record of the client with this client id."""
+    return next((c for c in store.collection("kc_clients") if c["clientId"] == client_id), None)
+
+
+def oauth_client(record: Record) -> OAuthClient:
+    """A client's record as the OpenID provider sees it."""
+    uris = tuple(("wildcard" if u.endswith("*") else "strict", u) for u in record["redirectUris"])
+    return OAuthClient(
+        client_id=record["clientId"],
+        public=record["publicClient"],
+        secret=record["secret"],
+        redirect_uris=uris,
+        grant_types=frozenset(record["grantTypes"]),
+        consent=record.get("consentRequired", False),
+        name=record.get("name") or record["clientId"],
+    )
 
 
 def update_client(record: Record, body: dict[str, Any]) -> None:

@@ -4,7 +4,8 @@ server): the client gets its redirect URIs' origins as web origins, consent requ
 scope, and either the realm's default client scopes or, when the request names a `scope`,
 exactly those as optional scopes (of the realm's defaults only `basic`). A request with an
 `Origin` header is refused (403 `Invalid origin`, no CORS headers) unless the anonymous
-"Allowed Registration Web Origins" policy lists that origin."""
+"Allowed Registration Web Origins" policy lists that origin. The policies are the realm's
+components, which the admin API lists, creates, updates and deletes (`…/components`)."""
 
 from __future__ import annotations
 
@@ -149,6 +150,27 @@ class Registration:
         for field in ("name", "config"):
             if field in body and body[field] is not None:
                 target[field] = body[field]
+        self.store.save()
+        return Response(status_code=204)
+
+    async def list_components(self, request: Request, parts: list[str]) -> Response:
+        """`GET /admin/realms/master/components` (by `type` and `name`)."""
+        kind = request.query_params.get("type")
+        name = request.query_params.get("name")
+        items = [
+            c
+            for c in self.store.collection("kc_components")
+            if (kind is None or c["providerType"] == kind) and (name is None or c["name"] == name)
+        ]
+        return json_response(items)
+
+    async def delete_component(self, request: Request, parts: list[str]) -> Response:
+        """`DELETE /admin/realms/master/components/{id}`: 204, or 404."""
+        components = self.store.collection("kc_components")
+        target = next((c for c in components if c["id"] == parts[0]), None)
+        if target is None:
+            return json_response({"error": "Could not find component"}, 404)
+        components.remove(target)
         self.store.save()
         return Response(status_code=204)
 

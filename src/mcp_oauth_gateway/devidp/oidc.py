@@ -2,118 +2,41 @@
 
 Authorization code with PKCE (S256 only), a login form and a consent page, RFC 9207 `iss` in
 authorization responses, refresh tokens, client credentials, discovery and JWKS. Tokens are RS256
-JWTs signed with joserfc; what goes into them is decided by the flavour (`Flavour`), from what the
-provisioning tools configured.
+JWTs signed with joserfc; what goes into them is decided by the flavour (`Flavour`, in
+`oidc_types`), from what the provisioning tools configured. The token endpoint's grants are in
+`oidc_token`.
 """
 
 from __future__ import annotations
 
-import base64
-import hmac
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
-from urllib.parse import unquote, urlsplit
+from typing import Any
+from urllib.parse import urlsplit
 
 from joserfc import jwt
 from joserfc.jwk import RSAKey
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from .. import pkce
 from . import pages
 from .oidc_http import OAuthError as OAuthError
-from .oidc_http import TokenErrors, append_query, form_pairs, redirect_allowed
+from .oidc_http import TokenErrors, append_query, redirect_allowed
 from .oidc_http import json_response as json_response
 from .oidc_http import oauth_error as oauth_error
 from .oidc_http import read_form as read_form
 from .oidc_http import standard_id_claims as standard_id_claims
 from .oidc_http import token_response as token_response
+from .oidc_token import TOKEN_EXCHANGE as TOKEN_EXCHANGE
+from .oidc_token import TokenEndpoint
+from .oidc_types import Flavour as Flavour
+from .oidc_types import OAuthClient as OAuthClient
+from .oidc_types import Subject as Subject
 
 CODE_TTL = 60
 INTERACTION_TTL = 600
 SESSION_COOKIE = "devidp_session"
-TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
-
-
-@dataclass(frozen=True)
-class OAuthClient:
-    client_id: str
-    public: bool
-    secret: str | None
-    redirect_uris: tuple[tuple[str, str], ...]  # (matching mode, value)
-    grant_types: frozenset[str]
-    consent: bool
-    name: str = ""
-    context: dict[str, Any] = field(default_factory=dict, compare=False)
-
-
-@dataclass(frozen=True)
-class Subject:
-    id: str
-    username: str
-    email: str | None = None
-    name: str | None = None
-    groups: tuple[str, ...] = ()
-    service_account: bool = False
-
-
-class Flavour(Protocol):
-    name: str
-    interaction_prefix: str
-    grant_not_allowed_error: tuple[int, str]
-
-    def token_exchange(
-        self, base: str, client: OAuthClient, form: dict[str, str], audiences: list[str]
-    ) -> dict[str, Any]:
-        """RFC 8693, as this provider does it (its own rules and refusals)."""
-        ...
-
-    def issuer(self, base: str, client: OAuthClient) -> str:
-        """The issuer for tokens of `client`."""
-        ...
-
-    def find_client(self, client_id: str) -> OAuthClient | None:
-        """A registered client."""
-        ...
-
-    def authenticate(self, username: str, password: str) -> Subject | None:
-        """A user whose credentials match."""
-        ...
-
-    def service_subject(self, client: OAuthClient) -> Subject:
-        """The service account a client-credentials token stands for."""
-        ...
-
-    def token_claims(
-        self, client: OAuthClient, subject: Subject, scopes: list[str], resource: str | None
-    ) -> dict[str, Any]:
-        """Claims of the access token (beyond iss, iat, exp, jti)."""
-        ...
-
-    def id_token_claims(
-        self, client: OAuthClient, access: dict[str, Any], standard: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Claims of the ID token, from the access token's and the standard OpenID ones."""
-        ...
-
-    def signing_key(self, client: OAuthClient) -> RSAKey:
-        """The key that signs `client`'s tokens."""
-        ...
-
-    def access_token_ttl(self, client: OAuthClient) -> int:
-        """Access-token lifetime in seconds."""
-        ...
-
-    def subject_by_id(self, subject_id: str) -> Subject | None:
-        """Reload a subject (for refresh tokens)."""
-        ...
-
-    def scope_tokens(self, text: str) -> list[str]:
-        """The scopes of a `scope` parameter, split as this provider splits it."""
-        ...
 
 
 class OpenIdProvider:
@@ -142,6 +65,8 @@ class OpenIdProvider:
         self.rotates_refresh_tokens: Callable[[], bool] = lambda: True
         self.refresh_scope_check: Callable[[OAuthClient, str], None] | None = None
         self.access_tokens: dict[str, dict[str, Any]] = {}
+        # Reads this module's `time` when called (tests move the dev IdP's wall clock there).
+        self._token_endpoint = TokenEndpoint(self, lambda: time.time())
 
     # --- tokens ---------------------------------------------------------------------------
 
@@ -342,144 +267,11 @@ class OpenIdProvider:
 
     def client_from_request(self, request: Request, form: dict[str, str]) -> OAuthClient:
         """The client a token request authenticates as (OAuthError when it does not)."""
-        client_id, secret = form.get("client_id"), form.get("client_secret")
-        auth = request.headers.get("authorization", "")
-        if auth.lower().startswith("basic "):
-            try:
-                decoded = base64.b64decode(auth[6:]).decode()
-                basic_id, _, basic_secret = decoded.partition(":")
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise OAuthError(401, "invalid_client", "malformed Basic credentials") from exc
-            client_id, secret = unquote(basic_id), unquote(basic_secret)
-        client = self.flavour.find_client(client_id or "")
-        if client is None:
-            raise OAuthError.of(self.errors.unknown_client)
-        if secret is not None and client.secret is not None:
-            if not hmac.compare_digest(secret, client.secret):
-                raise OAuthError.of(self.errors.bad_secret)
-        elif not client.public:
-            raise OAuthError.of(self.errors.no_secret)
-        return client
+        return self._token_endpoint.client_from_request(request, form)
 
     async def token(self, request: Request) -> Response:
         """The token endpoint: authorization_code, refresh_token, client_credentials, password."""
-        form = await read_form(request)
-        try:
-            client = self.client_from_request(request, form)
-            grant = form.get("grant_type", "")
-            base = str(request.base_url).rstrip("/")
-            if grant == TOKEN_EXCHANGE:
-                # Each provider decides for itself who may exchange (not by grant_types).
-                audiences = [v for k, v in form_pairs(await request.body()) if k == "audience"]
-                return token_response(self.flavour.token_exchange(base, client, form, audiences))
-            self._check_grant(client, grant)
-            handler = {
-                "authorization_code": self._code_grant,
-                "refresh_token": self._refresh_grant,
-                "client_credentials": self._client_credentials_grant,
-                "password": self._password_grant,
-            }[grant]
-            return token_response(handler(base, client, form))
-        except OAuthError as exc:
-            return oauth_error(exc)
-
-    def _check_grant(self, client: OAuthClient, grant: str) -> None:
-        errors = self.errors
-        if not grant:
-            raise OAuthError.of(errors.missing_grant)
-        if grant not in ("authorization_code", "refresh_token", "client_credentials", "password"):
-            raise OAuthError.of(errors.unsupported_grant, grant=grant)
-        public = client.public and client.secret is None
-        if grant == "client_credentials" and public and errors.public_client_credentials_first:
-            raise OAuthError.of(errors.public_client_credentials)
-        if grant not in client.grant_types:
-            status, error = self.flavour.grant_not_allowed_error
-            default = (status, error, f"the {grant} grant is not allowed for client {{client}}")
-            refusal = errors.grant_not_allowed.get(grant, default)
-            raise OAuthError.of(refusal, client=client.client_id)
-
-    def _code_grant(self, base: str, client: OAuthClient, form: dict[str, str]) -> dict[str, Any]:
-        errors = self.errors
-        if not form.get("code"):
-            raise OAuthError.of(errors.code_missing)
-        record = self.codes.pop(form["code"], None)
-        if record is None or record["exp"] < time.time():
-            raise OAuthError.of(errors.code_invalid)
-        if record["client_id"] != client.client_id:
-            raise OAuthError.of(errors.code_other_client)
-        if record["redirect_uri"] != form.get("redirect_uri"):
-            raise OAuthError.of(errors.redirect_mismatch)
-        if record["challenge"] and not form.get("code_verifier"):
-            raise OAuthError.of(errors.pkce_missing)
-        if record["challenge"] and not pkce.verify(form["code_verifier"], record["challenge"]):
-            raise OAuthError.of(errors.pkce_mismatch)
-        subject = self.flavour.subject_by_id(record["subject"])
-        if subject is None:
-            raise OAuthError.of(errors.code_invalid)
-        return self.mint(
-            record["base"],
-            client,
-            subject,
-            record["scopes"],
-            form.get("resource") or record["resource"],
-            record["nonce"],
-            overrides={"sid": record["sid"]} if "sid" in record else None,
-        )
-
-    def _refresh_grant(
-        self, base: str, client: OAuthClient, form: dict[str, str]
-    ) -> dict[str, Any]:
-        if not form.get("refresh_token"):
-            raise OAuthError.of(self.errors.refresh_missing)
-        errors, record = self.errors, self.refresh_tokens.get(form["refresh_token"])
-        if record is None or record["exp"] < time.time() or record["client_id"] != client.client_id:
-            raise OAuthError.of(errors.refresh_invalid)
-        if self.refresh_scope_check is not None and "scope" in form:
-            self.refresh_scope_check(client, form["scope"])  # the token stays good
-        subject = self.flavour.subject_by_id(record["subject"])
-        if subject is None or record.get("ended"):
-            raise OAuthError.of(
-                errors.offline_ended if record.get("offline") else errors.session_ended
-            )
-        if record.get("client_ended"):
-            raise OAuthError.of(errors.client_session_ended)
-        if self.rotates_refresh_tokens():
-            if record.get("used") and errors.reuse_ends_session:
-                for other in self.refresh_tokens.values():
-                    if other.get("sid") == record["sid"] and other["client_id"] == client.client_id:
-                        other["client_ended"] = True
-            if record.get("used"):
-                raise OAuthError.of(errors.refresh_reused)
-            record["used"] = True
-        same = {"sid": record["sid"]} if record.get("sid") else None  # the same session
-        scopes, resource = record["scopes"], record["resource"]
-        return self.mint(base, client, subject, scopes, resource, overrides=same)
-
-    def _client_credentials_grant(
-        self, base: str, client: OAuthClient, form: dict[str, str]
-    ) -> dict[str, Any]:
-        if client.public and client.secret is None:
-            raise OAuthError.of(self.errors.public_client_credentials)
-        scopes = self.flavour.scope_tokens(form.get("scope", ""))
-        return self.mint(
-            base,
-            client,
-            self.flavour.service_subject(client),
-            scopes,
-            form.get("resource"),
-            refresh=False,
-        )
-
-    def _password_grant(
-        self, base: str, client: OAuthClient, form: dict[str, str]
-    ) -> dict[str, Any]:
-        if client.consent and self.errors.consent_required is not None:
-            raise OAuthError.of(self.errors.consent_required)
-        subject = self.flavour.authenticate(form.get("username", ""), form.get("password", ""))
-        if subject is None:
-            raise OAuthError.of(self.errors.user_credentials)
-        scopes = self.flavour.scope_tokens(form.get("scope", "email profile"))
-        return self.mint(base, client, subject, scopes, None)
+        return await self._token_endpoint.token(request)
 
     # --- userinfo -------------------------------------------------------------------------
 
