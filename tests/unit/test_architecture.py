@@ -1,21 +1,77 @@
-"""The shape of the code, kept: no function over 60 lines in src/ (the layers and the absence of
-import cycles are import-linter contracts in pyproject.toml, run by `make lint`)."""
+"""The shape of the code, kept: in src/, tools/ and benchmarks/, no file over 500 lines, no class
+over 300 and no function over 60, so every room is one a person can hold in their head (the
+layers and the absence of import cycles are import-linter contracts in pyproject.toml, run by
+`make lint`)."""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from support import ROOT
 
+MAX_FILE_LINES = 500
+MAX_CLASS_LINES = 300
 MAX_FUNCTION_LINES = 60
+TREES = ("src", "tools", "benchmarks")
+
+
+def _sources() -> Iterator[Path]:
+    for tree in TREES:
+        yield from sorted((ROOT / tree).rglob("*.py"))
+
+
+def _span(node: ast.AST) -> int:
+    start = node.lineno  # type: ignore[attr-defined]
+    return (node.end_lineno or start) - start + 1  # type: ignore[attr-defined]
+
+
+def _too_long(kinds: tuple[type[ast.AST], ...], limit: int) -> list[str]:
+    found = []
+    for path in _sources():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, kinds) and _span(node) > limit:
+                name = getattr(node, "name", "?")
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {name} ({_span(node)})")
+    return found
+
+
+def test_the_trees_hold_python():
+    """The rules below would pass vacuously over a moved tree."""
+    for tree in TREES:
+        assert list((ROOT / tree).rglob("*.py")), tree
+
+
+def test_no_file_is_longer_than_500_lines():
+    long = [
+        f"{path.relative_to(ROOT)} ({n})"
+        for path in _sources()
+        if (n := len(path.read_text().splitlines())) > MAX_FILE_LINES
+    ]
+    assert long == [], "split these by concern: " + ", ".join(long)
+
+
+def test_no_class_is_longer_than_300_lines():
+    long = _too_long((ast.ClassDef,), MAX_CLASS_LINES)
+    assert long == [], "split these into collaborators: " + ", ".join(long)
 
 
 def test_no_function_is_longer_than_60_lines():
-    long = []
-    for path in sorted((ROOT / "src").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                lines = (node.end_lineno or node.lineno) - node.lineno + 1
-                if lines > MAX_FUNCTION_LINES:
-                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines})")
+    long = _too_long((ast.FunctionDef, ast.AsyncFunctionDef), MAX_FUNCTION_LINES)
     assert long == [], "split these into named steps: " + ", ".join(long)
+
+
+@pytest.mark.parametrize(
+    ("source", "rule", "limit"),
+    [
+        ("def f():\n" + "    x = 1\n" * 60, (ast.FunctionDef,), 60),
+        ("class C:\n" + "    x = 1\n" * 300, (ast.ClassDef,), 300),
+    ],
+)
+def test_the_measure_counts_every_line(source, rule, limit):
+    [node] = ast.parse(source).body
+    assert isinstance(node, rule)
+    assert _span(node) == limit + 1
