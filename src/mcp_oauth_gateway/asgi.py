@@ -28,6 +28,9 @@ TOKEN_KEY = "mcp_oauth_gateway.token"
 # asked for) the gateway's public origin as this request's client sees it.
 TRUST_FORWARDED_KEY = "mcp_oauth_gateway.trust_forwarded"
 ORIGIN_KEY = "mcp_oauth_gateway.origin"
+# Set by the entry point when the audit trail is on (`serve --audit-log`): the request's audit
+# record (`audit.AuditRecord`), which the stages fill in at their decision points.
+AUDIT_KEY = "mcp_oauth_gateway.audit"
 
 JSON = b"application/json"
 

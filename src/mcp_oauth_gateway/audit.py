@@ -1,0 +1,160 @@
+"""The audit trail's vocabulary (`serve --audit-log`): one record per request, carried in the
+ASGI scope under `AUDIT_KEY`, filled in by the stage that decides and turned into one JSON
+object by the entry point once the answer starts.
+
+A stage calls one helper at its decision point (`deny`, `allow`, `mcp_request`, `event`,
+`client`); each does nothing when the audit trail is off (no record in the scope), so the
+stages cost one dict lookup more on the paths they decide on, and nothing else.
+
+Decisions: `deny` names the stage that refused (the names of `serving.stages.PIPELINE`, or one
+of `ENTRY_RULES`, `ROUTING`, `AUDIT` before any route's stage) and why; the first refusal
+recorded is the one that answered. `allow` names the stage that answered: `reverse-proxy` when
+the request passed every stage to the backend, or the stage that answered it itself (the OAuth
+endpoints, a CORS preflight, the Broker's pages). Nothing here ever holds a token, a code or a
+secret: stages hand over their reasons in words, and every value is capped in length."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .asgi import AUDIT_KEY, ASGIApp, Receive, Scope, Send
+
+ALLOW = "allow"
+DENY = "deny"
+# Refusals before any route's stage runs (the pipeline's stages use their PIPELINE names).
+ENTRY_RULES = "entry-rules"
+ROUTING = "routing"
+AUDIT = "audit"
+PROXY = "reverse-proxy"
+# Longest value written for a field taken from a request or a token (a reason: longer).
+MAX_VALUE = 256
+MAX_REASON = 1024
+_MCP_KINDS = ("tool", "prompt", "resource")
+
+
+def capped(value: object, limit: int = MAX_VALUE) -> str:
+    """`value` as text of at most `limit` characters (cut ones end with "…")."""
+    text = value if isinstance(value, str) else str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(slots=True)
+class AuditRecord:
+    """What the stages decided about one request (one per request, in its scope)."""
+
+    decision: str | None = None
+    stage: str | None = None
+    reason: str | None = None
+    # method, and tool / prompt / resource and target when the request names one.
+    mcp: dict[str, str] | None = None
+    # A Broker event (`client-registered`, `token-issued`, ...), and the OAuth client it is for.
+    event: str | None = None
+    client_id: str | None = None
+
+
+def deny(scope: Scope, stage: str, reason: str) -> None:
+    """Record that `stage` refused the request because of `reason` (the first refusal wins)."""
+    record: AuditRecord | None = scope.get(AUDIT_KEY)
+    if record is not None and record.decision != DENY:
+        record.decision = DENY
+        record.stage = stage
+        record.reason = reason
+
+
+def allow(scope: Scope, stage: str, reason: str | None = None) -> None:
+    """Record that `stage` answered the request itself, or passed it to the backend (a refusal
+    recorded before or after stands)."""
+    record: AuditRecord | None = scope.get(AUDIT_KEY)
+    if record is not None and record.decision is None:
+        record.decision = ALLOW
+        record.stage = stage
+        record.reason = reason
+
+
+def mcp_request(
+    scope: Scope,
+    method: str,
+    kind: str | None = None,
+    name: str | None = None,
+    target: str | None = None,
+) -> None:
+    """Record the MCP message a request carries: its method, the item it names (`kind`: tool,
+    prompt or resource) and, on a federated backend, the target it goes to."""
+    record: AuditRecord | None = scope.get(AUDIT_KEY)
+    if record is None:
+        return
+    mcp = {"method": capped(method)}
+    if kind in _MCP_KINDS and name is not None:
+        mcp[kind] = capped(name)
+    if target is not None:
+        mcp["target"] = capped(target)
+    record.mcp = mcp
+
+
+def event(scope: Scope, name: str, client_id: str | None = None) -> None:
+    """Record a Broker event (the last one recorded names the request's line)."""
+    record: AuditRecord | None = scope.get(AUDIT_KEY)
+    if record is not None:
+        record.event = name
+        if client_id:
+            record.client_id = capped(client_id)
+
+
+def client(scope: Scope, client_id: str) -> None:
+    """Record the OAuth client a Broker request is made by (or for)."""
+    record: AuditRecord | None = scope.get(AUDIT_KEY)
+    if record is not None and client_id:
+        record.client_id = capped(client_id)
+
+
+def enabled(scope: Scope) -> bool:
+    """Whether the request is audited (worth working out a reason that costs something)."""
+    return AUDIT_KEY in scope
+
+
+class Answering:
+    """Wraps the stage that answers (the reverse proxy, fail-closed): reaching it is the
+    pipeline's `allow`, unless that stage then refuses itself."""
+
+    __slots__ = ("app", "name")
+
+    def __init__(self, name: str, app: ASGIApp):
+        self.name = name
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        record: AuditRecord | None = scope.get(AUDIT_KEY)
+        if record is not None and record.decision is None:
+            record.decision = ALLOW
+            record.stage = self.name
+        await self.app(scope, receive, send)
+
+
+def caller_of(claims: object, client_id: str | None) -> dict[str, str] | None:
+    """`iss`, `sub` and `client_id` (the `azp` or `client_id` claim) of a verified token; for a
+    Broker request without one, the OAuth client alone. None: an anonymous caller."""
+    out: dict[str, str] = {}
+    if isinstance(claims, dict):
+        for field in ("iss", "sub"):
+            value = claims.get(field)
+            if value is not None:
+                out[field] = capped(value)
+        holder = claims.get("azp", claims.get("client_id"))
+        if holder is not None:
+            out["client_id"] = capped(holder)
+    if client_id and "client_id" not in out:
+        out["client_id"] = client_id
+    return out or None
+
+
+def decision_of(record: AuditRecord, status: int) -> tuple[str, str | None, str | None]:
+    """(decision, stage, reason) of a request whose answer had `status` (0: none was sent).
+    A request no stage spoke for is a refusal when the gateway refused it or answered nothing:
+    a request is `allow` only when a stage said so."""
+    if record.decision is not None:
+        return record.decision, record.stage, record.reason
+    if status == 0:
+        return DENY, None, "the client went away before the gateway answered"
+    if status < 400:
+        return ALLOW, None, None
+    return DENY, None, f"answered {status} by the gateway"
