@@ -143,6 +143,8 @@ async def test_the_assembly_nests_the_declared_stages_in_order(full, full_route)
         "HeaderTransformation",
         "McpAuthorization",
         "BackendCredentials",
+        # The audit trail's mark: the request reached the answering stage.
+        "Answering",
         "ReverseProxy",
     ]
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..asgi import ASGIApp
+from ..audit import Answering
 from ..controlplane.snapshot import CompiledPolicy, CompiledRoute
 from . import stage_builders as build
 from . import stage_views as views
@@ -165,7 +166,8 @@ def assemble(ctx: RouteContext) -> ASGIApp:
     stages = stages_for(ctx.route)
     last = stages[-1]
     assert last.answer is not None, "the pipeline ends with a stage that answers"
-    app = last.answer(ctx)
+    # Reaching the answering stage is the audit trail's `allow` (or its refusal, fail-closed).
+    app: ASGIApp = Answering(last.name, last.answer(ctx))
     for stage in reversed(stages[:-1]):
         assert stage.wrap is not None
         app = stage.wrap(ctx, app)
