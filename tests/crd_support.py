@@ -159,7 +159,22 @@ def admit(kind: str, document: Mapping[str, Any]) -> list[Refusal]:
         return [Refusal(path, "unknown field", 400) for path in unknown]
     stored = prune_and_default(root, copy.deepcopy(dict(document)))
     refusals = [_schema_refusal(e) for e in Validator(root).iter_errors(stored)]
-    return refusals + list(cel_refusals(root, stored))
+    return refusals + list(cel_refusals(root, stored)) + list(list_map_refusals(root, stored))
+
+
+def list_map_refusals(node: Schema, value: object, path: str = "") -> Iterator[Refusal]:
+    """Items of an `x-kubernetes-list-type: map` list that repeat an earlier item's keys, named
+    as the API server names them (`list[i]`)."""
+    if isinstance(value, list) and node.get("x-kubernetes-list-type") == "map":
+        keys = node["x-kubernetes-list-map-keys"]
+        seen: set[tuple[object, ...]] = set()
+        for index, item in enumerate(value):
+            key = tuple(item.get(k) for k in keys) if isinstance(item, dict) else ()
+            if key in seen:
+                yield Refusal(join_path(path, index), "Duplicate value", 422)
+            seen.add(key)
+    for sub, child, child_path in _children(node, value, path):
+        yield from list_map_refusals(sub, child, child_path)
 
 
 # --- documents ------------------------------------------------------------------------------------
@@ -421,10 +436,20 @@ REFUSED = [
     be("required-port", f"{S}.port", (f"{S}.port", DELETE)),
     be("bound-targets-empty", "spec.mcp.targets", ("spec.mcp.targets", [])),
     be(
-        "bound-targets-two",
+        "bound-targets-17",
         "spec.mcp.targets",
-        ("spec.mcp.targets", [SERVER, SERVER | {"name": "two"}]),
+        ("spec.mcp.targets", [SERVER | {"name": f"t{i}"} for i in range(17)]),
     ),
+    be(
+        "unique-target-names",
+        "spec.mcp.targets[1]",
+        ("spec.mcp.targets", [SERVER, SERVER | {"static": {"host": "b", "port": 1}}]),
+    ),
+    be("pattern-target-name-upper", f"{T}.name", (f"{T}.name", "Mcp")),
+    be("pattern-target-name-underscore", f"{T}.name", (f"{T}.name", "a_b")),
+    be("pattern-target-name-dash-first", f"{T}.name", (f"{T}.name", "-a")),
+    be("pattern-target-name-32", f"{T}.name", (f"{T}.name", "a" * 32)),
+    be("pattern-target-name-blank", f"{T}.name", (f"{T}.name", "")),
     be("bound-host-blank", f"{S}.host", (f"{S}.host", "")),
     be("bound-port-low", f"{S}.port", (f"{S}.port", 0)),
     be("bound-port-high", f"{S}.port", (f"{S}.port", 65536)),
@@ -439,6 +464,12 @@ REFUSED = [
 # which reports Accepted=False: the CRD comment lists those checks).
 ACCEPTED = [
     pol("example"),
+    be(
+        "targets-16",
+        "",
+        ("spec.mcp.targets", [SERVER | {"name": f"t-{i}"} for i in range(15)] + [SERVER]),
+    ),
+    be("target-name-31", "", (f"{T}.name", "0" + "a-" * 15)),
     pol("remote-url", "", (R, {"url": URL, "cacheDuration": "1h30m"})),
     pol("inline-jwks", "", (J, {"inline": JWKS})),
     pol("provider-authentik", "", (f"{M}.provider", "Authentik")),

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from mcp_oauth_gateway.resources import fields, models
+from mcp_oauth_gateway.resources import backend, fields, models
 
 Schema = dict[str, Any]
 
@@ -86,6 +86,7 @@ AFTER_VALIDATORS: dict[Callable[..., Any], Rule] = {
         }
     ),
     fields._redis_url: Rule(keywords={"pattern": f"^{models.REDIS_URL.pattern}$"}),
+    backend._target_name: Rule(keywords={"pattern": f"^{backend.TARGET_NAME.pattern}$"}),
 }
 
 # `@field_validator` and `@model_validator` methods, keyed by (model, method name).
@@ -148,6 +149,10 @@ DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
     ),
     (models.McpAuthentication, "_known_provider"): Rule(
         keywords={"enum": list(models.PROVIDER_ALIASES)}
+    ),
+    # Unique names as Kubernetes says it of a list: a map keyed by `name`.
+    (models.McpBackend, "_unique_names"): Rule(
+        keywords={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
     ),
     (models.RateLimitSpec, "_window"): _duration_rule(
         "> duration('0s')", "window must be longer than 0"

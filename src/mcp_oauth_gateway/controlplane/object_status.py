@@ -11,8 +11,8 @@ from . import status
 from .binding import Attachment, RouteBinding
 from .objects import Entry, ObjectIndex, ObjectKey, object_key
 from .policies import PolicyResult
-from .routes import MissingBackend, RuleKey, missing_backends
-from .snapshot import CompiledTarget, service_address
+from .routes import MissingBackend, RuleKey, Targets, missing_backends
+from .snapshot import service_address
 
 
 def policy_conditions(
@@ -100,9 +100,13 @@ def route_status(
 
 
 def backend_status(entry: Entry[GatewayBackend], at: str) -> status.ObjectStatus:
-    """`Accepted`, naming the target the backend sends to."""
-    static = entry.resource.spec.mcp.targets[0].static
-    target = f"{static.host}:{static.port}{static.path}"
+    """`Accepted`, naming the target the backend sends to (each by name when it has several)."""
+    targets = entry.resource.spec.mcp.targets
+    addresses = [f"{t.static.host}:{t.static.port}{t.static.path}" for t in targets]
+    if len(targets) == 1:
+        target = addresses[0]
+    else:
+        target = "s " + ", ".join(f"{t.name} {a}" for t, a in zip(targets, addresses, strict=True))
     return status.ObjectStatus((status.backend_accepted(target, entry.generation, at),))
 
 
@@ -121,7 +125,7 @@ def service_status(entry: Entry[Service], at: str) -> status.ObjectStatus:
 def derive_statuses(
     index: ObjectIndex,
     bindings: Mapping[str, RouteBinding],
-    resolved: Mapping[RuleKey, CompiledTarget | MissingBackend],
+    resolved: Mapping[RuleKey, Targets | MissingBackend],
     policies: Mapping[str, tuple[status.Condition, ...]],
     at: str,
     shadowed: Mapping[str, tuple[str, ...]] = MappingProxyType({}),

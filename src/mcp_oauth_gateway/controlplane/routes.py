@@ -30,6 +30,8 @@ from .snapshot import (
 
 # (route `namespace/name`, rule index): where a rule's backend is looked up.
 RuleKey = tuple[str, int]
+# A resolved backend: its targets in the resource's order (the first is a single target's).
+Targets = tuple[CompiledTarget, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +62,8 @@ def resolve_backend(
     rule_index: int,
     backends: Mapping[str, Entry[GatewayBackend]],
     grants: Mapping[str, Entry[ReferenceGrant]] | None = None,
-) -> CompiledTarget | MissingBackend:
-    """Resolve a rule's first backendRef (the one served) to its GatewayBackend target; with
+) -> Targets | MissingBackend:
+    """Resolve a rule's first backendRef (the one served) to its GatewayBackend targets; with
     `grants` (a cluster), a backend in another namespace needs a ReferenceGrant."""
     route = entry.resource
     ref = route.spec.rules[rule_index].backend_refs[0]
@@ -84,15 +86,17 @@ def resolve_backend(
         refusal = reference.refusal(grants)
         if refusal is not None:
             return MissingBackend(entry.prefix, field_path, key, refusal)
-    static = backend.resource.spec.mcp.targets[0].static
-    return CompiledTarget(host=static.host, port=static.port, path=static.path)
+    return tuple(
+        CompiledTarget(t.static.host, t.static.port, t.static.path, t.name)
+        for t in backend.resource.spec.mcp.targets
+    )
 
 
 def resolve_backends(
     routes: Mapping[str, Entry[HTTPRoute]],
     backends: Mapping[str, Entry[GatewayBackend]],
     grants: Mapping[str, Entry[ReferenceGrant]] | None = None,
-) -> dict[RuleKey, CompiledTarget | MissingBackend]:
+) -> dict[RuleKey, Targets | MissingBackend]:
     """Resolve the backend of every rule of every route."""
     return {
         (key, rule_index): resolve_backend(entry, rule_index, backends, grants)
@@ -102,7 +106,7 @@ def resolve_backends(
 
 
 def missing_backends(
-    resolved: Mapping[RuleKey, CompiledTarget | MissingBackend],
+    resolved: Mapping[RuleKey, Targets | MissingBackend],
 ) -> dict[str, list[MissingBackend]]:
     """Route `namespace/name` → its rules' missing backends, in rule order."""
     missing: dict[str, list[MissingBackend]] = {}
@@ -113,7 +117,7 @@ def missing_backends(
     return missing
 
 
-def backend_errors(resolved: Mapping[RuleKey, CompiledTarget | MissingBackend]) -> list[str]:
+def backend_errors(resolved: Mapping[RuleKey, Targets | MissingBackend]) -> list[str]:
     """The load errors of rules whose backend is missing, in route and rule order."""
     return [m.message for found in missing_backends(resolved).values() for m in found]
 
@@ -131,7 +135,7 @@ def compile_rule(
     key: str,
     route: HTTPRoute,
     rule_index: int,
-    target: CompiledTarget | MissingBackend,
+    targets: Targets | MissingBackend,
     policy: CompiledPolicy | None,
 ) -> tuple[CompiledRoute, ...]:
     """One compiled route per path match of a rule, sharing its CORS, backend and policy."""
@@ -146,10 +150,11 @@ def compile_rule(
             match_value=match.path.value,
             hostnames=tuple(route.spec.hostnames),
             cors=cors,
-            target=target if isinstance(target, CompiledTarget) else None,
+            target=None if isinstance(targets, MissingBackend) else targets[0],
             backend_timeout=timeout,
             policy=policy,
-            broken=target.message if isinstance(target, MissingBackend) else None,
+            broken=targets.message if isinstance(targets, MissingBackend) else None,
+            targets=() if isinstance(targets, MissingBackend) else targets,
         )
         for match in rule.matches
     )
@@ -157,7 +162,7 @@ def compile_rule(
 
 def compile_routes(
     routes: Mapping[str, Entry[HTTPRoute]],
-    resolved: Mapping[RuleKey, CompiledTarget | MissingBackend],
+    resolved: Mapping[RuleKey, Targets | MissingBackend],
     policies: Mapping[str, CompiledPolicy],
 ) -> dict[str, tuple[CompiledRoute, ...]]:
     """Compile every route (`policies`: route key → the policy governing it)."""

@@ -44,6 +44,8 @@ class CompiledTarget:
     host: str
     port: int
     path: str
+    # The GatewayBackend's name for it: a federated backend's tool prefix and `mcp.target`.
+    name: str = ""
 
     @property
     def authority(self) -> str:
@@ -209,6 +211,13 @@ class CompiledRoute:
     policy: CompiledPolicy | None
     # Set when the rule cannot be served (missing backend): answered 503 with this text.
     broken: str | None = None
+    # Every target of the backend, `target` first; two or more are served federated.
+    targets: tuple[CompiledTarget, ...] = ()
+
+    @property
+    def federated(self) -> bool:
+        """The backend has several targets: the gateway serves them as one MCP server."""
+        return len(self.targets) > 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, ValidationError, field_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from .fields import AbsolutePath, NonEmpty, Port, StrictModel
 from .gateway_api import ObjectMeta
@@ -27,19 +29,62 @@ class StaticTarget(StrictModel):
     through unbuffered)."""
 
 
+# A target's name becomes the `<name>_` prefix of its tools and prompts when a backend has
+# several. MCP tool names are `[A-Za-z0-9_.-]{1,128}` (2025-11-25); without `_` in the name, the
+# first `_` of a prefixed name always ends the target's part, so a name splits one way only.
+# Lowercase, a letter or digit first and at most 31 characters keep prefixed names short and
+# the names usable as DNS labels and in CEL string comparisons without surprises.
+TARGET_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,30}")
+MAX_TARGETS = 16
+
+
+def _target_name(value: str) -> str:
+    if not TARGET_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value[:40]!r} is not a target name: 1-31 lowercase letters, digits or `-`, "
+            "starting with a letter or digit (it prefixes the target's tool names, `<name>_`)"
+        )
+    return value
+
+
+TargetName = Annotated[str, AfterValidator(_target_name)]
+
+
 class McpTarget(StrictModel):
     """One MCP server and how the gateway reaches it."""
 
-    name: NonEmpty
-    """A name for the target, for people reading the resource; the gateway does not use it."""
+    name: TargetName
+    """The target's name: 1-31 lowercase letters, digits or `-`, starting with a letter or
+    digit, unique in the backend. With several targets, the target's tools and prompts are
+    offered as `<name>_<tool>`, its resources under `mcp+gw://<name>/`, and tool-level rules
+    see it as `mcp.target`."""
     static: StaticTarget
     """A fixed address: `http://<host>:<port><path>`."""
 
 
 class McpBackend(StrictModel):
-    targets: Annotated[list[McpTarget], Field(min_length=1, max_length=1)]
-    """The MCP server: exactly one entry. One target is what the gateway serves today; the list
-    keeps the resource's shape stable for more."""
+    targets: Annotated[list[McpTarget], Field(min_length=1, max_length=MAX_TARGETS)]
+    """The MCP servers, 1 to 16, with unique names. One target is proxied as it is; several
+    are served as one MCP server (federation): the gateway answers the client's session itself
+    and holds one session with each target."""
+
+    @field_validator("targets")
+    @classmethod
+    def _unique_names(cls, targets: list[McpTarget]) -> list[McpTarget]:
+        seen: set[str] = set()
+        for index, target in enumerate(targets):
+            if target.name in seen:
+                # Named at the repeated item, as the API server names it (`targets[i]`).
+                why = PydanticCustomError(
+                    "value_error",
+                    # The name passed its pattern: no braces for the template to read.
+                    f"the name '{target.name}' is used by an earlier target; target names "
+                    "must be unique",
+                )
+                detail = InitErrorDetails(type=why, loc=(index,), input=target.name)
+                raise ValidationError.from_exception_data("McpBackend", [detail])
+            seen.add(target.name)
+        return targets
 
 
 class GatewayBackendSpec(StrictModel):
