@@ -1,0 +1,64 @@
+"""What the federation stage makes of its targets' answers: one `initialize` result (the union
+of their capabilities, the oldest protocol version any agreed to) and merged lists whose items
+carry their target in their names."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ...controlplane.federation import offered_name, offered_uri
+
+# list method -> (result field holding the items, the item field naming it, how it is offered)
+LISTS: dict[str, tuple[str, str, str]] = {
+    "tools/list": ("tools", "name", "name"),
+    "prompts/list": ("prompts", "name", "name"),
+    "resources/list": ("resources", "uri", "uri"),
+    "resources/templates/list": ("resourceTemplates", "uriTemplate", "uri"),
+}
+# Capability flags that promise notifications (list changes, resource updates). Those reach a
+# client on its GET stream, which a federated route does not offer yet: not promised.
+UNDELIVERED = frozenset({"listChanged", "subscribe"})
+
+
+def union(capabilities: Sequence[Mapping[str, object]]) -> dict[str, object]:
+    """Every capability any target has; a flag is true when it is true for any of them."""
+    out: dict[str, object] = {}
+    for each in capabilities:
+        for name, value in each.items():
+            if name in UNDELIVERED:
+                continue
+            if isinstance(value, Mapping):
+                held = out.get(name)
+                out[name] = union([held if isinstance(held, Mapping) else {}, value])
+            elif isinstance(value, bool):
+                out[name] = bool(out.get(name)) or value
+            else:
+                out.setdefault(name, value)
+    return out
+
+
+def agreed_version(versions: Sequence[str]) -> str:
+    """The protocol version to answer the client: the oldest any target agreed to (versions
+    are dates, `YYYY-MM-DD`, so the smallest string is the oldest)."""
+    return min(versions)
+
+
+def instructions(texts: Mapping[str, str]) -> str | None:
+    """The targets' instructions, each under its target's name (None when none gave any)."""
+    parts = [f"{target}: {text}" for target, text in texts.items() if text]
+    return "\n\n".join(parts) if parts else None
+
+
+def offered_items(method: str, target: str, result: Mapping[str, object]) -> list[object]:
+    """A target's list items as clients see them: named `<target>_<name>` or with their URI
+    under `mcp+gw://<target>/`. Items without a usable name are dropped: nothing could call
+    them back."""
+    field, key, kind = LISTS[method]
+    items = result.get(field)
+    out: list[object] = []
+    for item in items if isinstance(items, list) else ():
+        if not isinstance(item, dict) or not isinstance(item.get(key), str) or not item[key]:
+            continue
+        rename = offered_uri if kind == "uri" else offered_name
+        out.append({**item, key: rename(target, item[key])})
+    return out

@@ -1,0 +1,112 @@
+"""The sessions of a federated route: the client's session at the gateway, and within it the
+gateway's session with each target, opened at `initialize` and opened again when a target lost
+it (it restarted) or was down at the time."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from ...asgi import CLAIMS_KEY, Scope
+from ...controlplane.snapshot import CompiledTarget
+
+# Sessions held per route; past it the oldest is forgotten (its client then gets a 404 and
+# starts a new session, as MCP asks of a client whose session ended).
+MAX_SESSIONS = 10_000
+
+
+@dataclass
+class TargetSession:
+    """The gateway's session with one target, for one client session."""
+
+    target: CompiledTarget
+    # The target's Mcp-Session-Id (None: not open, or the target keeps no sessions).
+    session_id: bytes | None = None
+    # The protocol version the target agreed to; None while the session is not open.
+    version: str | None = None
+    capabilities: dict[str, object] = field(default_factory=dict)
+    instructions: str = ""
+    # One opening at a time: concurrent requests wait for it instead of opening their own.
+    opening: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def open(self) -> bool:
+        """Whether the target agreed to a session (initialize answered)."""
+        return self.version is not None
+
+    def close(self) -> None:
+        """Forget the session (the target lost it, or is to be asked again)."""
+        self.session_id = None
+        self.version = None
+
+
+Owner = tuple[object, object] | None
+
+
+def owner_of(scope: Scope) -> Owner:
+    """Who a session belongs to: the verified token's issuer and subject (None on a route
+    without authentication). A session id used by anyone else is unknown to them."""
+    claims = scope.get(CLAIMS_KEY)
+    if not isinstance(claims, dict):
+        return None
+    return (claims.get("iss"), claims.get("sub"))
+
+
+@dataclass
+class ClientSession:
+    """A client's session at the gateway: what it sent at initialize, and a session per
+    target."""
+
+    id: str
+    owner: Owner
+    # The client's initialize params, sent again to a target that is opened later.
+    params: dict[str, object]
+    targets: dict[str, TargetSession]
+    version: str = ""
+    # The client sent notifications/initialized: a target opened later is told at once.
+    initialized: bool = False
+
+    def open_targets(self) -> Iterator[TargetSession]:
+        """The target sessions that are open, in the backend's order."""
+        return (t for t in self.targets.values() if t.open)
+
+
+def new_session(
+    owner: Owner, params: dict[str, object], targets: tuple[CompiledTarget, ...]
+) -> ClientSession:
+    """A client session with an unguessable id and a closed session per target."""
+    return ClientSession(
+        id=secrets.token_urlsafe(32),
+        owner=owner,
+        params=params,
+        targets={t.name: TargetSession(t) for t in targets},
+    )
+
+
+class SessionTable:
+    """A route's client sessions by id, at most MAX_SESSIONS."""
+
+    def __init__(self, limit: int = MAX_SESSIONS):
+        self.limit = limit
+        self._sessions: dict[str, ClientSession] = {}
+
+    def add(self, session: ClientSession) -> ClientSession | None:
+        """Keep `session`; returns the oldest session when one had to be forgotten for it."""
+        evicted = None
+        if len(self._sessions) >= self.limit:
+            evicted = self._sessions.pop(next(iter(self._sessions)))
+        self._sessions[session.id] = session
+        return evicted
+
+    def find(self, session_id: str, owner: Owner) -> ClientSession | None:
+        """The session with this id, if it is the caller's."""
+        session = self._sessions.get(session_id)
+        if session is None or session.owner != owner:
+            return None
+        return session
+
+    def remove(self, session_id: str) -> None:
+        """Forget a session (the client ended it)."""
+        self._sessions.pop(session_id, None)

@@ -1,0 +1,196 @@
+"""Talking to one target: the request the gateway sends it (the client's headers as the reverse
+proxy forwards them, with the target's own session and protocol version), and its answer, read
+whole (initialize, lists) or handed back to be streamed (calls). Every failure is one exception,
+Unavailable, raised within the route's timeout; a target that no longer knows its session
+raises SessionGone, so the session can be opened again."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import orjson
+
+from ...asgi import Headers, Scope
+from ..reverse_proxy import GATEWAY_SET, dropped_request_headers, upstream_request_headers
+from ..upstream import InvalidRequestHead, Upstream, UpstreamError, UpstreamResponse
+from . import jsonrpc
+from .session import TargetSession
+from .sse import event_data
+
+log = logging.getLogger("mcp_oauth_gateway.federation")
+
+# A list or initialize answer is read whole; beyond this it is refused.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+# What the gateway sets per target instead of passing the client's: the client's session and
+# protocol version are the gateway's, and the body is the gateway's own rewriting of it.
+_REPLACED = frozenset(
+    {
+        b"mcp-session-id",
+        b"mcp-protocol-version",
+        b"accept",
+        b"accept-encoding",
+        b"content-type",
+        b"content-length",
+        b"content-encoding",
+        b"last-event-id",
+        b"mcp-method",
+        b"mcp-name",
+    }
+)
+_ACCEPT = b"application/json, text/event-stream"
+
+
+class Unavailable(Exception):
+    """The target did not answer usefully (down, slow, an HTTP error, an unreadable answer)."""
+
+
+class SessionGone(Unavailable):
+    """The target answered 404 to its session id: it ended or lost the session."""
+
+
+def _header(headers: Headers, name: bytes) -> bytes | None:
+    return next((v for k, v in headers if k.lower() == name), None)
+
+
+class TargetLink:
+    """A federated route's way to its targets: the pool, the route's timeout, its headers."""
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        timeout: float,
+        trust_forwarded: bool,
+        kept: frozenset[bytes] = GATEWAY_SET,
+    ):
+        self.upstream = upstream
+        self.timeout = timeout
+        self.trust_forwarded = trust_forwarded
+        self.drop = dropped_request_headers(trust_forwarded) | _REPLACED
+        self.kept = kept - _REPLACED
+
+    def _headers(self, scope: Scope, session: TargetSession) -> Headers:
+        target = session.target
+        headers = upstream_request_headers(
+            scope, target.authority.encode(), self.trust_forwarded, self.drop, self.kept
+        )
+        headers += [
+            (b"accept", _ACCEPT),
+            (b"accept-encoding", b"identity"),
+            (b"content-type", b"application/json"),
+        ]
+        if session.session_id is not None:
+            headers.append((b"mcp-session-id", session.session_id))
+        if session.version is not None:
+            headers.append((b"mcp-protocol-version", session.version.encode()))
+        return headers
+
+    async def send(
+        self, scope: Scope, session: TargetSession, body: bytes, method: str = "POST"
+    ) -> UpstreamResponse:
+        """The target's response to `body` once its head is in; Unavailable or SessionGone."""
+        target = session.target
+        url = f"http://{target.authority}{target.path}"
+        try:
+            response = await self.upstream.request(
+                method, url, self._headers(scope, session), body, self.timeout
+            )
+        except TimeoutError:
+            raise Unavailable(f"it did not answer within {self.timeout:g}s") from None
+        except InvalidRequestHead as exc:
+            raise Unavailable(f"the request for it was not sent: {exc}") from None
+        except (UpstreamError, OSError) as exc:
+            log.warning("federated target %s unreachable: %s", target.name, exc)
+            raise Unavailable("it is unreachable") from None
+        if response.status == 404 and session.session_id is not None:
+            response.release()
+            raise SessionGone("it no longer knows the session")
+        if not 200 <= response.status < 300:
+            response.release()
+            raise Unavailable(f"it answered HTTP {response.status}")
+        return response
+
+    async def ask(
+        self, scope: Scope, session: TargetSession, body: bytes, request_id: object
+    ) -> tuple[dict[str, object], Headers]:
+        """The target's JSON-RPC response to the request in `body` (and its response headers),
+        read whole within the route's timeout."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                response = await self.send(scope, session, body)
+                try:
+                    return await _response_of(response, request_id), response.headers
+                finally:
+                    response.release()
+        except TimeoutError:
+            raise Unavailable(f"it did not answer within {self.timeout:g}s") from None
+        except UpstreamError as exc:
+            raise Unavailable(f"its answer broke off: {exc}") from None
+        except ValueError as exc:  # an event past MAX_ANSWER_BYTES
+            raise Unavailable(str(exc)) from None
+
+    async def tell(self, scope: Scope, session: TargetSession, body: bytes) -> None:
+        """Send a notification (or end the session with DELETE when `body` is empty)."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                response = await self.send(scope, session, body, "POST" if body else "DELETE")
+                response.release()
+        except TimeoutError:
+            raise Unavailable(f"it did not answer within {self.timeout:g}s") from None
+
+    async def open(
+        self, scope: Scope, session: TargetSession, params: dict[str, object], notify: bool
+    ) -> None:
+        """Open the target's session with the client's initialize params; with `notify`, tell it
+        the client is initialized (a target opened after the client said so)."""
+        session.close()
+        body = jsonrpc.request("initialize", "initialize", params)
+        message, headers = await self.ask(scope, session, body, "initialize")
+        result = message.get("result")
+        if not isinstance(result, dict) or not isinstance(result.get("protocolVersion"), str):
+            raise Unavailable(f"its initialize answer is not a result: {message.get('error')}")
+        capabilities = result.get("capabilities")
+        session.capabilities = capabilities if isinstance(capabilities, dict) else {}
+        instructions = result.get("instructions")
+        session.instructions = instructions if isinstance(instructions, str) else ""
+        session.session_id = _header(headers, b"mcp-session-id")
+        session.version = result["protocolVersion"]
+        if notify:
+            await self.tell(scope, session, jsonrpc.request(None, INITIALIZED, None))
+
+
+INITIALIZED = "notifications/initialized"
+
+
+async def _response_of(response: UpstreamResponse, request_id: object) -> dict[str, object]:
+    """The JSON-RPC response to `request_id` in a JSON or SSE answer."""
+    content_type = (_header(response.headers, b"content-type") or b"").lower()
+    if content_type.startswith(b"text/event-stream"):
+        async for data in event_data(response.chunks(), MAX_ANSWER_BYTES):
+            message = _message(data)
+            if message.get("id") == request_id and ("result" in message or "error" in message):
+                return message
+            # Requests and notifications a target sends within its answer belong on the
+            # client's GET stream, which a federated route does not offer yet.
+        raise Unavailable("its event stream ended without an answer")
+    body = response.complete_body()
+    if body is None:
+        chunks = []
+        size = 0
+        async for chunk in response.chunks():
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                raise Unavailable(f"its answer is larger than {MAX_ANSWER_BYTES} bytes")
+            chunks.append(chunk)
+        body = b"".join(chunks)
+    return _message(body)
+
+
+def _message(data: bytes) -> dict[str, object]:
+    try:
+        message = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise Unavailable("its answer is not JSON") from None
+    if not isinstance(message, dict):
+        raise Unavailable("its answer is not a JSON-RPC message")
+    return message
