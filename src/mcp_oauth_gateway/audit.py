@@ -91,13 +91,16 @@ def mcp_request(
     record.mcp = mcp
 
 
-def event(scope: Scope, name: str, client_id: str | None = None) -> None:
-    """Record a Broker event (the last one recorded names the request's line)."""
+def event(scope: Scope, name: str, client_id: str | None = None, detail: str | None = None) -> None:
+    """Record a Broker event (the last one recorded names the request's line); `detail`
+    becomes the reason of an answer no stage refused."""
     record: AuditRecord | None = scope.get(AUDIT_KEY)
     if record is not None:
         record.event = name
         if client_id:
             record.client_id = capped(client_id)
+        if detail is not None and record.decision != DENY:
+            record.reason = detail
 
 
 def client(scope: Scope, client_id: str) -> None:

@@ -98,6 +98,10 @@ def _run_worker(
     brokers: BrokerRuntime | None,
 ) -> None:
     control = ControlPlane(snapshot)
+    if options.audit_log is not None:
+        # A rotation's SIGHUP must not end a worker still starting: the audit trail handles it
+        # once serving (its default action would terminate the process).
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     # Built here, in the process that serves: the exporter's thread does not survive a fork.
     tracer = otlp_tracer() if options.tracing else None
     watch = options.watch
@@ -179,7 +183,7 @@ def serve(snapshot: Snapshot, options: ServeOptions, brokers: BrokerRuntime | No
     for child in children:
         child.start()
     log.info("started %d worker processes", options.workers)
-    code = _supervise(children)
+    code = _supervise(children, forward_hup=options.audit_log is not None)
     for child in children:
         if child.is_alive() and child.pid is not None:
             os.kill(child.pid, signal.SIGTERM)
@@ -191,15 +195,25 @@ def serve(snapshot: Snapshot, options: ServeOptions, brokers: BrokerRuntime | No
     return code
 
 
-def _supervise(children: Sequence[multiprocessing.process.BaseProcess]) -> int:
-    """Wait for SIGTERM/SIGINT (0) or for a worker to die (1)."""
+def _supervise(
+    children: Sequence[multiprocessing.process.BaseProcess], forward_hup: bool = False
+) -> int:
+    """Wait for SIGTERM/SIGINT (0) or for a worker to die (1). With `forward_hup` (an audit
+    log), SIGHUP is passed on to every worker: each reopens its own descriptor of the file."""
     stopping = False
 
     def stop(signum: int, frame: object) -> None:
         nonlocal stopping
         stopping = True
 
+    def hup(signum: int, frame: object) -> None:
+        for child in children:
+            if child.pid is not None and child.is_alive():
+                os.kill(child.pid, signal.SIGHUP)
+
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    if forward_hup:
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, hup)
     try:
         while not stopping:
             dead = [c for c in children if not c.is_alive()]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 
+from .. import audit
 from ..asgi import Receive, Scope, Send, request_origin
 from ..oauth_scopes import scope_tokens
 from ..urls import InvalidUri, navigable, parse_redirect_uri, redirect_matches
@@ -27,16 +28,21 @@ async def authorize(ctx: BrokerContext, scope: Scope, receive: Receive, send: Se
         return
     if scope["method"] not in ("GET", "HEAD"):
         raise method_not_allowed("GET, POST")
+    audit.event(scope, "authorization-request")
     client, pending = await _authorization_request(ctx, scope)
     consent_name, browser_name, secure = consent.cookie_names(request_origin(scope))
     secret = await ctx.store.secret()
     if pending.provider is not None and consent.client_digest(
         client.client_id, pending.provider
     ) in consent.read_consent(secret, cookies(scope).get(consent_name)):
+        provider = ctx.providers[pending.provider].name
+        why = f"consent remembered in this browser; sign-in started at provider {provider}"
+        audit.event(scope, "signin-started", detail=why)
         await to_provider(ctx, scope, send, pending)
         return
     request_id = secrets.token_urlsafe(24)
     await ctx.state.put_pending(request_id, pending)
+    audit.event(scope, "consent-asked", detail=f"consent asked for scope {pending.scope!r}")
     cookie = (
         f"{browser_name}={pending.browser}; Path=/; HttpOnly; SameSite=Lax; "
         f"Max-Age={PENDING_TTL}{secure}"
@@ -71,6 +77,7 @@ async def _authorization_request(
     client's, errors are answered in place: a redirect to an unchecked URI is how codes and
     errors leak."""
     params = query_params(scope)
+    audit.client(scope, params.get("client_id", ""))
     client = await ctx.client(params.get("client_id", ""))
     try:
         requested = parse_redirect_uri(params.get("redirect_uri", ""))

@@ -9,6 +9,7 @@ import secrets
 from typing import Any
 from urllib.parse import urlencode
 
+from .. import audit
 from ..asgi import Receive, Scope, Send
 from ..urls import with_query
 from .context import BrokerContext
@@ -24,6 +25,7 @@ log = logging.getLogger("mcp_oauth_gateway.broker")
 async def callback(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) -> None:
     """The provider's redirect: check state and iss, exchange, hand the client a code."""
     params = query_params(scope)
+    audit.event(scope, "signin-callback")
     upstream = await ctx.state.take_upstream(params.get("state", ""))
     if upstream is None:
         raise OAuthError(
@@ -34,7 +36,10 @@ async def callback(ctx: BrokerContext, scope: Scope, receive: Receive, send: Sen
     provider = await ctx.provider(upstream.provider)
     _check_issuer(provider, params.get("iss"))
     pending = upstream.pending
+    audit.client(scope, pending.client_id)
+    signin = ctx.signin(upstream.provider).name
     if "error" in params:
+        audit.event(scope, "signin-refused", detail=f"at provider {signin}")
         raise OAuthError(
             400,
             params["error"],
@@ -47,6 +52,7 @@ async def callback(ctx: BrokerContext, scope: Scope, receive: Receive, send: Sen
     )
     if status != 200 or not isinstance(tokens, dict) or "access_token" not in tokens:
         log.warning("provider code exchange failed: HTTP %s", status)
+        audit.event(scope, "signin-failed")
         raise OAuthError(
             502,
             "server_error",
@@ -65,6 +71,8 @@ async def callback(ctx: BrokerContext, scope: Scope, receive: Receive, send: Sen
             upstream.provider,
         ),
     )
+    why = f"signed in at provider {signin}; authorization code issued to the client"
+    audit.event(scope, "code-issued", detail=why)
     out = {"code": code, "iss": ctx.issuer(scope)}
     if pending.state is not None:
         out["state"] = pending.state

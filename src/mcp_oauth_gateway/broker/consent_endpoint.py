@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 from dataclasses import replace
 
+from .. import audit
 from ..asgi import Receive, Scope, Send, read_body, request_origin
 from . import consent
 from .context import BrokerContext
@@ -21,6 +22,7 @@ async def answer(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send)
     """Remember an allowed client and go on to the provider; a denial goes back to the client."""
     # Checked before anything is read or consumed: another site's form must not be able to
     # answer (or use up) a pending sign-in.
+    audit.event(scope, "consent-answer")
     foreign = consent.cross_origin(scope)
     if foreign is not None:
         raise OAuthError(403, "access_denied", foreign)
@@ -32,6 +34,7 @@ async def answer(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send)
             "invalid_request",
             "unknown, expired or already answered authorization request; start the sign-in again",
         )
+    audit.client(scope, pending.client_id)
     consent_name, browser_name, secure = consent.cookie_names(request_origin(scope))
     jar = cookies(scope)
     if not hmac.compare_digest(jar.get(browser_name, ""), pending.browser):
@@ -40,7 +43,7 @@ async def answer(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send)
             "invalid_request",
             "this consent was not given in the browser that started the sign-in; start again",
         )
-    pending = _decision(ctx, form.get("decision", ""), pending)
+    pending = _decision(ctx, scope, form.get("decision", ""), pending)
     secret = await ctx.store.secret()
     digests = consent.read_consent(secret, jar.get(consent_name))
     assert pending.provider is not None  # a decision that allows names its provider
@@ -51,11 +54,14 @@ async def answer(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send)
         f"{consent_name}={consent.write_consent(secret, digests)}; Path=/; "
         f"HttpOnly; SameSite=Lax; Max-Age={CONSENT_DAYS * 86400}{secure}"
     )
+    provider = ctx.providers[pending.provider].name
+    why = f"the user allowed the client; sign-in started at provider {provider}"
+    audit.event(scope, "consent-given", detail=why)
     await to_provider(ctx, scope, send, pending, [(b"set-cookie", cookie.encode())])
 
 
 def _decision(
-    ctx: BrokerContext, decision: str, pending: PendingAuthorization
+    ctx: BrokerContext, scope: Scope, decision: str, pending: PendingAuthorization
 ) -> PendingAuthorization:
     """The pending request with the provider the user allowed it at: `allow` when there
     was no choice, `allow-<index>` when there was one; anything else is a denial."""
@@ -72,6 +78,7 @@ def _decision(
             "invalid_request",
             "choose the identity provider to sign in with; start the sign-in again",
         )
+    audit.event(scope, "consent-refused")
     raise OAuthError(
         400,
         "access_denied",

@@ -19,6 +19,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 
+from .. import audit
 from ..asgi import ASGIApp, Receive, Scope, Send, send_error
 from ..controlplane.snapshot import CompiledMcp
 from ..urls import with_query
@@ -72,10 +73,15 @@ class Broker:
 
 
 def _guard(ctx: BrokerContext, handler: Handler, page: bool) -> ASGIApp:
+    # The pipeline stage that serves the handler, as the audit trail names it.
+    stage = "broker-pages" if page else "oauth-endpoints"
+
     async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        audit.allow(scope, stage)
         try:
             await handler(ctx, scope, receive, send)
         except OAuthError as exc:
+            audit.deny(scope, stage, f"{exc.error}: {exc.description}")
             await _write_error(ctx, scope, send, exc, page)
 
     return guarded

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from .. import audit
 from ..asgi import Receive, Scope, Send, read_body, send_json
 from ..providers import RegistrationError
 from ..registration import parse_registration
@@ -37,6 +38,12 @@ async def register(ctx: BrokerContext, scope: Scope, receive: Receive, send: Sen
     given = metadata.get("client_name")
     name = given if isinstance(given, str) else "MCP client"
     client_id = issue_client_id(await ctx.store.secret(), name, uris)
+    audit.event(
+        scope,
+        "client-registered",
+        client_id,
+        f"registered client {name[:100]!r} with redirect URIs {', '.join(uris)[:500]}",
+    )
     await send_json(
         send,
         201,

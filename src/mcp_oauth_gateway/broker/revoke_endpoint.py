@@ -3,6 +3,7 @@ then what it stood for at the provider (`revocation` says how)."""
 
 from __future__ import annotations
 
+from .. import audit
 from ..asgi import Receive, Scope, Send, read_body, send_json
 from .context import BrokerContext
 from .errors import OAuthError, method_not_allowed
@@ -16,6 +17,7 @@ async def revoke(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send)
         raise method_not_allowed("POST")
     form = form_params(await read_body(receive, MAX_FORM))
     client_id = form.get("client_id", "")
+    audit.event(scope, "revocation-request", client_id)
     if not client_id:
         raise OAuthError(
             400,
@@ -27,6 +29,8 @@ async def revoke(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send)
     if not token:
         raise OAuthError(400, "invalid_request", "token is required")
     upstream = await ctx.revocation.revoke(client_id, token, form.get("token_type_hint"))
+    revoked = "unknown or expired token (nothing to revoke)" if upstream is None else upstream[1]
+    audit.event(scope, "token-revoked", detail=f"revoked: {revoked}")
     if upstream is not None:
         revoked, kind, idp = upstream
         provider = await ctx.provider(idp)

@@ -7,7 +7,7 @@ import hmac
 import logging
 from typing import Any
 
-from .. import pkce
+from .. import audit, pkce
 from ..asgi import Receive, Scope, Send, read_body, send_json
 from .context import BrokerContext
 from .errors import OAuthError, method_not_allowed
@@ -23,12 +23,15 @@ async def token(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) 
     if scope["method"] != "POST":
         raise method_not_allowed("POST")
     form = form_params(await read_body(receive, MAX_FORM))
+    audit.event(scope, "token-request", form.get("client_id"))
     ctx.target(scope, form.get("resource"))
     grant = form.get("grant_type")
     if grant == "authorization_code":
         tokens, idp = await _redeem(ctx, form)
+        audit.event(scope, "token-issued", detail="authorization code redeemed (PKCE checked)")
     elif grant == "refresh_token":
-        tokens, idp = await _refresh(ctx, form)
+        tokens, idp = await _refresh(ctx, scope, form)
+        audit.event(scope, "token-refreshed", detail="refresh token rotated")
     else:
         raise OAuthError(
             400,
@@ -62,7 +65,9 @@ async def _redeem(ctx: BrokerContext, form: dict[str, str]) -> tuple[dict[str, A
     return tokens, issued.provider
 
 
-async def _refresh(ctx: BrokerContext, form: dict[str, str]) -> tuple[dict[str, Any], int]:
+async def _refresh(
+    ctx: BrokerContext, scope: Scope, form: dict[str, str]
+) -> tuple[dict[str, Any], int]:
     client_id = form.get("client_id", "")
     if not client_id:
         raise OAuthError(
@@ -75,7 +80,7 @@ async def _refresh(ctx: BrokerContext, form: dict[str, str]) -> tuple[dict[str, 
     if not form.get("refresh_token"):
         raise OAuthError(400, "invalid_request", "refresh_token is required")
     narrowed = scope_param(form.get("scope"))  # refused before the refresh token is taken
-    grant = await _claim(ctx, form["refresh_token"], client_id)
+    grant = await _claim(ctx, scope, form["refresh_token"], client_id)
     try:
         provider = await ctx.provider(grant.idp)
     except OAuthError:
@@ -99,11 +104,14 @@ async def _refresh(ctx: BrokerContext, form: dict[str, str]) -> tuple[dict[str, 
     return await ctx.refresh.rotate(grant, body), grant.idp
 
 
-async def _claim(ctx: BrokerContext, refresh_token: str, client_id: str) -> RefreshGrant:
+async def _claim(
+    ctx: BrokerContext, scope: Scope, refresh_token: str, client_id: str
+) -> RefreshGrant:
     """The refresh token's grant, taken for this refresh if `client_id` holds it."""
     try:
         grant = await ctx.refresh.take(refresh_token)
     except RefreshReused as exc:
+        audit.event(scope, "refresh-reuse-detected")
         log.warning(
             "a rotated-away refresh token was presented for client %s; its sign-in was revoked",
             client_id[:80],

@@ -81,6 +81,7 @@ def _serve_parser(commands: Commands) -> None:
         help="how often to look for changed resource files (default 1; 0 turns watching off)",
     )
     _serve_operation_flags(serve)
+    _serve_audit_flags(serve)
     _serve_limit_flags(serve)
     add_flags(serve)
 
@@ -133,6 +134,23 @@ def _serve_operation_flags(serve: argparse.ArgumentParser) -> None:
         help="json: one JSON object per line, each request with a request_id "
         "(the caller's X-Request-Id when well-formed, else a new one; "
         "forwarded to the backend and returned in the response)",
+    )
+
+
+def _serve_audit_flags(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--audit-log",
+        default=None,
+        metavar="PATH",
+        help="the audit trail: one JSON line per request (allow or deny, the stage and why, "
+        "the caller, the MCP method and tool) and per Broker event, appended to PATH "
+        "(reopened on SIGHUP, for log rotation) or - for standard output",
+    )
+    serve.add_argument(
+        "--audit-required",
+        action="store_true",
+        help="with --audit-log: answer 503 while the audit log cannot be written, rather "
+        "than serve requests unaudited (default: serve, and log and count the failure)",
     )
 
 

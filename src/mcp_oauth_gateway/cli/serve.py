@@ -48,6 +48,8 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         status_port=args.status_port,
         admin_host=args.admin_host,
         tracing=args.tracing == "otlp",
+        audit_log=_audit_log(args),
+        audit_required=args.audit_required,
         watch=Watch(tuple(args.files), args.watch_interval)
         if args.files and args.watch_interval > 0
         else None,
@@ -57,6 +59,27 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
             default_redis_hint=f"set {REDIS_ENV}",
         ),
     )
+
+
+def _audit_log(args: argparse.Namespace) -> str | None:
+    """`--audit-log`, checked writable now (a bad path is refused before serving)."""
+    from ..serving.audit_sink import check_path
+
+    path: str | None = args.audit_log
+    if path is None:
+        if args.audit_required:
+            raise Refused("--audit-required needs --audit-log PATH (or - for standard output)")
+        return None
+    if not path:
+        raise Refused("--audit-log needs a file path, or - for standard output")
+    try:
+        check_path(path)
+    except OSError as exc:
+        raise Refused(
+            f"--audit-log {path}: cannot open it for appending ({exc.strerror}); give a "
+            "writable file path, or - for standard output"
+        ) from exc
+    return path
 
 
 def _servable(files: Sequence[str], options: ServeOptions) -> Snapshot:

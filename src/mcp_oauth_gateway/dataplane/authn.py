@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .. import audit
 from ..asgi import (
     CLAIMS_KEY,
     TOKEN_KEY,
@@ -38,6 +39,7 @@ from .tokens import (
 )
 
 log = logging.getLogger("mcp_oauth_gateway.authn")
+STAGE = "jwt-authentication"
 
 CACHE_SIZE = 10_000
 MISSING_TOKEN = "Unauthorized: missing bearer token"
@@ -104,7 +106,7 @@ class JwtAuthentication:
             if self.mode == "Strict":
                 # "Unauthorized" in the text: MCP Inspector 0.15 (with a current SDK) starts
                 # signing in only when the error it is shown says 401 or Unauthorized.
-                await self._deny(scope, send, MISSING_TOKEN, token_sent=False)
+                await self._deny(scope, send, MISSING_TOKEN, None)
             else:
                 await self.app(scope, receive, send)
             return
@@ -114,13 +116,14 @@ class JwtAuthentication:
         except KeysetPending as exc:
             # The gateway's own wait, not the token's fault: a 401 would send a client with a
             # valid token to sign in again. Retried shortly instead.
+            audit.deny(scope, STAGE, str(exc))
             await send_error(
                 send, 503, "temporarily_unavailable", str(exc), [(b"retry-after", b"1")]
             )
             return
         except TokenError as exc:
             if self.mode != "Permissive":
-                await self._deny(scope, send, str(exc), token_sent=True)
+                await self._deny(scope, send, str(exc), token)
                 return
             # Recorded, and the caller goes on as anonymous; the token never reaches the backend.
             if self.metrics is not None:
@@ -183,10 +186,14 @@ class JwtAuthentication:
         )
         return claims
 
-    async def _deny(self, scope: Scope, send: Send, why: str, token_sent: bool) -> None:
+    async def _deny(self, scope: Scope, send: Send, why: str, token: str | None) -> None:
+        """401 for a missing or refused token (`token`: the one sent, if any)."""
         if self.metrics is not None:
             self.metrics.auth_failure(why)
-        await self.challenger.unauthorized(scope, send, why, token_sent)
+        # A refusal may quote what it refused: never the token itself in the audit trail.
+        shown = why if token is None else why.replace(token, "[token]")
+        audit.deny(scope, STAGE, shown.removeprefix("Unauthorized: "))
+        await self.challenger.unauthorized(scope, send, why, token is not None)
 
 
 class KeysetPending(TokenError):

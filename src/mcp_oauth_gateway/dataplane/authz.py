@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 
+from .. import audit
 from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send, header, send_error
 from ..controlplane.cel import claims_read, holds, outcome, visible_claims
 from ..controlplane.snapshot import CompiledAuthorization
@@ -56,7 +57,24 @@ def decide(rules: CompiledAuthorization, activation: dict[str, object]) -> bool:
     return all(results)
 
 
+def explain(rules: CompiledAuthorization, activation: dict[str, object]) -> str:
+    """Which rule refused, in words an auditor reads: the rule's source (the refusal path only:
+    decisions are cached as yes or no, so this evaluates the rules again)."""
+    if rules.action == "Allow":
+        sources = "; ".join(f"`{e.source}`" for e in rules.expressions)
+        return f"no Allow rule holds ({sources})"
+    for expression in rules.expressions:
+        result = outcome(expression, activation)
+        if result is None:
+            return f"{rules.action} rule `{expression.source}` could not be evaluated (fail closed)"
+        if result is (rules.action == "Deny"):
+            verdict = "matches" if result else "does not hold"
+            return f"{rules.action} rule `{expression.source}` {verdict}"
+    return f"the {rules.action} rules refuse"
+
+
 DECISION_CACHE = 10_000
+STAGE = "cel-authorization"
 
 
 class CelAuthorization:
@@ -128,6 +146,10 @@ class CelAuthorization:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self._allowed(scope):
+            if audit.enabled(scope):
+                activation = activation_for(scope, self.claims, self.needs_request)
+                anonymous = "no bearer token; " if CLAIMS_KEY not in scope else ""
+                audit.deny(scope, STAGE, anonymous + explain(self.rules, activation))
             if CLAIMS_KEY not in scope:
                 # An anonymous caller (Optional, Permissive) might be let in with a token:
                 # ask for one, so that MCP clients start signing in.

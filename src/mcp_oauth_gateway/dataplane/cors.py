@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from .. import audit
 from ..asgi import ASGIApp, Headers, Message, Receive, Scope, Send, header, send_error
 from ..controlplane.snapshot import CompiledCors
+
+STAGE = "cors"
 
 
 def origin_allowed(cors: CompiledCors, origin: str) -> bool:
@@ -50,6 +53,7 @@ class CorsFilter:
         requested_method = header(scope, b"access-control-request-method")
         if scope["method"] == "OPTIONS" and requested_method is not None:
             await self._preflight(
+                scope,
                 send,
                 origin,
                 allowed,
@@ -78,6 +82,7 @@ class CorsFilter:
 
     async def _preflight(
         self,
+        scope: Scope,
         send: Send,
         origin: bytes,
         allowed: bool,
@@ -85,6 +90,12 @@ class CorsFilter:
         requested_headers: bytes | None,
     ) -> None:
         if not allowed:
+            audit.deny(
+                scope,
+                STAGE,
+                f"CORS preflight from origin {origin.decode('latin-1')} "
+                "refused: not in the route's allowOrigins",
+            )
             await send_error(
                 send,
                 403,
@@ -107,5 +118,6 @@ class CorsFilter:
         ]
         if allow_headers:
             headers.append((b"access-control-allow-headers", allow_headers))
+        audit.allow(scope, STAGE, "CORS preflight answered")
         await send({"type": "http.response.start", "status": 204, "headers": headers})
         await send({"type": "http.response.body", "body": b""})

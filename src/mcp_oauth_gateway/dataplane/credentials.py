@@ -13,6 +13,7 @@ import time
 from joserfc import jwt
 from joserfc.jwk import OctKey
 
+from .. import audit
 from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send, send_error
 from ..controlplane.snapshot import CompiledCredentials, CompiledIdentity
 from .token_exchange import ExchangeError, TokenExchanger
@@ -59,12 +60,9 @@ class BackendCredentials:
         try:
             headers.extend(await self._credential(scope))
         except ExchangeError as exc:
-            await send_error(
-                send,
-                exc.status,
-                "backend_credentials_unavailable",
-                f"no credential for the backend of route {self.backend}: {exc.description}",
-            )
+            why = f"no credential for the backend of route {self.backend}: {exc.description}"
+            audit.deny(scope, "backend-credentials", why)
+            await send_error(send, exc.status, "backend_credentials_unavailable", why)
             return
         scope["headers"] = headers
         await self.app(scope, receive, send)

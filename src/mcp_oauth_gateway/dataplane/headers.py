@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from .. import audit
 from ..asgi import ASGIApp, Headers, Receive, Scope, Send, first_item, send_error
 
 # Headers some stage reads (or the gateway sets on the way to the backend): at most one each.
@@ -168,6 +169,7 @@ class OwnedHeaders:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         problem = self.problem(scope["headers"])
         if problem is not None:
+            audit.deny(scope, "owned-headers", problem)
             await send_error(send, 400, "invalid_request", problem)
             return
         await self.app(scope, receive, send)

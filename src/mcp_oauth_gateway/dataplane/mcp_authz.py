@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from werkzeug.http import parse_options_header
 
+from .. import audit
 from ..asgi import (
     CLAIMS_KEY,
     TOKEN_KEY,
@@ -27,7 +28,7 @@ from ..asgi import (
 )
 from ..controlplane.cel import CompiledExpression, outcome
 from ..controlplane.snapshot import CompiledAuthorization, CompiledScopes
-from .authz import DECISION_CACHE, decide, request_variables
+from .authz import DECISION_CACHE, decide, explain, request_variables
 from .content_coding import SUPPORTED, CodingError, check_codings, codings, decode
 from .mcp_list_filter import ListFilter
 from .mcp_messages import (
@@ -45,6 +46,7 @@ from .mcp_messages import (
 from .scopes import granted_scopes, lacking, send_insufficient_scope
 
 _NAME_FIELD = {kind: field for kind, field in GUARDED.values()}
+STAGE = "mcp-authorization"
 
 
 class McpAuthorization:
@@ -145,7 +147,7 @@ class McpAuthorization:
         if not missing:
             return False
         operation = f"{request.method} of {request.name[:200]!r}"
-        await send_insufficient_scope(scope, send, needed, missing, operation, self.prm_path)
+        await send_insufficient_scope(scope, send, needed, missing, operation, self.prm_path, STAGE)
         return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -157,7 +159,7 @@ class McpAuthorization:
             if first.get("body") or first.get("more_body", False):
                 # MCP sends bodies only with POST; a backend might still read one as a message.
                 why = f"a {method} request carries a body, which is not read here; MCP sends "
-                await _refuse(send, INVALID_REQUEST, why + "messages only with POST")
+                await _refuse(scope, send, INVALID_REQUEST, why + "messages only with POST")
                 return
             receive = _replay(b"", receive)
             if method == "GET":
@@ -166,7 +168,7 @@ class McpAuthorization:
                 send = ListFilter(self._allower(scope), None, None, send).send
             await self.app(scope, receive, send)
             return
-        body = await self._body(receive, send)
+        body = await self._body(scope, receive, send)
         if body is None:
             return
         # One dict built in C: the entry check refused repeats of these headers, so its (last)
@@ -176,13 +178,18 @@ class McpAuthorization:
             body = _decoded(scope, values, body, self.max_body_bytes)
             request = read_request(body, values.get(b"mcp-method"), values.get(b"mcp-name"))
         except CodingError as exc:
-            await _refuse(send, PARSE_ERROR, str(exc), [(b"accept-encoding", SUPPORTED.encode())])
+            headers = [(b"accept-encoding", SUPPORTED.encode())]
+            await _refuse(scope, send, PARSE_ERROR, str(exc), headers)
             return
         except Refusal as exc:
-            await _refuse(send, exc.code, str(exc))
+            await _refuse(scope, send, exc.code, str(exc))
             return
+        if request is not None:
+            audit.mcp_request(scope, request.method, request.kind, request.name)
         if request is not None and request.kind is not None:
             if not self.allowed(scope, request.kind, request.name):
+                if audit.enabled(scope):
+                    audit.deny(scope, STAGE, self._why_denied(scope, request.kind, request.name))
                 await send_json(send, 200, denied(request))
                 return
             if await self._lacks_scopes(scope, send, request):
@@ -193,10 +200,18 @@ class McpAuthorization:
             send = ListFilter(self._allower(scope), request.method, request.id, send).send
         await self.app(scope, replay, send)
 
+    def _why_denied(self, scope: Scope, kind: str, name: str | None) -> str:
+        """Which rule refused the item, in words (the refusal path only)."""
+        if name is None:
+            return f"the {kind} is not named"
+        if "\x00" in name or self.rules is None:
+            return f"the {kind} name contains a NUL character"
+        return f"{kind} {name[:200]!r}: " + explain(self.rules, self._activation(scope, kind, name))
+
     def _allower(self, scope: Scope) -> Callable[[str, str], bool]:
         return lambda kind, name: self.allowed(scope, kind, name)
 
-    async def _body(self, receive: Receive, send: Send) -> bytes | None:
+    async def _body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
         """The whole request body, or None once the client left or a 413 was answered."""
         chunks: list[bytes] = []
         size = 0
@@ -207,12 +222,9 @@ class McpAuthorization:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
-                await send_error(
-                    send,
-                    413,
-                    "request_entity_too_large",
-                    f"the request body exceeds {self.max_body_bytes} bytes",
-                )
+                why = f"the request body exceeds {self.max_body_bytes} bytes"
+                audit.deny(scope, STAGE, why)
+                await send_error(send, 413, "request_entity_too_large", why)
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -248,7 +260,10 @@ def _ask_for_identity(scope: Scope) -> None:
     scope["headers"] = [*kept, (b"accept-encoding", b"identity")]
 
 
-async def _refuse(send: Send, code: int, why: str, headers: Headers | None = None) -> None:
+async def _refuse(
+    scope: Scope, send: Send, code: int, why: str, headers: Headers | None = None
+) -> None:
+    audit.deny(scope, STAGE, f"unreadable MCP request: {why}")
     await send_json(send, 400, error_message(None, code, why), headers)
 
 

@@ -9,7 +9,18 @@ from collections.abc import Callable
 
 import aiohttp
 
-from ..asgi import ASGIApp, Receive, Scope, Send, read_body, request_origin, send_error, send_json
+from .. import audit
+from ..asgi import (
+    ASGIApp,
+    Headers,
+    Receive,
+    Scope,
+    Send,
+    read_body,
+    request_origin,
+    send_error,
+    send_json,
+)
 from ..controlplane.discovery import DiscoveryCache
 from ..controlplane.fetch import FetchError
 from ..controlplane.snapshot import ASM_PREFIX, PRM_PREFIX, CompiledMcp, CompiledProvider
@@ -21,6 +32,15 @@ log = logging.getLogger("mcp_oauth_gateway.oauth")
 
 MCP_PROTOCOL_VERSION = "2025-06-18"
 MAX_REGISTRATION_BODY = 64 * 1024
+STAGE = "oauth-endpoints"
+
+
+async def refuse(
+    scope: Scope, send: Send, status: int, error: str, why: str, headers: Headers | None = None
+) -> None:
+    """An OAuth endpoint's error answer, recorded as this stage's refusal."""
+    audit.deny(scope, STAGE, f"{error}: {why}")
+    await send_error(send, status, error, why, headers)
 
 
 def endpoint_path(scope: Scope) -> str:
@@ -102,15 +122,18 @@ class OAuthEndpoints:
         self.paths[ASM_PREFIX], self.paths[PRM_PREFIX] = root
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        handler = self.paths.get(endpoint_path(scope))
+        path = endpoint_path(scope)
+        handler = self.paths.get(path)
         if handler is None:
             await self.app(scope, receive, send)
             return
+        audit.allow(scope, STAGE, f"OAuth endpoint {path} answered")
         await handler(scope, receive, send)
 
     @staticmethod
-    async def _method_not_allowed(send: Send, allowed: str, method: str) -> None:
-        await send_error(
+    async def _method_not_allowed(scope: Scope, send: Send, allowed: str, method: str) -> None:
+        await refuse(
+            scope,
             send,
             405,
             "invalid_request",
@@ -120,7 +143,8 @@ class OAuthEndpoints:
 
     async def _ambiguous_root(self, scope: Scope, receive: Receive, send: Send) -> None:
         others = ", ".join(self.shared_with)
-        await send_error(
+        await refuse(
+            scope,
             send,
             404,
             "not_found",
@@ -131,17 +155,18 @@ class OAuthEndpoints:
 
     async def _prm(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] not in ("GET", "HEAD"):
-            await self._method_not_allowed(send, "GET", scope["method"])
+            await self._method_not_allowed(scope, send, "GET", scope["method"])
             return
         origin = request_origin(scope)
         await send_json(send, 200, protected_resource_metadata(self.mcp, origin, self.issuers))
 
     async def _asm(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] not in ("GET", "HEAD"):
-            await self._method_not_allowed(send, "GET", scope["method"])
+            await self._method_not_allowed(scope, send, "GET", scope["method"])
             return
         if self.adapter is None or self.discovery is None:
-            await send_error(
+            await refuse(
+                scope,
                 send,
                 404,
                 "not_found",
@@ -153,7 +178,8 @@ class OAuthEndpoints:
         try:
             discovery = await self.discovery.get()
         except FetchError as exc:
-            await send_error(
+            await refuse(
+                scope,
                 send,
                 502,
                 "temporarily_unavailable",
@@ -168,10 +194,11 @@ class OAuthEndpoints:
 
     async def _register(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
-            await self._method_not_allowed(send, "POST", scope["method"])
+            await self._method_not_allowed(scope, send, "POST", scope["method"])
             return
         if self.adapter is None:
-            await send_error(
+            await refuse(
+                scope,
                 send,
                 404,
                 "not_found",
@@ -180,7 +207,8 @@ class OAuthEndpoints:
             return
         raw = await read_body(receive, MAX_REGISTRATION_BODY)
         if raw is None:
-            await send_error(
+            await refuse(
+                scope,
                 send,
                 413,
                 "invalid_client_metadata",
@@ -194,16 +222,23 @@ class OAuthEndpoints:
                 discovery = await self.discovery.get()
             result = await self.adapter.register(metadata, raw, discovery, self.session())
         except RegistrationError as exc:
-            await send_error(send, exc.status, exc.error, exc.description)
+            await refuse(scope, send, exc.status, exc.error, exc.description)
             return
         except FetchError as exc:
-            await send_error(
+            await refuse(
+                scope,
                 send,
                 502,
                 "server_error",
                 f"the provider's discovery document could not be fetched: {exc}",
             )
             return
+        if result.status < 400:
+            audit.event(scope, "client-registered")
+        else:
+            audit.deny(
+                scope, STAGE, f"the provider refused the registration (HTTP {result.status})"
+            )
         await send(
             {
                 "type": "http.response.start",

@@ -13,6 +13,7 @@ import time
 from collections import OrderedDict
 from typing import Protocol
 
+from .. import audit
 from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Receive, Scope, Send, send_error
 from ..controlplane.cel import value_of
 from ..controlplane.snapshot import CompiledRateLimit
@@ -21,6 +22,7 @@ from .bounded import BoundedCache, per_token
 from .metrics import Metrics
 
 log = logging.getLogger("mcp_oauth_gateway.ratelimit")
+STAGE = "rate-limit"
 MAX_LOCAL_KEYS = 100_000
 ANONYMOUS = "-"
 # Tokens whose key is remembered (a key over the claims alone is the same for a token's life).
@@ -147,6 +149,7 @@ class RateLimit:
             wait = await self.limiter.take(key)
         except Exception as exc:  # a limiter that cannot answer must not let traffic through
             log.error("rate limiter of GatewayPolicy %s unavailable: %s", self.policy, exc)
+            audit.deny(scope, STAGE, "the rate limiter is unavailable (fail closed)")
             await send_error(
                 send,
                 503,
@@ -157,6 +160,12 @@ class RateLimit:
         if wait > 0:
             if self.rejected is not None:
                 self.rejected()
+            audit.deny(
+                scope,
+                STAGE,
+                f"rate limit of GatewayPolicy {self.policy} exhausted for this caller; "
+                f"next request in {math.ceil(wait)} s",
+            )
             await send_error(
                 send,
                 429,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from .. import audit
 from ..asgi import (
     CLAIMS_KEY,
     TOKEN_KEY,
@@ -27,6 +28,7 @@ from .authz import DECISION_CACHE
 from .challenge import challenge
 
 INSUFFICIENT_SCOPE = "insufficient_scope"
+STAGE = "required-scopes"
 
 
 def granted_scopes(claims: dict[str, object], scopes: CompiledScopes) -> frozenset[str]:
@@ -56,12 +58,15 @@ async def send_insufficient_scope(
     missing: list[str],
     operation: str,
     prm_path: str | None,
+    stage: str = STAGE,
 ) -> None:
     """403 with the step-up challenge: `scope` holds all `needed`, not only the missing ones;
-    401 for an anonymous caller (Optional, Permissive), who needs a token first."""
+    401 for an anonymous caller (Optional, Permissive), who needs a token first. `stage`
+    names the refusing stage in the audit trail."""
     metadata = request_origin(scope) + prm_path if prm_path else None
     if CLAIMS_KEY not in scope:
         why = f"{operation} needs a bearer token with scope {' '.join(needed)}"
+        audit.deny(scope, stage, f"no bearer token: {why}")
         await send_error(
             send,
             401,
@@ -71,6 +76,7 @@ async def send_insufficient_scope(
         )
         return
     description = f"{operation} needs scope {' '.join(missing)}, which the token does not grant"
+    audit.deny(scope, stage, f"missing scope {' '.join(missing)}: {description}")
     header = challenge(metadata, " ".join(needed), description, code=INSUFFICIENT_SCOPE)
     body = {
         "error": INSUFFICIENT_SCOPE,

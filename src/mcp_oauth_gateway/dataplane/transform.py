@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+from .. import audit
 from ..asgi import TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send, send_error
 from ..controlplane.cel import claims_read, value_of
 from ..controlplane.snapshot import CompiledTransformation
@@ -51,12 +52,9 @@ class HeaderTransformation:
             log.warning(
                 "transformation %s produced a value with CR/LF/NUL; refused", added.decode()
             )
-            await send_error(
-                send,
-                400,
-                "invalid_request",
-                f"the value computed for header {added.decode()} contains control characters",
-            )
+            why = f"the value computed for header {added.decode()} contains control characters"
+            audit.deny(scope, "header-transformation", why)
+            await send_error(send, 400, "invalid_request", why)
             return
         scope["headers"] = [(k, v) for k, v in scope["headers"] if k not in self.drop] + added
         await self.app(scope, receive, send)

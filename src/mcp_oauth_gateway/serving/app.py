@@ -11,7 +11,7 @@ import re
 import secrets
 import time
 
-from .. import logs
+from .. import audit, logs
 from ..asgi import (
     CLAIMS_KEY,
     TRUST_FORWARDED_KEY,
@@ -35,6 +35,7 @@ from ..dataplane.tracing import RequestTracing
 from ..proxy.pool import RawUpstream
 from ..proxy.upstream import Upstream
 from .admin import AdminApp, ControllerView
+from .audit_trail import AuditLine, AuditTrail
 from .options import ServeOptions
 from .pipeline import Assembly, FailClosed
 from .runtime import BrokerRuntime
@@ -76,8 +77,10 @@ class GatewayApp:
         self.header_rules = HeaderRules(options.trust_forwarded)
         self.upstream = upstream or RawUpstream()
         self.brokers = brokers or BrokerRuntime()
-        # With JSON logs every request gets an id: logged, forwarded and returned.
-        self.request_ids = logs.json_enabled()
+        self.audit = AuditTrail.of(options) if options.audit_log is not None else None
+        # With JSON logs or an audit trail every request gets an id: logged, forwarded and
+        # returned, so an audit line and the answer the client got name the same request.
+        self.request_ids = logs.json_enabled() or self.audit is not None
         self.access_log = AccessLog(json_lines=self.request_ids)
         self.watcher = watcher
         self.limits = options.limits
@@ -99,6 +102,8 @@ class GatewayApp:
     def _install(self, snapshot: Snapshot) -> None:
         # One assignment: requests in flight keep the tables they started with.
         self.tables = self.assembly.tables(snapshot)
+        if self.audit is not None:
+            self.audit.forget_routes()
         if self.metrics is not None:
             self.metrics.watch_keysets(list(self.control.keysets.items()))
 
@@ -114,6 +119,8 @@ class GatewayApp:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 self.access_log.start()
+                if self.audit is not None:
+                    self.audit.start()
                 await self.control.start()
                 if self.watcher is not None:
                     self.watcher.start()
@@ -125,6 +132,8 @@ class GatewayApp:
                 await self.upstream.close()
                 await self.brokers.close()
                 self.access_log.stop()
+                if self.audit is not None:
+                    self.audit.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -152,11 +161,16 @@ class GatewayApp:
         tracing = self.tracing
         span = tracing.start(scope) if tracing is not None and not admin else None
         exchange = _Exchange(send, request_id)
+        trail = self.audit
+        if trail is not None and not admin:
+            exchange.audit = trail.begin(scope, request_id, span)
         cut = False
         try:
             if admin:
                 exchange.route = "admin"
                 await self.admin(scope, receive, exchange)
+            elif trail is not None and trail.refused(scope):
+                await send_error(exchange, 503, "audit_unavailable", trail.UNAVAILABLE)
             else:
                 await self._dispatch(scope, receive, exchange, port)
         except asyncio.CancelledError:
@@ -175,6 +189,9 @@ class GatewayApp:
                     "the gateway failed to handle this request; see its log",
                 )
         finally:
+            if exchange.audit is not None:
+                exchange.audit.write(exchange.status)
+                exchange.audit = None
             self._record(scope, exchange, time.perf_counter() - started, cut)
             if span is not None and tracing is not None:
                 tracing.end(span, exchange.status, exchange.route)
@@ -188,6 +205,7 @@ class GatewayApp:
             table = next(iter(self.tables.values()))
         refusal = self._refusal(scope)
         if refusal is not None:
+            audit.deny(scope, audit.ENTRY_RULES, refusal[2])
             await self._refuse(scope, receive, exchange, table, refusal)
             return
         host = header(scope, b"host")
@@ -196,9 +214,12 @@ class GatewayApp:
         )
         if entry is None:
             reason = (404, "not_found", f"no HTTPRoute matches {scope['path']} on this listener")
+            audit.deny(scope, audit.ROUTING, "no HTTPRoute matches the path on this listener")
             await self._refuse(scope, receive, exchange, table, reason)
             return
         exchange.route = entry.route.route
+        if exchange.audit is not None:
+            exchange.audit.route = entry.route
         await entry.app(scope, receive, exchange)
 
     def _refusal(self, scope: Scope) -> tuple[int, str, str] | None:
@@ -268,7 +289,7 @@ class GatewayApp:
 class _Exchange:
     """The response side of one request: what was sent, for the log, metrics and shutdown."""
 
-    __slots__ = ("complete", "request_id", "route", "send", "started", "status")
+    __slots__ = ("audit", "complete", "request_id", "route", "send", "started", "status")
 
     def __init__(self, send: Send, request_id: str | None):
         self.send = send
@@ -277,6 +298,8 @@ class _Exchange:
         self.started = False
         self.complete = False
         self.route = "-"
+        # The request's audit line, written once the answer starts (or the request ends).
+        self.audit: AuditLine | None = None
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -293,6 +316,9 @@ class _Exchange:
             await self.send(message)
             # Only once the server took it: a response it refused was never sent.
             self.status = message["status"]
+            if self.audit is not None:
+                self.audit.write(self.status)
+                self.audit = None
             return
         await self.send(message)
         if not message.get("more_body", False):

@@ -35,5 +35,9 @@ class ServeOptions:
     # Loopback unless told otherwise (a pod's probes reach it on the pod's address).
     admin_host: str = "127.0.0.1"
     tracing: bool = False
+    # The audit trail: a file path, "-" for standard output, None for none (`--audit-log`).
+    audit_log: str | None = None
+    # Refuse requests (503) while the audit log cannot be written (`--audit-required`).
+    audit_required: bool = False
     # What reloads validate against (Broker mode across several workers needs Redis, say).
     deployment: Deployment = field(default_factory=Deployment)

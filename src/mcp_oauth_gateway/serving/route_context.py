@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
+from .. import audit
 from ..asgi import ASGIApp, Limits, Receive, Scope, Send, send_error
 from ..broker.endpoints import Broker
 from ..broker.identity import SignInProvider
@@ -49,6 +50,8 @@ class FailClosed:
         self.description = description
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # The entry point's own refusals (entry rules, routing) name themselves first.
+        audit.deny(scope, "fail-closed", self.description)
         await send_error(send, self.status, self.error, self.description)
 
 

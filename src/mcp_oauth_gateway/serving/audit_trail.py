@@ -1,0 +1,155 @@
+"""The audit trail of one gateway process (`serve --audit-log`): a record in every request's
+scope, and one line per request written once its answer starts (or it ends without one), from
+what the stages recorded (`audit`), the route, the verified caller and the answer's status."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from typing import Any
+
+from .. import audit
+from ..asgi import AUDIT_KEY, CLAIMS_KEY, Scope
+from ..controlplane.snapshot import CompiledRoute
+from ..logs import timestamp
+from .audit_sink import AuditSink, OtlpAudit
+from .options import ServeOptions
+from .stages import stages_for
+
+log = logging.getLogger("mcp_oauth_gateway.audit")
+# Stages that answer requests of their own (pages, preflights, OAuth endpoints) and pass every
+# other one on untouched: not named among the checks an allowed request passed.
+_PASS_THROUGH = frozenset({"broker-pages", "cors", "oauth-endpoints"})
+
+
+class AuditTrail:
+    """Begins each request's record and writes its line to the sink."""
+
+    UNAVAILABLE = (
+        "the audit log cannot be written, and this gateway refuses to serve requests "
+        "unaudited (--audit-required); try again shortly"
+    )
+
+    def __init__(self, sink: AuditSink, required: bool = False):
+        self.sink = sink
+        self.required = required
+        # Per route (by identity, for the current tables): the reason of an `allow`.
+        self._passed: dict[int, str] = {}
+        self._signals: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def of(cls, options: ServeOptions) -> AuditTrail:
+        """The trail `serve`'s options ask for (OTLP log records too when tracing is on)."""
+        assert options.audit_log is not None
+        otlp = OtlpAudit() if options.tracing else None
+        return cls(AuditSink(options.audit_log, otlp), options.audit_required)
+
+    def start(self) -> None:
+        """Start writing, and reopen the file on SIGHUP (from within the event loop)."""
+        self.sink.start()
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGHUP, self.sink.reopen)
+        except (NotImplementedError, RuntimeError, ValueError) as exc:
+            # Not the main thread (an embedding server): rotation then needs a restart.
+            log.warning("audit log: SIGHUP cannot be handled here (%s); no reopen on SIGHUP", exc)
+            return
+        self._signals = loop
+
+    def stop(self) -> None:
+        """Write what is left and stop."""
+        if self._signals is not None:
+            with contextlib.suppress(Exception):
+                self._signals.remove_signal_handler(signal.SIGHUP)
+            self._signals = None
+        self.sink.stop()
+
+    def forget_routes(self) -> None:
+        """New route tables: the reasons kept per route are for the old ones."""
+        self._passed = {}
+
+    def begin(self, scope: Scope, request_id: str | None, span: object) -> AuditLine:
+        """The request's record (in its scope) and the line it will become."""
+        record = audit.AuditRecord()
+        scope[AUDIT_KEY] = record
+        return AuditLine(self, scope, record, request_id, span)
+
+    def refused(self, scope: Scope) -> bool:
+        """Whether the request is refused because the audit log cannot be written."""
+        if not self.required or self.sink.healthy:
+            return False
+        audit.deny(scope, audit.AUDIT, "the audit log cannot be written (--audit-required)")
+        return True
+
+    def passed(self, route: CompiledRoute) -> str:
+        """Why a request that reached the backend was allowed: the stages it passed."""
+        reason = self._passed.get(id(route))
+        if reason is None:
+            names = [s.name for s in stages_for(route)[:-1] if s.name not in _PASS_THROUGH]
+            if route.policy is None:
+                reason = "no GatewayPolicy protects this route"
+            else:
+                reason = "passed " + (", ".join(names) if names else "no stage")
+            self._passed[id(route)] = reason
+        return reason
+
+
+class AuditLine:
+    """One request's line: written once, when its answer starts or it ends without one."""
+
+    __slots__ = ("record", "request_id", "route", "scope", "span", "trail")
+
+    def __init__(
+        self,
+        trail: AuditTrail,
+        scope: Scope,
+        record: audit.AuditRecord,
+        request_id: str | None,
+        span: Any,
+    ):
+        self.trail = trail
+        self.scope = scope
+        self.record = record
+        self.request_id = request_id
+        self.span = span
+        self.route: CompiledRoute | None = None
+
+    def write(self, status: int) -> None:
+        """Write the line for an answer with `status` (0: none was sent)."""
+        self.trail.sink.write(self.fields(status))
+
+    def fields(self, status: int) -> dict[str, object]:
+        """The line's fields (every field present, null when it does not apply)."""
+        record = self.record
+        scope = self.scope
+        route = self.route
+        decision, stage, reason = audit.decision_of(record, status)
+        if decision == audit.ALLOW and stage == audit.PROXY and reason is None and route:
+            reason = self.trail.passed(route)
+        policy = route.policy if route is not None else None
+        return {
+            "time": timestamp(time.time()),
+            "request_id": self.request_id,
+            "trace_id": _trace_id(self.span),
+            "route": route.route if route is not None else None,
+            "policy": policy.key if policy is not None else None,
+            "decision": decision,
+            "stage": stage,
+            "reason": audit.capped(reason, audit.MAX_REASON) if reason is not None else None,
+            "caller": audit.caller_of(scope.get(CLAIMS_KEY), record.client_id),
+            "mcp": record.mcp,
+            "event": record.event,
+            "method": audit.capped(scope["method"], 32),
+            "path": audit.capped(scope["path"]),
+            "status": status,
+        }
+
+
+def _trace_id(span: Any) -> str | None:
+    """The W3C trace id of the request's span (32 hex digits), or None without tracing."""
+    if span is None:
+        return None
+    return f"{span.get_span_context().trace_id:032x}"
