@@ -81,7 +81,14 @@ def full_route(full) -> CompiledRoute:
 
 def test_the_pipeline_is_one_list_in_the_request_order():
     names = [stage.name for stage in PIPELINE]
-    assert names == ["broker-pages", "cors", "fail-closed", *POLICY_STAGES, "reverse-proxy"]
+    assert names == [
+        "broker-pages",
+        "cors",
+        "fail-closed",
+        *POLICY_STAGES,
+        "federation",
+        "reverse-proxy",
+    ]
     assert PIPELINE[-1].answer is not None
     assert all(stage.does and stage.when for stage in PIPELINE)
 
@@ -114,6 +121,13 @@ def test_a_route_that_cannot_be_served_stops_at_fail_closed(tmp_path, full_route
 def test_a_route_without_a_policy_is_only_proxied(tmp_path):
     route = dataclasses.replace(_route(_snapshot(tmp_path, BASE)), cors=None)
     assert [s.name for s in stages_for(route)] == ["reverse-proxy"]
+
+
+def test_a_backend_with_several_targets_is_federated_instead_of_proxied(full_route):
+    second = dataclasses.replace(full_route.targets[0], name="second")
+    route = dataclasses.replace(full_route, targets=(*full_route.targets, second))
+    names = [stage.name for stage in stages_for(route)]
+    assert names == ["broker-pages", "cors", *POLICY_STAGES, "federation"]
 
 
 def _chain(app: object) -> list[str]:

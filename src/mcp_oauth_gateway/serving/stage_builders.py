@@ -16,6 +16,8 @@ from ..dataplane.ratelimit import RateLimit
 from ..dataplane.scopes import RequiredScopes
 from ..dataplane.transform import HeaderTransformation
 from ..providers import adapter_for
+from ..proxy.federation.stage import Federation
+from ..proxy.federation.target import TargetLink
 from ..proxy.reverse_proxy import GATEWAY_SET, ReverseProxy
 from .route_context import FailClosed, RouteContext
 
@@ -149,3 +151,16 @@ def reverse_proxy(ctx: RouteContext) -> ASGIApp:
         cors_filtered=route.cors is not None,
         kept=ctx.owned_headers[0] | GATEWAY_SET,
     )
+
+
+def federation(ctx: RouteContext) -> ASGIApp:
+    """The backend's targets served as one MCP server."""
+    route = ctx.route
+    shared = ctx.shared
+    link = TargetLink(
+        shared.upstream,
+        route.backend_timeout,
+        shared.trust_forwarded,
+        ctx.owned_headers[0] | GATEWAY_SET,
+    )
+    return Federation(route.targets, link, shared.limits.max_body_bytes)

@@ -140,6 +140,14 @@ PIPELINE: tuple[Stage, ...] = (
         wrap=build.backend_credentials,
     ),
     Stage(
+        "federation",
+        "serves the backend's MCP servers as one: one session, merged lists, calls routed by name",
+        "the GatewayBackend has several targets",
+        lambda route: route.federated,
+        None,
+        answer=build.federation,
+    ),
+    Stage(
         "reverse-proxy",
         "streams the request to the backend and its answer back",
         "always, unless a stage before it answered",
