@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from ..controlplane.federation import target_of
+
 # method -> (kind as CEL sees it: mcp.<kind>.…, the params field naming the item)
 GUARDED: dict[str, tuple[str, str]] = {
     "tools/call": ("tool", "name"),
@@ -334,6 +336,23 @@ def filter_result(message: object, method: str | None, allowed: Callable[[str, s
         result[field] = kept
         removed = removed or len(kept) != len(items)
     return removed
+
+
+def item_variables(kind: str, name: str, targets: tuple[str, ...]) -> dict[str, object]:
+    """What CEL sees as `mcp` for an item: `mcp.<kind>.<name|uri>` as the client names it, and
+    `mcp.target`, the name of the target it belongs to (a backend's only target; with several,
+    the one its name or URI carries; absent when it names none, so a rule on it fails)."""
+    variables: dict[str, object] = {kind: {_NAME_FIELDS[kind]: name}}
+    if len(targets) == 1:
+        variables["target"] = targets[0]
+    elif targets:
+        target = target_of(kind, name, targets)
+        if target is not None:
+            variables["target"] = target
+    return variables
+
+
+_NAME_FIELDS = {kind: field for kind, field in GUARDED.values()}
 
 
 def denied(request: McpRequest) -> dict[str, object]:
