@@ -32,7 +32,6 @@ from .authz import DECISION_CACHE, decide, explain, request_variables
 from .content_coding import SUPPORTED, CodingError, check_codings, codings, decode
 from .mcp_list_filter import ListFilter
 from .mcp_messages import (
-    GUARDED,
     INVALID_REQUEST,
     LISTS,
     PARSE_ERROR,
@@ -41,11 +40,11 @@ from .mcp_messages import (
     Unreadable,
     denied,
     error_message,
+    item_variables,
     read_request,
 )
 from .scopes import granted_scopes, lacking, send_insufficient_scope
 
-_NAME_FIELD = {kind: field for kind, field in GUARDED.values()}
 STAGE = "mcp-authorization"
 
 
@@ -60,8 +59,10 @@ class McpAuthorization:
         max_body_bytes: int,
         scopes: CompiledScopes | None = None,
         prm_path: str | None = None,
+        targets: tuple[str, ...] = (),
     ):
         self.app = app
+        self.targets = targets  # the backend's target names, for `mcp.target`
         self.rules = rules
         self.scopes = scopes
         self.prm_path = prm_path
@@ -99,7 +100,7 @@ class McpAuthorization:
     def _activation(self, scope: Scope, kind: str, name: str) -> dict[str, object]:
         activation: dict[str, object] = {
             "jwt": scope.get(CLAIMS_KEY, {}),
-            "mcp": {kind: {_NAME_FIELD[kind]: name}},
+            "mcp": item_variables(kind, name, self.targets),
         }
         if self.needs_request:
             activation["request"] = request_variables(scope)
