@@ -126,6 +126,7 @@ def mcp_authorization(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
         ctx.shared.limits.max_body_bytes,
         policy.scopes,
         _prm_path(policy),
+        tuple(target.name for target in ctx.route.targets),
     )
 
 
