@@ -14,7 +14,7 @@ from typing import Any
 from .. import audit
 from ..asgi import AUDIT_KEY, CLAIMS_KEY, Scope
 from ..controlplane.snapshot import CompiledRoute
-from ..logs import timestamp
+from ..logs import iso_second, timestamp
 from .audit_sink import AuditSink, OtlpAudit
 from .options import ServeOptions
 from .stages import stages_for
@@ -23,6 +23,7 @@ log = logging.getLogger("mcp_oauth_gateway.audit")
 # Stages that answer requests of their own (pages, preflights, OAuth endpoints) and pass every
 # other one on untouched: not named among the checks an allowed request passed.
 _PASS_THROUGH = frozenset({"broker-pages", "cors", "oauth-endpoints"})
+CALLER_MEMO = 4096  # callers remembered by their claims (all forgotten when full)
 
 
 class AuditTrail:
@@ -39,6 +40,11 @@ class AuditTrail:
         # Per route (by identity, for the current tables): the reason of an `allow`.
         self._passed: dict[int, str] = {}
         self._signals: asyncio.AbstractEventLoop | None = None
+        self._second = -1
+        self._stamp = ""
+        # id(claims) -> (claims, caller): the authentication stage hands a cached token's
+        # claims as the same dict every time; holding it keeps its id from being reused.
+        self._callers: dict[int, tuple[object, dict[str, str] | None]] = {}
 
     @classmethod
     def of(cls, options: ServeOptions) -> AuditTrail:
@@ -83,6 +89,27 @@ class AuditTrail:
             return False
         audit.deny(scope, audit.AUDIT, "the audit log cannot be written (--audit-required)")
         return True
+
+    def now(self) -> str:
+        """The time of a line (RFC 3339 UTC, milliseconds), its second formatted once."""
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second, self._stamp = second, iso_second(second)
+        return timestamp(now, self._stamp)
+
+    def caller(self, claims: object, client_id: str | None) -> dict[str, str] | None:
+        """The line's `caller`, worked out once per verified token's claims."""
+        if client_id is not None or not isinstance(claims, dict):
+            return audit.caller_of(claims, client_id)
+        hit = self._callers.get(id(claims))
+        if hit is not None and hit[0] is claims:
+            return hit[1]
+        found = audit.caller_of(claims, None)
+        if len(self._callers) >= CALLER_MEMO:
+            self._callers.clear()
+        self._callers[id(claims)] = (claims, found)
+        return found
 
     def passed(self, route: CompiledRoute) -> str:
         """Why a request that reached the backend was allowed: the stages it passed."""
@@ -130,8 +157,10 @@ class AuditLine:
         if decision == audit.ALLOW and stage == audit.PROXY and reason is None and route:
             reason = self.trail.passed(route)
         policy = route.policy if route is not None else None
+        trail = self.trail
+        path = scope["path"]
         return {
-            "time": timestamp(time.time()),
+            "time": trail.now(),
             "request_id": self.request_id,
             "trace_id": _trace_id(self.span),
             "route": route.route if route is not None else None,
@@ -139,11 +168,11 @@ class AuditLine:
             "decision": decision,
             "stage": stage,
             "reason": audit.capped(reason, audit.MAX_REASON) if reason is not None else None,
-            "caller": audit.caller_of(scope.get(CLAIMS_KEY), record.client_id),
+            "caller": trail.caller(scope.get(CLAIMS_KEY), record.client_id),
             "mcp": record.mcp,
             "event": record.event,
             "method": audit.capped(scope["method"], 32),
-            "path": audit.capped(scope["path"]),
+            "path": path if len(path) <= audit.MAX_VALUE else audit.capped(path),
             "status": status,
         }
 
