@@ -1,0 +1,82 @@
+"""The audit log's writer (`serving/audit_sink.py`) on its own: lines that do not fit are counted
+and the gap is written into the log itself, a reopen after rotation writes to the new file, and
+lines a failed write could not place are kept and written once the file can be written again."""
+
+from __future__ import annotations
+
+import json
+
+from mcp_oauth_gateway.serving.audit_sink import AuditSink
+
+
+def read(path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def metrics(sink: AuditSink) -> dict[str, float]:
+    return {family.name: family.samples[0].value for family in sink.collect()}
+
+
+def test_lines_that_do_not_fit_are_counted_and_the_gap_is_written(tmp_path):
+    path = tmp_path / "audit.log"
+    sink = AuditSink(str(path), max_pending=2)
+    for n in range(5):
+        sink.write({"n": n})
+    assert not sink.healthy  # full: --audit-required refuses until it drains
+    sink.flush()
+    gap, *kept = read(path)
+    assert gap["event"] == "audit-lines-dropped"
+    assert gap["dropped"] == 3
+    assert kept == [{"n": 0}, {"n": 1}]
+    assert sink.healthy
+    assert metrics(sink)["mcp_gateway_audit_lines_dropped"] == 3
+    sink.stop()
+
+
+def test_a_reopen_after_rotation_writes_to_the_new_file(tmp_path):
+    path = tmp_path / "audit.log"
+    sink = AuditSink(str(path))
+    sink.write({"n": 1})
+    sink.flush()
+    path.rename(tmp_path / "audit.log.1")
+    sink.write({"n": 2})
+    sink.flush()  # not reopened yet: still the renamed file
+    sink.reopen()
+    sink.write({"n": 3})
+    sink.flush()
+    assert read(tmp_path / "audit.log.1") == [{"n": 1}, {"n": 2}]
+    assert read(path) == [{"n": 3}]
+    sink.stop()
+
+
+def test_lines_a_failed_write_could_not_place_are_written_later(tmp_path):
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    path = directory / "audit.log"
+    sink = AuditSink(str(path))
+    sink.write({"n": 1})
+    sink.flush()
+    path.unlink()
+    directory.rmdir()
+    sink.reopen()
+    sink.write({"n": 2})
+    sink.flush()
+    assert not sink.healthy
+    assert metrics(sink)["mcp_gateway_audit_write_errors"] == 1
+    assert metrics(sink)["mcp_gateway_audit_healthy"] == 0
+    directory.mkdir()
+    sink.write({"n": 3})
+    sink.flush()
+    assert sink.healthy
+    assert read(path) == [{"n": 2}, {"n": 3}]
+    assert metrics(sink)["mcp_gateway_audit_lines"] == 3
+    sink.stop()
+
+
+def test_the_writer_thread_writes_and_stop_flushes(tmp_path):
+    path = tmp_path / "audit.log"
+    sink = AuditSink(str(path))
+    sink.start()
+    sink.write({"n": 1})
+    sink.stop()
+    assert read(path) == [{"n": 1}]
