@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 
 import httpx
 from joserfc import jwt
@@ -265,3 +266,23 @@ def read_until(stream, found, timeout: float = 90.0) -> tuple[list[str], object]
 def backend_requests(backend: str) -> list[dict]:
     """What the MCP backend received, newest last."""
     return httpx.get(f"http://{backend}/debug/requests", timeout=5).json()
+
+
+def tool_module(name: str) -> ModuleType:
+    """`tools/<name>.py`, imported from its path as when it runs as a script: tools/ is not a
+    package, and its helper modules (`tools/_*.py`) are imported from tools/ itself."""
+    import importlib.util
+
+    if name in sys.modules:
+        return sys.modules[name]
+    tools = ROOT / "tools"
+    if str(tools) not in sys.path:
+        sys.path.insert(0, str(tools))
+    spec = importlib.util.spec_from_file_location(name, tools / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    # Registered first: its dataclasses look their module up while the class is made.
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

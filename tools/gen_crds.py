@@ -20,13 +20,13 @@ models.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import textwrap
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import _generated as generated
 import yaml
 from _crd_rules import AFTER_VALIDATORS, DECORATED, Schema
 from _crd_schema import GeneratorError, Walk, described, field_text, schema_for
@@ -260,32 +260,10 @@ def render() -> dict[Path, str]:
     return out
 
 
-def stale_files(rendered: Mapping[Path, str]) -> list[Path]:
-    """The CRD files whose committed text differs from the generator's."""
-    return [
-        path
-        for path, text in rendered.items()
-        if not path.is_file() or path.read_text(encoding="utf-8") != text
-    ]
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--check", action="store_true", help="only report CRDs that are out of date"
-    )
-    args = parser.parse_args(argv)
-    rendered = render()
-    stale = stale_files(rendered)
-    if args.check:
-        for path in stale:
-            print(f"{path.relative_to(ROOT)} is out of date: run {REGENERATE}", file=sys.stderr)
-        return 1 if stale else 0
-    for path in stale:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(rendered[path], encoding="utf-8")
-        print(f"wrote {path.relative_to(ROOT)}")
-    return 0
+    """Write the CRDs, or with --check report those out of date."""
+    description = __doc__.splitlines()[0] if __doc__ else None
+    return generated.run(argv, description, render, REGENERATE)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ added to a model cannot go undocumented.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _generated as generated
 import _pipeline_doc as pipeline_doc
 import yaml
 
@@ -419,31 +419,10 @@ def render() -> dict[Path, str]:
     return pages
 
 
-def stale_files(rendered: Mapping[Path, str]) -> list[Path]:
-    """The pages whose committed text differs from the rendered one."""
-    return [
-        path
-        for path, text in rendered.items()
-        if not path.is_file() or path.read_text(encoding="utf-8") != text
-    ]
-
-
 def main(argv: list[str] | None = None) -> int:
     """Write the pages, or with --check report those out of date."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--check", action="store_true", help="only report pages out of date")
-    args = parser.parse_args(argv)
-    rendered = render()
-    stale = stale_files(rendered)
-    if args.check:
-        for path in stale:
-            print(f"{path.relative_to(ROOT)} is out of date: run {REGENERATE}", file=sys.stderr)
-        return 1 if stale else 0
-    for path in stale:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(rendered[path], encoding="utf-8")
-        print(f"wrote {path.relative_to(ROOT)}")
-    return 0
+    description = __doc__.splitlines()[0] if __doc__ else None
+    return generated.run(argv, description, render, REGENERATE)
 
 
 if __name__ == "__main__":

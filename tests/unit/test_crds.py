@@ -9,13 +9,11 @@ this replay honest.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import json
 import re
 import sys
 from collections.abc import Iterator, Mapping
-from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -58,25 +56,12 @@ from crd_support import (
 )
 from mcp_oauth_gateway.resources import fields, load_paths
 from mcp_oauth_gateway.resources import models as m
-from support import ROOT
-
-GENERATOR = ROOT / "tools" / "gen_crds.py"
+from support import ROOT, tool_module
 
 
-@cache
 def generator() -> ModuleType:
-    """tools/gen_crds.py, imported from its path (tools/ is not a package; its helper modules
-    `_crd_*` are imported from tools/ as when it runs as a script)."""
-    if str(GENERATOR.parent) not in sys.path:
-        sys.path.insert(0, str(GENERATOR.parent))
-    spec = importlib.util.spec_from_file_location("gen_crds", GENERATOR)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # Registered first: its dataclasses look their module up while the class is made.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """tools/gen_crds.py."""
+    return tool_module("gen_crds")
 
 
 def schema_walk() -> ModuleType:

@@ -3,36 +3,22 @@ the CRDs and the models: committed up to date, one per kind the gateway reads, e
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
-from functools import cache
 from types import ModuleType
 
 import pytest
 import yaml
 
-from support import ROOT
+from support import ROOT, tool_module
 
-GENERATOR = ROOT / "tools" / "gen_reference.py"
 KINDS = ("GatewayPolicy", "GatewayBackend", "Gateway", "HTTPRoute", "ReferenceGrant")
 KINDS += ("GatewayClass", "Service")
 
 
-@cache
 def generator() -> ModuleType:
-    """tools/gen_reference.py, imported from its path (tools/ is not a package; its helper
-    modules are imported from tools/ as when it runs as a script)."""
-    if str(GENERATOR.parent) not in sys.path:
-        sys.path.insert(0, str(GENERATOR.parent))
-    spec = importlib.util.spec_from_file_location("gen_reference", GENERATOR)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # Registered first: its dataclasses look their module up while the class is made.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """tools/gen_reference.py."""
+    return tool_module("gen_reference")
 
 
 def test_committed_reference_pages_are_what_the_generator_makes() -> None:
