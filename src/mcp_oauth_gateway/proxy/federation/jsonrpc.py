@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import orjson
+
+from ...asgi import JSON, Headers, Send
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -17,6 +21,36 @@ class Malformed(ValueError):
     def __init__(self, code: int, why: str):
         super().__init__(why)
         self.code = code
+
+
+def loads(data: bytes) -> object:
+    """A target's JSON read as clients read it: lone surrogates (which JavaScript servers
+    write) kept, invalid UTF-8 replaced; ValueError when it is not JSON."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(data.decode("utf-8", "replace").removeprefix("\ufeff"))
+    except RecursionError:
+        raise ValueError("the JSON nests too deep") from None
+
+
+def dumps(message: object) -> bytes:
+    """JSON for a message `loads` read (lone surrogates written as escapes)."""
+    try:
+        return orjson.dumps(message)
+    except TypeError:
+        return json.dumps(message, separators=(",", ":")).encode("ascii")
+
+
+async def reply(send: Send, status: int, message: object, headers: Headers | None = None) -> None:
+    """A complete JSON answer."""
+    body = dumps(message)
+    head = [(b"content-type", JSON), (b"content-length", str(len(body)).encode())]
+    head += headers or []
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
 
 
 def read(body: bytes) -> dict[str, object]:

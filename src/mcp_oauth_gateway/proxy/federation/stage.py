@@ -18,10 +18,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import orjson
-
 from ... import __version__
-from ...asgi import Receive, Scope, Send, send_error, send_json
+from ...asgi import Receive, Scope, Send, send_error
 from ...controlplane.snapshot import CompiledTarget
 from ..upstream import UpstreamError, UpstreamResponse
 from . import jsonrpc, merge
@@ -80,7 +78,7 @@ class Federation:
         try:
             message = jsonrpc.read(body)
         except Malformed as exc:
-            await send_json(send, 400, jsonrpc.error(None, exc.code, str(exc)))
+            await jsonrpc.reply(send, 400, jsonrpc.error(None, exc.code, str(exc)))
             return
         if message.get("method") == "initialize":
             await self._initialize(scope, message, send)
@@ -99,18 +97,18 @@ class Federation:
         try:
             await self._request(scope, session, message, send)
         except Malformed as exc:
-            await send_json(send, 200, jsonrpc.error(message["id"], exc.code, str(exc)))
+            await jsonrpc.reply(send, 200, jsonrpc.error(message["id"], exc.code, str(exc)))
 
     async def _session(self, scope: Scope, send: Send) -> ClientSession | None:
         value = dict(scope["headers"]).get(_SESSION_HEADER)
         if value is None:
             why = "Mcp-Session-Id is required: send initialize first"
-            await send_json(send, 400, jsonrpc.error(None, jsonrpc.INVALID_REQUEST, why))
+            await jsonrpc.reply(send, 400, jsonrpc.error(None, jsonrpc.INVALID_REQUEST, why))
             return None
         session = self.sessions.find(value.decode("latin-1"), owner_of(scope))
         if session is None:
             why = "the session is not known here (it ended): send initialize again"
-            await send_json(send, 404, jsonrpc.error(None, jsonrpc.INVALID_REQUEST, why))
+            await jsonrpc.reply(send, 404, jsonrpc.error(None, jsonrpc.INVALID_REQUEST, why))
         return session
 
     async def _request(
@@ -119,15 +117,15 @@ class Federation:
         method = str(message["method"])
         request_id = message["id"]
         if method == "ping":
-            await send_json(send, 200, jsonrpc.result(request_id, {}))
+            await jsonrpc.reply(send, 200, jsonrpc.result(request_id, {}))
         elif method in merge.LISTS:
             result = await self._list(scope, session, method, message)
-            await send_json(send, 200, jsonrpc.result(request_id, result))
+            await jsonrpc.reply(send, 200, jsonrpc.result(request_id, result))
         elif method in ROUTED or method == COMPLETION:
             await self._call(scope, session, message, send)
         elif method == "logging/setLevel":
             await self._each(scope, session, lambda t: self._ask(scope, session, t, message))
-            await send_json(send, 200, jsonrpc.result(request_id, {}))
+            await jsonrpc.reply(send, 200, jsonrpc.result(request_id, {}))
         else:
             raise Malformed(METHOD_NOT_FOUND, f"Method not found: {method[:100]}")
 
@@ -142,7 +140,7 @@ class Federation:
         if not opened:
             why = "; ".join(f"{name}: {exc}" for name, exc in failures.items())
             text = f"none of the MCP servers behind this route answered initialize ({why})"
-            await send_json(send, 200, jsonrpc.error(request_id, INTERNAL_ERROR, text))
+            await jsonrpc.reply(send, 200, jsonrpc.error(request_id, INTERNAL_ERROR, text))
             return
         session.version = merge.agreed_version([t.version for t in opened if t.version])
         result: dict[str, object] = {
@@ -157,7 +155,7 @@ class Federation:
         # caller's credentials on its behalf. The targets expire it as they expire idle ones.
         self.sessions.add(session)
         headers = [(_SESSION_HEADER, session.id.encode())]
-        await send_json(send, 200, jsonrpc.result(request_id, result), headers)
+        await jsonrpc.reply(send, 200, jsonrpc.result(request_id, result), headers)
 
     async def _each(
         self,
@@ -183,7 +181,7 @@ class Federation:
     ) -> None:
         if message.get("method") == INITIALIZED:
             session.initialized = True
-        body = orjson.dumps(message)
+        body = jsonrpc.dumps(message)
         await self._each(scope, session, lambda t: self.link.tell(scope, t, body))
 
     async def _reopened(
@@ -214,7 +212,7 @@ class Federation:
         target: TargetSession,
         message: dict[str, object],
     ) -> dict[str, object]:
-        body = orjson.dumps(message)
+        body = jsonrpc.dumps(message)
         request_id = message.get("id")
 
         async def ask() -> dict[str, object]:
@@ -272,7 +270,7 @@ class Federation:
     ) -> None:
         name, rewritten = routed(message, self.names)
         target = session.targets[name]
-        body = orjson.dumps(rewritten)
+        body = jsonrpc.dumps(rewritten)
 
         async def forward() -> UpstreamResponse:
             return await self.link.send(scope, target, body)
@@ -281,7 +279,7 @@ class Federation:
             response = await self._reopened(scope, session, target, forward)
         except Unavailable as exc:
             text = f"the MCP server {name!r} behind this route is unavailable: {exc}"
-            await send_json(send, 200, jsonrpc.error(message["id"], INTERNAL_ERROR, text))
+            await jsonrpc.reply(send, 200, jsonrpc.error(message["id"], INTERNAL_ERROR, text))
             return
         try:
             await _relay(response, send)

@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import orjson
-
 from ...asgi import Headers, Scope
 from ..reverse_proxy import GATEWAY_SET, dropped_request_headers, upstream_request_headers
 from ..upstream import InvalidRequestHead, Upstream, UpstreamError, UpstreamResponse
@@ -188,8 +186,8 @@ async def _response_of(response: UpstreamResponse, request_id: object) -> dict[s
 
 def _message(data: bytes) -> dict[str, object]:
     try:
-        message = orjson.loads(data)
-    except orjson.JSONDecodeError:
+        message = jsonrpc.loads(data)
+    except ValueError:
         raise Unavailable("its answer is not JSON") from None
     if not isinstance(message, dict):
         raise Unavailable("its answer is not a JSON-RPC message")

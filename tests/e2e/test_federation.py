@@ -1,0 +1,160 @@
+"""Several real MCP servers behind one route: two `mcp` SDK servers (one answering with event
+streams, one with plain JSON) and the TypeScript SDK server (stateless), a real `mcp` SDK client
+listing and calling across them, a rule per target, and one target killed and brought back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from federation_support import Federated, kill, named_server, start_gateway
+from support import (
+    INITIALIZE,
+    NODE_DIR,
+    Process,
+    free_port,
+    mcp_headers,
+    new_key,
+    node,
+    wait_for_port,
+)
+
+ADMIN = "admin"
+
+
+@pytest.fixture(scope="module")
+def federated(logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federated]:
+    ports = {"a": free_port(), "b": free_port(), "ts": free_port()}
+    processes = {
+        "a": named_server("a", ports["a"], logs),
+        "b": named_server("b", ports["b"], logs, json_answers=True),
+        "ts": Process(
+            "fed-ts",
+            [node(), str(NODE_DIR / "ts_backend.mjs")],
+            logs,
+            env={"PORT": str(ports["ts"])},
+        ),
+    }
+    wait_for_port(ports["ts"], processes["ts"])
+    key = new_key("federation-key")
+    port = free_port()
+    gateway = start_gateway(tmp_path_factory.mktemp("federation"), logs, port, ports, key)
+    stack = Federated(f"http://127.0.0.1:{port}/mcp", key, logs, ports, processes)
+    try:
+        yield stack
+    finally:
+        gateway.stop()
+        for process in stack.processes.values():
+            process.stop()
+
+
+def text(result) -> str:
+    return result.content[0].text
+
+
+async def tool_names(session) -> list[str]:
+    return sorted(tool.name for tool in (await session.list_tools()).tools)
+
+
+A_TOOLS = ["a_add", "a_count", "a_whoami"]
+B_TOOLS = ["b_add", "b_count", "b_whoami"]
+TS_TOOLS = ["ts_add", "ts_admin"]  # ts_delete_all: hidden by a rule on the tool
+
+
+async def test_one_session_lists_and_calls_every_target(federated):
+    async with federated.session(ADMIN) as session:
+        assert await tool_names(session) == sorted(A_TOOLS + B_TOOLS + TS_TOOLS)
+        assert text(await session.call_tool("a_whoami", {})) == "a"
+        assert text(await session.call_tool("b_whoami", {})) == "b"
+        assert text(await session.call_tool("b_add", {"a": 2, "b": 3})) == "5"
+        assert text(await session.call_tool("ts_add", {})) == "add ran"
+        ran = httpx.get(f"http://127.0.0.1:{federated.ports['ts']}/debug/ran").json()
+        assert {"tool": "add", "args": {}} in ran
+
+
+async def test_progress_inside_a_call_reaches_the_client(federated):
+    seen: list[float] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        seen.append(done)
+
+    async with federated.session(ADMIN) as session:
+        result = await session.call_tool("a_count", {"n": 3}, progress_callback=progress)
+        assert text(result) == "a counted to 3"
+        assert seen == [1, 2, 3]
+
+
+async def test_prompts_and_resources_carry_their_target(federated):
+    async with federated.session(ADMIN) as session:
+        prompts = sorted(p.name for p in (await session.list_prompts()).prompts)
+        assert prompts == ["a_greet", "b_greet"]
+        greeting = await session.get_prompt("b_greet", {"who": "x"})
+        assert greeting.messages[0].content.text == "b greets x"
+        uris = sorted(str(r.uri) for r in (await session.list_resources()).resources)
+        assert uris == ["mcp+gw://a/note://a", "mcp+gw://b/note://b"]
+        templates = (await session.list_resource_templates()).resource_templates
+        assert sorted(t.uri_template for t in templates) == [
+            "mcp+gw://a/note://topics/{topic}",
+            "mcp+gw://b/note://topics/{topic}",
+        ]
+        read = await session.read_resource("mcp+gw://b/note://topics/cats")
+        assert read.contents[0].text == "b on cats"
+
+
+async def test_a_rule_on_the_target_hides_its_tools(federated):
+    async with federated.session("users") as session:
+        assert await tool_names(session) == sorted(A_TOOLS + TS_TOOLS)
+        with pytest.raises(MCPError, match="Unknown tool: b_whoami"):
+            await session.call_tool("b_whoami", {})
+        assert text(await session.call_tool("a_whoami", {})) == "a"
+
+
+def raw_call(federated: Federated, headers: dict[str, str], name: str) -> httpx.Response:
+    body = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": name}}
+    return httpx.post(federated.url, headers=headers, json=body, timeout=30)
+
+
+async def test_a_killed_target_drops_out_and_comes_back(federated):
+    headers = mcp_headers(federated.token(ADMIN))
+    init = httpx.post(federated.url, headers=headers, json=INITIALIZE, timeout=30)
+    assert init.status_code == 200, init.text
+    headers["Mcp-Session-Id"] = init.headers["mcp-session-id"]
+    async with federated.session(ADMIN) as session:
+        kill(federated.processes["b"])
+        assert await tool_names(session) == sorted(A_TOOLS + TS_TOOLS)
+        with pytest.raises(MCPError, match="'b' behind this route is unavailable"):
+            await session.call_tool("b_whoami", {})
+        down = raw_call(federated, headers, "b_whoami")
+        assert down.status_code == 200
+        assert down.json()["error"]["code"] == -32603
+        assert text(await session.call_tool("a_whoami", {})) == "a"
+
+        port = federated.ports["b"]
+        federated.processes["b"] = named_server("b", port, federated.logs, json_answers=True)
+        assert await tool_names(session) == sorted(A_TOOLS + B_TOOLS + TS_TOOLS)
+        assert text(await session.call_tool("b_whoami", {})) == "b"
+        up = raw_call(federated, headers, "b_whoami")
+        assert up.json()["result"]["content"][0]["text"] == "b"
+
+
+def test_the_client_session_is_the_gateways(federated):
+    headers = mcp_headers(federated.token(ADMIN))
+    init = httpx.post(federated.url, headers=headers, json=INITIALIZE, timeout=30)
+    session_id = init.headers["mcp-session-id"]
+    assert len(session_id) >= 40
+    result = init.json()["result"]
+    assert result["serverInfo"]["name"] == "mcp-oauth-gateway"
+    assert result["protocolVersion"] == "2025-11-25"
+    listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    # Another caller's token does not open this session; nor does an unknown id.
+    other = mcp_headers(federated.token(ADMIN, sub="mallory"), **{"Mcp-Session-Id": session_id})
+    assert httpx.post(federated.url, headers=other, json=listed).status_code == 404
+    assert httpx.post(federated.url, headers=headers, json=listed).status_code == 400
+    own = {**headers, "Mcp-Session-Id": session_id}
+    assert httpx.get(federated.url, headers=own).status_code == 405
+    assert httpx.delete(federated.url, headers=own).status_code == 204
+    assert httpx.post(federated.url, headers=own, json=listed).status_code == 404
