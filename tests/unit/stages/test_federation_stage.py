@@ -1,0 +1,182 @@
+"""The federation stage in process, over targets played in memory: pagination across targets
+with a cursor per target, a target that fails at initialize opened on the next list, what a
+client gets for messages the stage cannot act on, and the headers each target receives."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import orjson
+import pytest
+
+from mcp_oauth_gateway.asgi import Headers
+from mcp_oauth_gateway.controlplane.snapshot import CompiledTarget
+from mcp_oauth_gateway.proxy.federation.stage import Federation
+from mcp_oauth_gateway.proxy.federation.target import TargetLink
+from mcp_oauth_gateway.proxy.upstream import UpstreamError
+
+from .harness import MemoryResponse, drive
+
+# Each target's tools, served two to a page.
+TOOLS = {"a": ["t1", "t2", "t3"], "b": ["u1", "u2"]}
+PORTS = {9001: "a", 9002: "b"}
+
+
+@dataclass
+class Targets:
+    """The targets as an `Upstream`: each keeps sessions and pages its tools list."""
+
+    down: set[str] = field(default_factory=set)
+    seen: list[tuple[str, Headers, dict[str, object]]] = field(default_factory=list)
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        headers: Headers,
+        body: bytes | AsyncIterator[bytes],
+        headers_within: float,
+    ) -> MemoryResponse:
+        assert isinstance(body, bytes)
+        name = PORTS[int(url.split(":")[2].split("/")[0])]
+        if name in self.down:
+            raise UpstreamError("connection refused")
+        message = orjson.loads(body) if body else {}
+        self.seen.append((name, headers, message))
+        if message.get("method") == "initialize":
+            result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}}
+            return _answer(message, result, [(b"mcp-session-id", f"sess-{name}".encode())])
+        if message.get("method") == "tools/list":
+            start = int(message.get("params", {}).get("cursor", "0"))
+            page = TOOLS[name][start : start + 2]
+            result: dict[str, object] = {"tools": [{"name": n} for n in page]}
+            if start + 2 < len(TOOLS[name]):
+                result["nextCursor"] = str(start + 2)
+            return _answer(message, result)
+        return MemoryResponse(202, [], b"")
+
+    async def close(self) -> None:
+        """Nothing to close."""
+
+
+def _answer(message: dict, result: dict, headers: Headers | None = None) -> MemoryResponse:
+    body = orjson.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
+    return MemoryResponse(200, [(b"content-type", b"application/json"), *(headers or [])], body)
+
+
+def stage(targets: Targets) -> Federation:
+    compiled = tuple(CompiledTarget("127.0.0.1", port, "/mcp", n) for port, n in PORTS.items())
+    return Federation(compiled, TargetLink(targets, 5.0, False), 1 << 20)
+
+
+def rpc(method: str, request_id: object = 1, **params: object) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+
+
+INIT = rpc("initialize", protocolVersion="2025-11-25", capabilities={}, clientInfo={"name": "t"})
+
+
+async def open_session(app: Federation) -> list[tuple[bytes, bytes]]:
+    response = await drive(app, "POST", body=INIT)
+    assert response.status == 200, response.body
+    session = response.header(b"mcp-session-id")
+    assert session is not None
+    return [(b"mcp-session-id", session)]
+
+
+async def test_pages_run_through_every_target_with_one_cursor():
+    app = stage(Targets())
+    headers = await open_session(app)
+    names: list[str] = []
+    cursor = None
+    for _ in range(3):
+        params = {"cursor": cursor} if cursor else {}
+        response = await drive(app, "POST", headers=headers, body=rpc("tools/list", **params))
+        result = response.json()["result"]
+        names += [tool["name"] for tool in result["tools"]]
+        cursor = result.get("nextCursor")
+        if cursor is None:
+            break
+    assert names == ["a_t1", "a_t2", "b_u1", "b_u2", "a_t3"]
+    assert cursor is None
+
+
+async def test_a_cursor_from_another_session_is_invalid_params():
+    app = stage(Targets())
+    first, second = await open_session(app), await open_session(app)
+    listed = await drive(app, "POST", headers=first, body=rpc("tools/list"))
+    cursor = listed.json()["result"]["nextCursor"]
+    response = await drive(app, "POST", headers=second, body=rpc("tools/list", cursor=cursor))
+    assert response.status == 200
+    assert response.json()["error"]["code"] == -32602
+
+
+async def test_a_target_down_at_initialize_is_opened_on_the_next_list():
+    targets = Targets(down={"b"})
+    app = stage(targets)
+    headers = await open_session(app)
+    await drive(
+        app, "POST", headers=headers, body=b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+    )
+    targets.down.clear()
+    response = await drive(app, "POST", headers=headers, body=rpc("tools/list"))
+    assert [t["name"] for t in response.json()["result"]["tools"]] == [
+        "a_t1",
+        "a_t2",
+        "b_u1",
+        "b_u2",
+    ]
+    # b was told the client is initialized right after its late initialize.
+    methods = [message.get("method") for name, _, message in targets.seen if name == "b"]
+    assert methods == ["initialize", "notifications/initialized", "tools/list"]
+
+
+async def test_each_target_gets_its_own_session_and_version():
+    targets = Targets()
+    app = stage(targets)
+    headers = await open_session(app)
+    await drive(
+        app, "POST", headers=[*headers, (b"authorization", b"Bearer x")], body=rpc("tools/list")
+    )
+    for name, sent, message in targets.seen:
+        if message.get("method") == "tools/list":
+            values = dict(sent)
+            assert values[b"mcp-session-id"] == f"sess-{name}".encode()
+            assert values[b"mcp-protocol-version"] == b"2025-06-18"
+            assert values[b"authorization"] == b"Bearer x"
+
+
+async def test_every_target_down_fails_initialize_without_a_session():
+    app = stage(Targets(down={"a", "b"}))
+    response = await drive(app, "POST", body=INIT)
+    assert response.status == 200
+    assert response.header(b"mcp-session-id") is None
+    assert "none of the MCP servers" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        (b"{", 400, -32700),
+        (b"[" + rpc("ping") + b"]", 400, -32600),
+        (b'{"id":1,"method":"ping"}', 400, -32600),
+        (rpc("nothing/here"), 200, -32601),
+        (rpc("tools/call", name="c_x"), 200, -32602),
+    ],
+)
+async def test_messages_the_stage_cannot_act_on(body, status, code):
+    app = stage(Targets())
+    headers = await open_session(app)
+    response = await drive(app, "POST", headers=headers, body=body)
+    assert (response.status, response.json()["error"]["code"]) == (status, code)
+
+
+async def test_ping_is_answered_by_the_gateway():
+    targets = Targets()
+    app = stage(targets)
+    headers = await open_session(app)
+    before = len(targets.seen)
+    response = await drive(app, "POST", headers=headers, body=rpc("ping", 9))
+    assert response.json() == {"jsonrpc": "2.0", "id": 9, "result": {}}
+    assert len(targets.seen) == before
