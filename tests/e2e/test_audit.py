@@ -1,0 +1,240 @@
+"""The audit trail (`serve --audit-log`) of a real gateway process in Broker mode in front of the
+real MCP backend and the dev identity provider: a real MCP client (the Python SDK) signs in and
+calls an allowed and a denied tool, and the audit file answers who called what and why, line by
+line; the Broker's events (registration, consent, sign-in, code, token, refresh, reuse,
+revocation) with no token or code ever written; and the file reopened on SIGHUP, forwarded by
+the supervisor to every worker, for log rotation."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from headless_login import sign_in
+
+from broker_calls import authorize_url, redeem, register
+from conftest import _start_stack
+from support import PEERS, wait_until
+
+TOOL_RULES = """\
+  backend:
+    mcp:
+      authorization:
+        action: Allow
+        policy:
+          matchExpressions:
+            - 'mcp.tool.name == "add"'
+            - '"admin" in jwt.groups'
+"""
+
+
+def written(path: Path) -> list[dict]:
+    """The whole lines written so far (the writer thread may be mid-batch)."""
+    if not path.exists():
+        return []
+    text = path.read_text()
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines()]
+
+
+def wait_for_line(path: Path, what: str, **expected: object) -> dict:
+    """The first line whose fields hold `expected`, once written."""
+    found: list[dict] = []
+
+    def matches() -> bool:
+        found[:] = [
+            line for line in written(path) if all(line.get(k) == v for k, v in expected.items())
+        ]
+        return bool(found)
+
+    wait_until(matches, 30, what)
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def audited(logs, tmp_path_factory, idp_key, backend) -> Iterator[tuple[object, Path]]:
+    """Provider B behind the gateway in Broker mode, with tool rules and an audit log."""
+    tmp = tmp_path_factory.mktemp("audited")
+    path = tmp / "audit.log"
+    for stack in _start_stack(
+        "authentik",
+        "provider-b",
+        "9000",
+        logs,
+        tmp,
+        idp_key,
+        backend,
+        broker=True,
+        gateway_args=("--allow-local-client-metadata", "--audit-log", str(path)),
+        name="gateway-audit",
+        policy_extra=TOOL_RULES,
+    ):
+        yield stack, path
+
+
+def test_a_real_client_s_calls_are_answered_line_by_line(audited):
+    stack, path = audited
+    done = subprocess.run(
+        [sys.executable, str(PEERS / "py_client.py"), stack.mcp, "alice", "x", "count"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    # `add` answered first; then `count` (admins only) refused, which the SDK raises.
+    assert not report["ok"]
+    assert "Unknown tool: count" in report["error"], report
+
+    allowed = wait_for_line(path, "the allowed call", mcp={"method": "tools/call", "tool": "add"})
+    assert (allowed["decision"], allowed["stage"], allowed["status"]) == (
+        "allow",
+        "reverse-proxy",
+        200,
+    )
+    assert allowed["caller"]["sub"] == "alice"
+    assert allowed["caller"]["iss"] == stack.issuer
+    assert allowed["reason"].startswith("passed ")
+    assert "mcp-authorization" in allowed["reason"]
+
+    denied = wait_for_line(path, "the denied call", mcp={"method": "tools/call", "tool": "count"})
+    assert (denied["decision"], denied["stage"], denied["status"]) == (
+        "deny",
+        "mcp-authorization",
+        200,
+    )
+    assert denied["caller"]["sub"] == "alice"
+    assert denied["reason"] == (
+        'tool \'count\': no Allow rule holds (`mcp.tool.name == "add"`; `"admin" in jwt.groups`)'
+    )
+
+    # How the client got there: refused without a token, then the Broker's sign-in.
+    lines = written(path)
+    unauthenticated = [
+        line
+        for line in lines
+        if line["path"] == "/mcp" and line["status"] == 401 and line["caller"] is None
+    ]
+    assert unauthenticated
+    assert {(line["decision"], line["stage"]) for line in unauthenticated} == {
+        ("deny", "jwt-authentication")
+    }
+    events = [line["event"] for line in lines if line["event"]]
+    for event in ("client-registered", "consent-given", "code-issued", "token-issued"):
+        assert event in events, events
+    registered = next(line for line in lines if line["event"] == "client-registered")
+    issued = next(line for line in lines if line["event"] == "token-issued")
+    assert issued["caller"] == registered["caller"]
+    assert registered["reason"].startswith("registered client 'py-mcp-2'")
+    # One line per request, each with the id the client got back.
+    ids = [line["request_id"] for line in lines]
+    assert len(ids) == len(set(ids))
+    assert all(ids)
+
+
+async def test_broker_events_name_the_client_and_never_a_token_or_code(audited):
+    stack, path = audited
+    client_id = register(stack)
+    query = await sign_in(
+        authorize_url(stack, client_id, scope="openid profile offline_access"),
+        "alice",
+        "x",
+        "http://127.0.0.1:47001/cb",
+    )
+    tokens = redeem(stack, client_id, query["code"]).json()
+    form = {"grant_type": "refresh_token", "client_id": client_id}
+    rotated = httpx.post(
+        f"{stack.gateway}/mcp/oauth/token", data={**form, "refresh_token": tokens["refresh_token"]}
+    ).json()
+    reused = httpx.post(
+        f"{stack.gateway}/mcp/oauth/token", data={**form, "refresh_token": tokens["refresh_token"]}
+    )
+    assert reused.status_code == 400
+    revoked = httpx.post(
+        f"{stack.gateway}/mcp/oauth/revoke",
+        data={"token": rotated["refresh_token"], "client_id": client_id},
+    )
+    assert revoked.status_code == 200
+
+    mine = {"client_id": client_id}
+    reuse = wait_for_line(path, "reuse detected", event="refresh-reuse-detected", caller=mine)
+    assert (reuse["decision"], reuse["stage"]) == ("deny", "oauth-endpoints")
+    assert "already exchanged" in reuse["reason"]
+    for event in ("client-registered", "token-issued", "token-refreshed", "token-revoked"):
+        line = wait_for_line(path, event, event=event, caller=mine)
+        assert line["decision"] == "allow"
+    code = wait_for_line(path, "code issued", event="code-issued", caller=mine)
+    assert code["stage"] == "broker-pages"
+    text = path.read_text()
+    secrets = (
+        query["code"],
+        tokens["access_token"],
+        tokens["refresh_token"],
+        rotated["access_token"],
+        rotated["refresh_token"],
+    )
+    for secret in secrets:
+        assert secret not in text
+
+
+def test_sighup_reopens_the_audit_log_in_every_worker(logs, tmp_path_factory, idp_key, backend):
+    tmp = tmp_path_factory.mktemp("audit-rotation")
+    path = tmp / "audit.log"
+    for stack in _start_stack(
+        "authentik",
+        "provider-b",
+        "9000",
+        logs,
+        tmp,
+        idp_key,
+        backend,
+        gateway_args=("--audit-log", str(path), "--workers", "2"),
+        name="gateway-audit-rotation",
+    ):
+        rotate_and_probe(stack, path, tmp / "audit.log.1")
+
+
+def rotate_and_probe(stack, path: Path, rotated: Path) -> None:
+    """Rename the audit log, send SIGHUP, and wait until every worker writes the new file."""
+    token = stack.token()
+
+    def probe() -> str:
+        request_id = uuid.uuid4().hex
+        response = httpx.post(
+            stack.mcp,
+            json={},
+            headers={"Authorization": f"Bearer {token}", "X-Request-Id": request_id},
+        )
+        assert response.headers["x-request-id"] == request_id
+        return request_id
+
+    def landed(request_id: str) -> bool:
+        return any(line["request_id"] == request_id for line in written(path) + written(rotated))
+
+    before = probe()
+    wait_for_line(path, "a line before rotation", request_id=before)
+    path.rename(rotated)
+    os.kill(stack.process.popen.pid, signal.SIGHUP)
+    wait_until(path.exists, 30, "the audit log reopened at its path")
+    # Each worker reopens on its own: once a run of probes all land in the new file, both
+    # have (requests go to either).
+    streak: list[str] = []
+
+    def all_in_new_file() -> bool:
+        request_id = probe()
+        wait_until(lambda: landed(request_id), 30, "the probe's line")
+        if any(line["request_id"] == request_id for line in written(path)):
+            streak.append(request_id)
+        else:
+            streak.clear()
+        return len(streak) >= 10
+
+    wait_until(all_in_new_file, 60, "every worker writing to the new file")
+    assert any(line["request_id"] == before for line in written(rotated))
+    assert stack.process.popen.poll() is None  # SIGHUP did not end the gateway
