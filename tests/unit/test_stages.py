@@ -169,6 +169,19 @@ def test_config_names_each_routes_stages(full_route):
     assert entry["stages"] == [s.name for s in stages_for(full_route)]
 
 
+def test_config_names_a_federated_routes_targets(full_route):
+    second = dataclasses.replace(full_route.targets[0], name="second", port=9)
+    route = dataclasses.replace(full_route, targets=(*full_route.targets, second))
+    [entry] = config_dump(_snapshot_of(route))["listeners"]["8080"]  # type: ignore[index]
+    first = full_route.targets[0]
+    assert entry["targets"] == {
+        first.name: f"{first.authority}{first.path}",
+        "second": f"{first.host}:9{first.path}",
+    }
+    [single] = config_dump(_snapshot_of(full_route))["listeners"]["8080"]  # type: ignore[index]
+    assert "targets" not in single
+
+
 def _snapshot_of(route: CompiledRoute) -> Snapshot:
     empty: MappingProxyType[str, Any] = MappingProxyType({})
     return Snapshot(MappingProxyType({8080: (route,)}), (), (), empty, empty)

@@ -124,13 +124,16 @@ def config_dump(snapshot: Snapshot) -> dict[str, object]:
 
 def _route_view(route: CompiledRoute) -> dict[str, object]:
     target = route.target
-    return {
+    view: dict[str, object] = {
         "route": route.route,
         "match": f"{route.match_type} {route.match_value}",
         "backend": f"{target.authority}{target.path}" if target else None,
         "policy": route.policy.key if route.policy else None,
         "stages": [stage.name for stage in stages_for(route)],
     }
+    if route.federated:
+        view["targets"] = {t.name: f"{t.authority}{t.path}" for t in route.targets}
+    return view
 
 
 def _policy_view(policy: CompiledPolicy) -> dict[str, object]:
