@@ -161,12 +161,14 @@ async def test_no_token_code_or_secret_is_ever_written(gateway):
         "hunter2-password",
         "client-s3cret-value",
         "code-4f9d1a",
+        "cookie-7c1e",
         BACKEND_SECRET,
     ]
     for credential in (valid, expired, valid + "tampered"):
         await request(app, body=call("echo"), headers=[("authorization", f"Bearer {credential}")])
     await request(app, body=call("rm"), headers=[("authorization", f"Bearer {valid}")])
     await request(app, headers=[("authorization", "Basic dXNlcjpodW50ZXIy")])
+    await request(app, headers=[("cookie", "__Host-mcp-consent=cookie-7c1e; sid=cookie-7c1e")])
     form = "grant_type=password&password=hunter2-password&client_secret=client-s3cret-value"
     await request(app, body=form.encode(), headers=[("authorization", f"Bearer {valid}")])
     await request(
@@ -177,7 +179,7 @@ async def test_no_token_code_or_secret_is_ever_written(gateway):
     )
     await request(app, "GET", "/mcp/oauth/callback?code=code-4f9d1a&state=x")
     written = path.read_text() if lines(app, path) else ""
-    assert written.count("\n") == 8
+    assert written.count("\n") == 9
     for secret in secrets:
         assert secret not in written
 
