@@ -4,6 +4,7 @@ client gets for messages the stage cannot act on, and the headers each target re
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -12,6 +13,7 @@ import pytest
 
 from mcp_oauth_gateway.asgi import Headers
 from mcp_oauth_gateway.controlplane.snapshot import CompiledTarget
+from mcp_oauth_gateway.proxy.federation.session import SessionTable, new_session
 from mcp_oauth_gateway.proxy.federation.stage import Federation
 from mcp_oauth_gateway.proxy.federation.target import TargetLink
 from mcp_oauth_gateway.proxy.upstream import UpstreamError
@@ -28,6 +30,9 @@ class Targets:
     """The targets as an `Upstream`: each keeps sessions and pages its tools list."""
 
     down: set[str] = field(default_factory=set)
+    # Set: a call's stream stays open after its events, and this is set once they were read.
+    left: asyncio.Event | None = None
+    calls: list[MemoryResponse] = field(default_factory=list)
     seen: list[tuple[str, Headers, dict[str, object]]] = field(default_factory=list)
 
     async def request(
@@ -47,6 +52,16 @@ class Targets:
         if message.get("method") == "initialize":
             result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}}
             return _answer(message, result, [(b"mcp-session-id", f"sess-{name}".encode())])
+        if message.get("method") == "tools/call":
+            events = [b'data: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n']
+            events.append(
+                b'data: {"jsonrpc":"2.0","id":1,"result":{"by":"%s"}}\n\n' % name.encode()
+            )
+            sse = [(b"content-type", b"text/event-stream")]
+            held = self.left is not None
+            call = MemoryResponse(200, sse, None, events, hold=held, after_stream=self.left)
+            self.calls.append(call)
+            return call
         if message.get("method") == "tools/list":
             start = int(message.get("params", {}).get("cursor", "0"))
             page = TOOLS[name][start : start + 2]
@@ -139,12 +154,13 @@ async def test_each_target_gets_its_own_session_and_version():
     await drive(
         app, "POST", headers=[*headers, (b"authorization", b"Bearer x")], body=rpc("tools/list")
     )
-    for name, sent, message in targets.seen:
-        if message.get("method") == "tools/list":
-            values = dict(sent)
-            assert values[b"mcp-session-id"] == f"sess-{name}".encode()
-            assert values[b"mcp-protocol-version"] == b"2025-06-18"
-            assert values[b"authorization"] == b"Bearer x"
+    listed = [(name, sent) for name, sent, m in targets.seen if m.get("method") == "tools/list"]
+    assert sorted(name for name, _ in listed) == ["a", "b"]
+    for name, sent in listed:
+        values = dict(sent)
+        assert values[b"mcp-session-id"] == f"sess-{name}".encode()
+        assert values[b"mcp-protocol-version"] == b"2025-06-18"
+        assert values[b"authorization"] == b"Bearer x"
 
 
 async def test_every_target_down_fails_initialize_without_a_session():
@@ -180,3 +196,40 @@ async def test_ping_is_answered_by_the_gateway():
     response = await drive(app, "POST", headers=headers, body=rpc("ping", 9))
     assert response.json() == {"jsonrpc": "2.0", "id": 9, "result": {}}
     assert len(targets.seen) == before
+
+
+async def test_a_call_goes_to_its_target_unprefixed_and_its_stream_comes_back_as_sent():
+    targets = Targets()
+    app = stage(targets)
+    headers = await open_session(app)
+    response = await drive(app, "POST", headers=headers, body=rpc("tools/call", name="b_u1"))
+    assert response.header(b"content-type") == b"text/event-stream"
+    assert response.body == (
+        b'data: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n'
+        b'data: {"jsonrpc":"2.0","id":1,"result":{"by":"b"}}\n\n'
+    )
+    name, _, message = targets.seen[-1]
+    assert (name, message["params"]) == ("b", {"name": "u1"})
+
+
+def test_the_session_idle_longest_is_forgotten_first():
+    table = SessionTable(limit=2)
+    owner = ("iss", "alice")
+    first, second, third = (new_session(owner, {}, ()) for _ in range(3))
+    table.add(first)
+    table.add(second)
+    assert table.find(first.id, owner) is first  # used: now the most recent
+    assert table.add(third) is second
+    assert table.find(second.id, owner) is None
+    assert table.find(first.id, ("iss", "mallory")) is None
+
+
+async def test_a_client_leaving_a_call_stops_the_targets_stream():
+    left = asyncio.Event()
+    targets = Targets(left=left)
+    app = stage(targets)
+    headers = await open_session(app)
+    body = rpc("tools/call", name="a_t1")
+    response = await drive(app, "POST", headers=headers, body=body, client_left=left)
+    assert b"notifications/progress" in response.body
+    assert targets.calls[-1].released == 1

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from ...asgi import CLAIMS_KEY, Scope
 from ...controlplane.snapshot import CompiledTarget
 
-# Sessions held per route; past it the oldest is forgotten (its client then gets a 404 and
-# starts a new session, as MCP asks of a client whose session ended).
+# Sessions held per route; past it the one idle the longest is forgotten (its client then gets
+# a 404 and starts a new session, as MCP asks of a client whose session ended).
 MAX_SESSIONS = 10_000
 
 
@@ -86,14 +86,14 @@ def new_session(
 
 
 class SessionTable:
-    """A route's client sessions by id, at most MAX_SESSIONS."""
+    """A route's client sessions by id, at most MAX_SESSIONS, least recently used first."""
 
     def __init__(self, limit: int = MAX_SESSIONS):
         self.limit = limit
         self._sessions: dict[str, ClientSession] = {}
 
     def add(self, session: ClientSession) -> ClientSession | None:
-        """Keep `session`; returns the oldest session when one had to be forgotten for it."""
+        """Keep `session`; returns the session idle the longest when one had to be forgotten."""
         evicted = None
         if len(self._sessions) >= self.limit:
             evicted = self._sessions.pop(next(iter(self._sessions)))
@@ -105,6 +105,8 @@ class SessionTable:
         session = self._sessions.get(session_id)
         if session is None or session.owner != owner:
             return None
+        # Last used, last forgotten: the limit drops the sessions idle the longest.
+        self._sessions[session_id] = self._sessions.pop(session_id)
         return session
 
     def remove(self, session_id: str) -> None:

@@ -50,7 +50,7 @@ class Federation:
         if method == "POST":
             body = await self._body(receive, send)
             if body is not None:
-                await self._post(scope, body, send)
+                await self._post(scope, body, receive, send)
         elif method == "DELETE":
             await self._delete(scope, send)
         else:
@@ -74,7 +74,7 @@ class Federation:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _post(self, scope: Scope, body: bytes, send: Send) -> None:
+    async def _post(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
         try:
             message = jsonrpc.read(body)
         except Malformed as exc:
@@ -95,7 +95,7 @@ class Federation:
             await send({"type": "http.response.body", "body": b""})
             return
         try:
-            await self._request(scope, session, message, send)
+            await self._request(scope, session, message, receive, send)
         except Malformed as exc:
             await jsonrpc.reply(send, 200, jsonrpc.error(message["id"], exc.code, str(exc)))
 
@@ -112,7 +112,12 @@ class Federation:
         return session
 
     async def _request(
-        self, scope: Scope, session: ClientSession, message: dict[str, object], send: Send
+        self,
+        scope: Scope,
+        session: ClientSession,
+        message: dict[str, object],
+        receive: Receive,
+        send: Send,
     ) -> None:
         method = str(message["method"])
         request_id = message["id"]
@@ -122,7 +127,7 @@ class Federation:
             result = await self._list(scope, session, method, message)
             await jsonrpc.reply(send, 200, jsonrpc.result(request_id, result))
         elif method in ROUTED or method == COMPLETION:
-            await self._call(scope, session, message, send)
+            await self._call(scope, session, message, receive, send)
         elif method == "logging/setLevel":
             await self._each(scope, session, lambda t: self._ask(scope, session, t, message))
             await jsonrpc.reply(send, 200, jsonrpc.result(request_id, {}))
@@ -266,7 +271,12 @@ class Federation:
         return result
 
     async def _call(
-        self, scope: Scope, session: ClientSession, message: dict[str, object], send: Send
+        self,
+        scope: Scope,
+        session: ClientSession,
+        message: dict[str, object],
+        receive: Receive,
+        send: Send,
     ) -> None:
         name, rewritten = routed(message, self.names)
         target = session.targets[name]
@@ -281,9 +291,15 @@ class Federation:
             text = f"the MCP server {name!r} behind this route is unavailable: {exc}"
             await jsonrpc.reply(send, 200, jsonrpc.error(message["id"], INTERNAL_ERROR, text))
             return
+        # A call's stream may run long: when the client goes away, stop reading the target.
+        relay = asyncio.ensure_future(_relay(response, send))
+        watcher = asyncio.ensure_future(_until_disconnect(receive))
         try:
-            await _relay(response, send)
+            await asyncio.wait({relay, watcher}, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            for task in (relay, watcher):
+                task.cancel()
+            await asyncio.gather(relay, watcher, return_exceptions=True)
             response.release()
 
     async def _delete(self, scope: Scope, send: Send) -> None:
@@ -298,6 +314,11 @@ class Federation:
     async def _close(self, scope: Scope, session: ClientSession) -> None:
         """End every target's session (a target that fails is left to expire it)."""
         await self._each(scope, session, lambda t: self.link.tell(scope, t, b""))
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _relay(response: UpstreamResponse, send: Send) -> None:
