@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -238,3 +239,55 @@ def rotate_and_probe(stack, path: Path, rotated: Path) -> None:
     wait_until(all_in_new_file, 60, "every worker writing to the new file")
     assert any(line["request_id"] == before for line in written(rotated))
     assert stack.process.popen.poll() is None  # SIGHUP did not end the gateway
+
+
+def test_with_tracing_the_lines_go_out_as_otlp_log_records_too(
+    logs, tmp_path_factory, idp_key, backend, otlp_receiver
+):
+    tmp = tmp_path_factory.mktemp("audit-otlp")
+    path = tmp / "audit.log"
+    for stack in _start_stack(
+        "authentik",
+        "provider-b",
+        "9000",
+        logs,
+        tmp,
+        idp_key,
+        backend,
+        gateway_args=("--audit-log", str(path), "--tracing", "otlp"),
+        name="gateway-audit-otlp",
+        gateway_env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver,
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "OTEL_BLRP_SCHEDULE_DELAY": "100",
+        },
+    ):
+        assert_exported(stack, path, otlp_receiver)
+
+
+def assert_exported(stack, path: Path, receiver: str) -> None:
+    """A refusal's line, and the same event at the OTLP receiver with the request's trace."""
+    request_id = uuid.uuid4().hex
+    response = httpx.post(stack.mcp, json={}, headers={"X-Request-Id": request_id})
+    assert response.status_code == 401
+    line = wait_for_line(path, "the refusal's line", request_id=request_id)
+    assert re.fullmatch(r"[0-9a-f]{32}", line["trace_id"])
+
+    def exported() -> list[dict]:
+        records = httpx.get(f"{receiver}/logs").json()
+        return [r for r in records if r["attributes"].get("audit.request_id") == request_id]
+
+    wait_until(exported, 30, "the audit record at the OTLP receiver")
+    record = exported()[0]
+    assert record["event_name"] == "mcp_oauth_gateway.audit"
+    assert record["service"] == "mcp-oauth-gateway"
+    assert record["attributes"]["audit.decision"] == "deny"
+    assert record["attributes"]["audit.stage"] == "jwt-authentication"
+    assert record["body"]["reason"] == "missing bearer token"
+    assert record["body"]["trace_id"] == line["trace_id"]
+
+    def span_of_the_request() -> bool:
+        spans = httpx.get(f"{receiver}/spans").json()
+        return any(s["trace_id"] == line["trace_id"] for s in spans)
+
+    wait_until(span_of_the_request, 30, "the request's span, with the line's trace id")
