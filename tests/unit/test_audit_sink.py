@@ -80,3 +80,15 @@ def test_the_writer_thread_writes_and_stop_flushes(tmp_path):
     sink.write({"n": 1})
     sink.stop()
     assert read(path) == [{"n": 1}]
+
+
+def test_standard_output_gets_whole_lines(capfd):
+    sink = AuditSink("-")
+    sink.write({"n": 1})
+    sink.write({"n": 2, "tool": 'x"\ny'})
+    sink.flush()
+    sink.reopen()  # nothing to reopen: the same standard output
+    sink.write({"n": 3})
+    sink.stop()
+    lines = capfd.readouterr().out.splitlines()
+    assert [json.loads(line) for line in lines] == [{"n": 1}, {"n": 2, "tool": 'x"\ny'}, {"n": 3}]

@@ -113,13 +113,25 @@ class AuditSink:
         self._retry = []
         if not lines:
             return
-        if self._fd is None or not self._write("".join(lines).encode("utf-8", "replace")):
-            self._keep(lines)
+        done = self._write_lines(lines) if self._fd is not None else 0
+        self.written += done
+        if done < len(lines):
+            self._keep(lines[done:])
             return
-        self.written += len(lines)
         if self._failing:
             self._failing = False
             log.warning("audit log %s is written again", self._shown)
+
+    def _write_lines(self, lines: list[str]) -> int:
+        """Write `lines`; how many were written. A file takes them in one write (appends of
+        several workers do not interleave); standard output, often a pipe that several workers
+        share, one line per write (a pipe keeps writes under 4 KiB whole)."""
+        if self.path != STDOUT:
+            return len(lines) if self._write("".join(lines).encode("utf-8", "replace")) else 0
+        for done, line in enumerate(lines):
+            if not self._write(line.encode("utf-8", "replace")):
+                return done
+        return len(lines)
 
     def _write(self, data: bytes) -> bool:
         assert self._fd is not None
