@@ -21,3 +21,16 @@ def run_ts_client(
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_ts_bearer_client(mcp_url: str, token: str, tool: str) -> dict:
+    """Run tests/node/ts_bearer_client.mjs (a token already in hand) and return its report."""
+    done = subprocess.run(
+        [node(), str(NODE_DIR / "ts_bearer_client.mjs"), mcp_url, token, tool],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=NODE_DIR,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -12,6 +12,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from federation_support import Federated, kill, named_server, start_gateway
+from node_clients import run_ts_bearer_client
 from support import (
     INITIALIZE,
     NODE_DIR,
@@ -158,3 +159,10 @@ def test_the_client_session_is_the_gateways(federated):
     assert httpx.get(federated.url, headers=own).status_code == 405
     assert httpx.delete(federated.url, headers=own).status_code == 204
     assert httpx.post(federated.url, headers=own, json=listed).status_code == 404
+
+
+def test_the_typescript_client_lists_and_calls_across_targets(federated):
+    report = run_ts_bearer_client(federated.url, federated.token(ADMIN), "b_whoami")
+    assert report["server"]["name"] == "mcp-oauth-gateway"
+    assert sorted(report["tools"]) == sorted(A_TOOLS + B_TOOLS + TS_TOOLS)
+    assert report["called"] == [{"type": "text", "text": "b"}]
