@@ -30,6 +30,9 @@ class Targets:
     """The targets as an `Upstream`: each keeps sessions and pages its tools list."""
 
     down: set[str] = field(default_factory=set)
+    # Slow targets: their lists start an event stream that never sends the answer, and their
+    # calls' heads never come (the pool's TimeoutError).
+    slow: set[str] = field(default_factory=set)
     # Set: a call's stream stays open after its events, and this is set once they were read.
     left: asyncio.Event | None = None
     calls: list[MemoryResponse] = field(default_factory=list)
@@ -49,6 +52,10 @@ class Targets:
             raise UpstreamError("connection refused")
         message = orjson.loads(body) if body else {}
         self.seen.append((name, headers, message))
+        if name in self.slow and message.get("method") == "tools/call":
+            raise TimeoutError
+        if name in self.slow and message.get("method") == "tools/list":
+            return MemoryResponse(200, [(b"content-type", b"text/event-stream")], None, hold=True)
         if message.get("method") == "initialize":
             result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}}
             return _answer(message, result, [(b"mcp-session-id", f"sess-{name}".encode())])
@@ -80,9 +87,9 @@ def _answer(message: dict, result: dict, headers: Headers | None = None) -> Memo
     return MemoryResponse(200, [(b"content-type", b"application/json"), *(headers or [])], body)
 
 
-def stage(targets: Targets) -> Federation:
+def stage(targets: Targets, timeout: float = 5.0) -> Federation:
     compiled = tuple(CompiledTarget("127.0.0.1", port, "/mcp", n) for port, n in PORTS.items())
-    return Federation(compiled, TargetLink(targets, 5.0, False), 1 << 20)
+    return Federation(compiled, TargetLink(targets, timeout, False), 1 << 20)
 
 
 def rpc(method: str, request_id: object = 1, **params: object) -> bytes:
@@ -233,3 +240,19 @@ async def test_a_client_leaving_a_call_stops_the_targets_stream():
     response = await drive(app, "POST", headers=headers, body=body, client_left=left)
     assert b"notifications/progress" in response.body
     assert targets.calls[-1].released == 1
+
+
+async def test_a_slow_target_is_left_out_of_lists_and_its_calls_fail_in_time():
+    targets = Targets()
+    # The route's timeout, short: the slow target's list never answers.
+    app = stage(targets, timeout=0.05)
+    headers = await open_session(app)
+    targets.slow.add("b")
+    listed = await drive(app, "POST", headers=headers, body=rpc("tools/list"))
+    assert [t["name"] for t in listed.json()["result"]["tools"]] == ["a_t1", "a_t2"]
+    called = await drive(app, "POST", headers=headers, body=rpc("tools/call", 4, name="b_u1"))
+    assert called.status == 200
+    error = called.json()["error"]
+    assert error["code"] == -32603
+    assert error["message"].startswith("the MCP server 'b' behind this route is unavailable")
+    assert "did not answer within 0.05s" in error["message"]
