@@ -39,6 +39,16 @@ def test_capabilities_are_the_union_and_notification_promises_are_left_out():
     }
 
 
+def test_targets_are_not_told_of_client_capabilities_they_could_not_use_yet():
+    params = {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {"sampling": {}, "elicitation": {}, "roots": {}, "experimental": {"x": {}}},
+        "clientInfo": {"name": "c"},
+    }
+    assert merge.for_targets(params) == {**params, "capabilities": {"experimental": {"x": {}}}}
+    assert merge.for_targets({"capabilities": None}) == {"capabilities": None}
+
+
 def test_the_oldest_agreed_version_is_answered():
     assert merge.agreed_version(["2025-11-25", "2025-06-18", "2025-11-25"]) == "2025-06-18"
 

@@ -185,6 +185,9 @@ async def test_every_target_down_fails_initialize_without_a_session():
         (b"[" + rpc("ping") + b"]", 400, -32600),
         (b'{"id":1,"method":"ping"}', 400, -32600),
         (rpc("nothing/here"), 200, -32601),
+        (b'{"jsonrpc":"2.0","id":[1],"method":"ping"}', 400, -32600),
+        (b'{"jsonrpc":"2.0","id":true,"method":"ping"}', 400, -32600),
+        (b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":[]}', 200, -32602),
         (rpc("tools/call", name="c_x"), 200, -32602),
     ],
 )

@@ -66,6 +66,12 @@ def read(body: bytes) -> dict[str, object]:
     method = message.get("method")
     if "method" in message and not isinstance(method, str):
         raise Malformed(INVALID_REQUEST, "the JSON-RPC method must be a string")
+    request_id = message.get("id")
+    if "id" in message and not (
+        isinstance(request_id, str)
+        or (isinstance(request_id, int) and not isinstance(request_id, bool))
+    ):
+        raise Malformed(INVALID_REQUEST, "the JSON-RPC id must be a string or an integer")
     return message
 
 

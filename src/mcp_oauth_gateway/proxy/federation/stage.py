@@ -81,7 +81,10 @@ class Federation:
             await jsonrpc.reply(send, 400, jsonrpc.error(None, exc.code, str(exc)))
             return
         if message.get("method") == "initialize":
-            await self._initialize(scope, message, send)
+            try:
+                await self._initialize(scope, message, send)
+            except Malformed as exc:
+                await jsonrpc.reply(send, 200, jsonrpc.error(message.get("id"), exc.code, str(exc)))
             return
         session = await self._session(scope, send)
         if session is None:
@@ -136,7 +139,7 @@ class Federation:
 
     async def _initialize(self, scope: Scope, message: dict[str, object], send: Send) -> None:
         request_id = message.get("id")
-        params = jsonrpc.params_of(message) if isinstance(message.get("params"), dict) else {}
+        params = merge.for_targets(jsonrpc.params_of(message))
         session = new_session(owner_of(scope), params, self.targets)
         failures = await self._each(
             scope, session, lambda t: self.link.open(scope, t, params, notify=False), every=True
