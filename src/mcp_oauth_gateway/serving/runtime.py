@@ -1,11 +1,13 @@
-"""What outlives configuration reloads: broker state stores, the CIMD cache, rate-limit buckets."""
+"""What outlives configuration reloads: broker state stores, the CIMD cache, rate-limit buckets,
+federated routes' sessions."""
 
 from __future__ import annotations
 
 from ..broker.clients import MetadataDocuments
 from ..broker.store import BrokerStore, MemoryStore, RedisStore
-from ..controlplane.snapshot import CompiledRateLimit
+from ..controlplane.snapshot import CompiledRateLimit, CompiledTarget
 from ..dataplane.ratelimit import Limiter, LocalLimiter, RedisLimiter
+from ..proxy.federation.stage import FederationState
 
 
 class BrokerRuntime:
@@ -18,6 +20,7 @@ class BrokerRuntime:
         self.default_redis_url = default_redis_url
         self._stores: dict[str, BrokerStore] = {}
         self._limiters: dict[tuple[str, str | None, int, float], Limiter] = {}
+        self._federations: dict[tuple[str, int, tuple[CompiledTarget, ...]], FederationState] = {}
 
     def limiter(self, policy: str, limit: CompiledRateLimit) -> Limiter:
         """The buckets of a policy's rate limit (kept across reloads while unchanged)."""
@@ -29,6 +32,16 @@ class BrokerRuntime:
                 else LocalLimiter(limit.capacity, limit.per_second)
             )
         return self._limiters[identity]
+
+    def federation(
+        self, route: str, rule: int, targets: tuple[CompiledTarget, ...]
+    ) -> FederationState:
+        """A federated route rule's sessions (kept across reloads while its targets are the
+        same; other targets make other sessions, which their clients start anew)."""
+        identity = (route, rule, targets)
+        if identity not in self._federations:
+            self._federations[identity] = FederationState()
+        return self._federations[identity]
 
     def store(self, redis_url: str | None) -> BrokerStore:
         """The store for a policy's Redis URL (the environment's, or memory, when unset)."""

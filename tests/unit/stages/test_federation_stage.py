@@ -17,6 +17,7 @@ from mcp_oauth_gateway.proxy.federation.session import SessionTable, new_session
 from mcp_oauth_gateway.proxy.federation.stage import Federation
 from mcp_oauth_gateway.proxy.federation.target import TargetLink
 from mcp_oauth_gateway.proxy.upstream import UpstreamError
+from mcp_oauth_gateway.serving.runtime import BrokerRuntime
 
 from .harness import MemoryResponse, drive
 
@@ -259,3 +260,13 @@ async def test_a_slow_target_is_left_out_of_lists_and_its_calls_fail_in_time():
     assert error["code"] == -32603
     assert error["message"].startswith("the MCP server 'b' behind this route is unavailable")
     assert "did not answer within 0.05s" in error["message"]
+
+
+def test_sessions_outlive_a_reload_while_the_targets_stay_the_same():
+    runtime = BrokerRuntime()
+    targets = tuple(CompiledTarget("127.0.0.1", port, "/mcp", n) for port, n in PORTS.items())
+    state = runtime.federation("default/mcp", 0, targets)
+    assert runtime.federation("default/mcp", 0, targets) is state
+    moved = (targets[0], CompiledTarget("127.0.0.1", 9003, "/mcp", "b"))
+    assert runtime.federation("default/mcp", 0, moved) is not state
+    assert runtime.federation("default/mcp", 1, targets) is not state

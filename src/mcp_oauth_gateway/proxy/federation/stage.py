@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ... import __version__
@@ -34,16 +35,32 @@ T = TypeVar("T")
 _SESSION_HEADER = b"mcp-session-id"
 
 
+@dataclass(frozen=True)
+class FederationState:
+    """What a federated route keeps across configuration reloads while its targets stay the
+    same: its clients' sessions, and the key its cursors are signed with."""
+
+    sessions: SessionTable = field(default_factory=SessionTable)
+    cursors: Cursors = field(default_factory=Cursors)
+
+
 class Federation:
     """Serves a backend's targets as one MCP server."""
 
-    def __init__(self, targets: tuple[CompiledTarget, ...], link: TargetLink, max_body: int):
+    def __init__(
+        self,
+        targets: tuple[CompiledTarget, ...],
+        link: TargetLink,
+        max_body: int,
+        state: FederationState | None = None,
+    ):
         self.targets = targets
         self.names = frozenset(t.name for t in targets)
         self.link = link
         self.max_body = max_body
-        self.sessions = SessionTable()
-        self.cursors = Cursors()
+        state = state if state is not None else FederationState()
+        self.sessions = state.sessions
+        self.cursors = state.cursors
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         method = scope["method"]
