@@ -164,4 +164,5 @@ def federation(ctx: RouteContext) -> ASGIApp:
         shared.trust_forwarded,
         ctx.owned_headers[0] | GATEWAY_SET,
     )
-    return Federation(route.targets, link, shared.limits.max_body_bytes)
+    state = shared.brokers.federation(route.route, route.rule, route.targets)
+    return Federation(route.targets, link, shared.limits.max_body_bytes, state)
