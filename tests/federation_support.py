@@ -45,13 +45,15 @@ def kill(process: Process) -> None:
     process.stop()
 
 
-def resources(gateway_port: int, targets: dict[str, int], key: RSAKey) -> str:
+def resources(
+    gateway_port: int, targets: dict[str, int], key: RSAKey, rules: list[str] = RULES
+) -> str:
     """The Gateway, route, federated GatewayBackend and policy, as YAML."""
     listed = "\n".join(
         f"      - {{name: {name}, static: {{host: 127.0.0.1, port: {port}}}}}"
         for name, port in targets.items()
     )
-    rules = "\n".join(f"            - '{rule}'" for rule in RULES)
+    listed_rules = "\n".join(f"            - '{rule}'" for rule in rules)
     return f"""\
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -95,7 +97,7 @@ spec:
         action: Allow
         policy:
           matchExpressions:
-{rules}
+{listed_rules}
 """
 
 
@@ -108,6 +110,9 @@ class Federated:
     logs: Path
     ports: dict[str, int]
     processes: dict[str, Process] = field(default_factory=dict)
+    # The resources file the gateway watches, and its listener port (to write them anew).
+    config: Path = Path()
+    gateway_port: int = 0
 
     def token(self, *groups: str, sub: str = "alice") -> str:
         """A token the route's policy accepts, for `sub` in `groups`."""
@@ -126,9 +131,14 @@ class Federated:
             yield session
 
 
+def config_path(directory: Path) -> Path:
+    """Where the gateway's resources are written (it reloads them when they change)."""
+    return directory / "federation.yaml"
+
+
 def start_gateway(directory: Path, logs: Path, port: int, targets: dict[str, int], key: RSAKey):
     """The gateway serving the federated route (a Process)."""
-    config = directory / "federation.yaml"
+    config = config_path(directory)
     config.write_text(resources(port, targets, key))
     process = Process("gateway-federation", gateway_cmd(config), logs)
     wait_for_port(port, process)

@@ -11,7 +11,15 @@ import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from federation_support import Federated, kill, named_server, start_gateway
+from federation_support import (
+    RULES,
+    Federated,
+    config_path,
+    kill,
+    named_server,
+    resources,
+    start_gateway,
+)
 from node_clients import run_ts_bearer_client
 from support import (
     INITIALIZE,
@@ -22,6 +30,7 @@ from support import (
     new_key,
     node,
     wait_for_port,
+    wait_until,
 )
 
 ADMIN = "admin"
@@ -43,8 +52,11 @@ def federated(logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     wait_for_port(ports["ts"], processes["ts"])
     key = new_key("federation-key")
     port = free_port()
-    gateway = start_gateway(tmp_path_factory.mktemp("federation"), logs, port, ports, key)
+    directory = tmp_path_factory.mktemp("federation")
+    gateway = start_gateway(directory, logs, port, ports, key)
     stack = Federated(f"http://127.0.0.1:{port}/mcp", key, logs, ports, processes)
+    stack.config = config_path(directory)
+    stack.gateway_port = port
     try:
         yield stack
     finally:
@@ -166,3 +178,27 @@ def test_the_typescript_client_lists_and_calls_across_targets(federated):
     assert report["server"]["name"] == "mcp-oauth-gateway"
     assert sorted(report["tools"]) == sorted(A_TOOLS + B_TOOLS + TS_TOOLS)
     assert report["called"] == [{"type": "text", "text": "b"}]
+
+
+def test_a_session_outlives_a_reload_that_keeps_the_targets(federated):
+    headers = mcp_headers(federated.token("users"))
+    init = httpx.post(federated.url, headers=headers, json=INITIALIZE, timeout=30)
+    headers["Mcp-Session-Id"] = init.headers["mcp-session-id"]
+    listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+    def names() -> list[str]:
+        response = httpx.post(federated.url, headers=headers, json=listed, timeout=30)
+        assert response.status_code == 200, response.text  # the session is still known
+        return sorted(t["name"] for t in response.json()["result"]["tools"])
+
+    def rules(allowed: list[str]) -> None:
+        text = resources(federated.gateway_port, federated.ports, federated.key, allowed)
+        federated.config.write_text(text)
+
+    assert names() == sorted(A_TOOLS + TS_TOOLS)
+    try:
+        rules([*RULES, 'mcp.target == "b"'])  # b for everyone: a new policy, the same targets
+        wait_until(lambda: names() == sorted(A_TOOLS + B_TOOLS + TS_TOOLS), what="the reload")
+    finally:
+        rules(RULES)
+        wait_until(lambda: names() == sorted(A_TOOLS + TS_TOOLS), what="the reload back")
