@@ -37,6 +37,7 @@ class Targets:
     # Set: a call's stream stays open after its events, and this is set once they were read.
     left: asyncio.Event | None = None
     calls: list[MemoryResponse] = field(default_factory=list)
+    deleted: list[tuple[str, bytes | None]] = field(default_factory=list)
     seen: list[tuple[str, Headers, dict[str, object]]] = field(default_factory=list)
 
     async def request(
@@ -51,6 +52,9 @@ class Targets:
         name = PORTS[int(url.split(":")[2].split("/")[0])]
         if name in self.down:
             raise UpstreamError("connection refused")
+        if method == "DELETE":
+            self.deleted.append((name, dict(headers).get(b"mcp-session-id")))
+            return MemoryResponse(200, [], b"")
         message = orjson.loads(body) if body else {}
         self.seen.append((name, headers, message))
         if name in self.slow and message.get("method") == "tools/call":
@@ -270,3 +274,14 @@ def test_sessions_outlive_a_reload_while_the_targets_stay_the_same():
     moved = (targets[0], CompiledTarget("127.0.0.1", 9003, "/mcp", "b"))
     assert runtime.federation("default/mcp", 0, moved) is not state
     assert runtime.federation("default/mcp", 1, targets) is not state
+
+
+async def test_delete_ends_every_targets_session_and_the_clients():
+    targets = Targets()
+    app = stage(targets)
+    headers = await open_session(app)
+    response = await drive(app, "DELETE", headers=headers)
+    assert response.status == 204
+    assert sorted(targets.deleted) == [("a", b"sess-a"), ("b", b"sess-b")]
+    after = await drive(app, "POST", headers=headers, body=rpc("ping"))
+    assert after.status == 404

@@ -332,8 +332,14 @@ class Federation:
         await send({"type": "http.response.body", "body": b""})
 
     async def _close(self, scope: Scope, session: ClientSession) -> None:
-        """End every target's session (a target that fails is left to expire it)."""
-        await self._each(scope, session, lambda t: self.link.tell(scope, t, b""))
+        """End every target's session (a target that fails is left to expire it; one that
+        keeps no sessions has nothing to end)."""
+
+        async def end(target: TargetSession) -> None:
+            if target.session_id is not None:
+                await self.link.tell(scope, target, b"")
+
+        await self._each(scope, session, end)
 
 
 async def _until_disconnect(receive: Receive) -> None:
