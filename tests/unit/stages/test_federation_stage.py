@@ -285,3 +285,14 @@ async def test_delete_ends_every_targets_session_and_the_clients():
     assert sorted(targets.deleted) == [("a", b"sess-a"), ("b", b"sess-b")]
     after = await drive(app, "POST", headers=headers, body=rpc("ping"))
     assert after.status == 404
+
+
+async def test_each_exchange_with_a_target_is_timed_for_the_routes_latency():
+    timed: list[float] = []
+    compiled = tuple(CompiledTarget("127.0.0.1", port, "/mcp", n) for port, n in PORTS.items())
+    link = TargetLink(Targets(), 5.0, False, latency=timed.append)
+    app = Federation(compiled, link, 1 << 20)
+    headers = await open_session(app)
+    await drive(app, "POST", headers=headers, body=rpc("tools/list"))
+    assert len(timed) == 4  # initialize and tools/list, at each target
+    assert all(seconds >= 0 for seconds in timed)

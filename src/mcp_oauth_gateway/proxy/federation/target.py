@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 
 from ...asgi import Headers, Scope
 from ..reverse_proxy import GATEWAY_SET, dropped_request_headers, upstream_request_headers
@@ -60,8 +62,11 @@ class TargetLink:
         timeout: float,
         trust_forwarded: bool,
         kept: frozenset[bytes] = GATEWAY_SET,
+        latency: Callable[[float], None] | None = None,
     ):
         self.upstream = upstream
+        # The route's upstream latency (time to the response head), as the reverse proxy's.
+        self.latency = latency
         self.timeout = timeout
         self.trust_forwarded = trust_forwarded
         self.drop = dropped_request_headers(trust_forwarded) | _REPLACED
@@ -89,6 +94,7 @@ class TargetLink:
         """The target's response to `body` once its head is in; Unavailable or SessionGone."""
         target = session.target
         url = f"http://{target.authority}{target.path}"
+        started = time.perf_counter()
         try:
             response = await self.upstream.request(
                 method, url, self._headers(scope, session), body, self.timeout
@@ -100,6 +106,8 @@ class TargetLink:
         except (UpstreamError, OSError) as exc:
             log.warning("federated target %s unreachable: %s", target.name, exc)
             raise Unavailable("it is unreachable") from None
+        if self.latency is not None:
+            self.latency(time.perf_counter() - started)
         if response.status == 404 and session.session_id is not None:
             response.release()
             raise SessionGone("it no longer knows the session")
