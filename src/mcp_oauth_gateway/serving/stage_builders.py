@@ -158,11 +158,13 @@ def federation(ctx: RouteContext) -> ASGIApp:
     """The backend's targets served as one MCP server."""
     route = ctx.route
     shared = ctx.shared
+    metrics = shared.metrics
     link = TargetLink(
         shared.upstream,
         route.backend_timeout,
         shared.trust_forwarded,
         ctx.owned_headers[0] | GATEWAY_SET,
+        metrics.latency_observer(route.route) if metrics else None,
     )
     state = shared.brokers.federation(route.route, route.rule, route.targets)
     return Federation(route.targets, link, shared.limits.max_body_bytes, state)
