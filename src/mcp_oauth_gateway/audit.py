@@ -50,6 +50,8 @@ class AuditRecord:
     # A Broker event (`client-registered`, `token-issued`, ...), and the OAuth client it is for.
     event: str | None = None
     client_id: str | None = None
+    # Why a rule let the request's item through (`allowed`), added to the `allow` line's reason.
+    allowed_by: str | None = None
 
 
 def deny(scope: Scope, stage: str, reason: str) -> None:
@@ -108,6 +110,13 @@ def client(scope: Scope, client_id: str) -> None:
     record: AuditRecord | None = scope.get(AUDIT_KEY)
     if record is not None and client_id:
         record.client_id = capped(client_id)
+
+
+def allowed(scope: Scope, why: str) -> None:
+    """Record which rule let the request's item through (its line's `allow` reason says so)."""
+    record: AuditRecord | None = scope.get(AUDIT_KEY)
+    if record is not None:
+        record.allowed_by = why
 
 
 def enabled(scope: Scope) -> bool:

@@ -103,6 +103,7 @@ def test_a_real_client_s_calls_are_answered_line_by_line(audited):
     assert allowed["caller"]["iss"] == stack.issuer
     assert allowed["reason"].startswith("passed ")
     assert "mcp-authorization" in allowed["reason"]
+    assert allowed["reason"].endswith("tool 'add': Allow rule `mcp.tool.name == \"add\"` holds")
 
     denied = wait_for_line(path, "the denied call", mcp={"method": "tools/call", "tool": "count"})
     assert (denied["decision"], denied["stage"], denied["status"]) == (

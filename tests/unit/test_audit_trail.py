@@ -61,7 +61,8 @@ async def test_an_allowed_call_says_who_called_which_tool_and_what_it_passed(gat
     assert (line["decision"], line["stage"], line["status"]) == ("allow", "reverse-proxy", 200)
     assert line["reason"] == (
         "passed owned-headers, jwt-authentication, cel-authorization, mcp-authorization, "
-        "backend-credentials"
+        'backend-credentials; tool \'echo\': Allow rule `mcp.tool.name in ["echo", "purge"]` '
+        "holds"
     )
     assert line["caller"] == {"iss": ISSUER, "sub": "alice", "client_id": "cli-7"}
     assert line["mcp"] == {"method": "tools/call", "tool": "echo"}

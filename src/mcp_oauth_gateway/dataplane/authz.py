@@ -73,6 +73,16 @@ def explain(rules: CompiledAuthorization, activation: dict[str, object]) -> str:
     return f"the {rules.action} rules refuse"
 
 
+def explain_allow(rules: CompiledAuthorization, activation: dict[str, object]) -> str:
+    """Which rule let an allowed request through, in words (the rule's source)."""
+    if rules.action == "Allow":
+        for expression in rules.expressions:
+            if holds(expression, activation):
+                return f"Allow rule `{expression.source}` holds"
+        return "allowed"
+    return "no Deny rule matches" if rules.action == "Deny" else "every Require rule holds"
+
+
 DECISION_CACHE = 10_000
 STAGE = "cel-authorization"
 

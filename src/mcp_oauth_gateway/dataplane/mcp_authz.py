@@ -28,7 +28,7 @@ from ..asgi import (
 )
 from ..controlplane.cel import CompiledExpression, outcome
 from ..controlplane.snapshot import CompiledAuthorization, CompiledScopes
-from .authz import DECISION_CACHE, decide, explain, request_variables
+from .authz import DECISION_CACHE, decide, explain, explain_allow, request_variables
 from .content_coding import SUPPORTED, CodingError, check_codings, codings, decode
 from .mcp_list_filter import ListFilter
 from .mcp_messages import (
@@ -75,6 +75,7 @@ class McpAuthorization:
             None if self.needs_request else {}
         )
         self._needed_cache: dict[tuple[str, str, str], tuple[str, ...]] = {}
+        self._allowed_by: dict[tuple[str, str, str], str] = {}
 
     def allowed(self, scope: Scope, kind: str, name: str | None) -> bool:
         """Whether the caller may use the item `name` of `kind` (tool, prompt or resource)."""
@@ -185,21 +186,48 @@ class McpAuthorization:
         except Refusal as exc:
             await _refuse(scope, send, exc.code, str(exc))
             return
-        if request is not None:
-            audit.mcp_request(scope, request.method, request.kind, request.name)
+        audited = request is not None and audit.enabled(scope)
+        if audited and request is not None:
+            self._audit_request(scope, request)
         if request is not None and request.kind is not None:
             if not self.allowed(scope, request.kind, request.name):
-                if audit.enabled(scope):
+                if audited:
                     audit.deny(scope, STAGE, self._why_denied(scope, request.kind, request.name))
                 await send_json(send, 200, denied(request))
                 return
             if await self._lacks_scopes(scope, send, request):
                 return
+            if audited and self.rules is not None and request.name is not None:
+                audit.allowed(scope, self._why_allowed(scope, request.kind, request.name))
         replay = _replay(body, receive)
         if request is not None and request.method in LISTS:
             _ask_for_identity(scope)
             send = ListFilter(self._allower(scope), request.method, request.id, send).send
         await self.app(scope, replay, send)
+
+    def _audit_request(self, scope: Scope, request: McpRequest) -> None:
+        """The MCP call in the audit record, with its target on a federated backend."""
+        target = None
+        if len(self.targets) > 1 and request.kind is not None and request.name is not None:
+            found = item_variables(request.kind, request.name, self.targets).get("target")
+            target = found if isinstance(found, str) else None
+        audit.mcp_request(scope, request.method, request.kind, request.name, target)
+
+    def _why_allowed(self, scope: Scope, kind: str, name: str) -> str:
+        """Which tool rule let the item through, in words (remembered per token and item when
+        the rules do not read the request, as the decision is)."""
+        token = scope.get(TOKEN_KEY)
+        key = (token, kind, name) if token is not None and not self.needs_request else None
+        why = self._allowed_by.get(key) if key is not None else None
+        if why is None:
+            assert self.rules is not None
+            activation = self._activation(scope, kind, name)
+            why = f"{kind} {name[:200]!r}: " + explain_allow(self.rules, activation)
+            if key is not None:
+                if len(self._allowed_by) >= DECISION_CACHE:
+                    del self._allowed_by[next(iter(self._allowed_by))]
+                self._allowed_by[key] = why
+        return why
 
     def _why_denied(self, scope: Scope, kind: str, name: str | None) -> str:
         """Which rule refused the item, in words (the refusal path only)."""

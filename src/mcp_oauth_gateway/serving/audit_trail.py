@@ -156,6 +156,8 @@ class AuditLine:
         decision, stage, reason = audit.decision_of(record, status)
         if decision == audit.ALLOW and stage == audit.PROXY and reason is None and route:
             reason = self.trail.passed(route)
+            if record.allowed_by is not None:
+                reason = f"{reason}; {record.allowed_by}"
         policy = route.policy if route is not None else None
         trail = self.trail
         path = scope["path"]

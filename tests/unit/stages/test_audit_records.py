@@ -151,11 +151,25 @@ async def test_a_denied_tool_names_the_tool_and_the_rule_and_records_the_call():
     assert record.mcp == {"method": "tools/call", "tool": "rm"}
 
 
-async def test_an_allowed_call_is_recorded_without_a_decision():
+async def test_an_allowed_call_names_the_rule_that_let_it_through_without_a_decision():
     body = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}'
     record, status = await audited(mcp_stage(Inner()), "POST", body=body, scope=USER)
-    assert (status, record.decision) == (200, None)
+    assert (status, record.decision) == (200, None)  # the answering stage decides `allow`
     assert record.mcp == {"method": "tools/call", "tool": "echo"}
+    assert record.allowed_by is not None
+    assert record.allowed_by.startswith("tool 'echo': Allow rule `\"admin\" in jwt.groups || (")
+
+
+async def test_on_a_federated_backend_the_call_names_its_target():
+    rules = CompiledAuthorization("Allow", (compile_expression('mcp.target == "alpha"', mcp=True),))
+    stage = McpAuthorization(Inner(), rules, 1 << 20, None, None, ("alpha", "beta"))
+    body = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"beta_rm"}}'
+    record, status = await audited(stage, "POST", body=body, scope=USER)
+    assert status == 200
+    assert record.mcp == {"method": "tools/call", "tool": "beta_rm", "target": "beta"}
+    assert denied_by(record, "mcp-authorization").startswith(
+        "tool 'beta_rm': no Allow rule holds (`mcp.target == \"alpha\"`)"
+    )
 
 
 async def test_an_unreadable_mcp_body_is_denied():
