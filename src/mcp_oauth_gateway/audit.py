@@ -25,7 +25,6 @@ DENY = "deny"
 ENTRY_RULES = "entry-rules"
 ROUTING = "routing"
 AUDIT = "audit"
-PROXY = "reverse-proxy"
 # Longest value written for a field taken from a request or a token (a reason: longer).
 MAX_VALUE = 256
 MAX_REASON = 1024

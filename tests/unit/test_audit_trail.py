@@ -5,6 +5,7 @@ the log cannot be written; and the `--audit-log` flag's checks."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -240,3 +241,23 @@ def test_a_bad_audit_flag_is_one_line_naming_it(tmp_path, capsys, flags, message
     assert code == 2
     assert error.startswith(f"error: {message}")
     assert error.count("\n") == 1
+
+
+def test_on_a_federated_route_reaching_the_federation_stage_is_the_allow(gateway):
+    app, _, _ = gateway
+    assert app.audit is not None
+    route = next(r for r in app.control.snapshot.listeners[8080] if r.match_value == "/mcp")
+    two = dataclasses.replace(
+        route,
+        targets=(
+            dataclasses.replace(route.targets[0], name="alpha"),
+            dataclasses.replace(route.targets[0], name="beta"),
+        ),
+    )
+    scope = {"method": "POST", "path": "/mcp", "headers": []}
+    line = app.audit.begin(scope, "id-1", None)
+    line.route = two
+    line.record.decision, line.record.stage = "allow", "federation"
+    fields = line.fields(200)
+    assert (fields["decision"], fields["stage"]) == ("allow", "federation")
+    assert fields["reason"].startswith("passed owned-headers, jwt-authentication")

@@ -37,8 +37,9 @@ class AuditTrail:
     def __init__(self, sink: AuditSink, required: bool = False):
         self.sink = sink
         self.required = required
-        # Per route (by identity, for the current tables): the reason of an `allow`.
-        self._passed: dict[int, str] = {}
+        # Per route (by identity, for the current tables): its answering stage, and the reason
+        # of an `allow` that reached it.
+        self._passed: dict[int, tuple[str, str]] = {}
         self._signals: asyncio.AbstractEventLoop | None = None
         self._second = -1
         self._stamp = ""
@@ -111,17 +112,19 @@ class AuditTrail:
         self._callers[id(claims)] = (claims, found)
         return found
 
-    def passed(self, route: CompiledRoute) -> str:
-        """Why a request that reached the backend was allowed: the stages it passed."""
-        reason = self._passed.get(id(route))
-        if reason is None:
-            names = [s.name for s in stages_for(route)[:-1] if s.name not in _PASS_THROUGH]
+    def passed(self, route: CompiledRoute) -> tuple[str, str]:
+        """The route's answering stage (the reverse proxy, or federation), and why a request
+        that reached it was allowed: the stages it passed."""
+        known = self._passed.get(id(route))
+        if known is None:
+            stages = stages_for(route)
+            names = [s.name for s in stages[:-1] if s.name not in _PASS_THROUGH]
             if route.policy is None:
                 reason = "no GatewayPolicy protects this route"
             else:
                 reason = "passed " + (", ".join(names) if names else "no stage")
-            self._passed[id(route)] = reason
-        return reason
+            known = self._passed[id(route)] = (stages[-1].name, reason)
+        return known
 
 
 class AuditLine:
@@ -154,10 +157,12 @@ class AuditLine:
         scope = self.scope
         route = self.route
         decision, stage, reason = audit.decision_of(record, status)
-        if decision == audit.ALLOW and stage == audit.PROXY and reason is None and route:
-            reason = self.trail.passed(route)
-            if record.allowed_by is not None:
-                reason = f"{reason}; {record.allowed_by}"
+        if decision == audit.ALLOW and reason is None and route is not None:
+            answering, passed = self.trail.passed(route)
+            if stage == answering:
+                reason = passed
+                if record.allowed_by is not None:
+                    reason = f"{reason}; {record.allowed_by}"
         policy = route.policy if route is not None else None
         trail = self.trail
         path = scope["path"]
