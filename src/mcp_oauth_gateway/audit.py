@@ -49,8 +49,9 @@ class AuditRecord:
     # A Broker event (`client-registered`, `token-issued`, ...), and the OAuth client it is for.
     event: str | None = None
     client_id: str | None = None
-    # Why a rule let the request's item through (`allowed`), added to the `allow` line's reason.
-    allowed_by: str | None = None
+    # What an `allow` line's reason adds to the stages passed (`note`): the rule that let the
+    # item through, a token refused in Permissive mode.
+    notes: list[str] | None = None
 
 
 def deny(scope: Scope, stage: str, reason: str) -> None:
@@ -111,11 +112,14 @@ def client(scope: Scope, client_id: str) -> None:
         record.client_id = capped(client_id)
 
 
-def allowed(scope: Scope, why: str) -> None:
-    """Record which rule let the request's item through (its line's `allow` reason says so)."""
+def note(scope: Scope, text: str) -> None:
+    """Add to what an `allow` line's reason says (which rule let the item through, say)."""
     record: AuditRecord | None = scope.get(AUDIT_KEY)
     if record is not None:
-        record.allowed_by = why
+        if record.notes is None:
+            record.notes = [text]
+        else:
+            record.notes.append(text)
 
 
 def enabled(scope: Scope) -> bool:

@@ -129,6 +129,8 @@ class JwtAuthentication:
             if self.metrics is not None:
                 self.metrics.auth_failure(str(exc))
             log.info("token not accepted, request continues anonymously (Permissive): %s", exc)
+            why = str(exc).replace(token, "[token]")
+            audit.note(scope, f"token not accepted ({why}); went on anonymously (Permissive)")
             await self.app(scope, receive, send)
             return
         scope[CLAIMS_KEY] = claims

@@ -198,7 +198,7 @@ class McpAuthorization:
             if await self._lacks_scopes(scope, send, request):
                 return
             if audited and self.rules is not None and request.name is not None:
-                audit.allowed(scope, self._why_allowed(scope, request.kind, request.name))
+                audit.note(scope, self._why_allowed(scope, request.kind, request.name))
         replay = _replay(body, receive)
         if request is not None and request.method in LISTS:
             _ask_for_identity(scope)

@@ -161,8 +161,8 @@ class AuditLine:
             answering, passed = self.trail.passed(route)
             if stage == answering:
                 reason = passed
-                if record.allowed_by is not None:
-                    reason = f"{reason}; {record.allowed_by}"
+                if record.notes is not None:
+                    reason = "; ".join([reason, *record.notes])
         policy = route.policy if route is not None else None
         trail = self.trail
         path = scope["path"]

@@ -156,8 +156,8 @@ async def test_an_allowed_call_names_the_rule_that_let_it_through_without_a_deci
     record, status = await audited(mcp_stage(Inner()), "POST", body=body, scope=USER)
     assert (status, record.decision) == (200, None)  # the answering stage decides `allow`
     assert record.mcp == {"method": "tools/call", "tool": "echo"}
-    assert record.allowed_by is not None
-    assert record.allowed_by.startswith("tool 'echo': Allow rule `\"admin\" in jwt.groups || (")
+    assert record.notes is not None
+    assert record.notes[0].startswith("tool 'echo': Allow rule `\"admin\" in jwt.groups || (")
 
 
 async def test_on_a_federated_backend_the_call_names_its_target():
@@ -217,3 +217,19 @@ async def test_without_a_record_the_stages_record_nothing():
     # The audit trail off: no record in the scope, and every stage still answers as before.
     response = await drive(authn(Inner()), "POST")
     assert response.status == 401
+
+
+async def test_a_token_refused_in_permissive_mode_is_noted_and_the_caller_goes_on():
+    stage = JwtAuthentication(
+        Inner(),
+        [(PROVIDER, InlineKeyset(KEYSET))],  # type: ignore[list-item]
+        compiled_mcp(None),
+        False,
+        mode="Permissive",
+    )
+    token = mint(KEY, good(exp=1))
+    record, status = await audited(stage, "POST", headers=[bearer(token)])
+    assert (status, record.decision) == (200, None)
+    assert record.notes == [
+        "token not accepted (token has expired); went on anonymously (Permissive)"
+    ]
