@@ -2,13 +2,14 @@
 decides it, for the federation stage (which rewrites messages) and tool-level authorization
 (which tells rules the target as `mcp.target`). Pure functions over the target names.
 
-- A tool or prompt `echo` of target `b` is offered as `b_echo` (agentgateway's `<target>_<tool>`
-  convention). Target names hold no `_` (resources.backend.TARGET_NAME), so the first `_` of an
-  offered name always ends the target's part: a name splits one way only.
+- A tool or prompt `echo` of target `b` is offered as `b_echo` (`<target>_<tool>`, one
+  underscore; agentgateway's current releases write `<target>__<tool>`). Target names hold no
+  `_` (resources.backend.TARGET_NAME), so the first `_` of an offered name always ends the
+  target's part: a name splits one way only.
 - A resource URI (or URI template) `file:///x` of target `b` is offered as `mcp+gw://b/file:///x`:
-  the original follows the target's name verbatim, not percent-encoded, so a template's
-  `{expressions}` stay expandable by the client and any original reads back exactly, whatever
-  characters it holds."""
+  the original follows the target's name verbatim, not percent-encoded (agentgateway writes
+  `agw://<target>/?u=<percent-encoded URI>`), so a template's `{expressions}` stay expandable by
+  the client and any original reads back exactly, whatever characters it holds."""
 
 from __future__ import annotations
 
