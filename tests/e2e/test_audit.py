@@ -185,6 +185,25 @@ async def test_broker_events_name_the_client_and_never_a_token_or_code(audited):
         assert secret not in text
 
 
+async def test_a_refused_consent_and_a_bad_code_are_denials_naming_their_event(audited):
+    stack, path = audited
+    client_id = register(stack)
+    refused = await sign_in(
+        authorize_url(stack, client_id), "alice", "x", "http://127.0.0.1:47001/cb", "deny"
+    )
+    assert refused["error"] == "access_denied"
+    mine = {"client_id": client_id}
+    line = wait_for_line(path, "the refused consent", event="consent-refused", caller=mine)
+    assert (line["decision"], line["stage"], line["status"]) == ("deny", "broker-pages", 302)
+    assert line["reason"] == "access_denied: the user denied the request"
+    bad = redeem(stack, client_id, "not-a-code-5d2c")
+    assert bad.status_code == 400
+    line = wait_for_line(path, "the refused code", event="token-request", caller=mine)
+    assert (line["decision"], line["stage"]) == ("deny", "oauth-endpoints")
+    assert line["reason"] == "invalid_grant: unknown, expired or already used authorization code"
+    assert "not-a-code-5d2c" not in path.read_text()
+
+
 def test_sighup_reopens_the_audit_log_in_every_worker(logs, tmp_path_factory, idp_key, backend):
     tmp = tmp_path_factory.mktemp("audit-rotation")
     path = tmp / "audit.log"
