@@ -1,0 +1,110 @@
+"""A target's messages as the client gets them, and the client's answers as the target gets
+them: request ids of the targets' own requests swapped for the ids the session minted
+(`exchange`), and resource URIs carried in notifications and results put under
+`mcp+gw://<target>/` so the client can read them back through the gateway."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ...controlplane.federation import offered_uri
+from .exchange import Exchanges
+
+UPDATED = "notifications/resources/updated"
+CANCELLED = "notifications/cancelled"
+# Content items that carry a resource URI: a link (`uri`) or an embedded resource (`resource`).
+_LINK = "resource_link"
+_EMBEDDED = "resource"
+
+
+def _wrapped(target: str, holder: object, field: str) -> object:
+    """`holder` with its URI field under the target's prefix (unchanged when it has none)."""
+    if isinstance(holder, dict) and isinstance(holder.get(field), str) and holder[field]:
+        return {**holder, field: offered_uri(target, holder[field])}
+    return holder
+
+
+def _content_item(target: str, item: object) -> object:
+    if not isinstance(item, dict):
+        return item
+    if item.get("type") == _LINK:
+        return _wrapped(target, item, "uri")
+    if item.get("type") == _EMBEDDED:
+        return {**item, "resource": _wrapped(target, item.get("resource"), "uri")}
+    return item
+
+
+def _each(result: dict[str, object], field: str, change: Callable[[object], object]) -> None:
+    items = result.get(field)
+    if isinstance(items, list):
+        result[field] = [change(item) for item in items]
+
+
+def offered_result(method: str, target: str, result: object) -> object:
+    """A call's result with the resource URIs it carries offered under `target`: the
+    contents of `resources/read`, resource links and embedded resources in a tool's result and
+    in a prompt's messages."""
+    if not isinstance(result, dict):
+        return result
+    out = dict(result)
+    if method == "resources/read":
+        _each(out, "contents", lambda item: _wrapped(target, item, "uri"))
+    elif method == "tools/call":
+        _each(out, "content", lambda item: _content_item(target, item))
+    elif method == "prompts/get":
+
+        def message(held: object) -> object:
+            if not isinstance(held, dict):
+                return held
+            return {**held, "content": _content_item(target, held.get("content"))}
+
+        _each(out, "messages", message)
+    return out
+
+
+def from_target(
+    message: dict[str, object], target: str, exchanges: Exchanges, method: str | None = None
+) -> dict[str, object] | None:
+    """`target`'s message as the client gets it; None when it has nothing for the client.
+    `method`: the client's request whose answer this is (None on the GET stream, which carries
+    no answers)."""
+    kind = message.get("method")
+    if isinstance(kind, str) and "id" in message:
+        return {**message, "id": exchanges.ask(target, message["id"])}
+    if isinstance(kind, str):
+        return _notification(message, kind, target, exchanges)
+    if method is None or "id" not in message:
+        return None
+    if "result" in message:
+        return {**message, "result": offered_result(method, target, message["result"])}
+    return message
+
+
+def _notification(
+    message: dict[str, object], kind: str, target: str, exchanges: Exchanges
+) -> dict[str, object] | None:
+    params = message.get("params")
+    if kind == UPDATED and isinstance(params, dict):
+        return {**message, "params": _wrapped(target, params, "uri")}
+    if kind == CANCELLED:
+        # The target withdraws one of its own requests: the client knows it by the minted id.
+        own = params.get("requestId") if isinstance(params, dict) else None
+        minted = exchanges.withdraw(target, own)
+        if minted is None or not isinstance(params, dict):
+            return None
+        return {**message, "params": {**params, "requestId": minted}}
+    return message
+
+
+def to_target(
+    message: dict[str, object], exchanges: Exchanges
+) -> tuple[str, dict[str, object]] | None:
+    """The target the client's answer is for and the answer under the target's own id; None
+    when the session never sent the client a request with that id."""
+    if "result" not in message and "error" not in message:
+        return None
+    asked = exchanges.answer(message.get("id"))
+    if asked is None:
+        return None
+    target, own_id = asked
+    return target, {**message, "id": own_id}
