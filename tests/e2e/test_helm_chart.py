@@ -109,6 +109,43 @@ def test_the_redis_url_comes_from_a_secret_never_from_values() -> None:
     } in env
 
 
+def test_the_audit_trail_is_off_by_default_and_on_standard_output_when_asked() -> None:
+    default = container(rendered())
+    assert not [arg for arg in default["args"] if arg.startswith("--audit")]
+    assert "volumeMounts" not in default
+    on = container(rendered("audit.log=-", "audit.required=true"))
+    assert on["args"][-2:] == ["--audit-log=-", "--audit-required"]
+    assert "volumeMounts" not in on
+    assert "--audit-required" not in container(rendered("audit.log=-"))["args"]
+
+
+def test_an_audit_file_lives_on_a_volume_mounted_at_its_directory() -> None:
+    objects = rendered("audit.log=/var/log/gateway/audit.log")
+    found = container(objects)
+    assert "--audit-log=/var/log/gateway/audit.log" in found["args"]
+    assert found["volumeMounts"] == [{"name": "audit", "mountPath": "/var/log/gateway"}]
+    pod = keyed(objects)[("Deployment", "mcp-oauth-gateway")]["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "audit", "emptyDir": {}}]
+    claimed = rendered(
+        "audit.log=/audit/trail.log", "audit.volume.persistentVolumeClaim.claimName=audit"
+    )
+    pod = keyed(claimed)[("Deployment", "mcp-oauth-gateway")]["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "audit", "persistentVolumeClaim": {"claimName": "audit"}}]
+
+
+@pytest.mark.parametrize(
+    ("sets", "says"),
+    [
+        ("audit.required=true", 'audit.required needs audit.log ("-" for standard output'),
+        ("audit.log=audit.log", 'audit.log "audit.log" must be "-" or an absolute file path'),
+    ],
+)
+def test_an_audit_value_that_cannot_work_is_refused_saying_why(sets: str, says: str) -> None:
+    done = helm("template", NAMESPACE, str(CHART), "-n", NAMESPACE, f"--set={sets}")
+    assert done.returncode != 0
+    assert says in done.stderr
+
+
 def test_a_listener_entry_left_empty_by_set_is_refused_saying_how_to_set_it() -> None:
     done = helm("template", NAMESPACE, str(CHART), "-n", NAMESPACE, "--set=listeners[1].port=1")
     assert done.returncode != 0
