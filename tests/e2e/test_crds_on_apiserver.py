@@ -13,10 +13,12 @@ import contextlib
 import copy
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+import yaml
 
 from crd_support import (
     ACCEPTED,
@@ -33,6 +35,7 @@ from crd_support import (
     rules,
     schema,
 )
+from mcp_oauth_gateway.resources import load_paths
 
 if TYPE_CHECKING:
     from devcluster.apiserver import DevApiServer
@@ -243,3 +246,42 @@ def test_spec_changes_bump_generation_status_changes_do_not(server: DevApiServer
     assert after_status.json()["metadata"]["generation"] == 1
     assert after_spec.json()["metadata"]["generation"] == 2
     assert after_spec.json()["spec"]["traffic"]["jwtAuthentication"]["forwardToken"] is True
+
+
+def federated(*names: str) -> dict[str, Any]:
+    """A GatewayBackend of several targets, as docs/configuration/federation.md shows one."""
+    targets = [
+        {"name": name, "static": {"host": f"{name}.mcp.svc.cluster.local", "port": 8000 + i}}
+        for i, name in enumerate(names)
+    ]
+    document = {"apiVersion": f"{GROUP}/v1alpha1", "kind": "GatewayBackend"}
+    return named(document | {"spec": {"mcp": {"targets": targets}}}, "-".join(names))
+
+
+def test_a_backend_of_several_targets_is_created_and_keeps_their_order(
+    server: DevApiServer,
+) -> None:
+    with posted(server, federated("search", "tickets", "wiki")) as answer:
+        assert answer.status_code == 201, answer.text
+        targets = answer.json()["spec"]["mcp"]["targets"]
+    assert [t["name"] for t in targets] == ["search", "tickets", "wiki"]
+    assert [t["static"]["path"] for t in targets] == ["/mcp"] * 3  # the default, filled in
+
+
+def test_a_repeated_target_name_is_refused_naming_the_repeated_item(
+    server: DevApiServer, tmp_path: Path
+) -> None:
+    document = federated("search", "tickets", "search")
+    answer = create(server, document)
+    assert answer.status_code == 422, answer.text
+    (cause,) = answer.json()["details"]["causes"]
+    # What the docs show: the repeated item, `spec.mcp.targets[2]` here, as the loader names it.
+    assert cause["field"] == "spec.mcp.targets[2]", cause
+    assert cause["reason"] == "FieldValueDuplicate", cause
+    assert '"name":"search"' in cause["message"], cause
+    # The file loader refuses it at the same item.
+    path = tmp_path / "backend.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    (error,) = load_paths([path]).errors
+    assert "spec.mcp.targets[2]" in error, error
+    assert "the name 'search' is used by an earlier target" in error, error
