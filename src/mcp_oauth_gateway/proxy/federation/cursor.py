@@ -55,6 +55,9 @@ class Cursors:
             payload, mac = _unb64(encoded), _unb64(signature)
         except (binascii.Error, ValueError):
             raise BadCursor("the cursor is not one this gateway issued") from None
+        # Base64's last character has spare bits: only the one spelling issued is read.
+        if _b64(payload) != encoded or _b64(mac) != signature:
+            raise BadCursor("the cursor is not one this gateway issued")
         if not hmac.compare_digest(mac, self._mac(session, method, payload)):
             raise BadCursor("the cursor is not one this gateway issued for this session and list")
         positions = orjson.loads(payload)
