@@ -116,6 +116,7 @@ async def test_prompts_and_resources_carry_their_target(federated):
         ]
         read = await session.read_resource("mcp+gw://b/note://topics/cats")
         assert read.contents[0].text == "b on cats"
+        assert str(read.contents[0].uri) == "mcp+gw://b/note://topics/cats"
 
 
 async def test_a_rule_on_the_target_hides_its_tools(federated):
@@ -168,7 +169,10 @@ def test_the_client_session_is_the_gateways(federated):
     assert httpx.post(federated.url, headers=other, json=listed).status_code == 404
     assert httpx.post(federated.url, headers=headers, json=listed).status_code == 400
     own = {**headers, "Mcp-Session-Id": session_id}
-    assert httpx.get(federated.url, headers=own).status_code == 405
+    # The targets that offer a GET stream (the `mcp` SDK servers) make the client's.
+    with httpx.stream("GET", federated.url, headers=own, timeout=30) as stream:
+        assert stream.status_code == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
     assert httpx.delete(federated.url, headers=own).status_code == 204
     assert httpx.post(federated.url, headers=own, json=listed).status_code == 404
 

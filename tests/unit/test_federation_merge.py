@@ -21,7 +21,7 @@ from unit.fuzz_settings import FUZZ
 TARGETS = frozenset({"a", "b"})
 
 
-def test_capabilities_are_the_union_and_notification_promises_are_left_out():
+def test_capabilities_are_the_union_with_every_promise_kept():
     got = merge.union(
         [
             {"tools": {"listChanged": True}, "logging": {}},
@@ -30,23 +30,13 @@ def test_capabilities_are_the_union_and_notification_promises_are_left_out():
         ]
     )
     assert got == {
-        "tools": {},
+        "tools": {"listChanged": True},
         "logging": {},
-        "prompts": {},
-        "resources": {},
+        "prompts": {"listChanged": False},
+        "resources": {"subscribe": True},
         "experimental": {"x": {"on": True}},
         "completions": {},
     }
-
-
-def test_targets_are_not_told_of_client_capabilities_they_could_not_use_yet():
-    params = {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {"sampling": {}, "elicitation": {}, "roots": {}, "experimental": {"x": {}}},
-        "clientInfo": {"name": "c"},
-    }
-    assert merge.for_targets(params) == {**params, "capabilities": {"experimental": {"x": {}}}}
-    assert merge.for_targets({"capabilities": None}) == {"capabilities": None}
 
 
 def test_the_oldest_agreed_version_is_answered():

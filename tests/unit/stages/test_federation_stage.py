@@ -5,111 +5,17 @@ client gets for messages the stage cannot act on, and the headers each target re
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 
-import orjson
 import pytest
 
-from mcp_oauth_gateway.asgi import Headers
 from mcp_oauth_gateway.controlplane.snapshot import CompiledTarget
 from mcp_oauth_gateway.proxy.federation.session import SessionTable, new_session
 from mcp_oauth_gateway.proxy.federation.stage import Federation
 from mcp_oauth_gateway.proxy.federation.target import TargetLink
-from mcp_oauth_gateway.proxy.upstream import UpstreamError
 from mcp_oauth_gateway.serving.runtime import BrokerRuntime
 
-from .harness import MemoryResponse, drive
-
-# Each target's tools, served two to a page.
-TOOLS = {"a": ["t1", "t2", "t3"], "b": ["u1", "u2"]}
-PORTS = {9001: "a", 9002: "b"}
-
-
-@dataclass
-class Targets:
-    """The targets as an `Upstream`: each keeps sessions and pages its tools list."""
-
-    down: set[str] = field(default_factory=set)
-    # Slow targets: their lists start an event stream that never sends the answer, and their
-    # calls' heads never come (the pool's TimeoutError).
-    slow: set[str] = field(default_factory=set)
-    # Set: a call's stream stays open after its events, and this is set once they were read.
-    left: asyncio.Event | None = None
-    calls: list[MemoryResponse] = field(default_factory=list)
-    deleted: list[tuple[str, bytes | None]] = field(default_factory=list)
-    seen: list[tuple[str, Headers, dict[str, object]]] = field(default_factory=list)
-
-    async def request(
-        self,
-        method: str,
-        url: str,
-        headers: Headers,
-        body: bytes | AsyncIterator[bytes],
-        headers_within: float,
-    ) -> MemoryResponse:
-        assert isinstance(body, bytes)
-        name = PORTS[int(url.split(":")[2].split("/")[0])]
-        if name in self.down:
-            raise UpstreamError("connection refused")
-        if method == "DELETE":
-            self.deleted.append((name, dict(headers).get(b"mcp-session-id")))
-            return MemoryResponse(200, [], b"")
-        message = orjson.loads(body) if body else {}
-        self.seen.append((name, headers, message))
-        if name in self.slow and message.get("method") == "tools/call":
-            raise TimeoutError
-        if name in self.slow and message.get("method") == "tools/list":
-            return MemoryResponse(200, [(b"content-type", b"text/event-stream")], None, hold=True)
-        if message.get("method") == "initialize":
-            result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}}
-            return _answer(message, result, [(b"mcp-session-id", f"sess-{name}".encode())])
-        if message.get("method") == "tools/call":
-            events = [b'data: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n']
-            events.append(
-                b'data: {"jsonrpc":"2.0","id":1,"result":{"by":"%s"}}\n\n' % name.encode()
-            )
-            sse = [(b"content-type", b"text/event-stream")]
-            held = self.left is not None
-            call = MemoryResponse(200, sse, None, events, hold=held, after_stream=self.left)
-            self.calls.append(call)
-            return call
-        if message.get("method") == "tools/list":
-            start = int(message.get("params", {}).get("cursor", "0"))
-            page = TOOLS[name][start : start + 2]
-            result: dict[str, object] = {"tools": [{"name": n} for n in page]}
-            if start + 2 < len(TOOLS[name]):
-                result["nextCursor"] = str(start + 2)
-            return _answer(message, result)
-        return MemoryResponse(202, [], b"")
-
-    async def close(self) -> None:
-        """Nothing to close."""
-
-
-def _answer(message: dict, result: dict, headers: Headers | None = None) -> MemoryResponse:
-    body = orjson.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
-    return MemoryResponse(200, [(b"content-type", b"application/json"), *(headers or [])], body)
-
-
-def stage(targets: Targets, timeout: float = 5.0) -> Federation:
-    compiled = tuple(CompiledTarget("127.0.0.1", port, "/mcp", n) for port, n in PORTS.items())
-    return Federation(compiled, TargetLink(targets, timeout, False), 1 << 20)
-
-
-def rpc(method: str, request_id: object = 1, **params: object) -> bytes:
-    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-
-
-INIT = rpc("initialize", protocolVersion="2025-11-25", capabilities={}, clientInfo={"name": "t"})
-
-
-async def open_session(app: Federation) -> list[tuple[bytes, bytes]]:
-    response = await drive(app, "POST", body=INIT)
-    assert response.status == 200, response.body
-    session = response.header(b"mcp-session-id")
-    assert session is not None
-    return [(b"mcp-session-id", session)]
+from .federation_targets import INIT, PORTS, Targets, open_session, rpc, stage
+from .harness import drive
 
 
 async def test_pages_run_through_every_target_with_one_cursor():

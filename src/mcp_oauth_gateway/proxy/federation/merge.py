@@ -15,34 +15,14 @@ LISTS: dict[str, tuple[str, str, str]] = {
     "resources/list": ("resources", "uri", "uri"),
     "resources/templates/list": ("resourceTemplates", "uriTemplate", "uri"),
 }
-# Capability flags that promise notifications (list changes, resource updates). Those reach a
-# client on its GET stream, which a federated route does not offer yet: not promised.
-UNDELIVERED = frozenset({"listChanged", "subscribe"})
-
-
-# Client capabilities that let a server send the client requests of its own (sampling,
-# elicitation, roots). Their answers come back as client POSTs the gateway cannot yet route to
-# the target that asked (that needs request ids rewritten per target), so a target is not told
-# the client has them: it fails what needs them at once instead of waiting for an answer.
-SERVER_REQUESTS = frozenset({"sampling", "elicitation", "roots"})
-
-
-def for_targets(params: Mapping[str, object]) -> dict[str, object]:
-    """The client's initialize params as the targets get them (SERVER_REQUESTS left out)."""
-    capabilities = params.get("capabilities")
-    if not isinstance(capabilities, Mapping):
-        return dict(params)
-    kept = {k: v for k, v in capabilities.items() if k not in SERVER_REQUESTS}
-    return {**params, "capabilities": kept}
 
 
 def union(capabilities: Sequence[Mapping[str, object]]) -> dict[str, object]:
-    """Every capability any target has; a flag is true when it is true for any of them."""
+    """Every capability any target has; a flag is true when it is true for any of them (the
+    GET stream carries every target's notifications, so one target's promise is kept)."""
     out: dict[str, object] = {}
     for each in capabilities:
         for name, value in each.items():
-            if name in UNDELIVERED:
-                continue
             if isinstance(value, Mapping):
                 held = out.get(name)
                 out[name] = union([held if isinstance(held, Mapping) else {}, value])

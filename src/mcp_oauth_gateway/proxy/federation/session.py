@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ...asgi import CLAIMS_KEY, Scope
 from ...controlplane.snapshot import CompiledTarget
+from .exchange import Exchanges
 
 # Sessions held per route; past it the one idle the longest is forgotten (its client then gets
 # a 404 and starts a new session, as MCP asks of a client whose session ended).
@@ -67,6 +68,10 @@ class ClientSession:
     version: str = ""
     # The client sent notifications/initialized: a target opened later is told at once.
     initialized: bool = False
+    # The targets' requests to the client awaiting its answers, its requests in flight.
+    exchanges: Exchanges = field(default_factory=Exchanges)
+    # The client's GET stream is open (one at a time, as MCP servers keep it).
+    listening: bool = False
 
     def open_targets(self) -> Iterator[TargetSession]:
         """The target sessions that are open, in the backend's order."""

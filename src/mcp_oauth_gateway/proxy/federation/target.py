@@ -49,6 +49,10 @@ class SessionGone(Unavailable):
     """The target answered 404 to its session id: it ended or lost the session."""
 
 
+class NoStream(Unavailable):
+    """The target offers no GET stream (it answered 405, MCP's way to say so)."""
+
+
 def _header(headers: Headers, name: bytes) -> bytes | None:
     return next((v for k, v in headers if k.lower() == name), None)
 
@@ -111,6 +115,9 @@ class TargetLink:
         if response.status == 404 and session.session_id is not None:
             response.release()
             raise SessionGone("it no longer knows the session")
+        if response.status == 405 and method == "GET":
+            response.release()
+            raise NoStream("it offers no GET stream")
         if not 200 <= response.status < 300:
             response.release()
             raise Unavailable(f"it answered HTTP {response.status}")
@@ -134,6 +141,26 @@ class TargetLink:
             raise Unavailable(f"its answer broke off: {exc}") from None
         except ValueError as exc:  # an event past MAX_ANSWER_BYTES
             raise Unavailable(str(exc)) from None
+
+    async def answer(self, response: UpstreamResponse, request_id: object) -> dict[str, object]:
+        """The JSON-RPC response in a call's JSON answer (its head already in), read whole
+        within the route's timeout."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await _response_of(response, request_id)
+        except TimeoutError:
+            raise Unavailable(f"it did not answer within {self.timeout:g}s") from None
+        except UpstreamError as exc:
+            raise Unavailable(f"its answer broke off: {exc}") from None
+
+    async def listen(self, scope: Scope, session: TargetSession) -> UpstreamResponse:
+        """The target's GET stream (its head in); NoStream when it offers none."""
+        response = await self.send(scope, session, b"", "GET")
+        content_type = (_header(response.headers, b"content-type") or b"").lower()
+        if not content_type.startswith(b"text/event-stream"):
+            response.release()
+            raise NoStream("it answered GET without an event stream")
+        return response
 
     async def tell(self, scope: Scope, session: TargetSession, body: bytes) -> None:
         """Send a notification (or end the session with DELETE when `body` is empty)."""
@@ -176,8 +203,8 @@ async def _response_of(response: UpstreamResponse, request_id: object) -> dict[s
             message = _message(data)
             if message.get("id") == request_id and ("result" in message or "error" in message):
                 return message
-            # Requests and notifications a target sends within its answer belong on the
-            # client's GET stream, which a federated route does not offer yet.
+            # What a target sends within an answer read whole (initialize, a list) is no
+            # call's the client could be told about: dropped. A call's stream is relayed.
         raise Unavailable("its event stream ended without an answer")
     body = response.complete_body()
     if body is None:

@@ -1,0 +1,83 @@
+"""Reaching a client session's targets: several in parallel (a target that fails is named, not
+raised), or one with its session opened first when it is not open or the target lost it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Collection
+from typing import TypeVar
+
+from ...asgi import Scope
+from . import jsonrpc
+from .session import ClientSession, TargetSession
+from .target import SessionGone, TargetLink, Unavailable
+
+log = logging.getLogger("mcp_oauth_gateway.federation")
+T = TypeVar("T")
+
+
+class Fanout:
+    """A federated route's ways to its targets, over one `TargetLink`."""
+
+    def __init__(self, link: TargetLink):
+        self.link = link
+
+    async def each(
+        self,
+        session: ClientSession,
+        action: Callable[[TargetSession], Awaitable[object]],
+        every: bool = False,
+        only: Collection[str] | None = None,
+    ) -> dict[str, Unavailable]:
+        """Run `action` on every target (`every`) or every open one (of `only`), in parallel;
+        what failed."""
+        chosen = list(session.targets.values()) if every else list(session.open_targets())
+        if only is not None:
+            chosen = [t for t in chosen if t.target.name in only]
+        outcomes = await asyncio.gather(*(action(t) for t in chosen), return_exceptions=True)
+        failures: dict[str, Unavailable] = {}
+        for target, outcome in zip(chosen, outcomes, strict=True):
+            if isinstance(outcome, Unavailable):
+                log.info("federated target %s: %s", target.target.name, outcome)
+                failures[target.target.name] = outcome
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        return failures
+
+    async def reopened(
+        self,
+        scope: Scope,
+        session: ClientSession,
+        target: TargetSession,
+        action: Callable[[], Awaitable[T]],
+    ) -> T:
+        """`action` on the target, its session opened first when it is not (or no longer) open."""
+        for attempt in (1, 2):
+            if not target.open:
+                async with target.opening:
+                    if not target.open:
+                        await self.link.open(scope, target, session.params, session.initialized)
+            try:
+                return await action()
+            except SessionGone:
+                target.close()
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def ask(
+        self,
+        scope: Scope,
+        session: ClientSession,
+        target: TargetSession,
+        message: dict[str, object],
+    ) -> dict[str, object]:
+        """The target's response to the request `message` (its session reopened if need be)."""
+        body = jsonrpc.dumps(message)
+        request_id = message.get("id")
+
+        async def ask() -> dict[str, object]:
+            return (await self.link.ask(scope, target, body, request_id))[0]
+
+        return await self.reopened(scope, session, target, ask)

@@ -1,0 +1,61 @@
+"""A merged list (`tools/list`, `prompts/list`, `resources/list`, `resources/templates/list`):
+one page asked of every target in parallel, their items renamed for their target and joined in
+the backend's order, and one cursor holding where each target's list goes on."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from ...asgi import Scope
+from . import jsonrpc, merge
+from .cursor import BadCursor, Cursors
+from .fanout import Fanout
+from .jsonrpc import INVALID_PARAMS, Malformed
+from .session import ClientSession, TargetSession
+from .target import Unavailable
+
+
+async def merged_list(
+    fan: Fanout,
+    cursors: Cursors,
+    names: Collection[str],
+    scope: Scope,
+    session: ClientSession,
+    message: dict[str, object],
+) -> dict[str, object]:
+    """The merged page the list request `message` asks for; Malformed for a bad cursor. A
+    target that fails is left out of this page."""
+    method = str(message["method"])
+    params = jsonrpc.params_of(message)
+    if "cursor" in params:
+        try:
+            positions: dict[str, str | None] = dict(
+                cursors.read(params["cursor"], session.id, method, names)
+            )
+        except BadCursor as exc:
+            raise Malformed(INVALID_PARAMS, str(exc)) from None
+    else:
+        positions = {name: None for name in session.targets}
+    pages: dict[str, tuple[list[object], object]] = {}
+
+    async def page(target: TargetSession) -> None:
+        name = target.target.name
+        own = {k: v for k, v in params.items() if k != "cursor"}
+        if positions[name] is not None:
+            own["cursor"] = positions[name]
+        answer = await fan.ask(scope, session, target, {**message, "params": own})
+        result = answer.get("result")
+        if not isinstance(result, dict):
+            raise Unavailable(f"it answered {method} with an error: {answer.get('error')}")
+        pages[name] = (merge.offered_items(method, name, result), result.get("nextCursor"))
+
+    await fan.each(session, page, every=True, only=positions)
+    field = merge.LISTS[method][0]
+    result: dict[str, object] = {
+        field: [item for name in positions if name in pages for item in pages[name][0]]
+    }
+    following = {n: c for n, (_, c) in pages.items() if isinstance(c, str) and c}
+    cursor = cursors.issue(session.id, method, following)
+    if cursor is not None:
+        result["nextCursor"] = cursor
+    return result

@@ -1,0 +1,101 @@
+"""The event streams a federated route writes to its client: a call's answer, relayed message by
+message as its target sends it, and the client's GET stream, merged from its targets' own. Each
+message is rewritten on the way (`rewrite.from_target`): a target's request reaches the client
+under an id its session minted, resource URIs under the target's prefix.
+
+Events are written without the targets' event ids: an id is one target's, and a client resuming
+with it could not be told which target's stream to resume (no resumption across targets)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Mapping
+
+from ...asgi import Receive, Send
+from ..upstream import UpstreamError, UpstreamResponse
+from . import jsonrpc
+from .exchange import Exchanges
+from .rewrite import from_target
+from .sse import event_data
+from .target import MAX_ANSWER_BYTES
+
+log = logging.getLogger("mcp_oauth_gateway.federation")
+EVENT_STREAM = b"text/event-stream"
+STREAM_HEADERS = [(b"content-type", EVENT_STREAM), (b"cache-control", b"no-cache")]
+
+
+def event(message: object) -> bytes:
+    """One message as an event of the client's stream."""
+    return b"data: " + jsonrpc.dumps(message) + b"\n\n"
+
+
+def is_stream(response: UpstreamResponse) -> bool:
+    """Whether a target answered with an event stream (else: JSON)."""
+    content_type = next((v for k, v in response.headers if k.lower() == b"content-type"), b"")
+    return content_type.lower().startswith(EVENT_STREAM)
+
+
+async def messages(response: UpstreamResponse) -> AsyncIterator[dict[str, object]]:
+    """The JSON-RPC messages of a target's event stream (an event that is none is skipped)."""
+    async for data in event_data(response.chunks(), MAX_ANSWER_BYTES):
+        try:
+            message = jsonrpc.loads(data)
+        except ValueError:
+            log.info("federated target sent an event that is not JSON")
+            continue
+        if isinstance(message, dict):
+            yield message
+
+
+async def until_disconnect(receive: Receive) -> None:
+    """Returns once the client has gone away."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def while_connected(work: Awaitable[None], receive: Receive) -> None:
+    """`work` until it ends or the client goes away (a stream may run for hours: the targets'
+    streams are not read for a client that left)."""
+    relay = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(until_disconnect(receive))
+    try:
+        await asyncio.wait({relay, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (relay, watcher):
+            task.cancel()
+        await asyncio.gather(relay, watcher, return_exceptions=True)
+
+
+async def relay_call(
+    response: UpstreamResponse, send: Send, target: str, method: str, exchanges: Exchanges
+) -> None:
+    """A call's event stream, each message rewritten for the client as it comes."""
+    await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
+    try:
+        async for message in messages(response):
+            out = from_target(message, target, exchanges, method)
+            if out is not None:
+                await send({"type": "http.response.body", "body": event(out), "more_body": True})
+    except (UpstreamError, ValueError) as exc:
+        log.warning("federated answer broke off: %s", exc)
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def merged(streams: Mapping[str, UpstreamResponse], send: Send, exchanges: Exchanges) -> None:
+    """Every target's GET stream onto the client's, one whole event at a time, until all
+    of them have ended."""
+    sending = asyncio.Lock()
+
+    async def relay(target: str, response: UpstreamResponse) -> None:
+        try:
+            async for message in messages(response):
+                out = from_target(message, target, exchanges)
+                if out is not None:
+                    async with sending:
+                        body = event(out)
+                        await send({"type": "http.response.body", "body": body, "more_body": True})
+        except (UpstreamError, ValueError) as exc:
+            log.info("federated target %s: its GET stream broke off: %s", target, exc)
+
+    await asyncio.gather(*(relay(name, response) for name, response in streams.items()))

@@ -1,0 +1,159 @@
+"""What the federation stage routes besides calls, over targets played in memory: the client's
+GET stream merged from its targets', a target's request reaching the client (on the GET stream
+or inside a call's stream) under an id the session minted and the client's answer going back to
+that target alone, a forged or foreign answer refused, a cancellation reaching only the target
+that has the request, and each refusal recorded for the audit trail as the federation stage's."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+
+from mcp_oauth_gateway.asgi import AUDIT_KEY, CLAIMS_KEY
+from mcp_oauth_gateway.audit import AuditRecord
+
+from .federation_targets import ASK, Targets, open_session, rpc, stage
+from .harness import drive
+
+CHANGED = b'data: {"jsonrpc":"2.0","method":"notifications/tools/list_changed"}\n\n'
+UPDATED = (
+    b'data: {"jsonrpc":"2.0","method":"notifications/resources/updated",'
+    b'"params":{"uri":"note://b"}}\n\n'
+)
+
+
+def events(body: bytes) -> list[dict]:
+    """The messages of an event stream the stage wrote."""
+    return [orjson.loads(part[len(b"data: ") :]) for part in body.split(b"\n\n") if part]
+
+
+def answer(request_id: object) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"content": "hi"}})
+
+
+def sent_to(targets: Targets, name: str) -> list[dict]:
+    """The messages `name` was sent after its session opened."""
+    return [m for n, _, m in targets.seen if n == name and m and m.get("method") != "initialize"]
+
+
+async def test_the_get_stream_merges_the_targets_and_answers_go_back_to_the_one_that_asked():
+    targets = Targets(streams={"a": [CHANGED, ASK], "b": [ASK, UPDATED]})
+    app = stage(targets)
+    headers = await open_session(app)
+    stream = await drive(app, "GET", headers=headers)
+    assert stream.status == 200
+    assert stream.header(b"content-type") == b"text/event-stream"
+    got = events(stream.body)
+    assert {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"} in got
+    assert {
+        "jsonrpc": "2.0",
+        "method": "notifications/resources/updated",
+        "params": {"uri": "mcp+gw://b/note://b"},
+    } in got
+    asked = {m["id"] for m in got if m.get("method") == "sampling/createMessage"}
+    assert len(asked) == 2  # both targets asked with id 0: two ids for the client
+    for minted in asked:
+        answered = await drive(app, "POST", headers=headers, body=answer(minted))
+        assert answered.status == 202
+    # Each target got one answer, under its own id.
+    for name in ("a", "b"):
+        assert sent_to(targets, name)[-1] == orjson.loads(answer(0))
+
+
+async def test_no_target_offering_a_get_stream_is_405():
+    app = stage(Targets())
+    headers = await open_session(app)
+    response = await drive(app, "GET", headers=headers)
+    assert response.status == 405
+    assert b"GET" in (response.header(b"allow") or b"")
+
+
+async def test_a_request_inside_a_call_reaches_the_client_and_its_answer_the_target():
+    targets = Targets()
+    app = stage(targets)
+    headers = await open_session(app)
+    called = await drive(app, "POST", headers=headers, body=rpc("tools/call", 7, name="b_ask"))
+    asked = events(called.body)[0]
+    assert asked["method"] == "sampling/createMessage"
+    assert asked["id"] != 0
+    response = await drive(app, "POST", headers=headers, body=answer(asked["id"]))
+    assert response.status == 202
+    assert sent_to(targets, "b")[-1] == orjson.loads(answer(0))
+    assert all("result" not in m for m in sent_to(targets, "a"))
+
+
+async def test_a_forged_or_foreign_answer_reaches_no_target():
+    targets = Targets()
+    app = stage(targets)
+    mine, theirs = await open_session(app), await open_session(app)
+    called = await drive(app, "POST", headers=theirs, body=rpc("tools/call", 7, name="a_ask"))
+    minted = events(called.body)[0]["id"]
+    before = len(targets.seen)
+    for forged in (minted, "a/1", 0, "b/1"):
+        record = AuditRecord()
+        response = await drive(
+            app, "POST", headers=mine, body=answer(forged), scope={AUDIT_KEY: record}
+        )
+        assert response.status == 400
+        assert (record.decision, record.stage) == ("deny", "federation")
+        assert "never sent the client" in (record.reason or "")
+    assert len(targets.seen) == before
+    # The session that got the request still answers it.
+    assert (await drive(app, "POST", headers=theirs, body=answer(minted))).status == 202
+
+
+async def test_a_cancellation_reaches_only_the_target_that_has_the_request():
+    started, gone = asyncio.Event(), asyncio.Event()
+    targets = Targets(left=started)
+    app = stage(targets)
+    headers = await open_session(app)
+    call = rpc("tools/call", "c-1", name="b_u1")
+    running = asyncio.ensure_future(
+        drive(app, "POST", headers=headers, body=call, client_left=gone)
+    )
+    await started.wait()
+    cancel = {"requestId": "c-1", "reason": "user"}
+    note = orjson.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel})
+    assert (await drive(app, "POST", headers=headers, body=note)).status == 202
+    gone.set()
+    await running
+    cancelled = [
+        name for name, _, m in targets.seen if m.get("method") == "notifications/cancelled"
+    ]
+    assert cancelled == ["b"]
+    # Answered: a cancellation now reaches no target.
+    assert (await drive(app, "POST", headers=headers, body=note)).status == 202
+    assert [m.get("method") for _, _, m in targets.seen].count("notifications/cancelled") == 1
+
+
+async def audited(app, headers, body) -> AuditRecord:
+    record = AuditRecord()
+    await drive(app, "POST", headers=headers, body=body, scope={AUDIT_KEY: record})
+    assert (record.decision, record.stage) == ("deny", "federation")
+    assert record.reason
+    return record
+
+
+async def test_the_stages_refusals_are_recorded_for_the_audit_trail():
+    targets = Targets()
+    app = stage(targets)
+    headers = await open_session(app)
+    unknown = await audited(app, headers, rpc("tools/call", name="c_x"))
+    assert unknown.reason == "Unknown tool: c_x"
+    cursor = await audited(app, headers, rpc("tools/list", cursor="made.up"))
+    assert "cursor" in (cursor.reason or "")
+    targets.down.add("b")
+    down = await audited(app, headers, rpc("tools/call", name="b_u1"))
+    assert (down.reason or "").startswith("the MCP server 'b' behind this route is unavailable")
+    foreign = [(b"mcp-session-id", b"not-a-session")]
+    assert "unknown session" in ((await audited(app, foreign, rpc("ping"))).reason or "")
+    assert "Mcp-Session-Id" in ((await audited(app, [], rpc("ping"))).reason or "")
+    # Another caller's token does not open the session, and is told it as unknown.
+    claims = {CLAIMS_KEY: {"iss": "i", "sub": "mallory"}}
+    record = AuditRecord()
+    response = await drive(
+        app, "POST", headers=headers, body=rpc("ping"), scope={AUDIT_KEY: record, **claims}
+    )
+    assert response.status == 404
+    assert "another caller's" in (record.reason or "")
