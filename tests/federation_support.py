@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx2
 from joserfc.jwk import RSAKey
@@ -34,6 +35,14 @@ def named_server(name: str, port: int, logs: Path, json_answers: bool = False) -
     """A running peers/mcp_named.py (answers as event streams, or plain JSON)."""
     args = [sys.executable, str(PEERS / "mcp_named.py"), name, str(port)]
     process = Process(f"fed-{name}-{port}", [*args, *(["json"] if json_answers else [])], logs)
+    wait_for_port(port, process)
+    return process
+
+
+def asking_server(name: str, port: int, logs: Path) -> Process:
+    """A running peers/mcp_asking.py (tools that ask the client back)."""
+    args = [sys.executable, str(PEERS / "mcp_asking.py"), name, str(port)]
+    process = Process(f"fed-asking-{name}-{port}", args, logs)
     wait_for_port(port, process)
     return process
 
@@ -119,13 +128,14 @@ class Federated:
         return mint(self.key, claims_for(ISSUER, AUDIENCE, sub=sub, groups=list(groups)))
 
     @asynccontextmanager
-    async def session(self, *groups: str) -> AsyncIterator[ClientSession]:
-        """An initialized `mcp` SDK client session through the gateway."""
+    async def session(self, *groups: str, **callbacks: Any) -> AsyncIterator[ClientSession]:
+        """An initialized `mcp` SDK client session through the gateway (`callbacks`: the
+        ClientSession's sampling, elicitation, roots, logging and message callbacks)."""
         headers = {"Authorization": f"Bearer {self.token(*groups)}"}
         async with (
             httpx2.AsyncClient(headers=headers, timeout=30) as http,
             streamable_http_client(self.url, http_client=http) as (read, write, *_),
-            ClientSession(read, write) as session,
+            ClientSession(read, write, **callbacks) as session,
         ):
             await session.initialize()
             yield session
@@ -136,10 +146,17 @@ def config_path(directory: Path) -> Path:
     return directory / "federation.yaml"
 
 
-def start_gateway(directory: Path, logs: Path, port: int, targets: dict[str, int], key: RSAKey):
+def start_gateway(
+    directory: Path,
+    logs: Path,
+    port: int,
+    targets: dict[str, int],
+    key: RSAKey,
+    rules: list[str] = RULES,
+):
     """The gateway serving the federated route (a Process)."""
     config = config_path(directory)
-    config.write_text(resources(port, targets, key))
-    process = Process("gateway-federation", gateway_cmd(config), logs)
+    config.write_text(resources(port, targets, key, rules))
+    process = Process(f"gateway-federation-{port}", gateway_cmd(config), logs)
     wait_for_port(port, process)
     return process
