@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcp_oauth_gateway.dataplane.routing import host_matches, path_matches
+from unit.route_reference import host_matches, path_matches
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""Route tables: which route rule serves a request (host and path), decided by pure functions."""
+"""Route tables: which route rule serves a request (host and path), and which protected
+resources share a host."""
 
 from __future__ import annotations
 
@@ -8,31 +9,7 @@ from dataclasses import dataclass
 from ..asgi import ASGIApp
 from ..controlplane.snapshot import CompiledCors, CompiledRoute
 from .cors import origin_allowed
-
-
-def path_matches(match_type: str, value: str, path: str) -> bool:
-    """Gateway API path matching; PathPrefix matches whole segments (`/mcp` not `/mcpx`)."""
-    if match_type == "Exact":
-        return path == value
-    prefix = value.rstrip("/")
-    if not prefix:
-        return True
-    return path == prefix or path.startswith(prefix + "/")
-
-
-def host_matches(hostnames: Sequence[str], host: str) -> bool:
-    """Route hostnames: exact names and `*.example.com` wildcards; none means any host."""
-    if not hostnames:
-        return True
-    name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
-    for pattern in hostnames:
-        pattern = pattern.lower()
-        if pattern.startswith("*."):
-            if name.endswith(pattern[1:]) and name != pattern[2:]:
-                return True
-        elif name == pattern:
-            return True
-    return False
+from .route_index import RouteIndex
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,33 +19,25 @@ class RouteEntry:
 
 
 class RouteTable:
-    """Entries in precedence order (Exact first, then longest prefix); the first match wins."""
+    """Entries in precedence order (Exact first, then longest prefix): the first match wins,
+    found through an index built with the table, not by walking it."""
 
     def __init__(self, entries: Sequence[RouteEntry]):
         self.entries = tuple(entries)
+        self.index = RouteIndex([entry.route for entry in self.entries])
 
     def cors_for(self, host: str, origin: str) -> CompiledCors | None:
         """The first CORS policy on this listener (for `host`) that lets `origin` read answers:
         what the gateway's own errors use when no route took the request."""
-        for entry in self.entries:
-            cors = entry.route.cors
-            if (
-                cors is not None
-                and host_matches(entry.route.hostnames, host)
-                and origin_allowed(cors, origin)
-            ):
+        for _, cors in self.index.cors_candidates(host):
+            if origin_allowed(cors, origin):
                 return cors
         return None
 
     def match(self, host: str, path: str) -> RouteEntry | None:
         """The entry serving `host` + `path`, or None."""
-        for entry in self.entries:
-            route = entry.route
-            if path_matches(route.match_type, route.match_value, path) and host_matches(
-                route.hostnames, host
-            ):
-                return entry
-        return None
+        position = self.index.first(host, path)
+        return None if position is None else self.entries[position]
 
 
 def hosts_overlap(a: Sequence[str], b: Sequence[str]) -> bool:
