@@ -35,8 +35,14 @@ class Targets:
     left: asyncio.Event | None = None
     calls: list[MemoryResponse] = field(default_factory=list)
     deleted: list[tuple[str, bytes | None]] = field(default_factory=list)
-    # Targets that offer a GET stream, and the events it sends (then it ends).
+    # Targets that offer a GET stream, and the events it sends (then it ends, or breaks off
+    # after its first event for the targets in `broken`, or stays open with `holding`).
     streams: dict[str, list[bytes]] = field(default_factory=dict)
+    broken: set[str] = field(default_factory=set)
+    holding: bool = False
+    # Set once a GET stream's events were all read (and relayed).
+    streamed: asyncio.Event | None = None
+    gets: list[MemoryResponse] = field(default_factory=list)
     seen: list[tuple[str, Headers, dict[str, object]]] = field(default_factory=list)
 
     async def request(
@@ -58,7 +64,18 @@ class Targets:
             self.seen.append((name, headers, {}))
             if name not in self.streams:
                 return MemoryResponse(405, [], b"")
-            return MemoryResponse(200, SSE, None, self.streams[name])
+            fail_after = 1 if name in self.broken else None
+            stream = MemoryResponse(
+                200,
+                SSE,
+                None,
+                self.streams[name],
+                fail_after=fail_after,
+                hold=self.holding,
+                after_stream=self.streamed,
+            )
+            self.gets.append(stream)
+            return stream
         message = orjson.loads(body) if body else {}
         self.seen.append((name, headers, message))
         if name in self.slow and message.get("method") == "tools/call":

@@ -157,3 +157,32 @@ async def test_the_stages_refusals_are_recorded_for_the_audit_trail():
     )
     assert response.status == 404
     assert "another caller's" in (record.reason or "")
+
+
+async def test_a_target_whose_stream_breaks_off_leaves_the_others_streams():
+    targets = Targets(streams={"a": [CHANGED, ASK], "b": [UPDATED, ASK]}, broken={"a"})
+    app = stage(targets)
+    headers = await open_session(app)
+    stream = await drive(app, "GET", headers=headers)
+    got = events(stream.body)
+    assert {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"} in got
+    # b's whole stream came through; a's broke off after its first event.
+    assert [m["id"] for m in got if "id" in m] == ["b/1"]
+
+
+async def test_one_get_stream_per_session_and_a_client_leaving_stops_the_targets():
+    gone, streamed = asyncio.Event(), asyncio.Event()
+    targets = Targets(streams={"a": [CHANGED]}, holding=True, streamed=streamed)
+    app = stage(targets)
+    headers = await open_session(app)
+    listening = asyncio.ensure_future(drive(app, "GET", headers=headers, client_left=gone))
+    await streamed.wait()  # a's stream is open and its event relayed; b offers none
+    second = await drive(app, "GET", headers=headers)
+    assert second.status == 409
+    gone.set()
+    first = await listening
+    assert events(first.body) == [{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}]
+    assert [(get.released, get.closed) for get in targets.gets] == [(1, True)]
+    # The stream ended: the session may open another.
+    targets.holding = False
+    assert (await drive(app, "GET", headers=headers)).status == 200
