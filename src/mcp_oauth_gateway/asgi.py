@@ -38,6 +38,9 @@ DEFAULT_MAX_HEADER_BYTES = 16 * 1024
 DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
 DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_IDLE_TIMEOUT = 30.0
+# Verified tokens (and authorization decisions) each protected route remembers: a shared
+# gateway's tens of thousands of users, at about 2.5 KB an entry (docs/performance.md).
+DEFAULT_TOKEN_CACHE_ENTRIES = 100_000
 
 
 # --- headers --------------------------------------------------------------------------------
@@ -89,8 +92,8 @@ def _origin(scope: Scope, trust_forwarded: bool) -> str:
 
 @dataclass(frozen=True)
 class Limits:
-    """Request size and connection limits (`serve --max-header-bytes`, `--max-body-bytes`,
-    `--header-timeout`, `--idle-timeout`, `--max-connections`)."""
+    """Request size, connection and memo limits (`serve --max-header-bytes`, `--max-body-bytes`,
+    `--header-timeout`, `--idle-timeout`, `--max-connections`, `--token-cache-entries`)."""
 
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -102,6 +105,9 @@ class Limits:
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     # Open client connections per process; None: derived from the descriptor limit at start.
     max_connections: int | None = None
+    # Entries of each route's verified-token cache and authorization memo (least recently used
+    # forgotten first).
+    token_cache_entries: int = DEFAULT_TOKEN_CACHE_ENTRIES
 
 
 class BodyTooLarge(Exception):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from .. import audit
 from ..asgi import (
     CLAIMS_KEY,
+    DEFAULT_TOKEN_CACHE_ENTRIES,
     TOKEN_KEY,
     ASGIApp,
     Headers,
@@ -41,7 +42,6 @@ from .tokens import (
 log = logging.getLogger("mcp_oauth_gateway.authn")
 STAGE = "jwt-authentication"
 
-CACHE_SIZE = 10_000
 MISSING_TOKEN = "Unauthorized: missing bearer token"
 _BEARER = b"bearer "
 
@@ -66,6 +66,7 @@ class JwtAuthentication:
         forward_token: bool,
         metrics: Metrics | None = None,
         mode: str = "Strict",
+        cache_entries: int = DEFAULT_TOKEN_CACHE_ENTRIES,
     ):
         self.app = app
         self.issuers = tuple(
@@ -86,8 +87,9 @@ class JwtAuthentication:
         self.mode = mode
         # token → (claims, exp, issuer, keyset version)
         self._cache: BoundedCache[str, tuple[dict[str, object], float, Issuer, int]] = BoundedCache(
-            CACHE_SIZE
+            cache_entries, metrics.token_cache if metrics is not None else None
         )
+        self._counts = self._cache.counts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Every Authorization header is dropped: a second one, never verified, must not reach the
@@ -160,7 +162,10 @@ class JwtAuthentication:
             cached, expires, owner, version = hit
             current = owner.keys.keyset
             if current is not None and current.version == version and now <= expires + LEEWAY:
+                self._counts.hits += 1
                 return cached
+        # An entry past its exp or from a rotated keyset is a miss: verified again, replaced.
+        self._counts.misses += 1
         issuer, parsed = self._issuer_of(token)
         keyset = issuer.keys.keyset
         if keyset is None:

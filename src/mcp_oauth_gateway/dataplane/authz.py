@@ -5,10 +5,21 @@ from __future__ import annotations
 import orjson
 
 from .. import audit
-from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send, header, send_error
+from ..asgi import (
+    CLAIMS_KEY,
+    DEFAULT_TOKEN_CACHE_ENTRIES,
+    TOKEN_KEY,
+    ASGIApp,
+    Headers,
+    Receive,
+    Scope,
+    Send,
+    header,
+    send_error,
+)
 from ..controlplane.cel import claims_read, holds, outcome, visible_claims
 from ..controlplane.snapshot import CompiledAuthorization
-from .bounded import BoundedCache
+from .bounded import BoundedCache, CacheCounts
 from .challenge import Challenger
 
 
@@ -83,6 +94,7 @@ def explain_allow(rules: CompiledAuthorization, activation: dict[str, object]) -
     return "no Deny rule matches" if rules.action == "Deny" else "every Require rule holds"
 
 
+# The other decision memos (scopes, MCP items) keep this fixed bound, first in first out.
 DECISION_CACHE = 10_000
 STAGE = "cel-authorization"
 
@@ -96,6 +108,8 @@ class CelAuthorization:
         rules: CompiledAuthorization,
         policy: str,
         challenger: Challenger | None = None,
+        cache_entries: int = DEFAULT_TOKEN_CACHE_ENTRIES,
+        counts: CacheCounts | None = None,
     ):
         self.app = app
         self.rules = rules
@@ -107,7 +121,7 @@ class CelAuthorization:
         # rules over named claims the same answer for the same values (`_decision_key`).
         # Keys: tokens (str) and claim values (bytes), which never compare equal.
         self._decisions: BoundedCache[str | bytes, bool] | None = (
-            None if self.needs_request else BoundedCache(DECISION_CACHE)
+            None if self.needs_request else BoundedCache(cache_entries, counts)
         )
         self.denial = {
             "Allow": "the token's claims satisfy none of the authorization rules",
@@ -123,14 +137,21 @@ class CelAuthorization:
         token = scope.get(TOKEN_KEY)
         # The token first: its string was hashed when the authentication stage looked it up,
         # so this costs nothing, where the claim-values key costs a JSON encoding.
+        counts = cache.counts
         if token is not None:
             hit = cache.get(token)
             if hit is not None:
+                counts.hits += 1
                 return hit
         claims = visible_claims(claims, self.claims)
         key = self._decision_key(claims)
         hit = cache.get(key) if key is not None else None
-        allowed = self._decide(scope, claims) if hit is None else hit
+        if hit is None:
+            counts.misses += 1
+            allowed = self._decide(scope, claims)
+        else:
+            counts.hits += 1
+            allowed = hit
         for remembered in (key, token):
             if remembered is not None and remembered not in cache:
                 cache.put(remembered, allowed)

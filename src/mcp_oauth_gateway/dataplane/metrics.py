@@ -17,6 +17,7 @@ from prometheus_client.core import (
 )
 
 from ..urls import shown_url
+from .bounded import CacheCounts
 
 REASONS = (
     ("missing bearer token", "missing"),
@@ -110,6 +111,9 @@ class Metrics:
         # (route, outcome: exchanged, cache_hit, refused, unreachable, malformed) → count
         self.exchanges: dict[tuple[str, str], int] = {}
         self.latency: dict[str, _Latency] = {}
+        # Every route's verified-token cache and authorization memo count here.
+        self.token_cache = CacheCounts()
+        self.authorization_cache = CacheCounts()
         self._keysets: list[tuple[str, object]] = []
         self.registry = CollectorRegistry()
         self.registry.register(self)
@@ -213,6 +217,13 @@ class Metrics:
             age.add_metric([url], now - fetched if fetched else -1.0)
         yield from (requests, failures, rejections, exchanges, latency, fetches, age)
         yield from self._connection_metrics()
+        yield from self._cache_metrics()
+
+    def _cache_metrics(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        yield from _cache_metrics("token_cache", "verified-token cache", self.token_cache)
+        yield from _cache_metrics(
+            "authorization_cache", "authorization decision memo", self.authorization_cache
+        )
 
     def _connection_metrics(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         counts = self.connections
@@ -244,3 +255,24 @@ class Metrics:
             "Connections refused with 503 because --max-connections were open",
             value=counts.refused,
         )
+
+
+def _cache_metrics(
+    name: str, what: str, counts: CacheCounts
+) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    """One memo kind's hits, misses, evictions and entries, summed over the routes."""
+    prefix = f"mcp_gateway_{name}"
+    yield CounterMetricFamily(f"{prefix}_hits", f"Lookups the {what} answered", value=counts.hits)
+    yield CounterMetricFamily(
+        f"{prefix}_misses",
+        f"Lookups the {what} could not answer (never seen, forgotten, or no longer valid)",
+        value=counts.misses,
+    )
+    yield CounterMetricFamily(
+        f"{prefix}_evictions",
+        f"Entries the {what} forgot to make room (least recently used first)",
+        value=counts.evictions,
+    )
+    yield GaugeMetricFamily(
+        f"{prefix}_entries", f"Entries the {what} holds, over every route", value=counts.entries()
+    )
