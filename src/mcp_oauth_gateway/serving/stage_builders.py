@@ -85,6 +85,7 @@ def jwt_authentication(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
         policy.forward_token,
         ctx.shared.metrics,
         policy.jwt_mode,
+        ctx.shared.limits.token_cache_entries,
     )
 
 
@@ -99,7 +100,15 @@ def cel_authorization(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
     """The policy's CEL rules."""
     policy = _policy(ctx)
     assert policy.authorization is not None
-    return CelAuthorization(app, policy.authorization, policy.key, challenger_for(policy.mcp))
+    metrics = ctx.shared.metrics
+    return CelAuthorization(
+        app,
+        policy.authorization,
+        policy.key,
+        challenger_for(policy.mcp),
+        ctx.shared.limits.token_cache_entries,
+        metrics.authorization_cache if metrics is not None else None,
+    )
 
 
 def rate_limit(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
