@@ -10,6 +10,7 @@ from ..asgi import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_TOKEN_CACHE_ENTRIES,
 )
 from .common import LOCAL_CIMD_ENV, TRUST_ENV, env_flag
 
@@ -193,6 +194,14 @@ def _serve_limit_flags(serve: argparse.ArgumentParser) -> None:
         help="open client connections per process; more are answered 503 and "
         "closed (default: what the file-descriptor limit leaves room for, "
         "after raising it to the hard limit)",
+    )
+    serve.add_argument(
+        "--token-cache-entries",
+        default=str(DEFAULT_TOKEN_CACHE_ENTRIES),
+        metavar="N",
+        help="verified tokens (and authorization decisions) each protected route remembers, "
+        "the least recently used forgotten first; about 2.5 KB an entry "
+        f"(default {DEFAULT_TOKEN_CACHE_ENTRIES})",
     )
 
 

@@ -34,6 +34,7 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
             max_connections=None
             if args.max_connections is None
             else parse_count("--max-connections", args.max_connections),
+            token_cache_entries=parse_count("--token-cache-entries", args.token_cache_entries),
         )
     except ValueError as exc:
         raise Refused(str(exc)) from exc
