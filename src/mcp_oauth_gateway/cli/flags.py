@@ -200,7 +200,7 @@ def _serve_limit_flags(serve: argparse.ArgumentParser) -> None:
         default=str(DEFAULT_TOKEN_CACHE_ENTRIES),
         metavar="N",
         help="verified tokens (and authorization decisions) each protected route remembers, "
-        "the least recently used forgotten first; about 2.5 KB an entry "
+        "the least recently used forgotten first; about 2 KB an entry "
         f"(default {DEFAULT_TOKEN_CACHE_ENTRIES})",
     )
 

@@ -191,6 +191,9 @@ class JwtAuthentication:
             token,
             (claims, float(exp) if isinstance(exp, NUMBER_TYPES) else 0.0, issuer, keyset.version),
         )
+        # Expired tokens are never asked for again: without this a full cache of them would
+        # outlive their users, its memory held until evicted.
+        self._cache.drop_oldest_if(lambda entry: now > entry[1] + LEEWAY)
         return claims
 
     async def _deny(self, scope: Scope, send: Send, why: str, token: str | None) -> None:

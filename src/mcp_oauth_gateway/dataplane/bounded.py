@@ -60,6 +60,15 @@ class BoundedCache(Generic[K, V]):
             self.counts.evictions += 1
         entries[key] = value
 
+    def drop_oldest_if(self, dead: Callable[[V], bool]) -> None:
+        """Forget the least recently used entry when `dead(value)` says it can never serve
+        again: one look per call, so dead entries leave as fast as new ones come."""
+        entries = self._entries
+        if entries:
+            key, value = next(iter(entries.items()))
+            if dead(value):
+                del entries[key]
+
     def __contains__(self, key: object) -> bool:
         return key in self._entries
 

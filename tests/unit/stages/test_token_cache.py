@@ -23,6 +23,8 @@ from unit.tokens_support import ISSUER, KEY, KEYSET, bearer, compiled_mcp, good
 
 from .harness import Inner, drive
 
+now = authn_module.time.time
+
 PROVIDER = CompiledProvider(
     ISSUER,
     frozenset({"mcp-public"}),
@@ -141,3 +143,18 @@ async def test_the_counters_are_exported_for_prometheus():
     assert "mcp_gateway_token_cache_entries 1.0" in text
     assert "mcp_gateway_authorization_cache_hits_total 0.0" in text
     assert "mcp_gateway_authorization_cache_entries 0.0" in text
+
+
+async def test_expired_entries_leave_as_new_tokens_come(monkeypatch):
+    metrics = Metrics()
+    authn = stage(metrics, 10)
+    for sub in ("a", "b"):
+        await drive(authn, "POST", headers=[bearer(mint(KEY, good(sub=sub, exp=int(now()) + 5)))])
+    assert metrics.token_cache.entries() == 2
+    later = now() + 3600
+    monkeypatch.setattr(authn_module.time, "time", lambda: later)
+    for sub in ("c", "d"):
+        fresh = good(sub=sub, iat=int(later), exp=int(later) + 600)
+        assert (await drive(authn, "POST", headers=[bearer(mint(KEY, fresh))])).status == 200
+    # Each new token made room by dropping the oldest entry, dead since its exp: no eviction.
+    assert (metrics.token_cache.entries(), metrics.token_cache.evictions) == (2, 0)
