@@ -28,6 +28,8 @@ class Targets:
     """The targets as an `Upstream`: each keeps sessions and pages its tools list."""
 
     down: set[str] = field(default_factory=set)
+    # Targets that refuse every request with this HTTP status (their Origin check, say).
+    refusing: dict[str, int] = field(default_factory=dict)
     # Slow targets: their lists start an event stream that never sends the answer, and their
     # calls' heads never come (the pool's TimeoutError).
     slow: set[str] = field(default_factory=set)
@@ -57,6 +59,8 @@ class Targets:
         name = PORTS[int(url.split(":")[2].split("/")[0])]
         if name in self.down:
             raise UpstreamError("connection refused")
+        if name in self.refusing:
+            return MemoryResponse(self.refusing[name], [], b"refused")
         if method == "DELETE":
             self.deleted.append((name, dict(headers).get(b"mcp-session-id")))
             return MemoryResponse(200, [], b"")

@@ -90,6 +90,32 @@ async def test_every_target_down_fails_initialize_without_a_session():
 
 
 @pytest.mark.parametrize(
+    ("refusing", "status"),
+    [
+        # Every target refuses the client's request itself (an Origin check): so does the
+        # gateway, with that status, as a single-target route passes its target's on.
+        ({"a": 403, "b": 403}, 403),
+        ({"a": 403, "b": 400}, 400),
+        # One refusal beside a target that is down, or a lost session (404), a timeout (408),
+        # a limit (429): a server error, not the client's.
+        ({"a": 403}, 200),
+        ({"a": 404, "b": 404}, 200),
+        ({"a": 429, "b": 408}, 200),
+        ({"a": 500, "b": 503}, 200),
+    ],
+)
+async def test_initialize_every_target_refused_answers_their_refusal(refusing, status):
+    down = {"b"} if set(refusing) == {"a"} else set()
+    app = stage(Targets(refusing=refusing, down=down))
+    response = await drive(app, "POST", body=INIT)
+    assert response.status == status
+    assert response.header(b"mcp-session-id") is None
+    error = response.json()["error"]
+    assert "none of the MCP servers" in error["message"]
+    assert error["code"] == (-32600 if status != 200 else -32603)
+
+
+@pytest.mark.parametrize(
     ("body", "status", "code"),
     [
         (b"{", 400, -32700),

@@ -30,7 +30,7 @@ from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Malforme
 from .lists import merged_list
 from .routing import COMPLETION, ROUTED, routed
 from .session import ClientSession, SessionTable, TargetSession, new_session, owner_of
-from .target import INITIALIZED, TargetLink, Unavailable
+from .target import INITIALIZED, TargetLink, Unavailable, refusal_status
 
 log = logging.getLogger("mcp_oauth_gateway.federation")
 T = TypeVar("T")
@@ -174,7 +174,11 @@ class Federation:
             why = "; ".join(f"{name}: {exc}" for name, exc in failures.items())
             text = f"none of the MCP servers behind this route answered initialize ({why})"
             refused(scope, text)
-            await jsonrpc.reply(send, 200, jsonrpc.error(request_id, INTERNAL_ERROR, text))
+            # Every target refused the request itself (its Origin, say): the client hears
+            # that refusal, as through a single-target route, not a server error.
+            status = refusal_status(failures.values())
+            code = INVALID_REQUEST if status != 200 else INTERNAL_ERROR
+            await jsonrpc.reply(send, status, jsonrpc.error(request_id, code, text))
             return
         session.version = merge.agreed_version([t.version for t in opened if t.version])
         result: dict[str, object] = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ...asgi import Headers, Scope
 from ..reverse_proxy import GATEWAY_SET, dropped_request_headers, upstream_request_headers
@@ -39,6 +39,8 @@ _REPLACED = frozenset(
     }
 )
 _ACCEPT = b"application/json, text/event-stream"
+# 4xx answers that say nothing of the client's request: a lost session, a timeout, a limit.
+_NOT_THE_CLIENTS = frozenset({404, 408, 429})
 
 
 class Unavailable(Exception):
@@ -49,8 +51,27 @@ class SessionGone(Unavailable):
     """The target answered 404 to its session id: it ended or lost the session."""
 
 
+class Refused(Unavailable):
+    """The target refused the client's request itself (an HTTP 4xx other than a lost session):
+    its Origin, Host or headers, which the same request to any target would not change."""
+
+    def __init__(self, status: int):
+        super().__init__(f"it answered HTTP {status}")
+        self.status = status
+
+
 class NoStream(Unavailable):
     """The target offers no GET stream (it answered 405, MCP's way to say so)."""
+
+
+def refusal_status(failures: Iterable[Unavailable]) -> int:
+    """The HTTP status of a request every target failed: the targets' own 4xx when each
+    refused it with one (the same, or else 400), otherwise 200 with a JSON-RPC error."""
+    every = list(failures)
+    statuses = {f.status for f in every if isinstance(f, Refused)}
+    if not every or not all(isinstance(f, Refused) for f in every):
+        return 200
+    return statuses.pop() if len(statuses) == 1 else 400
 
 
 def _header(headers: Headers, name: bytes) -> bytes | None:
@@ -120,6 +141,8 @@ class TargetLink:
             raise NoStream("it offers no GET stream")
         if not 200 <= response.status < 300:
             response.release()
+            if 400 <= response.status < 500 and response.status not in _NOT_THE_CLIENTS:
+                raise Refused(response.status)
             raise Unavailable(f"it answered HTTP {response.status}")
         return response
 
