@@ -171,6 +171,24 @@ def test_the_session_idle_longest_is_forgotten_first():
     assert table.find(first.id, ("iss", "mallory")) is None
 
 
+def test_one_caller_opening_sessions_in_a_loop_pushes_out_only_its_own():
+    table = SessionTable(limit=10, per_owner=3)
+    alice = [new_session(("iss", "alice"), {}, ()) for _ in range(2)]
+    for session in alice:
+        table.add(session)
+    mallory = [new_session(("iss", "mallory"), {}, ()) for _ in range(50)]
+    evicted = [table.add(session) for session in mallory]
+    assert all(table.find(s.id, ("iss", "alice")) is s for s in alice)
+    # Mallory keeps her 3 most recent; each one past them pushed out her oldest.
+    assert [table.find(s.id, ("iss", "mallory")) for s in mallory[-3:]] == mallory[-3:]
+    assert evicted[3:] == mallory[:47]
+    for session in mallory[-3:]:
+        table.remove(session.id)
+    table.remove(mallory[-1].id)  # twice: nothing more to forget
+    fresh = new_session(("iss", "mallory"), {}, ())
+    assert table.add(fresh) is None
+
+
 async def test_a_client_leaving_a_call_stops_the_targets_stream():
     left = asyncio.Event()
     targets = Targets(left=left)

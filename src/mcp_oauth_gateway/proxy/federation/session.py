@@ -16,6 +16,9 @@ from .exchange import Exchanges
 # Sessions held per route; past it the one idle the longest is forgotten (its client then gets
 # a 404 and starts a new session, as MCP asks of a client whose session ended).
 MAX_SESSIONS = 10_000
+# Sessions held per caller (issuer and subject): past it, that caller's session idle the
+# longest is forgotten, so one caller opening sessions in a loop cannot push out everyone's.
+MAX_SESSIONS_PER_OWNER = 64
 
 
 @dataclass
@@ -91,18 +94,27 @@ def new_session(
 
 
 class SessionTable:
-    """A route's client sessions by id, at most MAX_SESSIONS, least recently used first."""
+    """A route's client sessions by id, least recently used first: at most `limit` in all and
+    `per_owner` for each caller."""
 
-    def __init__(self, limit: int = MAX_SESSIONS):
+    def __init__(self, limit: int = MAX_SESSIONS, per_owner: int = MAX_SESSIONS_PER_OWNER):
         self.limit = limit
+        self.per_owner = per_owner
         self._sessions: dict[str, ClientSession] = {}
+        self._owned: dict[Owner, int] = {}
 
     def add(self, session: ClientSession) -> ClientSession | None:
-        """Keep `session`; returns the session idle the longest when one had to be forgotten."""
+        """Keep `session`; returns the session idle the longest when one had to be forgotten:
+        the caller's own when it holds `per_owner`, else anyone's past `limit`."""
         evicted = None
-        if len(self._sessions) >= self.limit:
-            evicted = self._sessions.pop(next(iter(self._sessions)))
+        if self._owned.get(session.owner, 0) >= self.per_owner:
+            evicted = next(s for s in self._sessions.values() if s.owner == session.owner)
+        elif len(self._sessions) >= self.limit:
+            evicted = next(iter(self._sessions.values()))
+        if evicted is not None:
+            self.remove(evicted.id)
         self._sessions[session.id] = session
+        self._owned[session.owner] = self._owned.get(session.owner, 0) + 1
         return evicted
 
     def find(self, session_id: str, owner: Owner) -> ClientSession | None:
@@ -116,4 +128,11 @@ class SessionTable:
 
     def remove(self, session_id: str) -> None:
         """Forget a session (the client ended it)."""
-        self._sessions.pop(session_id, None)
+        session = self._sessions.pop(session_id, None)
+        if session is None:
+            return
+        left = self._owned[session.owner] - 1
+        if left:
+            self._owned[session.owner] = left
+        else:
+            del self._owned[session.owner]
