@@ -189,6 +189,14 @@ def test_one_caller_opening_sessions_in_a_loop_pushes_out_only_its_own():
     assert table.add(fresh) is None
 
 
+@pytest.mark.parametrize("anonymous", [None, (None, None)])
+def test_anonymous_callers_are_held_by_the_routes_limit_only(anonymous):
+    table = SessionTable(limit=5, per_owner=2)
+    sessions = [new_session(anonymous, {}, ()) for _ in range(5)]
+    assert [table.add(s) for s in sessions] == [None] * 5
+    assert table.add(new_session(anonymous, {}, ())) is sessions[0]
+
+
 async def test_a_client_leaving_a_call_stops_the_targets_stream():
     left = asyncio.Event()
     targets = Targets(left=left)

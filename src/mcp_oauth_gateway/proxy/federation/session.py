@@ -107,7 +107,10 @@ class SessionTable:
         """Keep `session`; returns the session idle the longest when one had to be forgotten:
         the caller's own when it holds `per_owner`, else anyone's past `limit`."""
         evicted = None
-        if self._owned.get(session.owner, 0) >= self.per_owner:
+        # Anonymous callers (no policy, or no token in Optional mode) are no one in particular:
+        # only the route's limit holds them.
+        named = session.owner is not None and session.owner[1] is not None
+        if named and self._owned.get(session.owner, 0) >= self.per_owner:
             evicted = next(s for s in self._sessions.values() if s.owner == session.owner)
         elif len(self._sessions) >= self.limit:
             evicted = next(iter(self._sessions.values()))
