@@ -88,13 +88,11 @@ class RouteIndex:
                 else:
                     self.exact_hosts.setdefault(pattern, _Paths()).add(position, route)
 
-    def groups(self, host: str) -> list[_Paths]:
+    def named(self, host: str) -> list[_Paths]:
         """The host groups whose hostnames name `host` (a Host header, maybe with a port)."""
         name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
-        found = [self.any_host]
         group = self.exact_hosts.get(name)
-        if group is not None:
-            found.append(group)
+        found = [] if group is None else [group]
         wildcards = self.wildcards
         if wildcards:
             # Every parent domain of the name (`.b.example.com`, `.example.com`, `.com`): as
@@ -109,17 +107,18 @@ class RouteIndex:
 
     def first(self, host: str, path: str) -> int | None:
         """The position of the route serving `host` + `path`, or None."""
-        best = NONE
-        for group in self.groups(host):
-            position = group.best(path)
-            if position < best:
-                best = position
+        best = self.any_host.best(path)
+        if self.exact_hosts or self.wildcards:  # else the Host header is not even read
+            for group in self.named(host):
+                position = group.best(path)
+                if position < best:
+                    best = position
         return None if best == NONE else best
 
     def cors_candidates(self, host: str) -> list[tuple[int, CompiledCors]]:
         """The distinct CORS policies of the routes naming `host`, in precedence order."""
         found: dict[CompiledCors, int] = {}
-        for group in self.groups(host):
+        for group in [self.any_host, *self.named(host)]:
             for cors, position in group.cors.items():
                 if found.get(cors, NONE) > position:
                     found[cors] = position
