@@ -16,6 +16,7 @@ from werkzeug.http import parse_options_header
 from .. import audit
 from ..asgi import (
     CLAIMS_KEY,
+    DEFAULT_TOKEN_CACHE_ENTRIES,
     TOKEN_KEY,
     ASGIApp,
     Headers,
@@ -29,6 +30,7 @@ from ..asgi import (
 from ..controlplane.cel import CompiledExpression, outcome
 from ..controlplane.snapshot import CompiledAuthorization, CompiledScopes
 from .authz import DECISION_CACHE, decide, explain, explain_allow, request_variables
+from .bounded import BoundedCache, CacheCounts
 from .content_coding import SUPPORTED, CodingError, check_codings, codings, decode
 from .mcp_list_filter import ListFilter
 from .mcp_messages import (
@@ -60,6 +62,8 @@ class McpAuthorization:
         scopes: CompiledScopes | None = None,
         prm_path: str | None = None,
         targets: tuple[str, ...] = (),
+        cache_entries: int = DEFAULT_TOKEN_CACHE_ENTRIES,
+        counts: CacheCounts | None = None,
     ):
         self.app = app
         self.targets = targets  # the backend's target names, for `mcp.target`
@@ -71,8 +75,8 @@ class McpAuthorization:
         self.needs_request = any(e.uses_request for e in expressions)
         # Rules over the token and the item alone answer the same for the token's whole life,
         # so a session's lists and calls evaluate each item once.
-        self._decisions: dict[tuple[str, str, str], bool] | None = (
-            None if self.needs_request else {}
+        self._decisions: BoundedCache[tuple[str, str, str], bool] | None = (
+            None if self.needs_request else BoundedCache(cache_entries, counts)
         )
         self._needed_cache: dict[tuple[str, str, str], tuple[str, ...]] = {}
         self._allowed_by: dict[tuple[str, str, str], str] = {}
@@ -91,10 +95,11 @@ class McpAuthorization:
             key = (token, kind, name)
             hit = cache.get(key)
             if hit is None:
+                cache.counts.misses += 1
                 hit = self._decide(scope, kind, name)
-                if len(cache) >= DECISION_CACHE:
-                    del cache[next(iter(cache))]
-                cache[key] = hit
+                cache.put(key, hit)
+            else:
+                cache.counts.hits += 1
             return hit
         return self._decide(scope, kind, name)
 

@@ -17,6 +17,7 @@ from mcp_oauth_gateway.controlplane.snapshot import (
 from mcp_oauth_gateway.dataplane import authn as authn_module
 from mcp_oauth_gateway.dataplane.authn import JwtAuthentication
 from mcp_oauth_gateway.dataplane.authz import CelAuthorization
+from mcp_oauth_gateway.dataplane.mcp_authz import McpAuthorization
 from mcp_oauth_gateway.dataplane.metrics import Metrics
 from support import jwks_of, mint, new_key
 from unit.tokens_support import ISSUER, KEY, KEYSET, bearer, compiled_mcp, good
@@ -158,3 +159,31 @@ async def test_expired_entries_leave_as_new_tokens_come(monkeypatch):
         assert (await drive(authn, "POST", headers=[bearer(mint(KEY, fresh))])).status == 200
     # Each new token made room by dropping the oldest entry, dead since its exp: no eviction.
     assert (metrics.token_cache.entries(), metrics.token_cache.evictions) == (2, 0)
+
+
+def test_tool_decisions_are_remembered_per_token_and_item_and_counted():
+    metrics = Metrics()
+    rules = CompiledAuthorization(
+        "Allow", (compile_expression('mcp.tool.name == "echo"', mcp=True),)
+    )
+    tools = McpAuthorization(
+        Inner(), rules, 1 << 20, None, None, (), 2, metrics.authorization_cache
+    )
+
+    def caller(sub: str) -> dict[str, object]:
+        return {CLAIMS_KEY: {"sub": sub}, TOKEN_KEY: f"token-of-{sub}"}
+
+    asked = [
+        ("alice", "echo"),
+        ("alice", "echo"),
+        ("bob", "rm"),
+        ("alice", "echo"),
+        ("carol", "echo"),
+    ]
+    answers = [tools.allowed(caller(sub), "tool", name) for sub, name in asked]
+    assert answers == [True, True, False, True, True]
+    counts = metrics.authorization_cache
+    # carol's entry made room by forgetting bob's, the least recently used, not alice's.
+    assert (counts.hits, counts.misses, counts.evictions, counts.entries()) == (2, 3, 1, 2)
+    assert tools.allowed(caller("alice"), "tool", "echo")
+    assert counts.hits == 3
