@@ -136,6 +136,8 @@ def mcp_authorization(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
         policy.scopes,
         _prm_path(policy),
         tuple(target.name for target in ctx.route.targets),
+        ctx.shared.limits.token_cache_entries,
+        ctx.shared.metrics.authorization_cache if ctx.shared.metrics is not None else None,
     )
 
 
