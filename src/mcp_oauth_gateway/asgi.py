@@ -38,7 +38,7 @@ DEFAULT_MAX_HEADER_BYTES = 16 * 1024
 DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
 DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_IDLE_TIMEOUT = 30.0
-# Verified tokens (and authorization decisions) each protected route remembers: a shared
+# Verified tokens (and authorization decisions) a process remembers over all its routes: a shared
 # gateway's tens of thousands of users, at about 2 KB an entry (docs/performance.md).
 DEFAULT_TOKEN_CACHE_ENTRIES = 100_000
 

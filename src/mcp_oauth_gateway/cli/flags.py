@@ -199,8 +199,8 @@ def _serve_limit_flags(serve: argparse.ArgumentParser) -> None:
         "--token-cache-entries",
         default=str(DEFAULT_TOKEN_CACHE_ENTRIES),
         metavar="N",
-        help="verified tokens (and authorization decisions) each protected route remembers, "
-        "the least recently used forgotten first; about 2 KB an entry "
+        help="verified tokens (and authorization decisions) the process remembers over all "
+        "its routes, the least recently used forgotten first; about 2 KB an entry "
         f"(default {DEFAULT_TOKEN_CACHE_ENTRIES})",
     )
 

@@ -24,7 +24,7 @@ from ..controlplane.control import Keyholder
 from ..controlplane.snapshot import CompiledMcp, CompiledProvider
 from ..providers.access_tokens import access_token_rule
 from ..urls import shown_url
-from .bounded import BoundedCache
+from .bounded import BoundedCache, CacheCounts
 from .challenge import Challenger
 from .metrics import Metrics
 from .tokens import (
@@ -67,6 +67,7 @@ class JwtAuthentication:
         metrics: Metrics | None = None,
         mode: str = "Strict",
         cache_entries: int = DEFAULT_TOKEN_CACHE_ENTRIES,
+        counts: CacheCounts | None = None,
     ):
         self.app = app
         self.issuers = tuple(
@@ -87,7 +88,8 @@ class JwtAuthentication:
         self.mode = mode
         # token → (claims, exp, issuer, keyset version)
         self._cache: BoundedCache[str, tuple[dict[str, object], float, Issuer, int]] = BoundedCache(
-            cache_entries, metrics.token_cache if metrics is not None else None
+            cache_entries,
+            counts if counts is not None else metrics.token_cache if metrics is not None else None,
         )
         self._counts = self._cache.counts
 

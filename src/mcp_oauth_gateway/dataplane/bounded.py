@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sized
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -12,20 +12,33 @@ V = TypeVar("V")
 
 
 class CacheCounts:
-    """Hits, misses and evictions of one kind of memo, summed over every route's copy and kept
-    across reloads (a reload builds new memos); the live memos, for their size."""
+    """One kind of memo over every route's copy, kept across reloads (a reload builds new
+    memos): hits, misses, evictions, the entries the live copies hold, and `limit`, the most
+    they may hold together (None: each copy's own size only). A process-wide budget, so the
+    memory a memo may take does not grow with the number of routes."""
 
-    __slots__ = ("caches", "evictions", "hits", "misses")
+    __slots__ = ("caches", "evictions", "hits", "limit", "misses", "total")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = None) -> None:
         self.hits = 0
         self.misses = 0
         self.evictions = 0
+        self.limit = limit
+        self.total = 0
         self.caches: weakref.WeakSet[BoundedCache[object, object]] = weakref.WeakSet()
 
     def entries(self) -> int:
         """The entries the live memos of this kind hold."""
-        return sum(len(cache) for cache in list(self.caches))
+        return self.total
+
+    def fullest(self) -> BoundedCache[object, object] | None:
+        """The live memo holding the most entries (None when all are empty)."""
+        fullest = max(list(self.caches), key=len, default=None)
+        return fullest if fullest is not None and len(fullest) else None
+
+    def _released(self, entries: Sized) -> None:
+        # A memo of an older configuration is gone: its entries leave the budget.
+        self.total -= len(entries)
 
 
 class BoundedCache(Generic[K, V]):
@@ -41,6 +54,7 @@ class BoundedCache(Generic[K, V]):
         self._entries: OrderedDict[K, V] = OrderedDict()
         self.counts = CacheCounts() if counts is None else counts
         self.counts.caches.add(self)  # type: ignore[arg-type]
+        weakref.finalize(self, self.counts._released, self._entries)
 
     def get(self, key: K) -> V | None:
         """The value remembered for `key` (now the most recently used), or None."""
@@ -55,10 +69,26 @@ class BoundedCache(Generic[K, V]):
         entries = self._entries
         if key in entries:
             entries.move_to_end(key)
-        elif len(entries) >= self.size:
-            entries.popitem(last=False)
-            self.counts.evictions += 1
+            entries[key] = value
+            return
+        counts = self.counts
+        if len(entries) >= self.size:
+            self.evict_oldest()
+        elif counts.limit is not None and counts.total >= counts.limit:
+            # The process-wide budget is spent: this memo gives up its own oldest entry, or,
+            # when it holds none, the fullest memo does.
+            victim = self if entries else counts.fullest()
+            if victim is not None:
+                victim.evict_oldest()
         entries[key] = value
+        counts.total += 1
+
+    def evict_oldest(self) -> None:
+        """Forget the least recently used entry to make room (counted as an eviction)."""
+        if self._entries:
+            self._entries.popitem(last=False)
+            self.counts.evictions += 1
+            self.counts.total -= 1
 
     def drop_oldest_if(self, dead: Callable[[V], bool]) -> None:
         """Forget the least recently used entry when `dead(value)` says it can never serve
@@ -68,6 +98,7 @@ class BoundedCache(Generic[K, V]):
             key, value = next(iter(entries.items()))
             if dead(value):
                 del entries[key]
+                self.counts.total -= 1
 
     def __contains__(self, key: object) -> bool:
         return key in self._entries

@@ -103,7 +103,11 @@ class ConnectionCounts:
 class Metrics:
     """Counters of one gateway process, exported through their own registry."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        token_cache: CacheCounts | None = None,
+        authorization_cache: CacheCounts | None = None,
+    ) -> None:
         self.connections = ConnectionCounts()
         self.requests: dict[tuple[str, int], int] = {}
         self.auth_failures: dict[str, int] = {}
@@ -112,8 +116,10 @@ class Metrics:
         self.exchanges: dict[tuple[str, str], int] = {}
         self.latency: dict[str, _Latency] = {}
         # Every route's verified-token cache and authorization memo count here.
-        self.token_cache = CacheCounts()
-        self.authorization_cache = CacheCounts()
+        self.token_cache = token_cache if token_cache is not None else CacheCounts()
+        self.authorization_cache = (
+            authorization_cache if authorization_cache is not None else CacheCounts()
+        )
         self._keysets: list[tuple[str, object]] = []
         self.registry = CollectorRegistry()
         self.registry.register(self)

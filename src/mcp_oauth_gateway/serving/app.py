@@ -27,6 +27,7 @@ from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import Snapshot
 from ..controlplane.watch import ConfigWatcher
 from ..dataplane.access_log import AccessLog
+from ..dataplane.bounded import CacheCounts
 from ..dataplane.cors import CorsFilter
 from ..dataplane.headers import HeaderRules
 from ..dataplane.metrics import Metrics
@@ -86,7 +87,11 @@ class GatewayApp:
         self.limits = options.limits
         self.status_port = options.status_port
         # Metrics are collected only when there is an admin listener to read them from.
-        self.metrics = Metrics() if options.status_port is not None else None
+        entries = self.limits.token_cache_entries
+        token_cache, authorization_cache = CacheCounts(entries), CacheCounts(entries)
+        self.metrics = (
+            Metrics(token_cache, authorization_cache) if options.status_port is not None else None
+        )
         self.tracing = RequestTracing(tracer) if tracer is not None else None
         self.admin = AdminApp(control, self.metrics, watcher, controller)
         # From files, one listener's table also answers requests whose port the server did not
@@ -94,7 +99,14 @@ class GatewayApp:
         # Gateway has any more must not reach another listener's routes.
         self.exact_ports = options.deployment.cluster is not None
         self.assembly = Assembly(
-            control, self.upstream, self.trust_forwarded, self.brokers, self.limits, self.metrics
+            control,
+            self.upstream,
+            self.trust_forwarded,
+            self.brokers,
+            self.limits,
+            self.metrics,
+            token_cache,
+            authorization_cache,
         )
         self.tables: dict[int, RouteTable] = {}
         control.subscribe(self._install)

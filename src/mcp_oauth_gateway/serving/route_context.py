@@ -4,7 +4,7 @@ more than one stage needs (the Broker, the headers the stages own), each made on
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from .. import audit
@@ -13,6 +13,7 @@ from ..broker.endpoints import Broker
 from ..broker.identity import SignInProvider
 from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import CompiledPolicy, CompiledRoute
+from ..dataplane.bounded import CacheCounts
 from ..dataplane.metrics import Metrics
 from ..dataplane.token_exchange import TokenExchanger
 from ..provider_kinds import profile
@@ -30,6 +31,10 @@ class Shared:
     brokers: BrokerRuntime
     limits: Limits
     metrics: Metrics | None = None
+    # The process-wide budgets of the verified-token cache and the authorization memos, shared
+    # by every route's copy (whatever the number of routes, at most --token-cache-entries).
+    token_cache: CacheCounts = field(default_factory=CacheCounts)
+    authorization_cache: CacheCounts = field(default_factory=CacheCounts)
 
 
 @dataclass(frozen=True)

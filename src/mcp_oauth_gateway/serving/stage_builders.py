@@ -86,6 +86,7 @@ def jwt_authentication(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
         ctx.shared.metrics,
         policy.jwt_mode,
         ctx.shared.limits.token_cache_entries,
+        ctx.shared.token_cache,
     )
 
 
@@ -100,14 +101,13 @@ def cel_authorization(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
     """The policy's CEL rules."""
     policy = _policy(ctx)
     assert policy.authorization is not None
-    metrics = ctx.shared.metrics
     return CelAuthorization(
         app,
         policy.authorization,
         policy.key,
         challenger_for(policy.mcp),
         ctx.shared.limits.token_cache_entries,
-        metrics.authorization_cache if metrics is not None else None,
+        ctx.shared.authorization_cache,
     )
 
 
@@ -137,7 +137,7 @@ def mcp_authorization(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
         _prm_path(policy),
         tuple(target.name for target in ctx.route.targets),
         ctx.shared.limits.token_cache_entries,
-        ctx.shared.metrics.authorization_cache if ctx.shared.metrics is not None else None,
+        ctx.shared.authorization_cache,
     )
 
 
