@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -70,6 +70,11 @@ def decision_of(status: int) -> str:
     return "allowed"
 
 
+# A federated route rule's target as its health is exported: (route, rule, target, up: None
+# when not asked yet, failures by reason).
+TargetRow = tuple[str, int, str, bool | None, Mapping[str, int]]
+
+
 class _Latency:
     __slots__ = ("buckets", "count", "total")
 
@@ -121,6 +126,7 @@ class Metrics:
             authorization_cache if authorization_cache is not None else CacheCounts()
         )
         self._keysets: list[tuple[str, object]] = []
+        self._federation: Callable[[], Iterable[TargetRow]] = list
         self.registry = CollectorRegistry()
         self.registry.register(self)
 
@@ -161,6 +167,10 @@ class Metrics:
         self._keysets = [
             (label, holder) for label, (_, holder) in zip(labels, keysets, strict=True)
         ]
+
+    def watch_federation(self, rows: Callable[[], Iterable[TargetRow]]) -> None:
+        """Where the federated routes' targets' health is read at scrape time."""
+        self._federation = rows
 
     def render(self) -> bytes:
         """The Prometheus text exposition."""
@@ -224,6 +234,27 @@ class Metrics:
         yield from (requests, failures, rejections, exchanges, latency, fetches, age)
         yield from self._connection_metrics()
         yield from self._cache_metrics()
+        yield from self._federation_metrics()
+
+    def _federation_metrics(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        labels = ["route", "rule", "target"]
+        up = GaugeMetricFamily(
+            "mcp_gateway_federation_target_up",
+            "Whether a federated route's target answered its last exchange (1) or failed (0)",
+            labels=labels,
+        )
+        failures = CounterMetricFamily(
+            "mcp_gateway_federation_target_failures",
+            "Failed exchanges with a federated route's target, by reason (timeout, "
+            "unreachable, http_error, bad_answer, refused, session_lost)",
+            labels=[*labels, "reason"],
+        )
+        for route, rule, target, is_up, counts in self._federation():
+            if is_up is not None:
+                up.add_metric([route, str(rule), target], 1.0 if is_up else 0.0)
+            for reason, n in sorted(counts.items()):
+                failures.add_metric([route, str(rule), target, reason], n)
+        yield from (up, failures)
 
     def _cache_metrics(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         yield from _cache_metrics("token_cache", "verified-token cache", self.token_cache)

@@ -12,6 +12,8 @@ from ..controlplane.snapshot import CompiledPolicy, CompiledRoute, Snapshot
 from ..controlplane.watch import ConfigWatcher
 from ..dataplane.metrics import Metrics
 from ..urls import shown_url
+from .federation_status import federation_rows, federation_status
+from .runtime import BrokerRuntime
 from .stages import PIPELINE, stages_for
 
 
@@ -36,11 +38,16 @@ class AdminApp:
         metrics: Metrics | None,
         watcher: ConfigWatcher | None,
         controller: ControllerView | None = None,
+        brokers: BrokerRuntime | None = None,
     ):
         self.control = control
         self.metrics = metrics
         self.watcher = watcher
         self.controller = controller
+        # Where federated routes keep their targets' health (with their sessions).
+        self.brokers = brokers
+        if metrics is not None and brokers is not None:
+            metrics.watch_federation(lambda: federation_rows(self.control.snapshot, brokers))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"].rstrip("/") or "/"
@@ -87,7 +94,8 @@ class AdminApp:
         ]
 
     def status(self) -> dict[str, object]:
-        """Policy conditions (live), the snapshot's errors and the last rejected reload."""
+        """Policy conditions (live), the snapshot's errors, the last rejected reload and the
+        federated routes' targets' health."""
         snapshot = self.control.snapshot
         out: dict[str, object] = {
             "builtAt": snapshot.built_at,
@@ -103,6 +111,9 @@ class AdminApp:
                 for report in snapshot.policies
             ],
         }
+        if self.brokers is not None:
+            # Route → rule → target: up or down as last seen, the last failure, its counts.
+            out["federation"] = federation_status(snapshot, self.brokers)
         if self.controller is not None:
             out["controller"] = self.controller.state()
         return out

@@ -10,6 +10,7 @@ from typing import TypeVar
 
 from ...asgi import Scope
 from . import jsonrpc
+from .health import Health
 from .session import ClientSession, TargetSession
 from .target import SessionGone, TargetLink, Unavailable
 
@@ -18,10 +19,12 @@ T = TypeVar("T")
 
 
 class Fanout:
-    """A federated route's ways to its targets, over one `TargetLink`."""
+    """A federated route's ways to its targets, over one `TargetLink`; what each exchange made
+    of a target goes into `health`."""
 
-    def __init__(self, link: TargetLink):
+    def __init__(self, link: TargetLink, health: Health | None = None):
         self.link = link
+        self.health = health if health is not None else Health()
 
     async def each(
         self,
@@ -31,18 +34,22 @@ class Fanout:
         only: Collection[str] | None = None,
     ) -> dict[str, Unavailable]:
         """Run `action` on every target (`every`) or every open one (of `only`), in parallel;
-        what failed."""
+        what failed (each target's outcome noted in its health)."""
         chosen = list(session.targets.values()) if every else list(session.open_targets())
         if only is not None:
             chosen = [t for t in chosen if t.target.name in only]
         outcomes = await asyncio.gather(*(action(t) for t in chosen), return_exceptions=True)
         failures: dict[str, Unavailable] = {}
         for target, outcome in zip(chosen, outcomes, strict=True):
+            name = target.target.name
             if isinstance(outcome, Unavailable):
-                log.info("federated target %s: %s", target.target.name, outcome)
-                failures[target.target.name] = outcome
+                log.info("federated target %s: %s", name, outcome)
+                self.health.failed(name, outcome)
+                failures[name] = outcome
             elif isinstance(outcome, BaseException):
                 raise outcome
+            else:
+                self.health.ok(name)
         return failures
 
     async def reopened(

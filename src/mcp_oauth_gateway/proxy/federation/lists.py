@@ -12,7 +12,7 @@ from .cursor import BadCursor, Cursors
 from .fanout import Fanout
 from .jsonrpc import INVALID_PARAMS, Malformed
 from .session import ClientSession, TargetSession
-from .target import Unavailable
+from .target import ErrorAnswer
 
 
 async def merged_list(
@@ -46,7 +46,7 @@ async def merged_list(
         answer = await fan.ask(scope, session, target, {**message, "params": own})
         result = answer.get("result")
         if not isinstance(result, dict):
-            raise Unavailable(f"it answered {method} with an error: {answer.get('error')}")
+            raise ErrorAnswer(f"it answered {method} with an error: {answer.get('error')}")
         pages[name] = (merge.offered_items(method, name, result), result.get("nextCursor"))
 
     await fan.each(session, page, every=True, only=positions)

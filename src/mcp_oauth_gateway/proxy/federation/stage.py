@@ -26,6 +26,7 @@ from ..upstream import UpstreamResponse
 from . import jsonrpc, merge, rewrite, streams
 from .cursor import Cursors
 from .fanout import Fanout
+from .health import Health
 from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Malformed
 from .lists import merged_list
 from .routing import COMPLETION, ROUTED, routed
@@ -49,10 +50,11 @@ def refused(scope: Scope, why: str) -> str:
 @dataclass(frozen=True)
 class FederationState:
     """What a federated route keeps across configuration reloads while its targets stay the
-    same: its clients' sessions, and the key its cursors are signed with."""
+    same: its clients' sessions, the key its cursors are signed with, its targets' health."""
 
     sessions: SessionTable = field(default_factory=SessionTable)
     cursors: Cursors = field(default_factory=Cursors)
+    health: Health = field(default_factory=Health)
 
 
 class Federation:
@@ -68,11 +70,12 @@ class Federation:
         self.targets = targets
         self.names = frozenset(t.name for t in targets)
         self.link = link
-        self.fan = Fanout(link)
         self.max_body = max_body
         state = state if state is not None else FederationState()
         self.sessions = state.sessions
         self.cursors = state.cursors
+        self.health = state.health
+        self.fan = Fanout(link, state.health)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         method = scope["method"]
@@ -231,15 +234,17 @@ class Federation:
         session.exchanges.start(request_id, (name,))
         try:
             response = await self.fan.reopened(scope, session, target, forward)
+            self.health.ok(name)
             try:
                 if streams.is_stream(response):
                     relay = streams.relay_call(response, send, name, method, session.exchanges)
                     await streams.while_connected(relay, receive)
                     return
-                answer = await self.link.answer(response, request_id)
+                answer = await self.link.answer(target, response, request_id)
             finally:
                 response.release()
         except Unavailable as exc:
+            self.health.failed(name, exc)
             text = refused(
                 scope, f"the MCP server {name!r} behind this route is unavailable: {exc}"
             )
@@ -265,11 +270,13 @@ class Federation:
         try:
             await self.link.tell(scope, session.targets[name], jsonrpc.dumps(answer))
         except Unavailable as exc:
+            self.health.failed(name, exc)
             text = refused(
                 scope, f"the MCP server {name!r} behind this route is unavailable: {exc}"
             )
             await jsonrpc.reply(send, 502, jsonrpc.error(None, INTERNAL_ERROR, text))
             return
+        self.health.ok(name)
         await _accepted(send)
 
     async def _get(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -46,14 +46,43 @@ _NOT_THE_CLIENTS = frozenset({404, 408, 429})
 class Unavailable(Exception):
     """The target did not answer usefully (down, slow, an HTTP error, an unreadable answer)."""
 
+    # Why, as the target's health counts it (a bounded label), and whether the target is
+    # down for it; None: it answered, and nothing is counted against it.
+    reason: str | None = "bad_answer"
+    down = True
+
+
+class TimedOut(Unavailable):
+    """The target did not answer within its timeout."""
+
+    reason = "timeout"
+
+
+class Unreachable(Unavailable):
+    """The target could not be reached (refused, reset, unresolved), or not sent to."""
+
+    reason = "unreachable"
+
+
+class HttpError(Unavailable):
+    """The target answered an HTTP status that is no answer (5xx, 408, 429, a stray 404)."""
+
+    reason = "http_error"
+
 
 class SessionGone(Unavailable):
     """The target answered 404 to its session id: it ended or lost the session."""
+
+    reason = "session_lost"
+    down = False
 
 
 class Refused(Unavailable):
     """The target refused the client's request itself (an HTTP 4xx other than a lost session):
     its Origin, Host or headers, which the same request to any target would not change."""
+
+    reason = "refused"
+    down = False
 
     def __init__(self, status: int):
         super().__init__(f"it answered HTTP {status}")
@@ -62,6 +91,16 @@ class Refused(Unavailable):
 
 class NoStream(Unavailable):
     """The target offers no GET stream (it answered 405, MCP's way to say so)."""
+
+    reason = None
+    down = False
+
+
+class ErrorAnswer(Unavailable):
+    """The target answered with a JSON-RPC error (a list it does not offer, say): it is up."""
+
+    reason = None
+    down = False
 
 
 def refusal_status(failures: Iterable[Unavailable]) -> int:
@@ -97,6 +136,10 @@ class TargetLink:
         self.drop = dropped_request_headers(trust_forwarded) | _REPLACED
         self.kept = kept - _REPLACED
 
+    def timeout_of(self, session: TargetSession) -> float:
+        """How long the target is given for an answer: the route's timeout."""
+        return self.timeout
+
     def _headers(self, scope: Scope, session: TargetSession) -> Headers:
         target = session.target
         headers = upstream_request_headers(
@@ -119,18 +162,19 @@ class TargetLink:
         """The target's response to `body` once its head is in; Unavailable or SessionGone."""
         target = session.target
         url = f"http://{target.authority}{target.path}"
+        timeout = self.timeout_of(session)
         started = time.perf_counter()
         try:
             response = await self.upstream.request(
-                method, url, self._headers(scope, session), body, self.timeout
+                method, url, self._headers(scope, session), body, timeout
             )
         except TimeoutError:
-            raise Unavailable(f"it did not answer within {self.timeout:g}s") from None
+            raise TimedOut(f"it did not answer within {timeout:g}s") from None
         except InvalidRequestHead as exc:
-            raise Unavailable(f"the request for it was not sent: {exc}") from None
+            raise Unreachable(f"the request for it was not sent: {exc}") from None
         except (UpstreamError, OSError) as exc:
             log.warning("federated target %s unreachable: %s", target.name, exc)
-            raise Unavailable("it is unreachable") from None
+            raise Unreachable("it is unreachable") from None
         if self.latency is not None:
             self.latency(time.perf_counter() - started)
         if response.status == 404 and session.session_id is not None:
@@ -143,36 +187,40 @@ class TargetLink:
             response.release()
             if 400 <= response.status < 500 and response.status not in _NOT_THE_CLIENTS:
                 raise Refused(response.status)
-            raise Unavailable(f"it answered HTTP {response.status}")
+            raise HttpError(f"it answered HTTP {response.status}")
         return response
 
     async def ask(
         self, scope: Scope, session: TargetSession, body: bytes, request_id: object
     ) -> tuple[dict[str, object], Headers]:
         """The target's JSON-RPC response to the request in `body` (and its response headers),
-        read whole within the route's timeout."""
+        read whole within the target's timeout."""
+        timeout = self.timeout_of(session)
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(timeout):
                 response = await self.send(scope, session, body)
                 try:
                     return await _response_of(response, request_id), response.headers
                 finally:
                     response.release()
         except TimeoutError:
-            raise Unavailable(f"it did not answer within {self.timeout:g}s") from None
+            raise TimedOut(f"it did not answer within {timeout:g}s") from None
         except UpstreamError as exc:
             raise Unavailable(f"its answer broke off: {exc}") from None
         except ValueError as exc:  # an event past MAX_ANSWER_BYTES
             raise Unavailable(str(exc)) from None
 
-    async def answer(self, response: UpstreamResponse, request_id: object) -> dict[str, object]:
+    async def answer(
+        self, session: TargetSession, response: UpstreamResponse, request_id: object
+    ) -> dict[str, object]:
         """The JSON-RPC response in a call's JSON answer (its head already in), read whole
-        within the route's timeout."""
+        within the target's timeout."""
+        timeout = self.timeout_of(session)
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(timeout):
                 return await _response_of(response, request_id)
         except TimeoutError:
-            raise Unavailable(f"it did not answer within {self.timeout:g}s") from None
+            raise TimedOut(f"it did not answer within {timeout:g}s") from None
         except UpstreamError as exc:
             raise Unavailable(f"its answer broke off: {exc}") from None
 
@@ -187,12 +235,13 @@ class TargetLink:
 
     async def tell(self, scope: Scope, session: TargetSession, body: bytes) -> None:
         """Send a notification (or end the session with DELETE when `body` is empty)."""
+        timeout = self.timeout_of(session)
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(timeout):
                 response = await self.send(scope, session, body, "POST" if body else "DELETE")
                 response.release()
         except TimeoutError:
-            raise Unavailable(f"it did not answer within {self.timeout:g}s") from None
+            raise TimedOut(f"it did not answer within {timeout:g}s") from None
 
     async def open(
         self, scope: Scope, session: TargetSession, params: dict[str, object], notify: bool

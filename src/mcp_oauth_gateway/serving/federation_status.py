@@ -1,0 +1,51 @@
+"""The federated routes' targets' health, for the admin listener: under each route rule on
+`/status`, and as rows for the metrics (read at scrape time, from the running configuration, so a
+rule that left it leaves them too)."""
+
+from __future__ import annotations
+
+from ..controlplane.snapshot import CompiledRoute, Snapshot
+from ..dataplane.metrics import TargetRow
+from ..proxy.federation.health import Health
+from ..urls import shown_url
+from .runtime import BrokerRuntime
+
+
+def federated_rules(
+    snapshot: Snapshot, brokers: BrokerRuntime
+) -> list[tuple[CompiledRoute, Health]]:
+    """Each federated route rule once (its path matches and listeners share one state), with
+    its targets' health, in route and rule order."""
+    found: dict[tuple[str, int], tuple[CompiledRoute, Health]] = {}
+    for routes in snapshot.listeners.values():
+        for route in routes:
+            if route.federated and (route.route, route.rule) not in found:
+                state = brokers.federation(route.route, route.rule, route.targets)
+                found[(route.route, route.rule)] = (route, state.health)
+    return [found[key] for key in sorted(found)]
+
+
+def federation_status(snapshot: Snapshot, brokers: BrokerRuntime) -> dict[str, dict[str, object]]:
+    """Route → its federated rules → each target: its address (secrets hidden) and health."""
+    out: dict[str, dict[str, object]] = {}
+    for route, health in federated_rules(snapshot, brokers):
+        out.setdefault(route.route, {})[str(route.rule)] = {
+            "targets": {
+                target.name: {
+                    "address": shown_url(f"http://{target.authority}{target.path}"),
+                    **health.of(target.name).view(),
+                }
+                for target in route.targets
+            }
+        }
+    return out
+
+
+def federation_rows(snapshot: Snapshot, brokers: BrokerRuntime) -> list[TargetRow]:
+    """Every federated route rule's targets' health as the metrics export it."""
+    rows: list[TargetRow] = []
+    for route, health in federated_rules(snapshot, brokers):
+        for target in route.targets:
+            seen = health.of(target.name)
+            rows.append((route.route, route.rule, target.name, seen.up, seen.failures))
+    return rows
