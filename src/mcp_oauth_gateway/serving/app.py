@@ -93,7 +93,7 @@ class GatewayApp:
             Metrics(token_cache, authorization_cache) if options.status_port is not None else None
         )
         self.tracing = RequestTracing(tracer) if tracer is not None else None
-        self.admin = AdminApp(control, self.metrics, watcher, controller)
+        self.admin = AdminApp(control, self.metrics, watcher, controller, self.brokers)
         # From files, one listener's table also answers requests whose port the server did not
         # report; in a cluster, listeners come and go, and a connection left open on a port no
         # Gateway has any more must not reach another listener's routes.
