@@ -46,6 +46,9 @@ class CompiledTarget:
     path: str
     # The GatewayBackend's name for it: a federated backend's tool prefix and `mcp.target`.
     name: str = ""
+    # Its own timeout in seconds (None: the route rule's). Not part of its identity: a reload
+    # changing only a timeout keeps a federated route's sessions.
+    timeout: float | None = field(default=None, compare=False)
 
     @property
     def authority(self) -> str:
