@@ -456,6 +456,8 @@ REFUSED = [
     be("type-port", f"{S}.port", (f"{S}.port", "eighty")),
     be("pattern-path", f"{S}.path", (f"{S}.path", "mcp")),
     be("enum-protocol", f"{S}.protocol", (f"{S}.protocol", "SSE")),
+    be("pattern-target-timeout", f"{T}.timeout", (f"{T}.timeout", "soon")),
+    be("cel-target-timeout-zero", f"{T}.timeout", (f"{T}.timeout", "0s")),
     be("unknown-static-field", f"{S}.tls", (f"{S}.tls", True), status=400),
     be("unknown-spec-field", "spec.targets", ("spec.targets", []), status=400),
 ]
@@ -470,6 +472,7 @@ ACCEPTED = [
         ("spec.mcp.targets", [SERVER | {"name": f"t-{i}"} for i in range(15)] + [SERVER]),
     ),
     be("target-name-31", "", (f"{T}.name", "0" + "a-" * 15)),
+    be("target-timeout", "", (f"{T}.timeout", "1m30s")),
     pol("remote-url", "", (R, {"url": URL, "cacheDuration": "1h30m"})),
     pol("inline-jwks", "", (J, {"inline": JWKS})),
     pol("provider-authentik", "", (f"{M}.provider", "Authentik")),

@@ -157,4 +157,7 @@ DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
     (models.RateLimitSpec, "_window"): _duration_rule(
         "> duration('0s')", "window must be longer than 0"
     ),
+    (backend.McpTarget, "_timeout"): _duration_rule(
+        "> duration('0s')", "timeout must be more than zero"
+    ),
 }

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, ValidationError, field_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from .fields import AbsolutePath, NonEmpty, Port, StrictModel
+from .fields import AbsolutePath, Duration, NonEmpty, Port, StrictModel, parse_duration
 from .gateway_api import ObjectMeta
 
 # --- GatewayBackend (mcp-oauth-gateway.dev/v1alpha1) ---------------------------------------
@@ -60,6 +60,19 @@ class McpTarget(StrictModel):
     see it as `mcp.target`."""
     static: StaticTarget
     """A fixed address: `http://<host>:<port><path>`."""
+    timeout: Duration | None = None
+    """How long the gateway waits for this target, e.g. `5s`, `1m30s`, `500ms` (more than
+    zero): for its response headers and, for an answer it reads whole (initialize, a list, a
+    JSON call result), for all of it. Default: the route rule's `timeouts.backendRequest` (or
+    `request`, else 300s). With several targets, a target past its timeout is left out of that
+    list or its call answered with a JSON-RPC error, while the others answer within theirs."""
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: str | None) -> str | None:
+        if value is not None and parse_duration(value) <= 0:
+            raise ValueError("timeout must be more than zero")
+        return value
 
 
 class McpBackend(StrictModel):
