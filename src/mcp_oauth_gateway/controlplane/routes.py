@@ -87,7 +87,13 @@ def resolve_backend(
         if refusal is not None:
             return MissingBackend(entry.prefix, field_path, key, refusal)
     return tuple(
-        CompiledTarget(t.static.host, t.static.port, t.static.path, t.name)
+        CompiledTarget(
+            t.static.host,
+            t.static.port,
+            t.static.path,
+            t.name,
+            parse_duration(t.timeout) if t.timeout else None,
+        )
         for t in backend.resource.spec.mcp.targets
     )
 
