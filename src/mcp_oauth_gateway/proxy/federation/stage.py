@@ -70,6 +70,9 @@ class Federation:
         self.targets = targets
         self.names = frozenset(t.name for t in targets)
         self.link = link
+        # Each target's own timeout, read from the running configuration (a session made
+        # before a reload holds the targets it was made with).
+        link.timeouts = {t.name: t.timeout for t in targets if t.timeout is not None}
         self.max_body = max_body
         state = state if state is not None else FederationState()
         self.sessions = state.sessions

@@ -1,7 +1,7 @@
 """Talking to one target: the request the gateway sends it (the client's headers as the reverse
 proxy forwards them, with the target's own session and protocol version), and its answer, read
 whole (initialize, lists) or handed back to be streamed (calls). Every failure is one exception,
-Unavailable, raised within the route's timeout; a target that no longer knows its session
+Unavailable, raised within the target's timeout (its own, else the route's); a target that no longer knows its session
 raises SessionGone, so the session can be opened again."""
 
 from __future__ import annotations
@@ -118,7 +118,8 @@ def _header(headers: Headers, name: bytes) -> bytes | None:
 
 
 class TargetLink:
-    """A federated route's way to its targets: the pool, the route's timeout, its headers."""
+    """A federated route's way to its targets: the pool, the route's and each target's
+    timeout, its headers."""
 
     def __init__(
         self,
@@ -132,13 +133,16 @@ class TargetLink:
         # The route's upstream latency (time to the response head), as the reverse proxy's.
         self.latency = latency
         self.timeout = timeout
+        # Targets' own timeouts by name (`spec.mcp.targets[].timeout`), set by the stage from
+        # the running configuration; a target without one has the route's.
+        self.timeouts: dict[str, float] = {}
         self.trust_forwarded = trust_forwarded
         self.drop = dropped_request_headers(trust_forwarded) | _REPLACED
         self.kept = kept - _REPLACED
 
     def timeout_of(self, session: TargetSession) -> float:
-        """How long the target is given for an answer: the route's timeout."""
-        return self.timeout
+        """How long the target is given for an answer: its own timeout, or the route's."""
+        return self.timeouts.get(session.target.name, self.timeout)
 
     def _headers(self, scope: Scope, session: TargetSession) -> Headers:
         target = session.target
