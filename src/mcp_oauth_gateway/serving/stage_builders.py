@@ -156,7 +156,7 @@ def reverse_proxy(ctx: RouteContext) -> ASGIApp:
     return ReverseProxy(
         route.target,
         ctx.shared.upstream,
-        route.backend_timeout,
+        route.target.timeout or route.backend_timeout,
         ctx.shared.trust_forwarded,
         ctx.shared.limits.max_body_bytes,
         metrics.latency_observer(route.route) if metrics else None,
