@@ -46,6 +46,8 @@ class Targets:
     streamed: asyncio.Event | None = None
     gets: list[MemoryResponse] = field(default_factory=list)
     seen: list[tuple[str, Headers, dict[str, object]]] = field(default_factory=list)
+    # Each request's target and the time it was given for its response head.
+    within: list[tuple[str, float]] = field(default_factory=list)
 
     async def request(
         self,
@@ -57,6 +59,7 @@ class Targets:
     ) -> MemoryResponse:
         assert isinstance(body, bytes)
         name = PORTS[int(url.split(":")[2].split("/")[0])]
+        self.within.append((name, headers_within))
         if name in self.down:
             raise UpstreamError("connection refused")
         if name in self.refusing:
@@ -123,8 +126,14 @@ def _answer(message: dict, result: dict, headers: Headers | None = None) -> Memo
     return MemoryResponse(200, [(b"content-type", b"application/json"), *(headers or [])], body)
 
 
-def stage(targets: Targets, timeout: float = 5.0) -> Federation:
-    compiled = tuple(CompiledTarget("127.0.0.1", port, "/mcp", n) for port, n in PORTS.items())
+def stage(
+    targets: Targets, timeout: float = 5.0, own: dict[str, float] | None = None
+) -> Federation:
+    """The stage over the targets, with the route's `timeout` and the targets' `own`."""
+    compiled = tuple(
+        CompiledTarget("127.0.0.1", port, "/mcp", n, (own or {}).get(n))
+        for port, n in PORTS.items()
+    )
     return Federation(compiled, TargetLink(targets, timeout, False), 1 << 20)
 
 
