@@ -1,8 +1,8 @@
 """Talking to one target: the request the gateway sends it (the client's headers as the reverse
 proxy forwards them, with the target's own session and protocol version), and its answer, read
 whole (initialize, lists) or handed back to be streamed (calls). Every failure is one exception,
-Unavailable, raised within the target's timeout (its own, else the route's); a target that no longer knows its session
-raises SessionGone, so the session can be opened again."""
+Unavailable, raised within the target's timeout (its own, else the route's); a target that no
+longer knows its session raises SessionGone, so the session can be opened again."""
 
 from __future__ import annotations
 
