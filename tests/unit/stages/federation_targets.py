@@ -12,7 +12,7 @@ import orjson
 
 from mcp_oauth_gateway.asgi import Headers
 from mcp_oauth_gateway.controlplane.snapshot import CompiledTarget
-from mcp_oauth_gateway.proxy.federation.stage import Federation
+from mcp_oauth_gateway.proxy.federation.stage import Federation, FederationState
 from mcp_oauth_gateway.proxy.federation.target import TargetLink
 from mcp_oauth_gateway.proxy.upstream import UpstreamError
 
@@ -127,14 +127,18 @@ def _answer(message: dict, result: dict, headers: Headers | None = None) -> Memo
 
 
 def stage(
-    targets: Targets, timeout: float = 5.0, own: dict[str, float] | None = None
+    targets: Targets,
+    timeout: float = 5.0,
+    own: dict[str, float] | None = None,
+    state: FederationState | None = None,
 ) -> Federation:
-    """The stage over the targets, with the route's `timeout` and the targets' `own`."""
+    """The stage over the targets, with the route's `timeout`, the targets' `own`, and the
+    route rule's `state` (sessions, kept across reloads)."""
     compiled = tuple(
         CompiledTarget("127.0.0.1", port, "/mcp", n, (own or {}).get(n))
         for port, n in PORTS.items()
     )
-    return Federation(compiled, TargetLink(targets, timeout, False), 1 << 20)
+    return Federation(compiled, TargetLink(targets, timeout, False), 1 << 20, state)
 
 
 def rpc(method: str, request_id: object = 1, **params: object) -> bytes:

@@ -10,6 +10,7 @@ import pytest
 
 from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
 from mcp_oauth_gateway.controlplane.snapshot import CompiledTarget
+from mcp_oauth_gateway.proxy.federation.stage import FederationState
 from mcp_oauth_gateway.resources import load_paths
 from mcp_oauth_gateway.serving.app import GatewayApp
 from mcp_oauth_gateway.serving.runtime import BrokerRuntime
@@ -79,10 +80,9 @@ def test_a_reload_changing_only_a_timeout_keeps_the_sessions():
 
 async def test_sessions_made_before_a_reload_get_the_new_timeout():
     targets = Targets()
-    before = stage(targets, timeout=ROUTE)
-    headers = await open_session(before)
-    after = stage(targets, timeout=ROUTE, own={"a": 7.0})
-    after.sessions = before.sessions
+    state = FederationState()
+    headers = await open_session(stage(targets, timeout=ROUTE, state=state))
+    after = stage(targets, timeout=ROUTE, own={"a": 7.0}, state=state)
     await drive(after, "POST", headers=headers, body=rpc("tools/list"))
     assert targets.within[-2:] in ([("a", 7.0), ("b", ROUTE)], [("b", ROUTE), ("a", 7.0)])
 

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import TypeVar
 
 from ...asgi import Scope
+from ..upstream import UpstreamResponse
 from . import jsonrpc
 from .health import Health
 from .session import ClientSession, TargetSession
@@ -88,3 +89,28 @@ class Fanout:
             return (await self.link.ask(scope, target, body, request_id))[0]
 
         return await self.reopened(scope, session, target, ask)
+
+    async def listen(self, scope: Scope, session: ClientSession) -> dict[str, UpstreamResponse]:
+        """Each target's GET stream, opened in parallel (a target's session first if it is not
+        open); a target with none, or that fails, is left out."""
+        opened: dict[str, UpstreamResponse] = {}
+
+        async def listen(target: TargetSession) -> None:
+            async def get() -> UpstreamResponse:
+                return await self.link.listen(scope, target)
+
+            # A target with none (NoStream) is an Unavailable like any that fails.
+            opened[target.target.name] = await self.reopened(scope, session, target, get)
+
+        await self.each(session, listen, every=True)
+        return opened
+
+    async def end(self, scope: Scope, session: ClientSession) -> None:
+        """End every target's session (a target that fails is left to expire it; one that
+        keeps no sessions has nothing to end)."""
+
+        async def end(target: TargetSession) -> None:
+            if target.session_id is not None:
+                await self.link.tell(scope, target, b"")
+
+        await self.each(session, end)

@@ -75,6 +75,8 @@ class ClientSession:
     exchanges: Exchanges = field(default_factory=Exchanges)
     # The client's GET stream is open (one at a time, as MCP servers keep it).
     listening: bool = False
+    # What Redis was last given of it (shared: sessions across replicas), to store changes only.
+    stored: dict[str, object] | None = None
 
     def open_targets(self) -> Iterator[TargetSession]:
         """The target sessions that are open, in the backend's order."""
@@ -119,6 +121,9 @@ class SessionTable:
         self._sessions[session.id] = session
         self._owned[session.owner] = self._owned.get(session.owner, 0) + 1
         return evicted
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._sessions
 
     def find(self, session_id: str, owner: Owner) -> ClientSession | None:
         """The session with this id, if it is the caller's."""

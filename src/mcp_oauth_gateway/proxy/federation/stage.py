@@ -11,7 +11,8 @@ comes, rewritten for the client (`streams`); a target that fails answers a JSON-
 target's request reaches the client under an id the session minted and the client's answer goes
 back to that target only (`exchange`); a cancellation goes to the targets that have the request.
 
-Not yet (see docs/configuration/federation.md): sessions kept across replicas, resumption."""
+With a Redis URL (the Broker's), sessions are kept there too and served by any replica
+(`shared`). Not yet (see docs/configuration/federation.md): resumption."""
 
 from __future__ import annotations
 
@@ -25,12 +26,14 @@ from ...controlplane.snapshot import CompiledTarget
 from ..upstream import UpstreamResponse
 from . import jsonrpc, merge, rewrite, streams
 from .cursor import Cursors
+from .directory import Directory
 from .fanout import Fanout
 from .health import Health
 from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Malformed
 from .lists import merged_list
 from .routing import COMPLETION, ROUTED, routed
-from .session import ClientSession, SessionTable, TargetSession, new_session, owner_of
+from .session import ClientSession, SessionTable, new_session, owner_of
+from .shared import SharedSessions
 from .target import INITIALIZED, TargetLink, Unavailable, refusal_status
 
 log = logging.getLogger("mcp_oauth_gateway.federation")
@@ -50,11 +53,13 @@ def refused(scope: Scope, why: str) -> str:
 @dataclass(frozen=True)
 class FederationState:
     """What a federated route keeps across configuration reloads while its targets stay the
-    same: its clients' sessions, the key its cursors are signed with, its targets' health."""
+    same: its clients' sessions, the key its cursors are signed with, its targets' health, and
+    where its sessions are shared with other replicas (Redis), if anywhere."""
 
     sessions: SessionTable = field(default_factory=SessionTable)
     cursors: Cursors = field(default_factory=Cursors)
     health: Health = field(default_factory=Health)
+    shared: SharedSessions | None = None
 
 
 class Federation:
@@ -78,6 +83,8 @@ class Federation:
         self.sessions = state.sessions
         self.cursors = state.cursors
         self.health = state.health
+        self.shared = state.shared
+        self.directory = Directory(state.sessions, state.shared, targets)
         self.fan = Fanout(link, state.health)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -111,6 +118,19 @@ class Federation:
         session = await self._session(scope, send)
         if session is None:
             return
+        try:
+            await self._message(scope, session, message, receive, send)
+        finally:
+            await self.directory.store(session)
+
+    async def _message(
+        self,
+        scope: Scope,
+        session: ClientSession,
+        message: dict[str, object],
+        receive: Receive,
+        send: Send,
+    ) -> None:
         if "method" not in message:
             await self._answered(scope, session, message, send)
         elif "id" not in message:
@@ -130,7 +150,7 @@ class Federation:
             refused(scope, "no Mcp-Session-Id (initialize was not sent first)")
             await jsonrpc.reply(send, 400, jsonrpc.error(None, INVALID_REQUEST, why))
             return None
-        session = self.sessions.find(value.decode("latin-1"), owner_of(scope))
+        session = await self.directory.find(value.decode("latin-1"), owner_of(scope))
         if session is None:
             why = "the session is not known here (it ended): send initialize again"
             refused(scope, "unknown session: ended, forgotten, or another caller's")
@@ -156,6 +176,8 @@ class Federation:
             session.exchanges.start(request_id, session.targets)
             try:
                 if method in merge.LISTS:
+                    if self.shared is not None:
+                        await self.shared.share_key(self.cursors)
                     result = await merged_list(
                         self.fan, self.cursors, self.names, scope, session, message
                     )
@@ -197,7 +219,7 @@ class Federation:
             result["instructions"] = instructions
         # A session forgotten for this one is not ended at its targets: that would send this
         # caller's credentials on its behalf. The targets expire it as they expire idle ones.
-        self.sessions.add(session)
+        await self.directory.add(session)
         headers = [(_SESSION_HEADER, session.id.encode())]
         await jsonrpc.reply(send, 200, jsonrpc.result(request_id, result), headers)
 
@@ -266,6 +288,12 @@ class Federation:
         if routed_to is None:
             shown = audit.capped(message.get("id"), 100)
             why = f"an answer to a request this session never sent the client (id {shown})"
+            if self.shared is not None:
+                # Sessions are shared, the targets' requests in flight are not.
+                why += (
+                    " at this gateway replica: an answer goes to the replica that relayed "
+                    "the request"
+                )
             refused(scope, why)
             await jsonrpc.reply(send, 400, jsonrpc.error(None, INVALID_REQUEST, why))
             return
@@ -293,7 +321,8 @@ class Federation:
             return
         session.listening = True
         try:
-            opened = await self._listen(scope, session)
+            opened = await self.fan.listen(scope, session)
+            await self.directory.store(session)
             if not opened:
                 why = "none of the MCP servers behind this route offers a GET stream"
                 await send_error(send, 405, "method_not_allowed", why, [(b"allow", _ALLOW)])
@@ -316,39 +345,14 @@ class Federation:
         finally:
             session.listening = False
 
-    async def _listen(self, scope: Scope, session: ClientSession) -> dict[str, UpstreamResponse]:
-        """Each target's GET stream, opened in parallel (a target's session first if it is not
-        open); a target with none, or that fails, is left out."""
-        opened: dict[str, UpstreamResponse] = {}
-
-        async def listen(target: TargetSession) -> None:
-            async def get() -> UpstreamResponse:
-                return await self.link.listen(scope, target)
-
-            # A target with none (NoStream) is an Unavailable like any that fails.
-            opened[target.target.name] = await self.fan.reopened(scope, session, target, get)
-
-        await self.fan.each(session, listen, every=True)
-        return opened
-
     async def _delete(self, scope: Scope, send: Send) -> None:
         session = await self._session(scope, send)
         if session is None:
             return
-        self.sessions.remove(session.id)
-        await self._close(scope, session)
+        await self.directory.remove(session.id)
+        await self.fan.end(scope, session)
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})
-
-    async def _close(self, scope: Scope, session: ClientSession) -> None:
-        """End every target's session (a target that fails is left to expire it; one that
-        keeps no sessions has nothing to end)."""
-
-        async def end(target: TargetSession) -> None:
-            if target.session_id is not None:
-                await self.link.tell(scope, target, b"")
-
-        await self.fan.each(session, end)
 
 
 async def _accepted(send: Send) -> None:

@@ -1,0 +1,160 @@
+"""A federated route rule's client sessions kept in Redis beside the Broker's state, so a client's
+`Mcp-Session-Id` works at every replica using the same Redis.
+
+What is stored, per session (JSON under
+`mcp-oauth-gateway:federation:<route>:<rule>:session:<id>`, with a TTL refreshed on every use):
+its owner (issuer and subject), the client's initialize params,
+the protocol version agreed, whether the client said it is initialized, and per target its
+session id and version. Never the client's token or headers: each request brings its own.
+
+What stays in the process that has it: the session's locks, its GET stream, and the ids of the
+targets' requests to the client and of the client's requests in flight (`exchange`). A replica
+that does not hold a session it finds here rebuilds it on first use, its targets' sessions
+reused by id; an answer to a target's request that another replica relayed is refused there
+(its id was minted elsewhere), and a cancellation of a request running at another replica goes
+nowhere."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+import orjson
+import redis.asyncio as redis
+from redis.exceptions import RedisError
+
+from ...controlplane.snapshot import CompiledTarget
+from .cursor import Cursors
+from .session import ClientSession, Owner, TargetSession
+
+log = logging.getLogger("mcp_oauth_gateway.federation")
+
+PREFIX = "mcp-oauth-gateway:federation:"
+# How long a session unused at every replica stays in Redis.
+SESSION_TTL = 3600
+
+
+def record_of(session: ClientSession) -> dict[str, Any]:
+    """What another replica needs to serve `session`."""
+    return {
+        "owner": list(session.owner) if session.owner is not None else None,
+        "params": session.params,
+        "version": session.version,
+        "initialized": session.initialized,
+        "targets": {
+            name: {
+                "session": t.session_id.decode("latin-1") if t.session_id is not None else None,
+                "version": t.version,
+            }
+            for name, t in session.targets.items()
+        },
+    }
+
+
+def _owner(value: object) -> Owner:
+    if isinstance(value, list) and len(value) == 2:
+        return (value[0], value[1])
+    return None
+
+
+def session_from(
+    session_id: str, record: dict[str, Any], targets: tuple[CompiledTarget, ...]
+) -> ClientSession | None:
+    """The session a record describes, over the route's targets now (one it does not name is
+    closed, to be opened on first use); None when the record is not one."""
+    params, stored = record.get("params"), record.get("targets")
+    if not isinstance(params, dict) or not isinstance(stored, dict):
+        return None
+    sessions: dict[str, TargetSession] = {}
+    for target in targets:
+        seen = stored.get(target.name)
+        sessions[target.name] = own = TargetSession(target)
+        if isinstance(seen, dict) and isinstance(seen.get("version"), str):
+            found = seen.get("session")
+            own.session_id = found.encode("latin-1") if isinstance(found, str) else None
+            own.version = seen["version"]
+    version = record.get("version")
+    return ClientSession(
+        id=session_id,
+        owner=_owner(record.get("owner")),
+        params=params,
+        targets=sessions,
+        version=version if isinstance(version, str) else "",
+        initialized=record.get("initialized") is True,
+    )
+
+
+class SharedSessions:
+    """A route rule's sessions in Redis. Every failure to reach Redis is logged and taken as
+    "not there": a session is then served by the replica holding it, or started anew."""
+
+    def __init__(self, url: str, route: str, rule: int, ttl: int = SESSION_TTL):
+        self.url = url
+        self.ttl = ttl
+        self.namespace = f"{PREFIX}{route}:{rule}:"
+        self._client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self._keyed = False
+
+    def _key(self, session_id: str) -> str:
+        return f"{self.namespace}session:{session_id}"
+
+    async def save(self, session: ClientSession) -> None:
+        """Store the session as it is now (its TTL starts again)."""
+        try:
+            await self._client.set(
+                self._key(session.id), orjson.dumps(record_of(session)), ex=self.ttl
+            )
+        except (RedisError, OSError) as exc:  # the session lives on at this replica
+            log.warning("federated session not stored in Redis: %s", exc)
+
+    async def load(self, session_id: str) -> dict[str, Any] | None:
+        """The session's record, its TTL started again; None when Redis has none."""
+        try:
+            raw = await self._client.getex(self._key(session_id), ex=self.ttl)
+        except (RedisError, OSError) as exc:  # unknown here, as without Redis
+            log.warning("federated session not read from Redis: %s", exc)
+            return None
+        if raw is None:
+            return None
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None
+        return record if isinstance(record, dict) else None
+
+    async def alive(self, session_id: str) -> bool:
+        """Whether Redis still has the session (its TTL started again): False once it was
+        ended at another replica or expired; True when Redis cannot be asked."""
+        try:
+            return bool(await self._client.expire(self._key(session_id), self.ttl))
+        except (RedisError, OSError) as exc:  # the replica's own copy stands
+            log.warning("federated session not refreshed in Redis: %s", exc)
+            return True
+
+    async def forget(self, session_id: str) -> None:
+        """End the session at every replica."""
+        try:
+            await self._client.delete(self._key(session_id))
+        except (RedisError, OSError) as exc:  # it expires with its TTL
+            log.warning("federated session not removed from Redis: %s", exc)
+
+    async def share_key(self, cursors: Cursors) -> None:
+        """Sign cursors with the key every replica reads from Redis (made by the first), so a
+        list goes on at any of them; until Redis answers, the process's own key stays."""
+        if self._keyed:
+            return
+        key = f"{self.namespace}cursor-key"
+        try:
+            await self._client.set(key, secrets.token_bytes(32), nx=True)
+            stored = await self._client.get(key)
+        except (RedisError, OSError) as exc:  # this replica's cursors only, for now
+            log.warning("federated cursor key not read from Redis: %s", exc)
+            return
+        if isinstance(stored, bytes) and len(stored) == 32:
+            cursors.key = stored
+            self._keyed = True
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._client.aclose()
