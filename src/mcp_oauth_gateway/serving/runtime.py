@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from ..broker.clients import MetadataDocuments
 from ..broker.store import BrokerStore, MemoryStore, RedisStore
-from ..controlplane.snapshot import CompiledRateLimit, CompiledTarget
+from ..controlplane.snapshot import CompiledRateLimit, CompiledRoute, CompiledTarget
 from ..dataplane.ratelimit import Limiter, LocalLimiter, RedisLimiter
+from ..proxy.federation.shared import SharedSessions
 from ..proxy.federation.stage import FederationState
 
 
@@ -20,7 +21,9 @@ class BrokerRuntime:
         self.default_redis_url = default_redis_url
         self._stores: dict[str, BrokerStore] = {}
         self._limiters: dict[tuple[str, str | None, int, float], Limiter] = {}
-        self._federations: dict[tuple[str, int, tuple[CompiledTarget, ...]], FederationState] = {}
+        self._federations: dict[
+            tuple[str, int, tuple[CompiledTarget, ...], str | None], FederationState
+        ] = {}
 
     def limiter(self, policy: str, limit: CompiledRateLimit) -> Limiter:
         """The buckets of a policy's rate limit (kept across reloads while unchanged)."""
@@ -34,14 +37,27 @@ class BrokerRuntime:
         return self._limiters[identity]
 
     def federation(
-        self, route: str, rule: int, targets: tuple[CompiledTarget, ...]
+        self,
+        route: str,
+        rule: int,
+        targets: tuple[CompiledTarget, ...],
+        redis_url: str | None = None,
     ) -> FederationState:
         """A federated route rule's sessions (kept across reloads while its targets are the
-        same; other targets make other sessions, which their clients start anew)."""
-        identity = (route, rule, targets)
+        same; other targets make other sessions, which their clients start anew), shared
+        with other replicas through Redis when given its URL."""
+        identity = (route, rule, targets, redis_url)
         if identity not in self._federations:
-            self._federations[identity] = FederationState()
+            shared = SharedSessions(redis_url, route, rule) if redis_url else None
+            self._federations[identity] = FederationState(shared=shared)
         return self._federations[identity]
+
+    def federation_of(self, route: CompiledRoute) -> FederationState:
+        """A federated route rule's state, its sessions shared where the Broker's state is: the
+        policy's Redis (`mcp.broker.redisUrl`), or the environment's."""
+        mcp = route.policy.mcp if route.policy is not None else None
+        redis_url = (mcp.redis_url if mcp is not None else None) or self.default_redis_url
+        return self.federation(route.route, route.rule, route.targets, redis_url)
 
     def store(self, redis_url: str | None) -> BrokerStore:
         """The store for a policy's Redis URL (the environment's, or memory, when unset)."""
@@ -56,5 +72,8 @@ class BrokerRuntime:
         try:
             for store in self._stores.values():
                 await store.close()
+            for state in self._federations.values():
+                if state.shared is not None:
+                    await state.shared.close()
         finally:
             await self.documents.close()
