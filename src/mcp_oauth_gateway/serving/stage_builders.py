@@ -177,5 +177,5 @@ def federation(ctx: RouteContext) -> ASGIApp:
         ctx.owned_headers[0] | GATEWAY_SET,
         metrics.latency_observer(route.route) if metrics else None,
     )
-    state = shared.brokers.federation(route.route, route.rule, route.targets)
+    state = shared.brokers.federation_of(route)
     return Federation(route.targets, link, shared.limits.max_body_bytes, state)
