@@ -20,8 +20,7 @@ def federated_rules(
     for routes in snapshot.listeners.values():
         for route in routes:
             if route.federated and (route.route, route.rule) not in found:
-                state = brokers.federation(route.route, route.rule, route.targets)
-                found[(route.route, route.rule)] = (route, state.health)
+                found[(route.route, route.rule)] = (route, brokers.federation_of(route).health)
     return [found[key] for key in sorted(found)]
 
 
