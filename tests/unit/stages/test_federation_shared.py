@@ -107,6 +107,8 @@ async def test_the_stored_session_is_namespaced_bounded_and_holds_no_token(repli
     one, _, _, route = replicas
     headers = await opened(one)
     session_id = headers[0][1].decode()
+    notified = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+    assert (await drive(one, "POST", headers=headers, body=notified, scope=ALICE)).status == 202
     client = redis.Redis.from_url(redis_url)
     try:
         key = f"mcp-oauth-gateway:federation:{route}:0:session:{session_id}"
@@ -122,6 +124,7 @@ async def test_the_stored_session_is_namespaced_bounded_and_holds_no_token(repli
             "b": {"session": "sess-b", "version": "2025-06-18"},
         }
         assert stored["params"]["clientInfo"] == {"name": "t"}
+        assert stored["initialized"] is True  # stored before the 202
         # Another rule of the same route has its own namespace.
         other = f"mcp-oauth-gateway:federation:{route}:1:session:{session_id}"
         assert not await client.exists(other)

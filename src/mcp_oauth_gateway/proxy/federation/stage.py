@@ -135,6 +135,8 @@ class Federation:
             await self._answered(scope, session, message, send)
         elif "id" not in message:
             await self._notify(scope, session, message)
+            # Stored before the answer: the client's next request may land at another replica.
+            await self.directory.store(session)
             await _accepted(send)
         else:
             try:
