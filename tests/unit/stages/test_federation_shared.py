@@ -15,6 +15,7 @@ import pytest
 import redis.asyncio as redis
 
 from mcp_oauth_gateway.asgi import CLAIMS_KEY
+from mcp_oauth_gateway.proxy.federation.session import SessionTable
 from mcp_oauth_gateway.proxy.federation.shared import SESSION_TTL, SharedSessions
 from mcp_oauth_gateway.proxy.federation.stage import Federation, FederationState
 
@@ -149,3 +150,22 @@ async def test_an_answer_to_a_request_relayed_by_the_other_replica_is_refused(re
     # The replica that relayed it takes the answer to its target.
     response = await drive(one, "POST", headers=headers, body=answer(asked["id"]), scope=ALICE)
     assert response.status == 202
+
+
+async def test_a_session_a_caller_pushes_out_ends_at_every_replica(redis_url):
+    route = f"default/shared-{secrets.token_hex(4)}"
+    shared = [SharedSessions(redis_url, route, 0) for _ in range(2)]
+    try:
+        targets = Targets()
+        small = FederationState(sessions=SessionTable(per_owner=1), shared=shared[0])
+        one, two = (
+            stage(targets, state=small),
+            stage(targets, state=FederationState(shared=shared[1])),
+        )
+        first = await opened(one)
+        await opened(one)  # pushes the first out: the caller holds one session at most
+        response = await drive(two, "POST", headers=first, body=rpc("tools/list"), scope=ALICE)
+        assert response.status == 404
+    finally:
+        for store in shared:
+            await store.close()

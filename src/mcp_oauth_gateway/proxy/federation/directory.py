@@ -46,8 +46,13 @@ class Directory:
         return found
 
     async def add(self, session: ClientSession) -> None:
-        """Keep a new session (in Redis too when shared, before its client learns its id)."""
-        self.table.add(session)
+        """Keep a new session (in Redis too when shared, before its client learns its id). A
+        session of the same caller pushed out by it (past its per-caller limit) ends at every
+        replica, so a caller opening sessions in a loop does not fill Redis either; one pushed
+        out by the process's limit stays in Redis, for another replica or for later."""
+        evicted = self.table.add(session)
+        if evicted is not None and evicted.owner == session.owner and self.shared is not None:
+            await self.shared.forget(evicted.id)
         await self.store(session)
 
     async def store(self, session: ClientSession) -> None:

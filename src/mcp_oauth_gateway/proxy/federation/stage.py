@@ -1,8 +1,8 @@
 """The answering stage of a route whose GatewayBackend has several targets: the gateway is the
 MCP server its client talks to (Streamable HTTP: POST, GET and DELETE), and each target's client.
 
-`initialize` opens a session with every target at once, in parallel, each within the route's
-timeout; the client gets one session id, minted here, and one answer (`merge`). Lists are asked
+`initialize` opens a session with every target at once, in parallel, each within its timeout
+(its own, else the route's); the client gets one session id, minted here, and one answer (`merge`). Lists are asked
 of every target in parallel and merged; a target that fails is left out of that answer and asked
 again next time (its session opened again if it lost it). A call goes to its target only, and the
 target's answer (JSON, or an event stream with progress notifications) is streamed back as it
