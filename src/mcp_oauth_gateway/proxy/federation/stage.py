@@ -2,14 +2,15 @@
 MCP server its client talks to (Streamable HTTP: POST, GET and DELETE), and each target's client.
 
 `initialize` opens a session with every target at once, in parallel, each within its timeout
-(its own, else the route's); the client gets one session id, minted here, and one answer (`merge`). Lists are asked
-of every target in parallel and merged; a target that fails is left out of that answer and asked
-again next time (its session opened again if it lost it). A call goes to its target only, and the
-target's answer (JSON, or an event stream with progress notifications) is streamed back as it
-comes, rewritten for the client (`streams`); a target that fails answers a JSON-RPC error (HTTP
-200), so the client's session lives on. The client's GET stream merges its targets' own. A
-target's request reaches the client under an id the session minted and the client's answer goes
-back to that target only (`exchange`); a cancellation goes to the targets that have the request.
+(its own, else the route's); the client gets one session id, minted here, and one answer
+(`merge`). Lists are asked of every target in parallel and merged; a target that fails is left
+out of that answer and asked again next time (its session opened again if it lost it). A call
+goes to its target only, and the target's answer (JSON, or an event stream with progress
+notifications) is streamed back as it comes, rewritten for the client (`streams`); a target that
+fails answers a JSON-RPC error (HTTP 200), so the client's session lives on. The client's GET
+stream merges its targets' own. A target's request reaches the client under an id the session
+minted and the client's answer goes back to that target only (`exchange`); a cancellation goes
+to the targets that have the request.
 
 With a Redis URL (the Broker's), sessions are kept there too and served by any replica
 (`shared`). Not yet (see docs/configuration/federation.md): resumption."""
