@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from cel_expr_python import cel
 
@@ -65,8 +66,19 @@ def visible_claims(claims: dict[str, object], read: frozenset[str] | None) -> di
     return {name: claims[name] for name in read if name in claims}
 
 
+# Distinct expressions kept compiled in a process: a reload compiles only new ones.
+COMPILED_KEPT = 16_384
+
+
 def compile_expression(source: str, mcp: bool = False) -> CompiledExpression:
-    """Parse and type-check `source` against `jwt` and `request` (and `mcp` when asked)."""
+    """Parse and type-check `source` against `jwt` and `request` (and `mcp` when asked). The
+    result depends only on the two (the environments are fixed), so it is compiled once per
+    process while it is among the last `COMPILED_KEPT` distinct ones asked for."""
+    return _compiled(source, mcp)
+
+
+@lru_cache(maxsize=COMPILED_KEPT)
+def _compiled(source: str, mcp: bool) -> CompiledExpression:
     try:
         program = (_MCP_ENV if mcp else _ENV).compile(source)
     except RuntimeError as exc:

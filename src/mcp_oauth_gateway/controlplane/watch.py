@@ -9,7 +9,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..resources.loader import expand_paths, load_paths
+from ..resources.loader import FileCache, expand_paths, load_paths
 from .builder import build_snapshot
 from .control import ControlPlane
 from .deployment import Deployment
@@ -67,6 +67,8 @@ class ConfigWatcher:
         self.interval = interval
         self.last_error: str | None = None
         self._seen = fingerprint(self.paths)
+        # Each file's resources by its content: a reload parses only the files that changed.
+        self._files = FileCache()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -93,7 +95,7 @@ class ConfigWatcher:
         """Load, validate and (if valid) install; True when the new snapshot is serving."""
         # Parsing YAML and compiling CEL take milliseconds: off the event loop.
         candidate = await asyncio.to_thread(
-            lambda: build_snapshot(load_paths(self.paths), self.deployment)
+            lambda: build_snapshot(load_paths(self.paths, self._files), self.deployment)
         )
         problems = reload_problems(self.control.snapshot, candidate)
         if problems:
