@@ -154,3 +154,13 @@ async def open_session(app: Federation) -> list[tuple[bytes, bytes]]:
     session = response.header(b"mcp-session-id")
     assert session is not None
     return [(b"mcp-session-id", session)]
+
+
+def events(body: bytes) -> list[dict]:
+    """The messages of an event stream the stage wrote."""
+    return [orjson.loads(part[len(b"data: ") :]) for part in body.split(b"\n\n") if part]
+
+
+def answer(request_id: object) -> bytes:
+    """The client's answer to a target's request."""
+    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"content": "hi"}})

@@ -19,9 +19,8 @@ from mcp_oauth_gateway.proxy.federation.session import SessionTable
 from mcp_oauth_gateway.proxy.federation.shared import SESSION_TTL, SharedSessions
 from mcp_oauth_gateway.proxy.federation.stage import Federation, FederationState
 
-from .federation_targets import INIT, Targets, rpc, stage
+from .federation_targets import INIT, Targets, answer, events, rpc, stage
 from .harness import drive
-from .test_federation_streams import answer, events
 
 ALICE = {CLAIMS_KEY: {"iss": "https://idp", "sub": "alice"}}
 BOB = {CLAIMS_KEY: {"iss": "https://idp", "sub": "bob"}}

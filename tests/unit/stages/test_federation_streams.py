@@ -13,7 +13,7 @@ import orjson
 from mcp_oauth_gateway.asgi import AUDIT_KEY, CLAIMS_KEY
 from mcp_oauth_gateway.audit import AuditRecord
 
-from .federation_targets import ASK, Targets, open_session, rpc, stage
+from .federation_targets import ASK, Targets, answer, events, open_session, rpc, stage
 from .harness import drive
 
 CHANGED = b'data: {"jsonrpc":"2.0","method":"notifications/tools/list_changed"}\n\n'
@@ -21,15 +21,6 @@ UPDATED = (
     b'data: {"jsonrpc":"2.0","method":"notifications/resources/updated",'
     b'"params":{"uri":"note://b"}}\n\n'
 )
-
-
-def events(body: bytes) -> list[dict]:
-    """The messages of an event stream the stage wrote."""
-    return [orjson.loads(part[len(b"data: ") :]) for part in body.split(b"\n\n") if part]
-
-
-def answer(request_id: object) -> bytes:
-    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"content": "hi"}})
 
 
 def sent_to(targets: Targets, name: str) -> list[dict]:
