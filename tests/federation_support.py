@@ -153,10 +153,11 @@ def start_gateway(
     targets: dict[str, int],
     key: RSAKey,
     rules: list[str] = RULES,
+    env: dict[str, str] | None = None,
 ):
-    """The gateway serving the federated route (a Process)."""
+    """The gateway serving the federated route (a Process; `env` added to its environment)."""
     config = config_path(directory)
     config.write_text(resources(port, targets, key, rules))
-    process = Process(f"gateway-federation-{port}", gateway_cmd(config), logs)
+    process = Process(f"gateway-federation-{port}", gateway_cmd(config), logs, env=env)
     wait_for_port(port, process)
     return process

@@ -1,0 +1,111 @@
+"""A federated route served by two gateway processes sharing a real Redis
+(MCP_OAUTH_GATEWAY_REDIS_URL): a session opened at one is listed and called at the other (and
+back), stays its caller's only, and ends at both."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from federation_support import Federated, named_server, start_gateway
+from support import free_port, new_key
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+ACCEPT = "application/json, text/event-stream"
+
+
+@pytest.fixture(scope="module")
+def replicas(
+    logs: Path, tmp_path_factory: pytest.TempPathFactory, redis_url: str
+) -> Iterator[tuple[Federated, list[str]]]:
+    ports = {"a": free_port(), "b": free_port()}
+    processes = {name: named_server(name, port, logs) for name, port in ports.items()}
+    key = new_key("federation-replicas-key")
+    gateways, urls = [], []
+    try:
+        for replica in ("one", "two"):
+            port = free_port()
+            directory = tmp_path_factory.mktemp(f"federation-{replica}")
+            env = {"MCP_OAUTH_GATEWAY_REDIS_URL": redis_url}
+            gateways.append(start_gateway(directory, logs, port, ports, key, env=env))
+            urls.append(f"http://127.0.0.1:{port}/mcp")
+        yield Federated(urls[0], key, logs, ports, processes), urls
+    finally:
+        for process in [*gateways, *processes.values()]:
+            process.stop()
+
+
+def post(url: str, token: str, message: dict, session: str | None = None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}", "Accept": ACCEPT}
+    if session is not None:
+        headers["Mcp-Session-Id"] = session
+    return httpx.post(url, json=message, headers=headers, timeout=30)
+
+
+def rpc(method: str, request_id: int, **params: object) -> dict:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+
+
+def text_of(response: httpx.Response) -> str:
+    """The text a tool call answered, from a JSON answer or an event stream."""
+    if response.headers["content-type"].startswith("text/event-stream"):
+        data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+        message = next(json.loads(d) for d in data if '"result"' in d)
+    else:
+        message = response.json()
+    return str(message["result"]["content"][0]["text"])
+
+
+def opened(url: str, token: str) -> str:
+    response = post(url, token, INIT)
+    assert response.status_code == 200, response.text
+    assert "mcp-session-id" in response.headers, response.text
+    session = response.headers["mcp-session-id"]
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert post(url, token, initialized, session).status_code == 202
+    return session
+
+
+def test_a_session_opened_at_one_replica_is_listed_and_called_at_the_other(replicas):
+    stack, (one, two) = replicas
+    token = stack.token("admin")
+    session = opened(one, token)
+    listed = post(two, token, rpc("tools/list", 2), session)
+    assert listed.status_code == 200, listed.text
+    names = sorted(tool["name"] for tool in listed.json()["result"]["tools"])
+    assert names == ["a_add", "a_count", "a_whoami", "b_add", "b_count", "b_whoami"]
+    called = post(two, token, rpc("tools/call", 3, name="b_whoami", arguments={}), session)
+    assert called.status_code == 200, called.text
+    assert text_of(called) == "b"
+    added = rpc("tools/call", 4, name="a_add", arguments={"a": 2, "b": 3})
+    again = post(one, token, added, session)
+    assert again.status_code == 200
+    assert text_of(again) == "5"
+
+
+def test_another_caller_is_refused_at_both_and_an_ended_session_is_gone_at_both(replicas):
+    stack, (one, two) = replicas
+    token = stack.token("admin")
+    session = opened(one, token)
+    mallory = stack.token("admin", sub="mallory")
+    for url in (one, two):
+        assert post(url, mallory, rpc("tools/list", 2), session).status_code == 404
+    ended = httpx.delete(
+        two, headers={"Authorization": f"Bearer {token}", "Mcp-Session-Id": session}, timeout=30
+    )
+    assert ended.status_code == 204
+    for url in (one, two):
+        assert post(url, token, rpc("tools/list", 3), session).status_code == 404
