@@ -207,3 +207,24 @@ def test_memory_is_flat_across_many_builds(tmp_path):
         tracemalloc.stop()
     # Twelve more generations hold less than a tenth of what one holds: nothing accumulates.
     assert grown < one / 10, (grown, one)
+
+
+def test_the_collector_is_paused_inside_a_build_and_restored_after():
+    from mcp_oauth_gateway.controlplane.collector import collector_paused
+
+    def failing_build() -> None:
+        with collector_paused():
+            assert not gc.isenabled()
+            raise RuntimeError("a build that fails")
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError):
+        failing_build()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # one disabled by someone else stays so
+    finally:
+        gc.enable()

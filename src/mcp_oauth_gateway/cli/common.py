@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from ..controlplane import Deployment, Snapshot, build_snapshot
+from ..controlplane.collector import collector_paused
 from ..idp.cli import FACADE_CLIENTS
 from ..resources import load_paths
 
@@ -26,7 +27,8 @@ def env_flag(name: str) -> bool:
 
 
 def load(files: Sequence[str], deployment: Deployment | None = None) -> Snapshot:
-    return build_snapshot(load_paths(files), deployment)
+    with collector_paused():
+        return build_snapshot(load_paths(files), deployment)
 
 
 def print_problems(snapshot: Snapshot, stream: TextIO = sys.stderr) -> None:

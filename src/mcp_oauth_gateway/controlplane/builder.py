@@ -17,6 +17,7 @@ from ..resources.models import GatewayPolicy
 from . import status
 from .binding import Attachment, RouteBinding, attach_policies, bind_routes, binding_errors
 from .cluster import Cluster, our_classes, our_gateways
+from .collector import collector_paused
 from .deployment import Deployment
 from .object_status import derive_statuses, policy_conditions
 from .objects import (
@@ -90,7 +91,11 @@ def build_from_objects(
 ) -> BuildResult:
     """Compile resource objects (`at`: the conditions' transition time) into snapshot + status,
     for the given deployment (one process unless told otherwise)."""
-    deployment = deployment or Deployment()
+    with collector_paused():
+        return _build(objects, at, deployment or Deployment())
+
+
+def _build(objects: Iterable[ResourceObject], at: str, deployment: Deployment) -> BuildResult:
     cluster = deployment.cluster
     index = served(index_objects(objects), cluster)
     bindings = bind_routes(index.routes, index.gateways, cluster is not None)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..resources.loader import FileCache, expand_paths, load_paths
 from .builder import build_snapshot
+from .collector import collector_paused
 from .control import ControlPlane
 from .deployment import Deployment
 from .snapshot import Snapshot
@@ -91,12 +92,14 @@ class ConfigWatcher:
                 self._seen = current
                 await self.reload()
 
+    def _build(self) -> Snapshot:
+        with collector_paused():
+            return build_snapshot(load_paths(self.paths, self._files), self.deployment)
+
     async def reload(self) -> bool:
         """Load, validate and (if valid) install; True when the new snapshot is serving."""
         # Parsing YAML and compiling CEL take milliseconds: off the event loop.
-        candidate = await asyncio.to_thread(
-            lambda: build_snapshot(load_paths(self.paths, self._files), self.deployment)
-        )
+        candidate = await asyncio.to_thread(self._build)
         problems = reload_problems(self.control.snapshot, candidate)
         if problems:
             self.last_error = "; ".join(problems)
