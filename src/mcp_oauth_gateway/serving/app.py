@@ -23,6 +23,7 @@ from ..asgi import (
     header_bytes,
     send_error,
 )
+from ..controlplane.collector import collector_paused
 from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import Snapshot
 from ..controlplane.watch import ConfigWatcher
@@ -113,7 +114,8 @@ class GatewayApp:
 
     def _install(self, snapshot: Snapshot) -> None:
         # One assignment: requests in flight keep the tables they started with.
-        self.tables = self.assembly.tables(snapshot)
+        with collector_paused():
+            self.tables = self.assembly.tables(snapshot)
         if self.audit is not None:
             self.audit.forget_routes()
         if self.metrics is not None:
