@@ -169,10 +169,11 @@ def claims_for(
     audience: str,
     sub: str = "alice",
     groups: Sequence[str] = ("mcp-agent", "users"),
-    ttl: int = 600,
+    ttl: int = 24 * 3600,
     **extra: object,
 ) -> dict[str, object]:
-    """A valid claim set for `issuer` and `audience`."""
+    """A valid claim set for `issuer` and `audience`. Valid for a day by default: tokens made
+    when tests are collected (parametrize tables) are used after the whole e2e tree ran."""
     now = int(time.time())
     return {
         "iss": issuer,
