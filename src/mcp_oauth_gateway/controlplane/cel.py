@@ -66,8 +66,8 @@ def visible_claims(claims: dict[str, object], read: frozenset[str] | None) -> di
     return {name: claims[name] for name in read if name in claims}
 
 
-# Distinct expressions kept compiled in a process: a reload compiles only new ones.
-COMPILED_KEPT = 16_384
+# Distinct expressions kept compiled in a process (~5 KB each): a reload compiles only new ones.
+COMPILED_KEPT = 8_192
 
 
 def compile_expression(source: str, mcp: bool = False) -> CompiledExpression:
