@@ -428,6 +428,34 @@ REFUSED = [
         f"{CR}.tokenExchange",
         (CR, {"tokenExchange": {"clientId": "gw", "clientSecret": {"env": "S"}}}),
     ),
+    pol("credentials-target-no-mode", f"{CR}.targets[0]", (CR, {"targets": [{"name": "a"}]})),
+    pol(
+        "credentials-target-two-modes",
+        f"{CR}.targets[0]",
+        (CR, {"targets": [{"name": "a", "passthrough": True, "secretHeader": SECRET_HEADER}]}),
+    ),
+    pol(
+        "credentials-target-repeated",
+        f"{CR}.targets[1]",
+        (CR, {"targets": [{"name": "a", "passthrough": True}, {"name": "a", "passthrough": True}]}),
+    ),
+    pol(
+        "credentials-target-name-upper",
+        f"{CR}.targets[0].name",
+        (CR, {"targets": [{"name": "A", "passthrough": True}]}),
+    ),
+    pol(
+        "credentials-two-defaults-beside-targets",
+        CR,
+        (
+            CR,
+            {
+                "passthrough": True,
+                "secretHeader": SECRET_HEADER,
+                "targets": [{"name": "a", "passthrough": True}],
+            },
+        ),
+    ),
     be("required-mcp", "spec.mcp", ("spec.mcp", DELETE)),
     be("required-targets", "spec.mcp.targets", ("spec.mcp.targets", DELETE)),
     be("required-target-name", f"{T}.name", (f"{T}.name", DELETE)),
@@ -514,6 +542,24 @@ ACCEPTED = [
         "two-providers",
         "",
         (f"{P}.providers[1]", {"issuer": "https://b/", "jwks": {"inline": JWKS}}),
+    ),
+    pol(
+        "credentials-per-target-only",
+        "",
+        (
+            CR,
+            {
+                "targets": [
+                    {"name": "a", "passthrough": True},
+                    {"name": "b", "secretHeader": SECRET_HEADER},
+                ]
+            },
+        ),
+    ),
+    pol(
+        "credentials-per-target-and-default",
+        "",
+        (CR, {"secretHeader": SECRET_HEADER, "targets": [{"name": "a", "passthrough": True}]}),
     ),
     be("example"),
     be("defaults-omitted", "", (f"{S}.path", DELETE), (f"{S}.protocol", DELETE)),

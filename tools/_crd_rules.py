@@ -28,6 +28,13 @@ SCOPE_PATTERN = r"^[!#-\[\]-~]{1,256}$"
 PROTECTED_HEADERS_PATTERN = "(?i)^(" + "|".join(sorted(fields._PROTECTED)) + ")$"
 
 
+# How many of a credential's three modes are set (`passthrough: false` is none).
+_MODES = (
+    "[has(self.tokenExchange), has(self.passthrough) && self.passthrough, "
+    "has(self.secretHeader)].filter(x, x).size()"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """How one model validator reaches the CRD: schema keywords, CEL rules, controller notes."""
@@ -141,11 +148,22 @@ DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
     (models.BackendCredentialsSpec, "_one_mode"): Rule(
         cel=(
             (
-                "[has(self.tokenExchange), has(self.passthrough) && self.passthrough, "
-                "has(self.secretHeader)].filter(x, x).size() == 1",
+                f"has(self.targets) || {_MODES} == 1",
                 "set exactly one of tokenExchange, passthrough or secretHeader",
             ),
+            (
+                f"!has(self.targets) || {_MODES} <= 1",
+                "set at most one of tokenExchange, passthrough or secretHeader beside targets "
+                "(the default of the targets not listed)",
+            ),
         )
+    ),
+    # One entry per target, as Kubernetes says it of a list: a map keyed by `name`.
+    (models.BackendCredentialsSpec, "_unique_names"): Rule(
+        keywords={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
+    ),
+    (models.TargetCredentials, "_one_mode"): Rule(
+        cel=((f"{_MODES} == 1", "set exactly one of tokenExchange, passthrough or secretHeader"),)
     ),
     (models.McpAuthentication, "_known_provider"): Rule(
         keywords={"enum": list(models.PROVIDER_ALIASES)}

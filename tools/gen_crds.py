@@ -138,8 +138,9 @@ _POLICY_COMPILE_CHECKS = (
     "the backend is told (secretHeader.identity.claims, headers set from jwt.sub)",
     "traffic sets jwtAuthentication; authorization, scopes, backend.mcp, backend.credentials "
     "and a transformation that reads jwt need it",
-    "backend.credentials: its secrets can be read, and jwtAuthentication.forwardToken is not "
-    "set beside it",
+    "backend.credentials: its secrets can be read, jwtAuthentication.forwardToken is not "
+    "set beside it, and each targets[].name is a target of the backend of every route the "
+    "policy governs",
     "provider ProviderB (Authentik): clientId is set and is one of the audiences, and the "
     "issuer ends with '/'",
     "authorizationServerMode Broker: provider and clientId are set, and broker.redisUrl when "

@@ -192,7 +192,7 @@ def _shown(route: CompiledRoute, policy: CompiledPolicy) -> object:
 
 
 # What turning a field off looks like, for the fields whose "off" is not None.
-_OFF = {"providers": (), "forward_token": True, "jwt_mode": "Optional"}
+_OFF = {"providers": (), "forward_token": True, "jwt_mode": "Optional", "target_credentials": ()}
 
 
 @pytest.mark.parametrize(
@@ -204,6 +204,8 @@ def test_config_shows_every_policy_field(full_route, name):
     field of a full policy must change what /config shows."""
     policy = full_route.policy
     assert policy is not None
+    # Credentials per target are resolved at load on a single-target route: given one here.
+    policy = dataclasses.replace(policy, target_credentials=(("other", policy.credentials),))
     changed = dataclasses.replace(policy, **{name: _OFF.get(name)})
     assert _shown(full_route, changed) != _shown(full_route, policy), f"/config hides {name}"
 

@@ -37,6 +37,7 @@ from .routes import (
     shadowed_matches,
 )
 from .snapshot import CompiledPolicy, PolicyReport, Snapshot
+from .target_credentials import check_target_names
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,9 @@ def _build(objects: Iterable[ResourceObject], at: str, deployment: Deployment) -
     resolved = resolve_backends(
         index.routes, index.backends, index.grants if cluster is not None else None
     )
+    # Before the routes take their policies: a credential for a target no backend has makes
+    # its policy invalid (its routes fail closed).
+    check_target_names(results, index.policies, attachment, index.routes, resolved)
     governed = {route: results[key].compiled for route, key in attachment.governing.items()}
     compiled = compile_routes(index.routes, resolved, governed)
     conditions = policy_conditions(index.policies, results, attachment, at)

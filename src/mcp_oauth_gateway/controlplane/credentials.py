@@ -9,7 +9,12 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..resources.models import BackendCredentialsSpec, SecretSource
+from ..resources.models import (
+    BackendCredentialsSpec,
+    SecretHeader,
+    SecretSource,
+    TargetCredentials,
+)
 from .snapshot import (
     CompiledCredentials,
     CompiledIdentity,
@@ -57,37 +62,63 @@ def compile_credentials(
     problems: list[str],
     environ: Mapping[str, str] | None = None,
 ) -> CompiledCredentials | None:
-    """The compiled mode with its secrets, or None (with a problem per unreadable secret)."""
+    """The compiled default mode with its secrets, or None (no mode beside `targets`, or a
+    problem per unreadable secret)."""
     if spec is None:
         return None
+    return _compile_mode(spec, PATH, problems, environ)
+
+
+def compile_target_credentials(
+    spec: BackendCredentialsSpec | None,
+    problems: list[str],
+    environ: Mapping[str, str] | None = None,
+) -> tuple[tuple[str, CompiledCredentials], ...]:
+    """Each listed target's compiled mode (a problem per unreadable secret, naming the entry)."""
+    out: list[tuple[str, CompiledCredentials]] = []
+    for index, entry in enumerate(spec.targets or [] if spec is not None else []):
+        compiled = _compile_mode(entry, f"{PATH}.targets[{index}]", problems, environ)
+        if compiled is not None:
+            out.append((entry.name, compiled))
+    return tuple(out)
+
+
+def _compile_mode(
+    spec: BackendCredentialsSpec | TargetCredentials,
+    path: str,
+    problems: list[str],
+    environ: Mapping[str, str] | None,
+) -> CompiledCredentials | None:
     try:
         if spec.passthrough:
             return CompiledCredentials("Passthrough")
         if spec.token_exchange is not None:
             exchange = spec.token_exchange
-            where = f"{PATH}.tokenExchange.clientSecret"
             return CompiledCredentials(
                 "TokenExchange",
                 token_exchange=CompiledTokenExchange(
                     client_id=exchange.client_id,
-                    client_secret=_read(exchange.client_secret, where, environ),
+                    client_secret=_read(
+                        exchange.client_secret, f"{path}.tokenExchange.clientSecret", environ
+                    ),
                     audience=exchange.audience,
                     resource=exchange.resource,
                     scope=exchange.scope,
                 ),
             )
-        assert spec.secret_header is not None  # the model guarantees exactly one mode
-        return CompiledCredentials("SecretHeader", secret_header=_secret_header(spec, environ))
+        if spec.secret_header is None:
+            return None  # no default beside `targets`: a target not listed gets nothing
+        return CompiledCredentials(
+            "SecretHeader", secret_header=_secret_header(spec.secret_header, path, environ)
+        )
     except SecretError as exc:
         problems.append(str(exc))
         return None
 
 
 def _secret_header(
-    spec: BackendCredentialsSpec, environ: Mapping[str, str] | None
+    header: SecretHeader, path: str, environ: Mapping[str, str] | None
 ) -> CompiledSecretHeader:
-    header = spec.secret_header
-    assert header is not None
     identity = None
     if header.identity is not None:
         key = header.identity.signing_key
@@ -96,9 +127,9 @@ def _secret_header(
             tuple(header.identity.claims),
             None
             if key is None
-            else _read(key, f"{PATH}.secretHeader.identity.signingKey", environ).encode(),
+            else _read(key, f"{path}.secretHeader.identity.signingKey", environ).encode(),
         )
-    value = _read(header.value, f"{PATH}.secretHeader.value", environ)
+    value = _read(header.value, f"{path}.secretHeader.value", environ)
     return CompiledSecretHeader(header.header.lower().encode(), value.encode(), identity)
 
 

@@ -9,6 +9,7 @@ from ..resources.models import GatewayPolicy
 from .cel import referenced_claims
 
 IDENTITY_PATH = "spec.backend.credentials.secretHeader.identity.claims"
+TARGETS_PATH = "spec.backend.credentials.targets"
 SET_PATH = "spec.traffic.transformation.request.set"
 WHY = "sub is unique only within its issuer"
 
@@ -25,18 +26,25 @@ def issuer_problems(policy: GatewayPolicy, problems: list[str]) -> None:
 
 def identity_problems(policy: GatewayPolicy, providers: int, problems: list[str]) -> None:
     """The identity header is who calls: it names the issuer, whatever claims it carries (every
-    claim is its provider's word)."""
+    claim is its provider's word). So for each target's own identity header too."""
     credentials = policy.spec.backend.credentials if policy.spec.backend else None
-    secret = credentials.secret_header if credentials else None
-    identity = secret.identity if secret else None
-    if identity is None or "iss" in identity.claims:
+    if credentials is None:
         return
-    problems.append(
-        f"{IDENTITY_PATH} [{', '.join(identity.claims)}] has no iss, but the policy has "
-        f"{providers} providers: {WHY}, and so is every claim a provider asserts (alice at one "
-        "provider and alice at another are two people, who would reach the backend as one); "
-        f"add iss to {IDENTITY_PATH}"
-    )
+    headers = [(IDENTITY_PATH, credentials.secret_header)]
+    headers += [
+        (f"{TARGETS_PATH}[{i}].secretHeader.identity.claims", entry.secret_header)
+        for i, entry in enumerate(credentials.targets or [])
+    ]
+    for path, secret in headers:
+        identity = secret.identity if secret else None
+        if identity is None or "iss" in identity.claims:
+            continue
+        problems.append(
+            f"{path} [{', '.join(identity.claims)}] has no iss, but the policy has "
+            f"{providers} providers: {WHY}, and so is every claim a provider asserts (alice at "
+            "one provider and alice at another are two people, who would reach the backend as "
+            f"one); add iss to {path}"
+        )
 
 
 def transformation_problems(policy: GatewayPolicy, providers: int, problems: list[str]) -> None:

@@ -29,7 +29,7 @@ from ..resources.models import (
 )
 from .cel import CelCompileError, CompiledExpression, compile_expression
 from .cluster import Cluster, Reference, missing_service, service_host
-from .credentials import compile_credentials
+from .credentials import compile_credentials, compile_target_credentials
 from .deployment import Deployment
 from .issuers import issuer_problems
 from .keys import parse_jwks
@@ -276,11 +276,14 @@ def compile_claim_rules(
     return mcp_authorization, scopes
 
 
-def backend_credentials(policy: GatewayPolicy, problems: list[str]) -> CompiledCredentials | None:
-    """What the backend receives in place of the caller's token; it needs a verified token."""
+def backend_credentials(
+    policy: GatewayPolicy, problems: list[str]
+) -> tuple[CompiledCredentials | None, tuple[tuple[str, CompiledCredentials], ...]]:
+    """What the backend receives in place of the caller's token (the default, and per target);
+    it needs a verified token."""
     spec = policy.spec.backend.credentials if policy.spec.backend else None
     if spec is None:
-        return None
+        return None, ()
     jwt_spec = policy.spec.traffic.jwt_authentication
     if jwt_spec is None:
         problems.append(
@@ -292,7 +295,7 @@ def backend_credentials(policy: GatewayPolicy, problems: list[str]) -> CompiledC
             "what the backend receives; keep credentials (forwardToken is credentials: "
             "{passthrough: true})"
         )
-    return compile_credentials(spec, problems)
+    return compile_credentials(spec, problems), compile_target_credentials(spec, problems)
 
 
 def compile_authentication(
@@ -343,7 +346,7 @@ def compile_policy(
     mcp_authorization, scopes = compile_claim_rules(policy, problems)
     transformation = compile_transformation(traffic.transformation, jwt_spec is not None, problems)
     rate_limit = compile_rate_limit(traffic.rate_limit, problems)
-    credentials = backend_credentials(policy, problems)
+    credentials, target_credentials = backend_credentials(policy, problems)
     issuer_problems(policy, problems)
     # Last: every problem above must be in it, or an invalid policy would be served.
     invalid = None
@@ -362,6 +365,7 @@ def compile_policy(
         scopes,
         jwt_spec.mode if jwt_spec else "Strict",
         credentials,
+        target_credentials,
     )
     return PolicyResult(compiled, tuple(problems), tuple(unresolved))
 
@@ -403,7 +407,6 @@ def uses_discovery(compiled: CompiledPolicy) -> bool:
     """Whether the gateway reads its providers' discovery documents (Facade metadata, Broker,
     token exchange at their token endpoints)."""
     mcp = compiled.mcp
-    credentials = compiled.credentials
-    if credentials is not None and credentials.token_exchange is not None:
+    if any(c.token_exchange is not None for c in compiled.every_credential()):
         return True
     return mcp is not None and (mcp.provider is not None or mcp.mode == "Broker")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from ..resources.models import (
@@ -137,6 +137,20 @@ def backend_timeout(rule: RouteRule) -> float:
     return DEFAULT_BACKEND_TIMEOUT
 
 
+def for_rule(
+    policy: CompiledPolicy | None, targets: Targets | MissingBackend
+) -> CompiledPolicy | None:
+    """The policy as a rule serves it: on a backend with a single target, the credential the
+    policy lists for that target (if any) is its credential, in place of the default, resolved
+    here so the reverse proxy path does what it always did."""
+    if policy is None or not policy.target_credentials or isinstance(targets, MissingBackend):
+        return policy
+    if len(targets) != 1:
+        return policy
+    chosen = dict(policy.target_credentials).get(targets[0].name, policy.credentials)
+    return replace(policy, credentials=chosen, target_credentials=())
+
+
 def compile_rule(
     key: str,
     route: HTTPRoute,
@@ -148,6 +162,7 @@ def compile_rule(
     rule = route.spec.rules[rule_index]
     cors = next((compile_cors(f.cors) for f in rule.filters if f.type == "CORS"), None)
     timeout = backend_timeout(rule)
+    policy = for_rule(policy, targets)
     return tuple(
         CompiledRoute(
             route=key,

@@ -194,6 +194,19 @@ class CompiledPolicy:
     scopes: CompiledScopes | None = None
     jwt_mode: Literal["Strict", "Optional", "Permissive"] = "Strict"
     credentials: CompiledCredentials | None = None
+    # `spec.backend.credentials.targets`: (target name, its credential), in the policy's order;
+    # a target not listed gets `credentials`. Empty on a single-target route (resolved at load).
+    target_credentials: tuple[tuple[str, CompiledCredentials], ...] = ()
+
+    @property
+    def has_credentials(self) -> bool:
+        """The backend receives a credential of the gateway's (for every target, or some)."""
+        return self.credentials is not None or bool(self.target_credentials)
+
+    def every_credential(self) -> tuple[CompiledCredentials, ...]:
+        """The default credential and each target's, in that order."""
+        default = () if self.credentials is None else (self.credentials,)
+        return default + tuple(c for _, c in self.target_credentials)
 
     @property
     def provider(self) -> CompiledProvider | None:

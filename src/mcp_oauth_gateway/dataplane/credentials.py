@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 
 from joserfc import jwt
 from joserfc.jwk import OctKey
@@ -33,41 +34,27 @@ def identity_value(identity: CompiledIdentity, claims: dict[str, object], now: f
     return jwt.encode({"alg": "HS256", "typ": "JWT"}, payload, key).encode()
 
 
-class BackendCredentials:
-    """Sets the backend's credential; answers 502/503 itself when it cannot get one."""
+def owned_by(credentials: CompiledCredentials) -> set[bytes]:
+    """The request headers a credential sets (a client's copies are removed first)."""
+    owned = {AUTHORIZATION}
+    secret = credentials.secret_header
+    if secret is not None:
+        owned.add(secret.header)
+        if secret.identity is not None:
+            owned.add(secret.identity.header)
+    return owned
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        credentials: CompiledCredentials,
-        backend: str,
-        exchanger: TokenExchanger | None = None,
-    ):
-        self.app = app
+
+class Credential:
+    """One credential mode applied to a request: the headers it gives the backend."""
+
+    def __init__(self, credentials: CompiledCredentials, exchanger: TokenExchanger | None = None):
         self.credentials = credentials
-        self.backend = backend
         self.exchanger = exchanger
-        owned = {AUTHORIZATION}
-        secret = credentials.secret_header
-        if secret is not None:
-            owned.add(secret.header)
-            if secret.identity is not None:
-                owned.add(secret.identity.header)
-        self.owned = frozenset(owned)
+        self.owned = frozenset(owned_by(credentials))
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers: Headers = [h for h in scope["headers"] if h[0] not in self.owned]
-        try:
-            headers.extend(await self._credential(scope))
-        except ExchangeError as exc:
-            why = f"no credential for the backend of route {self.backend}: {exc.description}"
-            audit.deny(scope, "backend-credentials", why)
-            await send_error(send, exc.status, "backend_credentials_unavailable", why)
-            return
-        scope["headers"] = headers
-        await self.app(scope, receive, send)
-
-    async def _credential(self, scope: Scope) -> Headers:
+    async def headers(self, scope: Scope) -> Headers:
+        """The headers for the backend; ExchangeError when the exchange gave no token."""
         mode = self.credentials.mode
         token = scope.get(TOKEN_KEY)
         claims = scope.get(CLAIMS_KEY)
@@ -91,3 +78,65 @@ class BackendCredentials:
         if identity is not None and isinstance(claims, dict):
             out.append((identity.header, identity_value(identity, claims, time.time())))
         return out
+
+
+class BackendCredentials:
+    """Sets the backend's credential; answers 502/503 itself when it cannot get one."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        credentials: CompiledCredentials,
+        backend: str,
+        exchanger: TokenExchanger | None = None,
+    ):
+        self.app = app
+        self.credential = Credential(credentials, exchanger)
+        self.backend = backend
+        self.owned = self.credential.owned
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers: Headers = [h for h in scope["headers"] if h[0] not in self.owned]
+        try:
+            headers.extend(await self.credential.headers(scope))
+        except ExchangeError as exc:
+            why = f"no credential for the backend of route {self.backend}: {exc.description}"
+            audit.deny(scope, "backend-credentials", why)
+            await send_error(send, exc.status, "backend_credentials_unavailable", why)
+            return
+        scope["headers"] = headers
+        await self.app(scope, receive, send)
+
+
+class TargetCredentials:
+    """Each target's credential on a federated route with credentials per target, got when the
+    gateway talks to that target (`TargetLink.send`): a target the request does not reach costs
+    nothing. `owned`: every header any target's credential sets, removed from the client's
+    request for every target, so a client poses as the gateway to none of them."""
+
+    def __init__(self, by_target: Mapping[str, Credential | None]):
+        self.by_target = dict(by_target)
+        owned = {AUTHORIZATION}
+        for credential in self.by_target.values():
+            if credential is not None:
+                owned |= credential.owned
+        self.owned = frozenset(owned)
+
+    async def headers_for(self, scope: Scope, target: str) -> Headers:
+        """The target's credential headers (none for a target without one); ExchangeError."""
+        credential = self.by_target.get(target)
+        return [] if credential is None else await credential.headers(scope)
+
+
+class OwnedRemoved:
+    """The `backend-credentials` stage of a federated route with credentials per target: it
+    only removes the client's copies of the headers the targets' credentials set (each target's
+    own are set as the gateway talks to it)."""
+
+    def __init__(self, app: ASGIApp, owned: frozenset[bytes]):
+        self.app = app
+        self.owned = owned
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["headers"] = [h for h in scope["headers"] if h[0] not in self.owned]
+        await self.app(scope, receive, send)

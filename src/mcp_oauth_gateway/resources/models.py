@@ -97,6 +97,7 @@ from .policy import (
     IdentityHeader,
     SecretHeader,
     SecretSource,
+    TargetCredentials,
     TokenExchange,
 )
 from .traffic import (
@@ -206,6 +207,7 @@ __all__ = [
     "ServiceSpec",
     "StaticTarget",
     "StrictModel",
+    "TargetCredentials",
     "TokenExchange",
     "Traffic",
     "Transformation",

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from .authentication import PolicyTargetRef
+from .backend import MAX_TARGETS, TargetName
 from .fields import ENV_NAME, AbsolutePath, HeaderName, NonEmpty, StrictModel, absolute_http_url
 from .gateway_api import ObjectMeta
 from .traffic import McpPolicy, Traffic
@@ -96,21 +98,86 @@ class SecretHeader(StrictModel):
     identity: IdentityHeader | None = None
 
 
+ONE_MODE = "set exactly one of tokenExchange, passthrough or secretHeader"
+
+
+def _modes(
+    token_exchange: TokenExchange | None, passthrough: bool, secret_header: SecretHeader | None
+) -> int:
+    """How many of the three modes are set."""
+    return sum([token_exchange is not None, passthrough, secret_header is not None])
+
+
+class TargetCredentials(StrictModel):
+    """What one target of a federated backend receives, in place of the default (the modes
+    beside `targets`): exactly one mode."""
+
+    name: TargetName
+    """The target's name in the route's GatewayBackend (`spec.mcp.targets[].name`). A name the
+    backend has no target of makes the policy invalid (its routes answer 503), so a typo never
+    gives a target the default credential."""
+    token_exchange: TokenExchange | None = None
+    """RFC 8693 for this target: its own `audience` or `resource`, its own cached tokens."""
+    passthrough: bool = False
+    """Send this target the caller's verified token itself (only for a target that is its
+    audience). Default false."""
+    secret_header: SecretHeader | None = None
+    """A static header (an API key) for this target, and optionally who calls."""
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> TargetCredentials:
+        if _modes(self.token_exchange, self.passthrough, self.secret_header) != 1:
+            raise ValueError(ONE_MODE)
+        return self
+
+
 class BackendCredentialsSpec(StrictModel):
     """What the backend receives in place of the caller's token (which it never gets unless
-    `passthrough` says so): exactly one mode."""
+    `passthrough` says so): exactly one mode, or, with `targets`, at most one (the default of
+    the targets not listed)."""
 
     token_exchange: TokenExchange | None = None
     passthrough: bool = False
     """Send the caller's verified token itself: only for a backend that is its audience.
     Default false."""
     secret_header: SecretHeader | None = None
+    targets: (
+        Annotated[list[TargetCredentials], Field(min_length=1, max_length=MAX_TARGETS)] | None
+    ) = None
+    """Credentials per target of a backend with several (1 to 16 entries, names unique), each
+    with exactly one mode; a target not listed gets the mode set beside `targets`, or nothing
+    when none is. On a backend with a single target, an entry naming it replaces that mode."""
+
+    @field_validator("targets")
+    @classmethod
+    def _unique_names(
+        cls, targets: list[TargetCredentials] | None
+    ) -> list[TargetCredentials] | None:
+        seen: set[str] = set()
+        for index, entry in enumerate(targets or []):
+            if entry.name in seen:
+                # Named at the repeated item, as the API server names it (`targets[i]`).
+                why = PydanticCustomError(
+                    "value_error",
+                    # The name passed its pattern: no braces for the template to read.
+                    f"the name '{entry.name}' is used by an earlier entry; each target has "
+                    "one entry",
+                )
+                detail = InitErrorDetails(type=why, loc=(index,), input=entry.name)
+                raise ValidationError.from_exception_data("BackendCredentialsSpec", [detail])
+            seen.add(entry.name)
+        return targets
 
     @model_validator(mode="after")
     def _one_mode(self) -> BackendCredentialsSpec:
-        chosen = [self.token_exchange is not None, self.passthrough, self.secret_header is not None]
-        if sum(chosen) != 1:
-            raise ValueError("set exactly one of tokenExchange, passthrough or secretHeader")
+        chosen = _modes(self.token_exchange, self.passthrough, self.secret_header)
+        if self.targets is None and chosen != 1:
+            raise ValueError(ONE_MODE)
+        if chosen > 1:
+            raise ValueError(
+                "set at most one of tokenExchange, passthrough or secretHeader beside targets "
+                "(the default of the targets not listed)"
+            )
         return self
 
 
@@ -120,7 +187,8 @@ class BackendPolicy(StrictModel):
     `traffic.jwtAuthentication`."""
     credentials: BackendCredentialsSpec | None = None
     """What the MCP server receives in place of the caller's token: exactly one of
-    `tokenExchange`, `passthrough` or `secretHeader`. Unset: no credential at all."""
+    `tokenExchange`, `passthrough` or `secretHeader`, and per target with `targets`. Unset: no
+    credential at all."""
 
 
 class GatewayPolicySpec(StrictModel):

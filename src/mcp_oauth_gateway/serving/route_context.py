@@ -8,15 +8,22 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from .. import audit
-from ..asgi import ASGIApp, Limits, Receive, Scope, Send, send_error
+from ..asgi import ASGIApp, Headers, Limits, Receive, Scope, Send, send_error
 from ..broker.endpoints import Broker
 from ..broker.identity import SignInProvider
 from ..controlplane.control import ControlPlane
-from ..controlplane.snapshot import CompiledPolicy, CompiledRoute
+from ..controlplane.snapshot import (
+    CompiledCredentials,
+    CompiledPolicy,
+    CompiledRoute,
+    CompiledTokenExchange,
+)
 from ..dataplane.bounded import CacheCounts
+from ..dataplane.credentials import Credential, TargetCredentials, owned_by
 from ..dataplane.metrics import Metrics
-from ..dataplane.token_exchange import TokenExchanger
+from ..dataplane.token_exchange import ExchangeError, TokenExchanger
 from ..provider_kinds import profile
+from ..proxy.federation.target import CredentialHeaders, NoCredential
 from ..proxy.upstream import Upstream
 from .runtime import BrokerRuntime
 
@@ -69,6 +76,7 @@ class RouteContext:
         self.shared = shared
         self.shared_with = shared_with
         self.policy: CompiledPolicy | None = route.policy
+        self._exchangers: dict[CompiledTokenExchange, TokenExchanger] = {}
 
     @cached_property
     def failure(self) -> Failure | None:
@@ -117,11 +125,19 @@ class RouteContext:
         return tuple(out)
 
     def exchanger(self, policy: CompiledPolicy) -> TokenExchanger | None:
-        """The token exchanger of a TokenExchange backend: each provider's token endpoint
-        (from its metadata) and keyset version, by issuer."""
+        """The token exchanger of a TokenExchange backend (its default credential)."""
         credentials = policy.credentials
         if credentials is None or credentials.token_exchange is None:
             return None
+        return self.exchanger_for(policy, credentials.token_exchange)
+
+    def exchanger_for(self, policy: CompiledPolicy, spec: CompiledTokenExchange) -> TokenExchanger:
+        """The route's exchanger for one exchange (audience, resource, scope, client): each
+        provider's token endpoint (from its metadata) and keyset version, by issuer. One per
+        distinct exchange, each with its own cache: targets exchanging alike share one."""
+        made = self._exchangers.get(spec)
+        if made is not None:
+            return made
         control = self.shared.control
         metrics = self.shared.metrics
         providers = {
@@ -131,12 +147,47 @@ class RouteContext:
             )
             for p in policy.providers
         }
-        return TokenExchanger(
-            credentials.token_exchange,
+        made = self._exchangers[spec] = TokenExchanger(
+            spec,
             providers,
             lambda: control.session,
             metrics.exchange_counter(self.route.route) if metrics else None,
         )
+        return made
+
+    def credential_headers(self) -> tuple[CredentialHeaders, frozenset[bytes]] | None:
+        """The federation's way to each target's credential, and the headers they set (None:
+        no credentials per target); a failed exchange is the target's NoCredential."""
+        credentials = self.target_credentials
+        if credentials is None:
+            return None
+
+        async def headers(scope: Scope, name: str) -> Headers:
+            try:
+                return await credentials.headers_for(scope, name)
+            except ExchangeError as exc:
+                raise NoCredential(f"no credential for it: {exc.description}") from None
+
+        return headers, credentials.owned
+
+    @cached_property
+    def target_credentials(self) -> TargetCredentials | None:
+        """Each target's credential on a federated route with credentials per target (None
+        otherwise: every target gets the backend-credentials stage's)."""
+        policy = self.policy
+        if policy is None or not policy.target_credentials or not self.route.federated:
+            return None
+        listed = dict(policy.target_credentials)
+        by_target = {}
+        for target in self.route.targets:
+            chosen = listed.get(target.name, policy.credentials)
+            by_target[target.name] = None if chosen is None else self._credential(policy, chosen)
+        return TargetCredentials(by_target)
+
+    def _credential(self, policy: CompiledPolicy, credentials: CompiledCredentials) -> Credential:
+        exchange = credentials.token_exchange
+        exchanger = None if exchange is None else self.exchanger_for(policy, exchange)
+        return Credential(credentials, exchanger)
 
     def pages(self) -> dict[str, ASGIApp]:
         """The Broker's browser pages (none outside Broker mode)."""
@@ -168,14 +219,8 @@ def set_headers(policy: CompiledPolicy | None) -> tuple[frozenset[bytes], frozen
         return frozenset(), removes
     if policy.forward_token:
         sets.add(b"authorization")
-    credentials = policy.credentials
-    if credentials is not None:
-        sets.add(b"authorization")
-        secret = credentials.secret_header
-        if secret is not None:
-            sets.add(secret.header)
-            if secret.identity is not None:
-                sets.add(secret.identity.header)
+    for credentials in policy.every_credential():
+        sets |= owned_by(credentials)
     if policy.transformation is not None:
         sets.update(name for name, _ in policy.transformation.set)
         removes = policy.transformation.remove

@@ -8,7 +8,7 @@ from ..controlplane.snapshot import CompiledPolicy
 from ..dataplane.authn import JwtAuthentication, challenger_for
 from ..dataplane.authz import CelAuthorization
 from ..dataplane.cors import CorsFilter
-from ..dataplane.credentials import BackendCredentials
+from ..dataplane.credentials import BackendCredentials, OwnedRemoved
 from ..dataplane.headers import OwnedHeaders
 from ..dataplane.mcp_authz import McpAuthorization
 from ..dataplane.oauth_endpoints import OAuthEndpoints, PathDispatch
@@ -144,6 +144,10 @@ def mcp_authorization(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
 def backend_credentials(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
     """What the backend is given in place of the client's token."""
     policy = _policy(ctx)
+    per_target = ctx.target_credentials
+    if per_target is not None:
+        # Each target's own is set by the federation as it talks to that target.
+        return OwnedRemoved(app, per_target.owned)
     assert policy.credentials is not None
     return BackendCredentials(app, policy.credentials, ctx.route.route, ctx.exchanger(policy))
 
@@ -170,12 +174,15 @@ def federation(ctx: RouteContext) -> ASGIApp:
     route = ctx.route
     shared = ctx.shared
     metrics = shared.metrics
+    credentials, owned = ctx.credential_headers() or (None, frozenset[bytes]())
     link = TargetLink(
         shared.upstream,
         route.backend_timeout,
         shared.trust_forwarded,
         ctx.owned_headers[0] | GATEWAY_SET,
         metrics.latency_observer(route.route) if metrics else None,
+        credentials,
+        owned,
     )
     state = shared.brokers.federation_of(route)
     return Federation(route.targets, link, shared.limits.max_body_bytes, state)

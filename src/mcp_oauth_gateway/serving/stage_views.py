@@ -3,7 +3,12 @@ uses, with URLs shown without credentials and no secret at all."""
 
 from __future__ import annotations
 
-from ..controlplane.snapshot import CompiledAuthorization, CompiledPolicy, CompiledProvider
+from ..controlplane.snapshot import (
+    CompiledAuthorization,
+    CompiledCredentials,
+    CompiledPolicy,
+    CompiledProvider,
+)
 from ..urls import shown_url
 
 
@@ -112,10 +117,19 @@ def transformation(policy: CompiledPolicy) -> dict[str, object]:
 
 
 def credentials(policy: CompiledPolicy) -> dict[str, object]:
-    """The backend credentials mode and its non-secret settings."""
-    c = policy.credentials
-    if c is None:
+    """The backend credentials mode and its non-secret settings, and each listed target's."""
+    if not policy.has_credentials:
         return {}
+    view = _credential(policy.credentials)
+    if policy.target_credentials:
+        view["targets"] = {name: _credential(c) for name, c in policy.target_credentials}
+    return {"credentials": view}
+
+
+def _credential(c: CompiledCredentials | None) -> dict[str, object]:
+    """One mode and its non-secret settings (mode None: no default beside `targets`)."""
+    if c is None:
+        return {"mode": None}
     view: dict[str, object] = {"mode": c.mode}
     if c.token_exchange is not None:
         x = c.token_exchange
@@ -132,4 +146,4 @@ def credentials(policy: CompiledPolicy) -> dict[str, object]:
             "identityHeader": s.identity.header.decode() if s.identity else None,
             "identityClaims": list(s.identity.claims) if s.identity else [],
         }
-    return {"credentials": view}
+    return view

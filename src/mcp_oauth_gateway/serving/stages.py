@@ -135,7 +135,7 @@ PIPELINE: tuple[Stage, ...] = (
         "backend-credentials",
         "what the backend gets instead of the client's token: exchanged, passed on or a secret",
         "spec.backend.credentials is set",
-        _has(lambda p: p.credentials is not None),
+        _has(lambda p: p.has_credentials),
         views.credentials,
         wrap=build.backend_credentials,
     ),

@@ -21,7 +21,8 @@ class TargetHealth:
     # Wall-clock times (seconds since the epoch) of the last failure and the last success.
     last_error_at: float | None = None
     last_ok_at: float | None = None
-    # Reason (timeout, unreachable, http_error, bad_answer, refused, session_lost) → count.
+    # Reason (timeout, unreachable, http_error, bad_answer, refused, session_lost,
+    # no_credential) → count.
     failures: dict[str, int] = field(default_factory=dict)
 
     def view(self) -> dict[str, object]:
@@ -58,7 +59,8 @@ class Health:
             self.ok(name)
             return
         health = self.of(name)
-        health.up = not failure.down
+        if failure.down is not None:  # None: the target was not asked (no credential for it)
+            health.up = not failure.down
         health.last_error = str(failure)
         health.last_error_at = time.time()
         health.failures[failure.reason] = health.failures.get(failure.reason, 0) + 1

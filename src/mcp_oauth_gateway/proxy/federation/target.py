@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
+from ... import audit
 from ...asgi import Headers, Scope
 from ..reverse_proxy import GATEWAY_SET, dropped_request_headers, upstream_request_headers
 from ..upstream import InvalidRequestHead, Upstream, UpstreamError, UpstreamResponse
@@ -47,9 +48,10 @@ class Unavailable(Exception):
     """The target did not answer usefully (down, slow, an HTTP error, an unreadable answer)."""
 
     # Why, as the target's health counts it (a bounded label), and whether the target is
-    # down for it; None: it answered, and nothing is counted against it.
+    # down for it; None: it answered, and nothing is counted against it. `down` None: the
+    # target was not asked, its `up` stays as it was.
     reason: str | None = "bad_answer"
-    down = True
+    down: bool | None = True
 
 
 class TimedOut(Unavailable):
@@ -96,6 +98,16 @@ class NoStream(Unavailable):
     down = False
 
 
+class NoCredential(Unavailable):
+    """The gateway could not get the target's own credential (the provider refused the token
+    exchange, or could not be reached): the target is not sent the request at all, never with
+    the caller's token instead. The provider failed, not the target: counted, but its `up`
+    stays as it was."""
+
+    reason = "no_credential"
+    down = None
+
+
 class ErrorAnswer(Unavailable):
     """The target answered with a JSON-RPC error (a list it does not offer, say): it is up."""
 
@@ -113,6 +125,11 @@ def refusal_status(failures: Iterable[Unavailable]) -> int:
     return statuses.pop() if len(statuses) == 1 else 400
 
 
+# A target's own credential headers, by its name (built from the policy by `serving`); raises
+# NoCredential when the target cannot have one.
+CredentialHeaders = Callable[[Scope, str], Awaitable[Headers]]
+
+
 def _header(headers: Headers, name: bytes) -> bytes | None:
     return next((v for k, v in headers if k.lower() == name), None)
 
@@ -128,6 +145,8 @@ class TargetLink:
         trust_forwarded: bool,
         kept: frozenset[bytes] = GATEWAY_SET,
         latency: Callable[[float], None] | None = None,
+        credentials: CredentialHeaders | None = None,
+        owned: frozenset[bytes] = frozenset(),
     ):
         self.upstream = upstream
         # The route's upstream latency (time to the response head), as the reverse proxy's.
@@ -139,6 +158,11 @@ class TargetLink:
         self.trust_forwarded = trust_forwarded
         self.drop = dropped_request_headers(trust_forwarded) | _REPLACED
         self.kept = kept - _REPLACED
+        # Credentials per target (None: every target gets what the backend-credentials stage
+        # set). Whatever any target's credential sets (`owned`) is never passed on from the
+        # request, to any target.
+        self.credentials = credentials
+        self.drop |= owned
 
     def timeout_of(self, session: TargetSession) -> float:
         """How long the target is given for an answer: its own timeout, or the route's."""
@@ -160,6 +184,16 @@ class TargetLink:
             headers.append((b"mcp-protocol-version", session.version.encode()))
         return headers
 
+    async def _credential(self, scope: Scope, name: str) -> Headers:
+        """The target's own credential headers; NoCredential when it cannot have one."""
+        assert self.credentials is not None
+        try:
+            return await self.credentials(scope, name)
+        except NoCredential as exc:
+            # A list or initialize goes on without this target: a note on its audit line.
+            audit.note(scope, f"backend-credentials: target {name!r}: {exc}")
+            raise
+
     async def send(
         self, scope: Scope, session: TargetSession, body: bytes, method: str = "POST"
     ) -> UpstreamResponse:
@@ -167,11 +201,13 @@ class TargetLink:
         target = session.target
         url = f"http://{target.authority}{target.path}"
         timeout = self.timeout_of(session)
+        headers = self._headers(scope, session)
+        if self.credentials is not None:
+            # Got only now: a target the request does not reach costs no exchange.
+            headers += await self._credential(scope, target.name)
         started = time.perf_counter()
         try:
-            response = await self.upstream.request(
-                method, url, self._headers(scope, session), body, timeout
-            )
+            response = await self.upstream.request(method, url, headers, body, timeout)
         except TimeoutError:
             raise TimedOut(f"it did not answer within {timeout:g}s") from None
         except InvalidRequestHead as exc:
