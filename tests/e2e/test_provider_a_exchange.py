@@ -13,6 +13,7 @@ refuses reach the caller as a 502 naming the provider's reason, and nothing reac
 
 from __future__ import annotations
 
+import json
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
@@ -71,7 +72,8 @@ class Exchange:
     out: Path
     args: list[str]  # what `idp keycloak` was run with
     gateway: str  # exchanges users' tokens for AUDIENCE
-    variants: dict[str, str]  # the same policy with one thing Keycloak refuses (VARIANTS)
+    # The same policy with one thing Keycloak refuses (VARIANTS), and `per-target`.
+    variants: dict[str, str]
     backend: str
 
     @property
@@ -101,6 +103,30 @@ def _another_secret(exchange: dict[str, Any], directory: Path) -> None:
     """A secret that is not the client's (one rotated at Keycloak, the gateway not told)."""
     (directory / "old-secret").write_text("not-the-secret-keycloak-holds\n")
     exchange["clientSecret"] = {"file": str(directory / "old-secret")}
+
+
+def _per_target(out: Path, directory: Path) -> Path:
+    """The generated resources on another port, their backend served as two targets of one
+    federated route (the same MCP server twice): `main` exchanging for AUDIENCE, `elsewhere`
+    for ELSEWHERE (which the provider refuses), credentials per target and no default."""
+    directory.mkdir()
+    config = directory / "gateway.yaml"
+    config.write_text((out / "gateway.yaml").read_text())
+
+    def edit(documents: list[dict[str, Any]]) -> None:
+        listen_on(documents, free_port())
+        mcp = of_kind(documents, "GatewayBackend")["spec"]["mcp"]
+        [target] = mcp["targets"]
+        mcp["targets"] = [{**target, "name": "main"}, {**target, "name": "elsewhere"}]
+        credentials = of_kind(documents, "GatewayPolicy")["spec"]["backend"]["credentials"]
+        exchange = credentials.pop("tokenExchange")
+        credentials["targets"] = [
+            {"name": "main", "tokenExchange": exchange},
+            {"name": "elsewhere", "tokenExchange": {**exchange, "audience": ELSEWHERE}},
+        ]
+
+    edit_resources(config, edit)
+    return directory
 
 
 Change = Callable[[dict[str, Any], Path], None]
@@ -140,6 +166,8 @@ def exchange(
             )
             for variant, change in VARIANTS.items()
         }
+        per_target = _per_target(tmp / "out", tmp / "per-target")
+        variants["per-target"] = stack.enter_context(serving(per_target, logs, f"{name}-per"))
         for started in (base, *variants.values()):
             wait_for_keyset(started, user_token(provider, realm, "alice"))
         yield Exchange(provider, realm, tmp / "out", args, base, variants, backend)
@@ -327,3 +355,48 @@ def test_a_token_that_does_not_name_the_exchange_client_is_not_exchanged(exchang
     assert claims["groups"] == ["users"]  # the gateway's own rules let it in
     reason = "access_denied: Client is not within the token audience"
     _assert_refused(exchange, exchange.gateway, token, reason)
+
+
+def _rpc(base: str, headers: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+    """The JSON-RPC answer to `body`, read from JSON or from an event stream's data."""
+    answer = httpx.post(f"{base}/mcp", json=body, headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    if answer.headers["content-type"].startswith("text/event-stream"):
+        lines = [line for line in answer.text.splitlines() if line.startswith("data: ")]
+        found: dict[str, Any] = json.loads(lines[-1].removeprefix("data: "))
+        return found
+    parsed: dict[str, Any] = answer.json()
+    return parsed
+
+
+def test_each_target_gets_its_own_exchange_and_a_refusal_fails_its_target_alone(exchange):
+    """Credentials per target on a federated route: Keycloak's token for `main`'s audience
+    reaches the server as `main`; `elsewhere`, whose audience Keycloak refuses, is left out of
+    the list and its call answered JSON-RPC -32603 with Keycloak's reason."""
+    token = user_token(exchange.provider, exchange.realm, "alice")
+    base = exchange.variants["per-target"]
+    mark = uuid.uuid4().hex
+    headers = mcp_headers(token, **{"Mcp-Param-Mark": mark})
+    opened = httpx.post(f"{base}/mcp", json=INITIALIZE, headers=headers, timeout=30)
+    assert opened.status_code == 200, opened.text
+    headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
+    listed = _rpc(base, headers, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+    assert sorted(t["name"] for t in listed["result"]["tools"]) == ["main_add", "main_count"]
+    call = {"name": "main_add", "arguments": {"a": 2, "b": 3}}
+    added = _rpc(base, headers, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": call})
+    assert added["result"]["structuredContent"] == {"result": 5}
+    call = {"name": "elsewhere_add", "arguments": {"a": 2, "b": 3}}
+    refused = _rpc(
+        base, headers, {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": call}
+    )
+    assert refused["error"]["code"] == -32603
+    assert "'elsewhere'" in refused["error"]["message"]
+    reason = f"invalid_request: Requested audience not available: {ELSEWHERE}"
+    assert f"the provider refused: {reason}" in refused["error"]["message"]
+    sent = [t for h, t in _authorizations(exchange.backend) if h.get("mcp-param-mark") == mark]
+    assert len(sent) >= 3, sent  # initialize, the list and the call reached `main`
+    assert token not in sent
+    for exchanged in set(sent):
+        assert exchanged is not None
+        claims = verified_claims(exchange.provider, exchange.realm, exchanged)
+        assert audiences(claims) == [AUDIENCE]
