@@ -10,9 +10,13 @@ from ...asgi import Scope
 from . import jsonrpc, merge
 from .cursor import BadCursor, Cursors
 from .fanout import Fanout
-from .jsonrpc import INVALID_PARAMS, Malformed
+from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, Malformed
 from .session import ClientSession, TargetSession
 from .target import ErrorAnswer
+
+
+class NotOffered(ErrorAnswer):
+    """The target has no such list (it answered Method not found)."""
 
 
 async def merged_list(
@@ -23,8 +27,9 @@ async def merged_list(
     session: ClientSession,
     message: dict[str, object],
 ) -> dict[str, object]:
-    """The merged page the list request `message` asks for; Malformed for a bad cursor. A
-    target that fails is left out of this page."""
+    """The merged page the list request `message` asks for; Malformed for a bad cursor, or as
+    Method not found when no target has the list. A target that fails is left out of this
+    page."""
     method = str(message["method"])
     params = jsonrpc.params_of(message)
     if "cursor" in params:
@@ -46,10 +51,16 @@ async def merged_list(
         answer = await fan.ask(scope, session, target, {**message, "params": own})
         result = answer.get("result")
         if not isinstance(result, dict):
-            raise ErrorAnswer(f"it answered {method} with an error: {answer.get('error')}")
+            error = answer.get("error")
+            code = error.get("code") if isinstance(error, dict) else None
+            kind = NotOffered if code == METHOD_NOT_FOUND else ErrorAnswer
+            raise kind(f"it answered {method} with an error: {error}")
         pages[name] = (merge.offered_items(method, name, result), result.get("nextCursor"))
 
-    await fan.each(session, page, every=True, only=positions)
+    failures = await fan.each(session, page, every=True, only=positions)
+    if not pages and failures and all(isinstance(f, NotOffered) for f in failures.values()):
+        # No target has such a list: answered as a server without it answers.
+        raise Malformed(METHOD_NOT_FOUND, f"Method not found: {method}")
     field = merge.LISTS[method][0]
     result: dict[str, object] = {
         field: [item for name in positions if name in pages for item in pages[name][0]]

@@ -34,6 +34,9 @@ class TargetSession:
     instructions: str = ""
     # One opening at a time: concurrent requests wait for it instead of opening their own.
     opening: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # On the 2026-07-28 wire (no session): the request's routing headers, sent as they are,
+    # and the target's answers with an HTTP error status read for the JSON-RPC error they hold.
+    wire: tuple[tuple[bytes, bytes], ...] | None = None
 
     @property
     def open(self) -> bool:

@@ -13,7 +13,8 @@ minted and the client's answer goes back to that target only (`exchange`); a can
 to the targets that have the request.
 
 With a Redis URL (the Broker's), sessions are kept there too and served by any replica
-(`shared`). Not yet (see docs/configuration/federation.md): resumption."""
+(`shared`). The 2026-07-28 wire, which has no sessions, is answered by `stateless`. Not yet
+(see docs/configuration/federation.md): resumption."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from ... import __version__, audit
 from ...asgi import Receive, Scope, Send, send_error
 from ...controlplane.snapshot import CompiledTarget
 from ..upstream import UpstreamResponse
-from . import jsonrpc, merge, rewrite, streams
+from . import jsonrpc, merge, rewrite, streams, wire
 from .cursor import Cursors
 from .directory import Directory
 from .fanout import Fanout
@@ -35,6 +36,7 @@ from .lists import merged_list
 from .routing import COMPLETION, ROUTED, routed
 from .session import ClientSession, SessionTable, new_session, owner_of
 from .shared import SharedSessions
+from .stateless import Stateless
 from .target import INITIALIZED, TargetLink, Unavailable, refusal_status
 
 log = logging.getLogger("mcp_oauth_gateway.federation")
@@ -87,10 +89,14 @@ class Federation:
         self.shared = state.shared
         self.directory = Directory(state.sessions, state.shared, targets)
         self.fan = Fanout(link, state.health)
+        self.stateless = Stateless(targets, link, self.fan, self.cursors, self.shared, refused)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         method = scope["method"]
-        if method == "POST":
+        if method != "POST" and wire.is_stateless(scope["headers"]):
+            why = "the 2026-07-28 wire has no GET stream and no session to end: POST only"
+            await send_error(send, 405, "method_not_allowed", why, [(b"allow", b"POST")])
+        elif method == "POST":
             body = await read_body(receive, send, self.max_body)
             if body is not None:
                 await self._post(scope, body, receive, send)
@@ -108,6 +114,9 @@ class Federation:
         except Malformed as exc:
             why = refused(scope, f"unreadable JSON-RPC message: {exc}")
             await jsonrpc.reply(send, 400, jsonrpc.error(None, exc.code, why))
+            return
+        if wire.is_stateless(scope["headers"]):
+            await self.stateless.post(scope, message, receive, send)
             return
         if message.get("method") == "initialize":
             try:

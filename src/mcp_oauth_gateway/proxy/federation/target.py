@@ -134,6 +134,13 @@ def _header(headers: Headers, name: bytes) -> bytes | None:
     return next((v for k, v in headers if k.lower() == name), None)
 
 
+def _wire_error(response: UpstreamResponse) -> bool:
+    """Whether an answer on the 2026-07-28 wire is a JSON-RPC error under an HTTP error status
+    (400 for a request refused, 404 for an unknown method): an answer, not a failure."""
+    content_type = (_header(response.headers, b"content-type") or b"").lower()
+    return response.status in (400, 404) and content_type.startswith(b"application/json")
+
+
 class TargetLink:
     """A federated route's way to its targets: the pool, the route's and each target's
     timeout, its headers."""
@@ -182,6 +189,8 @@ class TargetLink:
             headers.append((b"mcp-session-id", session.session_id))
         if session.version is not None:
             headers.append((b"mcp-protocol-version", session.version.encode()))
+        if session.wire is not None:
+            headers.extend(session.wire)
         return headers
 
     async def _credential(self, scope: Scope, name: str) -> Headers:
@@ -223,6 +232,8 @@ class TargetLink:
         if response.status == 405 and method == "GET":
             response.release()
             raise NoStream("it offers no GET stream")
+        if session.wire is not None and _wire_error(response):
+            return response  # the JSON-RPC error is the answer: read by the caller
         if not 200 <= response.status < 300:
             response.release()
             if 400 <= response.status < 500 and response.status not in _NOT_THE_CLIENTS:

@@ -1,0 +1,161 @@
+"""The 2026-07-28 wire as a federated route reads it: which requests speak it (a version header
+of that era and no session), and the checks a server makes of each request before it acts on
+it, in the order the `mcp` SDK makes them (`params._meta`, then the routing headers against the
+body, then the version), so a client hears the same refusal from the gateway as from a single
+server. Pure functions: the stage turns a `WireError` into its HTTP answer."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ...asgi import Headers
+from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND
+
+# The revisions spoken without a session; the older ones open one with `initialize`.
+STATELESS_VERSIONS = ("2026-07-28",)
+SESSION_VERSIONS = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
+HEADER_MISMATCH = -32020
+UNSUPPORTED_VERSION = -32022
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+META_SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
+DISCOVER = "server/discover"
+LISTEN = "subscriptions/listen"
+ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
+# Methods of the session era this wire removed: a server answers them as unknown (404).
+REMOVED = frozenset(
+    {"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"}
+)
+# method -> the params field the `Mcp-Name` header mirrors
+NAMED_BY: Mapping[str, str] = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+# How the wire maps its JSON-RPC errors to HTTP statuses (others: 200).
+STATUS_OF: Mapping[int, int] = {
+    -32700: 400,
+    -32600: 400,
+    INVALID_PARAMS: 400,
+    HEADER_MISMATCH: 400,
+    -32021: 400,
+    UNSUPPORTED_VERSION: 400,
+    METHOD_NOT_FOUND: 404,
+}
+VERSION = b"mcp-protocol-version"
+METHOD = b"mcp-method"
+NAME = b"mcp-name"
+SESSION = b"mcp-session-id"
+_ROUTING = (VERSION, METHOD, NAME)
+_SENTINEL = re.compile(r"=\?base64\?(?P<payload>.*)\?=")
+_HEADER_SAFE = re.compile(r"[\x20-\x7e]*")
+
+
+class WireError(ValueError):
+    """A request the wire's rules refuse: its JSON-RPC `code` and `data`, and HTTP status."""
+
+    def __init__(self, code: int, why: str, data: object = None):
+        super().__init__(why)
+        self.code = code
+        self.data = data
+
+    @property
+    def status(self) -> int:
+        """The HTTP status the wire gives this error."""
+        return STATUS_OF.get(self.code, 200)
+
+
+@dataclass(frozen=True)
+class WireRequest:
+    """A request that passed the checks: its version, and the client's capabilities."""
+
+    version: str
+    capabilities: Mapping[str, object]
+
+
+def header(headers: Headers, name: bytes) -> str | None:
+    """The header's value (latin-1, as HTTP carries it), or None."""
+    value = next((v for k, v in headers if k == name), None)
+    return None if value is None else value.decode("latin-1")
+
+
+def is_stateless(headers: Headers) -> bool:
+    """Whether a request speaks the stateless wire: a version header that is not of the
+    session era, and no session."""
+    version = header(headers, VERSION)
+    return (
+        version is not None and version not in SESSION_VERSIONS and header(headers, SESSION) is None
+    )
+
+
+def decode_name(value: str | None) -> str | None:
+    """An `Mcp-Name` value as the client meant it: verbatim, or the UTF-8 inside the wire's
+    `=?base64?…?=` wrapping (None when that wrapping is broken or not canonical)."""
+    if value is None:
+        return None
+    match = _SENTINEL.fullmatch(value)
+    if match is None:
+        return value
+    payload = match.group("payload")
+    try:
+        raw = base64.b64decode(payload, validate=True)
+        if base64.b64encode(raw).decode("ascii") != payload:
+            return None
+        return raw.decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def encode_name(value: str) -> bytes:
+    """`value` as an `Mcp-Name` header carries it: verbatim when it is plain printable ASCII,
+    else wrapped in base64, as clients write it."""
+    plain = _HEADER_SAFE.fullmatch(value) and value == value.strip()
+    if plain and not _SENTINEL.fullmatch(value):
+        return value.encode("ascii")
+    return b"=?base64?" + base64.b64encode(value.encode("utf-8")) + b"?="
+
+
+def checked(headers: Headers, message: Mapping[str, object]) -> WireRequest:
+    """The request's version and the client's capabilities; WireError when the wire's rules
+    refuse it."""
+    repeated = next((n for n in _ROUTING if sum(1 for k, _ in headers if k == n) > 1), None)
+    if repeated is not None:
+        raise WireError(HEADER_MISMATCH, f"the {repeated.decode()} header appears more than once")
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not isinstance(meta, dict):
+        raise WireError(
+            INVALID_PARAMS,
+            f"params._meta must be an object carrying {META_VERSION!r} and {META_CAPABILITIES!r}",
+        )
+    missing = [key for key in (META_VERSION, META_CAPABILITIES) if key not in meta]
+    if missing:
+        raise WireError(INVALID_PARAMS, f"params._meta lacks {', '.join(missing)}")
+    version = meta[META_VERSION]
+    if header(headers, VERSION) != version:
+        raise WireError(
+            HEADER_MISMATCH,
+            "the MCP-Protocol-Version header does not match params._meta's protocol version",
+        )
+    method = message.get("method")
+    if header(headers, METHOD) != method:
+        raise WireError(HEADER_MISMATCH, "the Mcp-Method header does not match the body's method")
+    field = NAMED_BY.get(str(method))
+    named = params.get(field) if field is not None and isinstance(params, dict) else None
+    if named is not None and decode_name(header(headers, NAME)) != named:
+        raise WireError(
+            HEADER_MISMATCH, f"the Mcp-Name header does not match the body's params.{field}"
+        )
+    if not isinstance(version, str):
+        raise WireError(INVALID_PARAMS, "params._meta's protocol version must be a string")
+    if version not in STATELESS_VERSIONS:
+        raise WireError(
+            UNSUPPORTED_VERSION,
+            "Unsupported protocol version",
+            {"supported": list(STATELESS_VERSIONS), "requested": version},
+        )
+    capabilities = meta[META_CAPABILITIES]
+    if not isinstance(capabilities, dict):
+        raise WireError(INVALID_PARAMS, "params._meta's client capabilities must be an object")
+    return WireRequest(version, capabilities)
