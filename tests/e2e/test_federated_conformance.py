@@ -14,15 +14,22 @@ more than one target. So:
   carries under `mcp+gw://conf/`, as documented), the same progress and log notifications, and
   the same sampling and elicitation requests answered by the client.
 
-The 2026-07-28 scenarios (`server-stateless`, `http-header-validation`) are left out: a
-federated route does not speak that wire yet (docs/configuration/federation.md)."""
+The 2026-07-28 scenarios (`server-stateless`, `http-header-validation`) run through both
+routes too: every check that passes through `/single` passes through `/fed`, except two that
+call a diagnostic tool by its bare name (which neither server has: the server answers an
+unknown tool with an error result, the gateway with JSON-RPC -32602, as documented). The `mcp`
+SDK 2.x client, left to choose, speaks that wire to `/fed` and calls across both targets."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx2
 import pytest
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp_types import (
     CreateMessageRequestParams,
     CreateMessageResult,
@@ -84,6 +91,23 @@ PROMPTS = [
 URIS = ["test://static-text", "test://static-binary", "test://template/123/data"]
 
 
+# The 2026-07-28 checks that call a tool by the server's own name, which neither server lists
+# (`test_streaming_elicitation`, `test_logging_tool`): "not testable" through either route, but
+# through `/single` the server's error *result* for an unknown tool counts as a pass, while
+# `/fed` answers an unknown name with JSON-RPC -32602, as for every federated route.
+BARE_NAME_CHECKS = {
+    "sep-2575-http-server-no-independent-requests-on-stream",
+    "sep-2575-server-no-log-without-loglevel",
+}
+CHECK_LINE = re.compile(r"\[(\S+)\s*\]\s*\S*(SUCCESS|FAILURE|WARNING|SKIPPED|INFO)")
+
+
+def failing(output: str) -> set[str]:
+    """The ids of the checks a scenario's output reports as failed."""
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", output)
+    return {m.group(1) for m in CHECK_LINE.finditer(plain) if m.group(2) == "FAILURE"}
+
+
 @pytest.fixture(scope="module")
 def routes(logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routes]:
     with running_routes(tmp_path_factory.mktemp("federated-conformance"), logs) as running:
@@ -104,6 +128,40 @@ def test_a_scenario_naming_no_item_scores_the_same_through_both(routes, scenario
     federated = run_scenario(f"{routes.injector}/fed", scenario)
     assert single[0] == single[1] > 0, single[2]
     assert federated[:2] == single[:2], federated[2]
+
+
+@pytest.mark.parametrize("scenario", ["server-stateless", "http-header-validation"])
+def test_the_stateless_wire_scores_the_same_through_both(routes, scenario):
+    single = run_scenario(f"{routes.injector}/single", scenario)
+    federated = run_scenario(f"{routes.injector}/fed", scenario)
+    assert single[0] > 0, single[2]
+    assert federated[0] > 0, federated[2]
+    # What passes through the single route passes through the federated one.
+    assert failing(federated[2]) <= failing(single[2]) | BARE_NAME_CHECKS, federated[2]
+    if scenario == "http-header-validation":
+        assert federated[0] == federated[1], federated[2]
+
+
+async def test_the_sdk_client_left_to_choose_speaks_the_stateless_wire_across_targets(routes):
+    headers = {"Authorization": f"Bearer {routes.token()}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        Client(streamable_http_client(f"{routes.gateway}/fed", http_client=http)) as client,
+    ):
+        assert client.protocol_version == "2026-07-28"
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert {prefixed("test_simple_text"), "named_add", "named_whoami"} <= names
+        added = await client.call_tool("named_add", {"a": 2, "b": 3})
+        assert added.structured_content == {"result": 5}
+        text = await client.call_tool(prefixed("test_simple_text"), {})
+        single_text = await _single_text(routes)
+        assert dumped(text)["content"] == single_text
+
+
+async def _single_text(routes: Routes) -> list[dict]:
+    """`test_simple_text`'s content through the single route, on the session wire."""
+    async with routes.session("single") as session:
+        return dumped(await session.call_tool("test_simple_text", {}))["content"]
 
 
 @pytest.mark.parametrize("scenario", NAMED)
