@@ -49,11 +49,21 @@ def controller_rbac_calls() -> set[tuple[str, str, str]]:
     return calls | {(verb, LEASE.group, LEASE.plural) for verb in ("get", "create", "update")}
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on right now, and that this process has not
+    handed out before: the kernel may give a port just closed again at once (more so when
+    ephemeral ports run short), and two servers of one test would then collide."""
+    for _ in range(100):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise AssertionError("no fresh TCP port on 127.0.0.1 after 100 tries")
 
 
 def wait_for_port(port: int, proc: Process | None = None, timeout: float = 30.0) -> None:
