@@ -194,21 +194,32 @@ class McpAuthorization:
         audited = request is not None and audit.enabled(scope)
         if audited and request is not None:
             self._audit_request(scope, request)
-        if request is not None and request.kind is not None:
-            if not self.allowed(scope, request.kind, request.name):
-                if audited:
-                    audit.deny(scope, STAGE, self._why_denied(scope, request.kind, request.name))
-                await send_json(send, 200, denied(request))
-                return
-            if await self._lacks_scopes(scope, send, request):
-                return
-            if audited and self.rules is not None and request.name is not None:
-                audit.note(scope, self._why_allowed(scope, request.kind, request.name))
+        if request is not None and not await self._may_use(scope, send, request, audited):
+            return
         replay = _replay(body, receive)
         if request is not None and request.method in LISTS:
             _ask_for_identity(scope)
             send = ListFilter(self._allower(scope), request.method, request.id, send).send
         await self.app(scope, replay, send)
+
+    async def _may_use(self, scope: Scope, send: Send, request: McpRequest, audited: bool) -> bool:
+        """Whether the caller may use every item the request names (its own, and each resource
+        a listen stream would deliver updates of); False once the refusal was answered."""
+        items = [(request.kind, request.name)] if request.kind is not None else []
+        items += [("resource", uri) for uri in request.subscribed]
+        for kind, name in items:
+            assert kind is not None
+            item = McpRequest(request.id, request.method, kind, name)
+            if not self.allowed(scope, kind, name):
+                if audited:
+                    audit.deny(scope, STAGE, self._why_denied(scope, kind, name))
+                await send_json(send, 200, denied(item))
+                return False
+            if await self._lacks_scopes(scope, send, item):
+                return False
+            if audited and self.rules is not None and name is not None:
+                audit.note(scope, self._why_allowed(scope, kind, name))
+        return True
 
     def _audit_request(self, scope: Scope, request: McpRequest) -> None:
         """The MCP call in the audit record, with its target on a federated backend."""

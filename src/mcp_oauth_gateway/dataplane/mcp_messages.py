@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import orjson
 
 from ..controlplane.federation import target_of
+from ..mcp_headers import decode_name
 
 # method -> (kind as CEL sees it: mcp.<kind>.…, the params field naming the item)
 GUARDED: dict[str, tuple[str, str]] = {
@@ -36,6 +37,10 @@ REFERENCES: dict[str, tuple[str, str]] = {
     "ref/prompt": ("prompt", "name"),
     "ref/resource": ("resource", "uri"),
 }
+# 2026-07-28: a listen stream delivers the updates of the resources it names, each guarded as
+# a `resources/subscribe` of it is.
+LISTEN = "subscriptions/listen"
+_SUBSCRIPTIONS = ("notifications", "resourceSubscriptions")
 # list method -> (result field holding the items, kind, the item field naming it)
 LISTS: dict[str, tuple[str, str, str]] = {
     "tools/list": ("tools", "tool", "name"),
@@ -59,7 +64,7 @@ _FOLDED_PARAMS = {f.casefold(): f for f in (*_PARAM_FIELDS, "ref")}
 _FOLDED_REF = {f.casefold(): f for f in ("type", "name", "uri")}
 # Keys that need no case check: the fields themselves, and usual ones that fold to none.
 _USUAL_KEYS = frozenset({*_TOP_FIELDS, *_PARAM_FIELDS, "ref", "type", "_meta", "argument"})
-_FOLDED_METHODS = {m.casefold(): m for m in (*GUARDED, *LISTS, COMPLETION)}
+_FOLDED_METHODS = {m.casefold(): m for m in (*GUARDED, *LISTS, COMPLETION, LISTEN)}
 # A `\uD800`-`\uDFFF` escape: the only way a lone surrogate gets into text decoded strictly.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 # Nesting the gateway reads: well within Python's recursion limit, wherever the parse runs (a
@@ -78,6 +83,8 @@ class McpRequest:
     method: str
     kind: str | None = None  # "tool", "prompt" or "resource" for a guarded method
     name: str | None = None
+    # The resources a `subscriptions/listen` stream would deliver updates of.
+    subscribed: tuple[str, ...] = ()
 
 
 class Refusal(ValueError):
@@ -259,18 +266,44 @@ def read_request(
         _unfolded(params, _FOLDED_PARAMS, "params")
     if method == COMPLETION:
         return _completion(request_id, params)
+    if method == LISTEN:
+        return McpRequest(request_id, method, subscribed=_subscribed(params))
     guarded = GUARDED.get(method)
     if guarded is None:
         return McpRequest(request_id, method)
     name = params.get(guarded[1]) if isinstance(params, dict) else None
     if not isinstance(name, str):
         name = None
-    if name_header is not None and name_header.decode("utf-8", "replace") != name:
+    # A name outside printable ASCII travels base64-wrapped; latin-1 keeps the bytes as sent.
+    if name_header is not None and decode_name(name_header.decode("latin-1")) != name:
         raise HeaderMismatch(
-            f"Mcp-Name {name_header.decode('utf-8', 'replace')!r} does not "
+            f"Mcp-Name {name_header.decode('latin-1')[:200]!r} does not "
             f"match the body's {guarded[1]} {name!r}"
         )
     return McpRequest(request_id, method, guarded[0], name)
+
+
+def _subscribed(params: object) -> tuple[str, ...]:
+    """The resource URIs a listen request subscribes to; Ambiguous when they cannot be read
+    exactly (a backend might find URIs where the gateway found none)."""
+    outer, inner = _SUBSCRIPTIONS
+    if not isinstance(params, dict) or outer not in params:
+        _folded_away(params, outer)
+        return ()
+    notifications = params[outer]
+    if not isinstance(notifications, dict):
+        raise Ambiguous(f"params.{outer} of {LISTEN} must be an object")
+    _folded_away(notifications, inner)
+    uris = notifications.get(inner, [])
+    if not isinstance(uris, list) or not all(isinstance(uri, str) for uri in uris):
+        raise Ambiguous(f"params.{outer}.{inner} of {LISTEN} must be a list of strings")
+    return tuple(uris)
+
+
+def _folded_away(holder: object, field: str) -> None:
+    """Ambiguous when `holder` has a key equal to `field` but for case."""
+    if isinstance(holder, dict):
+        _unfolded(holder, {field.casefold(): field}, "params")
 
 
 def _completion(request_id: object, params: object) -> McpRequest:

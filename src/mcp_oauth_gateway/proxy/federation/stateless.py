@@ -18,6 +18,7 @@ from collections.abc import Callable
 from ... import __version__
 from ...asgi import Receive, Scope, Send
 from ...controlplane.snapshot import CompiledTarget
+from ...mcp_headers import encode_name
 from ..upstream import UpstreamResponse
 from . import jsonrpc, merge, streams, wire
 from .cursor import Cursors
@@ -206,7 +207,7 @@ class Stateless:
         params = rewritten.get("params")
         if field is not None and isinstance(params, dict) and isinstance(params.get(field), str):
             # The target checks Mcp-Name against its own name for the item.
-            own = wire.encode_name(params[field])
+            own = encode_name(params[field])
             target.wire = (*(target.wire or ()), (wire.NAME, own))
         method, request_id = str(message["method"]), message["id"]
         try:

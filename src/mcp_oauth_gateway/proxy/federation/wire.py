@@ -6,13 +6,11 @@ server. Pure functions: the stage turns a `WireError` into its HTTP answer."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ...asgi import Headers
+from ...mcp_headers import decode_name
 from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND
 
 # The revisions spoken without a session; the older ones open one with `initialize`.
@@ -48,8 +46,6 @@ METHOD = b"mcp-method"
 NAME = b"mcp-name"
 SESSION = b"mcp-session-id"
 _ROUTING = (VERSION, METHOD, NAME)
-_SENTINEL = re.compile(r"=\?base64\?(?P<payload>.*)\?=")
-_HEADER_SAFE = re.compile(r"[\x20-\x7e]*")
 
 
 class WireError(ValueError):
@@ -87,33 +83,6 @@ def is_stateless(headers: Headers) -> bool:
     return (
         version is not None and version not in SESSION_VERSIONS and header(headers, SESSION) is None
     )
-
-
-def decode_name(value: str | None) -> str | None:
-    """An `Mcp-Name` value as the client meant it: verbatim, or the UTF-8 inside the wire's
-    `=?base64?…?=` wrapping (None when that wrapping is broken or not canonical)."""
-    if value is None:
-        return None
-    match = _SENTINEL.fullmatch(value)
-    if match is None:
-        return value
-    payload = match.group("payload")
-    try:
-        raw = base64.b64decode(payload, validate=True)
-        if base64.b64encode(raw).decode("ascii") != payload:
-            return None
-        return raw.decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-
-
-def encode_name(value: str) -> bytes:
-    """`value` as an `Mcp-Name` header carries it: verbatim when it is plain printable ASCII,
-    else wrapped in base64, as clients write it."""
-    plain = _HEADER_SAFE.fullmatch(value) and value == value.strip()
-    if plain and not _SENTINEL.fullmatch(value):
-        return value.encode("ascii")
-    return b"=?base64?" + base64.b64encode(value.encode("utf-8")) + b"?="
 
 
 def checked(headers: Headers, message: Mapping[str, object]) -> WireRequest:
