@@ -177,3 +177,29 @@ async def test_one_get_stream_per_session_and_a_client_leaving_stops_the_targets
     # The stream ended: the session may open another.
     targets.holding = False
     assert (await drive(app, "GET", headers=headers)).status == 200
+
+
+async def test_a_target_opened_while_the_get_stream_is_open_joins_it():
+    """A target down when the client opened its stream (or restarted since) joins the stream
+    with its own once its session is opened again, here by the client's next list."""
+    gone, a_streamed, b_streamed = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    targets = Targets(streams={"a": [CHANGED], "b": [UPDATED]}, down={"b"}, holding=True)
+    targets.streamed = a_streamed
+    app = stage(targets)
+    headers = await open_session(app)
+    listening = asyncio.ensure_future(drive(app, "GET", headers=headers, client_left=gone))
+    await a_streamed.wait()
+    targets.down.clear()
+    targets.streamed = b_streamed
+    listed = await drive(app, "POST", headers=headers, body=rpc("tools/list"))
+    assert [t["name"] for t in listed.json()["result"]["tools"]][-1] == "b_u2"
+    # b's stream was opened and its event relayed (a guard, not a wait for time to pass)
+    await asyncio.wait_for(b_streamed.wait(), 5)
+    gone.set()
+    got = events((await listening).body)
+    assert {
+        "jsonrpc": "2.0",
+        "method": "notifications/resources/updated",
+        "params": {"uri": "mcp+gw://b/note://b"},
+    } in got
+    assert [get.released for get in targets.gets] == [1, 1]

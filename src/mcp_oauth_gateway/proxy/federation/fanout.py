@@ -66,6 +66,8 @@ class Fanout:
                 async with target.opening:
                     if not target.open:
                         await self.link.open(scope, target, session.params, session.initialized)
+                        if session.joining is not None:
+                            session.joining.put_nowait(target.target.name)
             try:
                 return await action()
             except SessionGone:

@@ -78,6 +78,8 @@ class ClientSession:
     exchanges: Exchanges = field(default_factory=Exchanges)
     # The client's GET stream is open (one at a time, as MCP servers keep it).
     listening: bool = False
+    # While it is open here: the targets opened again since, to join it with their own.
+    joining: asyncio.Queue[str] | None = None
     # What Redis was last given of it (shared: sessions across replicas), to store changes only.
     stored: dict[str, object] | None = None
 

@@ -18,6 +18,7 @@ With a Redis URL (the Broker's), sessions are kept there too and served by any r
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -347,15 +348,29 @@ class Federation:
                         "headers": streams.STREAM_HEADERS,
                     }
                 )
-                await streams.while_connected(
-                    streams.merged(opened, send, session.exchanges), receive
+                session.joining = asyncio.Queue()
+
+                async def open_stream(name: str) -> UpstreamResponse | None:
+                    target = session.targets[name]
+                    try:
+                        response = await self.link.listen(scope, target)
+                    except Unavailable as exc:
+                        self.health.failed(name, exc)
+                        return None
+                    self.health.ok(name)
+                    return response
+
+                merged = streams.merged(
+                    opened, send, session.exchanges, session.joining, open_stream
                 )
+                await streams.while_connected(merged, receive)
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             finally:
                 for response in opened.values():
                     response.release()
         finally:
             session.listening = False
+            session.joining = None
 
     async def _delete(self, scope: Scope, send: Send) -> None:
         session = await self._session(scope, send)

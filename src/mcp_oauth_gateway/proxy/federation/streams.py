@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
 
 from ...asgi import Receive, Send
 from ..upstream import UpstreamError, UpstreamResponse
@@ -82,10 +83,23 @@ async def relay_call(
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def merged(streams: Mapping[str, UpstreamResponse], send: Send, exchanges: Exchanges) -> None:
+# Opens a target's GET stream for the merged one (None: it offers none, or failed).
+OpenStream = Callable[[str], Awaitable[UpstreamResponse | None]]
+
+
+async def merged(
+    streams: Mapping[str, UpstreamResponse],
+    send: Send,
+    exchanges: Exchanges,
+    joining: asyncio.Queue[str] | None = None,
+    open_stream: OpenStream | None = None,
+) -> None:
     """Every target's GET stream onto the client's, one whole event at a time, until all
-    of them have ended."""
+    of them have ended. A target named on `joining` (its session opened again while the
+    client's stream is open: it was down, or restarted) joins with a stream of its own."""
     sending = asyncio.Lock()
+    running: dict[str, asyncio.Future[None]] = {}
+    joined: list[UpstreamResponse] = []
 
     async def relay(target: str, response: UpstreamResponse) -> None:
         try:
@@ -98,4 +112,32 @@ async def merged(streams: Mapping[str, UpstreamResponse], send: Send, exchanges:
         except (UpstreamError, ValueError) as exc:
             log.info("federated target %s: its GET stream broke off: %s", target, exc)
 
-    await asyncio.gather(*(relay(name, response) for name, response in streams.items()))
+    async def join(target: str) -> None:
+        assert open_stream is not None
+        response = await open_stream(target)
+        if response is not None:
+            joined.append(response)
+            await relay(target, response)
+
+    def next_join() -> asyncio.Future[str] | None:
+        return asyncio.ensure_future(joining.get()) if joining is not None else None
+
+    for name, response in streams.items():
+        running[name] = asyncio.ensure_future(relay(name, response))
+    waiter = next_join()
+    try:
+        while live := {t for t in running.values() if not t.done()}:
+            watched: set[asyncio.Future[Any]] = {*live, *([waiter] if waiter else [])}
+            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            if waiter is not None and waiter.done():
+                name = waiter.result()
+                if name not in running or running[name].done():
+                    running[name] = asyncio.ensure_future(join(name))
+                waiter = next_join()
+    finally:
+        tasks: list[asyncio.Future[Any]] = [*running.values(), *([waiter] if waiter else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for response in joined:
+            response.release()
