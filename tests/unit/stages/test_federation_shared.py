@@ -168,3 +168,25 @@ async def test_a_session_a_caller_pushes_out_ends_at_every_replica(redis_url):
     finally:
         for store in shared:
             await store.close()
+
+
+async def test_a_target_opened_again_at_one_replica_is_used_so_at_the_other(replicas):
+    """A replica holding a session takes the target session another replica opened again
+    (its target had lost the old one), instead of sending the old id and opening yet another."""
+    one, two, targets, _ = replicas
+    headers = await opened(one)
+    session_id = headers[0][1].decode()
+    assert (
+        await drive(two, "POST", headers=headers, body=rpc("tools/list"), scope=ALICE)
+    ).status == 200
+    # At the second replica, target a's session is opened again under a new id, and stored.
+    held = await two.directory.find(session_id, ("https://idp", "alice"))
+    assert held is not None
+    held.targets["a"].session_id = b"sess-a-reopened"
+    await two.directory.store(held)
+    listed = await drive(one, "POST", headers=headers, body=rpc("tools/list", 2), scope=ALICE)
+    assert listed.status == 200
+    sent = [dict(h) for name, h, m in targets.seen if name == "a" and m.get("id") == 2]
+    assert [h[b"mcp-session-id"] for h in sent] == [b"sess-a-reopened"]
+    # Taken, not fought over: the first replica stores nothing back.
+    assert methods(targets).count("initialize") == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...controlplane.snapshot import CompiledTarget
 from .session import ClientSession, Owner, SessionTable
-from .shared import SharedSessions, record_of, session_from
+from .shared import SharedSessions, adopt, record_of, session_from
 
 
 class Directory:
@@ -23,16 +23,20 @@ class Directory:
 
     async def find(self, session_id: str, owner: Owner) -> ClientSession | None:
         """The caller's session: this process's copy (while Redis, when shared, still has it:
-        it may have been ended at another replica), or else rebuilt from Redis. Another
-        caller's session is unknown to this one, wherever it is kept."""
+        it may have been ended at another replica; with what another replica changed of it),
+        or else rebuilt from Redis. Another caller's session is unknown to this one, wherever
+        it is kept."""
         session = self.table.find(session_id, owner)
         if self.shared is None:
             return session
         if session is not None:
-            if await self.shared.alive(session_id):
-                return session
-            self.table.remove(session_id)
-            return None
+            alive, record = await self.shared.current(session_id)
+            if not alive:
+                self.table.remove(session_id)
+                return None
+            if record is not None and record != session.stored:
+                adopt(session, record)  # another replica opened a target again, say
+            return session
         record = await self.shared.load(session_id)
         found = session_from(session_id, record, self.targets) if record else None
         if found is None or found.owner != owner:

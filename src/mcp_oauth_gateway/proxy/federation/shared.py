@@ -85,6 +85,22 @@ def session_from(
     )
 
 
+def adopt(session: ClientSession, record: dict[str, Any]) -> None:
+    """Take what another replica changed of a session this one holds: a target session it
+    opened again (its target had lost the old one), and the client's `initialized`. Without
+    this, this replica would go on sending the old id, be told 404, and open yet another."""
+    stored = record.get("targets")
+    for name, own in session.targets.items():
+        seen = stored.get(name) if isinstance(stored, dict) else None
+        if not isinstance(seen, dict) or not isinstance(seen.get("version"), str):
+            continue  # closed there (it failed there): this replica's view stands
+        found = seen.get("session")
+        own.session_id = found.encode("latin-1") if isinstance(found, str) else None
+        own.version = seen["version"]
+    session.initialized = session.initialized or record.get("initialized") is True
+    session.stored = record
+
+
 class SharedSessions:
     """A route rule's sessions in Redis. Every failure to reach Redis is logged and taken as
     "not there": a session is then served by the replica holding it, or started anew."""
@@ -123,14 +139,22 @@ class SharedSessions:
             return None
         return record if isinstance(record, dict) else None
 
-    async def alive(self, session_id: str) -> bool:
-        """Whether Redis still has the session (its TTL started again): False once it was
-        ended at another replica or expired; True when Redis cannot be asked."""
+    async def current(self, session_id: str) -> tuple[bool, dict[str, Any] | None]:
+        """Whether Redis still has the session (its TTL started again), and its record as
+        another replica may have changed it: (False, None) once it was ended at another
+        replica or expired; (True, None) when Redis cannot be asked."""
         try:
-            return bool(await self._client.expire(self._key(session_id), self.ttl))
+            raw = await self._client.getex(self._key(session_id), ex=self.ttl)
         except (RedisError, OSError) as exc:  # the replica's own copy stands
             log.warning("federated session not refreshed in Redis: %s", exc)
-            return True
+            return True, None
+        if raw is None:
+            return False, None
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return True, None
+        return True, record if isinstance(record, dict) else None
 
     async def forget(self, session_id: str) -> None:
         """End the session at every replica."""
