@@ -122,16 +122,21 @@ class Federated:
     # The resources file the gateway watches, and its listener port (to write them anew).
     config: Path = Path()
     gateway_port: int = 0
+    # The gateway's audit trail (`serve --audit-log`), when it keeps one.
+    audit: Path = Path()
 
     def token(self, *groups: str, sub: str = "alice") -> str:
         """A token the route's policy accepts, for `sub` in `groups`."""
         return mint(self.key, claims_for(ISSUER, AUDIENCE, sub=sub, groups=list(groups)))
 
     @asynccontextmanager
-    async def session(self, *groups: str, **callbacks: Any) -> AsyncIterator[ClientSession]:
-        """An initialized `mcp` SDK client session through the gateway (`callbacks`: the
-        ClientSession's sampling, elicitation, roots, logging and message callbacks)."""
-        headers = {"Authorization": f"Bearer {self.token(*groups)}"}
+    async def session(
+        self, *groups: str, sub: str = "alice", **callbacks: Any
+    ) -> AsyncIterator[ClientSession]:
+        """An initialized `mcp` SDK client session through the gateway for `sub` in `groups`
+        (`callbacks`: the ClientSession's sampling, elicitation, roots, logging and message
+        callbacks)."""
+        headers = {"Authorization": f"Bearer {self.token(*groups, sub=sub)}"}
         async with (
             httpx2.AsyncClient(headers=headers, timeout=30) as http,
             streamable_http_client(self.url, http_client=http) as (read, write, *_),
@@ -154,10 +159,13 @@ def start_gateway(
     key: RSAKey,
     rules: list[str] = RULES,
     env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
 ):
-    """The gateway serving the federated route (a Process; `env` added to its environment)."""
+    """The gateway serving the federated route (a Process; `env` added to its environment,
+    `args` to its command line)."""
     config = config_path(directory)
     config.write_text(resources(port, targets, key, rules))
-    process = Process(f"gateway-federation-{port}", gateway_cmd(config), logs, env=env)
+    command = [*gateway_cmd(config), *args]
+    process = Process(f"gateway-federation-{port}", command, logs, env=env)
     wait_for_port(port, process)
     return process

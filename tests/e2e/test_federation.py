@@ -4,6 +4,7 @@ listing and calling across them, a rule per target, and one target killed and br
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from federation_support import (
+    ISSUER,
     RULES,
     Federated,
     config_path,
@@ -53,10 +55,12 @@ def federated(logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     key = new_key("federation-key")
     port = free_port()
     directory = tmp_path_factory.mktemp("federation")
-    gateway = start_gateway(directory, logs, port, ports, key)
+    audit = directory / "audit.jsonl"
+    gateway = start_gateway(directory, logs, port, ports, key, args=("--audit-log", str(audit)))
     stack = Federated(f"http://127.0.0.1:{port}/mcp", key, logs, ports, processes)
     stack.config = config_path(directory)
     stack.gateway_port = port
+    stack.audit = audit
     try:
         yield stack
     finally:
@@ -125,6 +129,51 @@ async def test_a_rule_on_the_target_hides_its_tools(federated):
         with pytest.raises(MCPError, match="Unknown tool: b_whoami"):
             await session.call_tool("b_whoami", {})
         assert text(await session.call_tool("a_whoami", {})) == "a"
+
+
+def audited(federated: Federated, sub: str) -> list[dict]:
+    """The whole audit lines written so far about `sub`'s calls."""
+    text = federated.audit.read_text() if federated.audit.exists() else ""
+    lines = [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines()]
+    return [
+        line
+        for line in lines
+        if (line["caller"] or {}).get("sub") == sub and (line["mcp"] or {}).get("tool")
+    ]
+
+
+async def test_the_audit_trail_says_who_called_which_target_s_tool_and_why(federated):
+    """Line by line: the target and tool of each call, who called, and the rule that allowed
+    it or that none held."""
+    async with federated.session("users", sub="carol") as session:
+        assert text(await session.call_tool("a_whoami", {})) == "a"
+        with pytest.raises(MCPError, match="Unknown tool: b_whoami"):
+            await session.call_tool("b_whoami", {})
+        with pytest.raises(MCPError, match="Unknown tool: ts_delete_all"):
+            await session.call_tool("ts_delete_all", {})
+
+    def three() -> bool:
+        return len(audited(federated, "carol")) >= 3
+
+    wait_until(three, 30, "carol's three calls in the audit trail")
+    lines = {line["mcp"]["tool"]: line for line in audited(federated, "carol")}
+    allowed = lines["a_whoami"]
+    # The last stage it passed: the federation stage, which answers a federated route.
+    assert (allowed["decision"], allowed["stage"], allowed["mcp"]["target"]) == (
+        "allow",
+        "federation",
+        "a",
+    )
+    assert allowed["caller"]["iss"] == ISSUER
+    assert 'Allow rule `mcp.target == "a"` holds' in allowed["reason"]
+    for tool, target in (("b_whoami", "b"), ("ts_delete_all", "ts")):
+        denied = lines[tool]
+        assert (denied["decision"], denied["stage"], denied["mcp"]["target"]) == (
+            "deny",
+            "mcp-authorization",
+            target,
+        )
+        assert denied["reason"].startswith(f"tool '{tool}': no Allow rule holds")
 
 
 def raw_call(federated: Federated, headers: dict[str, str], name: str) -> httpx.Response:
