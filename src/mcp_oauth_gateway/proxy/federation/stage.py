@@ -38,7 +38,7 @@ from .routing import COMPLETION, ROUTED, routed
 from .session import ClientSession, SessionTable, new_session, owner_of
 from .shared import SharedSessions
 from .stateless import Stateless
-from .target import INITIALIZED, TargetLink, Unavailable, refusal_status
+from .target import INITIALIZED, TargetLink, Unavailable, refusal_status, unavailable
 
 log = logging.getLogger("mcp_oauth_gateway.federation")
 T = TypeVar("T")
@@ -283,9 +283,7 @@ class Federation:
                 response.release()
         except Unavailable as exc:
             self.health.failed(name, exc)
-            text = refused(
-                scope, f"the MCP server {name!r} behind this route is unavailable: {exc}"
-            )
+            text = refused(scope, unavailable(name, exc))
             await jsonrpc.reply(send, 200, jsonrpc.error(request_id, INTERNAL_ERROR, text))
             return
         finally:
@@ -315,9 +313,7 @@ class Federation:
             await self.link.tell(scope, session.targets[name], jsonrpc.dumps(answer))
         except Unavailable as exc:
             self.health.failed(name, exc)
-            text = refused(
-                scope, f"the MCP server {name!r} behind this route is unavailable: {exc}"
-            )
+            text = refused(scope, unavailable(name, exc))
             await jsonrpc.reply(send, 502, jsonrpc.error(None, INTERNAL_ERROR, text))
             return
         self.health.ok(name)

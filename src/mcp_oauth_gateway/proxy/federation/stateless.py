@@ -30,7 +30,7 @@ from .rewrite import from_target
 from .routing import COMPLETION, ROUTED, routed
 from .session import ClientSession, Owner, TargetSession, owner_of
 from .shared import SharedSessions
-from .target import ErrorAnswer, Refused, TargetLink, Unavailable
+from .target import ErrorAnswer, Refused, TargetLink, Unavailable, unavailable
 from .wire import WireError, WireRequest
 
 # What this wire can ask of a federated route; anything else is unknown here (404).
@@ -216,9 +216,7 @@ class Stateless:
             await self._relay(response, session, name, method, request_id, receive, send)
         except Unavailable as exc:
             self.fan.health.failed(name, exc)
-            text = self.refused(
-                scope, f"the MCP server {name!r} behind this route is unavailable: {exc}"
-            )
+            text = self.refused(scope, unavailable(name, exc))
             await jsonrpc.reply(send, 200, jsonrpc.error(request_id, INTERNAL_ERROR, text))
 
     async def _relay(

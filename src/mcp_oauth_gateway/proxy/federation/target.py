@@ -115,6 +115,11 @@ class ErrorAnswer(Unavailable):
     down = False
 
 
+def unavailable(name: str, failure: Unavailable) -> str:
+    """What a client is told of a call its target could not take (and the audit trail too)."""
+    return f"the MCP server {name!r} behind this route is unavailable: {failure}"
+
+
 def refusal_status(failures: Iterable[Unavailable]) -> int:
     """The HTTP status of a request every target failed: the targets' own 4xx when each
     refused it with one (the same, or else 400), otherwise 200 with a JSON-RPC error."""
