@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -124,8 +125,14 @@ async def chromium_page() -> AsyncIterator[Page]:
 
 
 def gateway_requests(log: str) -> list[str]:
-    """`METHOD path status sub` for each line of the gateway's access log."""
-    return [" ".join(match.groups()) for match in ACCESS_LINE.finditer(log)]
+    """`METHOD path status sub` for each line of the gateway's access log, written as text or,
+    with `--log-format json` or an audit trail, as JSON."""
+    found = [" ".join(match.groups()) for match in ACCESS_LINE.finditer(log)]
+    for line in log.splitlines():
+        if line.startswith("{") and '"logger":"mcp_oauth_gateway.access"' in line:
+            entry = json.loads(line)
+            found.append(f"{entry['method']} {entry['path']} {entry['status']} {entry['sub']}")
+    return found
 
 
 async def call_add(page: Page) -> None:

@@ -20,12 +20,14 @@ the difference is named next to it.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -77,6 +79,8 @@ class Broker:
     gateway: str
     process: Process
     redis_url: str
+    # The gateway's audit trail (`serve --audit-log`).
+    audit: Path
 
     @property
     def mcp(self) -> str:
@@ -122,15 +126,16 @@ def broker(
     )
     assert done.returncode == 0, done.stderr
     assert f"created public client '{GATEWAY_CLIENT}'" in done.stderr, done.stderr
+    audit = out.parent / "audit.jsonl"
     process = Process(
         f"gateway-broker-{provider.name}",
-        gateway_cmd(out),
+        [*gateway_cmd(out), "--audit-log", str(audit)],
         logs,
         env={"MCP_OAUTH_GATEWAY_REDIS_URL": redis_url},
     )
     try:
         wait_for_port(port, process)
-        yield Broker(provider, realm, gateway, process, redis_url)
+        yield Broker(provider, realm, gateway, process, redis_url, audit)
     finally:
         process.stop()
 
@@ -170,6 +175,54 @@ def test_python_sdk_2_signs_in_and_calls_a_tool(broker):
     assert report["result"] == "5"
     # It signed in at the provider, which sent it back through the gateway's callback.
     wait_until(lambda: broker.callbacks() == before + 1, 10, "the callback in the access log")
+
+
+def audit_lines(broker: Broker) -> list[dict[str, Any]]:
+    """The whole lines of the audit trail written so far."""
+    text = broker.audit.read_text() if broker.audit.exists() else ""
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines()]
+
+
+def test_the_audit_trail_names_the_provider_s_user_line_by_line(broker):
+    """Who called what, with the provider's own tokens: the audit lines of a sign-in and a call
+    name the provider's issuer and its id for the user (Keycloak's is a UUID, not the
+    username), the Broker's events in order, and never a token or code."""
+    done = subprocess.run(
+        [sys.executable, str(PEERS / "py_client.py"), broker.mcp, "alice", USER_PASSWORD],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    user = broker.provider.admin("GET", "/users", broker.realm, params={"username": "alice"})
+    alice = user.json()[0]["id"]
+
+    def call_lines() -> list[dict[str, Any]]:
+        # The route has no tool rules, so the MCP method is not read: the calls are the
+        # POSTs to /mcp that reached the server.
+        return [
+            line
+            for line in audit_lines(broker)
+            if (line["method"], line["path"], line["stage"]) == ("POST", "/mcp", "reverse-proxy")
+        ]
+
+    wait_until(lambda: len(call_lines()) >= 3, 30, "the client's calls in the audit trail")
+    for call in call_lines():
+        assert (call["decision"], call["status"]) == ("allow", 200)
+        assert call["caller"]["iss"] == broker.issuer
+        assert call["caller"]["sub"] == alice
+    lines = audit_lines(broker)
+    events = [line["event"] for line in lines if line["event"]]
+    for event in ("client-registered", "consent-given", "code-issued", "token-issued"):
+        assert event in events, events
+    # The provider sent alice back (its sign-in done): the gateway issued its code then.
+    back = [line for line in lines if line["path"] == "/mcp/oauth/callback"]
+    assert [line["event"] for line in back][-1] == "code-issued"
+    # Never a token: the provider's tokens are JWTs (a JSON header, then a JSON payload), and
+    # none is in the file (the Broker's client ids are signed too, but their first part is
+    # `mcpgw`: they are no secret, and shown).
+    jwt = re.compile(r"eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+\.")
+    assert not jwt.search(broker.audit.read_text())
 
 
 def test_typescript_client_2_signs_in_and_calls_a_tool(broker):
