@@ -94,8 +94,6 @@ def explain_allow(rules: CompiledAuthorization, activation: dict[str, object]) -
     return "no Deny rule matches" if rules.action == "Deny" else "every Require rule holds"
 
 
-# The other decision memos (scopes, MCP items) keep this fixed bound, first in first out.
-DECISION_CACHE = 10_000
 STAGE = "cel-authorization"
 
 

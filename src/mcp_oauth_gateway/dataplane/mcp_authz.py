@@ -29,7 +29,7 @@ from ..asgi import (
 )
 from ..controlplane.cel import CompiledExpression, outcome
 from ..controlplane.snapshot import CompiledAuthorization, CompiledScopes
-from .authz import DECISION_CACHE, decide, explain, explain_allow, request_variables
+from .authz import decide, explain, explain_allow, request_variables
 from .bounded import BoundedCache, CacheCounts
 from .content_coding import SUPPORTED, CodingError, check_codings, codings, decode
 from .mcp_list_filter import ListFilter
@@ -78,8 +78,15 @@ class McpAuthorization:
         self._decisions: BoundedCache[tuple[str, str, str], bool] | None = (
             None if self.needs_request else BoundedCache(cache_entries, counts)
         )
-        self._needed_cache: dict[tuple[str, str, str], tuple[str, ...]] = {}
-        self._allowed_by: dict[tuple[str, str, str], str] = {}
+        # The scopes an item needs and, for the audit trail, the rule that let it through: the
+        # same for the token's life too. Under the process-wide budget, least recently used
+        # forgotten first, as the decisions (counted there: entries and evictions).
+        self._needed_cache: BoundedCache[tuple[str, str, str], tuple[str, ...]] = BoundedCache(
+            cache_entries, counts
+        )
+        self._allowed_by: BoundedCache[tuple[str, str, str], str] = BoundedCache(
+            cache_entries, counts
+        )
 
     def allowed(self, scope: Scope, kind: str, name: str | None) -> bool:
         """Whether the caller may use the item `name` of `kind` (tool, prompt or resource)."""
@@ -128,9 +135,7 @@ class McpAuthorization:
         hit = self._needed_cache.get(key)
         if hit is None:
             hit = self._needed(scope, kind, name)
-            if len(self._needed_cache) >= DECISION_CACHE:
-                del self._needed_cache[next(iter(self._needed_cache))]
-            self._needed_cache[key] = hit
+            self._needed_cache.put(key, hit)
         return hit
 
     def _needed(self, scope: Scope, kind: str, name: str) -> tuple[str, ...]:
@@ -240,9 +245,7 @@ class McpAuthorization:
             activation = self._activation(scope, kind, name)
             why = f"{kind} {name[:200]!r}: " + explain_allow(self.rules, activation)
             if key is not None:
-                if len(self._allowed_by) >= DECISION_CACHE:
-                    del self._allowed_by[next(iter(self._allowed_by))]
-                self._allowed_by[key] = why
+                self._allowed_by.put(key, why)
         return why
 
     def _why_denied(self, scope: Scope, kind: str, name: str | None) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from .. import audit
 from ..asgi import (
     CLAIMS_KEY,
+    DEFAULT_TOKEN_CACHE_ENTRIES,
     TOKEN_KEY,
     ASGIApp,
     Receive,
@@ -24,7 +25,7 @@ from ..asgi import (
 )
 from ..controlplane.snapshot import CompiledScopes
 from ..oauth_scopes import scope_tokens
-from .authz import DECISION_CACHE
+from .bounded import BoundedCache, CacheCounts
 from .challenge import challenge
 
 INSUFFICIENT_SCOPE = "insufficient_scope"
@@ -89,12 +90,20 @@ async def send_insufficient_scope(
 class RequiredScopes:
     """Every request on the route needs the policy's `scopes.required`."""
 
-    def __init__(self, app: ASGIApp, scopes: CompiledScopes, prm_path: str | None):
+    def __init__(
+        self,
+        app: ASGIApp,
+        scopes: CompiledScopes,
+        prm_path: str | None,
+        cache_entries: int = DEFAULT_TOKEN_CACHE_ENTRIES,
+        counts: CacheCounts | None = None,
+    ):
         self.app = app
         self.scopes = scopes
         self.prm_path = prm_path
-        # token → what it lacks: the answer is the same for the token's whole life.
-        self._missing: dict[str, list[str]] = {}
+        # token → what it lacks: the answer is the same for the token's whole life (under the
+        # process-wide budget, least recently used forgotten first).
+        self._missing: BoundedCache[str, list[str]] = BoundedCache(cache_entries, counts)
 
     def missing(self, scope: Scope) -> list[str]:
         """The required scopes the caller's token does not grant."""
@@ -105,9 +114,7 @@ class RequiredScopes:
         held = granted_scopes(scope.get(CLAIMS_KEY, {}), self.scopes)
         missing = lacking(self.scopes.required, held)
         if token is not None:
-            if len(self._missing) >= DECISION_CACHE:
-                del self._missing[next(iter(self._missing))]
-            self._missing[token] = missing
+            self._missing.put(token, missing)
         return missing
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

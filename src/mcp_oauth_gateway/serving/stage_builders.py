@@ -94,7 +94,13 @@ def required_scopes(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
     """The route-wide scopes."""
     policy = _policy(ctx)
     assert policy.scopes is not None
-    return RequiredScopes(app, policy.scopes, _prm_path(policy))
+    return RequiredScopes(
+        app,
+        policy.scopes,
+        _prm_path(policy),
+        ctx.shared.limits.token_cache_entries,
+        ctx.shared.authorization_cache,
+    )
 
 
 def cel_authorization(ctx: RouteContext, app: ASGIApp) -> ASGIApp:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from mcp_oauth_gateway.controlplane.scopes import compile_scopes, implied_closure, rule_kinds
+from mcp_oauth_gateway.dataplane.bounded import CacheCounts
 from mcp_oauth_gateway.dataplane.mcp_authz import McpAuthorization
 from mcp_oauth_gateway.dataplane.scopes import RequiredScopes, granted_scopes, lacking
 from mcp_oauth_gateway.resources.models import McpScopeRule
@@ -204,3 +205,15 @@ async def test_an_anonymous_caller_short_of_a_scope_is_asked_for_a_token_not_a_s
     )
     assert item.status == 401
     assert not inner.seen
+
+
+async def test_what_tokens_lack_is_remembered_under_the_shared_budget_least_recent_first():
+    """The route-wide scope memo is one of the process's authorization memos: bounded, least
+    recently used forgotten first, its entries and evictions counted with theirs."""
+    counts = CacheCounts()
+    app = RequiredScopes(Inner(), scopes(required=["mcp:tools"]), PRM, 2, counts)
+    for granted in ("a", "b", "a", "c"):  # `a` used again: `b` is the least recent
+        await drive(app, "POST", scope=caller(granted))
+    assert (len(app._missing), counts.evictions, counts.total) == (2, 1, 2)
+    assert "t-a" in app._missing
+    assert "t-b" not in app._missing

@@ -107,6 +107,18 @@ class Fanout:
         await self.each(session, listen, every=True)
         return opened
 
+    async def stream_of(self, scope: Scope, target: TargetSession) -> UpstreamResponse | None:
+        """The GET stream of a target opened again while the client's is open (None when it
+        offers none, or fails: noted in its health)."""
+        name = target.target.name
+        try:
+            response = await self.link.listen(scope, target)
+        except Unavailable as exc:
+            self.health.failed(name, exc)
+            return None
+        self.health.ok(name)
+        return response
+
     async def end(self, scope: Scope, session: ClientSession) -> None:
         """End every target's session (a target that fails is left to expire it; one that
         keeps no sessions has nothing to end)."""

@@ -18,7 +18,6 @@ With a Redis URL (the Broker's), sessions are kept there too and served by any r
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -336,37 +335,16 @@ class Federation:
                 why = "none of the MCP servers behind this route offers a GET stream"
                 await send_error(send, 405, "method_not_allowed", why, [(b"allow", _ALLOW)])
                 return
-            try:
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 200,
-                        "headers": streams.STREAM_HEADERS,
-                    }
-                )
-                session.joining = asyncio.Queue()
-
-                async def open_stream(name: str) -> UpstreamResponse | None:
-                    target = session.targets[name]
-                    try:
-                        response = await self.link.listen(scope, target)
-                    except Unavailable as exc:
-                        self.health.failed(name, exc)
-                        return None
-                    self.health.ok(name)
-                    return response
-
-                merged = streams.merged(
-                    opened, send, session.exchanges, session.joining, open_stream
-                )
-                await streams.while_connected(merged, receive)
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            finally:
-                for response in opened.values():
-                    response.release()
+            targets = session.targets
+            await streams.serve_merged(
+                opened,
+                session,
+                lambda name: self.fan.stream_of(scope, targets[name]),
+                receive,
+                send,
+            )
         finally:
             session.listening = False
-            session.joining = None
 
     async def _delete(self, scope: Scope, send: Send) -> None:
         session = await self._session(scope, send)

@@ -18,6 +18,7 @@ from ..upstream import UpstreamError, UpstreamResponse
 from . import jsonrpc
 from .exchange import Exchanges
 from .rewrite import from_target
+from .session import ClientSession
 from .sse import event_data
 from .target import MAX_ANSWER_BYTES
 
@@ -81,6 +82,27 @@ async def relay_call(
     except (UpstreamError, ValueError) as exc:
         log.warning("federated answer broke off: %s", exc)
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def serve_merged(
+    opened: Mapping[str, UpstreamResponse],
+    session: ClientSession,
+    open_stream: OpenStream,
+    receive: Receive,
+    send: Send,
+) -> None:
+    """The client's GET stream, merged from the targets' `opened` ones (each released at the
+    end), a target opened again meanwhile joining it; until the client leaves or all end."""
+    try:
+        await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
+        session.joining = asyncio.Queue()
+        streams = merged(opened, send, session.exchanges, session.joining, open_stream)
+        await while_connected(streams, receive)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        session.joining = None
+        for response in opened.values():
+            response.release()
 
 
 # Opens a target's GET stream for the merged one (None: it offers none, or failed).
