@@ -162,6 +162,20 @@ async def _wait_for_disconnect(receive: Receive) -> None:
         pass
 
 
+async def _cancel_when_gone(
+    receive: Receive, relaying: asyncio.Task[None], gone: list[bool]
+) -> None:
+    """Once the client disconnects (or its receive fails), cancel the task relaying to it."""
+    try:
+        await _wait_for_disconnect(receive)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        pass  # as a disconnect: nothing reads from the client any more (as before: any end)
+    gone.append(True)
+    relaying.cancel()
+
+
 class ReverseProxy:
     """The last stage: forwards to the GatewayBackend target."""
 
@@ -310,12 +324,21 @@ class ReverseProxy:
     async def _relay_until_disconnect(
         self, response: UpstreamResponse, receive: Receive, send: Send
     ) -> None:
-        # A stream may run for hours: when the client goes away, stop reading the backend.
-        relay = asyncio.ensure_future(self._relay(response, send))
-        watcher = asyncio.ensure_future(_wait_for_disconnect(receive))
+        # A stream may run for hours: when the client goes away, stop reading the backend. The
+        # relay runs in the request's own task and a watcher cancels it on disconnect: one task
+        # per open stream fewer than relaying in a task of its own (and no asyncio.wait), each
+        # stream's objects being what the collector walks when many streams open at once.
+        task = asyncio.current_task()
+        assert task is not None  # an ASGI app always runs in a task
+        gone: list[bool] = []
+        watcher = asyncio.ensure_future(_cancel_when_gone(receive, task, gone))
         try:
-            await asyncio.wait({relay, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            await self._relay(response, send)
+        except asyncio.CancelledError:
+            # The watcher's cancellation is the client leaving, not the request's: it ends
+            # the relay only. Any other (a shutdown's) goes on up.
+            if not gone or task.uncancel() > 0:
+                raise
         finally:
-            for task in (relay, watcher):
-                task.cancel()
-            await asyncio.gather(relay, watcher, return_exceptions=True)
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)

@@ -14,7 +14,7 @@ import asyncio
 
 import pytest
 
-from mcp_oauth_gateway.asgi import BodyTooLarge
+from mcp_oauth_gateway.asgi import BodyTooLarge, Receive, Scope, Send
 from mcp_oauth_gateway.controlplane.snapshot import CompiledTarget
 from mcp_oauth_gateway.proxy.reverse_proxy import GATEWAY_SET, ReverseProxy
 from mcp_oauth_gateway.proxy.upstream import InvalidRequestHead, UpstreamError
@@ -300,6 +300,50 @@ async def test_a_client_leaving_a_stream_stops_the_reading_of_the_backend():
     assert response.messages[-1]["more_body"] is True
     assert answer.closed  # the backend stream was abandoned…
     assert answer.released == 1  # …and its connection given back to be dropped
+
+
+def _holding_stream(left: asyncio.Event | None = None) -> MemoryResponse:
+    return MemoryResponse(
+        200,
+        [(b"content-type", b"text/event-stream")],
+        None,
+        [b"data: 1\n\n"],
+        hold=True,
+        after_stream=left,
+    )
+
+
+async def test_a_client_leaving_a_stream_does_not_leave_the_request_cancelled():
+    # The relay runs in the request's task and is stopped by cancelling it: that cancellation
+    # must end with the relay, or whatever the stages do afterwards (log, audit) is cut short.
+    left = asyncio.Event()
+    upstream = MemoryUpstream(_holding_stream(left))
+    stream = proxy(upstream)
+    after: list[int] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await stream(scope, receive, send)
+        await asyncio.sleep(0)  # would raise CancelledError if a cancellation were pending
+        task = asyncio.current_task()
+        assert task is not None
+        after.append(task.cancelling())
+
+    await drive(app, "GET", client_left=left)
+    assert after == [0]
+    assert upstream.response.closed
+
+
+async def test_a_stream_cancelled_from_outside_is_cancelled():
+    # A shutdown cancels the request's task: that is not the client leaving, and goes on up.
+    started = asyncio.Event()
+    upstream = MemoryUpstream(_holding_stream(started))
+    request = asyncio.ensure_future(drive(proxy(upstream), "GET"))
+    await started.wait()
+    request.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    assert upstream.response.closed
+    assert upstream.response.released == 1
 
 
 BACKEND_CORS = [
