@@ -190,6 +190,7 @@ class StreamBench:
                 client.kill()
         result.update(ready)
         result["kb_per_stream"] = (memory - base) * 1024 / max(ready["ready"], 1)
+        result["base_mb"] = base
         result["us_per_event"] = cpu * 1e6 / max(result["count"], 1)
         return result
 
@@ -395,7 +396,9 @@ def report(
         "",
     ]
     if streams:
+        base = statistics.median(p["gateway"]["base_mb"] for row in streams for p in row)
         lines += ["### Added delay against open SSE streams", "", *stream_table(streams), ""]
+        lines += [f"The gateway's resident memory before any stream: {base:.0f} MB.", ""]
     if bursts:
         lines += ["### Streams while more open", "", *burst_table(bursts, args.burst), ""]
     if idle:
