@@ -154,6 +154,8 @@ class _Totals:
         self.lost = 0
         self.broken = 0
         self.stopping = False
+        # The longest delay and when (monotonic seconds) its event arrived.
+        self.worst = (0, 0.0)
 
 
 class _StreamClient(asyncio.Protocol):
@@ -193,7 +195,10 @@ class _StreamClient(asyncio.Protocol):
             totals.lost += number - self.last - 1
             self.last = number
             if totals.recording:
-                totals.delays.append(now - int(sent))
+                delay = now - int(sent)
+                totals.delays.append(delay)
+                if delay > totals.worst[0]:
+                    totals.worst = (delay, now / 1e9)
             position = end + 1
         self.buffer = buffer[position:]
 
@@ -257,7 +262,12 @@ async def streams(args: list[str]) -> None:
     totals.recording, window = True, time.monotonic()
     await asyncio.sleep(seconds)
     totals.recording = False
-    result = {"window": [window, time.monotonic()], "lost": totals.lost, "broken": totals.broken}
+    result = {
+        "window": [window, time.monotonic()],
+        "lost": totals.lost,
+        "broken": totals.broken,
+        "worst_at": totals.worst[1],
+    }
     totals.stopping = True
     _emit({**result, **percentiles(totals.delays)})
     for protocol in opened:

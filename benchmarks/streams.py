@@ -174,12 +174,18 @@ class StreamBench:
             time.sleep(self.args.warmup)
             cpu, busy = cpu_seconds(gateway.popen.pid) if gateway else 0.0, core_busy()
             if burst:
+                burst_at = time.monotonic()
                 late = self.peer("streams", "127.0.0.1", port, burst, self.token, 1, 1, *SOURCES)
                 opened = read_json(late, 60)
             result = read_json(client, self.args.seconds + 60)
             if burst:
                 result["burst_open_s"], result["burst_failed"] = opened["open_s"], opened["failed"]
-                read_json(late, 60)
+                # When the burst began and when its streams were closed, against the worst
+                # event's arrival (worst_at): which of the two the longest stall belongs to.
+                result["burst_at"], result["burst_closed_at"] = (
+                    burst_at,
+                    read_json(late, 60)["window"][1],
+                )
                 late.wait(30)
             cpu = cpu_seconds(gateway.popen.pid) - cpu if gateway else 0.0
             # What else ran on the gateway's core: a neighbour there makes the tail.
