@@ -12,7 +12,9 @@ they cost little next to what they measure:
     active HOST PORT TOKEN SECONDS
                                 one connection doing sequential POSTs; the latencies
     gateway TRACE ARGS...       the gateway (`mcp_oauth_gateway ARGS`) with every garbage
-                                collection timed, written as JSON to TRACE when it stops
+                                collection timed, written as JSON to TRACE when it stops;
+                                on SIGUSR1 it appends its tracked objects by type to
+                                TRACE.census (what each open stream keeps)
 
 Each event is `data: SEQ SENT_NS`, SENT_NS being CLOCK_MONOTONIC (one clock for every process
 of the machine): its delay is the time it arrives at the client minus that.

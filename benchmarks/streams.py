@@ -10,13 +10,20 @@ RS256 bearer tokens and one CEL rule, as in run.py) and client processes on loop
 - Idle connections: K keep-alive connections (one POST each, then silent) held by one
   process, and one client doing sequential `tools/call` POSTs through the gateway: its p50/p99
   against K, and the resident memory per idle connection.
+- With --burst M: each N again (where N + M fits under the gateway's cap) while M more streams
+  open and, 2 s later, close inside the window; the collections, and when the worst event
+  arrived against the burst's opening and closing (in the JSON lines on stderr).
+
+Each row also gives the gateway's CPU per event (or request) and how much of its core other
+processes used during the window (`/proc/stat`): on a shared machine the tail follows that.
+To measure another tree's code, run with PYTHONPATH=<tree>/src.
 
 The gateway runs with every garbage collection timed (stream_peers.py `gateway`): the report
 gives the collections inside each measurement window. Gateway on core 0, backend and clients on
 core 1 (as run.py). Each point runs --rounds times with fresh processes; tables give medians.
 
 Usage: python benchmarks/streams.py [--streams N ...] [--idle K ...] [--rate R] [--seconds S]
-           [--rounds R] [--output FILE] [--gateway-flag=--workers=2 ...]
+           [--rounds R] [--burst M] [--output FILE] [--gateway-flag=--workers=2 ...]
 """
 
 from __future__ import annotations
