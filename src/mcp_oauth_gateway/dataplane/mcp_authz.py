@@ -210,11 +210,12 @@ class McpAuthorization:
     async def _may_use(self, scope: Scope, send: Send, request: McpRequest, audited: bool) -> bool:
         """Whether the caller may use every item the request names (its own, and each resource
         a listen stream would deliver updates of); False once the refusal was answered."""
-        items = [(request.kind, request.name)] if request.kind is not None else []
-        items += [("resource", uri) for uri in request.subscribed]
-        for kind, name in items:
+        # The usual request names one item: judged as it is, nothing built for it.
+        items = [request] if request.kind is not None else []
+        items += [McpRequest(request.id, request.method, "resource", u) for u in request.subscribed]
+        for item in items:
+            kind, name = item.kind, item.name
             assert kind is not None
-            item = McpRequest(request.id, request.method, kind, name)
             if not self.allowed(scope, kind, name):
                 if audited:
                     audit.deny(scope, STAGE, self._why_denied(scope, kind, name))
