@@ -129,3 +129,37 @@ http {{
     }}
 }}
 """
+
+
+def route_yaml(i: int, backend_port: int, jwks: str, rule: str) -> str:
+    """Route `i` of a many-routes run: an HTTPRoute `/r{i}`, its GatewayBackend and a
+    GatewayPolicy (JWT against `jwks`, a flow-style YAML mapping, and the CEL `rule`)."""
+    return f"""apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: r{i}}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+    - matches: [{{path: {{type: PathPrefix, value: /r{i}}}}}]
+      backendRefs: [{{name: b{i}}}]
+---
+apiVersion: mcp-oauth-gateway.dev/v1alpha1
+kind: GatewayBackend
+metadata: {{name: b{i}}}
+spec: {{mcp: {{targets: [{{name: t, static: {{host: 127.0.0.1, port: {backend_port}}}}}]}}}}
+---
+apiVersion: mcp-oauth-gateway.dev/v1alpha1
+kind: GatewayPolicy
+metadata: {{name: p{i}}}
+spec:
+  targetRefs: [{{kind: HTTPRoute, name: r{i}}}]
+  traffic:
+    jwtAuthentication:
+      providers:
+        - issuer: {ISSUER}
+          audiences: [{AUDIENCE}]
+          jwks: {jwks}
+    authorization:
+      action: Allow
+      policy: {{matchExpressions: ['{rule}']}}
+"""

@@ -30,6 +30,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from configs import route_yaml
+
 from mcp_oauth_gateway.asgi import Limits
 from mcp_oauth_gateway.controlplane.builder import build_snapshot
 from mcp_oauth_gateway.controlplane.collector import collector_paused
@@ -43,42 +45,14 @@ from mcp_oauth_gateway.serving.pipeline import Assembly
 from mcp_oauth_gateway.serving.runtime import BrokerRuntime
 
 SIZES = (10, 100, 1_000, 5_000)
+# Every policy reads one remote keyset (never fetched: the benchmark does not serve).
+REMOTE_JWKS = '{remote: {url: "https://idp.bench.example/certs"}}'
 T = TypeVar("T")
 
 GATEWAY = """apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: gw}
 spec: {listeners: [{name: http, port: 8080}]}
-"""
-
-ROUTE = """apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: r{i}}}
-spec:
-  parentRefs: [{{name: gw}}]
-  rules:
-    - matches: [{{path: {{type: PathPrefix, value: /r{i}}}}}]
-      backendRefs: [{{name: b{i}}}]
----
-apiVersion: mcp-oauth-gateway.dev/v1alpha1
-kind: GatewayBackend
-metadata: {{name: b{i}}}
-spec: {{mcp: {{targets: [{{name: t, static: {{host: 127.0.0.1, port: 9000}}}}]}}}}
----
-apiVersion: mcp-oauth-gateway.dev/v1alpha1
-kind: GatewayPolicy
-metadata: {{name: p{i}}}
-spec:
-  targetRefs: [{{kind: HTTPRoute, name: r{i}}}]
-  traffic:
-    jwtAuthentication:
-      providers:
-        - issuer: https://idp.example/realms/staff
-          audiences: [mcp]
-          jwks: {{remote: {{url: "https://idp.example/realms/staff/certs"}}}}
-    authorization:
-      action: Allow
-      policy: {{matchExpressions: ['"{group}" in jwt.groups']}}
 """
 
 
@@ -91,7 +65,8 @@ def write_config(directory: Path, count: int) -> None:
 
 def write_route(directory: Path, i: int, group: str) -> None:
     """Route `i`'s file, its policy allowing `group`."""
-    (directory / f"route-{i:05d}.yaml").write_text(ROUTE.format(i=i, group=group))
+    route = route_yaml(i, 9000, REMOTE_JWKS, f'"{group}" in jwt.groups')
+    (directory / f"route-{i:05d}.yaml").write_text(route)
 
 
 def timed(call: Callable[[], T]) -> tuple[T, float]:

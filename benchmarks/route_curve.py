@@ -21,41 +21,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from configs import AUDIENCE, ISSUER
+from configs import route_yaml
 from processes import PY, SERVER_CORE, free_port
 from scenarios import Bench
 
 SIZES = (10, 1_000, 5_000)
-
-ROUTE = """apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: r{i}}}
-spec:
-  parentRefs: [{{name: gw}}]
-  rules:
-    - matches: [{{path: {{type: PathPrefix, value: /r{i}}}}}]
-      backendRefs: [{{name: b{i}}}]
----
-apiVersion: mcp-oauth-gateway.dev/v1alpha1
-kind: GatewayBackend
-metadata: {{name: b{i}}}
-spec: {{mcp: {{targets: [{{name: t, static: {{host: 127.0.0.1, port: {backend}}}}}]}}}}
----
-apiVersion: mcp-oauth-gateway.dev/v1alpha1
-kind: GatewayPolicy
-metadata: {{name: p{i}}}
-spec:
-  targetRefs: [{{kind: HTTPRoute, name: r{i}}}]
-  traffic:
-    jwtAuthentication:
-      providers:
-        - issuer: {issuer}
-          audiences: [{audience}]
-          jwks: {{inline: '{jwks}'}}
-    authorization:
-      action: Allow
-      policy: {{matchExpressions: ['"mcp-agent" in jwt.groups || "team-{i}" in jwt.groups']}}
-"""
 
 
 def write_routes(directory: Path, port: int, backend: int, jwks: str, count: int) -> None:
@@ -67,9 +37,10 @@ metadata: {{name: gw}}
 spec: {{listeners: [{{name: http, port: {port}}}]}}
 """
     (directory / "gateway.yaml").write_text(gateway)
-    fields = {"backend": backend, "issuer": ISSUER, "audience": AUDIENCE, "jwks": jwks}
+    inline = "{inline: '" + jwks + "'}"
     for i in range(count):
-        (directory / f"route-{i:05d}.yaml").write_text(ROUTE.format(i=i, **fields))
+        rule = f'"mcp-agent" in jwt.groups || "team-{i}" in jwt.groups'
+        (directory / f"route-{i:05d}.yaml").write_text(route_yaml(i, backend, inline, rule))
 
 
 def curve_point(bench: Bench, backend: int, count: int, args: argparse.Namespace) -> dict:
