@@ -255,3 +255,48 @@ def test_a_session_outlives_a_reload_that_keeps_the_targets(federated):
     finally:
         rules(RULES)
         wait_until(lambda: names() == sorted(A_TOOLS + TS_TOOLS), what="the reload back")
+
+
+def listen_request(federated: Federated, groups: tuple[str, ...], uris: list[str]):
+    """A `subscriptions/listen` on the 2026-07-28 wire, as its stream's first event (or the
+    JSON answer when there is no stream)."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    body = {
+        "jsonrpc": "2.0",
+        "id": 9,
+        "method": "subscriptions/listen",
+        "params": {"_meta": meta, "notifications": {"resourceSubscriptions": uris}},
+    }
+    headers = {
+        "Authorization": f"Bearer {federated.token(*groups)}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "subscriptions/listen",
+    }
+    with httpx.stream("POST", federated.url, json=body, headers=headers, timeout=30) as answer:
+        if not answer.headers["content-type"].startswith("text/event-stream"):
+            answer.read()
+            return answer.status_code, answer.json()
+        for line in answer.iter_lines():
+            if line.startswith("data:"):
+                return answer.status_code, json.loads(line[5:])
+    raise AssertionError("the stream ended without an event")
+
+
+def test_a_listen_stream_on_a_resource_the_rules_deny_is_refused(federated):
+    """With the real SDK 2.x servers as targets: a user may listen to target a's resource
+    (the stream opens with the gateway's acknowledgement) but not to b's, which only admins
+    may use; the refusal names the resource as unknown, as for a read."""
+    status, first = listen_request(federated, ("users",), ["mcp+gw://a/note://a"])
+    assert status == 200
+    assert first["method"] == "notifications/subscriptions/acknowledged"
+    assert first["params"]["notifications"]["resourceSubscriptions"] == ["mcp+gw://a/note://a"]
+    uris = ["mcp+gw://a/note://a", "mcp+gw://b/note://b"]
+    status, refused = listen_request(federated, ("users",), uris)
+    assert status == 200
+    assert refused["error"] == {"code": -32602, "message": "Unknown resource: mcp+gw://b/note://b"}
+    status, admin = listen_request(federated, (ADMIN,), uris)
+    assert admin["method"] == "notifications/subscriptions/acknowledged"
