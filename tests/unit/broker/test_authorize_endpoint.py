@@ -80,7 +80,10 @@ async def test_a_browser_that_allowed_the_client_goes_straight_to_the_provider(r
     # Another client, or a tampered cookie, is asked again.
     other = await authorize(rig, await register(rig), cookie=f"mcp-consent={consented}")
     assert other.status == 200
-    tampered = await authorize(rig, client_id, cookie=f"mcp-consent={consented[:-1]}0")
+    # The signature is hex: its last digit changed (to "0", or from "0" to "1": a cookie
+    # ending in "0" kept as it was would not be tampered at all, one run in sixteen).
+    forged = consented[:-1] + ("1" if consented.endswith("0") else "0")
+    tampered = await authorize(rig, client_id, cookie=f"mcp-consent={forged}")
     assert tampered.status == 200
 
 
