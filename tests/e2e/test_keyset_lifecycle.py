@@ -190,16 +190,24 @@ def test_unknown_kid_refetches_once_and_rotation_works(rig):
         30,
         "first fetch",
     )
+    # The flood below is made before the clock starts: the refetch for the rotated key opens a
+    # 10 s interval, and twenty RSA keys generated inside it took seconds on a loaded machine
+    # (one more refetch, rightly, once the interval had passed).
+    forger = new_key("forger")
+    flood = [
+        mint(forger, claims_for(ISSUER, AUDIENCE), header={"kid": f"forged-{i}"}) for i in range(20)
+    ]
     # A new signing key appears: the first token naming it triggers one refetch and passes.
     rotated = new_key("k-2")
+    rotated_token = mint(rotated, claims_for(ISSUER, AUDIENCE))
     jwks.keys = [old, rotated]
     before = jwks.fetches
-    assert call(base, mint(rotated, claims_for(ISSUER, AUDIENCE))).status_code == 200
+    assert call(base, rotated_token).status_code == 200
     assert jwks.fetches - before == 1
     # A flood of unknown kids costs at most one more fetch within the rate-limit interval.
     before = jwks.fetches
-    for i in range(20):
-        response = call(base, mint(new_key(f"forged-{i}"), claims_for(ISSUER, AUDIENCE)))
+    for forged in flood:
+        response = call(base, forged)
         assert response.status_code == 401
         assert "no key with kid" in response.json()["error_description"]
     assert jwks.fetches - before == 0, "refetches are rate limited (one per interval)"
