@@ -8,6 +8,8 @@ the limiter cannot answer (`tests/unit/test_ratelimit.py`); Redis-shared buckets
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from mcp_oauth_gateway.asgi import CLAIMS_KEY, TOKEN_KEY
@@ -133,7 +135,13 @@ async def test_rejections_are_counted_for_the_policy():
     assert metrics.rejections == {"default/p": 2}
 
 
-async def test_in_front_of_the_local_bucket_each_caller_gets_its_own_allowance():
+async def test_in_front_of_the_local_bucket_each_caller_gets_its_own_allowance(monkeypatch):
+    from mcp_oauth_gateway.dataplane import ratelimit as module
+
+    # The bucket's clock stands still: Retry-After is the 30 s a token takes to come back
+    # (2 a minute), less the time the three requests took; a second spent on them (a loaded
+    # machine) would make it 29. Only the limiter's clock: the event loop keeps its own.
+    monkeypatch.setattr(module, "time", SimpleNamespace(monotonic=lambda: 1000.0))
     compiled = compile_rate_limit(RateLimitSpec(key="jwt.sub", requests=2, window="1m"), [])
     assert compiled is not None
     stage = RateLimit(
