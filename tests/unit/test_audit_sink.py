@@ -4,7 +4,9 @@ lines a failed write could not place are kept and written once the file can be w
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 
 from mcp_oauth_gateway.serving.audit_sink import AuditSink
 
@@ -92,3 +94,81 @@ def test_standard_output_gets_whole_lines(capfd):
     sink.stop()
     lines = capfd.readouterr().out.splitlines()
     assert [json.loads(line) for line in lines] == [{"n": 1}, {"n": 2, "tool": 'x"\ny'}, {"n": 3}]
+
+
+def _failing_after(limit: int):
+    """An `os.write` that places at most `limit` bytes in all, then fails as a full disk does."""
+    real = os.write
+    room = [limit]
+
+    def write(fd: int, data: bytes) -> int:
+        if room[0] <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        placed = real(fd, bytes(data[: room[0]]))
+        room[0] -= placed
+        return placed
+
+    return write
+
+
+def test_a_line_a_full_disk_cut_in_two_is_finished_not_written_again(tmp_path, monkeypatch):
+    path = tmp_path / "audit.log"
+    sink = AuditSink(str(path))
+    sink.write({"n": 0})
+    sink.flush()
+    for n in (1, 2, 3):
+        sink.write({"n": n, "tool": "x" * 40})
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "write", _failing_after(70))  # line 1 whole, line 2 in part
+        sink.flush()
+    assert not sink.healthy
+    sink.flush()  # room again: the cut line is finished where it stopped
+    assert read(path) == [{"n": 0}, *({"n": n, "tool": "x" * 40} for n in (1, 2, 3))]
+    assert metrics(sink)["mcp_gateway_audit_lines"] == 4
+    sink.stop()
+
+
+def test_a_cut_line_is_written_whole_to_the_file_that_replaced_it(tmp_path, monkeypatch):
+    path = tmp_path / "audit.log"
+    sink = AuditSink(str(path))
+    sink.write({"n": 1, "tool": "x" * 40})
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "write", _failing_after(20))
+        sink.flush()
+    path.rename(tmp_path / "audit.log.1")  # rotated while it could not be written
+    sink.reopen()
+    sink.write({"n": 2})
+    sink.flush()
+    assert read(path) == [{"n": 1, "tool": "x" * 40}, {"n": 2}]
+    sink.stop()
+
+
+def test_standard_output_cut_mid_line_is_finished(capfd, monkeypatch):
+    sink = AuditSink("-")
+    sink.write({"n": 1, "tool": "x" * 40})
+    sink.write({"n": 2})
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "write", _failing_after(10))
+        sink.flush()
+    sink.flush()
+    sink.stop()
+    lines = capfd.readouterr().out.splitlines()
+    assert [json.loads(line) for line in lines] == [{"n": 1, "tool": "x" * 40}, {"n": 2}]
+
+
+class _BrokenExport:
+    def emit(self, fields: dict[str, object]) -> None:
+        raise RuntimeError("exporter broke")
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_an_otlp_copy_that_fails_neither_fails_the_line_nor_goes_unnoticed(tmp_path):
+    path = tmp_path / "audit.log"
+    sink = AuditSink(str(path), otlp=_BrokenExport())
+    sink.write({"n": 1})
+    sink.write({"n": 2})
+    sink.stop()
+    assert read(path) == [{"n": 1}, {"n": 2}]
+    assert metrics(sink)["mcp_gateway_audit_otlp_errors"] == 2

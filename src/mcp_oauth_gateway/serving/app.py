@@ -203,9 +203,10 @@ class GatewayApp:
                     "the gateway failed to handle this request; see its log",
                 )
         finally:
-            if exchange.audit is not None:
-                exchange.audit.write(exchange.status)
-                exchange.audit = None
+            # Taken before it is written: a line is written once, even if writing it fails.
+            line, exchange.audit = exchange.audit, None
+            if line is not None:
+                line.write(exchange.status)
             self._record(scope, exchange, time.perf_counter() - started, cut)
             if span is not None and tracing is not None:
                 tracing.end(span, exchange.status, exchange.route)
@@ -330,9 +331,9 @@ class _Exchange:
             await self.send(message)
             # Only once the server took it: a response it refused was never sent.
             self.status = message["status"]
-            if self.audit is not None:
-                self.audit.write(self.status)
-                self.audit = None
+            line, self.audit = self.audit, None
+            if line is not None:
+                line.write(self.status)
             return
         await self.send(message)
         if not message.get("more_body", False):

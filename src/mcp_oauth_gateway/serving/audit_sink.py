@@ -56,7 +56,12 @@ class AuditSink:
         # A deque: the request path appends while the writer thread takes, without a lock.
         self._pending: deque[str] = deque()
         self._retry: list[str] = []
+        # A line a failing write cut in two: the file it began in, its rest, the whole line.
+        self._torn: tuple[tuple[int, int] | None, bytes, str] | None = None
         self._dropped = 0
+        # `_dropped` is added to by the event loop and taken by the writer thread: `+=` is not
+        # atomic across threads, and a count lost there would be lines lost silently.
+        self._counts = threading.Lock()
         self._failing = False
         self._reopen = False
         self._wake = threading.Event()
@@ -65,6 +70,7 @@ class AuditSink:
         self.written = 0
         self.dropped_total = 0
         self.write_errors = 0
+        self.otlp_errors = 0
 
     @property
     def healthy(self) -> bool:
@@ -81,12 +87,21 @@ class AuditSink:
     def write(self, fields: dict[str, object]) -> None:
         """Queue one line (never blocks; counted as dropped when the list is full)."""
         if len(self._pending) >= self.max_pending:
-            self._dropped += 1
-            self.dropped_total += 1
+            self._count_dropped(1)
             return
         self._pending.append(json_line(fields) + "\n")
         if self.otlp is not None:
-            self.otlp.emit(fields)
+            try:
+                self.otlp.emit(fields)
+            except Exception as exc:  # a copy: its failure must not fail the request
+                self.otlp_errors += 1
+                if self.otlp_errors == 1:
+                    log.error("audit log: OTLP log record not emitted: %r", exc)
+
+    def _count_dropped(self, count: int) -> None:
+        with self._counts:
+            self._dropped += count
+            self.dropped_total += count
 
     def reopen(self) -> None:
         """Reopen the file at its path before the next write (SIGHUP, after rotation)."""
@@ -106,16 +121,19 @@ class AuditSink:
             self._open()
         pending = self._pending
         batch = [pending.popleft() for _ in range(len(pending))]
-        if self._dropped:
-            batch.insert(0, self._gap_line(self._dropped))
-            self._dropped = 0
+        with self._counts:
+            dropped, self._dropped = self._dropped, 0
+        if dropped:
+            batch.insert(0, self._gap_line(dropped))
         lines = self._retry + batch
         self._retry = []
-        if not lines:
+        if not lines and self._torn is None:
             return
-        done = self._write_lines(lines) if self._fd is not None else 0
+        done = 0
+        if self._fd is not None and self._finish_torn(lines):
+            done = self._write_lines(lines)
         self.written += done
-        if done < len(lines):
+        if done < len(lines) or self._torn is not None:
             self._keep(lines[done:])
             return
         if self._failing:
@@ -123,34 +141,81 @@ class AuditSink:
             log.warning("audit log %s is written again", self._shown)
 
     def _write_lines(self, lines: list[str]) -> int:
-        """Write `lines`; how many were written. A file takes them in one write (appends of
-        several workers do not interleave); standard output, often a pipe that several workers
-        share, one line per write (a pipe keeps writes under 4 KiB whole)."""
-        if self.path != STDOUT:
-            return len(lines) if self._write("".join(lines).encode("utf-8", "replace")) else 0
-        for done, line in enumerate(lines):
-            if not self._write(line.encode("utf-8", "replace")):
-                return done
-        return len(lines)
+        """Write `lines`; how many were written (a line cut short by a failing write counts:
+        the rest of it is kept in `_torn`, to be finished first). A file takes them in one
+        write (appends of several workers do not interleave); standard output, often a pipe
+        that several workers share, one line per write (a pipe keeps writes under 4 KiB
+        whole)."""
+        encoded = [line.encode("utf-8", "replace") for line in lines]
+        groups = [encoded] if self.path != STDOUT else [[line] for line in encoded]
+        done = 0
+        for group in groups:
+            data = b"".join(group)
+            placed = self._write(data)
+            if placed < len(data):
+                return done + self._tear(group, placed, lines[done:])
+            done += len(group)
+        return done
 
-    def _write(self, data: bytes) -> bool:
-        assert self._fd is not None
+    def _tear(self, group: list[bytes], placed: int, lines: list[str]) -> int:
+        """How many of `group`'s lines a write that stopped after `placed` bytes began; the
+        rest of a line it cut in two is kept, with where it went, to be finished there (a
+        line whose rest were written anew would leave a torn line that eats the next)."""
+        for index, line in enumerate(group):
+            if placed < len(line):
+                if placed == 0:
+                    return index
+                self._torn = (self._where(), line[placed:], lines[index])
+                self.written -= 1  # counted once finished
+                return index + 1
+            placed -= len(line)
+        return len(group)
+
+    def _finish_torn(self, lines: list[str]) -> bool:
+        """Write the rest of a line cut in two, in the file it began in; in a file that
+        replaced that one (rotated meanwhile), the line is written whole, first in `lines`.
+        False when the rest could not be written (still `_torn`)."""
+        if self._torn is None:
+            return True
+        where, rest, whole = self._torn
+        self._torn = None
+        if where is None or self._where() != where:
+            lines.insert(0, whole)
+            return True
+        placed = self._write(rest)
+        if placed < len(rest):
+            self._torn = (where, rest[placed:], whole)
+            return False
+        self.written += 1
+        return True
+
+    def _where(self) -> tuple[int, int] | None:
+        """The file the descriptor writes to (device, inode), or None."""
         try:
-            while data:
-                data = data[os.write(self._fd, data) :]
+            found = os.fstat(self._fd) if self._fd is not None else None
+        except OSError:
+            return None
+        return None if found is None else (found.st_dev, found.st_ino)
+
+    def _write(self, data: bytes) -> int:
+        """Write `data`; how many of its bytes were written (all, unless a write failed)."""
+        assert self._fd is not None
+        view = memoryview(data)
+        placed = 0
+        try:
+            while placed < len(data):
+                placed += os.write(self._fd, view[placed:])
         except OSError as exc:
             self._fail(f"cannot be written: {exc}")
             # A new descriptor at the next attempt: the file may have been removed or remounted.
             self._reopen = True
-            return False
-        return True
+        return placed
 
     def _keep(self, lines: list[str]) -> None:
         """Hold lines that could not be written for the next attempt, within the bound."""
         excess = len(lines) + len(self._pending) - self.max_pending
         if excess > 0:
-            self.dropped_total += excess
-            self._dropped += excess
+            self._count_dropped(excess)
             lines = lines[excess:]
         self._retry = lines
 
@@ -218,6 +283,11 @@ class AuditSink:
             "mcp_gateway_audit_write_errors",
             "Failed attempts to open or write the audit log",
             value=self.write_errors,
+        )
+        yield CounterMetricFamily(
+            "mcp_gateway_audit_otlp_errors",
+            "Audit lines the OTLP log records could not carry (the line itself was written)",
+            value=self.otlp_errors,
         )
         yield GaugeMetricFamily(
             "mcp_gateway_audit_healthy",

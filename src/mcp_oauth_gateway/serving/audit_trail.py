@@ -148,8 +148,13 @@ class AuditLine:
         self.route: CompiledRoute | None = None
 
     def write(self, status: int) -> None:
-        """Write the line for an answer with `status` (0: none was sent)."""
-        self.trail.sink.write(self.fields(status))
+        """Write the line for an answer with `status` (0: none was sent). A failure here
+        (a bug: the sink never raises) is logged and counted, never the request's failure."""
+        try:
+            self.trail.sink.write(self.fields(status))
+        except Exception:
+            self.trail.sink.write_errors += 1
+            log.exception("audit line of request %s could not be written", self.request_id)
 
     def fields(self, status: int) -> dict[str, object]:
         """The line's fields (every field present, null when it does not apply)."""
