@@ -17,6 +17,9 @@ ROUTED: dict[str, tuple[str, str]] = {
     "resources/unsubscribe": ("resource", "uri"),
 }
 COMPLETION = "completion/complete"
+# What a client sends its targets without an id: only notifications (`initialized`,
+# `cancelled`, `progress`, `roots/list_changed`), each relayed to its targets as it is.
+NOTIFICATIONS = "notifications/"
 # completion reference type -> (item kind, the ref field naming it)
 REFERENCES: dict[str, tuple[str, str]] = {
     "ref/prompt": ("prompt", "name"),
@@ -49,3 +52,10 @@ def routed(message: dict[str, object], targets: Collection[str]) -> tuple[str, d
     kind, field = ROUTED[str(method)]
     target, own = _split(kind, params.get(field), targets)
     return target, {**message, "params": {**params, field: own}}
+
+
+def relayed_notification(method: str) -> bool:
+    """Whether a message without an id may go to the targets as it is: a notification, never
+    a request (which names no target, or one: relayed to every target, it would reach the
+    others' items under the offered name)."""
+    return method.startswith(NOTIFICATIONS)

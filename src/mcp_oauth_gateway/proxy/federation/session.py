@@ -5,11 +5,12 @@ it (it restarted) or was down at the time."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ...asgi import CLAIMS_KEY, Scope
+from ...asgi import CLAIMS_KEY, TOKEN_KEY, Scope
 from ...controlplane.snapshot import CompiledTarget
 from .exchange import Exchanges
 
@@ -50,15 +51,25 @@ class TargetSession:
 
 
 Owner = tuple[object, object] | None
+# What a caller whose token names no subject is known by, in place of one: its token's digest,
+# tagged so that it equals no subject.
+TOKEN_OWNER = "token-sha256"
 
 
 def owner_of(scope: Scope) -> Owner:
     """Who a session belongs to: the verified token's issuer and subject (None on a route
-    without authentication). A session id used by anyone else is unknown to them."""
+    without authentication). A session id used by anyone else is unknown to them. A token
+    without a subject (none, empty, or not a string) names no one: its session is that token's
+    alone, never shared by every such caller of the issuer."""
     claims = scope.get(CLAIMS_KEY)
     if not isinstance(claims, dict):
         return None
-    return (claims.get("iss"), claims.get("sub"))
+    sub = claims.get("sub")
+    if isinstance(sub, str) and sub:
+        return (claims.get("iss"), sub)
+    token = scope.get(TOKEN_KEY)
+    digest = hashlib.sha256(str(token).encode()).hexdigest()
+    return (claims.get("iss"), (TOKEN_OWNER, digest))
 
 
 @dataclass

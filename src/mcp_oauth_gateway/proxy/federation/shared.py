@@ -3,9 +3,10 @@
 
 What is stored, per session (JSON under
 `mcp-oauth-gateway:federation:<route>:<rule>:session:<id>`, with a TTL refreshed on every use):
-its owner (issuer and subject), the client's initialize params,
-the protocol version agreed, whether the client said it is initialized, and per target its
-session id and version. Never the client's token or headers: each request brings its own.
+its owner (issuer and subject, or its token's digest when it has no subject), the client's
+initialize params, the protocol version agreed, whether the client said it is initialized, and
+per target its session id and version. Never the client's token or headers: each request
+brings its own.
 
 What stays in the process that has it: the session's locks, its GET stream, and the ids of the
 targets' requests to the client and of the client's requests in flight (`exchange`). A replica
@@ -54,7 +55,9 @@ def record_of(session: ClientSession) -> dict[str, Any]:
 
 def _owner(value: object) -> Owner:
     if isinstance(value, list) and len(value) == 2:
-        return (value[0], value[1])
+        # A caller known by its token's digest (session.owner_of) is a pair too.
+        who = value[1]
+        return (value[0], tuple(who) if isinstance(who, list) else who)
     return None
 
 

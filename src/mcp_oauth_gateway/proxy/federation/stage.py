@@ -33,7 +33,7 @@ from .fanout import Fanout
 from .health import Health
 from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Malformed
 from .lists import merged_list
-from .routing import COMPLETION, ROUTED, routed
+from .routing import COMPLETION, ROUTED, relayed_notification, routed
 from .session import ClientSession, SessionTable, new_session, owner_of
 from .shared import SharedSessions
 from .stateless import Stateless
@@ -144,6 +144,13 @@ class Federation:
         if "method" not in message:
             await self._answered(scope, session, message, send)
         elif "id" not in message:
+            if not relayed_notification(str(message["method"])):
+                # A request without an id (JSON-RPC runs it, unanswered) would be sent to
+                # every target as it is, never renamed for one: the item authorization
+                # judged for one target would reach the others under its offered name.
+                why = refused(scope, f"{str(message['method'])[:100]!r} is not a notification")
+                await jsonrpc.reply(send, 400, jsonrpc.error(None, INVALID_REQUEST, why))
+                return
             await self._notify(scope, session, message)
             # Stored before the answer: the client's next request may land at another replica.
             await self.directory.store(session)
