@@ -15,6 +15,7 @@ secret: stages hand over their reasons in words, and every value is capped in le
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .asgi import AUDIT_KEY, ASGIApp, Receive, Scope, Send
@@ -31,9 +32,19 @@ MAX_REASON = 1024
 _MCP_KINDS = ("tool", "prompt", "resource")
 
 
+# A JWS compact JWT: a base64url JSON header (`{"` is `eyJ`), payload and signature. The
+# signature is what makes it a credential; without it the rest still says what was sent.
+_JWT = re.compile(r"(eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)\.[A-Za-z0-9_-]+")
+SIGNATURE_REMOVED = "[signature removed]"
+
+
 def capped(value: object, limit: int = MAX_VALUE) -> str:
-    """`value` as text of at most `limit` characters (cut ones end with "…")."""
+    """`value` as text of at most `limit` characters (cut ones end with "…"), with the
+    signature of any JWT in it removed: a token sent where none belongs (a path, a tool name)
+    or quoted in a refusal is never written whole."""
     text = value if isinstance(value, str) else str(value)
+    if "eyJ" in text:
+        text = _JWT.sub(r"\1." + SIGNATURE_REMOVED, text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from unit.audit_support import audited_app, call, request, token
+from mcp_oauth_gateway import audit
+from unit.audit_support import audited_app, call, line_for, lines, request, token
 
 
 @pytest.fixture
@@ -29,3 +30,55 @@ async def test_a_line_whose_writing_fails_is_not_written_twice(gateway, monkeypa
     assert response.status_code == 200
     assert len(tried) == 1
     assert app.audit.sink.write_errors == 1
+
+
+# A JWT's shape: base64url header and payload, and the signature that makes it a credential.
+SHORT_JWT = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ4In0"
+SIGNATURE = "c2lnbmF0dXJlLWtlcHQtc2VjcmV0LXZhbHVl"
+
+
+async def test_a_jwt_in_a_path_or_a_tool_name_is_written_without_its_signature(gateway):
+    app, _, path = gateway
+    jwt = f"{SHORT_JWT}.{SIGNATURE}"
+    headers = [("authorization", f"Bearer {token()}")]
+    in_path = await request(app, path=f"/mcp/{jwt}", body=call("echo"), headers=headers)
+    as_tool = await request(app, body=call(jwt), headers=headers)
+    written = path.read_text() if lines(app, path) else ""
+    assert SIGNATURE not in written
+    assert line_for(app, path, in_path)["path"] == f"/mcp/{SHORT_JWT}.[signature removed]"
+    denied = line_for(app, path, as_tool)
+    # Still plain which item was asked for: only the part that makes it a credential is gone.
+    assert denied["mcp"]["tool"] == f"{SHORT_JWT}.[signature removed]"
+    assert denied["reason"].startswith(f"tool '{SHORT_JWT}.[signature removed]'")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "mcpgw.eyJuIjoiYSJ9.c2ln",  # a Broker client id: two parts, not a JWT
+        "tools/call",
+        "eyJ alone",
+    ],
+)
+def test_text_that_is_no_jwt_is_written_as_it_is(text):
+    assert audit.capped(text) == text
+
+
+async def test_a_client_cannot_choose_the_request_id_of_its_audit_line(gateway):
+    app, upstream, path = gateway
+    headers = [("authorization", f"Bearer {token()}"), ("x-request-id", "victims-id")]
+    first = await request(app, body=call("echo"), headers=headers)
+    second = await request(app, body=call("echo"), headers=headers)
+    ids = [response.headers["x-request-id"] for response in (first, second)]
+    assert "victims-id" not in ids
+    assert ids[0] != ids[1]
+    assert line_for(app, path, second)["request_id"] == ids[1]
+    assert upstream.last.header(b"x-request-id") == ids[1].encode()
+
+
+async def test_behind_a_trusted_proxy_its_request_id_is_kept(tmp_path, monkeypatch):
+    app, _, path = audited_app(tmp_path, monkeypatch, trust_forwarded=True)
+    headers = [("authorization", f"Bearer {token()}"), ("x-request-id", "proxy-id-1")]
+    response = await request(app, body=call("echo"), headers=headers)
+    assert response.headers["x-request-id"] == "proxy-id-1"
+    assert line_for(app, path, response)["request_id"] == "proxy-id-1"

@@ -83,6 +83,10 @@ class GatewayApp:
         # With JSON logs or an audit trail every request gets an id: logged, forwarded and
         # returned, so an audit line and the answer the client got name the same request.
         self.request_ids = logs.json_enabled() or self.audit is not None
+        # An audit line's request id must name one request: a caller's own X-Request-Id (which
+        # anyone may set to another request's id, or to the ids the gateway hands out next) is
+        # kept only from the proxy in front (--trust-forwarded), else replaced.
+        self.caller_ids = self.audit is None or options.trust_forwarded
         self.access_log = AccessLog(json_lines=self.request_ids)
         self.watcher = watcher
         self.limits = options.limits
@@ -151,12 +155,12 @@ class GatewayApp:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    @staticmethod
-    def _assign_request_id(scope: Scope) -> str:
-        """The caller's `X-Request-Id` when well-formed, else a new one; the backend sees it."""
+    def _assign_request_id(self, scope: Scope) -> str:
+        """The caller's `X-Request-Id` when well-formed (and, with the audit trail, sent by a
+        trusted proxy), else a new one; the backend sees it."""
         headers = scope["headers"]
         given = header(scope, b"x-request-id")
-        if given is not None and REQUEST_ID_SHAPE.fullmatch(given):
+        if given is not None and self.caller_ids and REQUEST_ID_SHAPE.fullmatch(given):
             request_id = given.decode("ascii")
         else:
             request_id = new_request_id()

@@ -170,7 +170,6 @@ class AuditLine:
                     reason = "; ".join([reason, *record.notes])
         policy = route.policy if route is not None else None
         trail = self.trail
-        path = scope["path"]
         return {
             "time": trail.now(),
             "request_id": self.request_id,
@@ -184,7 +183,7 @@ class AuditLine:
             "mcp": record.mcp,
             "event": record.event,
             "method": audit.capped(scope["method"], 32),
-            "path": path if len(path) <= audit.MAX_VALUE else audit.capped(path),
+            "path": audit.capped(scope["path"]),
             "status": status,
         }
 
