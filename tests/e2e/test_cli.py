@@ -230,6 +230,13 @@ def test_workers_share_the_listener_and_stop_together(stack_b, tmp_path, logs):
     wait_for_port(port, gateway)
     base = f"http://127.0.0.1:{port}"
     wait_for_keyset(base, stack_b.token())
+    # Each worker fetches the keyset for itself: the one that answered above may be ready
+    # while the other is not, and answers 503 to the requests it accepts until it is.
+    wait_until(
+        lambda: gateway.log().count("/application/o/mcp/jwks/ fetched: ") == 2,
+        30,
+        "both workers to fetch the keyset",
+    )
     headers = {
         "Authorization": f"Bearer {stack_b.token()}",
         "Accept": "application/json, text/event-stream",
