@@ -257,9 +257,14 @@ def test_a_session_outlives_a_reload_that_keeps_the_targets(federated):
         wait_until(lambda: names() == sorted(A_TOOLS + TS_TOOLS), what="the reload back")
 
 
-def listen_request(federated: Federated, groups: tuple[str, ...], uris: list[str]):
-    """A `subscriptions/listen` on the 2026-07-28 wire, as its stream's first event (or the
-    JSON answer when there is no stream)."""
+def listen_request(
+    federated: Federated,
+    groups: tuple[str, ...],
+    uris: list[str],
+    field: str = "resourceSubscriptions",
+):
+    """A `subscriptions/listen` on the 2026-07-28 wire (its URIs under `field`), as its
+    stream's first event (or the JSON answer when there is no stream)."""
     meta = {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -268,7 +273,7 @@ def listen_request(federated: Federated, groups: tuple[str, ...], uris: list[str
         "jsonrpc": "2.0",
         "id": 9,
         "method": "subscriptions/listen",
-        "params": {"_meta": meta, "notifications": {"resourceSubscriptions": uris}},
+        "params": {"_meta": meta, "notifications": {field: uris}},
     }
     headers = {
         "Authorization": f"Bearer {federated.token(*groups)}",
@@ -300,3 +305,14 @@ def test_a_listen_stream_on_a_resource_the_rules_deny_is_refused(federated):
     assert refused["error"] == {"code": -32602, "message": "Unknown resource: mcp+gw://b/note://b"}
     status, admin = listen_request(federated, (ADMIN,), uris)
     assert admin["method"] == "notifications/subscriptions/acknowledged"
+
+
+@pytest.mark.parametrize("field", ["resource_subscriptions", "RESOURCESUBSCRIPTIONS"])
+def test_a_listen_filter_under_another_spelling_is_refused(federated, field):
+    """The SDK 2.x servers' models read `resource_subscriptions` as `resourceSubscriptions`
+    (pydantic's populate_by_name): a user naming b's resource under that spelling, unprefixed,
+    would have been judged as subscribing to nothing and subscribed at b. Refused as a filter
+    the gateway cannot read exactly, before any target is asked."""
+    status, refused = listen_request(federated, ("users",), ["note://b"], field)
+    assert status == 400
+    assert refused["error"]["code"] == -32600

@@ -7,6 +7,7 @@ import orjson
 import pytest
 
 from mcp_oauth_gateway.asgi import CLAIMS_KEY, TOKEN_KEY
+from mcp_oauth_gateway.proxy.federation.listen import own_filter
 from mcp_oauth_gateway.proxy.federation.session import new_session, owner_of
 from mcp_oauth_gateway.proxy.federation.shared import record_of, session_from
 from unit.stages.federation_targets import INIT, Targets, open_session, stage
@@ -100,3 +101,18 @@ def test_a_token_owner_reads_back_from_redis_as_it_was():
     assert restored is not None
     assert restored.owner == owner
     assert restored.owner != owner_of(caller("u"))
+
+
+def test_a_target_s_listen_filter_holds_only_its_own_resources_under_the_one_spelling():
+    wanted = {
+        "toolsListChanged": True,
+        "resourceSubscriptions": ["mcp+gw://a/x", "mcp+gw://b/y", "file:///z"],
+        # The Python SDK reads these as resourceSubscriptions too: never passed on.
+        "resource_subscriptions": ["file:///secret"],
+        "ResourceSubscriptions": ["file:///secret"],
+    }
+    assert own_filter(wanted, "b", {"a", "b"}) == {
+        "toolsListChanged": True,
+        "resourceSubscriptions": ["y"],
+    }
+    assert own_filter({"resource_subscriptions": ["file:///secret"]}, "a", {"a", "b"}) == {}

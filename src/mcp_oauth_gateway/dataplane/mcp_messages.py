@@ -56,12 +56,21 @@ HEADER_MISMATCH = -32020  # 2026-07-28: Mcp-Method/Mcp-Name must equal the body
 
 # Fields the gateway reads, at the top of a message and in `params`. A key equal to one of them
 # but for case (`METHOD`, `Name`, `param\u017f`) is read as that field by case-insensitive decoders
-# (Go's encoding/json folds case, Kelvin sign and long s included), so it is refused.
+# (Go's encoding/json folds case, Kelvin sign and long s included), and one equal but for
+# underscores (`resource_subscriptions`) by the Python SDK's models (pydantic's
+# `populate_by_name` takes a field's snake_case name for its camelCase one), so it is refused.
+
+
+def _fold(key: str) -> str:
+    """A key as some decoder reads it: case folded, underscores dropped."""
+    return key.replace("_", "").casefold()
+
+
 _TOP_FIELDS = ("jsonrpc", "id", "method", "params", "result", "error")
 _PARAM_FIELDS = ("name", "uri", "arguments")
-_FOLDED_TOP = {f.casefold(): f for f in _TOP_FIELDS}
-_FOLDED_PARAMS = {f.casefold(): f for f in (*_PARAM_FIELDS, "ref")}
-_FOLDED_REF = {f.casefold(): f for f in ("type", "name", "uri")}
+_FOLDED_TOP = {_fold(f): f for f in _TOP_FIELDS}
+_FOLDED_PARAMS = {_fold(f): f for f in (*_PARAM_FIELDS, "ref")}
+_FOLDED_REF = {_fold(f): f for f in ("type", "name", "uri")}
 # Keys that need no case check: the fields themselves, and usual ones that fold to none.
 _USUAL_KEYS = frozenset({*_TOP_FIELDS, *_PARAM_FIELDS, "ref", "type", "_meta", "argument"})
 _FOLDED_METHODS = {m.casefold(): m for m in (*GUARDED, *LISTS, COMPLETION, LISTEN)}
@@ -212,12 +221,12 @@ def _unfolded(message: dict[str, object], folded: dict[str, str], where: str) ->
         return  # the common case, decided in C: only fields read, or keys that fold to none
     for key in message:
         if key in folded:
-            continue  # the field itself (every folded name is already its own case fold)
-        field = folded.get(key.casefold())
+            continue  # the field itself (a one-word name in lower case is its own fold)
+        field = folded.get(_fold(key))
         if field is not None and field != key:
             raise Ambiguous(
-                f"the {where} key {key[:40]!r} differs from {field!r} only in case; "
-                "some servers read them alike"
+                f"the {where} key {key[:40]!r} differs from {field!r} only in case or "
+                "underscores; some servers read them alike"
             )
 
 
@@ -301,9 +310,9 @@ def _subscribed(params: object) -> tuple[str, ...]:
 
 
 def _folded_away(holder: object, field: str) -> None:
-    """Ambiguous when `holder` has a key equal to `field` but for case."""
+    """Ambiguous when `holder` has a key equal to `field` but for case or underscores."""
     if isinstance(holder, dict):
-        _unfolded(holder, {field.casefold(): field}, "params")
+        _unfolded(holder, {_fold(field): field}, "params")
 
 
 def _completion(request_id: object, params: object) -> McpRequest:

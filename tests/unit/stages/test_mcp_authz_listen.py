@@ -78,6 +78,10 @@ async def test_a_listen_stream_short_of_a_resource_s_scope_is_a_step_up():
         {
             "ResourceSubscriptions": ["file:///etc/shadow"]
         },  # read as the field by case-folding servers
+        # Read as the field by the Python SDK's models (pydantic, populate_by_name).
+        {"resource_subscriptions": ["file:///etc/shadow"]},
+        {"resourceSubscriptions": [], "resource_subscriptions": ["file:///etc/shadow"]},
+        {"Resource_Subscriptions": ["file:///etc/shadow"]},
     ],
 )
 async def test_a_filter_the_gateway_cannot_read_exactly_is_refused(notifications):

@@ -36,9 +36,16 @@ class Declined(ErrorAnswer):
         self.status = status
 
 
+def _other_spelling(key: str) -> bool:
+    """Whether `key` is read as `resourceSubscriptions` by some server without being it: the
+    Python SDK's models take `resource_subscriptions`, case-folding decoders any case."""
+    return key != _SUBSCRIPTIONS and key.replace("_", "").casefold() == _SUBSCRIPTIONS.casefold()
+
+
 def own_filter(wanted: Mapping[str, object], target: str, names: set[str]) -> dict[str, object]:
-    """The client's filter as `target` must get it: only its own resource URIs, unprefixed."""
-    own = {k: v for k, v in wanted.items() if k != _SUBSCRIPTIONS}
+    """The client's filter as `target` must get it: only its own resource URIs, unprefixed
+    (under no other spelling: those would reach every target as the client wrote them)."""
+    own = {k: v for k, v in wanted.items() if k != _SUBSCRIPTIONS and not _other_spelling(k)}
     uris = wanted.get(_SUBSCRIPTIONS)
     if isinstance(uris, list):
         split = [split_uri(u, names) if isinstance(u, str) else None for u in uris]
