@@ -134,10 +134,13 @@ async def test_the_authorization_memo_counts_and_forgets_the_least_recently_used
 async def test_the_counters_are_exported_for_prometheus():
     metrics = Metrics()
     authn = stage(metrics, 1)
+    # b's token minted once and sent twice: minted twice, a second boundary between the two
+    # (iat and exp are whole seconds) made two tokens, and a miss where a hit was counted.
+    tokens = {sub: mint(KEY, good(sub=sub)) for sub in ("a", "b")}
     for sub in ("a", "b", "b"):
-        await drive(authn, "POST", headers=[bearer(mint(KEY, good(sub=sub)))])
+        await drive(authn, "POST", headers=[bearer(tokens[sub])])
     text = metrics.render().decode()
-    # The same claims signed by the same key: the same token, verified once.
+    # The same token again: verified once.
     assert "mcp_gateway_token_cache_hits_total 1.0" in text
     assert "mcp_gateway_token_cache_misses_total 2.0" in text
     assert "mcp_gateway_token_cache_evictions_total 1.0" in text
