@@ -15,8 +15,12 @@ secret: stages hand over their reasons in words, and every value is capped in le
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from dataclasses import dataclass
+
+import orjson
 
 from .asgi import AUDIT_KEY, ASGIApp, Receive, Scope, Send
 
@@ -63,6 +67,8 @@ class AuditRecord:
     # What an `allow` line's reason adds to the stages passed (`note`): the rule that let the
     # item through, a token refused in Permissive mode.
     notes: list[str] | None = None
+    # Who signed in (a Broker sign-in): `iss` and `sub` from the provider's token response.
+    user: dict[str, str] | None = None
 
 
 def deny(scope: Scope, stage: str, reason: str) -> None:
@@ -123,6 +129,33 @@ def client(scope: Scope, client_id: str) -> None:
         record.client_id = capped(client_id)
 
 
+def signed_in(scope: Scope, tokens: object) -> None:
+    """Record who signed in (a Broker sign-in, a code redeemed, a refresh): `iss` and `sub` of
+    the ID token in the provider's token response, else of its access token when that is a
+    JWT. The gateway got the response from the provider itself, over its own connection (as
+    OpenID Connect Core §3.1.3.7 allows for an ID token); the tokens are never written."""
+    record: AuditRecord | None = scope.get(AUDIT_KEY)
+    if record is None or not isinstance(tokens, dict):
+        return
+    for name in ("id_token", "access_token"):
+        claims = _payload(tokens.get(name))
+        if claims is not None and claims.get("sub") is not None:
+            record.user = {k: capped(claims[k]) for k in ("iss", "sub") if claims.get(k)}
+            return
+
+
+def _payload(token: object) -> dict[str, object] | None:
+    """The payload of a JWS compact token, undecoded nor checked beyond being a JSON object."""
+    if not isinstance(token, str) or token.count(".") != 2:
+        return None
+    segment = token.split(".")[1]
+    try:
+        claims = orjson.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)))
+    except (ValueError, binascii.Error):  # orjson.JSONDecodeError is a ValueError
+        return None
+    return claims if isinstance(claims, dict) else None
+
+
 def note(scope: Scope, text: str) -> None:
     """Add to what an `allow` line's reason says (which rule let the item through, say)."""
     record: AuditRecord | None = scope.get(AUDIT_KEY)
@@ -156,10 +189,13 @@ class Answering:
         await self.app(scope, receive, send)
 
 
-def caller_of(claims: object, client_id: str | None) -> dict[str, str] | None:
+def caller_of(
+    claims: object, client_id: str | None, user: dict[str, str] | None = None
+) -> dict[str, str] | None:
     """`iss`, `sub` and `client_id` (the `azp` or `client_id` claim) of a verified token; for a
-    Broker request without one, the OAuth client alone. None: an anonymous caller."""
-    out: dict[str, str] = {}
+    Broker request without one, the user who signed in (`signed_in`) and the OAuth client.
+    None: an anonymous caller."""
+    out: dict[str, str] = dict(user) if user is not None else {}
     if isinstance(claims, dict):
         for field in ("iss", "sub"):
             value = claims.get(field)

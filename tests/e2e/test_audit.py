@@ -132,7 +132,8 @@ def test_a_real_client_s_calls_are_answered_line_by_line(audited):
         assert event in events, events
     registered = next(line for line in lines if line["event"] == "client-registered")
     issued = next(line for line in lines if line["event"] == "token-issued")
-    assert issued["caller"] == registered["caller"]
+    # The sign-in's lines name the client and who signed in with it.
+    assert issued["caller"] == {**registered["caller"], "iss": stack.issuer, "sub": "alice"}
     assert registered["reason"].startswith("registered client 'py-mcp-2'")
     # One line per request, each with the id the client got back.
     ids = [line["request_id"] for line in lines]
@@ -168,10 +169,15 @@ async def test_broker_events_name_the_client_and_never_a_token_or_code(audited):
     reuse = wait_for_line(path, "reuse detected", event="refresh-reuse-detected", caller=mine)
     assert (reuse["decision"], reuse["stage"]) == ("deny", "oauth-endpoints")
     assert "already exchanged" in reuse["reason"]
-    for event in ("client-registered", "token-issued", "token-refreshed", "token-revoked"):
+    for event in ("client-registered", "token-revoked"):
         line = wait_for_line(path, event, event=event, caller=mine)
         assert line["decision"] == "allow"
-    code = wait_for_line(path, "code issued", event="code-issued", caller=mine)
+    # Who signed in, from the provider's own token response, on the sign-in's lines.
+    signed = {**mine, "iss": stack.issuer, "sub": "alice"}
+    for event in ("token-issued", "token-refreshed"):
+        line = wait_for_line(path, event, event=event, caller=signed)
+        assert line["decision"] == "allow"
+    code = wait_for_line(path, "code issued", event="code-issued", caller=signed)
     assert code["stage"] == "broker-pages"
     text = path.read_text()
     secrets = (
@@ -226,14 +232,8 @@ def rotate_and_probe(stack, path: Path, rotated: Path) -> None:
     token = stack.token()
 
     def probe() -> str:
-        request_id = uuid.uuid4().hex
-        response = httpx.post(
-            stack.mcp,
-            json={},
-            headers={"Authorization": f"Bearer {token}", "X-Request-Id": request_id},
-        )
-        assert response.headers["x-request-id"] == request_id
-        return request_id
+        response = httpx.post(stack.mcp, json={}, headers={"Authorization": f"Bearer {token}"})
+        return response.headers["x-request-id"]
 
     def landed(request_id: str) -> bool:
         return any(line["request_id"] == request_id for line in written(path) + written(rotated))
@@ -287,9 +287,10 @@ def test_with_tracing_the_lines_go_out_as_otlp_log_records_too(
 
 def assert_exported(stack, path: Path, receiver: str) -> None:
     """A refusal's line, and the same event at the OTLP receiver with the request's trace."""
-    request_id = uuid.uuid4().hex
-    response = httpx.post(stack.mcp, json={}, headers={"X-Request-Id": request_id})
+    # The gateway's own id: a client's X-Request-Id is not the audit line's (it is untrusted).
+    response = httpx.post(stack.mcp, json={}, headers={"X-Request-Id": uuid.uuid4().hex})
     assert response.status_code == 401
+    request_id = response.headers["x-request-id"]
     line = wait_for_line(path, "the refusal's line", request_id=request_id)
     assert re.fullmatch(r"[0-9a-f]{32}", line["trace_id"])
 

@@ -73,6 +73,7 @@ async def callback(ctx: BrokerContext, scope: Scope, receive: Receive, send: Sen
     )
     why = f"signed in at provider {signin}; authorization code issued to the client"
     audit.event(scope, "code-issued", detail=why)
+    audit.signed_in(scope, tokens)
     out = {"code": code, "iss": ctx.issuer(scope)}
     if pending.state is not None:
         out["state"] = pending.state

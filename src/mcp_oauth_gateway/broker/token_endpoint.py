@@ -38,6 +38,7 @@ async def token(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) 
             "unsupported_grant_type",
             f"grant_type {grant!r} is not supported (authorization_code, refresh_token)",
         )
+    audit.signed_in(scope, tokens)
     # Both grants checked client_id against the code or refresh token: it is the holder.
     await ctx.revocation.bind(form.get("client_id", ""), tokens, idp)
     await send_json(send, 200, tokens, [(b"pragma", b"no-cache")])

@@ -99,10 +99,12 @@ class AuditTrail:
             self._second, self._stamp = second, iso_second(second)
         return timestamp(now, self._stamp)
 
-    def caller(self, claims: object, client_id: str | None) -> dict[str, str] | None:
+    def caller(
+        self, claims: object, client_id: str | None, user: dict[str, str] | None = None
+    ) -> dict[str, str] | None:
         """The line's `caller`, worked out once per verified token's claims."""
-        if client_id is not None or not isinstance(claims, dict):
-            return audit.caller_of(claims, client_id)
+        if client_id is not None or user is not None or not isinstance(claims, dict):
+            return audit.caller_of(claims, client_id, user)
         hit = self._callers.get(id(claims))
         if hit is not None and hit[0] is claims:
             return hit[1]
@@ -179,7 +181,7 @@ class AuditLine:
             "decision": decision,
             "stage": stage,
             "reason": audit.capped(reason, audit.MAX_REASON) if reason is not None else None,
-            "caller": trail.caller(scope.get(CLAIMS_KEY), record.client_id),
+            "caller": trail.caller(scope.get(CLAIMS_KEY), record.client_id, record.user),
             "mcp": record.mcp,
             "event": record.event,
             "method": audit.capped(scope["method"], 32),

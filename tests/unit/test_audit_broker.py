@@ -1,0 +1,95 @@
+"""The Broker's audit events name who signed in, not only the client they signed in with: the
+user (`iss`, `sub` of the provider's ID token, else of its access token) on the lines of the
+sign-in's return, the code's redemption and each refresh; never a token or a code."""
+
+from __future__ import annotations
+
+import base64
+import json
+from urllib.parse import urlencode
+
+from mcp_oauth_gateway import audit
+from mcp_oauth_gateway.asgi import AUDIT_KEY
+from unit.broker.broker_support import (
+    CALLBACK,
+    IDP_ISSUER,
+    REDIRECT,
+    TOKEN,
+    VERIFIER,
+    at_provider,
+    redirected,
+    register,
+    started_rig,
+)
+
+
+def jwt(**claims: object) -> str:
+    """A JWT-shaped token with `claims` (the Broker does not check its signature: it got it
+    from the provider itself)."""
+
+    def part(value: object) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'RS256'})}.{part(claims)}.c2lnbmF0dXJl"
+
+
+def answer(n: int, **tokens: str) -> dict[str, object]:
+    return {
+        "access_token": f"opaque-at-{n}",
+        "token_type": "Bearer",
+        "expires_in": 300,
+        "refresh_token": f"provider-rt-{n}",
+        **tokens,
+    }
+
+
+async def test_the_sign_in_code_and_refresh_lines_name_the_user():
+    async with started_rig() as rig:
+        user = {"iss": IDP_ISSUER, "sub": "alice"}
+        rig.provider.token_answers += [
+            (200, answer(1, id_token=jwt(**user, email="a@x"))),
+            (200, answer(2, access_token=jwt(**user, scope="openid"))),
+        ]
+        client_id = await register(rig)
+        upstream = await at_provider(rig, client_id)
+        back = audit.AuditRecord()
+        query = urlencode({"state": upstream["state"], "code": "c-1", "iss": IDP_ISSUER})
+        response = await rig.call("GET", CALLBACK, query=query.encode(), scope={AUDIT_KEY: back})
+        code = redirected(response)[1]["code"]
+        redeemed = audit.AuditRecord()
+        form = {
+            "grant_type": "authorization_code",
+            "client_id": client_id,
+            "code": code,
+            "redirect_uri": REDIRECT,
+            "code_verifier": VERIFIER,
+        }
+        tokens = await rig.post_form(TOKEN, form, scope={AUDIT_KEY: redeemed})
+        assert tokens.status == 200, tokens.body
+        refreshed = audit.AuditRecord()
+        form = {
+            "grant_type": "refresh_token",
+            "client_id": client_id,
+            "refresh_token": tokens.json()["refresh_token"],
+        }
+        again = await rig.post_form(TOKEN, form, scope={AUDIT_KEY: refreshed})
+        assert again.status == 200, again.body
+        lines = (
+            (back, "code-issued"),
+            (redeemed, "token-issued"),
+            (refreshed, "token-refreshed"),
+        )
+        for record, event in lines:
+            assert record.event == event
+            assert audit.caller_of(None, record.client_id, record.user) == {
+                **user,
+                "client_id": client_id,
+            }
+
+
+def test_a_token_response_without_a_jwt_names_no_user():
+    record = audit.AuditRecord()
+    scope = {AUDIT_KEY: record}
+    audit.signed_in(scope, answer(1))
+    audit.signed_in(scope, answer(1, id_token="not.a-jwt.at-all"))
+    assert record.user is None
