@@ -1,7 +1,8 @@
 """MCP tool-level authorization (`spec.backend.mcp.authorization`): rules evaluated per item.
 
 Calls to a denied tool, prompt or resource are answered here and never reach the backend;
-answers that may hold list results (JSON or SSE) lose the items the caller may not use.
+answers that may hold list results (JSON or SSE) lose the items the caller may not use, and the
+streams that carry resource updates (GET, a listen) lose those of resources it may not read.
 
 Nothing reaches the backend unjudged: a POST body is read strictly (decoded first when it is
 gzip or deflate) and refused with a JSON-RPC error when it cannot be read exactly; the backend
@@ -35,6 +36,7 @@ from .content_coding import SUPPORTED, CodingError, check_codings, codings, deco
 from .mcp_list_filter import ListFilter
 from .mcp_messages import (
     INVALID_REQUEST,
+    LISTEN,
     LISTS,
     PARSE_ERROR,
     McpRequest,
@@ -175,7 +177,8 @@ class McpAuthorization:
                 return
             receive = _replay(b"", receive)
             if method == "GET":
-                # A resumed stream (Last-Event-ID) may replay any earlier answer, lists too.
+                # A resumed stream (Last-Event-ID) may replay any earlier answer, lists too;
+                # and the stream carries the updates of subscribed resources.
                 _ask_for_identity(scope)
                 send = ListFilter(self._allower(scope), None, None, send).send
             await self.app(scope, receive, send)
@@ -202,7 +205,8 @@ class McpAuthorization:
         if request is not None and not await self._may_use(scope, send, request, audited):
             return
         replay = _replay(body, receive)
-        if request is not None and request.method in LISTS:
+        if request is not None and (request.method in LISTS or request.method == LISTEN):
+            # A list's items, and a listen stream's updates, are judged one by one.
             _ask_for_identity(scope)
             send = ListFilter(self._allower(scope), request.method, request.id, send).send
         await self.app(scope, replay, send)

@@ -1,5 +1,6 @@
 """Filtering answers that may carry list results (`tools/list` and the like) item by item, for
-tool-level authorization: a JSON body as a whole, an SSE stream event by event.
+tool-level authorization: a JSON body as a whole, an SSE stream event by event (an event that
+updates a resource the caller may not read is dropped whole).
 
 Nothing the filter cannot read is passed on as it came: an answer is read as clients read it
 (lone surrogates included), a compressed one is decoded, and what still cannot be read is
@@ -17,6 +18,7 @@ from .mcp_messages import (
     Unreadable,
     error_message,
     filter_result,
+    hidden_update,
     read_message,
     write_message,
 )
@@ -51,23 +53,30 @@ class ListFilter:
     def _error(self, why: str) -> bytes:
         return write_message(self._error_object(why))
 
-    def _filtered(self, data: bytes) -> bytes:
-        """`data` with denied items removed (the same object when none were); Unreadable."""
+    def _filtered(self, data: bytes, event: bool = False) -> bytes | None:
+        """`data` with denied items removed (the same object when none were); Unreadable. An
+        `event` of a stream that is an update of a resource the caller may not read: None."""
         message = read_message(data)
+        if event and hidden_update(message, self.allowed):
+            return None
         if filter_result(message, self.method, self.allowed):
             return write_message(message)
         return data
 
-    def _event(self, event: bytes) -> bytes:
+    def _event(self, event: bytes) -> bytes | None:
+        """The event with denied list items removed; None when it is to be dropped whole (an
+        update of a resource the caller may not read)."""
         lines = event.split(b"\n")
         data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]
         if not data:
             return event
         joined = b"\n".join(data)
         try:
-            filtered = self._filtered(joined)
+            filtered = self._filtered(joined, event=True)
         except Unreadable as exc:
             filtered = self._error(str(exc))
+        if filtered is None:
+            return None
         if filtered is joined:
             return event  # nothing removed: the event passes byte for byte
         others = [line for line in lines if not line.startswith(b"data:")]
@@ -82,7 +91,7 @@ class ListFilter:
         # as a client will, or an event could pass unread.
         text = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         *events, rest = text.split(b"\n\n")
-        out = b"".join(self._event(e) + b"\n\n" for e in events)
+        out = b"".join(e + b"\n\n" for e in map(self._event, events) if e is not None)
         self.pending = rest + held
         if len(self.pending) > MAX_ANSWER_BYTES:
             self._break(f"an event is larger than {MAX_ANSWER_BYTES} bytes")
@@ -91,7 +100,7 @@ class ListFilter:
             self.pending = b""
         elif not more:
             # An unterminated last event: clients should drop it, but a lenient one may not.
-            out, self.pending = out + self._event(self.pending), b""
+            out, self.pending = out + (self._event(self.pending) or b""), b""
         await self.downstream({"type": "http.response.body", "body": out, "more_body": more})
 
     def _break(self, why: str) -> None:
@@ -160,7 +169,7 @@ class ListFilter:
         body = self.pending
         if body:
             try:
-                body = self._filtered(body)
+                body = self._filtered(body) or body
             except Unreadable as exc:
                 if self.json:
                     await send_json(self.downstream, 502, self._error_object(str(exc)))

@@ -40,6 +40,8 @@ REFERENCES: dict[str, tuple[str, str]] = {
 # 2026-07-28: a listen stream delivers the updates of the resources it names, each guarded as
 # a `resources/subscribe` of it is.
 LISTEN = "subscriptions/listen"
+# The notification of a subscribed resource's change; it names the resource.
+UPDATED = "notifications/resources/updated"
 _SUBSCRIPTIONS = ("notifications", "resourceSubscriptions")
 # list method -> (result field holding the items, kind, the item field naming it)
 LISTS: dict[str, tuple[str, str, str]] = {
@@ -378,6 +380,17 @@ def filter_result(message: object, method: str | None, allowed: Callable[[str, s
         result[field] = kept
         removed = removed or len(kept) != len(items)
     return removed
+
+
+def hidden_update(message: object, allowed: Callable[[str, str], bool]) -> bool:
+    """Whether `message` is an update of a resource the caller may not read (or of none it
+    could be judged by): a subscription made before the rules changed, or a server that
+    sends updates unasked, tells nothing of a denied resource."""
+    if not isinstance(message, dict) or message.get("method") != UPDATED:
+        return False
+    params = message.get("params")
+    uri = params.get("uri") if isinstance(params, dict) else None
+    return not isinstance(uri, str) or not allowed("resource", uri)
 
 
 def item_variables(kind: str, name: str, targets: tuple[str, ...]) -> dict[str, object]:
