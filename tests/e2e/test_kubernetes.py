@@ -222,9 +222,11 @@ def test_status_comes_up_true_with_the_observed_generation(cluster: ClusterStack
 def test_status_is_written_only_when_it_changes(cluster: ClusterStack) -> None:
     before = cluster.api.get("GatewayPolicy", NS, "mcp-authn")
     writes = cluster.status()["controller"]["statusWrites"]
+    # Counted before the change: its rebuild comes 0.1 s after it arrives, which a count read
+    # after the patch on a loaded machine could already include (then no rebuild is "next").
+    swaps = cluster.status()["controller"]["snapshotSwaps"]
     # An unrelated change (a label: generation unchanged) rebuilds nothing worth writing.
     cluster.api.patch("GatewayBackend", NS, "mcp-backend", {"metadata": {"labels": {"a": "b"}}})
-    swaps = cluster.status()["controller"]["snapshotSwaps"]
     wait_until(lambda: cluster.status()["controller"]["snapshotSwaps"] > swaps, WAIT, "a rebuild")
     after = cluster.api.get("GatewayPolicy", NS, "mcp-authn")
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
@@ -537,9 +539,10 @@ def test_a_newer_route_with_the_same_match_cannot_take_a_path_over(cluster: Clus
             ],
         },
     }
+    # Counted before the route exists, as above: its rebuild may precede a read made after.
+    swaps = cluster.status()["controller"]["snapshotSwaps"]
     api.create(route)
     try:
-        swaps = cluster.status()["controller"]["snapshotSwaps"]
 
         def bound() -> bool:
             parents = (api.get("HTTPRoute", "aaa", "hijack").get("status") or {}).get("parents")
