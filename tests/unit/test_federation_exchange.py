@@ -115,7 +115,17 @@ def test_notifications_pass_and_a_resource_update_carries_its_target():
 def test_answers_on_the_get_stream_are_dropped():
     exchanges = Exchanges()
     assert from_target(answer(1), "a", exchanges) is None
-    assert from_target(answer(1), "a", exchanges, "tools/call") == answer(1)
+    assert from_target(answer(1), "a", exchanges, "tools/call", 1) == answer(1)
+
+
+def test_a_call_s_answer_goes_under_the_call_s_id():
+    exchanges = Exchanges()
+    # Whatever id the target wrote (another request's: one in flight at another target, say),
+    # its answer is to the call it was sent.
+    assert from_target(answer(2), "a", exchanges, "tools/call", 1) == answer(1)
+    assert from_target(answer(1), "a", exchanges, "tools/call", "1") == answer("1")
+    refused = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "x"}}
+    assert from_target(refused, "a", exchanges, "tools/call", 7) == {**refused, "id": 7}
 
 
 def test_uris_in_results_carry_their_target():

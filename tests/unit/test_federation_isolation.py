@@ -10,8 +10,8 @@ from mcp_oauth_gateway.asgi import CLAIMS_KEY, TOKEN_KEY
 from mcp_oauth_gateway.proxy.federation.listen import own_filter
 from mcp_oauth_gateway.proxy.federation.session import new_session, owner_of
 from mcp_oauth_gateway.proxy.federation.shared import record_of, session_from
-from unit.stages.federation_targets import INIT, Targets, open_session, stage
-from unit.stages.harness import drive
+from unit.stages.federation_targets import INIT, SSE, Targets, events, open_session, stage
+from unit.stages.harness import MemoryResponse, drive
 
 
 def notification(method: str, **params: object) -> bytes:
@@ -116,3 +116,62 @@ def test_a_target_s_listen_filter_holds_only_its_own_resources_under_the_one_spe
         "resourceSubscriptions": ["y"],
     }
     assert own_filter({"resource_subscriptions": ["file:///secret"]}, "a", {"a", "b"}) == {}
+
+
+JSON = [(b"content-type", b"application/json")]
+
+
+class Spoofing(Targets):
+    """Target a answers its calls with an answer to another request first (a client request in
+    flight at another target, say), as an event stream or, `json`, as its whole answer."""
+
+    json: bool = False
+    spoof: dict[str, object] | None = None
+
+    async def request(self, method, url, headers, body, headers_within):  # type: ignore[no-untyped-def]
+        message = orjson.loads(body) if isinstance(body, bytes) and body else {}
+        if ":9001/" not in url or message.get("method") != "tools/call":
+            return await super().request(method, url, headers, body, headers_within)
+        spoof = self.spoof or {"jsonrpc": "2.0", "id": 99, "result": {"tools": [{"name": "x"}]}}
+        if self.json:
+            return MemoryResponse(
+                200, [(b"content-type", b"application/json")], orjson.dumps(spoof)
+            )
+        own = {"jsonrpc": "2.0", "id": message["id"], "result": {"by": "a"}}
+        stream = [b"data: " + orjson.dumps(m) + b"\n\n" for m in (spoof, own)]
+        return MemoryResponse(200, SSE, None, stream)
+
+
+def call(request_id: object, name: str = "a_t1") -> bytes:
+    message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": name}}
+    return orjson.dumps(message)
+
+
+async def test_a_call_s_stream_answers_that_call_once_and_nothing_else():
+    app = stage(Spoofing())
+    headers = await open_session(app)
+    response = await drive(app, "POST", headers=headers, body=call(1))
+    answers = [m for m in events(response.body) if "method" not in m]
+    # Target a's first answer is its answer to the call, whatever id it wrote: never another
+    # request's (the client's list in flight, say), and a second one is dropped.
+    assert [m["id"] for m in answers] == [1]
+
+
+async def test_a_call_s_json_answer_goes_under_the_call_s_id():
+    targets = Spoofing()
+    targets.json = True
+    app = stage(targets)
+    headers = await open_session(app)
+    response = await drive(app, "POST", headers=headers, body=call("c-1"))
+    assert response.json()["id"] == "c-1"
+
+
+async def test_a_call_s_json_answer_that_is_no_answer_is_an_error():
+    targets = Spoofing()
+    targets.json = True
+    targets.spoof = {"jsonrpc": "2.0", "method": "notifications/message", "params": {}}
+    app = stage(targets)
+    headers = await open_session(app)
+    response = await drive(app, "POST", headers=headers, body=call(1))
+    assert response.json()["id"] == 1
+    assert response.json()["error"]["code"] == -32603

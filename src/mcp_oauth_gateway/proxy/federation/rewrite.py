@@ -63,11 +63,17 @@ def offered_result(method: str, target: str, result: object) -> object:
 
 
 def from_target(
-    message: dict[str, object], target: str, exchanges: Exchanges, method: str | None = None
+    message: dict[str, object],
+    target: str,
+    exchanges: Exchanges,
+    method: str | None = None,
+    request_id: object = None,
 ) -> dict[str, object] | None:
     """`target`'s message as the client gets it; None when it has nothing for the client.
-    `method`: the client's request whose answer this is (None on the GET stream, which carries
-    no answers)."""
+    `method` and `request_id`: the client's request whose answer this is (None on the GET
+    stream, which carries no answers). The answer goes under the request's id, whatever id
+    the target wrote: a target answers the call it was sent, never another request of the
+    client's (one in flight at another target, say)."""
     kind = message.get("method")
     if isinstance(kind, str) and "id" in message:
         return {**message, "id": exchanges.ask(target, message["id"])}
@@ -76,8 +82,28 @@ def from_target(
     if method is None or "id" not in message:
         return None
     if "result" in message:
-        return {**message, "result": offered_result(method, target, message["result"])}
-    return message
+        result = offered_result(method, target, message["result"])
+        return {**message, "id": request_id, "result": result}
+    return {**message, "id": request_id}
+
+
+def is_answer(message: dict[str, object]) -> bool:
+    """Whether a message the client gets is a response (neither a request nor a notification)."""
+    return not isinstance(message.get("method"), str)
+
+
+def call_answer(
+    message: dict[str, object],
+    target: str,
+    exchanges: Exchanges,
+    method: str,
+    request_id: object,
+) -> dict[str, object] | None:
+    """A call's whole (JSON) answer as the client gets it (under the request's id); None
+    when it is no answer."""
+    if not is_answer(message):
+        return None
+    return from_target(message, target, exchanges, method, request_id)
 
 
 def _notification(

@@ -281,7 +281,8 @@ class Federation:
             self.health.ok(name)
             try:
                 if streams.is_stream(response):
-                    relay = streams.relay_call(response, send, name, method, session.exchanges)
+                    call = (method, request_id)
+                    relay = streams.relay_call(response, send, name, call, session.exchanges)
                     await streams.while_connected(relay, receive)
                     return
                 answer = await self.link.answer(target, response, request_id)
@@ -294,8 +295,11 @@ class Federation:
             return
         finally:
             session.exchanges.finish(request_id)
-        out = rewrite.from_target(answer, name, session.exchanges, method)
-        await jsonrpc.reply(send, 200, out if out is not None else answer)
+        out = rewrite.call_answer(answer, name, session.exchanges, method, request_id)
+        if out is None:
+            why = f"the MCP server {name!r} did not answer the request (it sent another message)"
+            out = jsonrpc.error(request_id, INTERNAL_ERROR, refused(scope, why))
+        await jsonrpc.reply(send, 200, out)
 
     async def _answered(
         self, scope: Scope, session: ClientSession, message: dict[str, object], send: Send

@@ -26,7 +26,7 @@ from .fanout import Fanout
 from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Malformed
 from .listen import listen
 from .lists import merged_list
-from .rewrite import from_target
+from .rewrite import call_answer
 from .routing import COMPLETION, ROUTED, routed
 from .session import ClientSession, Owner, TargetSession, owner_of
 from .shared import SharedSessions
@@ -213,7 +213,7 @@ class Stateless:
         try:
             response = await self.link.send(scope, target, jsonrpc.dumps(rewritten))
             self.fan.health.ok(name)
-            await self._relay(response, session, name, method, request_id, receive, send)
+            await self._relay(scope, response, session, name, method, request_id, receive, send)
         except Unavailable as exc:
             self.fan.health.failed(name, exc)
             text = self.refused(scope, unavailable(name, exc))
@@ -221,6 +221,7 @@ class Stateless:
 
     async def _relay(
         self,
+        scope: Scope,
         response: UpstreamResponse,
         session: ClientSession,
         name: str,
@@ -232,14 +233,20 @@ class Stateless:
         """The target's answer to a call, rewritten for the client, with its HTTP status."""
         try:
             if streams.is_stream(response):
-                relay = streams.relay_call(response, send, name, method, session.exchanges)
+                call = (method, request_id)
+                relay = streams.relay_call(response, send, name, call, session.exchanges)
                 await streams.while_connected(relay, receive)
                 return
             answer = await self.link.answer(session.targets[name], response, request_id)
         finally:
             response.release()
-        out = from_target(answer, name, session.exchanges, method)
-        await jsonrpc.reply(send, response.status, out if out is not None else answer)
+        out = call_answer(answer, name, session.exchanges, method, request_id)
+        if out is None:
+            why = f"the MCP server {name!r} did not answer the request (it sent another message)"
+            failed = jsonrpc.error(request_id, INTERNAL_ERROR, self.refused(scope, why))
+            await jsonrpc.reply(send, 200, failed)
+            return
+        await jsonrpc.reply(send, response.status, out)
 
 
 def discovered(answers: dict[str, dict[str, object]]) -> dict[str, object]:

@@ -17,7 +17,7 @@ from ...asgi import Receive, Send
 from ..upstream import UpstreamError, UpstreamResponse
 from . import jsonrpc
 from .exchange import Exchanges
-from .rewrite import from_target
+from .rewrite import from_target, is_answer
 from .session import ClientSession
 from .sse import event_data
 from .target import MAX_ANSWER_BYTES
@@ -70,15 +70,25 @@ async def while_connected(work: Awaitable[None], receive: Receive) -> None:
 
 
 async def relay_call(
-    response: UpstreamResponse, send: Send, target: str, method: str, exchanges: Exchanges
+    response: UpstreamResponse,
+    send: Send,
+    target: str,
+    call: tuple[str, object],
+    exchanges: Exchanges,
 ) -> None:
-    """A call's event stream, each message rewritten for the client as it comes."""
+    """A call's event stream, each message rewritten for the client as it comes; `call`: the
+    client's request (method, id), the only one the stream answers, once (a second answer
+    could only be taken for another request's)."""
+    method, request_id = call
+    answered = False
     await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
     try:
         async for message in messages(response):
-            out = from_target(message, target, exchanges, method)
-            if out is not None:
-                await send({"type": "http.response.body", "body": event(out), "more_body": True})
+            out = from_target(message, target, exchanges, method, request_id)
+            if out is None or (answered and is_answer(out)):
+                continue
+            answered = answered or is_answer(out)
+            await send({"type": "http.response.body", "body": event(out), "more_body": True})
     except (UpstreamError, ValueError) as exc:
         log.warning("federated answer broke off: %s", exc)
     await send({"type": "http.response.body", "body": b"", "more_body": False})
