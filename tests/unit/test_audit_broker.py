@@ -19,6 +19,7 @@ from unit.broker.broker_support import (
     at_provider,
     redirected,
     register,
+    signed_in,
     started_rig,
 )
 
@@ -93,3 +94,23 @@ def test_a_token_response_without_a_jwt_names_no_user():
     audit.signed_in(scope, answer(1))
     audit.signed_in(scope, answer(1, id_token="not.a-jwt.at-all"))
     assert record.user is None
+
+
+async def test_a_provider_refusal_quoting_its_refresh_token_never_passes_it_on():
+    async with started_rig() as rig:
+        client_id, tokens = await signed_in(rig)
+        quoted = {"error": "invalid_grant", "error_description": "token provider-rt-1 is gone"}
+        rig.provider.token_answers.append((400, quoted))
+        record = audit.AuditRecord()
+        form = {
+            "grant_type": "refresh_token",
+            "client_id": client_id,
+            "refresh_token": tokens["refresh_token"],
+        }
+        refused = await rig.post_form(TOKEN, form, scope={AUDIT_KEY: record})
+        assert refused.status == 400
+        assert rig.provider.last_token_form["refresh_token"] == "provider-rt-1"
+        assert "provider-rt-1" not in refused.body.decode()
+        assert record.reason is not None
+        assert "provider-rt-1" not in record.reason
+        assert record.reason == "invalid_grant: token [token] is gone"

@@ -143,7 +143,14 @@ async def _refused_refresh(
     return OAuthError(
         status if 400 <= status < 500 else 502,
         error if isinstance(error, str) else "invalid_grant",
-        description
+        # The provider's refresh token is the gateway's, never the client's (nor the audit
+        # trail's): a description that quotes it has it replaced.
+        _without(description, grant.provider_token)
         if isinstance(description, str)
         else "the identity provider refused the refresh",
     )
+
+
+def _without(text: str, secret: str) -> str:
+    """`text` with `secret` (when there is one) replaced by `[token]`."""
+    return text.replace(secret, "[token]") if secret else text

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 
 import aiohttp
+import orjson
 
 from .. import audit
 from ..asgi import (
@@ -234,7 +235,7 @@ class OAuthEndpoints:
             )
             return
         if result.status < 400:
-            audit.event(scope, "client-registered")
+            audit.event(scope, "client-registered", *registered(metadata, result.body))
         else:
             audit.deny(
                 scope, STAGE, f"the provider refused the registration (HTTP {result.status})"
@@ -251,3 +252,21 @@ class OAuthEndpoints:
             }
         )
         await send({"type": "http.response.body", "body": result.body})
+
+
+def registered(metadata: dict[str, object], answer: bytes) -> tuple[str | None, str]:
+    """The client id a registration answer gives (None: not JSON with one), and the client's
+    name and redirect URIs as the request asked for them, for the audit line."""
+    try:
+        document = orjson.loads(answer)
+    except orjson.JSONDecodeError:
+        document = None
+    given = document.get("client_id") if isinstance(document, dict) else None
+    name = metadata.get("client_name")
+    name = name if isinstance(name, str) else "(no client_name)"
+    uris = metadata.get("redirect_uris")
+    shown = ", ".join(str(u) for u in uris) if isinstance(uris, list) else ""
+    return (
+        given if isinstance(given, str) else None,
+        f"registered client {name[:100]!r} with redirect URIs {shown[:500]}",
+    )
