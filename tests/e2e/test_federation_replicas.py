@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from federation_support import Federated, named_server, start_gateway
-from support import free_port, new_key
+from federation_support import AUDIENCE, ISSUER, Federated, named_server, start_gateway
+from support import claims_for, free_port, mint, new_key
 
 INIT = {
     "jsonrpc": "2.0",
@@ -109,3 +109,21 @@ def test_another_caller_is_refused_at_both_and_an_ended_session_is_gone_at_both(
     assert ended.status_code == 204
     for url in (one, two):
         assert post(url, token, rpc("tools/list", 3), session).status_code == 404
+
+
+def test_callers_whose_tokens_name_no_subject_do_not_share_a_session(replicas):
+    """Tokens without `sub` (a Keycloak client without the `basic` scope issues them) name no
+    one: a session opened with one is that token's alone, at either replica, not every such
+    caller's of the issuer."""
+    stack, (one, two) = replicas
+
+    def subjectless(group: str) -> str:
+        claims = claims_for(ISSUER, AUDIENCE, groups=["admin", group])
+        del claims["sub"]
+        return mint(stack.key, claims)
+
+    token, other = subjectless("x"), subjectless("y")
+    session = opened(one, token)
+    for url in (one, two):
+        assert post(url, other, rpc("tools/list", 2), session).status_code == 404
+        assert post(url, token, rpc("tools/list", 3), session).status_code == 200
