@@ -258,6 +258,9 @@ def rotate_and_probe(stack, path: Path, rotated: Path) -> None:
 
     wait_until(all_in_new_file, 60, "every worker writing to the new file")
     assert any(line["request_id"] == before for line in written(rotated))
+    # Two workers, one line per request each: no two lines name the same request.
+    ids = [line["request_id"] for line in written(rotated) + written(path)]
+    assert len(ids) == len(set(ids))
     assert stack.process.popen.poll() is None  # SIGHUP did not end the gateway
 
 

@@ -4,9 +4,12 @@ client cannot forge, and no credential written wherever a request or a provider 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from mcp_oauth_gateway import audit
+from mcp_oauth_gateway.serving.app import new_request_id
 from unit.audit_support import audited_app, call, line_for, lines, request, token
 
 
@@ -82,3 +85,25 @@ async def test_behind_a_trusted_proxy_its_request_id_is_kept(tmp_path, monkeypat
     response = await request(app, body=call("echo"), headers=headers)
     assert response.headers["x-request-id"] == "proxy-id-1"
     assert line_for(app, path, response)["request_id"] == "proxy-id-1"
+
+
+def _id_of_a_forked_child() -> str:
+    """The first request id a child forked now hands out (as a `--workers N` worker is)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer and leave at once
+        os.write(write, new_request_id().encode())
+        os._exit(0)
+    os.close(write)
+    try:
+        return os.read(read, 100).decode()
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+
+
+def test_forked_workers_never_hand_out_the_same_request_id():
+    parent = new_request_id()
+    first, second = _id_of_a_forked_child(), _id_of_a_forked_child()
+    assert len({parent, first, second}) == 3
+    assert len({parent[:16], first[:16], second[:16]}) == 3

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import re
 import secrets
 import time
@@ -45,15 +46,34 @@ from .runtime import BrokerRuntime
 log = logging.getLogger("mcp_oauth_gateway")
 # Ids from callers are kept only when short and plain, so they cannot forge log structure.
 REQUEST_ID_SHAPE = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
-# Request ids need to be unique, not secret: a random per-process prefix and a counter (32 hex
-# digits, like the uuid4 they replace) cost no random bytes per request.
-_ID_PREFIX = secrets.token_hex(8)
-_ID_COUNTER = itertools.count(1)
+
+
+class _RequestIds:
+    """Request ids need to be unique, not secret: a random per-process prefix and a counter (32
+    hex digits, like the uuid4 they replace) cost no random bytes per request. A forked worker
+    (`--workers N`) draws a prefix of its own: sharing its parent's, every worker would hand
+    out the same ids, and audit lines of different requests would name one request."""
+
+    __slots__ = ("counter", "prefix")
+
+    def __init__(self) -> None:
+        self.prefix = ""
+        self.counter = itertools.count(1)
+        self.reset()
+
+    def reset(self) -> None:
+        """A new prefix, counting from 1."""
+        self.prefix = secrets.token_hex(8)
+        self.counter = itertools.count(1)
+
+
+_IDS = _RequestIds()
+os.register_at_fork(after_in_child=_IDS.reset)
 
 
 def new_request_id() -> str:
     """A request id unique across processes and restarts (random prefix, counter)."""
-    return f"{_ID_PREFIX}{next(_ID_COUNTER) & 0xFFFFFFFFFFFFFFFF:016x}"
+    return f"{_IDS.prefix}{next(_IDS.counter) & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
 # How long a stream cut at shutdown may take to be ended cleanly (a client not reading).
