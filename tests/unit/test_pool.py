@@ -82,8 +82,7 @@ async def backend_app(scope, receive, send):
     await send({"type": "http.response.body", "body": payload})
 
 
-@pytest.fixture
-async def backend():
+async def served(keep_alive: float) -> AsyncIterator[str]:
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(
@@ -91,7 +90,7 @@ async def backend():
             host="127.0.0.1",
             port=port,
             log_level="critical",
-            timeout_keep_alive=1,
+            timeout_keep_alive=keep_alive,
             lifespan="off",
         )
     )
@@ -101,6 +100,21 @@ async def backend():
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     await task
+
+
+@pytest.fixture
+async def backend() -> AsyncIterator[str]:
+    """uvicorn keeping idle connections for ten minutes: a connection a test reuses is not
+    closed under it by a pause of a loaded machine between two of its requests."""
+    async for url in served(keep_alive=600):
+        yield url
+
+
+@pytest.fixture
+async def closing_backend() -> AsyncIterator[str]:
+    """uvicorn closing idle connections after a second, as a test that waits for it needs."""
+    async for url in served(keep_alive=1):
+        yield url
 
 
 async def read(response) -> bytes:
@@ -113,7 +127,7 @@ HOST = [(b"host", b"backend")]
 
 
 async def test_bytes_body_keepalive_and_headers(backend):
-    pool = RawUpstream()
+    pool = RawUpstream(idle_limit=PATIENT)
     first = await pool.request("POST", f"{backend}/echo", HOST, b"x" * 5000, 10)
     assert first.status == 201
     assert (b"x-test", b"yes") in first.headers
@@ -146,7 +160,8 @@ async def test_streamed_response_arrives_in_pieces(backend):
     await pool.close()
 
 
-async def test_connection_closed_by_backend_is_replaced(backend):
+async def test_connection_closed_by_backend_is_replaced(closing_backend):
+    backend = closing_backend
     pool = RawUpstream()
     first = json.loads(await read(await pool.request("POST", f"{backend}/echo", HOST, b"a", 10)))
     # Wait for the backend's keep-alive timeout to close the pooled socket.
