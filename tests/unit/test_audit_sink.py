@@ -172,3 +172,40 @@ def test_an_otlp_copy_that_fails_neither_fails_the_line_nor_goes_unnoticed(tmp_p
     sink.stop()
     assert read(path) == [{"n": 1}, {"n": 2}]
     assert metrics(sink)["mcp_gateway_audit_otlp_errors"] == 2
+
+
+def test_a_line_never_outgrows_what_a_pipe_keeps_whole(tmp_path):
+    # Values a request chooses, each within its cap, that JSON escapes six-fold (U+2028 is
+    # written `\u2028`): several workers' lines on one pipe would interleave past 4 KiB.
+    wide = "\u2028" * 255 + "…"
+    fields = {
+        "request_id": "r-1",
+        "route": "default/mcp",
+        "decision": "allow",
+        "stage": "reverse-proxy",
+        "reason": ("\u2028" * 1023) + "…",
+        "caller": {"iss": wide, "sub": wide, "client_id": wide},
+        "mcp": {"method": wide, "tool": wide, "target": wide},
+        "method": "POST",
+        "path": wide,
+        "status": 200,
+    }
+    path = tmp_path / "audit.log"
+    sink = AuditSink(str(path))
+    sink.write(fields)
+    sink.write({"n": 2})
+    sink.stop()
+    raw = path.read_bytes().splitlines()
+    assert len(raw) == 2
+    assert len(raw[0]) + 1 <= 4096
+    line = json.loads(raw[0])
+    # What the gateway decided is never what gets cut.
+    assert {k: line[k] for k in ("request_id", "route", "decision", "stage", "status")} == {
+        "request_id": "r-1",
+        "route": "default/mcp",
+        "decision": "allow",
+        "stage": "reverse-proxy",
+        "status": 200,
+    }
+    assert line["mcp"]["tool"].startswith("\u2028")
+    assert line["mcp"]["tool"].endswith("…")

@@ -29,8 +29,36 @@ log = logging.getLogger("mcp_oauth_gateway.audit")
 STDOUT = "-"
 FLUSH_INTERVAL = 0.2
 MAX_PENDING = 100_000  # lines waiting to be written (or to be written again)
+# Longest line in bytes, newline included: what a pipe writes whole (PIPE_BUF on Linux).
+MAX_LINE = 4096
+# The fields whose values a request chooses, cut shorter when a line would be longer.
+CHOSEN = frozenset({"reason", "caller", "mcp", "method", "path"})
 FILE_MODE = 0o640
 _OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+
+
+def fitted(fields: dict[str, object]) -> str:
+    """The line of `fields` within MAX_LINE bytes, newline included: the values a request
+    chooses (`CHOSEN`) cut shorter and shorter until it fits. Each is capped already, but JSON
+    writes some characters six-fold (`\\u2028`), and a longer line is not written whole to a
+    pipe that several workers share: two lines would interleave, both lost. What the gateway
+    decided (decision, stage, status, route, the request id) is never cut."""
+    cap = 128
+    while True:
+        cut = {k: _cut(v, cap) if k in CHOSEN else v for k, v in fields.items()}
+        line = json_line(cut)
+        if cap <= 8 or len(line.encode("utf-8", "replace")) < MAX_LINE:
+            return line
+        cap //= 2
+
+
+def _cut(value: object, cap: int) -> object:
+    """`value`'s text (in a map: each value's) cut to `cap` characters, ending in "…"."""
+    if isinstance(value, str):
+        return value if len(value) <= cap else value[: cap - 1] + "…"
+    if isinstance(value, dict):
+        return {k: _cut(v, cap) for k, v in value.items()}
+    return value
 
 
 def open_audit_file(path: str) -> int:
@@ -89,7 +117,11 @@ class AuditSink:
         if len(self._pending) >= self.max_pending:
             self._count_dropped(1)
             return
-        self._pending.append(json_line(fields) + "\n")
+        line = json_line(fields)
+        # Below 1024 characters a line is within MAX_LINE bytes (UTF-8: at most 4 per one).
+        if len(line) >= MAX_LINE // 4 and len(line.encode("utf-8", "replace")) >= MAX_LINE:
+            line = fitted(fields)
+        self._pending.append(line + "\n")
         if self.otlp is not None:
             try:
                 self.otlp.emit(fields)
