@@ -7,11 +7,12 @@ A stage calls one helper at its decision point (`deny`, `allow`, `mcp_request`, 
 stages cost one dict lookup more on the paths they decide on, and nothing else.
 
 Decisions: `deny` names the stage that refused (the names of `serving.stages.PIPELINE`, or one
-of `ENTRY_RULES`, `ROUTING`, `AUDIT` before any route's stage) and why; the first refusal
-recorded is the one that answered. `allow` names the stage that answered: `reverse-proxy` when
-the request passed every stage to the backend, or the stage that answered it itself (the OAuth
-endpoints, a CORS preflight, the Broker's pages). Nothing here ever holds a token, a code or a
-secret: stages hand over their reasons in words, and every value is capped in length."""
+of `ENTRY_RULES`, `ROUTING`, `AUDIT` before any route's stage, `CONNECTION` or `GATEWAY` when
+none decided) and why; the first refusal recorded is the one that answered. `allow` names the
+stage that answered: `reverse-proxy` when the request passed every stage to the backend, or the
+stage that answered it itself (the OAuth endpoints, a CORS preflight, the Broker's pages).
+Nothing here ever holds a token, a code or a secret: stages hand over their reasons in words,
+every value is capped in length, and a JWT's signature is removed wherever one appears."""
 
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ DENY = "deny"
 ENTRY_RULES = "entry-rules"
 ROUTING = "routing"
 AUDIT = "audit"
+# Lines no stage decided: the client went away first (`connection`), or the gateway answered
+# without a stage's word (`gateway`: an error of its own).
+CONNECTION = "connection"
+GATEWAY = "gateway"
 # Longest value written for a field taken from a request or a token (a reason: longer).
 MAX_VALUE = 256
 MAX_REASON = 1024
@@ -216,7 +221,7 @@ def decision_of(record: AuditRecord, status: int) -> tuple[str, str | None, str 
     if record.decision is not None:
         return record.decision, record.stage, record.reason
     if status == 0:
-        return DENY, None, "the client went away before the gateway answered"
+        return DENY, CONNECTION, "the client went away before the gateway answered"
     if status < 400:
-        return ALLOW, None, None
-    return DENY, None, f"answered {status} by the gateway"
+        return ALLOW, GATEWAY, f"answered {status} by the gateway"
+    return DENY, GATEWAY, f"answered {status} by the gateway"

@@ -10,7 +10,8 @@ import pytest
 
 from mcp_oauth_gateway import audit
 from mcp_oauth_gateway.serving.app import new_request_id
-from unit.audit_support import audited_app, call, line_for, lines, request, token
+from unit.audit_support import ISSUER, audited_app, call, line_for, lines, request, token
+from unit.stages.harness import drive
 
 
 @pytest.fixture
@@ -107,3 +108,36 @@ def test_forked_workers_never_hand_out_the_same_request_id():
     first, second = _id_of_a_forked_child(), _id_of_a_forked_child()
     assert len({parent, first, second}) == 3
     assert len({parent[:16], first[:16], second[:16]}) == 3
+
+
+@pytest.mark.parametrize(
+    ("status", "decision", "stage"),
+    [(0, "deny", "connection"), (500, "deny", "gateway"), (200, "allow", "gateway")],
+)
+def test_every_line_names_a_stage_even_when_none_decided(status, decision, stage):
+    # The client went away before any stage decided; the gateway failed; (no such answer yet).
+    found = audit.decision_of(audit.AuditRecord(), status)
+    assert found[:2] == (decision, stage)
+    assert found[2]
+
+
+async def test_a_client_gone_before_any_stage_decided_is_a_line_naming_the_connection(gateway):
+    app, _, path = gateway
+    headers = [
+        (b"host", b"gw.example:8080"),
+        (b"authorization", f"Bearer {token()}".encode()),
+        (b"content-type", b"application/json"),
+    ]
+    gone = await drive(
+        app,
+        "POST",
+        "/mcp",
+        headers=headers,
+        host=None,
+        disconnect_first=True,
+        scope={"server": ("gw.example", 8080)},
+    )
+    assert gone.status == 0
+    (line,) = lines(app, path)
+    assert (line["decision"], line["stage"], line["status"]) == ("deny", "connection", 0)
+    assert line["caller"] == {"iss": ISSUER, "sub": "alice"}
