@@ -9,8 +9,10 @@ import os
 import pytest
 
 from mcp_oauth_gateway import audit
+from mcp_oauth_gateway.cli import main
 from mcp_oauth_gateway.serving.app import new_request_id
 from unit.audit_support import ISSUER, audited_app, call, line_for, lines, request, token
+from unit.resources_fixture import BASE, policy, write
 from unit.stages.harness import drive
 
 
@@ -141,3 +143,14 @@ async def test_a_client_gone_before_any_stage_decided_is_a_line_naming_the_conne
     (line,) = lines(app, path)
     assert (line["decision"], line["stage"], line["status"]) == ("deny", "connection", 0)
     assert line["caller"] == {"iss": ISSUER, "sub": "alice"}
+
+
+def test_serve_refuses_an_audit_file_anyone_may_write(tmp_path, capsys):
+    resources = write(tmp_path, BASE + policy())
+    audit_file = tmp_path / "audit.log"
+    audit_file.touch()
+    audit_file.chmod(0o666)
+    code = main(["serve", "-f", str(resources), "--audit-log", str(audit_file)])
+    error = capsys.readouterr().err
+    assert code == 2
+    assert error.startswith(f"error: --audit-log {audit_file}: every user of this machine can")

@@ -8,7 +8,7 @@ import errno
 import json
 import os
 
-from mcp_oauth_gateway.serving.audit_sink import AuditSink
+from mcp_oauth_gateway.serving.audit_sink import AuditSink, check_path, exposure
 
 
 def read(path) -> list[dict[str, object]]:
@@ -209,3 +209,22 @@ def test_a_line_never_outgrows_what_a_pipe_keeps_whole(tmp_path):
     }
     assert line["mcp"]["tool"].startswith("\u2028")
     assert line["mcp"]["tool"].endswith("…")
+
+
+def test_an_audit_file_others_may_write_is_refused_and_one_they_may_read_is_named(tmp_path):
+    path = tmp_path / "audit.log"
+    path.touch()
+    path.chmod(0o640)
+    assert exposure(str(path)) is None
+    path.chmod(0o644)
+    assert exposure(str(path)) == (False, "every user of this machine can read it")
+    path.chmod(0o666)
+    assert exposure(str(path)) == (True, "every user of this machine can write lines into it")
+    assert exposure("-") is None
+    assert exposure("/dev/null") is None  # not a regular file: not an audit trail to keep
+
+
+def test_a_new_audit_file_is_readable_by_its_owner_and_group_only(tmp_path):
+    path = tmp_path / "new.log"
+    check_path(str(path))
+    assert path.stat().st_mode & 0o777 & ~0o640 == 0

@@ -63,8 +63,9 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
 
 
 def _audit_log(args: argparse.Namespace) -> str | None:
-    """`--audit-log`, checked writable now (a bad path is refused before serving)."""
-    from ..serving.audit_sink import check_path
+    """`--audit-log`, checked writable now (a bad path is refused before serving), and by
+    whom: a file anyone may write is refused, one anyone may read is warned about."""
+    from ..serving.audit_sink import check_path, exposure
 
     path: str | None = args.audit_log
     if path is None:
@@ -80,6 +81,14 @@ def _audit_log(args: argparse.Namespace) -> str | None:
             f"--audit-log {path}: cannot open it for appending ({exc.strerror}); give a "
             "writable file path, or - for standard output"
         ) from exc
+    exposed = exposure(path)
+    if exposed is not None:
+        refused, why = exposed
+        if refused:
+            raise Refused(f"--audit-log {path}: {why}; chmod o-rw {path}")
+        logging.getLogger("mcp_oauth_gateway.audit").warning(
+            "--audit-log %s: %s; chmod o-r %s", path, why, path
+        )
     return path
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import sys
 import threading
 import time
@@ -71,6 +72,26 @@ def open_audit_file(path: str) -> int:
 def check_path(path: str) -> None:
     """Raise OSError unless `path` can be opened for appending (checked before serving)."""
     os.close(open_audit_file(path))
+
+
+def exposure(path: str) -> tuple[bool, str] | None:
+    """Who else may touch the audit file at `path` (a regular file): (refused, why) when every
+    user of the machine may write it (anyone could add lines: it would prove nothing) or read
+    it (who called what, and why); None when only its owner and group may, or it is no
+    regular file (standard output, a pipe, a device)."""
+    if path == STDOUT:
+        return None
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(found.st_mode):
+        return None
+    if found.st_mode & stat.S_IWOTH:
+        return True, "every user of this machine can write lines into it"
+    if found.st_mode & stat.S_IROTH:
+        return False, "every user of this machine can read it"
+    return None
 
 
 class AuditSink:
