@@ -3,8 +3,10 @@ in flight; an invalid one keeps the running configuration and says why."""
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
@@ -47,6 +49,16 @@ def watched(stack_b, tmp_path, logs):
         yield base, config, gateway
     finally:
         gateway.stop()
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write `text` as `path`'s new content in one step, as an editor saving or a ConfigMap
+    update does. `write_text` truncates first: a poll of the watcher (every 0.2 s) landing
+    between the truncation and the write would load an empty policy.yaml, a route without
+    a policy, and the test would see that snapshot instead of the one it wrote."""
+    staged = path.with_name(f".{path.name}.new")
+    staged.write_text(text)
+    os.replace(staged, path)
 
 
 def status(base: str, token: str) -> int:
@@ -107,8 +119,9 @@ def test_valid_change_applies_without_failing_requests_in_flight(watched, stack_
         "the long call to reach the backend",
     )
     policy = config / "policy.yaml"
-    policy.write_text(
-        policy.read_text().replace('"mcp-agent" in jwt.groups', '"operators" in jwt.groups')
+    replace_file(
+        policy,
+        policy.read_text().replace('"mcp-agent" in jwt.groups', '"operators" in jwt.groups'),
     )
     wait_until(lambda: status(base, token) == 403, 30, "the new rule to apply")
     caller.join(30)
@@ -124,7 +137,7 @@ def test_invalid_change_keeps_the_running_configuration(watched, stack_b):
     token = stack_b.token()
     policy = config / "policy.yaml"
     original = policy.read_text()
-    policy.write_text(original.replace("jwksPath: /application/o/mcp/jwks/", "jwksPth: x"))
+    replace_file(policy, original.replace("jwksPath: /application/o/mcp/jwks/", "jwksPth: x"))
     wait_until(
         lambda: (
             "configuration change rejected" in gateway.log()
@@ -139,9 +152,10 @@ def test_invalid_change_keeps_the_running_configuration(watched, stack_b):
     conditions = {c["type"]: c["status"] for c in live["policies"][0]["conditions"]}
     assert conditions == {"Accepted": "True", "Attached": "True", "ResolvedRefs": "True"}
     gateway_yaml = config / "gateway.yaml"
-    policy.write_text(original)
-    gateway_yaml.write_text(
-        gateway_yaml.read_text().replace(f"port: {base.rsplit(':', 1)[1]}", f"port: {free_port()}")
+    replace_file(policy, original)
+    replace_file(
+        gateway_yaml,
+        gateway_yaml.read_text().replace(f"port: {base.rsplit(':', 1)[1]}", f"port: {free_port()}"),
     )
     wait_until(
         lambda: "restart the gateway to apply that" in gateway.log(),
