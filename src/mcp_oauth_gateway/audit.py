@@ -57,6 +57,21 @@ def capped(value: object, limit: int = MAX_VALUE) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+# What an identifier keeps of its end when cut: what sets two ids apart is often there (a DCR
+# client id's random part and signature follow the name and redirect URIs it carries).
+ID_TAIL = 64
+
+
+def capped_id(value: object) -> str:
+    """An identifier (a client id, `iss`, `sub`) as text of at most MAX_VALUE characters: a
+    longer one keeps its head and its last ID_TAIL characters, so two ids that differ only
+    at the end are still told apart."""
+    text = capped(value, 1 << 16)
+    if len(text) <= MAX_VALUE:
+        return text
+    return text[: MAX_VALUE - ID_TAIL - 1] + "…" + text[-ID_TAIL:]
+
+
 @dataclass(slots=True)
 class AuditRecord:
     """What the stages decided about one request (one per request, in its scope)."""
@@ -122,7 +137,7 @@ def event(scope: Scope, name: str, client_id: str | None = None, detail: str | N
     if record is not None:
         record.event = name
         if client_id:
-            record.client_id = capped(client_id)
+            record.client_id = capped_id(client_id)
         if detail is not None and record.decision != DENY:
             record.reason = detail
 
@@ -131,7 +146,7 @@ def client(scope: Scope, client_id: str) -> None:
     """Record the OAuth client a Broker request is made by (or for)."""
     record: AuditRecord | None = scope.get(AUDIT_KEY)
     if record is not None and client_id:
-        record.client_id = capped(client_id)
+        record.client_id = capped_id(client_id)
 
 
 def signed_in(scope: Scope, tokens: object) -> None:
@@ -145,7 +160,7 @@ def signed_in(scope: Scope, tokens: object) -> None:
     for name in ("id_token", "access_token"):
         claims = _payload(tokens.get(name))
         if claims is not None and claims.get("sub") is not None:
-            record.user = {k: capped(claims[k]) for k in ("iss", "sub") if claims.get(k)}
+            record.user = {k: capped_id(claims[k]) for k in ("iss", "sub") if claims.get(k)}
             return
 
 
@@ -205,10 +220,10 @@ def caller_of(
         for field in ("iss", "sub"):
             value = claims.get(field)
             if value is not None:
-                out[field] = capped(value)
+                out[field] = capped_id(value)
         holder = claims.get("azp", claims.get("client_id"))
         if holder is not None:
-            out["client_id"] = capped(holder)
+            out["client_id"] = capped_id(holder)
     if client_id and "client_id" not in out:
         out["client_id"] = client_id
     return out or None

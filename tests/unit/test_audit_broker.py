@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 
 from mcp_oauth_gateway import audit
 from mcp_oauth_gateway.asgi import AUDIT_KEY
+from mcp_oauth_gateway.broker.clients import issue_client_id
 from unit.broker.broker_support import (
     CALLBACK,
     IDP_ISSUER,
@@ -114,3 +115,21 @@ async def test_a_provider_refusal_quoting_its_refresh_token_never_passes_it_on()
         assert record.reason is not None
         assert "provider-rt-1" not in record.reason
         assert record.reason == "invalid_grant: token [token] is gone"
+
+
+def test_two_clients_registered_alike_are_told_apart_however_long_their_ids():
+    # A DCR client id carries the name and redirect URIs before what sets it apart (a random
+    # part and the signature): cut at its head alone, an impostor's id would read as yours.
+    uris = [f"http://127.0.0.1:47001/callback/{'x' * 60}/{n}" for n in range(3)]
+    ids = [issue_client_id(b"k" * 32, "Claude Desktop " + "y" * 80, uris) for _ in range(2)]
+    assert len(ids[0]) > audit.MAX_VALUE
+    records = [audit.AuditRecord() for _ in ids]
+    for record, client_id in zip(records, ids, strict=True):
+        audit.client({AUDIT_KEY: record}, client_id)
+    shown = [record.client_id for record in records]
+    assert shown[0] != shown[1]
+    for client_id, written in zip(ids, shown, strict=True):
+        assert written is not None
+        assert len(written) <= audit.MAX_VALUE
+        assert written.startswith(client_id[:100])
+        assert written.endswith(client_id[-60:])
