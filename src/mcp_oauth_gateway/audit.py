@@ -124,9 +124,9 @@ def mcp_request(
         return
     mcp = {"method": capped(method)}
     if kind in _MCP_KINDS and name is not None:
-        mcp[kind] = capped(name)
+        mcp[kind] = capped_id(name)  # resource URIs differ at their end, as often as not
     if target is not None:
-        mcp["target"] = capped(target)
+        mcp["target"] = capped_id(target)
     record.mcp = mcp
 
 

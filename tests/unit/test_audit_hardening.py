@@ -9,6 +9,7 @@ import os
 import pytest
 
 from mcp_oauth_gateway import audit
+from mcp_oauth_gateway.asgi import AUDIT_KEY
 from mcp_oauth_gateway.cli import main
 from mcp_oauth_gateway.serving.app import new_request_id
 from unit.audit_support import ISSUER, audited_app, call, line_for, lines, request, token
@@ -154,3 +155,14 @@ def test_serve_refuses_an_audit_file_anyone_may_write(tmp_path, capsys):
     error = capsys.readouterr().err
     assert code == 2
     assert error.startswith(f"error: --audit-log {audit_file}: every user of this machine can")
+
+
+def test_two_long_resource_uris_that_differ_at_the_end_are_told_apart():
+    base = "file:///srv/share/" + "deep/" * 60
+    records = [audit.AuditRecord() for _ in range(2)]
+    for record, leaf in zip(records, ("public.txt", "payroll.xlsx"), strict=True):
+        audit.mcp_request({AUDIT_KEY: record}, "resources/read", "resource", base + leaf)
+    shown = [record.mcp["resource"] for record in records if record.mcp is not None]
+    assert shown[0].endswith("public.txt")
+    assert shown[1].endswith("payroll.xlsx")
+    assert all(len(uri) == audit.MAX_VALUE for uri in shown)
