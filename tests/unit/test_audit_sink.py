@@ -228,3 +228,18 @@ def test_a_new_audit_file_is_readable_by_its_owner_and_group_only(tmp_path):
     path = tmp_path / "new.log"
     check_path(str(path))
     assert path.stat().st_mode & 0o777 & ~0o640 == 0
+
+
+def test_lines_still_unwritten_at_exit_are_counted_in_the_log(tmp_path, caplog):
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    sink = AuditSink(str(directory / "audit.log"))
+    sink.flush()
+    (directory / "audit.log").unlink()
+    directory.rmdir()
+    sink.reopen()
+    sink.write({"n": 1})
+    sink.write({"n": 2})
+    sink.stop()
+    assert "2 audit lines could not be written before the gateway stopped" in caplog.text
+    assert metrics(sink)["mcp_gateway_audit_lines_dropped"] == 2

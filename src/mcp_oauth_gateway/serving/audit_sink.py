@@ -315,6 +315,16 @@ class AuditSink:
             self._thread.join(5)
             self._thread = None
         self.flush()
+        lost = len(self._retry) + len(self._pending) + (self._torn is not None)
+        if lost:
+            # The last word on them: counted, and said, rather than gone with the process.
+            self._count_dropped(lost)
+            log.error(
+                "%d audit lines could not be written before the gateway stopped (%s)",
+                lost,
+                self._shown,
+            )
+            self._retry, self._torn = [], None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
