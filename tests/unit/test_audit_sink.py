@@ -243,3 +243,15 @@ def test_lines_still_unwritten_at_exit_are_counted_in_the_log(tmp_path, caplog):
     sink.stop()
     assert "2 audit lines could not be written before the gateway stopped" in caplog.text
     assert metrics(sink)["mcp_gateway_audit_lines_dropped"] == 2
+
+
+def test_a_line_that_comes_after_stop_is_still_written(tmp_path):
+    # A request cut at shutdown before it was answered ends after the lifespan stopped the
+    # sink: its line (status 0) must not wait for a writer thread that is gone.
+    path = tmp_path / "audit.log"
+    sink = AuditSink(str(path))
+    sink.start()
+    sink.write({"n": 1})
+    sink.stop()
+    sink.write({"n": 2, "status": 0})
+    assert read(path) == [{"n": 1}, {"n": 2, "status": 0}]

@@ -134,7 +134,8 @@ class AuditSink:
             self._thread.start()
 
     def write(self, fields: dict[str, object]) -> None:
-        """Queue one line (never blocks; counted as dropped when the list is full)."""
+        """Queue one line (counted as dropped when the list is full); while serving it never
+        blocks, after `stop` it is written at once."""
         if len(self._pending) >= self.max_pending:
             self._count_dropped(1)
             return
@@ -143,6 +144,10 @@ class AuditSink:
         if len(line) >= MAX_LINE // 4 and len(line.encode("utf-8", "replace")) >= MAX_LINE:
             line = fitted(fields)
         self._pending.append(line + "\n")
+        if self._stopped and self._thread is None:
+            # After `stop`: a request cut at shutdown ends after the lifespan stopped the sink,
+            # and no thread is left to write its line.
+            self.flush()
         if self.otlp is not None:
             try:
                 self.otlp.emit(fields)
