@@ -176,6 +176,12 @@ def _payload(token: object) -> dict[str, object] | None:
     return claims if isinstance(claims, dict) else None
 
 
+def failure(exc: BaseException) -> str:
+    """The reason of a request the gateway failed to handle: the error's type, never its
+    message (a connection error may quote a URL with its password)."""
+    return f"the gateway failed to handle this request: {type(exc).__name__}"
+
+
 def note(scope: Scope, text: str) -> None:
     """Add to what an `allow` line's reason says (which rule let the item through, say)."""
     record: AuditRecord | None = scope.get(AUDIT_KEY)

@@ -8,6 +8,8 @@ import base64
 import json
 from urllib.parse import urlencode
 
+import pytest
+
 from mcp_oauth_gateway import audit
 from mcp_oauth_gateway.asgi import AUDIT_KEY
 from mcp_oauth_gateway.broker.clients import issue_client_id
@@ -15,6 +17,7 @@ from unit.broker.broker_support import (
     CALLBACK,
     IDP_ISSUER,
     REDIRECT,
+    REGISTRATION,
     TOKEN,
     VERIFIER,
     at_provider,
@@ -133,3 +136,18 @@ def test_two_clients_registered_alike_are_told_apart_however_long_their_ids():
         assert len(written) <= audit.MAX_VALUE
         assert written.startswith(client_id[:100])
         assert written.endswith(client_id[-60:])
+
+
+async def test_a_broker_request_that_fails_inside_the_gateway_is_no_allow():
+    async with started_rig() as rig:
+
+        async def unavailable() -> bytes:
+            raise ConnectionError("the broker store (Redis) is unreachable")
+
+        rig.store.secret = unavailable  # type: ignore[method-assign]
+        record = audit.AuditRecord()
+        body = b'{"redirect_uris": ["http://127.0.0.1:47001/cb"]}'
+        with pytest.raises(ConnectionError):
+            await rig.call("POST", REGISTRATION, body=body, scope={AUDIT_KEY: record})
+        assert (record.decision, record.stage) == ("deny", "oauth-endpoints")
+        assert record.reason == ("the gateway failed to handle this request: ConnectionError")

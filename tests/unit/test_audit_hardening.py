@@ -166,3 +166,18 @@ def test_two_long_resource_uris_that_differ_at_the_end_are_told_apart():
     assert shown[0].endswith("public.txt")
     assert shown[1].endswith("payroll.xlsx")
     assert all(len(uri) == audit.MAX_VALUE for uri in shown)
+
+
+async def test_a_request_the_gateway_fails_on_is_a_deny_whatever_a_stage_allowed(gateway):
+    app, _, path = gateway
+
+    async def failing(scope, receive, send, port):
+        audit.allow(scope, "reverse-proxy")  # a stage let it through, then the gateway failed
+        raise ConnectionError("redis://:hunter2@cache:6379 is unreachable")
+
+    app._dispatch = failing  # type: ignore[method-assign]
+    response = await request(app, body=call("echo"))
+    assert response.status_code == 500
+    line = line_for(app, path, response)
+    assert (line["decision"], line["stage"], line["status"]) == ("deny", "gateway", 500)
+    assert line["reason"] == "the gateway failed to handle this request: ConnectionError"

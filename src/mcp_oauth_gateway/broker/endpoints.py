@@ -83,6 +83,11 @@ def _guard(ctx: BrokerContext, handler: Handler, page: bool) -> ASGIApp:
         except OAuthError as exc:
             audit.deny(scope, stage, f"{exc.error}: {exc.description}")
             await _write_error(ctx, scope, send, exc, page)
+        except Exception as exc:
+            # An error of the gateway's own (its store, a provider's connection): no `allow`,
+            # whatever answer it gets. The type only: a message may hold a URL's password.
+            audit.deny(scope, stage, audit.failure(exc))
+            raise
 
     return guarded
 

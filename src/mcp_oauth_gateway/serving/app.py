@@ -217,9 +217,11 @@ class GatewayApp:
             # sees it close and can resume elsewhere, and say so in one line.
             cut = True
             await exchange.end_cleanly()
-        except Exception:
+        except Exception as exc:
             log.exception("unhandled error serving %s %s", scope["method"], scope["path"])
             if not exchange.started:
+                # The answer is the gateway's 500, whatever a stage had allowed.
+                audit.deny(scope, audit.GATEWAY, audit.failure(exc))
                 await send_error(
                     exchange,
                     500,
