@@ -133,8 +133,8 @@ def _serve_operation_flags(serve: argparse.ArgumentParser) -> None:
         default="text",
         choices=["text", "json"],
         help="json: one JSON object per line, each request with a request_id "
-        "(the caller's X-Request-Id when well-formed, else a new one; "
-        "forwarded to the backend and returned in the response)",
+        "(the caller's X-Request-Id when well-formed, else a new one; with --audit-log, "
+        "only a trusted proxy's; forwarded to the backend and returned in the response)",
     )
 
 
@@ -145,7 +145,9 @@ def _serve_audit_flags(serve: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="the audit trail: one JSON line per request (allow or deny, the stage and why, "
         "the caller, the MCP method and tool) and per Broker event, appended to PATH "
-        "(reopened on SIGHUP, for log rotation) or - for standard output",
+        "(reopened on SIGHUP, for log rotation) or - for standard output; each request "
+        "gets an id of the gateway's own (X-Request-Id), a caller's kept only from a proxy "
+        "trusted with --trust-forwarded-headers",
     )
     serve.add_argument(
         "--audit-required",
