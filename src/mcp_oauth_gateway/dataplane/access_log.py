@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import sys
 import threading
 import time
@@ -15,6 +16,7 @@ from ..logs import escape_field, iso_second, json_line, timestamp
 FLUSH_INTERVAL = 0.2
 MAX_PENDING = 100_000  # beyond this, lines are dropped (and counted) rather than hoarded
 FIELD_MEMO = 4096  # escaped request and caller fields remembered (all forgotten when full)
+PIPE_BUF = 4096  # the longest write a pipe keeps whole (Linux)
 
 log = logging.getLogger("mcp_oauth_gateway.access")
 
@@ -27,6 +29,8 @@ class AccessLog:
         self.json_lines = json_lines
         self._fd = sys.stderr.fileno() if fd is None else fd
         self._pending: list[str] = []
+        # Whether the output is a regular file (a batch in one write), found at the first.
+        self._whole_writes: bool | None = None
         self._dropped = 0
         self._second = -1
         self._stamp = ""
@@ -140,13 +144,39 @@ class AccessLog:
                 else f"WARNING {log.name}: {message}\n"
             )
             self._dropped = 0
-        if batch:
-            data = "".join(batch).encode("utf-8", "replace")
-            try:
+        if not batch:
+            return
+        try:
+            for data in self._writes(batch):
                 while data:
                     data = data[os.write(self._fd, data) :]
+        except OSError:
+            pass
+
+    def _writes(self, batch: list[str]) -> list[bytes]:
+        """The batch in one write to a file; to a pipe or socket (standard error shared with
+        standard output, where `--audit-log -` writes too), whole lines of at most PIPE_BUF
+        bytes per write, which are never interleaved with another writer's."""
+        if self._whole_writes is None:
+            try:
+                self._whole_writes = stat.S_ISREG(os.fstat(self._fd).st_mode)
             except OSError:
-                pass
+                self._whole_writes = False
+        if self._whole_writes:
+            return ["".join(batch).encode("utf-8", "replace")]
+        writes: list[bytes] = []
+        chunk: list[bytes] = []
+        size = 0
+        for line in batch:
+            data = line.encode("utf-8", "replace")
+            if chunk and size + len(data) > PIPE_BUF:
+                writes.append(b"".join(chunk))
+                chunk, size = [], 0
+            chunk.append(data)
+            size += len(data)
+        if chunk:
+            writes.append(b"".join(chunk))
+        return writes
 
     def stop(self) -> None:
         """Flush and stop the thread."""
