@@ -40,3 +40,17 @@ def test_the_access_log_writes_a_pipe_whole_lines_of_at_most_pipe_buf(monkeypatc
     for data in writes:
         assert len(data) <= PIPE_BUF
         assert data.endswith(b"\n")
+
+
+@pytest.mark.parametrize("json_lines", [True, False])
+def test_an_access_line_a_long_path_would_stretch_past_pipe_buf_is_cut_to_fit(json_lines):
+    read, write = os.pipe()
+    access = AccessLog(fd=write, json_lines=json_lines)
+    path = "/mcp/" + "\u2028" * 3000  # JSON and the text escape write it six-fold or more
+    access.record("POST", path, 404, 0.001, "\u2028" * 500, "r-1", "\u2028" * 500)
+    access.flush()
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        (line,) = pipe.read().splitlines(keepends=True)
+    assert len(line) <= PIPE_BUF
+    assert b"404" in line

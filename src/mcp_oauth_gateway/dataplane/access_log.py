@@ -72,25 +72,43 @@ class AccessLog:
         if len(self._pending) >= MAX_PENDING:
             self._dropped += 1
             return
-        if self.json_lines:
-            line = json_line(
-                {
-                    "time": timestamp(now, self._stamp),
-                    "level": "INFO",
-                    "logger": log.name,
-                    "message": "request",
-                    "request_id": request_id,
-                    "method": method,
-                    "path": path,
-                    "status": status,
-                    "duration_ms": round(seconds * 1000, 3),
-                    "sub": None if sub is None else str(sub),
-                    "iss": None if iss is None else str(iss),
-                }
+        line = self._line(now, method, path, status, seconds, sub, iss, request_id)
+        # Longer than a pipe writes whole (a long path a request chose, escaped): it would cut
+        # another writer's line on a shared pipe (`--audit-log -` beside `2>&1`).
+        if len(line) >= PIPE_BUF // 4 and len(line.encode("utf-8", "replace")) >= PIPE_BUF:
+            line = self._line(
+                now, method, _short(path), status, seconds, _short(sub), _short(iss), request_id
             )
-            self._pending.append(line + "\n")
-            return
-        self._pending.append(self._text_line(now, method, path, status, seconds, sub, iss))
+        self._pending.append(line)
+
+    def _line(
+        self,
+        now: float,
+        method: str,
+        path: str,
+        status: int,
+        seconds: float,
+        sub: object,
+        iss: object,
+        request_id: str | None,
+    ) -> str:
+        """One access line, newline included, in the configured format."""
+        if not self.json_lines:
+            return self._text_line(now, method, path, status, seconds, sub, iss)
+        fields = {
+            "time": timestamp(now, self._stamp),
+            "level": "INFO",
+            "logger": log.name,
+            "message": "request",
+            "request_id": request_id,
+            "method": method,
+            "path": path,
+            "status": status,
+            "duration_ms": round(seconds * 1000, 3),
+            "sub": None if sub is None else str(sub),
+            "iss": None if iss is None else str(iss),
+        }
+        return json_line(fields) + "\n"
 
     def _text_line(
         self,
@@ -186,6 +204,15 @@ class AccessLog:
             self._thread.join(2)
             self._thread = None
         self.flush()
+
+
+def _short(value: Any) -> Any:
+    """A value a request chose, cut to 64 characters (ending in "…") for a line that would
+    outgrow PIPE_BUF; None stays None."""
+    if value is None:
+        return None
+    text = str(value)
+    return text if len(text) <= 64 else text[:63] + "…"
 
 
 def _caller(sub: object, iss: object) -> str:
