@@ -95,7 +95,7 @@ class AccessLog:
         """One access line, newline included, in the configured format."""
         if not self.json_lines:
             return self._text_line(now, method, path, status, seconds, sub, iss)
-        fields = {
+        fields: dict[str, object] = {
             "time": timestamp(now, self._stamp),
             "level": "INFO",
             "logger": log.name,
