@@ -181,3 +181,27 @@ async def test_a_request_the_gateway_fails_on_is_a_deny_whatever_a_stage_allowed
     line = line_for(app, path, response)
     assert (line["decision"], line["stage"], line["status"]) == ("deny", "gateway", 500)
     assert line["reason"] == "the gateway failed to handle this request: ConnectionError"
+
+
+class _Context:
+    def __init__(self, trace_id: int):
+        self.trace_id = trace_id
+
+
+class _Span:
+    def __init__(self, trace_id: int):
+        self.context = _Context(trace_id)
+
+    def get_span_context(self) -> _Context:
+        return self.context
+
+
+@pytest.mark.parametrize(
+    ("trace_id", "written"), [(0, None), (0xAB, "000000000000000000000000000000ab")]
+)
+def test_a_span_without_a_valid_trace_id_writes_none(gateway, trace_id, written):
+    app, _, _ = gateway
+    assert app.audit is not None
+    scope = {"method": "POST", "path": "/mcp", "headers": []}
+    line = app.audit.begin(scope, "id-1", _Span(trace_id))
+    assert line.fields(401)["trace_id"] == written

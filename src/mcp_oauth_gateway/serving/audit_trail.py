@@ -191,7 +191,9 @@ class AuditLine:
 
 
 def _trace_id(span: Any) -> str | None:
-    """The W3C trace id of the request's span (32 hex digits), or None without tracing."""
+    """The W3C trace id of the request's span (32 hex digits), or None without tracing or
+    without a valid one (all zeros: an invalid span, which no trace has)."""
     if span is None:
         return None
-    return f"{span.get_span_context().trace_id:032x}"
+    trace_id = span.get_span_context().trace_id
+    return f"{trace_id:032x}" if trace_id else None
