@@ -27,7 +27,7 @@ async def test_a_line_whose_writing_fails_is_not_written_twice(gateway, monkeypa
     assert app.audit is not None
     tried: list[dict[str, object]] = []
 
-    def broken(fields: dict[str, object]) -> None:
+    def broken(fields: dict[str, object], span: object = None) -> None:
         tried.append(fields)
         raise RuntimeError("sink broke")
 

@@ -8,7 +8,7 @@ import errno
 import json
 import os
 
-from mcp_oauth_gateway.serving.audit_sink import AuditSink, check_path, exposure
+from mcp_oauth_gateway.serving.audit_sink import AuditSink, OtlpAudit, check_path, exposure
 
 
 def read(path) -> list[dict[str, object]]:
@@ -157,7 +157,7 @@ def test_standard_output_cut_mid_line_is_finished(capfd, monkeypatch):
 
 
 class _BrokenExport:
-    def emit(self, fields: dict[str, object]) -> None:
+    def emit(self, fields: dict[str, object], span: object = None) -> None:
         raise RuntimeError("exporter broke")
 
     def shutdown(self) -> None:
@@ -255,3 +255,19 @@ def test_a_line_that_comes_after_stop_is_still_written(tmp_path):
     sink.stop()
     sink.write({"n": 2, "status": 0})
     assert read(path) == [{"n": 1}, {"n": 2, "status": 0}]
+
+
+def test_an_otlp_audit_record_carries_the_request_s_trace_and_span(tmp_path):
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
+    from opentelemetry.sdk.trace import TracerProvider
+
+    exported = InMemoryLogRecordExporter()
+    sink = AuditSink(str(tmp_path / "audit.log"), otlp=OtlpAudit(exported))
+    span = TracerProvider().get_tracer("test").start_span("POST /mcp")
+    context = span.get_span_context()
+    sink.write({"request_id": "r-1", "decision": "deny"}, span)
+    sink.write({"request_id": "r-2", "decision": "deny"})
+    sink.stop()
+    records = {r.log_record.body["request_id"]: r.log_record for r in exported.get_finished_logs()}
+    assert (records["r-1"].trace_id, records["r-1"].span_id) == (context.trace_id, context.span_id)
+    assert records["r-2"].trace_id in (0, None)

@@ -133,7 +133,7 @@ class AuditSink:
             self._thread = threading.Thread(target=self._run, name="audit-log", daemon=True)
             self._thread.start()
 
-    def write(self, fields: dict[str, object]) -> None:
+    def write(self, fields: dict[str, object], span: Any = None) -> None:
         """Queue one line (counted as dropped when the list is full); while serving it never
         blocks, after `stop` it is written at once."""
         if len(self._pending) >= self.max_pending:
@@ -150,7 +150,7 @@ class AuditSink:
             self.flush()
         if self.otlp is not None:
             try:
-                self.otlp.emit(fields)
+                self.otlp.emit(fields, span)
             except Exception as exc:  # a copy: its failure must not fail the request
                 self.otlp_errors += 1
                 if self.otlp_errors == 1:
@@ -369,26 +369,33 @@ class OtlpAudit:
     batches by the OpenTelemetry SDK's own thread, as set by the `OTEL_EXPORTER_OTLP_*`
     variables."""
 
-    def __init__(self) -> None:
-        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    def __init__(self, exporter: Any = None) -> None:
         from opentelemetry.sdk._logs import LoggerProvider
         from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
         from opentelemetry.sdk.resources import Resource
 
+        if exporter is None:
+            from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+
+            exporter = OTLPLogExporter()
         self.provider = LoggerProvider(
             resource=Resource.create({"service.name": "mcp-oauth-gateway"})
         )
-        self.provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter()))
+        self.provider.add_log_record_processor(BatchLogRecordProcessor(exporter))
         self.logger = self.provider.get_logger("mcp_oauth_gateway.audit")
 
-    def emit(self, fields: dict[str, object]) -> None:
-        """One log record: the line as its body, the fields to filter on as attributes."""
+    def emit(self, fields: dict[str, object], span: Any = None) -> None:
+        """One log record: the line as its body, the fields to filter on as attributes, and
+        the request's trace and span (`span`), so a tracing backend links the two."""
+        from opentelemetry.trace import set_span_in_context
+
         body = {k: v for k, v in fields.items() if v is not None}
         attributes = {
             f"audit.{k}": v for k, v in body.items() if isinstance(v, str | int) and k != "time"
         }
         self.logger.emit(
             timestamp=time.time_ns(),
+            context=set_span_in_context(span) if span is not None else None,
             body=body,  # type: ignore[arg-type]  # a map of text, numbers and maps
             attributes=attributes,
             event_name="mcp_oauth_gateway.audit",

@@ -153,7 +153,7 @@ class AuditLine:
         """Write the line for an answer with `status` (0: none was sent). A failure here
         (a bug: the sink never raises) is logged and counted, never the request's failure."""
         try:
-            self.trail.sink.write(self.fields(status))
+            self.trail.sink.write(self.fields(status), self.span)
         except Exception:
             self.trail.sink.write_errors += 1
             log.exception("audit line of request %s could not be written", self.request_id)
