@@ -42,34 +42,49 @@ _MCP_KINDS = ("tool", "prompt", "resource")
 
 
 # A JWS compact JWT: a base64url JSON header (`{"` is `eyJ`), payload and signature. The
-# signature is what makes it a credential; without it the rest still says what was sent.
-_JWT = re.compile(r"(eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*)\.[A-Za-z0-9_-]+")
+# signature is what makes it a credential; without it the rest still says what was sent. Only
+# where a run of base64url begins (the lookbehind), and each part taken whole (possessive): the
+# search is linear, as it must be on what a request chose.
+_JWT = re.compile(r"(?<![A-Za-z0-9_-])(eyJ[A-Za-z0-9_-]*+\.[A-Za-z0-9_-]*+)\.[A-Za-z0-9_-]++")
 SIGNATURE_REMOVED = "[signature removed]"
+
+
+def _unsigned(text: str) -> str:
+    """`text` with the signature of any JWT in it removed."""
+    return _JWT.sub(r"\1." + SIGNATURE_REMOVED, text) if "eyJ" in text else text
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def capped(value: object, limit: int = MAX_VALUE) -> str:
     """`value` as text of at most `limit` characters (cut ones end with "…"), with the
     signature of any JWT in it removed: a token sent where none belongs (a path, a tool name)
-    or quoted in a refusal is never written whole."""
+    or quoted in a refusal is never written whole. Cut before it is searched: a value can be
+    as long as a request body."""
     text = value if isinstance(value, str) else str(value)
-    if "eyJ" in text:
-        text = _JWT.sub(r"\1." + SIGNATURE_REMOVED, text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return _cut(_unsigned(_cut(text, limit)), limit)
 
 
 # What an identifier keeps of its end when cut: what sets two ids apart is often there (a DCR
 # client id's random part and signature follow the name and redirect URIs it carries).
 ID_TAIL = 64
+TAIL_ROOM = 16384
 
 
 def capped_id(value: object) -> str:
-    """An identifier (a client id, `iss`, `sub`) as text of at most MAX_VALUE characters: a
-    longer one keeps its head and its last ID_TAIL characters, so two ids that differ only
-    at the end are still told apart."""
-    text = capped(value, 1 << 16)
+    """An identifier (a client id, `iss`, `sub`, a tool or resource) as text of at most
+    MAX_VALUE characters: a longer one keeps its head and its last ID_TAIL characters, so two
+    that differ only at the end are still told apart."""
+    text = value if isinstance(value, str) else str(value)
     if len(text) <= MAX_VALUE:
-        return text
-    return text[: MAX_VALUE - ID_TAIL - 1] + "…" + text[-ID_TAIL:]
+        return capped(text)
+    head = _unsigned(text[: MAX_VALUE - ID_TAIL - 1])[: MAX_VALUE - ID_TAIL - 1]
+    # The end searched with room before it: a JWT the value ends in keeps no part of its
+    # signature (a longer one than the room would have to be twice the longest we accept).
+    tail = _unsigned(text[-TAIL_ROOM:])[-ID_TAIL:]
+    return head + "…" + tail
 
 
 @dataclass(slots=True)

@@ -205,3 +205,36 @@ def test_a_span_without_a_valid_trace_id_writes_none(gateway, trace_id, written)
     scope = {"method": "POST", "path": "/mcp", "headers": []}
     line = app.audit.begin(scope, "id-1", _Span(trace_id))
     assert line.fields(401)["trace_id"] == written
+
+
+class _Seen:
+    """Stands in for the JWT pattern: records the length of every text it is run on."""
+
+    def __init__(self, pattern):
+        self.pattern = pattern
+        self.lengths: list[int] = []
+
+    def sub(self, replacement, text):
+        self.lengths.append(len(text))
+        return self.pattern.sub(replacement, text)
+
+
+def test_a_huge_value_is_cut_before_it_is_searched_for_jwts(monkeypatch):
+    # A tool name of a megabyte, all `eyJ`: searched whole, it would cost the event loop
+    # seconds (the search restarts at every `eyJ`); it is cut to its cap first.
+    seen = _Seen(audit._JWT)
+    monkeypatch.setattr(audit, "_JWT", seen)
+    huge = "eyJ" * 350_000
+    record = audit.AuditRecord()
+    audit.mcp_request({AUDIT_KEY: record}, "tools/call", "tool", huge)
+    audit.client({AUDIT_KEY: record}, huge + ".sig")
+    assert audit.capped(huge, audit.MAX_REASON).endswith("…")
+    assert seen.lengths
+    assert max(seen.lengths) <= max(audit.MAX_REASON, audit.TAIL_ROOM)
+
+
+def test_a_jwt_cut_by_the_cap_still_loses_what_it_kept_of_its_signature():
+    jwt = f"{SHORT_JWT}.{SIGNATURE * 10}"
+    assert SIGNATURE[:20] not in audit.capped("tool " + jwt)
+    # A JWT longer than an identifier's cap: its head kept, its end (the signature) not.
+    assert SIGNATURE[-20:] not in audit.capped_id(f"{SHORT_JWT}{'A' * 300}.{SIGNATURE}")
