@@ -9,6 +9,7 @@ import json
 import os
 
 from mcp_oauth_gateway.serving.audit_sink import AuditSink, OtlpAudit, check_path, exposure
+from support import wait_until
 
 
 def read(path) -> list[dict[str, object]]:
@@ -271,3 +272,24 @@ def test_an_otlp_audit_record_carries_the_request_s_trace_and_span(tmp_path):
     records = {r.log_record.body["request_id"]: r.log_record for r in exported.get_finished_logs()}
     assert (records["r-1"].trace_id, records["r-1"].span_id) == (context.trace_id, context.span_id)
     assert records["r-2"].trace_id in (0, None)
+
+
+def test_the_writer_thread_outlives_an_unexpected_error(tmp_path, monkeypatch):
+    path = tmp_path / "audit.log"
+    sink = AuditSink(str(path))
+    real = sink._write_lines
+    calls: list[int] = []
+
+    def once_broken(lines: list[str]) -> int:
+        calls.append(len(lines))
+        if len(calls) == 1:
+            raise RuntimeError("a bug in the writer")
+        return real(lines)
+
+    monkeypatch.setattr(sink, "_write_lines", once_broken)
+    sink.start()
+    sink.write({"n": 1})
+    wait_until(lambda: sink.write_errors == 1, 10, "the failure counted")
+    sink.write({"n": 2})
+    wait_until(lambda: path.exists() and {"n": 2} in read(path), 10, "the next line written")
+    sink.stop()

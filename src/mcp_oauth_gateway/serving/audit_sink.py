@@ -170,7 +170,13 @@ class AuditSink:
         while not self._stopped:
             self._wake.wait(FLUSH_INTERVAL)
             self._wake.clear()
-            self.flush()
+            try:
+                self.flush()
+            except Exception:
+                # A bug must not end the thread: every later line would wait for it forever.
+                self.write_errors += 1
+                self._failing = True
+                log.exception("audit log %s: writing failed unexpectedly", self._shown)
 
     def flush(self) -> None:
         """Write what is pending (the thread calls it; so does `stop`)."""
