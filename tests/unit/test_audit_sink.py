@@ -293,3 +293,24 @@ def test_the_writer_thread_outlives_an_unexpected_error(tmp_path, monkeypatch):
     sink.write({"n": 2})
     wait_until(lambda: path.exists() and {"n": 2} in read(path), 10, "the next line written")
     sink.stop()
+
+
+def test_a_file_every_user_may_write_is_not_written_after_a_reopen(tmp_path):
+    # Rotation reopens the file at its path, which someone may have made anew in between.
+    path = tmp_path / "audit.log"
+    sink = AuditSink(str(path))
+    sink.write({"n": 1})
+    sink.flush()
+    path.rename(tmp_path / "audit.log.1")
+    path.touch()
+    path.chmod(0o666)
+    sink.reopen()
+    sink.write({"n": 2})
+    sink.flush()
+    assert path.read_text() == ""
+    assert not sink.healthy
+    path.chmod(0o640)
+    sink.flush()
+    assert read(path) == [{"n": 2}]
+    assert sink.healthy
+    sink.stop()

@@ -94,6 +94,15 @@ def exposure(path: str) -> tuple[bool, str] | None:
     return None
 
 
+def _writable_by_all(fd: int) -> bool:
+    """Whether the regular file open at `fd` is writable by every user of the machine."""
+    try:
+        found = os.fstat(fd)
+    except OSError:
+        return False
+    return stat.S_ISREG(found.st_mode) and bool(found.st_mode & stat.S_IWOTH)
+
+
 class AuditSink:
     """Queues audit lines and writes them from a thread; `reopen()` is safe from a signal."""
 
@@ -290,6 +299,11 @@ class AuditSink:
         except OSError as exc:
             self._fd = None
             self._fail(f"cannot be opened: {exc}")
+        if self._fd is not None and _writable_by_all(self._fd):
+            # Made anew at its path (a rotation) by someone else: lines there prove nothing.
+            os.close(self._fd)
+            self._fd = None
+            self._fail("is writable by every user of this machine (chmod o-w it)")
         if old is not None:
             with contextlib.suppress(OSError):
                 os.close(old)
