@@ -163,3 +163,23 @@ def test_invalid_change_keeps_the_running_configuration(watched, stack_b):
         "the listener change to be refused",
     )
     assert status(base, token) == 200
+
+
+def test_a_change_that_would_serve_a_protected_route_without_a_token_is_refused(watched, stack_b):
+    base, config, gateway = watched
+    policy = config / "policy.yaml"
+    original = policy.read_text()
+    # What the watcher could read between an editor's truncation and its write, or between
+    # two saves of a change made in two steps: the route stays, its policy is gone.
+    replace_file(policy, "")
+    wait_until(
+        lambda: "would be served without a token by HTTPRoute" in gateway.log(),
+        30,
+        "the change to be refused",
+    )
+    anonymous = httpx.post(f"{base}/mcp", json=INIT, timeout=10)
+    assert anonymous.status_code == 401, anonymous.text
+    assert "restart the gateway" in httpx.get(gateway.status_url).json()["lastReloadError"]
+    replace_file(policy, original)
+    wait_until(lambda: "configuration reloaded" in gateway.log(), 30, "the full files to load")
+    assert status(base, stack_b.token()) == 200

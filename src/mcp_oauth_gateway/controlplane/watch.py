@@ -14,11 +14,14 @@ from .builder import build_snapshot
 from .collector import collector_paused
 from .control import ControlPlane
 from .deployment import Deployment
+from .protection import lost_protection
 from .snapshot import Snapshot
 
 log = logging.getLogger("mcp_oauth_gateway.reload")
 
 Fingerprint = tuple[tuple[str, int, int], ...]
+# How long a changed file must stay unchanged before it is read.
+SETTLE_SECONDS = 0.1
 
 
 def fingerprint(paths: Sequence[str | Path]) -> Fingerprint:
@@ -49,7 +52,7 @@ def reload_problems(current: Snapshot, candidate: Snapshot) -> list[str]:
             f"listener ports changed ({sorted(current.listeners)} → "
             f"{sorted(candidate.listeners)}); restart the gateway to apply that"
         )
-    return problems
+    return problems + lost_protection(current, candidate)
 
 
 class ConfigWatcher:
@@ -88,9 +91,15 @@ class ConfigWatcher:
         while True:
             await asyncio.sleep(self.interval)
             current = await asyncio.to_thread(fingerprint, self.paths)
-            if current != self._seen:
-                self._seen = current
-                await self.reload()
+            if current == self._seen:
+                continue
+            # A file caught while it is written (truncated, not yet filled) is read only once
+            # it has stopped changing: until then the next poll looks again.
+            await asyncio.sleep(min(self.interval, SETTLE_SECONDS))
+            if await asyncio.to_thread(fingerprint, self.paths) != current:
+                continue
+            self._seen = current
+            await self.reload()
 
     def _build(self) -> Snapshot:
         with collector_paused():
