@@ -210,8 +210,9 @@ async def test_a_client_leaving_a_call_stops_the_targets_stream():
 
 async def test_a_slow_target_is_left_out_of_lists_and_its_calls_fail_in_time():
     targets = Targets()
-    # The route's timeout, short: the slow target's list never answers.
-    app = stage(targets, timeout=0.05)
+    # The route's timeout, short, is b's: its list never answers. The fast target has a long
+    # one of its own, so a stall of this process (a loaded machine) cannot time it out too.
+    app = stage(targets, timeout=0.05, own={"a": 30.0})
     headers = await open_session(app)
     targets.slow.add("b")
     listed = await drive(app, "POST", headers=headers, body=rpc("tools/list"))
