@@ -169,14 +169,27 @@ def signed_in(scope: Scope, tokens: object) -> None:
     the ID token in the provider's token response, else of its access token when that is a
     JWT. The gateway got the response from the provider itself, over its own connection (as
     OpenID Connect Core §3.1.3.7 allows for an ID token); the tokens are never written."""
-    record: AuditRecord | None = scope.get(AUDIT_KEY)
-    if record is None or not isinstance(tokens, dict):
-        return
+    acting_user(scope, identity(tokens))
+
+
+def identity(tokens: object) -> dict[str, str] | None:
+    """`iss` and `sub` (capped) of the ID token in a provider's token response, else of its
+    access token when that is a JWT; None when neither names a subject."""
+    if not isinstance(tokens, dict):
+        return None
     for name in ("id_token", "access_token"):
         claims = _payload(tokens.get(name))
         if claims is not None and claims.get("sub") is not None:
-            record.user = {k: capped_id(claims[k]) for k in ("iss", "sub") if claims.get(k)}
-            return
+            return {k: capped_id(claims[k]) for k in ("iss", "sub") if claims.get(k)}
+    return None
+
+
+def acting_user(scope: Scope, who: dict[str, str] | None) -> None:
+    """Record the user a Broker request acts for (a stored sign-in's, when the request itself
+    carries no token that names one: a reused or revoked refresh token)."""
+    record: AuditRecord | None = scope.get(AUDIT_KEY)
+    if record is not None and who:
+        record.user = dict(who)
 
 
 def _payload(token: object) -> dict[str, object] | None:

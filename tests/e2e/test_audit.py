@@ -166,14 +166,16 @@ async def test_broker_events_name_the_client_and_never_a_token_or_code(audited):
     assert revoked.status_code == 200
 
     mine = {"client_id": client_id}
-    reuse = wait_for_line(path, "reuse detected", event="refresh-reuse-detected", caller=mine)
+    # Who signed in, from the provider's own token response, on the sign-in's lines, and kept
+    # beside the refresh token for the reuse's line: whose sign-in was revoked.
+    signed = {**mine, "iss": stack.issuer, "sub": "alice"}
+    reuse = wait_for_line(path, "reuse detected", event="refresh-reuse-detected", caller=signed)
     assert (reuse["decision"], reuse["stage"]) == ("deny", "oauth-endpoints")
     assert "already exchanged" in reuse["reason"]
+    # The reuse revoked the rotated token too: revoking it finds nothing, and names no one.
     for event in ("client-registered", "token-revoked"):
         line = wait_for_line(path, event, event=event, caller=mine)
         assert line["decision"] == "allow"
-    # Who signed in, from the provider's own token response, on the sign-in's lines.
-    signed = {**mine, "iss": stack.issuer, "sub": "alice"}
     for event in ("token-issued", "token-refreshed"):
         line = wait_for_line(path, event, event=event, caller=signed)
         assert line["decision"] == "allow"

@@ -13,11 +13,13 @@ import pytest
 from mcp_oauth_gateway import audit
 from mcp_oauth_gateway.asgi import AUDIT_KEY
 from mcp_oauth_gateway.broker.clients import issue_client_id
+from mcp_oauth_gateway.broker.refresh import digest, user_of
 from unit.broker.broker_support import (
     CALLBACK,
     IDP_ISSUER,
     REDIRECT,
     REGISTRATION,
+    REVOKE,
     TOKEN,
     VERIFIER,
     at_provider,
@@ -151,3 +153,76 @@ async def test_a_broker_request_that_fails_inside_the_gateway_is_no_allow():
             await rig.call("POST", REGISTRATION, body=body, scope={AUDIT_KEY: record})
         assert (record.decision, record.stage) == ("deny", "oauth-endpoints")
         assert record.reason == ("the gateway failed to handle this request: ConnectionError")
+
+
+async def signed_in_as(rig, user: dict[str, str]) -> tuple[str, dict[str, object]]:
+    """A client through the whole flow, the provider's ID token naming `user`; its next refresh
+    answered with opaque tokens that name nobody."""
+    rig.provider.token_answers += [(200, answer(1, id_token=jwt(**user))), (200, answer(2))]
+    return await signed_in(rig)
+
+
+async def test_refresh_reuse_and_revocation_lines_name_the_user_of_the_stored_sign_in():
+    async with started_rig() as rig:
+        user = {"iss": IDP_ISSUER, "sub": "alice"}
+        client_id, tokens = await signed_in_as(rig, user)
+        first = tokens["refresh_token"]
+        refreshed, reused, revoked = (audit.AuditRecord() for _ in range(3))
+        form = {"grant_type": "refresh_token", "client_id": client_id, "refresh_token": first}
+        again = await rig.post_form(TOKEN, form, scope={AUDIT_KEY: refreshed})
+        assert again.status == 200, again.body
+        # The provider's refresh answer names nobody: the line names the stored sign-in's user.
+        assert (refreshed.event, refreshed.user) == ("token-refreshed", user)
+        # The rotated-away token again: a reuse, naming whose sign-in it revoked.
+        refused = await rig.post_form(TOKEN, form, scope={AUDIT_KEY: reused})
+        assert refused.status == 400
+        assert (reused.event, reused.user) == ("refresh-reuse-detected", user)
+        # A second sign-in, revoked by its refresh token.
+        client_id, tokens = await signed_in_as(rig, {**user, "sub": "bob"})
+        form = {"client_id": client_id, "token": str(tokens["refresh_token"])}
+        done = await rig.post_form(REVOKE, form, scope={AUDIT_KEY: revoked})
+        assert done.status == 200, done.body
+        assert (revoked.event, revoked.user) == ("token-revoked", {**user, "sub": "bob"})
+        for record in (refreshed, reused, revoked):
+            caller = audit.caller_of(None, record.client_id, record.user)
+            assert caller is not None
+            assert caller["sub"] in ("alice", "bob")
+
+
+async def test_revoking_an_access_token_names_the_user_it_was_issued_for():
+    async with started_rig() as rig:
+        user = {"iss": IDP_ISSUER, "sub": "carol"}
+        rig.provider.token_answers.append((200, answer(1, access_token=jwt(**user))))
+        client_id, tokens = await signed_in(rig)
+        record = audit.AuditRecord()
+        form = {"client_id": client_id, "token": str(tokens["access_token"])}
+        done = await rig.post_form(REVOKE, form, scope={AUDIT_KEY: record})
+        assert done.status == 200, done.body
+        assert (record.event, record.user) == ("token-revoked", user)
+
+
+async def test_a_refresh_token_stored_before_users_were_kept_still_refreshes_naming_nobody():
+    async with started_rig() as rig:
+        client_id, tokens = await signed_in_as(rig, {"iss": IDP_ISSUER, "sub": "dan"})
+        # As a record written by an earlier version: no `user` field.
+        key = digest(str(tokens["refresh_token"]))
+        stored = await rig.store.take("refresh", key)
+        assert stored is not None
+        assert stored.pop("user") == {"iss": IDP_ISSUER, "sub": "dan"}
+        await rig.store.put("refresh", key, stored, 3600)
+        record = audit.AuditRecord()
+        form = {
+            "grant_type": "refresh_token",
+            "client_id": client_id,
+            "refresh_token": tokens["refresh_token"],
+        }
+        again = await rig.post_form(TOKEN, form, scope={AUDIT_KEY: record})
+        assert again.status == 200, again.body
+        assert (record.event, record.user) == ("token-refreshed", None)
+
+
+def test_a_stored_user_is_read_only_as_iss_and_sub_strings():
+    assert user_of({"user": {"iss": "i", "sub": "s", "x": "y"}}) == {"iss": "i", "sub": "s"}
+    assert user_of({"user": {"iss": 1, "sub": ["s"]}}) is None
+    assert user_of({"user": "alice"}) is None
+    assert user_of({}) is None

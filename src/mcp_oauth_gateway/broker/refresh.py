@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..audit import identity
 from .store import BrokerStore
 
 DEFAULT_TTL = 30 * 86400  # when the provider does not say (authentik's default validity)
@@ -34,20 +35,50 @@ class RefreshGrant:
     family: str
     expires_at: float
     idp: int = 0  # the provider (providers[] index) the provider token belongs to
+    # Who signed in (`iss`, `sub`), for the audit lines of a refresh, a reuse or a revocation,
+    # whose requests carry no token naming them. None for records stored before it was kept.
+    user: dict[str, str] | None = None
 
     def as_record(self) -> dict[str, Any]:
         """The stored form."""
-        return {
+        record = {
             "client_id": self.client_id,
             "provider": self.provider_token,
             "family": self.family,
             "expires_at": self.expires_at,
             "idp": self.idp,
         }
+        return record if self.user is None else {**record, "user": self.user}
+
+    @classmethod
+    def of(cls, key: str, record: dict[str, Any]) -> RefreshGrant:
+        """The grant a stored record under `key` stands for."""
+        return cls(
+            key,
+            record["client_id"],
+            record["provider"],
+            record["family"],
+            float(record["expires_at"]),
+            int(record.get("idp", 0)),
+            user_of(record),
+        )
+
+
+def user_of(record: dict[str, Any]) -> dict[str, str] | None:
+    """The `user` a stored record keeps, when it is one (`iss`, `sub` strings)."""
+    user = record.get("user")
+    if not isinstance(user, dict):
+        return None
+    kept = {k: v for k, v in user.items() if k in ("iss", "sub") and isinstance(v, str)}
+    return kept or None
 
 
 class RefreshReused(Exception):
     """A rotated-away refresh token came back; its family has been revoked."""
+
+    def __init__(self, user: dict[str, str] | None = None):
+        super().__init__("a rotated-away refresh token was presented")
+        self.user = user
 
 
 def digest(token: str) -> str:
@@ -70,9 +101,16 @@ class RefreshTokens:
         self.store = store
 
     async def issue(
-        self, client_id: str, tokens: dict[str, Any], family: str | None = None, idp: int = 0
+        self,
+        client_id: str,
+        tokens: dict[str, Any],
+        family: str | None = None,
+        idp: int = 0,
+        user: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """`tokens` with the provider's refresh token replaced by a new gateway token."""
+        """`tokens` with the provider's refresh token replaced by a new gateway token; `user`
+        is who signed in when the provider's answer does not say (a refresh without tokens
+        naming a subject)."""
         provider_token = tokens.get("refresh_token")
         if not isinstance(provider_token, str) or not provider_token:
             return tokens
@@ -85,6 +123,7 @@ class RefreshTokens:
             family or secrets.token_urlsafe(16),
             time.time() + ttl,
             idp,
+            identity(tokens) or user,
         )
         await self.store.put("refresh", grant.digest, grant.as_record(), ttl)
         await self.store.put("refresh-family", grant.family, {"current": grant.digest}, ttl)
@@ -96,18 +135,11 @@ class RefreshTokens:
         key = digest(token)
         record = await self.store.take("refresh", key)
         if record is not None:
-            return RefreshGrant(
-                key,
-                record["client_id"],
-                record["provider"],
-                record["family"],
-                float(record["expires_at"]),
-                int(record.get("idp", 0)),
-            )
+            return RefreshGrant.of(key, record)
         rotated = await self.store.take("refresh-rotated", key)
         if rotated is not None:
             await self.revoke_family(rotated["family"])
-            raise RefreshReused
+            raise RefreshReused(user_of(rotated))
         return None
 
     async def put_back(self, grant: RefreshGrant) -> None:
@@ -124,11 +156,14 @@ class RefreshTokens:
             tokens = {**tokens, "refresh_token": grant.provider_token}
             if "refresh_expires_in" not in tokens:
                 tokens["refresh_expires_in"] = max(1, int(grant.expires_at - time.time()))
-        answer = await self.issue(grant.client_id, tokens, grant.family, grant.idp)
+        answer = await self.issue(grant.client_id, tokens, grant.family, grant.idp, grant.user)
         # Remembered as long as the old token could have lived, to recognise it if it returns.
         ttl = int(grant.expires_at - time.time())
         if ttl > 0:
-            await self.store.put("refresh-rotated", grant.digest, {"family": grant.family}, ttl)
+            rotated: dict[str, Any] = {"family": grant.family}
+            if grant.user is not None:
+                rotated["user"] = grant.user
+            await self.store.put("refresh-rotated", grant.digest, rotated, ttl)
         return answer
 
     async def revoke_family(self, family: str) -> None:

@@ -13,14 +13,16 @@ import asyncio
 import hmac
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import orjson
 
+from ..audit import identity
 from ..urls import shown_url
 from .errors import OAuthError
-from .refresh import RefreshTokens, digest
+from .refresh import RefreshTokens, digest, user_of
 from .store import BrokerStore
 
 log = logging.getLogger("mcp_oauth_gateway.broker")
@@ -28,6 +30,16 @@ log = logging.getLogger("mcp_oauth_gateway.broker")
 UPSTREAM_TIMEOUT = 15.0
 MAX_ACCESS_TTL = 86400
 HINTS = ("access_token", "refresh_token")
+
+
+@dataclass(frozen=True, slots=True)
+class Revoked:
+    """What a revocation leaves to do at the provider, and whose sign-in it ended."""
+
+    token: str  # the provider's token to revoke there
+    kind: str  # its RFC 7009 token type
+    idp: int  # the provider (providers[] index)
+    user: dict[str, str] | None  # `iss` and `sub`, when known
 
 
 class Revocation:
@@ -48,11 +60,9 @@ class Revocation:
             record = {"client_id": client_id, "expires_at": time.time() + ttl, "idp": idp}
             await self.store.put("access", digest(access), record, ttl)
 
-    async def revoke(
-        self, client_id: str, token: str, hint: str | None
-    ) -> tuple[str, str, int] | None:
-        """Revoke `token` for `client_id` at the gateway; what to revoke at which provider
-        (token, type, providers[] index), or None when nothing is left to do there."""
+    async def revoke(self, client_id: str, token: str, hint: str | None) -> Revoked | None:
+        """Revoke `token` for `client_id` at the gateway; what to revoke at which provider,
+        or None when nothing is left to do there."""
         if hint is not None and hint not in HINTS:
             raise OAuthError(
                 400,
@@ -70,9 +80,9 @@ class Revocation:
                 raise OAuthError(400, "invalid_request", "the token was issued to another client")
             idp = int(record.get("idp", 0))
             if kind == "access":
-                return token, "access_token", idp
+                return Revoked(token, "access_token", idp, identity({"access_token": token}))
             await self.refresh.revoke_family(record["family"])
-            return record["provider"], "refresh_token", idp
+            return Revoked(record["provider"], "refresh_token", idp, user_of(record))
         return None
 
 

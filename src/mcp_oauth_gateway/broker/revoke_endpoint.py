@@ -29,16 +29,16 @@ async def revoke(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send)
     if not token:
         raise OAuthError(400, "invalid_request", "token is required")
     upstream = await ctx.revocation.revoke(client_id, token, form.get("token_type_hint"))
-    revoked = "unknown or expired token (nothing to revoke)" if upstream is None else upstream[1]
-    audit.event(scope, "token-revoked", detail=f"revoked: {revoked}")
+    what = "unknown or expired token (nothing to revoke)" if upstream is None else upstream.kind
+    audit.event(scope, "token-revoked", detail=f"revoked: {what}")
     if upstream is not None:
-        revoked, kind, idp = upstream
-        provider = await ctx.provider(idp)
+        audit.acting_user(scope, upstream.user)
+        provider = await ctx.provider(upstream.idp)
         await revoke_at_provider(
             ctx.session(),
             provider.get("revocation_endpoint"),
-            ctx.signin(idp).client_id,
-            revoked,
-            kind,
+            ctx.signin(upstream.idp).client_id,
+            upstream.token,
+            upstream.kind,
         )
     await send_json(send, 200, {}, [(b"pragma", b"no-cache")])

@@ -113,6 +113,7 @@ async def _claim(
         grant = await ctx.refresh.take(refresh_token)
     except RefreshReused as exc:
         audit.event(scope, "refresh-reuse-detected")
+        audit.acting_user(scope, exc.user)
         log.warning(
             "a rotated-away refresh token was presented for client %s; its sign-in was revoked",
             client_id[:80],
@@ -125,6 +126,7 @@ async def _claim(
         ) from exc
     if grant is None:
         raise OAuthError(400, "invalid_grant", "unknown, expired or revoked refresh token")
+    audit.acting_user(scope, grant.user)  # the provider's answer may name them again
     if not hmac.compare_digest(grant.client_id, client_id):
         await ctx.refresh.put_back(grant)
         raise OAuthError(400, "invalid_grant", "the refresh token was issued to another client")
