@@ -93,7 +93,7 @@ class Targets:
             result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}}
             return _answer(message, result, [(b"mcp-session-id", f"sess-{name}".encode())])
         if message.get("method") == "tools/call":
-            events = [b'data: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n']
+            events = [_progress(message)]
             if message["params"]["name"] == "ask":
                 events.insert(0, ASK)
             events.append(
@@ -164,3 +164,17 @@ def events(body: bytes) -> list[dict]:
 def answer(request_id: object) -> bytes:
     """The client's answer to a target's request."""
     return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"content": "hi"}})
+
+
+def _progress(message: dict[str, object]) -> bytes:
+    """A call's progress events: its own (when the client asked for progress) and one
+    under another request's token, which the gateway must not pass on."""
+    params = message["params"]
+    meta = params.get("_meta", {}) if isinstance(params, dict) else {}
+    own = [meta["progressToken"]] if "progressToken" in meta else []
+    out = b""
+    for token in [*own, "another-request"]:
+        params = {"progressToken": token, "progress": 1}
+        note = {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
+        out += b"data: " + orjson.dumps(note) + b"\n\n"
+    return out

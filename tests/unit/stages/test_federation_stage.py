@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 import pytest
 
 from mcp_oauth_gateway.controlplane.snapshot import CompiledTarget
+from mcp_oauth_gateway.proxy.federation.rewrite import foreign_progress
 from mcp_oauth_gateway.proxy.federation.session import SessionTable, new_session
 from mcp_oauth_gateway.proxy.federation.stage import Federation
 from mcp_oauth_gateway.proxy.federation.target import TargetLink
@@ -151,12 +153,36 @@ async def test_a_call_goes_to_its_target_unprefixed_and_its_stream_comes_back_as
     headers = await open_session(app)
     response = await drive(app, "POST", headers=headers, body=rpc("tools/call", name="b_u1"))
     assert response.header(b"content-type") == b"text/event-stream"
-    assert response.body == (
-        b'data: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n'
-        b'data: {"jsonrpc":"2.0","id":1,"result":{"by":"b"}}\n\n'
-    )
+    # The target's progress under another request's token is not the client's (no progress
+    # was asked for): only the answer comes back.
+    assert response.body == b'data: {"jsonrpc":"2.0","id":1,"result":{"by":"b"}}\n\n'
     name, _, message = targets.seen[-1]
     assert (name, message["params"]) == ("b", {"name": "u1"})
+
+
+@pytest.mark.parametrize("token", ["p-1", 7])
+async def test_a_calls_stream_reports_the_progress_of_that_call_only(token):
+    targets = Targets()
+    app = stage(targets)
+    headers = await open_session(app)
+    body = rpc("tools/call", 5, name="b_u1", _meta={"progressToken": token})
+    response = await drive(app, "POST", headers=headers, body=body)
+    progress = {"progressToken": token, "progress": 1}
+    assert response.body == (
+        b'data: {"jsonrpc":"2.0","method":"notifications/progress","params":'
+        + orjson.dumps(progress)
+        + b'}\n\ndata: {"jsonrpc":"2.0","id":5,"result":{"by":"b"}}\n\n'
+    )
+
+
+@pytest.mark.parametrize(
+    ("asked", "given"),
+    [(None, 1), (1, 2), (1, "1"), (1, True), (1, 1.0), (1, None), ("a", ["a"])],
+)
+def test_progress_under_any_other_token_is_foreign(asked, given):
+    message = {"method": "notifications/progress", "params": {"progressToken": given}}
+    assert foreign_progress(message, asked)
+    assert not foreign_progress({"method": "notifications/message", "params": {}}, asked)
 
 
 def test_the_session_idle_longest_is_forgotten_first():
@@ -202,9 +228,10 @@ async def test_a_client_leaving_a_call_stops_the_targets_stream():
     targets = Targets(left=left)
     app = stage(targets)
     headers = await open_session(app)
-    body = rpc("tools/call", name="a_t1")
+    body = rpc("tools/call", name="a_t1", _meta={"progressToken": "p"})
     response = await drive(app, "POST", headers=headers, body=body, client_left=left)
-    assert b"notifications/progress" in response.body
+    assert b'"progressToken":"p"' in response.body
+    assert b"another-request" not in response.body
     assert targets.calls[-1].released == 1
 
 

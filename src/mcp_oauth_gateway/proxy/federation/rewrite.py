@@ -12,6 +12,7 @@ from .exchange import Exchanges
 
 UPDATED = "notifications/resources/updated"
 CANCELLED = "notifications/cancelled"
+PROGRESS = "notifications/progress"
 # Content items that carry a resource URI: a link (`uri`) or an embedded resource (`resource`).
 _LINK = "resource_link"
 _EMBEDDED = "resource"
@@ -134,3 +135,21 @@ def to_target(
         return None
     target, own_id = asked
     return target, {**message, "id": own_id}
+
+
+def progress_token(message: dict[str, object]) -> object:
+    """The progress token a client's request asked progress under (None: it asked for none)."""
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return meta.get("progressToken") if isinstance(meta, dict) else None
+
+
+def foreign_progress(message: dict[str, object], token: object) -> bool:
+    """Whether `message` is progress of another request than the call whose stream carries
+    it: a target could otherwise report progress for a request in flight at another target
+    (tokens are often the request ids), or for one that asked for none."""
+    if message.get("method") != PROGRESS:
+        return False
+    params = message.get("params")
+    given = params.get("progressToken") if isinstance(params, dict) else None
+    return token is None or type(given) is not type(token) or given != token

@@ -281,7 +281,7 @@ class Federation:
             self.health.ok(name)
             try:
                 if streams.is_stream(response):
-                    call = (method, request_id)
+                    call = (method, request_id, rewrite.progress_token(message))
                     relay = streams.relay_call(response, send, name, call, session.exchanges)
                     await streams.while_connected(relay, receive)
                     return

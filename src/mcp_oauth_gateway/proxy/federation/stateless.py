@@ -26,7 +26,7 @@ from .fanout import Fanout
 from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Malformed
 from .listen import listen
 from .lists import merged_list
-from .rewrite import call_answer
+from .rewrite import call_answer, progress_token
 from .routing import COMPLETION, ROUTED, routed
 from .session import ClientSession, Owner, TargetSession, owner_of
 from .shared import SharedSessions
@@ -209,11 +209,12 @@ class Stateless:
             # The target checks Mcp-Name against its own name for the item.
             own = encode_name(params[field])
             target.wire = (*(target.wire or ()), (wire.NAME, own))
-        method, request_id = str(message["method"]), message["id"]
+        call = (str(message["method"]), message["id"], progress_token(message))
+        request_id = call[1]
         try:
             response = await self.link.send(scope, target, jsonrpc.dumps(rewritten))
             self.fan.health.ok(name)
-            await self._relay(scope, response, session, name, method, request_id, receive, send)
+            await self._relay(scope, response, session, name, call, receive, send)
         except Unavailable as exc:
             self.fan.health.failed(name, exc)
             text = self.refused(scope, unavailable(name, exc))
@@ -225,15 +226,15 @@ class Stateless:
         response: UpstreamResponse,
         session: ClientSession,
         name: str,
-        method: str,
-        request_id: object,
+        call: tuple[str, object, object],
         receive: Receive,
         send: Send,
     ) -> None:
-        """The target's answer to a call, rewritten for the client, with its HTTP status."""
+        """The target's answer to `call` (method, id, progress token), rewritten for the
+        client, with its HTTP status."""
+        method, request_id, _ = call
         try:
             if streams.is_stream(response):
-                call = (method, request_id)
                 relay = streams.relay_call(response, send, name, call, session.exchanges)
                 await streams.while_connected(relay, receive)
                 return

@@ -17,7 +17,7 @@ from ...asgi import Receive, Send
 from ..upstream import UpstreamError, UpstreamResponse
 from . import jsonrpc
 from .exchange import Exchanges
-from .rewrite import from_target, is_answer
+from .rewrite import foreign_progress, from_target, is_answer
 from .session import ClientSession
 from .sse import event_data
 from .target import MAX_ANSWER_BYTES
@@ -73,17 +73,20 @@ async def relay_call(
     response: UpstreamResponse,
     send: Send,
     target: str,
-    call: tuple[str, object],
+    call: tuple[str, object, object],
     exchanges: Exchanges,
 ) -> None:
     """A call's event stream, each message rewritten for the client as it comes; `call`: the
-    client's request (method, id), the only one the stream answers, once (a second answer
-    could only be taken for another request's)."""
-    method, request_id = call
+    client's request (method, id, progress token), the only one the stream answers, once (a
+    second answer could only be taken for another request's), and the only one whose
+    progress it reports."""
+    method, request_id, progress = call
     answered = False
     await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
     try:
         async for message in messages(response):
+            if foreign_progress(message, progress):
+                continue
             out = from_target(message, target, exchanges, method, request_id)
             if out is None or (answered and is_answer(out)):
                 continue
