@@ -158,8 +158,8 @@ def assert_providers_token(broker: Broker, token: str) -> None:
 # --- clients signing in on the provider's own pages -----------------------------------------
 
 
-def test_python_sdk_2_signs_in_and_calls_a_tool(broker):
-    before = broker.callbacks()
+def python_sdk_signs_in(broker: Broker) -> dict[str, Any]:
+    """The report of the Python SDK 2.x client signing in as alice and calling a tool."""
     done = subprocess.run(
         [sys.executable, str(PEERS / "py_client.py"), broker.mcp, "alice", USER_PASSWORD],
         capture_output=True,
@@ -167,7 +167,12 @@ def test_python_sdk_2_signs_in_and_calls_a_tool(broker):
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_python_sdk_2_signs_in_and_calls_a_tool(broker):
+    before = broker.callbacks()
+    report = python_sdk_signs_in(broker)
     assert report["ok"], report
     assert report["sdk"].startswith("mcp 2."), report
     assert report["authorize"] == f"{broker.mcp}/oauth/authorize"
@@ -187,13 +192,7 @@ def test_the_audit_trail_names_the_provider_s_user_line_by_line(broker):
     """Who called what, with the provider's own tokens: the audit lines of a sign-in and a call
     name the provider's issuer and its id for the user (Keycloak's is a UUID, not the
     username), the Broker's events in order, and never a token or code."""
-    done = subprocess.run(
-        [sys.executable, str(PEERS / "py_client.py"), broker.mcp, "alice", USER_PASSWORD],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    assert python_sdk_signs_in(broker)["ok"]
     user = broker.provider.admin("GET", "/users", broker.realm, params={"username": "alice"})
     alice = user.json()[0]["id"]
 

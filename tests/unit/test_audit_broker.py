@@ -24,6 +24,7 @@ from unit.broker.broker_support import (
     VERIFIER,
     at_provider,
     redirected,
+    refresh,
     register,
     signed_in,
     started_rig,
@@ -74,12 +75,7 @@ async def test_the_sign_in_code_and_refresh_lines_name_the_user():
         tokens = await rig.post_form(TOKEN, form, scope={AUDIT_KEY: redeemed})
         assert tokens.status == 200, tokens.body
         refreshed = audit.AuditRecord()
-        form = {
-            "grant_type": "refresh_token",
-            "client_id": client_id,
-            "refresh_token": tokens.json()["refresh_token"],
-        }
-        again = await rig.post_form(TOKEN, form, scope={AUDIT_KEY: refreshed})
+        again = await refresh(rig, client_id, tokens.json()["refresh_token"], audited=refreshed)
         assert again.status == 200, again.body
         lines = (
             (back, "code-issued"),
@@ -108,12 +104,7 @@ async def test_a_provider_refusal_quoting_its_refresh_token_never_passes_it_on()
         quoted = {"error": "invalid_grant", "error_description": "token provider-rt-1 is gone"}
         rig.provider.token_answers.append((400, quoted))
         record = audit.AuditRecord()
-        form = {
-            "grant_type": "refresh_token",
-            "client_id": client_id,
-            "refresh_token": tokens["refresh_token"],
-        }
-        refused = await rig.post_form(TOKEN, form, scope={AUDIT_KEY: record})
+        refused = await refresh(rig, client_id, tokens["refresh_token"], audited=record)
         assert refused.status == 400
         assert rig.provider.last_token_form["refresh_token"] == "provider-rt-1"
         assert "provider-rt-1" not in refused.body.decode()
@@ -168,13 +159,12 @@ async def test_refresh_reuse_and_revocation_lines_name_the_user_of_the_stored_si
         client_id, tokens = await signed_in_as(rig, user)
         first = tokens["refresh_token"]
         refreshed, reused, revoked = (audit.AuditRecord() for _ in range(3))
-        form = {"grant_type": "refresh_token", "client_id": client_id, "refresh_token": first}
-        again = await rig.post_form(TOKEN, form, scope={AUDIT_KEY: refreshed})
+        again = await refresh(rig, client_id, first, audited=refreshed)
         assert again.status == 200, again.body
         # The provider's refresh answer names nobody: the line names the stored sign-in's user.
         assert (refreshed.event, refreshed.user) == ("token-refreshed", user)
         # The rotated-away token again: a reuse, naming whose sign-in it revoked.
-        refused = await rig.post_form(TOKEN, form, scope={AUDIT_KEY: reused})
+        refused = await refresh(rig, client_id, first, audited=reused)
         assert refused.status == 400
         assert (reused.event, reused.user) == ("refresh-reuse-detected", user)
         # A second sign-in, revoked by its refresh token.
@@ -211,12 +201,7 @@ async def test_a_refresh_token_stored_before_users_were_kept_still_refreshes_nam
         assert stored.pop("user") == {"iss": IDP_ISSUER, "sub": "dan"}
         await rig.store.put("refresh", key, stored, 3600)
         record = audit.AuditRecord()
-        form = {
-            "grant_type": "refresh_token",
-            "client_id": client_id,
-            "refresh_token": tokens["refresh_token"],
-        }
-        again = await rig.post_form(TOKEN, form, scope={AUDIT_KEY: record})
+        again = await refresh(rig, client_id, tokens["refresh_token"], audited=record)
         assert again.status == 200, again.body
         assert (record.event, record.user) == ("token-refreshed", None)
 

@@ -24,6 +24,7 @@ import orjson
 from aiohttp import web
 
 from mcp_oauth_gateway import pkce
+from mcp_oauth_gateway.asgi import AUDIT_KEY
 from mcp_oauth_gateway.broker.clients import MetadataDocuments
 from mcp_oauth_gateway.broker.endpoints import Broker
 from mcp_oauth_gateway.broker.identity import SignInProvider
@@ -310,7 +311,11 @@ async def signed_in(rig: Rig) -> tuple[str, dict[str, Any]]:
     return client_id, response.json()
 
 
-async def refresh(rig: Rig, client_id: str, token: str, /, **changes: str) -> Response:
-    """The client exchanging its gateway refresh token."""
+async def refresh(
+    rig: Rig, client_id: str, token: str, /, audited: object = None, **changes: str
+) -> Response:
+    """The client exchanging its gateway refresh token; `audited`: the request's audit
+    record, when the test reads what its line would say."""
     form = {"grant_type": "refresh_token", "client_id": client_id, "refresh_token": token}
-    return await rig.post_form(TOKEN, {**form, **changes})
+    request = {} if audited is None else {"scope": {AUDIT_KEY: audited}}
+    return await rig.post_form(TOKEN, {**form, **changes}, **request)
