@@ -102,7 +102,14 @@ class Api:
         return seen
 
 
-def controller_cmd(kubeconfig: Path, admin_port: int, *extra: str) -> list[str]:
+# Every peer of the tests listens on loopback, which an operator allows tenants to name only by
+# saying so (`--allow-hosts` with a loopback network), as on a laptop.
+LOOPBACK_HOSTS = ("127.0.0.0/8",)
+
+
+def controller_cmd(
+    kubeconfig: Path, admin_port: int, *extra: str, allow_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -112,6 +119,7 @@ def controller_cmd(kubeconfig: Path, admin_port: int, *extra: str) -> list[str]:
         str(kubeconfig),
         "--admin-port",
         str(admin_port),
+        *(f"--allow-hosts={entry}" for entry in allow_hosts),
         *extra,
     ]
 

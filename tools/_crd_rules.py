@@ -94,6 +94,14 @@ AFTER_VALIDATORS: dict[Callable[..., Any], Rule] = {
     ),
     fields._redis_url: Rule(keywords={"pattern": f"^{models.REDIS_URL.pattern}$"}),
     backend._target_name: Rule(keywords={"pattern": f"^{backend.TARGET_NAME.pattern}$"}),
+    backend._host: Rule(
+        keywords={
+            "pattern": f"^(?:{backend.HOST_NAME.pattern}|{backend.IPV6_HOST.pattern})$",
+            "maxLength": 253,
+        },
+        controller="static.host: digits and dots only as a canonical IPv4 address, and an "
+        "IPv6 address the controller can read",
+    ),
 }
 
 # `@field_validator` and `@model_validator` methods, keyed by (model, method name).
@@ -174,6 +182,9 @@ DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
     ),
     (models.RateLimitSpec, "_window"): _duration_rule(
         "> duration('0s')", "window must be longer than 0"
+    ),
+    (backend.McpTarget, "_one_address"): Rule(
+        cel=(("has(self.static) != has(self.service)", "set exactly one of static or service"),)
     ),
     (backend.McpTarget, "_timeout"): _duration_rule(
         "> duration('0s')", "timeout must be more than zero"

@@ -327,7 +327,8 @@ def serve_cluster(
     if options.status_port is not None:
         sockets.append(bind(options.admin_host, options.status_port))
         log.info("admin listener on http://%s:%d", options.admin_host, options.status_port)
-    control = ControlPlane(Snapshot.empty())
+    cluster = options.deployment.cluster
+    control = ControlPlane(Snapshot.empty(), cluster.egress if cluster else None)
     view = _ClusterView()
     tracer = otlp_tracer() if options.tracing else None
     app = GatewayApp(control, options, brokers=brokers, tracer=tracer, controller=view)

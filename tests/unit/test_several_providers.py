@@ -205,7 +205,8 @@ def test_a_header_set_from_sub_without_the_issuer_is_refused_with_two_providers(
 def test_every_problem_a_policy_has_makes_it_fail_closed(tmp_path):
     """The invariant the data plane relies on: a policy with any problem carries `invalid`
     (its routes answer 503). Each variant has one problem, found by a different step."""
-    from mcp_oauth_gateway.controlplane.policies import References, compile_policy
+    from mcp_oauth_gateway.controlplane.policies import compile_policy
+    from mcp_oauth_gateway.controlplane.service_refs import ServiceRefs
     from mcp_oauth_gateway.resources.models import GatewayPolicy
 
     variants = {
@@ -227,7 +228,7 @@ def test_every_problem_a_policy_has_makes_it_fail_closed(tmp_path):
         document = next(
             r.resource for r in loaded.resources if isinstance(r.resource, GatewayPolicy)
         )
-        result = compile_policy(document, References({}))
+        result = compile_policy(document, ServiceRefs({}))
         assert not result.valid, name
         assert result.compiled.invalid is not None, name
         for problem in result.problems:

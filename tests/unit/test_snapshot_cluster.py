@@ -63,7 +63,7 @@ kind: GatewayBackend
 metadata: {{name: backend, namespace: apps}}
 spec:
   mcp:
-    targets: [{{name: t, static: {{host: mcp.apps.svc.cluster.local, port: 8000}}}}]
+    targets: [{{name: t, service: {{name: mcp, port: 8000}}}}]
 """
 POLICY = """
 ---

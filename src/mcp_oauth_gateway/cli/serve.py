@@ -149,7 +149,9 @@ def _cluster_options(
         if count
         else "several replicas (controller mode; give --replicas 1 if only one serves)",
         default_redis_hint=f"set {REDIS_ENV}",
-        cluster=Cluster(controller.controller_name, controller.cluster_domain),
+        cluster=Cluster(
+            controller.controller_name, controller.cluster_domain, egress=controller.egress
+        ),
     )
     return replace(options, deployment=deployment, watch=None), controller
 
@@ -168,6 +170,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if in_cluster_mode(args):
             options, cluster = _cluster_options(args, options)
             snapshot = None
+        elif args.allow_hosts:
+            raise Refused(
+                "--allow-hosts applies to controller mode (--kubeconfig, --in-cluster), where "
+                "tenants write the objects; resource files are the operator's own and every "
+                "host in them is used"
+            )
         elif not args.files:
             raise Refused(
                 "nothing to serve: give resource files with -f PATH, or read a cluster with "

@@ -36,8 +36,10 @@ from .routes import (
     resolve_backends,
     shadowed_matches,
 )
+from .service_refs import ServiceRefs
 from .snapshot import CompiledPolicy, PolicyReport, Snapshot
 from .target_credentials import check_target_names
+from .targets import compile_backends
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +111,12 @@ def _build(objects: Iterable[ResourceObject], at: str, deployment: Deployment) -
     valid = {key for key, result in results.items() if result.valid}
     attachment = attach_policies(index.policies, valid, bindings, index.refused)
     results.update({key: refused_result(stand_in) for key, stand_in in index.refused.items()})
+    services = ServiceRefs(
+        {k: e.resource for k, e in index.services.items()}, index.grants, cluster
+    )
+    backends = compile_backends(index.backends, services)
     resolved = resolve_backends(
-        index.routes, index.backends, index.grants if cluster is not None else None
+        index.routes, backends, index.grants if cluster is not None else None
     )
     # Before the routes take their policies: a credential for a target no backend has makes
     # its policy invalid (its routes fail closed).
@@ -135,7 +141,8 @@ def _build(objects: Iterable[ResourceObject], at: str, deployment: Deployment) -
     )
     shadowed = shadowed_matches(snapshot.listeners)
     return BuildResult(
-        snapshot, derive_statuses(index, bindings, resolved, conditions, at, shadowed)
+        snapshot,
+        derive_statuses(index, bindings, resolved, conditions, at, shadowed, backends),
     )
 
 

@@ -15,7 +15,8 @@ import aiohttp
 from ..urls import shown_url
 from . import status
 from .discovery import DiscoveryCache
-from .fetch import new_session
+from .egress import EgressRules
+from .egress_resolver import guarded_session
 from .jwks import InlineKeyset, RemoteKeyset
 from .snapshot import PolicyReport, Snapshot
 
@@ -25,8 +26,10 @@ Keyholder = RemoteKeyset | InlineKeyset
 class ControlPlane:
     """Owns the snapshot; data-plane listeners are told when a new one is installed."""
 
-    def __init__(self, snapshot: Snapshot):
+    def __init__(self, snapshot: Snapshot, egress: EgressRules | None = None):
         self.snapshot = snapshot
+        # In a cluster: where tenants' fetches (keys, discovery, token endpoints) may go.
+        self.egress = egress
         self.keysets: dict[str, Keyholder] = {}
         self.discoveries: dict[str, DiscoveryCache] = {}
         self.session: aiohttp.ClientSession | None = None
@@ -42,7 +45,7 @@ class ControlPlane:
     async def start(self) -> None:
         """Open the fetch session and start every fetcher."""
         if self.session is None:
-            self.session = new_session()
+            self.session = guarded_session(self.egress)
         for holder in self.keysets.values():
             holder.start(self.session)
         for cache in self.discoveries.values():

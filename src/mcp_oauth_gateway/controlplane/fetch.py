@@ -83,10 +83,13 @@ async def fetch_json(
         raise FetchError(f"GET {shown}: response is not JSON ({exc})") from exc
 
 
-def new_session() -> aiohttp.ClientSession:
+def new_session(
+    connector: aiohttp.TCPConnector | None = None, traces: list[aiohttp.TraceConfig] | None = None
+) -> aiohttp.ClientSession:
     """A client session for control-plane fetches (small pool; no cookies)."""
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=16),
+        connector=connector or aiohttp.TCPConnector(limit=16),
+        trace_configs=traces,
         cookie_jar=aiohttp.DummyCookieJar(),
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
     )

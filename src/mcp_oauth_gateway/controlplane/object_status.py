@@ -13,6 +13,7 @@ from .objects import Entry, ObjectIndex, ObjectKey, object_key
 from .policies import PolicyResult
 from .routes import MissingBackend, RuleKey, Targets, missing_backends
 from .snapshot import service_address
+from .targets import BackendTargets
 
 
 def policy_conditions(
@@ -99,15 +100,25 @@ def route_status(
     return status.ObjectStatus(parents=parents)
 
 
-def backend_status(entry: Entry[GatewayBackend], at: str) -> status.ObjectStatus:
-    """`Accepted`, naming the target the backend sends to (each by name when it has several)."""
-    targets = entry.resource.spec.mcp.targets
-    addresses = [f"{t.static.host}:{t.static.port}{t.static.path}" for t in targets]
-    if len(targets) == 1:
+def backend_status(
+    entry: Entry[GatewayBackend], targets: BackendTargets | None, at: str
+) -> status.ObjectStatus:
+    """`Accepted`, naming the targets the backend sends to (each by name when it has several),
+    or why it is not served; `ResolvedRefs` when it names Services."""
+    generation = entry.generation
+    if targets is None or targets.refused:
+        problems = list(targets.problems) if targets is not None else []
+        return status.ObjectStatus((status.backend_refused(problems, generation, at),))
+    addresses = [f"{t.authority}{t.path}" for t in targets.targets]
+    if len(addresses) == 1:
         target = addresses[0]
     else:
-        target = "s " + ", ".join(f"{t.name} {a}" for t, a in zip(targets, addresses, strict=True))
-    return status.ObjectStatus((status.backend_accepted(target, entry.generation, at),))
+        names = [t.name for t in targets.targets]
+        target = "s " + ", ".join(f"{n} {a}" for n, a in zip(names, addresses, strict=True))
+    conditions = [status.backend_accepted(target, generation, at)]
+    if any(t.service is not None for t in entry.resource.spec.mcp.targets):
+        conditions.append(status.backend_resolved_refs(list(targets.unresolved), generation, at))
+    return status.ObjectStatus(tuple(conditions))
 
 
 def service_status(entry: Entry[Service], at: str) -> status.ObjectStatus:
@@ -129,6 +140,7 @@ def derive_statuses(
     policies: Mapping[str, tuple[status.Condition, ...]],
     at: str,
     shadowed: Mapping[str, tuple[str, ...]] = MappingProxyType({}),
+    backends: Mapping[str, BackendTargets] = MappingProxyType({}),
 ) -> MappingProxyType[ObjectKey, status.ObjectStatus]:
     """The status of every input object, keyed by (kind, namespace, name); `shadowed`: the
     matches of each route that an older route takes."""
@@ -141,8 +153,8 @@ def derive_statuses(
         out[object_key(route.resource)] = route_status(
             route, bindings[key], missing.get(key, []), at, shadowed.get(key, ())
         )
-    for backend in index.backends.values():
-        out[object_key(backend.resource)] = backend_status(backend, at)
+    for key, backend in index.backends.items():
+        out[object_key(backend.resource)] = backend_status(backend, backends.get(key), at)
     for service in index.services.values():
         out[object_key(service.resource)] = service_status(service, at)
     for key, policy in index.policies.items():

@@ -7,7 +7,7 @@ message names all of them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from urllib.parse import urlsplit
 
@@ -28,14 +28,15 @@ from ..resources.models import (
     parse_duration,
 )
 from .cel import CelCompileError, CompiledExpression, compile_expression
-from .cluster import Cluster, Reference, missing_service, service_host
 from .credentials import compile_credentials, compile_target_credentials
 from .deployment import Deployment
 from .issuers import issuer_problems
 from .keys import parse_jwks
 from .mcp_settings import PROVIDERS_PATH, compile_mcp, several_providers_problems
 from .objects import Entry
+from .policy_egress import egress_problems, reads_discovery
 from .scopes import compile_scopes
+from .service_refs import Referrer, ServiceRefs, resolve_service
 from .snapshot import (
     CompiledAuthorization,
     CompiledCredentials,
@@ -47,7 +48,6 @@ from .snapshot import (
     CompiledTransformation,
     KeysetSource,
     discovery_url_for,
-    service_address,
 )
 
 NEEDS_JWT = "(rules are evaluated against the verified token)"
@@ -68,67 +68,24 @@ class PolicyResult:
         return not self.problems
 
 
-@dataclass(frozen=True, slots=True)
-class References:
-    """What a policy's references resolve against."""
-
-    services: Mapping[str, Service]
-    grants: Mapping[str, Entry[ReferenceGrant]] = field(default_factory=dict)
-    cluster: Cluster | None = None
-
-
-def _cluster_service_base(
-    ref: ServiceBackendRef,
-    namespace: str,
-    refs: References,
-    path: str,
-    findings: tuple[list[str], list[str]],
-) -> str | None:
-    """In a cluster: the Service's DNS name, once a cross-namespace reference is permitted."""
-    assert refs.cluster is not None
-    problems, unresolved = findings
-    target_namespace = ref.namespace or namespace
-    reference = Reference(
-        POLICY_API_GROUP, "GatewayPolicy", namespace, "", "Service", target_namespace, ref.name
-    )
-    refusal = reference.refusal(refs.grants)
-    if refusal is not None:
-        problems.append(f"{path}.jwks.remote.backendRef: {refusal}")
-        return None
-    key = f"{target_namespace}/{ref.name}"
-    missing = missing_service(refs.services, key, ref.port, refs.cluster)
-    if missing is not None:
-        unresolved.append(f"{path}.jwks.remote.backendRef: {missing}")
-    return f"http://{service_host(ref.name, target_namespace, refs.cluster)}:{ref.port}"
-
-
 def _service_base(
     ref: ServiceBackendRef,
     namespace: str,
-    refs: References,
+    refs: ServiceRefs,
     path: str,
     findings: tuple[list[str], list[str]],
 ) -> str | None:
     """`http://host:port` of the Service a JWKS backendRef names, or None (with a problem)."""
-    if refs.cluster is not None:
-        return _cluster_service_base(ref, namespace, refs, path, findings)
-    problems = findings[0]
-    key = f"{ref.namespace or namespace}/{ref.name}"
-    service = refs.services.get(key)
-    if service is None:
-        problems.append(
-            f"{path}.jwks.remote.backendRef: Service {key} not found "
-            f"(define a Service of type ExternalName named {ref.name})"
-        )
+    problems, unresolved = findings
+    referrer = Referrer(POLICY_API_GROUP, "GatewayPolicy", namespace)
+    resolved = resolve_service(refs, referrer, ref.name, ref.namespace, ref.port)
+    where = f"{path}.jwks.remote.backendRef"
+    if resolved.unresolved is not None:
+        unresolved.append(f"{where}: {resolved.unresolved}")
+    if resolved.host is None:
+        problems.append(f"{where}: {resolved.problem}")
         return None
-    host = service_address(service)
-    if host is None:
-        problems.append(
-            f"{path}.jwks.remote.backendRef: Service {key} has type {service.spec.type}; "
-            f"standalone mode resolves only type ExternalName (set spec.externalName to the "
-            f"provider's host)"
-        )
-        return None
+    host = f"[{resolved.host}]" if ":" in resolved.host else resolved.host
     return f"http://{host}:{ref.port}"
 
 
@@ -136,7 +93,7 @@ def _remote_keyset(
     remote: RemoteJwks,
     issuer_base: str,
     namespace: str,
-    refs: References,
+    refs: ServiceRefs,
     path: str,
     findings: tuple[list[str], list[str]],
 ) -> tuple[KeysetSource, str] | None:
@@ -156,7 +113,7 @@ def compile_provider(
     policy: GatewayPolicy,
     index: int,
     spec: JwtProvider,
-    refs: References,
+    refs: ServiceRefs,
     findings: tuple[list[str], list[str]],
 ) -> CompiledProvider | None:
     """Compile one JWT provider: its issuer, audiences, keyset source and discovery URL, and
@@ -301,7 +258,7 @@ def backend_credentials(
 def compile_authentication(
     policy: GatewayPolicy,
     jwt_spec: JwtAuthenticationSpec,
-    refs: References,
+    refs: ServiceRefs,
     findings: tuple[list[str], list[str]],
     deployment: Deployment,
 ) -> tuple[tuple[CompiledProvider, ...], CompiledMcp | None]:
@@ -320,7 +277,7 @@ def compile_authentication(
 
 
 def compile_policy(
-    policy: GatewayPolicy, refs: References, deployment: Deployment | None = None
+    policy: GatewayPolicy, refs: ServiceRefs, deployment: Deployment | None = None
 ) -> PolicyResult:
     """Compile one policy; its problems make it invalid (its routes then answer 503)."""
     problems: list[str] = []
@@ -348,6 +305,10 @@ def compile_policy(
     rate_limit = compile_rate_limit(traffic.rate_limit, problems)
     credentials, target_credentials = backend_credentials(policy, problems)
     issuer_problems(policy, problems)
+    if refs.cluster is not None:
+        every = [c for c in (credentials, *(c for _, c in target_credentials)) if c is not None]
+        discovers = reads_discovery(mcp, every)
+        problems.extend(egress_problems(policy, refs.cluster.egress, discovers))
     # Last: every problem above must be in it, or an invalid policy would be served.
     invalid = None
     if problems:
@@ -377,7 +338,7 @@ def compile_policies(
     grants: Mapping[str, Entry[ReferenceGrant]] = MappingProxyType({}),
 ) -> dict[str, PolicyResult]:
     """Compile every policy, in `namespace/name` order."""
-    refs = References(
+    refs = ServiceRefs(
         {key: entry.resource for key, entry in services.items()}, grants, deployment.cluster
     )
     return {
@@ -406,7 +367,4 @@ def fetch_targets(
 def uses_discovery(compiled: CompiledPolicy) -> bool:
     """Whether the gateway reads its providers' discovery documents (Facade metadata, Broker,
     token exchange at their token endpoints)."""
-    mcp = compiled.mcp
-    if any(c.token_exchange is not None for c in compiled.every_credential()):
-        return True
-    return mcp is not None and (mcp.provider is not None or mcp.mode == "Broker")
+    return reads_discovery(compiled.mcp, compiled.every_credential())

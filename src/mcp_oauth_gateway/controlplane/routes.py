@@ -10,7 +10,6 @@ from ..resources.models import (
     GATEWAY_API_GROUP,
     POLICY_API_GROUP,
     Gateway,
-    GatewayBackend,
     HTTPRoute,
     ReferenceGrant,
     RouteRule,
@@ -27,6 +26,7 @@ from .snapshot import (
     compile_cors,
     route_sort_key,
 )
+from .targets import BackendTargets
 
 # (route `namespace/name`, rule index): where a rule's backend is looked up.
 RuleKey = tuple[str, int]
@@ -60,10 +60,10 @@ class MissingBackend:
 def resolve_backend(
     entry: Entry[HTTPRoute],
     rule_index: int,
-    backends: Mapping[str, Entry[GatewayBackend]],
+    backends: Mapping[str, BackendTargets],
     grants: Mapping[str, Entry[ReferenceGrant]] | None = None,
 ) -> Targets | MissingBackend:
-    """Resolve a rule's first backendRef (the one served) to its GatewayBackend targets; with
+    """Resolve a rule's first backendRef (the one served) to its GatewayBackend's targets; with
     `grants` (a cluster), a backend in another namespace needs a ReferenceGrant."""
     route = entry.resource
     ref = route.spec.rules[rule_index].backend_refs[0]
@@ -86,21 +86,15 @@ def resolve_backend(
         refusal = reference.refusal(grants)
         if refusal is not None:
             return MissingBackend(entry.prefix, field_path, key, refusal)
-    return tuple(
-        CompiledTarget(
-            t.static.host,
-            t.static.port,
-            t.static.path,
-            t.name,
-            parse_duration(t.timeout) if t.timeout else None,
-        )
-        for t in backend.resource.spec.mcp.targets
-    )
+    if backend.refused:
+        why = f"GatewayBackend {key} is not served: " + "; ".join(backend.problems)
+        return MissingBackend(entry.prefix, field_path, key, why)
+    return backend.targets
 
 
 def resolve_backends(
     routes: Mapping[str, Entry[HTTPRoute]],
-    backends: Mapping[str, Entry[GatewayBackend]],
+    backends: Mapping[str, BackendTargets],
     grants: Mapping[str, Entry[ReferenceGrant]] | None = None,
 ) -> dict[RuleKey, Targets | MissingBackend]:
     """Resolve the backend of every rule of every route."""

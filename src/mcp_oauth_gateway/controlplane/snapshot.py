@@ -52,8 +52,9 @@ class CompiledTarget:
 
     @property
     def authority(self) -> str:
-        """`host:port` as sent in the Host header to the backend."""
-        return f"{self.host}:{self.port}"
+        """`host:port` as sent in the Host header to the backend (an IPv6 host bracketed)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)

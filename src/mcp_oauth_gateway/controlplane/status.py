@@ -239,6 +239,25 @@ def backend_accepted(target: str, generation: int, at: str) -> Condition:
     return Condition("Accepted", True, "Accepted", f"Target {target}", generation, at)
 
 
+def backend_refused(problems: list[str], generation: int, at: str) -> Condition:
+    """`Accepted=False` for a GatewayBackend a target of which may not be reached: its routes
+    answer 503."""
+    message = "Not served: " + ("; ".join(problems) or "its targets could not be resolved")
+    return Condition("Accepted", False, "RefNotPermitted", message, generation, at)
+
+
+def backend_resolved_refs(missing: list[str], generation: int, at: str) -> Condition:
+    """A GatewayBackend's `ResolvedRefs`: whether the Services it names exist (when the
+    controller may read Services)."""
+    if missing:
+        return Condition(
+            "ResolvedRefs", False, "BackendNotFound", "; ".join(missing), generation, at
+        )
+    return Condition(
+        "ResolvedRefs", True, "ResolvedRefs", "All references resolved", generation, at
+    )
+
+
 def service_accepted(service_type: str, address: str | None, generation: int, at: str) -> Condition:
     """A Service's `Accepted`: True when standalone mode can resolve it (ExternalName)."""
     if address is None:

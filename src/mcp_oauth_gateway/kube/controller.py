@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +21,7 @@ from ..controlplane.builder import BuildResult, build_from_objects
 from ..controlplane.cluster import CONTROLLER_NAME, Cluster
 from ..controlplane.control import ControlPlane
 from ..controlplane.deployment import Deployment
+from ..controlplane.egress import EgressRules
 from .cache import ObjectCache
 from .client import KubeClient
 from .kinds import SERVICE, WATCHED
@@ -50,6 +51,7 @@ class ControllerOptions:
     cluster_domain: str = "cluster.local"
     lease_name: str = DEFAULT_LEASE_NAME
     lease_duration: float = DEFAULT_DURATION
+    egress: EgressRules = field(default_factory=EgressRules)
 
 
 def now_iso() -> str:
@@ -210,6 +212,7 @@ class Controller:
             self.options.controller_name,
             self.options.cluster_domain,
             services_listed=self.cache.available(SERVICE),
+            egress=self.options.egress,
         )
         deployment = replace(self.deployment, cluster=cluster)
         resources = self.cache.resources()

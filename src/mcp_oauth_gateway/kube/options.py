@@ -8,9 +8,12 @@ import math
 import os
 import re
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..controlplane.cluster import CONTROLLER_NAME
+from ..controlplane.egress import EgressRules
+from ..ip_blocks import IPAddress, parse
 from .controller import ControllerOptions
 from .leader import DEFAULT_DURATION, DEFAULT_LEASE_NAME
 
@@ -64,6 +67,17 @@ def add_flags(serve: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="a replica takes the Lease over when its holder has not renewed it for this long "
         f"(default {DEFAULT_DURATION:g})",
+    )
+    group.add_argument(
+        "--allow-hosts",
+        action="append",
+        default=[],
+        metavar="[NAMESPACE=]PATTERN[,...]",
+        help="hosts tenants may name themselves (a GatewayBackend's static.host, JWKS, issuer "
+        "and Redis URLs, an ExternalName Service's externalName): *, a DNS name, *.DOMAIN, an "
+        "address or a CIDR, for one namespace with NAMESPACE=; default none (tenants name "
+        "Services). Link-local, cloud metadata and the pod's own addresses are never "
+        "reached; loopback only through an entry naming a loopback network",
     )
     group.add_argument(
         "--replicas",
@@ -157,6 +171,36 @@ def replicas(args: argparse.Namespace) -> int | None:
     return value
 
 
+def own_addresses(environ: Mapping[str, str] | None = None) -> list[IPAddress]:
+    """The pod's addresses (the downward API's POD_IPS/POD_IP, and what its host name
+    resolves to): the gateway never connects to itself on a tenant's say-so."""
+    environ = os.environ if environ is None else environ
+    found = [
+        a for v in (environ.get("POD_IPS", ""), environ.get("POD_IP", "")) for a in v.split(",")
+    ]
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None, proto=socket.IPPROTO_TCP)
+        found += [str(info[4][0]) for info in infos]
+    except OSError:
+        pass  # a host name that does not resolve names no address
+    out = []
+    for text in found:
+        try:
+            out.append(parse(text.strip()))
+        except ValueError:
+            continue
+    return out
+
+
+def egress_rules(args: argparse.Namespace) -> EgressRules:
+    """`--allow-hosts`, and the pod's own addresses; ValueError naming a bad entry."""
+    entries = [e for value in args.allow_hosts for e in value.split(",") if e.strip()]
+    try:
+        return EgressRules.of(entries, own_addresses())
+    except ValueError as exc:
+        raise ValueError(f"--allow-hosts {exc}") from None
+
+
 def controller_options(args: argparse.Namespace) -> ControllerOptions:
     """The controller's settings from `serve`'s flags; ValueError naming a bad flag."""
     _check_sources(args)
@@ -169,4 +213,5 @@ def controller_options(args: argparse.Namespace) -> ControllerOptions:
         cluster_domain=args.cluster_domain,
         lease_name=DEFAULT_LEASE_NAME,
         lease_duration=_lease_duration(args.lease_duration),
+        egress=egress_rules(args),
     )

@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 import httptools
 
 from ..asgi import Headers
+from ..controlplane.egress import EgressRules
+from ..controlplane.egress_resolver import checked_address
 from .upstream import InvalidRequestHead, UpstreamError
 
 IDLE_LIMIT = 4.0  # uvicorn closes idle keep-alive connections after 5 s
@@ -259,10 +261,16 @@ class _Connection(asyncio.Protocol):
 
 class _HostPool:
     def __init__(
-        self, host: str, port: int, idle_limit: float = IDLE_LIMIT, max_idle: int = MAX_IDLE
+        self,
+        host: str,
+        port: int,
+        idle_limit: float = IDLE_LIMIT,
+        max_idle: int = MAX_IDLE,
+        egress: EgressRules | None = None,
     ):
         self.host = host
         self.port = port
+        self.egress = egress
         self.idle_limit = idle_limit
         self.max_idle = max_idle
         # A stack: taken and returned at the right end, so the oldest are at the left.
@@ -312,7 +320,11 @@ class _HostPool:
     async def connect(self) -> _Connection:
         loop = self.loop = asyncio.get_running_loop()
         try:
-            _, conn = await loop.create_connection(lambda: _Connection(self), self.host, self.port)
+            # In a cluster, to an address the egress rules allow, looked up once per connection.
+            host = self.host
+            if self.egress is not None:
+                host = await checked_address(self.egress, self.host, self.port)
+            _, conn = await loop.create_connection(lambda: _Connection(self), host, self.port)
         except OSError as exc:
             raise UpstreamError(
                 f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}"
@@ -358,9 +370,15 @@ def _culprit(method: str, target: bytes, headers: Headers) -> str:
 class RawUpstream:
     """The `Upstream` for the hot path: pooled keep-alive connections per backend."""
 
-    def __init__(self, idle_limit: float = IDLE_LIMIT, max_idle: int = MAX_IDLE) -> None:
+    def __init__(
+        self,
+        idle_limit: float = IDLE_LIMIT,
+        max_idle: int = MAX_IDLE,
+        egress: EgressRules | None = None,
+    ) -> None:
         self.idle_limit = idle_limit
         self.max_idle = max_idle
+        self.egress = egress
         self._pools: dict[tuple[str, int], _HostPool] = {}
         self._targets: dict[str, tuple[_HostPool, bytes]] = {}
 
@@ -372,7 +390,9 @@ class RawUpstream:
         host, port = parts.hostname or "127.0.0.1", parts.port or 80
         pool = self._pools.get((host, port))
         if pool is None:
-            pool = self._pools[(host, port)] = _HostPool(host, port, self.idle_limit, self.max_idle)
+            pool = self._pools[(host, port)] = _HostPool(
+                host, port, self.idle_limit, self.max_idle, self.egress
+            )
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         resolved = (pool, target.encode("latin-1"))
         if len(self._targets) < 4096:  # query strings vary; keep the cache bounded

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, field_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from .fields import AbsolutePath, Duration, NonEmpty, Port, StrictModel, parse_duration
@@ -14,10 +15,42 @@ from .gateway_api import ObjectMeta
 # --- GatewayBackend (mcp-oauth-gateway.dev/v1alpha1) ---------------------------------------
 
 
+# A host is a DNS name or an IP address and nothing else: a host holding `@`, `/`, `:` or a
+# space would be read as another host (or user-info, or a port) once written into a URL.
+HOST_NAME = re.compile(
+    r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*"
+)
+IPV6_HOST = re.compile(r"\[?[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*\]?")
+
+
+def _host(value: str) -> str:
+    """A DNS name, a dotted IPv4 address, or an IPv6 address (kept without brackets)."""
+    if IPV6_HOST.fullmatch(value):
+        try:
+            return str(ipaddress.IPv6Address(value.removeprefix("[").removesuffix("]")))
+        except ValueError:
+            pass
+    elif HOST_NAME.fullmatch(value) and len(value) <= 253:
+        if not value.replace(".", "").isdigit():
+            return value
+        try:  # digits and dots: only the canonical dotted IPv4 form, which every reader agrees on
+            return str(ipaddress.IPv4Address(value))
+        except ValueError:
+            pass
+    raise ValueError(
+        f"{value[:80]!r} is not a host: give a DNS name or an IP address, without a scheme, "
+        "port, path or user information"
+    )
+
+
+Host = Annotated[str, AfterValidator(_host)]
+
+
 class StaticTarget(StrictModel):
-    host: NonEmpty
-    """Host name or IP address of the MCP server, e.g. the Service name
-    `mcp-server.mcp.svc.cluster.local`. The gateway connects to it over plain HTTP."""
+    host: Host
+    """Host name or IP address of the MCP server. The gateway connects to it over plain HTTP.
+    In controller mode a tenant's host is used only when the operator allows it
+    (`serve --allow-hosts`); a Service in the cluster is named with `service` instead."""
     port: Port
     """TCP port of the MCP server, 1-65535."""
     path: AbsolutePath = "/mcp"
@@ -27,6 +60,22 @@ class StaticTarget(StrictModel):
     protocol: Literal["StreamableHTTP"] = "StreamableHTTP"
     """MCP transport: `StreamableHTTP` only, the default (JSON and SSE responses are streamed
     through unbuffered)."""
+
+
+class ServiceTarget(StrictModel):
+    """An MCP server reached through a Kubernetes Service."""
+
+    name: NonEmpty
+    """Name of the Service."""
+    namespace: str | None = None
+    """Namespace of the Service; default: the GatewayBackend's. Another namespace needs a
+    ReferenceGrant there that lets GatewayBackends of this namespace refer to Services."""
+    port: Port
+    """Port of the Service, 1-65535."""
+    path: AbsolutePath = "/mcp"
+    """Path of the server's MCP endpoint, starting with `/`; default `/mcp`."""
+    protocol: Literal["StreamableHTTP"] = "StreamableHTTP"
+    """MCP transport: `StreamableHTTP` only, the default."""
 
 
 # A target's name becomes the `<name>_` prefix of its tools and prompts when a backend has
@@ -58,8 +107,12 @@ class McpTarget(StrictModel):
     digit, unique in the backend. With several targets, the target's tools and prompts are
     offered as `<name>_<tool>`, its resources under `mcp+gw://<name>/`, and tool-level rules
     see it as `mcp.target`."""
-    static: StaticTarget
-    """A fixed address: `http://<host>:<port><path>`."""
+    static: StaticTarget | None = None
+    """A fixed address: `http://<host>:<port><path>`. Set this or `service`."""
+    service: ServiceTarget | None = None
+    """A Service: in a cluster `http://<name>.<namespace>.svc.<cluster domain>:<port><path>`
+    (an ExternalName Service: its `externalName`); from files, the Service's `externalName`.
+    Set this or `static`."""
     timeout: Duration | None = None
     """How long the gateway waits for this target, e.g. `5s`, `1m30s`, `500ms` (more than
     zero): for its response headers and, for an answer it reads whole (initialize, a list, a
@@ -73,6 +126,12 @@ class McpTarget(StrictModel):
         if value is not None and parse_duration(value) <= 0:
             raise ValueError("timeout must be more than zero")
         return value
+
+    @model_validator(mode="after")
+    def _one_address(self) -> McpTarget:
+        if (self.static is None) == (self.service is None):
+            raise ValueError("set exactly one of static or service")
+        return self
 
 
 class McpBackend(StrictModel):

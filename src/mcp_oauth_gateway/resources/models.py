@@ -28,6 +28,7 @@ from .backend import (
     GatewayBackendSpec,
     McpBackend,
     McpTarget,
+    ServiceTarget,
     StaticTarget,
 )
 from .cluster_kinds import (
@@ -205,6 +206,7 @@ __all__ = [
     "ServiceBackendRef",
     "ServicePort",
     "ServiceSpec",
+    "ServiceTarget",
     "StaticTarget",
     "StrictModel",
     "TargetCredentials",

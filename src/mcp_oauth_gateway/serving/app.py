@@ -97,7 +97,9 @@ class GatewayApp:
         self.control = control
         self.trust_forwarded = options.trust_forwarded
         self.header_rules = HeaderRules(options.trust_forwarded)
-        self.upstream = upstream or RawUpstream()
+        cluster = options.deployment.cluster
+        # In a cluster the objects are tenants': connect only where the egress rules allow.
+        self.upstream = upstream or RawUpstream(egress=cluster.egress if cluster else None)
         self.brokers = brokers or BrokerRuntime()
         self.audit = AuditTrail.of(options) if options.audit_log is not None else None
         # With JSON logs or an audit trail every request gets an id: logged, forwarded and

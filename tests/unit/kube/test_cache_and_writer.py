@@ -12,12 +12,15 @@ from mcp_oauth_gateway.controlplane import Deployment, build_from_objects
 from mcp_oauth_gateway.controlplane.builder import BuildResult
 from mcp_oauth_gateway.controlplane.cluster import CONTROLLER_NAME, Cluster
 from mcp_oauth_gateway.controlplane.control import ControlPlane
+from mcp_oauth_gateway.controlplane.egress import EgressRules
 from mcp_oauth_gateway.kube.cache import ObjectCache
 from mcp_oauth_gateway.kube.kinds import BY_KIND, HTTP_ROUTE, WATCHED
 from mcp_oauth_gateway.kube.objects import Invalid, from_server
 from mcp_oauth_gateway.kube.writer import StatusUpdate, updates
 
 AT = "2026-01-01T00:00:00Z"
+# The objects name loopback hosts, as an operator allows on a laptop (serve --allow-hosts).
+LOOPBACK = Cluster(egress=EgressRules.of(["127.0.0.0/8"]))
 THEIRS = "example.com/other-controller"
 OBJECTS = f"""
 apiVersion: gateway.networking.k8s.io/v1
@@ -100,7 +103,7 @@ def filled(objects: list[dict[str, Any]]) -> ObjectCache:
 
 
 def build(cache: ObjectCache) -> BuildResult:
-    return build_from_objects(cache.resources(), at=AT, deployment=Deployment(cluster=Cluster()))
+    return build_from_objects(cache.resources(), at=AT, deployment=Deployment(cluster=LOOPBACK))
 
 
 def write(cache: ObjectCache, pending: list[StatusUpdate]) -> None:
@@ -153,9 +156,7 @@ def test_status_is_written_once_and_then_left_alone() -> None:
     assert cache.content_version == before  # status writes do not count as content changes
     assert cache.version == before + len(pending)
     later = "2026-01-02T00:00:00Z"
-    again = build_from_objects(
-        cache.resources(), at=later, deployment=Deployment(cluster=Cluster())
-    )
+    again = build_from_objects(cache.resources(), at=later, deployment=Deployment(cluster=LOOPBACK))
     assert updates(again, cache, control.conditions, CONTROLLER_NAME, later) == []
 
 

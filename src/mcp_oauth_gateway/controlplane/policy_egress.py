@@ -1,0 +1,55 @@
+"""Every host a GatewayPolicy makes the gateway connect to, held to the egress rules in a cluster.
+
+One walk over the fields, so a URL field added later is found here or nowhere: the JWKS URL,
+the issuer when the discovery document is read from its host (not through a Service), and the
+Redis URLs (Broker state, rate limits). Hosts reached through a Service reference are checked
+where the reference is resolved (service_refs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..resources.models import GatewayPolicy
+from .egress import EgressRules
+from .mcp_settings import PROVIDERS_PATH
+from .snapshot import CompiledCredentials, CompiledMcp
+
+
+def reads_discovery(mcp: CompiledMcp | None, credentials: Iterable[CompiledCredentials]) -> bool:
+    """Whether the gateway reads its providers' discovery documents (Facade metadata, Broker,
+    token exchange at their token endpoints)."""
+    if any(c.token_exchange is not None for c in credentials):
+        return True
+    return mcp is not None and (mcp.provider is not None or mcp.mode == "Broker")
+
+
+def _fetched_urls(policy: GatewayPolicy, discovers: bool) -> list[tuple[str, str]]:
+    """(field path, URL) of every URL the policy's own text makes the gateway connect to."""
+    urls: list[tuple[str, str]] = []
+    traffic = policy.spec.traffic
+    jwt = traffic.jwt_authentication
+    for index, provider in enumerate(jwt.providers if jwt is not None else []):
+        path = f"{PROVIDERS_PATH}[{index}]"
+        remote = provider.jwks.remote
+        if remote is not None and remote.url is not None:
+            urls.append((f"{path}.jwks.remote.url", remote.url))
+        if discovers and (remote is None or remote.backend_ref is None):
+            urls.append((f"{path}.issuer", provider.issuer))
+    broker = jwt.mcp.broker if jwt is not None and jwt.mcp is not None else None
+    if broker is not None and broker.redis_url is not None:
+        urls.append(("spec.traffic.jwtAuthentication.mcp.broker.redisUrl", broker.redis_url))
+    if traffic.rate_limit is not None and traffic.rate_limit.redis_url is not None:
+        urls.append(("spec.traffic.rateLimit.redisUrl", traffic.rate_limit.redis_url))
+    return urls
+
+
+def egress_problems(policy: GatewayPolicy, rules: EgressRules, discovers: bool) -> list[str]:
+    """One problem per URL whose host the policy's namespace may not name."""
+    namespace = policy.metadata.namespace
+    problems = []
+    for path, url in _fetched_urls(policy, discovers):
+        why = rules.url_refusal(url, namespace)
+        if why is not None:
+            problems.append(f"{path}: {why}")
+    return problems
