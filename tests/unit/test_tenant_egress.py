@@ -273,3 +273,18 @@ def test_files_are_the_operators_own_and_use_every_host():
     ]
     result = build_from_objects(objects, at=AT)
     assert route_target(result).target.host == "127.0.0.1"
+
+
+def test_from_files_a_service_target_is_its_external_name():
+    text = GATEWAY + backend("service: {name: tools, port: 8000}")
+    objects = [
+        KINDS[d["apiVersion"], d["kind"]].model_validate(d)
+        for d in yaml.safe_load_all(text + service("tools", "team-a", "mcp.internal"))
+        if d
+    ]
+    assert route_target(build_from_objects(objects, at=AT)).target.host == "mcp.internal"
+    missing = [
+        KINDS[d["apiVersion"], d["kind"]].model_validate(d) for d in yaml.safe_load_all(text) if d
+    ]
+    broken = route_target(build_from_objects(missing, at=AT)).broken or ""
+    assert "Service team-a/tools not found (define a Service of type ExternalName" in broken

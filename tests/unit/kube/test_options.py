@@ -60,6 +60,13 @@ def kubeconfig(tmp_path: Path) -> str:
         (["--kubeconfig", "{k}-list"], "not a kubeconfig (a YAML mapping of kind Config"),
         (["--kubeconfig", "{k}-empty-config"], "cannot load the API server configuration"),
         ([], "nothing to serve: give resource files with -f PATH"),
+        (["--kubeconfig", "{k}", "--allow-hosts", "http://x"], "--allow-hosts 'http://x' is not"),
+        (["--kubeconfig", "{k}", "--allow-hosts", "a,Team=*"], "'Team' is not a namespace name"),
+        (["--kubeconfig", "{k}", "--allow-hosts", "*."], "--allow-hosts '*.'"),
+        (
+            ["-f", "examples/provider-b", "--allow-hosts", "*"],
+            "--allow-hosts applies to controller",
+        ),
     ],
 )
 def test_bad_flags_are_refused_with_one_line(
@@ -76,3 +83,12 @@ def test_bad_flags_are_refused_with_one_line(
     assert err.startswith("error: ")
     assert message in err
     assert err.count("\n") == 1
+
+
+def test_the_pods_own_addresses_come_from_the_downward_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcp_oauth_gateway.kube.options import own_addresses
+
+    found = {str(a) for a in own_addresses({"POD_IPS": "10.1.2.3,fd00::7", "POD_IP": "10.1.2.3"})}
+    assert {"10.1.2.3", "fd00::7"} <= found
+    # A value that is not an address is skipped, not an error.
+    assert "10.9.9.9" in {str(a) for a in own_addresses({"POD_IPS": "bogus,10.9.9.9"})}
