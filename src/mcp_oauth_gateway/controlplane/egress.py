@@ -177,6 +177,11 @@ class EgressRules:
             # `*` never covers loopback: only a network entry for this namespace does.
             if any(p.holds(ip) or (p.any and not ip.is_loopback) for p in mine):
                 return None
+            if ip.is_loopback:
+                return (
+                    f"{ip} is loopback (the gateway's own machine); only an {FLAG} entry naming "
+                    f"a loopback network for namespace {namespace} allows it"
+                )
             return self._not_allowed(str(ip), namespace)
         name = _normal_host(host)
         if looks_numeric(name):
