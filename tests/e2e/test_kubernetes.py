@@ -68,8 +68,15 @@ def example_objects(gateway_port: int, idp: str, backend: str, gateway: str) -> 
         elif doc["kind"] == "HTTPRoute":
             doc["spec"]["parentRefs"][0]["namespace"] = NS
         elif doc["kind"] == "GatewayBackend":
+            # This server has no Services: the backend by its loopback address, which the
+            # controller is allowed to reach (kube_support.controller_cmd).
             host, port = backend.rsplit(":", 1)
-            doc["spec"]["mcp"]["targets"][0]["static"].update(host=host, port=int(port))
+            target = doc["spec"]["mcp"]["targets"][0]
+            target["static"] = {
+                "host": host,
+                "port": int(port),
+                "path": target.pop("service")["path"],
+            }
         elif doc["kind"] == "GatewayPolicy":
             jwt = doc["spec"]["traffic"]["jwtAuthentication"]
             jwt["providers"][0]["issuer"] = f"{idp}/application/o/mcp/"
