@@ -6,16 +6,13 @@ plain first-match walk (route_reference), and the requests it tries to every req
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 from types import MappingProxyType
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcp_oauth_gateway.controlplane import watch
 from mcp_oauth_gateway.controlplane.cel import compile_expression
-from mcp_oauth_gateway.controlplane.control import ControlPlane
 from mcp_oauth_gateway.controlplane.protection import _Served, lost_protection
 from mcp_oauth_gateway.controlplane.reload_guard import policy_widening
 from mcp_oauth_gateway.controlplane.snapshot import (
@@ -212,26 +209,3 @@ def test_the_lookup_chooses_the_first_matching_route(routes, host, requests):
         expected = first_match(routes, host, path)
         found = served.first(host, path)
         assert found is (routes[expected] if expected is not None else None), (host, path)
-
-
-async def test_a_file_still_changing_is_read_only_once_it_has_settled(monkeypatch):
-    # Fingerprints as the watcher sees them: at start, then a write caught half-way (the
-    # second look differs), then the finished file on two looks in a row.
-    seen = [("start",), ("truncated",), ("written",)]
-    monkeypatch.setattr(
-        watch, "fingerprint", lambda paths: seen.pop(0) if len(seen) > 1 else seen[0]
-    )
-    watcher = watch.ConfigWatcher([], ControlPlane(snapshot()), interval=0)
-    loaded: list[object] = []
-    done = asyncio.Event()
-
-    async def reload() -> bool:
-        loaded.append(watcher._seen)
-        done.set()
-        return True
-
-    monkeypatch.setattr(watcher, "reload", reload)
-    watcher.start()
-    await asyncio.wait_for(done.wait(), 10)
-    await watcher.stop()
-    assert loaded == [("written",)]

@@ -1,0 +1,124 @@
+"""When the watcher reads a change (`controlplane/watch.py`): once it has settled, never while
+its writer still holds a changed file open, and never from files that changed while they were
+read; a file read early (its writer closed it half-way) installs nothing wider. Real files,
+real inotify, the real build and reload rules."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from mcp_oauth_gateway.controlplane import watch
+from mcp_oauth_gateway.controlplane.builder import build_snapshot
+from mcp_oauth_gateway.controlplane.control import ControlPlane
+from mcp_oauth_gateway.controlplane.snapshot import Snapshot
+from mcp_oauth_gateway.resources.loader import load_paths
+
+from .resources_fixture import BASE, policy
+
+FULL = policy()
+# Cut where a slow writer may pause: a valid policy, its authorization not written yet.
+HALF = FULL[: FULL.index("    authorization:")]
+
+
+async def until(predicate, what: str) -> None:
+    """Wait (without blocking the watcher's loop) until `predicate()` holds, 20 s at most."""
+    try:
+        async with asyncio.timeout(20):
+            while not predicate():
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+def rules(snapshot: Snapshot) -> object:
+    policy = snapshot.listeners[8080][0].policy
+    assert policy is not None
+    return policy.authorization
+
+
+@pytest.fixture
+async def watched(tmp_path):
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "base.yaml").write_text(BASE)
+    (config / "policy.yaml").write_text(FULL)
+    snapshot = build_snapshot(load_paths([config]))
+    assert snapshot.ok
+    watcher = watch.ConfigWatcher([str(config)], ControlPlane(snapshot), interval=0.02)
+    watcher.start()
+    await until(lambda: watcher.polls > 0, "the first poll")
+    assert watcher.state()["openWrites"] == "inotify"
+    try:
+        yield watcher, config
+    finally:
+        await watcher.stop()
+
+
+async def test_a_writer_paused_mid_file_is_waited_for_then_read_whole(watched):
+    watcher, config = watched
+    control = watcher.control
+    serving = control.snapshot
+    with (config / "policy.yaml").open("w") as handle:
+        handle.write(HALF)
+        handle.flush()
+        await until(lambda: watcher.waiting == (str(config / "policy.yaml"),), "the wait")
+        polled = watcher.polls
+        await until(lambda: watcher.polls >= polled + 2, "two more polls")
+        assert watcher.state()["waitingFor"] == [str(config / "policy.yaml")]
+        assert control.snapshot is serving
+        handle.write(FULL[len(HALF) :].replace("mcp-agent", "operators"))
+    # Narrower? No: another rule. Refused as a whole file, never installed half.
+    refusal = 'Allow rule `"operators" in jwt.groups` added or changed'
+    await until(lambda: refusal in (watcher.last_error or ""), "the complete file to be judged")
+    assert control.snapshot is serving
+    assert watcher.waiting == ()
+
+
+async def test_a_half_file_its_writer_closed_is_read_and_refused(watched):
+    watcher, config = watched
+    control = watcher.control
+    serving = control.snapshot
+    (config / "policy.yaml").write_text(HALF)  # closed half-way: nothing can tell
+    refusal = "GatewayPolicy default/auth: spec.traffic.authorization: removed"
+    await until(lambda: refusal in (watcher.last_error or ""), "the half file to be refused")
+    assert rules(control.snapshot) is rules(serving)
+    with (config / "policy.yaml").open("a") as handle:
+        handle.write(
+            FULL[len(HALF) :].replace("[", "['jwt.sub == \"alice\"', ").replace("Allow", "Require")
+        )
+    await until(lambda: control.snapshot is not serving, "the narrower whole file to apply")
+    assert watcher.last_error is None
+    assert rules(control.snapshot).action == "Require"  # type: ignore[attr-defined]
+
+
+async def test_files_that_change_while_they_are_read_are_read_again(watched):
+    watcher, _ = watched
+    serving = watcher.control.snapshot
+    assert not await watcher.reload(expected=())
+    assert watcher.control.snapshot is serving
+    assert watcher._seen == ()  # the next poll reads the files again
+
+
+async def test_a_file_still_changing_is_read_only_once_it_has_settled(monkeypatch, tmp_path):
+    # Fingerprints as the watcher sees them: at start, then a write caught half-way (the
+    # second look differs), then the finished file on two looks in a row.
+    seen = [("start",), ("truncated",), ("written",)]
+    monkeypatch.setattr(
+        watch, "fingerprint", lambda paths: seen.pop(0) if len(seen) > 1 else seen[0]
+    )
+    watcher = watch.ConfigWatcher([str(tmp_path)], ControlPlane(Snapshot.empty()), interval=0)
+    loaded: list[object] = []
+    done = asyncio.Event()
+
+    async def reload(expected: object = None) -> bool:
+        loaded.append(expected)
+        done.set()
+        return True
+
+    monkeypatch.setattr(watcher, "reload", reload)
+    watcher.start()
+    await asyncio.wait_for(done.wait(), 10)
+    await watcher.stop()
+    assert loaded == [("written",)]
