@@ -122,3 +122,24 @@ async def test_a_file_still_changing_is_read_only_once_it_has_settled(monkeypatc
     await asyncio.wait_for(done.wait(), 10)
     await watcher.stop()
     assert loaded == [("written",)]
+
+
+PUBLIC = """apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: public}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+    - matches: [{path: {type: PathPrefix, value: /public}}]
+      backendRefs: [{name: backend}]
+"""
+
+
+async def test_a_route_added_without_a_policy_is_served_and_said_so(watched, caplog):
+    # Nothing a policy decides is served more openly, so it applies (as at start), with the
+    # warning a start gives.
+    watcher, config = watched
+    (config / "public.yaml").write_text(PUBLIC)
+    assert await watcher.reload()
+    assert "HTTPRoute default/public is served without authentication" in caplog.text
+    assert "HTTPRoute default/mcp is served without" not in caplog.text

@@ -63,6 +63,11 @@ def reload_problems(current: Snapshot, candidate: Snapshot) -> list[str]:
     return problems + lost_protection(current, candidate)
 
 
+def open_routes(snapshot: Snapshot) -> set[str]:
+    """The HTTPRoutes served without a GatewayPolicy (Gateway API: as they are)."""
+    return {r.route for rows in snapshot.listeners.values() for r in rows if r.policy is None}
+
+
 class ConfigWatcher:
     """Polls the files (cheap `stat` calls) and reloads on change."""
 
@@ -168,8 +173,15 @@ class ConfigWatcher:
                 "configuration change rejected, still serving the previous one: %s", self.last_error
             )
             return False
+        opened = sorted(open_routes(candidate) - open_routes(self.control.snapshot))
         self.control.install(candidate)
         self.last_error = None
+        for route in opened:
+            # As at start: no request a policy decided is among them (refused above), but
+            # whoever added the route may have meant to protect it.
+            log.warning(
+                "HTTPRoute %s is served without authentication: no GatewayPolicy targets it", route
+            )
         log.info(
             "configuration reloaded: %d route(s) on %d listener(s), %d policy(ies)",
             sum(len(r) for r in candidate.listeners.values()),

@@ -52,6 +52,11 @@ def watched_directories(paths: Sequence[str | Path]) -> dict[str, bool]:
     return out
 
 
+def _end(observer: BaseObserver) -> None:
+    observer.stop()
+    observer.join(5)
+
+
 class OpenWrites(FileSystemEventHandler):
     """The files modified since their writer last closed them (by real path)."""
 
@@ -59,6 +64,7 @@ class OpenWrites(FileSystemEventHandler):
         self._lock = threading.Lock()
         self._open: set[str] = set()
         self._observer: BaseObserver | None = None
+        self._stopped = False
 
     @property
     def active(self) -> bool:
@@ -78,15 +84,22 @@ class OpenWrites(FileSystemEventHandler):
             observer.start()
         except OSError as exc:  # no watches or instances left (fs.inotify.max_user_*), …
             return f"cannot watch the files with inotify ({exc})"
-        self._observer = observer
+        with self._lock:
+            # Stopped while starting (a start runs in a thread): this observer is not kept.
+            stopped = self._stopped
+            if not stopped:
+                self._observer = observer
+        if stopped:
+            _end(observer)
         return None
 
     def stop(self) -> None:
         """Stop watching (blocks until the observer's thread ends)."""
-        observer, self._observer = self._observer, None
+        with self._lock:
+            self._stopped = True
+            observer, self._observer = self._observer, None
         if observer is not None:
-            observer.stop()
-            observer.join(5)
+            _end(observer)
 
     def busy(self, files: Iterable[str]) -> tuple[str, ...]:
         """The `files` a writer has modified and not closed yet."""
