@@ -5,10 +5,11 @@ access. The watcher refuses such a change; a restart applies it on purpose.
 
 Every request a listener can get falls in one of finitely many classes: two requests whose host
 and path are matched by the same route hostnames and path values are served by the same route,
-before and after. One request of each class is tried (each hostname and path value of both
-route tables, a name under each wildcard and a path under each prefix that no route names, and a
-host no route names): where a GatewayPolicy decides it now, the route that would serve it must
-have a policy no wider (`reload_guard.policy_widening`)."""
+before and after. One request of each class is tried: each path value of both route tables and
+a path under each prefix that no route names; for each, each hostname of the routes that path
+reaches, a name under each of their wildcards that no route names, and a host no route names.
+Where a GatewayPolicy decides it now, the route that would serve it must have a policy no wider
+(`reload_guard.policy_widening`)."""
 
 from __future__ import annotations
 
@@ -24,12 +25,15 @@ RESTART = "a reload never widens access: fix the files, or restart to apply it o
 FRESH = "\x00"
 
 
+Candidates = list[tuple[int, CompiledRoute]]
+
+
 class _Served:
     """A listener's routes by Exact path and by prefix, each with its precedence position."""
 
     def __init__(self, routes: Rows) -> None:
-        self.exact: dict[str, list[tuple[int, CompiledRoute]]] = {}
-        self.prefix: dict[str, list[tuple[int, CompiledRoute]]] = {}
+        self.exact: dict[str, Candidates] = {}
+        self.prefix: dict[str, Candidates] = {}
         for position, route in enumerate(routes):
             if route.match_type == "Exact":
                 self.exact.setdefault(route.match_value, []).append((position, route))
@@ -37,8 +41,8 @@ class _Served:
                 key = route.match_value.rstrip("/")
                 self.prefix.setdefault(key, []).append((position, route))
 
-    def first(self, host: str, path: str) -> CompiledRoute | None:
-        """The route that serves `host` + `path`: the lowest position among those matching."""
+    def matching(self, path: str) -> Candidates:
+        """The routes whose path matches `path`, whatever their hostnames."""
         segments = path.split("/")
         # Every prefix a whole-segment match allows; "" is the `/` prefix, which takes any path.
         keys = dict.fromkeys(
@@ -47,8 +51,16 @@ class _Served:
         candidates = list(self.exact.get(path, ()))
         for key in keys:
             candidates += self.prefix.get(key, ())
-        matching = [(p, r) for p, r in candidates if _names(r.hostnames, host)]
-        return min(matching, key=lambda pr: pr[0])[1] if matching else None
+        return candidates
+
+    def first(self, host: str, path: str) -> CompiledRoute | None:
+        """The route that serves `host` + `path`: the lowest position among those matching."""
+        return _first(self.matching(path), host)
+
+
+def _first(candidates: Candidates, host: str) -> CompiledRoute | None:
+    matching = [(p, r) for p, r in candidates if _names(r.hostnames, host)]
+    return min(matching, key=lambda pr: pr[0])[1] if matching else None
 
 
 def _names(patterns: Sequence[str], host: str) -> bool:
@@ -64,19 +76,26 @@ def _names(patterns: Sequence[str], host: str) -> bool:
     )
 
 
-def requests(routes: Iterable[CompiledRoute]) -> list[tuple[str, str]]:
-    """One host and path of each class of requests the routes tell apart."""
-    hosts: dict[str, str] = {"": ""}
-    paths: dict[str, None] = {}
+def paths(routes: Iterable[CompiledRoute]) -> list[str]:
+    """One path of each class of paths the routes tell apart: each value, and one under each
+    prefix that no route names."""
+    found: dict[str, None] = {}
+    for route in routes:
+        found[route.match_value] = None
+        if route.match_type != "Exact":
+            found[route.match_value.rstrip("/") + "/" + FRESH] = None
+    return list(found)
+
+
+def hosts(routes: Iterable[CompiledRoute]) -> list[str]:
+    """One host of each class of hosts the routes tell apart: each name, one under each
+    wildcard that only it and the wildcards above it match, and one that no route names."""
+    found: dict[str, str] = {"": ""}
     for route in routes:
         for pattern in route.hostnames:
-            # Under a wildcard: a name that matches it and the wildcards above it, nothing else.
             host = FRESH + pattern[1:] if pattern.startswith("*.") else pattern
-            hosts.setdefault(host.lower(), host)
-        paths[route.match_value] = None
-        if route.match_type != "Exact":
-            paths[route.match_value.rstrip("/") + "/" + FRESH] = None
-    return [(host, path) for host in hosts.values() for path in paths]
+            found.setdefault(host.lower(), host)
+    return list(found.values())
 
 
 def _where(host: str, path: str) -> str:
@@ -111,23 +130,26 @@ def _listener(current: Rows, candidate: Rows) -> list[str]:
     found: dict[tuple[str, str, str | None], str] = {}
     # Many routes share a policy: each pair of policies is compared once.
     compared: dict[tuple[int, int], list[str]] = {}
-    for host, path in requests([*current, *candidate]):
-        was = before.first(host, path)
-        now = after.first(host, path) if was is not None and was.policy is not None else None
-        if was is None or was.policy is None or now is None or (id(was), id(now)) in judged:
-            continue  # not decided by a policy now, not served (404), or already judged
-        judged.add((id(was), id(now)))
-        key = (was.policy.key, now.route, now.policy.key if now.policy else None)
-        if key in found:
-            continue
-        if now.policy is None:
-            found[key] = _unprotected(_where(host, path), now, was.policy)
-            continue
-        policies = (id(was.policy), id(now.policy))
-        if policies not in compared:
-            compared[policies] = policy_widening(was.policy, now.policy)
-        if compared[policies]:
-            found[key] = _wider(_where(host, path), now, was.policy, compared[policies])
+    for path in paths([*current, *candidate]):
+        # Only the hostnames of the routes this path reaches tell its hosts apart.
+        was_rows, now_rows = before.matching(path), after.matching(path)
+        for host in hosts(r for _, r in [*was_rows, *now_rows]):
+            was = _first(was_rows, host)
+            now = _first(now_rows, host) if was is not None and was.policy is not None else None
+            if was is None or was.policy is None or now is None or (id(was), id(now)) in judged:
+                continue  # not decided by a policy now, not served (404), or already judged
+            judged.add((id(was), id(now)))
+            key = (was.policy.key, now.route, now.policy.key if now.policy else None)
+            if key in found:
+                continue
+            if now.policy is None:
+                found[key] = _unprotected(_where(host, path), now, was.policy)
+                continue
+            policies = (id(was.policy), id(now.policy))
+            if policies not in compared:
+                compared[policies] = policy_widening(was.policy, now.policy)
+            if compared[policies]:
+                found[key] = _wider(_where(host, path), now, was.policy, compared[policies])
     return list(found.values())
 
 
