@@ -6,10 +6,11 @@ real inotify, the real build and reload rules."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
-from mcp_oauth_gateway.controlplane import watch
+from mcp_oauth_gateway.controlplane import watch, writers
 from mcp_oauth_gateway.controlplane.builder import build_snapshot
 from mcp_oauth_gateway.controlplane.control import ControlPlane
 from mcp_oauth_gateway.controlplane.snapshot import Snapshot
@@ -38,15 +39,19 @@ def rules(snapshot: Snapshot) -> object:
     return policy.authorization
 
 
-@pytest.fixture
-async def watched(tmp_path):
+def configured(tmp_path) -> tuple[watch.ConfigWatcher, Path]:
     config = tmp_path / "config"
     config.mkdir()
     (config / "base.yaml").write_text(BASE)
     (config / "policy.yaml").write_text(FULL)
     snapshot = build_snapshot(load_paths([config]))
     assert snapshot.ok
-    watcher = watch.ConfigWatcher([str(config)], ControlPlane(snapshot), interval=0.02)
+    return watch.ConfigWatcher([str(config)], ControlPlane(snapshot), interval=0.02), config
+
+
+@pytest.fixture
+async def watched(tmp_path):
+    watcher, config = configured(tmp_path)
     watcher.start()
     await until(lambda: watcher.polls > 0, "the first poll")
     assert watcher.state()["openWrites"] == "inotify"
@@ -143,3 +148,26 @@ async def test_a_route_added_without_a_policy_is_served_and_said_so(watched, cap
     assert await watcher.reload()
     assert "HTTPRoute default/public is served without authentication" in caplog.text
     assert "HTTPRoute default/mcp is served without" not in caplog.text
+
+
+async def test_without_inotify_a_paused_writer_may_be_read_early_and_opens_nothing(
+    monkeypatch, tmp_path, caplog
+):
+    # Elsewhere than Linux nothing tells an open writer: polling alone, and the reload rules.
+    monkeypatch.setattr(writers.sys, "platform", "darwin")
+    watcher, config = configured(tmp_path)
+    serving = watcher.control.snapshot
+    watcher.start()
+    try:
+        await until(lambda: watcher.polls > 0, "the first poll")
+        assert watcher.state()["openWrites"] == "unknown (polling only)"
+        assert "write files elsewhere and rename them into place" in caplog.text
+        with (config / "policy.yaml").open("w") as handle:
+            handle.write(HALF)
+            handle.flush()
+            refusal = "GatewayPolicy default/auth: spec.traffic.authorization: removed"
+            await until(lambda: refusal in (watcher.last_error or ""), "the half file's refusal")
+            assert watcher.waiting == ()
+            assert watcher.control.snapshot is serving
+    finally:
+        await watcher.stop()

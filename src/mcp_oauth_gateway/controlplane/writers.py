@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler, FileSystemMovedEvent
 from watchdog.observers.api import BaseObserver
+from watchdog.utils import UnsupportedLibcError
 
 from ..resources.loader import YAML_SUFFIXES, expand_paths
 
@@ -73,9 +75,11 @@ class OpenWrites(FileSystemEventHandler):
 
     def start(self, paths: Sequence[str | Path]) -> str | None:
         """Watch the directories of `paths`; None once watching, else why not."""
+        if not sys.platform.startswith("linux"):
+            return f"inotify is Linux's, not {sys.platform}'s"
         try:
             from watchdog.observers.inotify import InotifyObserver
-        except (ImportError, OSError) as exc:  # not Linux, or a libc without inotify
+        except (ImportError, OSError, UnsupportedLibcError) as exc:  # a libc without inotify
             return f"inotify is not available ({exc})"
         observer = InotifyObserver()
         try:
