@@ -6,6 +6,7 @@ real inotify, the real build and reload rules."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,7 @@ spec:
 async def test_a_route_added_without_a_policy_is_served_and_said_so(watched, caplog):
     # Nothing a policy decides is served more openly, so it applies (as at start), with the
     # warning a start gives.
+    caplog.set_level(logging.INFO, logger="mcp_oauth_gateway")
     watcher, config = watched
     (config / "public.yaml").write_text(PUBLIC)
     assert await watcher.reload()
@@ -155,6 +157,7 @@ async def test_without_inotify_a_paused_writer_may_be_read_early_and_opens_nothi
 ):
     # Elsewhere than Linux nothing tells an open writer: polling alone, and the reload rules.
     monkeypatch.setattr(writers.sys, "platform", "darwin")
+    caplog.set_level(logging.INFO, logger="mcp_oauth_gateway")
     watcher, config = configured(tmp_path)
     serving = watcher.control.snapshot
     watcher.start()
