@@ -1,24 +1,30 @@
-"""A reload never answers without a token a request that needs one today
-(`controlplane/protection.py`): a policy dropped from a rule, or a protected route removed
-while a route without a policy would take its path, is a problem the watcher refuses; other
-changes are not. The lookup it uses is held to the plain first-match walk (route_reference)."""
+"""A reload never answers without a token, or under a wider policy, a request a GatewayPolicy
+decides today (`controlplane/protection.py`): a policy dropped from a rule, a protected route
+removed or shadowed while a route without a policy (or with a wider one) would take its path,
+is a problem the watcher refuses; other changes are not. The lookup it uses is held to the
+plain first-match walk (route_reference), and the requests it tries to every request."""
 
 from __future__ import annotations
 
-import asyncio
+from dataclasses import replace
 from types import MappingProxyType
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcp_oauth_gateway.controlplane import watch
-from mcp_oauth_gateway.controlplane.control import ControlPlane
+from mcp_oauth_gateway.controlplane.cel import compile_expression
 from mcp_oauth_gateway.controlplane.protection import _Served, lost_protection
-from mcp_oauth_gateway.controlplane.snapshot import CompiledPolicy, CompiledRoute, Snapshot
+from mcp_oauth_gateway.controlplane.reload_guard import policy_widening
+from mcp_oauth_gateway.controlplane.snapshot import (
+    CompiledAuthorization,
+    CompiledPolicy,
+    CompiledRoute,
+    Snapshot,
+)
 from mcp_oauth_gateway.controlplane.watch import reload_problems
 from unit.fuzz_settings import FUZZ
 from unit.route_reference import first_match
-from unit.route_strategies import REQUEST_HOSTS, paths, routes
+from unit.route_strategies import REQUEST_HOSTS, ROUTE_HOSTS, paths, routes
 
 POLICY = CompiledPolicy("default/auth", (), None, None, False)
 
@@ -44,7 +50,7 @@ def test_a_rule_that_loses_its_policy_is_a_problem_naming_path_route_and_policy(
     (problem,) = lost_protection(before, after)
     assert problem.startswith("*/mcp would be served without a token by HTTPRoute default/mcp")
     assert "GatewayPolicy default/auth protects it now" in problem
-    assert "restart the gateway" in problem
+    assert "restart to apply" in problem
     assert reload_problems(before, after) == [problem]
 
 
@@ -111,6 +117,90 @@ def test_an_open_route_whose_hostnames_do_not_meet_the_protected_ones_is_no_prob
     assert lost_protection(before, after) == []
 
 
+def test_an_open_route_put_under_a_protected_prefix_is_a_problem():
+    before = snapshot(rule("default/mcp", "/mcp"))
+    after = snapshot(rule("default/x", "/mcp/admin", policy=None), rule("default/mcp", "/mcp"))
+    (problem,) = lost_protection(before, after)
+    assert problem.startswith("*/mcp/admin would be served without a token by HTTPRoute default/x")
+
+
+def test_the_paths_under_a_prefix_are_tried_apart_from_the_prefix_itself():
+    # `/mcp` itself is open both times; only the paths under it lose their policy.
+    before = snapshot(
+        rule("default/exact", "/mcp", policy=None, match_type="Exact"), rule("default/mcp", "/mcp")
+    )
+    after = snapshot(
+        rule("default/exact", "/mcp", policy=None, match_type="Exact"),
+        rule("default/mcp", "/mcp", policy=None),
+    )
+    (problem,) = lost_protection(before, after)
+    assert problem.startswith("*/mcp/* would be served without a token by HTTPRoute default/mcp")
+
+
+def test_an_open_route_on_a_name_under_a_protected_wildcard_is_a_problem():
+    before = snapshot(rule("default/mcp", "/", hostnames=("*.example.com",)))
+    after = snapshot(
+        rule("default/x", "/", policy=None, hostnames=("a.example.com",)),
+        rule("default/mcp", "/", hostnames=("*.example.com",)),
+    )
+    (problem,) = lost_protection(before, after)
+    assert problem.startswith("a.example.com/ would be served without a token")
+
+
+STRICT = CompiledPolicy(
+    "default/strict",
+    (),
+    None,
+    CompiledAuthorization("Require", (compile_expression("jwt.a"), compile_expression("jwt.b"))),
+    False,
+)
+LOOSE = replace(
+    STRICT,
+    key="default/loose",
+    authorization=CompiledAuthorization("Require", (compile_expression("jwt.a"),)),
+)
+
+
+@st.composite
+def reloads(draw: st.DrawFn) -> tuple[list[CompiledRoute], list[CompiledRoute]]:
+    """A listener's routes with policies, and an edit of them: rules dropped, added anywhere,
+    their policies, paths and hostnames changed."""
+    policies = st.sampled_from([None, STRICT, LOOSE])
+    before = [replace(r, policy=draw(policies)) for r in draw(routes())]
+    after = []
+    for route in before:
+        change = draw(st.sampled_from(["keep", "keep", "drop", "policy", "path", "hosts"]))
+        if change == "policy":
+            route = replace(route, policy=draw(policies))
+        elif change == "path":
+            route = replace(route, match_value=draw(paths()))
+        elif change == "hosts":
+            route = replace(route, hostnames=tuple(draw(st.lists(ROUTE_HOSTS, max_size=2))))
+        if change != "drop":
+            after.append(route)
+    for extra in draw(routes()):
+        after.insert(draw(st.integers(0, len(after))), replace(extra, policy=draw(policies)))
+    return before, after
+
+
+@FUZZ
+@given(reloads(), REQUEST_HOSTS, st.lists(paths(), max_size=6))
+def test_an_accepted_reload_serves_no_request_more_openly(reload, host, requests):
+    before, after = reload
+    if lost_protection(snapshot(*before), snapshot(*after)):
+        return
+    for path in requests:
+        was = first_match(before, host, path)
+        if was is None or before[was].policy is None:
+            continue
+        now = first_match(after, host, path)
+        if now is None:
+            continue
+        policy = after[now].policy
+        assert policy is not None, (host, path, after[now])
+        assert policy_widening(before[was].policy, policy) == [], (host, path)
+
+
 @FUZZ
 @given(routes(), REQUEST_HOSTS.filter(lambda h: h and ":" not in h), st.lists(paths(), max_size=5))
 def test_the_lookup_chooses_the_first_matching_route(routes, host, requests):
@@ -119,26 +209,3 @@ def test_the_lookup_chooses_the_first_matching_route(routes, host, requests):
         expected = first_match(routes, host, path)
         found = served.first(host, path)
         assert found is (routes[expected] if expected is not None else None), (host, path)
-
-
-async def test_a_file_still_changing_is_read_only_once_it_has_settled(monkeypatch):
-    # Fingerprints as the watcher sees them: at start, then a write caught half-way (the
-    # second look differs), then the finished file on two looks in a row.
-    seen = [("start",), ("truncated",), ("written",)]
-    monkeypatch.setattr(
-        watch, "fingerprint", lambda paths: seen.pop(0) if len(seen) > 1 else seen[0]
-    )
-    watcher = watch.ConfigWatcher([], ControlPlane(snapshot()), interval=0)
-    loaded: list[object] = []
-    done = asyncio.Event()
-
-    async def reload() -> bool:
-        loaded.append(watcher._seen)
-        done.set()
-        return True
-
-    monkeypatch.setattr(watcher, "reload", reload)
-    watcher.start()
-    await asyncio.wait_for(done.wait(), 10)
-    await watcher.stop()
-    assert loaded == [("written",)]

@@ -1,23 +1,39 @@
-"""Whether a reload would answer without a token a request that needs one today. A route with
-no GatewayPolicy is served as it is (Gateway API), so a file read half-written, or an edit made
-in two saves, can open a protected path for as long as that snapshot serves. A reload is no
-place to drop protection: the watcher refuses such a change and a restart applies it."""
+"""Whether a reload would let in, or give more to, a request the running configuration refuses.
+A route with no GatewayPolicy is served as it is (Gateway API), and a policy edited in a file
+read half-written, or changed in two saves, can lose a rule: a reload is no place to widen
+access. The watcher refuses such a change; a restart applies it on purpose.
+
+Every request a listener can get falls in one of finitely many classes: two requests whose host
+and path are matched by the same route hostnames and path values are served by the same route,
+before and after. One request of each class is tried: each path value of both route tables and
+a path under each prefix that no route names; for each, each hostname of the routes that path
+reaches, a name under each of their wildcards that no route names, and a host no route names.
+Where a GatewayPolicy decides it now, the route that would serve it must have a policy no wider
+(`reload_guard.policy_widening`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from .snapshot import CompiledRoute, Snapshot
+from .reload_guard import policy_widening
+from .snapshot import CompiledPolicy, CompiledRoute, Snapshot
 
 Rows = Sequence[CompiledRoute]
+
+RESTART = "a reload never widens access: fix the files, or restart to apply it on purpose"
+# A path segment and a host label no route names (no route value holds a NUL).
+FRESH = "\x00"
+
+
+Candidates = list[tuple[int, CompiledRoute]]
 
 
 class _Served:
     """A listener's routes by Exact path and by prefix, each with its precedence position."""
 
     def __init__(self, routes: Rows) -> None:
-        self.exact: dict[str, list[tuple[int, CompiledRoute]]] = {}
-        self.prefix: dict[str, list[tuple[int, CompiledRoute]]] = {}
+        self.exact: dict[str, Candidates] = {}
+        self.prefix: dict[str, Candidates] = {}
         for position, route in enumerate(routes):
             if route.match_type == "Exact":
                 self.exact.setdefault(route.match_value, []).append((position, route))
@@ -25,8 +41,8 @@ class _Served:
                 key = route.match_value.rstrip("/")
                 self.prefix.setdefault(key, []).append((position, route))
 
-    def first(self, host: str, path: str) -> CompiledRoute | None:
-        """The route that serves `host` + `path`: the lowest position among those matching."""
+    def matching(self, path: str) -> Candidates:
+        """The routes whose path matches `path`, whatever their hostnames."""
         segments = path.split("/")
         # Every prefix a whole-segment match allows; "" is the `/` prefix, which takes any path.
         keys = dict.fromkeys(
@@ -35,8 +51,16 @@ class _Served:
         candidates = list(self.exact.get(path, ()))
         for key in keys:
             candidates += self.prefix.get(key, ())
-        matching = [(p, r) for p, r in candidates if _names(r.hostnames, host)]
-        return min(matching, key=lambda pr: pr[0])[1] if matching else None
+        return candidates
+
+    def first(self, host: str, path: str) -> CompiledRoute | None:
+        """The route that serves `host` + `path`: the lowest position among those matching."""
+        return _first(self.matching(path), host)
+
+
+def _first(candidates: Candidates, host: str) -> CompiledRoute | None:
+    matching = [(p, r) for p, r in candidates if _names(r.hostnames, host)]
+    return min(matching, key=lambda pr: pr[0])[1] if matching else None
 
 
 def _names(patterns: Sequence[str], host: str) -> bool:
@@ -52,37 +76,85 @@ def _names(patterns: Sequence[str], host: str) -> bool:
     )
 
 
-def _hosts(route: CompiledRoute, later: Rows) -> Iterable[str]:
-    """The request hosts to try for a route: its own names, or any name the later routes use."""
-    if route.hostnames:
-        return route.hostnames
-    return ["", *dict.fromkeys(h for r in later if r.policy is None for h in r.hostnames)]
-
-
-def _listener(routes: Rows, later: Rows) -> list[str]:
-    """One listener's protected routes that `later` would serve without a policy."""
-    if all(r.policy is not None for r in later):
-        return []  # the usual case, and the whole check costs one pass
-    served = _Served(later)
-    found: list[str] = []
+def paths(routes: Iterable[CompiledRoute]) -> list[str]:
+    """One path of each class of paths the routes tell apart: each value, and one under each
+    prefix that no route names."""
+    found: dict[str, None] = {}
     for route in routes:
-        if route.policy is None:
-            continue
-        for host in _hosts(route, later):
-            open_route = served.first(host, route.match_value)
-            if open_route is not None and open_route.policy is None:
-                where = f"{host or '*'}{route.match_value}"
-                found.append(
-                    f"{where} would be served without a token by HTTPRoute {open_route.route} "
-                    f"(GatewayPolicy {route.policy.key} protects it now); a reload never "
-                    "removes protection: fix the files, or restart the gateway if that is meant"
-                )
-                break
-    return found
+        found[route.match_value] = None
+        if route.match_type != "Exact":
+            found[route.match_value.rstrip("/") + "/" + FRESH] = None
+    return list(found)
+
+
+def hosts(routes: Iterable[CompiledRoute]) -> list[str]:
+    """One host of each class of hosts the routes tell apart: each name, one under each
+    wildcard that only it and the wildcards above it match, and one that no route names."""
+    found: dict[str, str] = {"": ""}
+    for route in routes:
+        for pattern in route.hostnames:
+            host = FRESH + pattern[1:] if pattern.startswith("*.") else pattern
+            found.setdefault(host.lower(), host)
+    return list(found.values())
+
+
+def _where(host: str, path: str) -> str:
+    return f"{(host or '*').replace(FRESH, '*')}{path.replace(FRESH, '*')}"
+
+
+def _unprotected(where: str, now: CompiledRoute, policy: CompiledPolicy) -> str:
+    return (
+        f"{where} would be served without a token by HTTPRoute {now.route} "
+        f"(GatewayPolicy {policy.key} protects it now); {RESTART}"
+    )
+
+
+def _wider(where: str, now: CompiledRoute, old: CompiledPolicy, findings: list[str]) -> str:
+    new = now.policy
+    assert new is not None
+    if old.key == new.key:
+        return f"GatewayPolicy {new.key}: {'; '.join(findings)}; {RESTART}"
+    return (
+        f"{where} would be decided by GatewayPolicy {new.key} (HTTPRoute {now.route}) instead "
+        f"of {old.key}, which decides it now, and it is wider: {'; '.join(findings)}; {RESTART}"
+    )
+
+
+def _listener(current: Rows, candidate: Rows) -> list[str]:
+    """One listener's requests a policy decides now that `candidate` would serve more openly:
+    one problem per policy and route taking them over (its first such request named)."""
+    if all(route.policy is None for route in current):
+        return []
+    before, after = _Served(current), _Served(candidate)
+    judged: set[tuple[int, int]] = set()
+    found: dict[tuple[str, str, str | None], str] = {}
+    # Many routes share a policy: each pair of policies is compared once.
+    compared: dict[tuple[int, int], list[str]] = {}
+    for path in paths([*current, *candidate]):
+        # Only the hostnames of the routes this path reaches tell its hosts apart.
+        was_rows, now_rows = before.matching(path), after.matching(path)
+        for host in hosts(r for _, r in [*was_rows, *now_rows]):
+            was = _first(was_rows, host)
+            now = _first(now_rows, host) if was is not None and was.policy is not None else None
+            if was is None or was.policy is None or now is None or (id(was), id(now)) in judged:
+                continue  # not decided by a policy now, not served (404), or already judged
+            judged.add((id(was), id(now)))
+            key = (was.policy.key, now.route, now.policy.key if now.policy else None)
+            if key in found:
+                continue
+            if now.policy is None:
+                found[key] = _unprotected(_where(host, path), now, was.policy)
+                continue
+            policies = (id(was.policy), id(now.policy))
+            if policies not in compared:
+                compared[policies] = policy_widening(was.policy, now.policy)
+            if compared[policies]:
+                found[key] = _wider(_where(host, path), now, was.policy, compared[policies])
+    return list(found.values())
 
 
 def lost_protection(current: Snapshot, candidate: Snapshot) -> list[str]:
-    """The paths a token protects now that `candidate` would serve without one."""
+    """Why `candidate` would let in, or give more to, a request that `current` refuses."""
     found: list[str] = []
     for port, routes in current.listeners.items():
         found += _listener(routes, candidate.listeners.get(port, ()))

@@ -1,11 +1,16 @@
 """Watch the resource files while serving: a valid change swaps the snapshot atomically (requests
-in flight keep the one they started with); an invalid change keeps the running snapshot and
-logs why, problem by problem."""
+in flight keep the one they started with); an invalid change, or one that would widen access
+(`protection.py`), keeps the running snapshot and logs why, problem by problem.
+
+A change is read once it is complete as far as can be told: no file of it still open by its
+writer (`writers.py`, where inotify works), unchanged for `SETTLE_SECONDS`, and unchanged while
+it was read. Whatever a file read too early lacks, the reload rules refuse what it would open."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,16 +21,19 @@ from .control import ControlPlane
 from .deployment import Deployment
 from .protection import lost_protection
 from .snapshot import Snapshot
+from .writers import OpenWrites
 
 log = logging.getLogger("mcp_oauth_gateway.reload")
 
-Fingerprint = tuple[tuple[str, int, int], ...]
+Fingerprint = tuple[tuple[str, str, int, int], ...]
 # How long a changed file must stay unchanged before it is read.
 SETTLE_SECONDS = 0.1
 
 
 def fingerprint(paths: Sequence[str | Path]) -> Fingerprint:
-    """Names, sizes and modification times of every resource file under `paths`."""
+    """Names, real paths, sizes and modification times of every resource file under `paths`.
+    The real path is where a symlink leads: in a ConfigMap volume, into the directory `..data`
+    names, so kubelet's swap of `..data` changes every file at once."""
     files, _ = expand_paths(paths)
     out = []
     for path in files:
@@ -33,7 +41,7 @@ def fingerprint(paths: Sequence[str | Path]) -> Fingerprint:
             stat = path.stat()
         except OSError:
             continue
-        out.append((str(path), stat.st_mtime_ns, stat.st_size))
+        out.append((str(path), os.path.realpath(path), stat.st_mtime_ns, stat.st_size))
     return tuple(out)
 
 
@@ -55,6 +63,11 @@ def reload_problems(current: Snapshot, candidate: Snapshot) -> list[str]:
     return problems + lost_protection(current, candidate)
 
 
+def open_routes(snapshot: Snapshot) -> set[str]:
+    """The HTTPRoutes served without a GatewayPolicy (Gateway API: as they are)."""
+    return {r.route for rows in snapshot.listeners.values() for r in rows if r.policy is None}
+
+
 class ConfigWatcher:
     """Polls the files (cheap `stat` calls) and reloads on change."""
 
@@ -64,13 +77,18 @@ class ConfigWatcher:
         control: ControlPlane,
         interval: float = 1.0,
         deployment: Deployment | None = None,
+        writers: OpenWrites | None = None,
     ):
         self.paths = list(paths)
         self.deployment = deployment
         self.control = control
         self.interval = interval
         self.last_error: str | None = None
+        # Polls so far, and the changed files still open by their writer (for `/status`).
+        self.polls = 0
+        self.waiting: tuple[str, ...] = ()
         self._seen = fingerprint(self.paths)
+        self._writers = writers if writers is not None else OpenWrites()
         # Each file's resources by its content: a reload parses only the files that changed.
         self._files = FileCache()
         self._task: asyncio.Task[None] | None = None
@@ -86,29 +104,68 @@ class ConfigWatcher:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+            await asyncio.to_thread(self._writers.stop)
+
+    def state(self) -> dict[str, object]:
+        """What `/status` shows of the watch: polls, files waited for, how writes are seen."""
+        return {
+            "polls": self.polls,
+            "waitingFor": list(self.waiting),
+            "openWrites": "inotify" if self._writers.active else "unknown (polling only)",
+        }
 
     async def _run(self) -> None:
+        why = await asyncio.to_thread(self._writers.start, self.paths)
+        if why is not None:
+            log.warning(
+                "%s: a changed file is read once unchanged for %.1f s, so a writer pausing "
+                "longer mid-file may be read early (a reload still never widens access); "
+                "write files elsewhere and rename them into place",
+                why,
+                SETTLE_SECONDS,
+            )
         while True:
             await asyncio.sleep(self.interval)
-            current = await asyncio.to_thread(fingerprint, self.paths)
-            if current == self._seen:
-                continue
-            # A file caught while it is written (truncated, not yet filled) is read only once
-            # it has stopped changing: until then the next poll looks again.
-            await asyncio.sleep(min(self.interval, SETTLE_SECONDS))
-            if await asyncio.to_thread(fingerprint, self.paths) != current:
-                continue
-            self._seen = current
-            await self.reload()
+            self.polls += 1
+            await self._poll()
+
+    async def _poll(self) -> None:
+        current = await asyncio.to_thread(fingerprint, self.paths)
+        if current == self._seen or self._written(current):
+            return
+        # A file caught while it is written (truncated, not yet filled) is read only once
+        # it has stopped changing: until then the next poll looks again.
+        await asyncio.sleep(min(self.interval, SETTLE_SECONDS))
+        if await asyncio.to_thread(fingerprint, self.paths) != current or self._written(current):
+            return
+        self._seen = current
+        await self.reload(current)
+
+    def _written(self, current: Fingerprint) -> bool:
+        """Whether a file of `current` is still open by the writer that changed it."""
+        busy = self._writers.busy(entry[0] for entry in current)
+        if busy and busy != self.waiting:
+            log.info(
+                "%s changed and is still open for writing; it is read once its writer closes it",
+                ", ".join(busy),
+            )
+        self.waiting = busy
+        return bool(busy)
 
     def _build(self) -> Snapshot:
         with collector_paused():
             return build_snapshot(load_paths(self.paths, self._files), self.deployment)
 
-    async def reload(self) -> bool:
-        """Load, validate and (if valid) install; True when the new snapshot is serving."""
+    async def reload(self, expected: Fingerprint | None = None) -> bool:
+        """Load, validate and (if valid) install; True when the new snapshot is serving.
+        With `expected`, a change while the files were read drops what was read: the next poll
+        reads them again."""
         # Parsing YAML and compiling CEL take milliseconds: off the event loop.
         candidate = await asyncio.to_thread(self._build)
+        if expected is not None and await asyncio.to_thread(fingerprint, self.paths) != expected:
+            log.info("the files changed while they were read; reading them again")
+            self._seen = ()
+            return False
         problems = reload_problems(self.control.snapshot, candidate)
         if problems:
             self.last_error = "; ".join(problems)
@@ -116,8 +173,15 @@ class ConfigWatcher:
                 "configuration change rejected, still serving the previous one: %s", self.last_error
             )
             return False
+        opened = sorted(open_routes(candidate) - open_routes(self.control.snapshot))
         self.control.install(candidate)
         self.last_error = None
+        for route in opened:
+            # As at start: no request a policy decided is among them (refused above), but
+            # whoever added the route may have meant to protect it.
+            log.warning(
+                "HTTPRoute %s is served without authentication: no GatewayPolicy targets it", route
+            )
         log.info(
             "configuration reloaded: %d route(s) on %d listener(s), %d policy(ies)",
             sum(len(r) for r in candidate.listeners.values()),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,40 @@ def describe_validation_error(label: str, source: Source, exc: ValidationError) 
     return [f"{source}: {label}: {problem}" for problem in validation_problems(exc)]
 
 
+# kubelet's atomic writer keeps a ConfigMap or Secret volume's own entries under names starting
+# with `..` (`..data`, `..data_tmp`, the timestamped directories); no key may start so.
+KUBELET_RESERVED = ".."
+
+
+def directory_files(root: Path) -> tuple[list[Path], list[str]]:
+    """The YAML files under `root`, symlinked files and directories followed (each directory
+    once), entries starting with `..` skipped: in a ConfigMap volume each file is read through
+    its `name -> ..data/name` link, so from the data directory `..data` points at now."""
+    found: list[Path] = []
+    errors: list[str] = []
+    seen: set[str] = set()
+    todo = [root]
+    while todo:
+        directory = todo.pop()
+        real = os.path.realpath(directory)
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            entries = list(directory.iterdir())
+        except OSError as exc:
+            errors.append(f"{directory}: cannot read the directory: {exc.strerror or exc}")
+            continue
+        for entry in entries:
+            if entry.name.startswith(KUBELET_RESERVED):
+                continue
+            if entry.is_dir():
+                todo.append(entry)
+            elif entry.is_file() and entry.suffix.lower() in YAML_SUFFIXES:
+                found.append(entry)
+    return sorted(found), errors
+
+
 def expand_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
     """Turn files and directories into the sorted list of YAML files they hold."""
     files: list[Path] = []
@@ -98,10 +133,9 @@ def expand_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = sorted(
-                p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in YAML_SUFFIXES
-            )
-            if not found:
+            found, problems = directory_files(path)
+            errors += problems
+            if not found and not problems:
                 errors.append(f"{path}: directory holds no .yaml, .yml or .json files")
             files.extend(found)
         elif path.is_file():

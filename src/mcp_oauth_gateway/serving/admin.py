@@ -102,6 +102,8 @@ class AdminApp:
             "tasks": len(asyncio.all_tasks()),
             "errors": list(snapshot.errors),
             "lastReloadError": self.watcher.last_error if self.watcher else None,
+            # File mode: polls, changed files waited for while their writer has them open.
+            "reload": self.watcher.state() if self.watcher else None,
             "policies": [
                 {
                     "policy": report.key,
