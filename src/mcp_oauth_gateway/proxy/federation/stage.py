@@ -192,8 +192,7 @@ class Federation:
             await self._call(scope, session, message, receive, send)
         elif method in merge.LISTS or method == "logging/setLevel":
             # Kept while it runs: a cancellation of it goes to every target asked.
-            progress = rewrite.progress_token(message)
-            session.exchanges.start(request_id, session.targets, progress)
+            session.exchanges.start(request_id, session.targets, rewrite.progress_token(message))
             try:
                 if method in merge.LISTS:
                     if self.shared is not None:
