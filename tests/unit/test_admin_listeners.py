@@ -120,3 +120,21 @@ async def test_in_a_cluster_a_gateway_listener_on_an_own_listeners_port_is_not_b
         f"listener port {ADMIN}: port {ADMIN} is the admin listener's (--admin-port)",
         f"listener port {HEALTH}: port {HEALTH} is the health listener's (--health-port)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.7", False),
+        ("gateway.example", False),
+    ],
+)
+def test_an_admin_host_off_loopback_is_warned_about(host, loopback):
+    # Off loopback, /config and /status reach whoever reaches the address: a warning at start.
+    assert server.is_loopback(host) is loopback
