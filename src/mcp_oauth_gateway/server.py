@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import logging
 import multiprocessing
 import os
@@ -34,7 +35,7 @@ from .kube.client import ConnectError, connect
 from .kube.controller import Controller, ControllerOptions
 from .listeners import DynamicListeners, open_socket
 from .serving.app import GatewayApp
-from .serving.options import ServeOptions
+from .serving.options import ServeOptions, own_ports
 from .serving.runtime import BrokerRuntime
 
 log = logging.getLogger("mcp_oauth_gateway")
@@ -58,6 +59,36 @@ class _Server(uvicorn.Server):
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket; raises OSError with the address when the port is taken."""
     return open_socket(host, port)
+
+
+def own_sockets(options: ServeOptions) -> list[socket.socket]:
+    """The admin and health listeners' sockets (those asked for). The admin listener is for
+    operators on the machine: loopback unless --admin-host says otherwise, and said loudly
+    then, since its /config and /status describe every route and rule."""
+    sockets = []
+    if options.status_port is not None:
+        if not is_loopback(options.admin_host):
+            log.warning(
+                "the admin listener on %s:%d answers /config, /status and /metrics to whoever "
+                "reaches that address: keep it on loopback, or only behind a NetworkPolicy "
+                "(docs/kubernetes.md)",
+                options.admin_host,
+                options.status_port,
+            )
+        sockets.append(bind(options.admin_host, options.status_port))
+    if options.health_port is not None:
+        sockets.append(bind(options.health_host, options.health_port))
+    return sockets
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is an address of this machine's loopback only (or `localhost`)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def tune_gc() -> None:
@@ -113,8 +144,7 @@ def _run_worker(
     app = GatewayApp(control, options, brokers=brokers, watcher=watcher, tracer=tracer)
     # Without an admin listener nothing exports the counts, but the cap still needs them.
     counts = app.metrics.connections if app.metrics is not None else ConnectionCounts()
-    status_port = options.status_port
-    guard = ConnectionGuard(options.limits, counts, () if status_port is None else (status_port,))
+    guard = ConnectionGuard(options.limits, counts, own_ports(options))
     config = _uvicorn_config(app, guard, options)
     tune_gc()
     _Server(config).run(sockets=sockets)
@@ -163,9 +193,7 @@ def serve(snapshot: Snapshot, options: ServeOptions, brokers: BrokerRuntime | No
     several workers, that many processes accept on the same listening sockets."""
     options = replace(options, limits=connection_limits(options.limits))
     sockets = [bind(options.host, port) for port in sorted(snapshot.listeners)]
-    if options.status_port is not None:
-        # Status is for operators on the machine: loopback unless --admin-host says otherwise.
-        sockets.append(bind(options.admin_host, options.status_port))
+    sockets += own_sockets(options)
     for sock in sockets:
         address = sock.getsockname()
         log.info("listening on http://%s:%d", address[0], address[1])
@@ -258,6 +286,11 @@ class _ClusterView:
         }
 
 
+def reserved_ports(options: ServeOptions) -> dict[int, str]:
+    """The ports no Gateway listener may take in a cluster, with why (its status says so)."""
+    return {port: f"port {port} is {holder}" for port, holder in own_ports(options).items()}
+
+
 class _ClusterServer(_Server):
     """The HTTP server of controller mode: starts the controller once serving, and stops it
     (giving up the Lease) before draining."""
@@ -292,11 +325,7 @@ class _ClusterServer(_Server):
             log.error("%s", exc)
             self.failed = self.should_exit = True
             return
-        reserved = {}
-        if self.options.status_port is not None:
-            reserved[self.options.status_port] = (
-                f"port {self.options.status_port} is the admin listener's (--admin-port)"
-            )
+        reserved = reserved_ports(self.options)
         listeners = DynamicListeners(self.options.host, self._protocol, self.servers, reserved)
         controller = Controller(
             client,
@@ -323,18 +352,17 @@ def serve_cluster(
 ) -> int:
     """Serve what the API server describes until SIGTERM/SIGINT (controller mode)."""
     options = replace(options, limits=connection_limits(options.limits))
-    sockets = []
-    if options.status_port is not None:
-        sockets.append(bind(options.admin_host, options.status_port))
-        log.info("admin listener on http://%s:%d", options.admin_host, options.status_port)
+    sockets = own_sockets(options)
+    for sock in sockets:
+        address = sock.getsockname()
+        log.info("listening on http://%s:%d", address[0], address[1])
     cluster = options.deployment.cluster
     control = ControlPlane(Snapshot.empty(), cluster.egress if cluster else None)
     view = _ClusterView()
     tracer = otlp_tracer() if options.tracing else None
     app = GatewayApp(control, options, brokers=brokers, tracer=tracer, controller=view)
     counts = app.metrics.connections if app.metrics is not None else ConnectionCounts()
-    uncapped = () if options.status_port is None else (options.status_port,)
-    guard = ConnectionGuard(options.limits, counts, uncapped)
+    guard = ConnectionGuard(options.limits, counts, own_ports(options))
     server = _ClusterServer(
         _uvicorn_config(app, guard, options), control, options, controller_options, view
     )

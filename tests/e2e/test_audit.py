@@ -2,14 +2,16 @@
 real MCP backend and the dev identity provider: a real MCP client (the Python SDK) signs in and
 calls an allowed and a denied tool, and the audit file answers who called what and why, line by
 line; the Broker's events (registration, consent, sign-in, code, token, refresh, reuse,
-revocation) with no token or code ever written; and the file reopened on SIGHUP, forwarded by
-the supervisor to every worker, for log rotation."""
+revocation) with no token or code ever written; the file reopened on SIGHUP, forwarded by
+the supervisor to every worker, for log rotation; and a file removed or replaced while served,
+or its directory, noticed and opened anew at its path (503 meanwhile with --audit-required)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -317,3 +319,71 @@ def assert_exported(stack, path: Path, receiver: str) -> None:
         return any(s["trace_id"] == line["trace_id"] for s in spans)
 
     wait_until(span_of_the_request, 30, "the request's span, with the line's trace id")
+
+
+def test_a_file_removed_or_replaced_while_served_is_opened_anew_at_its_path(
+    logs, tmp_path_factory, idp_key, backend
+):
+    directory = tmp_path_factory.mktemp("audit-replaced") / "logs"
+    directory.mkdir(mode=0o750)
+    path = directory / "audit.log"
+    for stack in _start_stack(
+        "authentik",
+        "provider-b",
+        "9000",
+        logs,
+        directory.parent,
+        idp_key,
+        backend,
+        gateway_args=("--audit-log", str(path), "--audit-required"),
+        name="gateway-audit-replaced",
+    ):
+        remove_replace_and_probe(stack, directory, path)
+
+
+def remove_replace_and_probe(stack, directory: Path, path: Path) -> None:
+    """`rm` the audit log, `mv` another file over it, then remove its directory: lines keep
+    arriving at the path, each change said by a line; without a directory, 503 until one is
+    made again."""
+    headers = {"Authorization": f"Bearer {stack.token()}"}
+
+    def probe() -> httpx.Response:
+        return httpx.post(stack.mcp, json={}, headers=headers, timeout=30)
+
+    def served(what: str) -> None:
+        """A request answered (not refused by the audit stage) and its line at the path."""
+        response = probe()
+        assert response.status_code != 503, response.text
+        wait_for_line(path, what, request_id=response.headers["x-request-id"])
+
+    served("a line in the file it started with")
+    path.unlink()
+    served("a line at the path after rm")
+    assert written(path)[0]["event"] == "audit-log-reopened"
+    other = directory / "other.log"
+    other.write_text('{"other":1}\n')
+    other.chmod(0o640)
+    other.replace(path)
+    served("a line at the path after mv")
+    lines = written(path)
+    assert lines[0] == {"other": 1}
+    assert lines[1]["event"] == "audit-log-reopened"
+    assert "replaced" in lines[1]["reason"]
+
+    shutil.rmtree(directory)  # nowhere to write: fail closed
+    refused: list[httpx.Response] = []
+
+    def refusing() -> bool:
+        refused.append(probe())
+        return refused[-1].status_code == 503
+
+    wait_until(refusing, 30, "503 while the audit log has no directory")
+    assert refused[-1].json()["error"] == "audit_unavailable"
+    assert refused[-1].json()["error_description"]
+    directory.mkdir(mode=0o750)
+    wait_until(lambda: probe().status_code != 503, 30, "served again once it can write")
+    served("a line at the path in the directory made anew")
+    assert written(path)[0]["event"] == "audit-log-reopened"
+    # The refusals meanwhile are lines too, written once the path could be.
+    ids = {line.get("request_id") for line in written(path)}
+    assert refused[-1].headers["x-request-id"] in ids

@@ -26,6 +26,7 @@ def test_deploy_renders_into_one_namespace_with_the_image_and_exact_roles() -> N
             "CustomResourceDefinition",
             "Deployment",
             "Namespace",
+            "NetworkPolicy",
             "PodDisruptionBudget",
             "Role",
             "RoleBinding",

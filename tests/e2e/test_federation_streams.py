@@ -3,7 +3,8 @@ tools ask the client back (peers/mcp_asking.py) behind one gateway. A real `mcp`
 sampling, elicitation and roots callbacks answer the targets' requests made inside a call, its
 logging callback hears them; a raw client's GET stream carries a target's list_changed, logging
 and roots request made outside any call, a forged answer from another session is refused and
-never reaches the target, and a cancellation reaches only the target that has the request."""
+never reaches the target, a cancellation reaches only the target that has the request, and
+progress on the GET stream passes only for a call in flight at the target that reports it."""
 
 from __future__ import annotations
 
@@ -110,9 +111,20 @@ def messages(response: httpx.Response) -> Iterator[dict]:
             yield json.loads(line[5:])
 
 
-def call(asking: Federated, headers: dict[str, str], name: str, request_id: object = 9) -> dict:
+def call(
+    asking: Federated,
+    headers: dict[str, str],
+    name: str,
+    request_id: object = 9,
+    **params: object,
+) -> dict:
     """A tool call's result, read from its event stream."""
-    body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": name}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": name, **params},
+    }
     with httpx.stream("POST", asking.url, headers=headers, json=body, timeout=30) as response:
         for message in messages(response):
             if message.get("id") == request_id:
@@ -169,3 +181,42 @@ def test_a_cancellation_reaches_only_the_target_that_has_the_request(asking):
         wait_until(lambda: "w-1" in cancelled(), what="p's wait cancelled")
     assert "w-1" in json.loads(call(asking, headers, "p_heard")["result"]["content"][0]["text"])
     assert "w-1" not in json.loads(call(asking, headers, "q_heard")["result"]["content"][0]["text"])
+
+
+def reported(asking: Federated, headers: dict[str, str], name: str, token: object) -> None:
+    """`name` (p_report or q_report) reports `token` as done on its GET stream."""
+    done = call(asking, headers, name, f"{name}-{token!r}", arguments={"token": token})
+    assert done["result"]["content"][0]["text"] == "reported", done
+
+
+def test_the_get_stream_passes_progress_only_of_a_call_in_flight_at_the_reporting_target(asking):
+    headers = open_session(asking)
+    seen: list[dict] = []
+    wait = {
+        "jsonrpc": "2.0",
+        "id": 5,
+        "method": "tools/call",
+        "params": {"name": "p_wait", "_meta": {"progressToken": 5}},
+    }
+    with (
+        httpx.stream("GET", asking.url, headers=headers, timeout=30) as stream,
+        httpx.stream("POST", asking.url, headers=headers, json=wait, timeout=30) as waiting,
+    ):
+        assert stream.status_code == 200
+        assert waiting.status_code == 200  # the call is in flight at p
+        # q reports the call the client made to p as done (SDK tokens are request ids), then
+        # p reports it; each logs after reporting, so once both logs are in, both reports are.
+        reported(asking, headers, "q_report", 5)
+        reported(asking, headers, "p_report", 5)
+        # A call that asked progress under 7 was answered: nothing is in flight under it.
+        assert "result" in call(asking, headers, "p_heard", 7, _meta={"progressToken": 7})
+        reported(asking, headers, "p_report", 7)
+        logs = {"q reported 5", "p reported 5", "p reported 7"}
+        for message in messages(stream):
+            seen.append(message)
+            if logs <= {
+                m["params"]["data"] for m in seen if m.get("method") == "notifications/message"
+            }:
+                break
+    progress = [m["params"] for m in seen if m.get("method") == "notifications/progress"]
+    assert [(p["progressToken"], p["message"]) for p in progress] == [(5, "p reports")]

@@ -77,6 +77,7 @@ def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
         (("lease.durationSeconds=15",), "--lease-duration=15"),
         (("clusterDomain=corp.local",), "--cluster-domain=corp.local"),
         (("adminPort=9191",), "--admin-port=9191"),
+        (("healthPort=9292",), "--health-port=9292"),
     ],
 )
 def test_each_value_changes_what_it_says(sets: tuple[str, ...], expect: str) -> None:
@@ -87,7 +88,62 @@ def test_each_value_changes_what_it_says(sets: tuple[str, ...], expect: str) -> 
         assert expect in changed["args"]
         assert expect not in default["args"]
     if sets[0].startswith("adminPort"):
-        assert {"name": "admin", "containerPort": 9191} in changed["ports"]
+        # On the pod's loopback: no container port, nothing to probe or admit.
+        assert "admin" not in {p["name"] for p in changed["ports"]}
+    if sets[0].startswith("healthPort"):
+        assert {"name": "health", "containerPort": 9292} in changed["ports"]
+
+
+MONITORING = "adminAccess.namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring"
+
+
+def network_policy(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return keyed(objects)[("NetworkPolicy", "mcp-oauth-gateway")]["spec"]
+
+
+def test_probes_reach_the_health_listener_and_the_admin_listener_stays_on_loopback() -> None:
+    found = container(rendered())
+    assert "--health-host=0.0.0.0" in found["args"]
+    assert not [arg for arg in found["args"] if arg.startswith("--admin-host")]
+    assert found["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert found["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    # The NetworkPolicy admits the listener ports and nothing else (the probes come from the
+    # node, which a NetworkPolicy always admits).
+    policy = network_policy(
+        rendered(
+            "listeners[0].name=http",
+            "listeners[0].port=8080",
+            "listeners[1].name=https",
+            "listeners[1].port=8443",
+        )
+    )
+    assert policy["ingress"] == [
+        {"ports": [{"port": "http", "protocol": "TCP"}, {"port": "https", "protocol": "TCP"}]}
+    ]
+
+
+def test_admin_access_opens_the_admin_listener_to_the_pods_it_names_alone() -> None:
+    objects = rendered(MONITORING)
+    found = container(objects)
+    assert "--admin-host=0.0.0.0" in found["args"]
+    assert {"name": "admin", "containerPort": 9090} in found["ports"]
+    selector = {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+    assert network_policy(objects)["ingress"][1] == {
+        "from": [{"namespaceSelector": selector}],
+        "ports": [{"port": "admin", "protocol": "TCP"}],
+    }
+    pods = rendered(MONITORING, "adminAccess.podSelector.matchLabels.app=prometheus")
+    (peer,) = network_policy(pods)["ingress"][1]["from"]
+    assert peer == {
+        "namespaceSelector": selector,
+        "podSelector": {"matchLabels": {"app": "prometheus"}},
+    }
+
+
+def test_without_the_network_policy_the_admin_listener_stays_on_loopback() -> None:
+    objects = rendered("networkPolicy.enabled=false")
+    assert ("NetworkPolicy", "mcp-oauth-gateway") not in keyed(objects)
+    assert not [arg for arg in container(objects)["args"] if arg.startswith("--admin-host")]
 
 
 def test_listener_ports_and_replicas_reach_the_deployment_and_the_service() -> None:
@@ -138,9 +194,19 @@ def test_an_audit_file_lives_on_a_volume_mounted_at_its_directory() -> None:
     [
         ("audit.required=true", 'audit.required needs audit.log ("-" for standard output'),
         ("audit.log=audit.log", 'audit.log "audit.log" must be "-" or an absolute file path'),
+        ("healthPort=9090", "healthPort 9090 is adminPort too"),
+        ("healthPort=0", "healthPort 0 is no port"),
+        (
+            "listeners[0].name=http,listeners[0].port=9091",
+            "listeners[] http: port 9091 is adminPort or healthPort",
+        ),
+        (
+            f"networkPolicy.enabled=false,{MONITORING}",
+            "adminAccess needs networkPolicy.enabled",
+        ),
     ],
 )
-def test_an_audit_value_that_cannot_work_is_refused_saying_why(sets: str, says: str) -> None:
+def test_a_value_that_cannot_work_is_refused_saying_why(sets: str, says: str) -> None:
     done = helm("template", NAMESPACE, str(CHART), "-n", NAMESPACE, f"--set={sets}")
     assert done.returncode != 0
     assert says in done.stderr

@@ -1,4 +1,6 @@
-"""The admin listener: Prometheus metrics, health, readiness, status and the config dump."""
+"""The admin listener: Prometheus metrics, health, readiness, status and the config dump, on
+loopback unless told otherwise; and the health listener, answering a pod's probes and nothing
+else."""
 
 from __future__ import annotations
 
@@ -7,12 +9,14 @@ import re
 import time
 
 import httpx
+import pytest
 
+from conftest import _start_stack
 from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
 from mcp_oauth_gateway.resources import load_paths
 from mcp_oauth_gateway.serving.app import GatewayApp
 from mcp_oauth_gateway.serving.options import ServeOptions
-from support import wait_until
+from support import free_port, wait_until
 
 INIT = {
     "jsonrpc": "2.0",
@@ -76,6 +80,34 @@ async def test_not_ready_until_every_keyset_is_loaded(tmp_path):
     assert "not yet fetched" in ready.json()["waitingFor"][0]
     conditions = {c["type"]: c["reason"] for c in status["policies"][0]["conditions"]}
     assert conditions["ResolvedRefs"] == "KeysetUnavailable"
+
+
+def test_the_health_listener_answers_the_probes_only_and_the_admin_listener_is_loopback(
+    logs, tmp_path_factory, idp_key, backend
+):
+    health = free_port()
+    tmp = tmp_path_factory.mktemp("health-listener")
+    # The health listener on another loopback address: the pod's address, as far as a test goes.
+    wide = ("--health-port", str(health), "--health-host", "127.0.0.2")
+    for stack in _start_stack(
+        "authentik", "provider-b", "9000", logs, tmp, idp_key, backend, gateway_args=wide
+    ):
+        probes = f"http://127.0.0.2:{health}"
+        assert httpx.get(f"{probes}/healthz").json() == {"status": "ok"}
+        ready = httpx.get(f"{probes}/readyz")
+        assert (ready.status_code, ready.json()) == (200, {"ready": True})
+        for path in ("/config", "/status", "/metrics", "/", "/mcp"):
+            refused = httpx.get(f"{probes}{path}")
+            assert refused.status_code == 404, path
+            assert refused.json()["error"] == "not_found"
+            assert "/healthz and /readyz only" in refused.json()["error_description"]
+        # The admin listener (--status-port, no --admin-host) is on 127.0.0.1 alone.
+        admin = stack.status.rstrip("/")
+        assert admin.startswith("http://127.0.0.1:")
+        assert httpx.get(f"{admin}/config").status_code == 200
+        elsewhere = admin.replace("127.0.0.1", "127.0.0.2")
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{elsewhere}/config")
 
 
 def _json_lines(text: str) -> list[dict[str, object]]:

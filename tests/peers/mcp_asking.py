@@ -2,7 +2,8 @@
 tests: `python mcp_asking.py NAME PORT`. Inside a call (on the call's own event stream):
 `sample` (sampling), `confirm` (elicitation), `roots` (roots/list), `chat` (a log message).
 Outside any call (on the GET stream): `announce` sends tools/list_changed and a log message and
-asks for the client's roots. `wait` runs until cancelled; `heard` names the request ids of the
+asks for the client's roots; `report` reports the progress token it is given as done, then
+logs that it did. `wait` runs until cancelled; `heard` names the request ids of the
 `notifications/cancelled` that reached this server, and `cancelled` the calls of `wait` that
 were cancelled. `link` returns a resource link to `note://NAME`."""
 
@@ -72,6 +73,15 @@ async def announce(ctx: Context) -> str:
     await ctx.session.send_log_message(level="info", data=f"{NAME} announces")
     listed = await ctx.session.list_roots()
     return f"{NAME} heard roots: " + ",".join(str(root.uri) for root in listed.roots)
+
+
+@server.tool()
+async def report(token: int | str, ctx: Context) -> str:
+    """Report `token`'s work done outside this call (on the GET stream), then log that it did."""
+    note = f"{NAME} reports"
+    await ctx.session.send_progress_notification(token, 1.0, total=1.0, message=note)
+    await ctx.session.send_log_message(level="info", data=f"{NAME} reported {token!r}")
+    return "reported"
 
 
 @server.tool()

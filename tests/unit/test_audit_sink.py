@@ -1,11 +1,13 @@
 """The audit log's writer (`serving/audit_sink.py`) on its own: lines that do not fit are counted
-and the gap is written into the log itself, a reopen after rotation writes to the new file, and
-lines a failed write could not place are kept and written once the file can be written again."""
+and the gap is written into the log itself, a reopen after rotation writes to the new file, a
+file removed or replaced at its path is noticed and opened anew there, and lines a failed write
+could not place are kept and written once the file can be written again."""
 
 from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 
 from mcp_oauth_gateway.serving.audit_sink import AuditSink, OtlpAudit, check_path, exposure
@@ -42,13 +44,13 @@ def test_a_reopen_after_rotation_writes_to_the_new_file(tmp_path):
     sink.write({"n": 1})
     sink.flush()
     path.rename(tmp_path / "audit.log.1")
-    sink.write({"n": 2})
-    sink.flush()  # not reopened yet: still the renamed file
     sink.reopen()
-    sink.write({"n": 3})
+    sink.write({"n": 2})
     sink.flush()
-    assert read(tmp_path / "audit.log.1") == [{"n": 1}, {"n": 2}]
-    assert read(path) == [{"n": 3}]
+    assert read(tmp_path / "audit.log.1") == [{"n": 1}]
+    # Asked for: no line and no count says the file went missing.
+    assert read(path) == [{"n": 2}]
+    assert metrics(sink)["mcp_gateway_audit_file_reopened"] == 0
     sink.stop()
 
 
@@ -312,5 +314,97 @@ def test_a_file_every_user_may_write_is_not_written_after_a_reopen(tmp_path):
     path.chmod(0o640)
     sink.flush()
     assert read(path) == [{"n": 2}]
+    assert sink.healthy
+    sink.stop()
+
+
+def reopened(line: dict[str, object], gone: str) -> bool:
+    """Whether `line` is the sink's own, saying the file at its path `gone` and was reopened."""
+    return line["event"] == "audit-log-reopened" and gone in str(line["reason"])
+
+
+def test_a_file_removed_or_replaced_while_written_is_opened_anew_at_its_path(
+    tmp_path, monkeypatch, caplog
+):
+    path = tmp_path / "audit.log"
+    sink = AuditSink(str(path))
+    sink.write({"n": 1})
+    sink.flush()
+    path.unlink()  # `rm`: the lines would go on into a file no one can read at the path
+    for n in range(2, 102):
+        sink.write({"n": n})
+    looked = []
+    real = os.stat
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "stat", lambda *a, **k: looked.append(a[0]) or real(*a, **k))
+        with caplog.at_level(logging.WARNING, "mcp_oauth_gateway.audit"):
+            sink.flush()
+    assert looked.count(str(path)) == 1  # one look per batch, not per line
+    marker, *lines = read(path)
+    assert reopened(marker, "was removed")
+    assert lines == [{"n": n} for n in range(2, 102)]
+    assert [r.getMessage() for r in caplog.records].count(
+        f"audit log {path} was removed while written; opening its path anew"
+    ) == 1
+    # `mv` of another file over it: the new file is written, after a line saying so.
+    other = tmp_path / "other.log"
+    other.write_text('{"other":1}\n')
+    other.chmod(0o640)
+    other.replace(path)
+    sink.write({"n": 102})
+    sink.flush()
+    sink.flush()  # nothing happened since: no other line, no other count
+    first, marker, last = read(path)
+    assert (first, last) == ({"other": 1}, {"n": 102})
+    assert reopened(marker, "was replaced by another file")
+    assert metrics(sink)["mcp_gateway_audit_file_reopened"] == 2
+    assert sink.healthy
+    sink.stop()
+
+
+def test_a_removed_directory_makes_the_sink_unhealthy_until_its_path_can_be_written(tmp_path):
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    path = directory / "audit.log"
+    sink = AuditSink(str(path))
+    sink.write({"n": 1})
+    sink.flush()
+    path.unlink()
+    directory.rmdir()
+    sink.write({"n": 2})
+    sink.flush()
+    # Nowhere to write: --audit-required refuses (fail closed); the line waits.
+    assert not sink.healthy
+    assert metrics(sink)["mcp_gateway_audit_healthy"] == 0
+    sink.flush()
+    assert not sink.healthy
+    directory.mkdir()
+    sink.flush()  # no new line needed: the path can be written again
+    assert sink.healthy
+    marker, line = read(path)
+    assert reopened(marker, "was removed")
+    assert line == {"n": 2}
+    assert metrics(sink)["mcp_gateway_audit_file_reopened"] == 1
+    sink.stop()
+
+
+def test_a_file_every_user_may_write_moved_over_it_is_not_written(tmp_path):
+    path = tmp_path / "audit.log"
+    sink = AuditSink(str(path))
+    sink.write({"n": 1})
+    sink.flush()
+    planted = tmp_path / "planted.log"
+    planted.touch()
+    planted.chmod(0o666)
+    planted.replace(path)
+    sink.write({"n": 2})
+    sink.flush()
+    assert path.read_text() == ""
+    assert not sink.healthy
+    path.chmod(0o640)
+    sink.flush()
+    marker, line = read(path)
+    assert reopened(marker, "was replaced by another file")
+    assert line == {"n": 2}
     assert sink.healthy
     sink.stop()

@@ -1,7 +1,9 @@
 """The install manifests (deploy/) and the image (Dockerfile) agree with the program: the
-arguments they give are ones `serve` accepts, the probes reach what the admin listener serves,
-selectors select the pods, and the RBAC rules name exactly the calls the controller's code can
-make (tests/e2e/test_kubernetes.py compares them with the calls a running replica made)."""
+arguments they give are ones `serve` accepts, the probes reach the health listener on the pod's
+address while the admin listener stays on loopback, selectors select the pods, the
+NetworkPolicy admits the listener ports alone, and the RBAC rules name exactly the calls the
+controller's code can make (tests/e2e/test_kubernetes.py compares them with the calls a running
+replica made)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 import yaml
 
 from mcp_oauth_gateway.cli.flags import parser as _parser
+from mcp_oauth_gateway.cli.serve import serve_options
 from mcp_oauth_gateway.kube.options import controller_options
 from support import controller_rbac_calls, deploy_rbac_rules
 
@@ -63,10 +66,14 @@ def test_the_deployment_runs_two_replicas_that_serve_accepts(
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
     assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports["admin"] == args.status_port
-    assert args.admin_host == "0.0.0.0"
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
+    served = serve_options(args)
+    # The probes reach the health listener on the pod's address; /config stays on loopback.
+    assert (served.health_port, served.health_host) == (ports["health"], "0.0.0.0")
+    assert served.status_port is not None
+    assert served.admin_host == "127.0.0.1"
+    assert "admin" not in ports
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert pod["spec"]["serviceAccountName"] == one("ServiceAccount")["metadata"]["name"]
     # The drain (--grace-period, 30 s by default) fits in the pod's termination grace period.
     assert pod["spec"]["terminationGracePeriodSeconds"] > args.grace_period
@@ -81,7 +88,19 @@ def test_selectors_select_the_pods() -> None:
     assert one("PodDisruptionBudget")["spec"]["minAvailable"] == 1
     service_ports = {p["targetPort"] for p in one("Service")["spec"]["ports"]}
     container = one("Deployment")["spec"]["template"]["spec"]["containers"][0]
-    assert service_ports <= {p["name"] for p in container["ports"]} - {"admin"}
+    assert service_ports <= {p["name"] for p in container["ports"]} - {"admin", "health"}
+
+
+def test_the_network_policy_admits_the_listener_ports_alone() -> None:
+    policy = one("NetworkPolicy")
+    labels = one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert "from" not in rule  # clients come from anywhere
+    admitted = {p["port"] for p in rule["ports"]}
+    assert admitted == {p["targetPort"] for p in one("Service")["spec"]["ports"]}
+    assert {p["protocol"] for p in rule["ports"]} == {"TCP"}
 
 
 def test_the_role_bindings_name_the_service_account_in_its_namespace() -> None:

@@ -9,7 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mcp_oauth_gateway.proxy.federation.exchange import Exchanges
-from mcp_oauth_gateway.proxy.federation.rewrite import from_target, offered_result, to_target
+from mcp_oauth_gateway.proxy.federation.rewrite import (
+    from_target,
+    offered_result,
+    stray_progress,
+    to_target,
+)
 from unit.fuzz_settings import FUZZ
 
 
@@ -165,3 +170,37 @@ def test_a_message_that_is_no_answer_takes_no_request():
     assert minted is not None
     assert to_target({"jsonrpc": "2.0", "id": minted["id"]}, exchanges) is None
     assert to_target(answer(minted["id"]), exchanges) == ("a", answer(1))
+
+
+def progress(token: object) -> dict[str, object]:
+    params = {"progressToken": token, "progress": 1}
+    return {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
+
+
+def test_progress_outside_a_calls_stream_is_of_a_call_in_flight_at_that_target():
+    exchanges = Exchanges(running_limit=3)
+    exchanges.start(1, ("a",), 1)
+    exchanges.start("l", ("a", "b"), "l")  # a list goes to every target
+    exchanges.start(2, ("b",))  # asked for no progress
+    assert not stray_progress(progress(1), "a", exchanges)
+    assert not stray_progress(progress("l"), "a", exchanges)
+    assert not stray_progress(progress("l"), "b", exchanges)
+    for token in (1, "1", 1.0, True, [1], None, 2):
+        assert stray_progress(progress(token), "b", exchanges), token
+    for token in ("1", 1.0, True, [1], {"t": 1}, None, 2):
+        assert stray_progress(progress(token), "a", exchanges), token
+    assert stray_progress({"method": "notifications/progress"}, "a", exchanges)
+    assert not stray_progress({"method": "notifications/message", "params": {}}, "b", exchanges)
+    exchanges.finish(1)
+    assert stray_progress(progress(1), "a", exchanges)
+    # The same id again replaces the request it named, its token with it.
+    exchanges.start("l", ("b",), "m")
+    assert stray_progress(progress("l"), "a", exchanges)
+    assert not stray_progress(progress("m"), "b", exchanges)
+    # Past the limit the oldest is forgotten (2, then "l" started again), its progress with it.
+    exchanges.start(3, ("a",), 3)
+    exchanges.start(4, ("a",), 4)
+    assert not stray_progress(progress("m"), "b", exchanges)
+    exchanges.start(5, ("a",), 5)
+    assert stray_progress(progress("m"), "b", exchanges)
+    assert not stray_progress(progress(3), "a", exchanges)

@@ -88,23 +88,7 @@ def _serve_parser(commands: Commands) -> None:
 
 
 def _serve_operation_flags(serve: argparse.ArgumentParser) -> None:
-    serve.add_argument(
-        "--admin-port",
-        "--status-port",
-        dest="status_port",
-        type=int,
-        default=None,
-        metavar="PORT",
-        help="admin listener on --admin-host:PORT: /status (policy conditions, "
-        "last reload error), /metrics (Prometheus), /healthz, /readyz, "
-        "/config (secrets redacted)",
-    )
-    serve.add_argument(
-        "--admin-host",
-        default="127.0.0.1",
-        help="address of the admin listener (default 127.0.0.1; a pod's probes need the "
-        "pod's address, e.g. 0.0.0.0: then keep the port out of every Service)",
-    )
+    _serve_admin_flags(serve)
     serve.add_argument(
         "--workers",
         type=int,
@@ -135,6 +119,40 @@ def _serve_operation_flags(serve: argparse.ArgumentParser) -> None:
         help="json: one JSON object per line, each request with a request_id "
         "(the caller's X-Request-Id when well-formed, else a new one; with --audit-log, "
         "only a trusted proxy's; forwarded to the backend and returned in the response)",
+    )
+
+
+def _serve_admin_flags(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--admin-port",
+        "--status-port",
+        dest="status_port",
+        default=None,
+        metavar="PORT",
+        help="admin listener on --admin-host:PORT: /status (policy conditions, "
+        "last reload error), /metrics (Prometheus), /config (every route and rule, secrets "
+        "redacted), /healthz, /readyz",
+    )
+    serve.add_argument(
+        "--admin-host",
+        default=None,
+        metavar="HOST",
+        help="address of the admin listener (default 127.0.0.1: /config and /status describe "
+        "every route; on a pod's address only behind a NetworkPolicy, see docs/kubernetes.md)",
+    )
+    serve.add_argument(
+        "--health-port",
+        default=None,
+        metavar="PORT",
+        help="health listener on --health-host:PORT: /healthz and /readyz only, which tell "
+        "nothing of the configuration (for a pod's probes)",
+    )
+    serve.add_argument(
+        "--health-host",
+        default=None,
+        metavar="HOST",
+        help="address of the health listener (default 127.0.0.1; a pod's probes need the "
+        "pod's address, e.g. 0.0.0.0)",
     )
 
 

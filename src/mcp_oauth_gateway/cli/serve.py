@@ -14,11 +14,14 @@ from ..asgi import (
     Limits,
 )
 from ..controlplane import Deployment, Snapshot
-from ..serving.options import ServeOptions, Watch
+from ..serving.options import ServeOptions, Watch, own_ports
 from .common import EXIT_INVALID, REDIS_ENV, Refused, load, print_problems
 
 if TYPE_CHECKING:
     from ..kube.controller import ControllerOptions
+
+# Where the admin and health listeners listen unless told otherwise.
+DEFAULT_HOST = "127.0.0.1"
 
 
 def serve_options(args: argparse.Namespace) -> ServeOptions:
@@ -38,6 +41,7 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         )
     except ValueError as exc:
         raise Refused(str(exc)) from exc
+    status_port, health_port = _own_listeners(args)
     return ServeOptions(
         host=args.host,
         trust_forwarded=args.trust_forwarded_headers,
@@ -46,8 +50,10 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         log_level=args.log_level,
         log_format=args.log_format,
         limits=limits,
-        status_port=args.status_port,
-        admin_host=args.admin_host,
+        status_port=status_port,
+        admin_host=args.admin_host or DEFAULT_HOST,
+        health_port=health_port,
+        health_host=args.health_host or DEFAULT_HOST,
         tracing=args.tracing == "otlp",
         audit_log=_audit_log(args),
         audit_required=args.audit_required,
@@ -60,6 +66,36 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
             default_redis_hint=f"set {REDIS_ENV}",
         ),
     )
+
+
+def _own_listeners(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    """--admin-port and --health-port as numbers; Refused unless each is a port, each of
+    --admin-host and --health-host comes with its port, and the two listeners have a port
+    each (a request is told apart by the port it came in on)."""
+    ports = []
+    for name, host, given in (
+        ("admin", args.admin_host, args.status_port),
+        ("health", args.health_host, args.health_port),
+    ):
+        if host is not None and given is None:
+            raise Refused(f"--{name}-host {host} needs --{name}-port PORT: no {name} listener")
+        ports.append(None if given is None else _port(f"--{name}-port", given))
+    admin, health = ports
+    if admin is not None and admin == health:
+        raise Refused(
+            f"--health-port {health} is --admin-port too: give the health listener (the "
+            "probes' /healthz and /readyz) and the admin listener (/config, /status, /metrics) "
+            "a port each"
+        )
+    return admin, health
+
+
+def _port(flag: str, text: str) -> int:
+    """A port number from 1 to 65535; Refused naming `flag` otherwise."""
+    number = int(text) if text.isascii() and text.isdigit() else 0
+    if not 1 <= number <= 65535:
+        raise Refused(f"{flag} {text!r}: a port is a whole number from 1 to 65535")
+    return number
 
 
 def _audit_log(args: argparse.Namespace) -> str | None:
@@ -101,6 +137,11 @@ def _servable(files: Sequence[str], options: ServeOptions) -> Snapshot:
         raise Refused("not starting: fix the resources above and run again")
     if not snapshot.listeners:
         raise Refused("no Gateway listener to serve; add a Gateway with spec.listeners")
+    for port, holder in own_ports(options).items():
+        if port in snapshot.listeners:
+            raise Refused(
+                f"port {port} is a Gateway listener's and {holder}: give one of them another port"
+            )
     unprotected = sorted(
         {
             route.route

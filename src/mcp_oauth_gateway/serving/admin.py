@@ -1,5 +1,7 @@
-"""The admin listener (`serve --admin-port`, loopback only): a small ASGI app of its own with
-metrics, health, readiness, live status and the running configuration (secrets redacted)."""
+"""The admin listener (`serve --admin-port`, loopback by default): a small ASGI app of its own
+with metrics, health, readiness, live status and the running configuration (secrets redacted);
+and the health listener (`serve --health-port`), which a pod's probes reach on the pod's address:
+health and readiness alone, saying nothing of the configuration."""
 
 from __future__ import annotations
 
@@ -119,6 +121,25 @@ class AdminApp:
         if self.controller is not None:
             out["controller"] = self.controller.state()
         return out
+
+
+class HealthApp:
+    """`/healthz` and `/readyz` only: whether the process is up and ready, and not why (what
+    it waits for names keysets, listeners and the API server: the admin listener says)."""
+
+    def __init__(self, admin: AdminApp):
+        self.admin = admin
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"].rstrip("/") or "/"
+        if path == "/healthz":
+            await send_json(send, 200, {"status": "ok"})
+        elif path == "/readyz":
+            ready = not self.admin.not_ready()
+            await send_json(send, 200 if ready else 503, {"ready": ready})
+        else:
+            why = "the health listener answers /healthz and /readyz only"
+            await send_error(send, 404, "not_found", why)
 
 
 def config_dump(snapshot: Snapshot) -> dict[str, object]:

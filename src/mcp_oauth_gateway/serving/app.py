@@ -16,6 +16,7 @@ from .. import audit, logs
 from ..asgi import (
     CLAIMS_KEY,
     TRUST_FORWARDED_KEY,
+    ASGIApp,
     Message,
     Receive,
     Scope,
@@ -37,7 +38,7 @@ from ..dataplane.routing import RouteTable
 from ..dataplane.tracing import RequestTracing
 from ..proxy.pool import RawUpstream
 from ..proxy.upstream import Upstream
-from .admin import AdminApp, ControllerView
+from .admin import AdminApp, ControllerView, HealthApp
 from .audit_trail import AuditLine, AuditTrail
 from .options import ServeOptions
 from .pipeline import Assembly, FailClosed
@@ -112,7 +113,6 @@ class GatewayApp:
         self.access_log = AccessLog(json_lines=self.request_ids)
         self.watcher = watcher
         self.limits = options.limits
-        self.status_port = options.status_port
         # Metrics are collected only when there is an admin listener to read them from.
         entries = self.limits.token_cache_entries
         token_cache, authorization_cache = CacheCounts(entries), CacheCounts(entries)
@@ -121,6 +121,13 @@ class GatewayApp:
         )
         self.tracing = RequestTracing(tracer) if tracer is not None else None
         self.admin = AdminApp(control, self.metrics, watcher, controller, self.brokers)
+        # The ports of the gateway's own listeners: the name in access lines, the app (neither
+        # is audited).
+        self.own: dict[int, tuple[str, ASGIApp]] = {}
+        if options.status_port is not None:
+            self.own[options.status_port] = ("admin", self.admin)
+        if options.health_port is not None:
+            self.own[options.health_port] = ("health", HealthApp(self.admin))
         # From files, one listener's table also answers requests whose port the server did not
         # report; in a cluster, listeners come and go, and a connection left open on a port no
         # Gateway has any more must not reach another listener's routes.
@@ -196,7 +203,8 @@ class GatewayApp:
         started = time.perf_counter()
         scope[TRUST_FORWARDED_KEY] = self.trust_forwarded
         port = (scope.get("server") or (None, None))[1]
-        admin = port is not None and port == self.status_port
+        own = self.own.get(port) if port is not None else None
+        admin = own is not None
         request_id = self._assign_request_id(scope) if self.request_ids else None
         tracing = self.tracing
         span = tracing.start(scope) if tracing is not None and not admin else None
@@ -206,9 +214,9 @@ class GatewayApp:
             exchange.audit = trail.begin(scope, request_id, span)
         cut = False
         try:
-            if admin:
-                exchange.route = "admin"
-                await self.admin(scope, receive, exchange)
+            if own is not None:
+                exchange.route, answer = own
+                await answer(scope, receive, exchange)
             elif trail is not None and trail.refused(scope):
                 await send_error(exchange, 503, "audit_unavailable", trail.UNAVAILABLE)
             else:

@@ -10,11 +10,7 @@ gateway refuses requests rather than serve them unaudited."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import stat
-import sys
 import threading
 import time
 from collections import deque
@@ -24,18 +20,18 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ..logs import json_line, timestamp
+from .audit_file import STDOUT, AuditFile
+from .audit_file import check_path as check_path
+from .audit_file import exposure as exposure
 
 log = logging.getLogger("mcp_oauth_gateway.audit")
 
-STDOUT = "-"
 FLUSH_INTERVAL = 0.2
 MAX_PENDING = 100_000  # lines waiting to be written (or to be written again)
 # Longest line in bytes, newline included: what a pipe writes whole (PIPE_BUF on Linux).
 MAX_LINE = 4096
 # The fields whose values a request chooses, cut shorter when a line would be longer.
 CHOSEN = frozenset({"reason", "caller", "mcp", "method", "path"})
-FILE_MODE = 0o640
-_OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
 
 def fitted(fields: dict[str, object]) -> str:
@@ -62,47 +58,6 @@ def _cut(value: object, cap: int) -> object:
     return value
 
 
-def open_audit_file(path: str) -> int:
-    """An append-only descriptor of the audit file (created when missing); OSError if not."""
-    if path == STDOUT:
-        return os.dup(sys.stdout.fileno())
-    return os.open(path, _OPEN_FLAGS, FILE_MODE)
-
-
-def check_path(path: str) -> None:
-    """Raise OSError unless `path` can be opened for appending (checked before serving)."""
-    os.close(open_audit_file(path))
-
-
-def exposure(path: str) -> tuple[bool, str] | None:
-    """Who else may touch the audit file at `path` (a regular file): (refused, why) when every
-    user of the machine may write it (anyone could add lines: it would prove nothing) or read
-    it (who called what, and why); None when only its owner and group may, or it is no
-    regular file (standard output, a pipe, a device)."""
-    if path == STDOUT:
-        return None
-    try:
-        found = os.stat(path)
-    except OSError:
-        return None
-    if not stat.S_ISREG(found.st_mode):
-        return None
-    if found.st_mode & stat.S_IWOTH:
-        return True, "every user of this machine can write lines into it"
-    if found.st_mode & stat.S_IROTH:
-        return False, "every user of this machine can read it"
-    return None
-
-
-def _writable_by_all(fd: int) -> bool:
-    """Whether the regular file open at `fd` is writable by every user of the machine."""
-    try:
-        found = os.fstat(fd)
-    except OSError:
-        return False
-    return stat.S_ISREG(found.st_mode) and bool(found.st_mode & stat.S_IWOTH)
-
-
 class AuditSink:
     """Queues audit lines and writes them from a thread; `reopen()` is safe from a signal."""
 
@@ -110,7 +65,7 @@ class AuditSink:
         self.path = path
         self.otlp = otlp
         self.max_pending = max_pending
-        self._fd: int | None = None
+        self._file = AuditFile(path)
         # A deque: the request path appends while the writer thread takes, without a lock.
         self._pending: deque[str] = deque()
         self._retry: list[str] = []
@@ -129,6 +84,7 @@ class AuditSink:
         self.dropped_total = 0
         self.write_errors = 0
         self.otlp_errors = 0
+        self.files_lost = 0
 
     @property
     def healthy(self) -> bool:
@@ -189,29 +145,45 @@ class AuditSink:
 
     def flush(self) -> None:
         """Write what is pending (the thread calls it; so does `stop`)."""
-        if self._reopen or self._fd is None:
-            self._reopen = False
-            self._open()
+        self._check_file()
         pending = self._pending
         batch = [pending.popleft() for _ in range(len(pending))]
         with self._counts:
             dropped, self._dropped = self._dropped, 0
         if dropped:
-            batch.insert(0, self._gap_line(dropped))
+            why = "the audit log could not keep up or could not be written"
+            batch.insert(0, _event_line("audit-lines-dropped", dropped=dropped, reason=why))
         lines = self._retry + batch
         self._retry = []
-        if not lines and self._torn is None:
-            return
         done = 0
-        if self._fd is not None and self._finish_torn(lines):
+        if (lines or self._torn) and self._file.fd is not None and self._finish_torn(lines):
             done = self._write_lines(lines)
         self.written += done
-        if done < len(lines) or self._torn is not None:
+        if done < len(lines) or self._torn is not None or self._file.fd is None:
             self._keep(lines[done:])
             return
         if self._failing:
+            # Open, and nothing waits: lines can be written again (--audit-required serves).
             self._failing = False
             log.warning("audit log %s is written again", self._shown)
+
+    def _check_file(self) -> None:
+        """Open the file when it is not open or a SIGHUP asked to, and anew when it is no longer
+        the file at its path (once per batch: a stat beside the write): removed or replaced,
+        its lines would reach no one who reads the path. That is counted, logged, and said by a
+        line at the head of the file now at the path."""
+        if not self._reopen and self._file.fd is not None:
+            gone = self._file.gone()
+            if gone is None:
+                return
+            self.files_lost += 1
+            log.warning("audit log %s %s while written; opening its path anew", self._shown, gone)
+            said = f"the audit log {gone} while the gateway wrote it; opened anew at its path"
+            self._retry.insert(0, _event_line("audit-log-reopened", reason=said))
+        self._reopen = False
+        why = self._file.open()
+        if why is not None:
+            self._fail(why)
 
     def _write_lines(self, lines: list[str]) -> int:
         """Write `lines`; how many were written (a line cut short by a failing write counts:
@@ -238,7 +210,7 @@ class AuditSink:
             if placed < len(line):
                 if placed == 0:
                     return index
-                self._torn = (self._where(), line[placed:], lines[index])
+                self._torn = (self._file.where(), line[placed:], lines[index])
                 self.written -= 1  # counted once finished
                 return index + 1
             placed -= len(line)
@@ -252,7 +224,7 @@ class AuditSink:
             return True
         where, rest, whole = self._torn
         self._torn = None
-        if where is None or self._where() != where:
+        if where is None or self._file.where() != where:
             lines.insert(0, whole)
             return True
         placed = self._write(rest)
@@ -262,22 +234,13 @@ class AuditSink:
         self.written += 1
         return True
 
-    def _where(self) -> tuple[int, int] | None:
-        """The file the descriptor writes to (device, inode), or None."""
-        try:
-            found = os.fstat(self._fd) if self._fd is not None else None
-        except OSError:
-            return None
-        return None if found is None else (found.st_dev, found.st_ino)
-
     def _write(self, data: bytes) -> int:
         """Write `data`; how many of its bytes were written (all, unless a write failed)."""
-        assert self._fd is not None
         view = memoryview(data)
         placed = 0
         try:
             while placed < len(data):
-                placed += os.write(self._fd, view[placed:])
+                placed += self._file.write(view[placed:])
         except OSError as exc:
             self._fail(f"cannot be written: {exc}")
             # A new descriptor at the next attempt: the file may have been removed or remounted.
@@ -292,22 +255,6 @@ class AuditSink:
             lines = lines[excess:]
         self._retry = lines
 
-    def _open(self) -> None:
-        old = self._fd
-        try:
-            self._fd = open_audit_file(self.path)
-        except OSError as exc:
-            self._fd = None
-            self._fail(f"cannot be opened: {exc}")
-        if self._fd is not None and _writable_by_all(self._fd):
-            # Made anew at its path (a rotation) by someone else: lines there prove nothing.
-            os.close(self._fd)
-            self._fd = None
-            self._fail("is writable by every user of this machine (chmod o-w it)")
-        if old is not None:
-            with contextlib.suppress(OSError):
-                os.close(old)
-
     def _fail(self, why: str) -> None:
         self.write_errors += 1
         if not self._failing:
@@ -317,20 +264,6 @@ class AuditSink:
     @property
     def _shown(self) -> str:
         return "(standard output)" if self.path == STDOUT else self.path
-
-    @staticmethod
-    def _gap_line(count: int) -> str:
-        return (
-            json_line(
-                {
-                    "time": timestamp(time.time()),
-                    "event": "audit-lines-dropped",
-                    "dropped": count,
-                    "reason": "the audit log could not keep up or could not be written",
-                }
-            )
-            + "\n"
-        )
 
     def stop(self) -> None:
         """Write what is left and stop the thread."""
@@ -350,9 +283,7 @@ class AuditSink:
                 self._shown,
             )
             self._retry, self._torn = [], None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._file.close()
         if self.otlp is not None:
             self.otlp.shutdown()
 
@@ -373,6 +304,12 @@ class AuditSink:
             value=self.write_errors,
         )
         yield CounterMetricFamily(
+            "mcp_gateway_audit_file_reopened",
+            "Times the audit log was found removed or replaced at its path while written, and "
+            "opened anew there",
+            value=self.files_lost,
+        )
+        yield CounterMetricFamily(
             "mcp_gateway_audit_otlp_errors",
             "Audit lines the OTLP log records could not carry (the line itself was written)",
             value=self.otlp_errors,
@@ -382,6 +319,11 @@ class AuditSink:
             "1 while audit lines are written, 0 while the audit log cannot keep up or be written",
             value=1.0 if self.healthy else 0.0,
         )
+
+
+def _event_line(event: str, **fields: object) -> str:
+    """A line of the sink's own: what happened to the audit log itself."""
+    return json_line({"time": timestamp(time.time()), "event": event, **fields}) + "\n"
 
 
 class OtlpAudit:

@@ -30,10 +30,13 @@ class ServeOptions:
     log_format: str = "text"
     watch: Watch | None = None
     limits: Limits = field(default_factory=Limits)
-    # The admin listener (metrics, health, status); None: no admin listener.
+    # The admin listener (metrics, status, the configuration, health); None: none.
     status_port: int | None = None
-    # Loopback unless told otherwise (a pod's probes reach it on the pod's address).
+    # Loopback unless told otherwise: /config lists every route and rule of every namespace.
     admin_host: str = "127.0.0.1"
+    # The health listener (/healthz and /readyz only, for probes on a pod's address); None: none.
+    health_port: int | None = None
+    health_host: str = "127.0.0.1"
     tracing: bool = False
     # The audit trail: a file path, "-" for standard output, None for none (`--audit-log`).
     audit_log: str | None = None
@@ -41,3 +44,13 @@ class ServeOptions:
     audit_required: bool = False
     # What reloads validate against (Broker mode across several workers needs Redis, say).
     deployment: Deployment = field(default_factory=Deployment)
+
+
+def own_ports(options: ServeOptions) -> dict[int, str]:
+    """The ports of the gateway's own listeners, each with what holds it: no Gateway listener
+    may take one (its requests would be answered by the admin or health listener)."""
+    held = {
+        options.status_port: "the admin listener's (--admin-port)",
+        options.health_port: "the health listener's (--health-port)",
+    }
+    return {port: why for port, why in held.items() if port is not None}

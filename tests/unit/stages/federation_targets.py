@@ -1,6 +1,7 @@
 """The federation stage's targets played in memory (an `Upstream`): each keeps sessions, pages
 its tools, streams its calls' answers (a tool `ask` asks the client for a sample first), offers a
-GET stream when told to, and records what it was sent; and how a test opens a client session."""
+GET stream when told to, runs a call of `wait` until the client leaves, and records what it was
+sent; and how a test opens a client session."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ class Targets:
     holding: bool = False
     # Set once a GET stream's events were all read (and relayed).
     streamed: asyncio.Event | None = None
+    # Set once a call of the tool `wait` is under way at its target (it never answers).
+    waiting: asyncio.Event | None = None
     gets: list[MemoryResponse] = field(default_factory=list)
     seen: list[tuple[str, Headers, dict[str, object]]] = field(default_factory=list)
     # Each request's target and the time it was given for its response head.
@@ -92,6 +95,10 @@ class Targets:
         if message.get("method") == "initialize":
             result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}}
             return _answer(message, result, [(b"mcp-session-id", f"sess-{name}".encode())])
+        if message.get("method") == "tools/call" and message["params"]["name"] == "wait":
+            call = MemoryResponse(200, SSE, None, [], hold=True, after_stream=self.waiting)
+            self.calls.append(call)
+            return call
         if message.get("method") == "tools/call":
             events = [_progress(message)]
             if message["params"]["name"] == "ask":
@@ -178,3 +185,10 @@ def _progress(message: dict[str, object]) -> bytes:
         note = {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
         out += b"data: " + orjson.dumps(note) + b"\n\n"
     return out
+
+
+def progress(token: object, by: str) -> bytes:
+    """A progress event under `token`, its message naming the target that sent it."""
+    params = {"progressToken": token, "progress": 1, "message": by}
+    note = {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
+    return b"data: " + orjson.dumps(note) + b"\n\n"

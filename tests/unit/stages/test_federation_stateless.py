@@ -117,6 +117,10 @@ class WireTargets:
                     "params": {**own, "uri": uri},
                 }
             )
+        # Progress under the listen's own id and another's: no call is in flight on this stream.
+        for token in (message["id"], 1):
+            params = {**own, "progressToken": token, "progress": 1}
+            sent.append({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
         sent.append({"jsonrpc": "2.0", "id": message["id"], "result": own})
         return sse(*sent)
 
@@ -371,6 +375,7 @@ async def test_a_subscription_is_one_stream_under_the_client_s_id():
     assert given["a"]["resourceSubscriptions"] == ["file:///x"]
     assert given["b"]["resourceSubscriptions"] == ["y"]
     notifications = [m for m in sent[1:] if "method" in m]
+    # The targets' progress is dropped: no call of the client's is in flight on this stream.
     assert sorted(m["method"] for m in notifications) == [
         "notifications/resources/updated",
         "notifications/resources/updated",

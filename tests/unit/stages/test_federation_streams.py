@@ -2,7 +2,8 @@
 GET stream merged from its targets', a target's request reaching the client (on the GET stream
 or inside a call's stream) under an id the session minted and the client's answer going back to
 that target alone, a forged or foreign answer refused, a cancellation reaching only the target
-that has the request, and each refusal recorded for the audit trail as the federation stage's."""
+that has the request, progress passing only for a call in flight at the target that reports
+it, and each refusal recorded for the audit trail as the federation stage's."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ import orjson
 from mcp_oauth_gateway.asgi import AUDIT_KEY, CLAIMS_KEY
 from mcp_oauth_gateway.audit import AuditRecord
 
-from .federation_targets import ASK, Targets, answer, events, open_session, rpc, stage
+from .federation_targets import (
+    ASK,
+    Targets,
+    answer,
+    events,
+    open_session,
+    progress,
+    rpc,
+    stage,
+)
 from .harness import drive
 
 CHANGED = b'data: {"jsonrpc":"2.0","method":"notifications/tools/list_changed"}\n\n'
@@ -96,10 +106,10 @@ async def test_a_forged_or_foreign_answer_reaches_no_target():
 
 async def test_a_cancellation_reaches_only_the_target_that_has_the_request():
     started, gone = asyncio.Event(), asyncio.Event()
-    targets = Targets(left=started)
+    targets = Targets(waiting=started)
     app = stage(targets)
     headers = await open_session(app)
-    call = rpc("tools/call", "c-1", name="b_u1")
+    call = rpc("tools/call", "c-1", name="b_wait")
     running = asyncio.ensure_future(
         drive(app, "POST", headers=headers, body=call, client_left=gone)
     )
@@ -203,3 +213,36 @@ async def test_a_target_opened_while_the_get_stream_is_open_joins_it():
         "params": {"uri": "mcp+gw://b/note://b"},
     } in got
     assert [get.released for get in targets.gets] == [1, 1]
+
+
+async def test_the_get_stream_passes_progress_only_for_a_call_in_flight_at_its_target():
+    """SDK progress tokens are often request ids: target b must not report progress (or fake
+    completion) for the call the client made to a, nor a for a call of b's or one answered."""
+    gone, a_waits, b_waits = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    sent_by_a = [progress(5, "a"), progress("5", "a"), progress(5.0, "a"), progress(True, "a")]
+    sent_by_a += [progress(None, "a"), progress(6, "a"), progress(7, "a")]
+    sent_by_b = [progress(5, "b"), progress(6, "b"), progress(1, "b"), progress(7, "b")]
+    targets = Targets(streams={"a": sent_by_a, "b": sent_by_b}, waiting=a_waits)
+    app = stage(targets)
+    headers = await open_session(app)
+    at_a = rpc("tools/call", 5, name="a_wait", _meta={"progressToken": 5})
+    running = [
+        asyncio.ensure_future(drive(app, "POST", headers=headers, body=at_a, client_left=gone))
+    ]
+    await a_waits.wait()
+    targets.waiting = b_waits
+    at_b = rpc("tools/call", 6, name="b_wait", _meta={"progressToken": 6})
+    running.append(
+        asyncio.ensure_future(drive(app, "POST", headers=headers, body=at_b, client_left=gone))
+    )
+    await b_waits.wait()
+    # Answered: 7 asked progress at both, and is in flight at neither.
+    answered = rpc("tools/call", 7, name="a_t1", _meta={"progressToken": 7})
+    assert (await drive(app, "POST", headers=headers, body=answered)).status == 200
+    stream = await drive(app, "GET", headers=headers)
+    reported = [(m["params"]["progressToken"], m["params"]["message"]) for m in events(stream.body)]
+    assert sorted(reported) == [(5, "a"), (6, "b")]
+    gone.set()
+    await asyncio.gather(*running)
+    # Neither call is in flight any more: no progress passes.
+    assert events((await drive(app, "GET", headers=headers)).body) == []

@@ -42,3 +42,37 @@ app.kubernetes.io/name: {{ include "gateway.name" . }}
 {{- $log := (.Values.audit | default dict).log -}}
 {{- if and $log (ne $log "-") -}}{{ dir $log }}{{- end -}}
 {{- end -}}
+
+{{/* The admin and health listeners' ports, checked: one each, apart from every listener's. */}}
+{{- define "gateway.ownPorts" -}}
+{{- $admin := int .Values.adminPort -}}
+{{- $health := int .Values.healthPort -}}
+{{- range $name, $port := dict "adminPort" $admin "healthPort" $health -}}
+{{- if or (lt $port 1) (gt $port 65535) -}}
+{{- fail (printf "%s %d is no port: give a number from 1 to 65535" $name $port) -}}
+{{- end -}}
+{{- end -}}
+{{- if eq $admin $health -}}
+{{- fail (printf "healthPort %d is adminPort too: give the health listener (the probes) and the admin listener (/config, /status, /metrics) a port each" $health) -}}
+{{- end -}}
+{{- range .Values.listeners -}}
+{{- if and (kindIs "map" .) .port (has (int .port) (list $admin $health)) -}}
+{{- fail (printf "listeners[] %v: port %d is adminPort or healthPort, the gateway's own listeners: give it another port" .name (int .port)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The peer adminAccess admits to the admin listener (YAML), or empty: nobody, and the admin
+listener stays on the pod's loopback. Refused without the NetworkPolicy that would hold it. */}}
+{{- define "gateway.adminPeer" -}}
+{{- $access := .Values.adminAccess | default dict -}}
+{{- $peer := dict -}}
+{{- with $access.namespaceSelector }}{{ $_ := set $peer "namespaceSelector" . }}{{ end -}}
+{{- with $access.podSelector }}{{ $_ := set $peer "podSelector" . }}{{ end -}}
+{{- if $peer -}}
+{{- if not (.Values.networkPolicy | default dict).enabled -}}
+{{- fail "adminAccess needs networkPolicy.enabled: without the NetworkPolicy the admin listener (/config, /status, /metrics) would be open to every pod" -}}
+{{- end -}}
+{{- toYaml $peer -}}
+{{- end -}}
+{{- end -}}

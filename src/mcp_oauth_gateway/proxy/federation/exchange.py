@@ -9,7 +9,9 @@ can only ever answer its own session's targets. The target's name is in the id f
 reading a trace, not for the gateway.
 
 A client's request in flight is kept with the targets it went to, so `notifications/cancelled`
-reaches those and no other."""
+reaches those and no other, and with the progress token it asked progress under, so progress a
+target sends outside the call's own stream (on the GET stream) passes only for a call in flight
+at that very target."""
 
 from __future__ import annotations
 
@@ -42,8 +44,10 @@ class Exchanges:
         self._asked: dict[str, tuple[str, object]] = {}
         # (target, the target's own id as a key) -> gateway id, to cancel by the target's id
         self._minted: dict[tuple[str, bytes], str] = {}
-        # the client's request id as a key -> the targets it went to
-        self._running: dict[bytes, tuple[str, ...]] = {}
+        # the client's request id as a key -> the targets it went to, its progress token's key
+        self._running: dict[bytes, tuple[tuple[str, ...], bytes | None]] = {}
+        # (target, progress token as a key) -> how many requests in flight there asked under it
+        self._progress: dict[tuple[str, bytes], int] = {}
 
     def ask(self, target: str, own_id: object) -> str:
         """The id under which the client gets `target`'s request `own_id`."""
@@ -72,16 +76,41 @@ class Exchanges:
             self._asked.pop(minted, None)
         return minted
 
-    def start(self, request_id: object, targets: Collection[str]) -> None:
-        """The client's request `request_id` went to `targets`."""
+    def start(self, request_id: object, targets: Collection[str], progress: object = None) -> None:
+        """The client's request `request_id` went to `targets`, asking progress under the
+        token `progress` (None: it asked for none)."""
+        self._stop(_key(request_id))
         if len(self._running) >= self.running_limit:
-            self._running.pop(next(iter(self._running)))
-        self._running[_key(request_id)] = tuple(targets)
+            self._stop(next(iter(self._running)))
+        token = None if progress is None else _key(progress)
+        self._running[_key(request_id)] = (tuple(targets), token)
+        if token is not None:
+            for target in set(targets):
+                held = (target, token)
+                self._progress[held] = self._progress.get(held, 0) + 1
 
     def finish(self, request_id: object) -> None:
         """The client's request `request_id` was answered."""
-        self._running.pop(_key(request_id), None)
+        self._stop(_key(request_id))
 
     def targets_of(self, request_id: object) -> tuple[str, ...]:
         """The targets the client's request in flight went to (none once answered)."""
-        return self._running.get(_key(request_id), ())
+        running = self._running.get(_key(request_id))
+        return running[0] if running is not None else ()
+
+    def in_flight_at(self, target: str, progress: object) -> bool:
+        """Whether a client request in flight at `target` asked progress under the token
+        `progress` (same type and value)."""
+        return progress is not None and (target, _key(progress)) in self._progress
+
+    def _stop(self, key: bytes) -> None:
+        targets, token = self._running.pop(key, ((), None))
+        if token is None:
+            return
+        for target in set(targets):
+            held = (target, token)
+            left = self._progress[held] - 1
+            if left:
+                self._progress[held] = left
+            else:
+                del self._progress[held]

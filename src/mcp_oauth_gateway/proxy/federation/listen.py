@@ -17,7 +17,7 @@ from . import jsonrpc, merge, streams, wire
 from .exchange import Exchanges
 from .fanout import Fanout
 from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
-from .rewrite import from_target
+from .rewrite import from_target, stray_progress
 from .session import ClientSession, TargetSession
 from .target import ErrorAnswer, Unavailable
 from .wire import WireError
@@ -186,6 +186,9 @@ async def _relay(
                 # Only notifications: a target's own result ends its stream, and this wire
                 # has no requests to the client.
                 if not isinstance(message.get("method"), str) or "id" in message:
+                    continue
+                # No call is in flight on this wire's listen stream: progress is no one's.
+                if stray_progress(message, name, nothing_asked):
                     continue
                 out = from_target(message, name, nothing_asked)
                 if out is not None:

@@ -153,3 +153,14 @@ def foreign_progress(message: dict[str, object], token: object) -> bool:
     params = message.get("params")
     given = params.get("progressToken") if isinstance(params, dict) else None
     return token is None or type(given) is not type(token) or given != token
+
+
+def stray_progress(message: dict[str, object], target: str, exchanges: Exchanges) -> bool:
+    """Whether `message` is progress sent outside a call's own stream (the GET stream, a
+    listen stream) under a token no client request in flight at `target` asked for: another
+    target's call (tokens are often request ids), one already answered, or none at all."""
+    if message.get("method") != PROGRESS:
+        return False
+    params = message.get("params")
+    given = params.get("progressToken") if isinstance(params, dict) else None
+    return not exchanges.in_flight_at(target, given)

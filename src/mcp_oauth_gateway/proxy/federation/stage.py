@@ -192,7 +192,7 @@ class Federation:
             await self._call(scope, session, message, receive, send)
         elif method in merge.LISTS or method == "logging/setLevel":
             # Kept while it runs: a cancellation of it goes to every target asked.
-            session.exchanges.start(request_id, session.targets)
+            session.exchanges.start(request_id, session.targets, rewrite.progress_token(message))
             try:
                 if method in merge.LISTS:
                     if self.shared is not None:
@@ -275,7 +275,7 @@ class Federation:
         async def forward() -> UpstreamResponse:
             return await self.link.send(scope, target, body)
 
-        session.exchanges.start(request_id, (name,))
+        session.exchanges.start(request_id, (name,), rewrite.progress_token(message))
         try:
             response = await self.fan.reopened(scope, session, target, forward)
             self.health.ok(name)

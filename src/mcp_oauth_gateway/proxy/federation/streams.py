@@ -1,7 +1,9 @@
 """The event streams a federated route writes to its client: a call's answer, relayed message by
 message as its target sends it, and the client's GET stream, merged from its targets' own. Each
 message is rewritten on the way (`rewrite.from_target`): a target's request reaches the client
-under an id its session minted, resource URIs under the target's prefix.
+under an id its session minted, resource URIs under the target's prefix. Progress passes only
+for a call of the client's in flight at the target that reports it: on a call's stream under
+that call's token, on the GET stream under the token of a call in flight there.
 
 Events are written without the targets' event ids: an id is one target's, and a client resuming
 with it could not be told which target's stream to resume (no resumption across targets)."""
@@ -17,7 +19,7 @@ from ...asgi import Receive, Send
 from ..upstream import UpstreamError, UpstreamResponse
 from . import jsonrpc
 from .exchange import Exchanges
-from .rewrite import foreign_progress, from_target, is_answer
+from .rewrite import foreign_progress, from_target, is_answer, stray_progress
 from .session import ClientSession
 from .sse import event_data
 from .target import MAX_ANSWER_BYTES
@@ -86,11 +88,16 @@ async def relay_call(
     try:
         async for message in messages(response):
             if foreign_progress(message, progress):
+                log.debug("federated target %s: progress of another call dropped", target)
                 continue
             out = from_target(message, target, exchanges, method, request_id)
             if out is None or (answered and is_answer(out)):
                 continue
-            answered = answered or is_answer(out)
+            if is_answer(out) and not answered:
+                # Answered: no longer in flight, so no progress for it passes on the GET
+                # stream from here on (the client may be reading the answer already).
+                exchanges.finish(request_id)
+                answered = True
             await send({"type": "http.response.body", "body": event(out), "more_body": True})
     except (UpstreamError, ValueError) as exc:
         log.warning("federated answer broke off: %s", exc)
@@ -139,6 +146,9 @@ async def merged(
     async def relay(target: str, response: UpstreamResponse) -> None:
         try:
             async for message in messages(response):
+                if stray_progress(message, target, exchanges):
+                    log.debug("federated target %s: progress of no call of its dropped", target)
+                    continue
                 out = from_target(message, target, exchanges)
                 if out is not None:
                     async with sending:
