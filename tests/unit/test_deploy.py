@@ -64,7 +64,11 @@ def test_the_deployment_runs_two_replicas_that_serve_accepts(
     options = controller_options(args)
     assert options.kubeconfig is None  # in-cluster
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
-    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    assert env == {
+        "POD_NAME": "metadata.name",
+        "POD_NAMESPACE": "metadata.namespace",
+        "POD_IPS": "status.podIPs",
+    }
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     served = serve_options(args)
     # The probes reach the health listener on the pod's address; /config stays on loopback.
