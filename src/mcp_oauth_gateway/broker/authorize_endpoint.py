@@ -62,6 +62,7 @@ async def authorize(ctx: BrokerContext, scope: Scope, receive: Receive, send: Se
         cookie=cookie,
         provider_authorize=[await _authorize_endpoint(ctx, p.index) for p in choices],
         choices=[(p.index, p.name) for p in choices] if len(ctx.providers) > 1 else [],
+        resource=pending.resource,
     )
 
 

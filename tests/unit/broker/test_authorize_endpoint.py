@@ -50,6 +50,7 @@ async def test_a_valid_request_is_answered_with_the_consent_page(rig: Rig):
     )
     text = page.body.decode()
     assert "<b>Inspector</b>" in text
+    assert "MCP server: <span class=host>http://gw.test/mcp</span>" in text  # which one
     assert f'action="{AUTHORIZE}"' in text
     assert "<li>openid</li><li>profile</li>" in text
     assert 'value="allow"' in text  # one provider: nothing to choose
