@@ -156,10 +156,13 @@ class BrokerClient:
 
 
 def provider_refresh_token(redis_url: str, gateway_refresh_token: str) -> str:
-    """The provider's refresh token that a live gateway refresh token stands for."""
+    """The provider's refresh token that a live gateway refresh token stands for (kept under
+    the key of the Broker route that issued it, whichever that is)."""
     with redis.Redis.from_url(redis_url) as store:
-        raw = store.get(f"{PREFIX}refresh:{digest(gateway_refresh_token)}")
-    assert raw is not None, "the gateway refresh token is not in the Broker's store"
+        keys = list(store.scan_iter(f"{PREFIX}refresh:*:{digest(gateway_refresh_token)}"))
+        assert len(keys) == 1, f"the gateway refresh token is not in the Broker's store: {keys}"
+        raw = store.get(keys[0])
+    assert raw is not None, "the gateway refresh token is no longer in the Broker's store"
     token: str = json.loads(raw)["provider"]
     return token
 

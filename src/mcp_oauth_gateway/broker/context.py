@@ -53,17 +53,23 @@ class BrokerContext:
         session: Callable[[], aiohttp.ClientSession | None],
         policy: str,
     ) -> BrokerContext:
-        """A context not yet bound to a request (`at` binds it; until then its records are
-        kept under no route's key)."""
-        refresh = RefreshTokens(RouteStore(store, ""))
+        """A context for `at` to bind to requests: bound to its route already when the policy
+        names its resource (the key is then known at load time)."""
+        route = route_key(policy, mcp.resource) if mcp.resource else ""
+        refresh = RefreshTokens(RouteStore(store, route))
         state = BrokerState(refresh.store)
         revocation = Revocation(refresh.store, refresh)
-        return cls(mcp, providers, store, state, refresh, revocation, documents, session, policy)
+        return cls(
+            mcp, providers, store, state, refresh, revocation, documents, session, policy, route
+        )
 
     def at(self, scope: Scope) -> BrokerContext:
-        """This context bound to the route key of the request's route: its records, its
-        clients."""
-        route = route_key(self.policy, self.resource(scope))
+        """This context bound to the request: to its route's key (its records, its clients)
+        and to the origin its client sees."""
+        origin = request_origin(scope)
+        if self.mcp.resource:
+            return replace(self, origin=origin)
+        route = route_key(self.policy, origin + self.mcp.mcp_path)
         records = RouteStore(self.store, route)
         refresh = RefreshTokens(records)
         return replace(
@@ -72,7 +78,7 @@ class BrokerContext:
             refresh=refresh,
             revocation=Revocation(records, refresh),
             route=route,
-            origin=request_origin(scope),
+            origin=origin,
         )
 
     @property
