@@ -1,10 +1,18 @@
-"""A test client's Broker-mode OAuth calls over plain HTTP: register, authorize URL, redeem."""
+"""A test client's Broker-mode OAuth calls over plain HTTP: register, authorize URL, redeem; and
+a server of Client ID Metadata Documents on loopback (`metadata_documents`)."""
 
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlencode
 
 import httpx
+
+from support import free_port
 
 CALLBACK = "http://127.0.0.1:47001/cb"
 VERIFIER = "v" * 64
@@ -19,10 +27,11 @@ def s256(verifier: str) -> str:
     )
 
 
-def register(stack, redirect: str = CALLBACK) -> str:
+def register(stack, redirect: str = CALLBACK, headers: dict[str, str] | None = None) -> str:
     response = httpx.post(
         f"{stack.gateway}/.well-known/oauth-authorization-server/mcp/client-registration",
         json={"client_name": "Attack Lab", "redirect_uris": [redirect]},
+        headers=headers,
     )
     assert response.status_code == 201, response.text
     body = response.json()
@@ -58,3 +67,30 @@ def redeem(
             "code_verifier": verifier,
         },
     )
+
+
+@contextmanager
+def metadata_documents() -> Iterator[tuple[str, dict[str, dict]]]:
+    """(base URL, documents by path) of a loopback server of client metadata documents: a
+    document put under a path is served there (404 for the others), until the block ends."""
+    documents: dict[str, dict] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            document = documents.get(self.path)
+            body = json.dumps(document).encode() if document else b"{}"
+            self.send_response(200 if document else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", documents
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlencode
 
 import httpx
 import redis
-from headless_login import sign_in, submission
+from headless_login import Jar, sign_in, submission
 
 from broker_calls import s256
 from mcp_oauth_gateway.broker.refresh import digest
@@ -27,37 +28,63 @@ REDIRECT = "http://127.0.0.1:47111/cb"
 
 @dataclass
 class BrokerClient:
-    """One client registered with the gateway at `mcp` (the gateway's issuer)."""
+    """One client of the gateway's Broker route at `mcp` (the route's issuer and resource).
+
+    `redirect`: its redirect URI. `via`: the base URL of the replica its own requests go to,
+    with `mcp`'s host as their Host header, as a load balancer in front of replicas sends them
+    (the browser's sign-in goes to `mcp`'s host). `replace(client, mcp=…)` is the same client
+    at another route; `replace(client, via=…)` the same client through another replica."""
 
     mcp: str
     client_id: str = ""
     verifier: str = field(default_factory=lambda: secrets.token_urlsafe(48))
+    redirect: str = REDIRECT
+    via: str | None = None
 
     @property
     def callback(self) -> str:
         """Where the provider sends the browser back to the gateway."""
         return f"{self.mcp}/oauth/callback"
 
-    def register(self) -> BrokerClient:
-        response = httpx.post(
-            f"{self.mcp.rsplit('/', 1)[0]}/.well-known/oauth-authorization-server/mcp"
-            "/client-registration",
-            json={"client_name": "Broker e2e", "redirect_uris": [REDIRECT]},
+    @property
+    def registration_endpoint(self) -> str:
+        """The route's registration endpoint (RFC 8414 path form of its issuer)."""
+        url = httpx.URL(self.mcp)
+        return (
+            f"{url.scheme}://{url.netloc.decode()}/.well-known/oauth-authorization-server"
+            f"{url.path}/client-registration"
+        )
+
+    def _send(self, method: str, url: str, **request: Any) -> httpx.Response:
+        """One request of the client's own (not the browser's), through `via` when set."""
+        if self.via is not None:
+            public = httpx.URL(url)
+            request["headers"] = {"Host": public.netloc.decode(), **request.get("headers", {})}
+            url = str(httpx.URL(self.via).join(public.raw_path.decode()))
+        return httpx.request(method, url, **request)
+
+    def register(self, *redirects: str) -> BrokerClient:
+        uris = list(redirects) or [self.redirect]
+        response = self._send(
+            "POST",
+            self.registration_endpoint,
+            json={"client_name": "Broker e2e", "redirect_uris": uris},
         )
         assert response.status_code == 201, response.text
         self.client_id = response.json()["client_id"]
         return self
 
-    def authorize_url(self, scope: str = "openid profile") -> str:
+    def authorize_url(self, scope: str = "openid profile", **extra: str) -> str:
         params = {
             "response_type": "code",
             "client_id": self.client_id,
-            "redirect_uri": REDIRECT,
+            "redirect_uri": self.redirect,
             "state": "client-state",
             "code_challenge": s256(self.verifier),
             "code_challenge_method": "S256",
             "scope": scope,
             "resource": self.mcp,
+            **extra,
         }
         return f"{self.mcp}/oauth/authorize?{urlencode(params)}"
 
@@ -68,20 +95,31 @@ class BrokerClient:
 
     def deliver(self, query: dict[str, str]) -> httpx.Response:
         """Bring the provider's redirect to the gateway's callback, as the browser would."""
-        return httpx.get(f"{self.callback}?{urlencode(query)}", follow_redirects=False)
+        return self._send("GET", f"{self.callback}?{urlencode(query)}", follow_redirects=False)
 
-    async def code(self, user: str, password: str, scope: str = "openid profile") -> dict[str, str]:
-        """A whole sign-in: the query the gateway redirects the client's callback with."""
-        return await sign_in(self.authorize_url(scope), user, password, REDIRECT)
+    async def code(
+        self,
+        user: str,
+        password: str,
+        scope: str = "openid profile",
+        jar: Jar | None = None,
+        met: list[str] | None = None,
+    ) -> dict[str, str]:
+        """A whole sign-in (in browser `jar`, when given, listing the pages it met in `met`):
+        the query the gateway redirects the client's callback with."""
+        return await sign_in(
+            self.authorize_url(scope), user, password, self.redirect, jar=jar, met=met
+        )
 
     def redeem(self, code: str) -> httpx.Response:
-        return httpx.post(
+        return self._send(
+            "POST",
             f"{self.mcp}/oauth/token",
             data={
                 "grant_type": "authorization_code",
                 "code": code,
                 "client_id": self.client_id,
-                "redirect_uri": REDIRECT,
+                "redirect_uri": self.redirect,
                 "code_verifier": self.verifier,
                 "resource": self.mcp,
             },
@@ -107,20 +145,24 @@ class BrokerClient:
         }
         if scope is not None:
             form["scope"] = scope
-        return httpx.post(f"{self.mcp}/oauth/token", data=form)
+        return self._send("POST", f"{self.mcp}/oauth/token", data=form)
 
     def revoke(self, token: str, hint: str) -> httpx.Response:
-        return httpx.post(
+        return self._send(
+            "POST",
             f"{self.mcp}/oauth/revoke",
             data={"token": token, "token_type_hint": hint, "client_id": self.client_id},
         )
 
 
 def provider_refresh_token(redis_url: str, gateway_refresh_token: str) -> str:
-    """The provider's refresh token that a live gateway refresh token stands for."""
+    """The provider's refresh token that a live gateway refresh token stands for (kept under
+    the key of the Broker route that issued it, whichever that is)."""
     with redis.Redis.from_url(redis_url) as store:
-        raw = store.get(f"{PREFIX}refresh:{digest(gateway_refresh_token)}")
-    assert raw is not None, "the gateway refresh token is not in the Broker's store"
+        keys = list(store.scan_iter(f"{PREFIX}refresh:*:{digest(gateway_refresh_token)}"))
+        assert len(keys) == 1, f"the gateway refresh token is not in the Broker's store: {keys}"
+        raw = store.get(keys[0])
+    assert raw is not None, "the gateway refresh token is no longer in the Broker's store"
     token: str = json.loads(raw)["provider"]
     return token
 

@@ -124,6 +124,27 @@ async def chromium_page() -> AsyncIterator[Page]:
             await browser.close()
 
 
+async def broker_sign_in(
+    page: Page, inspector: Inspector, gateway: str, navigations: list[str]
+) -> None:
+    """Connect, then pass the gateway's consent page and the identity provider's forms."""
+    await page.get_by_role("button", name="Connect", exact=True).click()
+    await page.wait_for_url(f"{gateway}/mcp/oauth/authorize?*")
+    consent = await page.inner_text("body")
+    assert "MCP Inspector" in consent, consent  # the name the Inspector registered
+    assert inspector.ui.removeprefix("http://") in consent, consent  # where it sends the user
+    await page.click("button[name=decision][value=allow]")
+    await page.fill("input[name=login]", "alice")
+    await page.fill("input[name=password]", "any password")
+    await page.click("button[type=submit]")
+    await page.wait_for_selector("input[name=prompt][value=consent]", state="attached")
+    await page.click("button[type=submit]")
+    await expect(page.get_by_text("Connected", exact=True)).to_be_visible(timeout=STEP_TIMEOUT_MS)
+    callbacks = [url for url in navigations if url.startswith(f"{inspector.ui}/oauth/callback?")]
+    assert callbacks, navigations
+    assert "code=" in callbacks[0], callbacks
+
+
 def gateway_requests(log: str) -> list[str]:
     """`METHOD path status sub` for each line of the gateway's access log, written as text or,
     with `--log-format json` or an audit trail, as JSON."""

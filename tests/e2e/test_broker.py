@@ -6,17 +6,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
 from headless_login import sign_in
 
-from broker_calls import CALLBACK, authorize_url, redeem, register
+from broker_calls import CALLBACK, authorize_url, metadata_documents, redeem, register
 from node_clients import run_ts_client
-from support import PEERS, free_port, unverified_claims
+from support import PEERS, unverified_claims
 
 
 async def signed_in_code(stack, client_id: str, redirect: str = CALLBACK) -> dict[str, str]:
@@ -187,24 +185,8 @@ async def test_denied_consent_returns_access_denied(broker_b):
 
 @pytest.fixture
 def metadata_server():
-    documents: dict[str, dict] = {}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):
-            document = documents.get(self.path)
-            body = json.dumps(document).encode() if document else b"{}"
-            self.send_response(200 if document else 404)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}", documents
-    server.shutdown()
+    with metadata_documents() as served:
+        yield served
 
 
 def test_client_metadata_documents(broker_b, metadata_server):

@@ -1,5 +1,7 @@
 """Two gateway replicas share broker state through a real redis-server: a sign-in started on
-one finishes on the other, and a code redeemed on one cannot be replayed on the other."""
+one finishes on the other, and a code redeemed on one cannot be replayed on the other. Like
+replicas behind one load balancer, they have one configuration (the resource is the public URL,
+replica b's here, whose host every request names) but for the port each listens on."""
 
 from __future__ import annotations
 
@@ -26,9 +28,10 @@ def replicas(redis_url, broker_b, tmp_path_factory, logs) -> Iterator[tuple[Repl
     idp_port = broker_b.idp.rsplit(":", 1)[1]
     backend_port = broker_b.backend.rsplit(":", 1)[1]
     procs, out = [], []
+    ports = {"a": free_port(), "b": free_port()}
+    shared = f"resource: http://127.0.0.1:{ports['b']}/mcp"
     try:
-        for name in ("a", "b"):
-            port = free_port()
+        for name, port in ports.items():
             config = use_broker(
                 write_example(
                     "provider-b",
@@ -36,6 +39,9 @@ def replicas(redis_url, broker_b, tmp_path_factory, logs) -> Iterator[tuple[Repl
                     {"8080": str(port), "9000": idp_port, "8000": backend_port},
                 )
             )
+            policy = config / "policy.yaml"
+            own = f"resource: http://127.0.0.1:{port}/mcp"
+            policy.write_text(policy.read_text().replace(own, shared))
             proc = Process(
                 f"gateway-replica-{name}",
                 gateway_cmd(config),
@@ -53,7 +59,8 @@ def replicas(redis_url, broker_b, tmp_path_factory, logs) -> Iterator[tuple[Repl
 
 async def test_sign_in_started_on_one_replica_finishes_on_the_other(replicas):
     a, b = replicas
-    client_id = register(a)  # signed with the secret both replicas read from Redis
+    public = {"Host": urlsplit(b.gateway).netloc}  # what the load balancer passes on
+    client_id = register(a, headers=public)  # signed with the secret both replicas share
     with httpx.Client() as browser:
         consent = browser.get(authorize_url(b, client_id))
         assert consent.status_code == 200, consent.text
@@ -70,7 +77,7 @@ async def test_sign_in_started_on_one_replica_finishes_on_the_other(replicas):
     finished = httpx.get(
         f"{a.gateway}/mcp/oauth/callback",
         params=answer,
-        headers={"Host": urlsplit(b.gateway).netloc},
+        headers=public,
     )
     assert finished.status_code == 302, finished.text
     query = parse_qs(urlsplit(finished.headers["location"]).query)
@@ -86,6 +93,6 @@ async def test_sign_in_started_on_one_replica_finishes_on_the_other(replicas):
     tokens = httpx.post(f"{b.gateway}/mcp/oauth/token", data=form)
     assert tokens.status_code == 200, tokens.text
     assert tokens.json()["access_token"]
-    replay = httpx.post(f"{a.gateway}/mcp/oauth/token", data=form)
+    replay = httpx.post(f"{a.gateway}/mcp/oauth/token", data=form, headers=public)
     assert replay.status_code == 400
     assert replay.json()["error"] == "invalid_grant"

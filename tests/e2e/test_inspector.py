@@ -17,12 +17,10 @@ no browser and use a proxy session token of the test's. The npm `oidc-provider`
 from __future__ import annotations
 
 import pytest
-from playwright.async_api import Page, expect
 
 from browser_support import ARTIFACTS
 from inspector_support import (
-    STEP_TIMEOUT_MS,
-    Inspector,
+    broker_sign_in,
     call_add,
     chromium_page,
     gateway_requests,
@@ -48,25 +46,6 @@ def in_order(seen: list[str], expected: list[str]) -> bool:
     return all(line in rest for line in expected)
 
 
-async def sign_in(page: Page, inspector: Inspector, gateway: str, navigations: list[str]) -> None:
-    """Connect, then pass the gateway's consent page and the identity provider's forms."""
-    await page.get_by_role("button", name="Connect", exact=True).click()
-    await page.wait_for_url(f"{gateway}/mcp/oauth/authorize?*")
-    consent = await page.inner_text("body")
-    assert "MCP Inspector" in consent, consent  # the name the Inspector registered
-    assert inspector.ui.removeprefix("http://") in consent, consent  # where it sends the user
-    await page.click("button[name=decision][value=allow]")
-    await page.fill("input[name=login]", "alice")
-    await page.fill("input[name=password]", "any password")
-    await page.click("button[type=submit]")
-    await page.wait_for_selector("input[name=prompt][value=consent]", state="attached")
-    await page.click("button[type=submit]")
-    await expect(page.get_by_text("Connected", exact=True)).to_be_visible(timeout=STEP_TIMEOUT_MS)
-    callbacks = [url for url in navigations if url.startswith(f"{inspector.ui}/oauth/callback?")]
-    assert callbacks, navigations
-    assert "code=" in callbacks[0], callbacks
-
-
 @pytest.mark.parametrize("version", ["0.15.0", "1.0.3"])
 async def test_inspector_signs_in_and_calls_a_tool(version, inspector_broker, logs):
     ARTIFACTS.mkdir(exist_ok=True)
@@ -83,7 +62,7 @@ async def test_inspector_signs_in_and_calls_a_tool(version, inspector_broker, lo
             page.on("framenavigated", lambda frame: navigations.append(frame.url))
             try:
                 await page.goto(inspector.page_url(inspector_broker.mcp))
-                await sign_in(page, inspector, gateway, navigations)
+                await broker_sign_in(page, inspector, gateway, navigations)
                 await call_add(page)
             finally:  # printed by pytest when the test fails
                 print("page:", page.url)

@@ -469,7 +469,7 @@ async def test_a_sign_in_ended_at_keycloak_ends_the_gateway_refresh_token(broker
     assert ended.json() == {"error": "invalid_grant", "error_description": "Session not active"}
     # Keycloak's invalid_grant means its token is gone: so is the gateway's.
     after = client.refresh(tokens["refresh_token"])
-    assert after.json()["error_description"] == "unknown, expired or revoked refresh token"
+    assert after.json()["error_description"].startswith("unknown, expired or revoked refresh token")
 
 
 # --- revocation ------------------------------------------------------------------------------

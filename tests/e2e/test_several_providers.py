@@ -179,11 +179,14 @@ def test_a_login_hint_picks_the_provider_and_is_passed_on(two):
 
 def test_consent_given_at_one_provider_is_not_consent_at_the_other(two):
     """A click on "Allow, sign in with Dev IdP" lets the client act for the Dev IdP account
-    only: the same browser asked for the same client at the Test OP sees the page again."""
-    client_id = register(two)
-    hinted = authorize(two, client_id, login_hint="alice@op.example")  # picks the Test OP
+    only: the same browser asked for the same client at the Test OP sees the page again. (An
+    https client: consent for a loopback one is never remembered at all.)"""
+    web = "https://client.example/cb"
+    client_id = register(two, web)
+    # picks the Test OP
+    hinted = authorize(two, client_id, login_hint="alice@op.example", redirect_uri=web)
     with httpx.Client() as browser:
-        page = browser.get(authorize(two, client_id))
+        page = browser.get(authorize(two, client_id, redirect_uri=web))
         request_id = page.text.split('name="request" value="')[1].split('"')[0]
         allowed = browser.post(
             f"{two.gateway}/mcp/oauth/authorize",

@@ -6,6 +6,8 @@
 //                     aud = the MCP resource URL (RESOURCE) (like provider A).
 // KEY_FILE: a JSON private JWK (RS256) shared with the tests so they can mint edge-case tokens.
 // Users: alice (GROUPS_ALICE, comma separated) and bob (no groups). Any password is accepted.
+// CALLBACK_PATHS (comma separated): more loopback callback paths the client may use, e.g. the
+// Broker callbacks of routes at other paths than /mcp (any port, as for every loopback one).
 import express from 'express';
 import Provider from 'oidc-provider';
 import { readFileSync } from 'node:fs';
@@ -41,7 +43,9 @@ const provider = new Provider(ISSUER, {
     client_id: CLIENT_ID, application_type: 'native', token_endpoint_auth_method: 'none',
     grant_types: ['authorization_code', 'refresh_token', 'client_credentials'], response_types: ['code'],
     redirect_uris: ['http://127.0.0.1/callback', 'http://localhost/callback',
-                    'http://127.0.0.1/mcp/oauth/callback'],
+                    'http://127.0.0.1/mcp/oauth/callback',
+                    ...(process.env.CALLBACK_PATHS ?? '').split(',').filter(Boolean)
+                      .map((path) => `http://127.0.0.1${path}`)],
   }],
   findAccount: async (ctx, id) => ({
     accountId: id,

@@ -4,8 +4,13 @@
 // (incl. SSE progress) → DELETE session.
 // Usage: node ts_client.mjs <mcp url> <username> [password] [sdk1|client2]. Prints JSON.
 // With a fifth argument, a tool that needs a scope the first sign-in did not ask for: the SDK
-// steps up on the gateway's 403 (it asks to authorize again with the union of scopes).
-const [url, username = 'alice', password = 'x', flavour = 'sdk1', stepUp] = process.argv.slice(2);
+// steps up on the gateway's 403 (it asks to authorize again with the union of scopes). With
+// `--again` instead, it then forgets its tokens (not its registration) and signs in once more in
+// the same browser, as after a restart. `met` lists, per sign-in, the pages whose form it filled
+// in ("consent" for the gateway's consent page, the host of each other one).
+const [url, username = 'alice', password = 'x', flavour = 'sdk1', fifth] = process.argv.slice(2);
+const again = fifth === '--again';
+const stepUp = again ? undefined : fifth;
 const v2 = flavour === 'client2';
 const { Client, StreamableHTTPClientTransport, UnauthorizedError } = v2
   ? await import('@modelcontextprotocol/client')
@@ -66,15 +71,26 @@ function submission(html, user) {
   return { action: attribute(form.match(/<form\b[^>]*>/i)[0], 'action'), body };
 }
 
-// Complete the provider's login and consent pages with plain HTTP, keeping cookies (every
-// cookie is sent back: Keycloak marks its cookies Secure even on http://127.0.0.1).
+// One browser for every sign-in: its cookies by host (every cookie is sent back: Keycloak marks
+// its cookies Secure even on http://127.0.0.1).
+const browser = new Map();
+const met = [];
+
+// Complete the gateway's consent page and the provider's login and consent pages with plain
+// HTTP, keeping cookies.
 async function login(start, user) {
-  const jar = new Map();
-  const cookieHeader = () => [...jar].map(([k, v]) => `${k}=${v}`).join('; ');
-  const remember = (res) => {
+  const pages = [];
+  met.push(pages);
+  const jar = (at) => {
+    const host = new URL(at).host;
+    if (!browser.has(host)) browser.set(host, new Map());
+    return browser.get(host);
+  };
+  const cookieHeader = (at) => [...jar(at)].map(([k, v]) => `${k}=${v}`).join('; ');
+  const remember = (res, at) => {
     for (const c of res.headers.getSetCookie()) {
       const [pair] = c.split(';'); const i = pair.indexOf('=');
-      jar.set(pair.slice(0, i), pair.slice(i + 1));
+      jar(at).set(pair.slice(0, i), pair.slice(i + 1));
     }
   };
   let next = start;
@@ -82,21 +98,22 @@ async function login(start, user) {
     if (next.startsWith(REDIRECT.split('/callback')[0])) {
       return Object.fromEntries(new URL(next).searchParams);
     }
-    let res = await fetch(next, { redirect: 'manual', headers: { cookie: cookieHeader() } });
-    remember(res);
+    let res = await fetch(next, { redirect: 'manual', headers: { cookie: cookieHeader(next) } });
+    remember(res, next);
     if (res.status >= 300 && res.status < 400) { next = new URL(res.headers.get('location'), next).toString(); continue; }
     const html = await res.text();
     const form = submission(html, user);
     if (!form?.action) throw new Error(`login page without form (HTTP ${res.status}): ${html.slice(0, 300)}`);
+    pages.push('request' in form.body ? 'consent' : new URL(next).host);
     const target = new URL(form.action, next);
     // What a browser sends with a same-origin form post.
     const sameOrigin = target.origin === new URL(next).origin ? { origin: target.origin } : {};
     res = await fetch(target, {
       method: 'POST', redirect: 'manual', body: new URLSearchParams(form.body),
-      headers: { cookie: cookieHeader(), 'content-type': 'application/x-www-form-urlencoded',
+      headers: { cookie: cookieHeader(target), 'content-type': 'application/x-www-form-urlencoded',
                  ...sameOrigin },
     });
-    remember(res);
+    remember(res, target);
     const location = res.headers.get('location');
     if (!location) {
       const text = await res.text();
@@ -129,10 +146,28 @@ async function stepUpCall(tool) {
   return { stepped: true, scope, result: result.content[0].text };
 }
 
+// Sign in (the SDK sends the user to authorize on the 401), then connect with the tokens.
+async function signIn() {
+  transport = new StreamableHTTPClientTransport(new URL(url), { authProvider: provider });
+  client = new Client({ name: 'gateway-e2e-ts', version: '1.0.0' });
+  try {
+    await client.connect(transport);
+    throw new Error('connected without signing in: the gateway did not ask for a token');
+  } catch (error) {
+    if (!(error instanceof UnauthorizedError)) throw error;
+  }
+  const callback = await login(provider.authorizationUrl, username);
+  if (v2) await transport.finishAuth(new URLSearchParams(callback));
+  else await transport.finishAuth(callback.code);
+  transport = new StreamableHTTPClientTransport(new URL(url), { authProvider: provider });
+  client = new Client({ name: 'gateway-e2e-ts', version: '1.0.0' });
+  await client.connect(transport);
+}
+
 const provider = new MemoryProvider();
 let transport;
 let client;
-const out = { trace };
+const out = { trace, met };
 try {
   transport = new StreamableHTTPClientTransport(new URL(url), { authProvider: provider });
   client = new Client({ name: 'gateway-e2e-ts', version: '1.0.0' });
@@ -171,6 +206,14 @@ try {
   await transport.terminateSession();
   out.terminated = transport.sessionId === undefined;
   await client.close();
+  out.clientIds = [provider.store.client?.client_id];
+  if (again) {  // as after a restart that kept the registration but not the tokens
+    provider.store.tokens = undefined;
+    await signIn();
+    out.againAdd = await client.callTool({ name: 'add', arguments: { a: 2, b: 3 } });
+    out.clientIds.push(provider.store.client?.client_id);
+    await client.close();
+  }
   out.ok = true;
 } catch (error) {
   out.ok = false;

@@ -1,6 +1,11 @@
 """Complete a browser sign-in with plain HTTP: the gateway's consent page, then the identity
 provider's login and consent forms (oidc-provider's, the dev IdP's and real Keycloak's), filled
-in as a person would. Returns the query of the final redirect to the client's callback."""
+in as a person would. Returns the query of the final redirect to the client's callback.
+
+Each sign-in starts in a browser of its own unless given one (`Jar`), which then keeps its
+cookies (the gateway's remembered consent, the provider's session) for the next; `met` lists the
+pages whose form a sign-in filled in: "consent" for the gateway's consent page, the host of each
+other one."""
 
 from __future__ import annotations
 
@@ -60,9 +65,10 @@ def submission(page: str, user: str, password: str, decision: str) -> tuple[str,
     return parser.action, form
 
 
-class _Jar:
-    """Every cookie sent back to the host that set it. Keycloak marks its cookies Secure even on
-    http://127.0.0.1 (a secure context to browsers), which httpx's jar would then hold back."""
+class Jar:
+    """A browser's cookies: every cookie sent back to the host that set it. Keycloak marks its
+    cookies Secure even on http://127.0.0.1 (a secure context to browsers), which httpx's jar
+    would then hold back."""
 
     def __init__(self) -> None:
         self.cookies: dict[str, dict[str, str]] = {}
@@ -79,10 +85,17 @@ class _Jar:
 
 
 async def sign_in(
-    url: str, user: str, password: str, callback: str, decision: str = "allow"
+    url: str,
+    user: str,
+    password: str,
+    callback: str,
+    decision: str = "allow",
+    jar: Jar | None = None,
+    met: list[str] | None = None,
 ) -> dict[str, str]:
     """Follow redirects and submit forms until the browser would land on `callback`."""
-    jar = _Jar()
+    jar = Jar() if jar is None else jar
+    met = [] if met is None else met
     async with httpx.AsyncClient(follow_redirects=False, timeout=20) as browser:
         for _ in range(25):
             if url.startswith(callback):
@@ -98,6 +111,7 @@ async def sign_in(
                     f"sign-in stopped at {url}: HTTP {response.status_code} {response.text[:300]}"
                 )
             action, form = submission(response.text, user, password, decision)
+            met.append("consent" if "request" in form else urlsplit(url).netloc)
             target = urljoin(url, action)
             # What a browser sends with a same-origin form post (the pages' Referrer-Policy
             # is same-origin, so the real origin, not "null").

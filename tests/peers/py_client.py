@@ -1,11 +1,17 @@
 """A real Python MCP client (the `mcp` SDK's OAuth client, 1.x or 2.x) signs in through the
-gateway headlessly and calls a tool. Usage: py_client.py URL USER PASSWORD [STEP_UP_TOOL].
+gateway headlessly and calls a tool. Usage:
+
+    py_client.py URL USER PASSWORD [STEP_UP_TOOL] [--again]
+
 With STEP_UP_TOOL it then calls that tool (with n=1), which needs a scope the first sign-in did
-not ask for: the SDK must step up on the 403 by itself. Prints JSON, with the scope each
-sign-in asked for."""
+not ask for: the SDK must step up on the 403 by itself. With --again it then forgets its tokens
+(not its registration) and signs in once more, in the same browser, as after a restart. Prints
+JSON: the scope each sign-in asked for, the pages each one met ("consent" for the gateway's
+consent page), the client it was after each session."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sys
@@ -14,7 +20,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 sys.path.insert(0, str(Path(__file__).parent))
-from headless_login import sign_in
+from headless_login import Jar, sign_in
 
 MAJOR = int(version("mcp").split(".")[0])
 CALLBACK = "http://127.0.0.1:53999/callback"
@@ -38,12 +44,48 @@ class Memory:
         self.client = info
 
 
-async def main(url: str, user: str, password: str, step_up: str | None = None) -> dict:
+async def session(url: str, oauth, report: dict, step_up: str | None) -> None:
+    """Connect, list the tools, call `add` (and the step-up tool), into `report`."""
+    if MAJOR >= 2:
+        import httpx2
+        from mcp.client import Client
+        from mcp.client.streamable_http import streamable_http_client
+
+        http = httpx2.AsyncClient(auth=oauth, follow_redirects=True, timeout=30)
+        async with http, Client(streamable_http_client(url, http_client=http)) as client:
+            tools = await client.list_tools()
+            called = await client.call_tool("add", {"a": 2, "b": 3})
+            if step_up:
+                stepped = await client.call_tool(step_up, {"n": 1})
+                report["step_up"] = stepped.content[0].text
+    else:
+        from mcp import ClientSession
+        from mcp.client.streamable_http import streamablehttp_client
+
+        async with (
+            streamablehttp_client(url, auth=oauth) as (read, write, _),
+            ClientSession(read, write) as client,
+        ):
+            await client.initialize()
+            tools = await client.list_tools()
+            called = await client.call_tool("add", {"a": 2, "b": 3})
+    report["tools"] = sorted(t.name for t in tools.tools)
+    report["result"] = called.content[0].text
+
+
+async def main(
+    url: str,
+    user: str,
+    password: str,
+    step_up: str | None = None,
+    again: bool = False,
+) -> dict:
     from mcp.client.auth import OAuthClientProvider
     from mcp.shared.auth import OAuthClientMetadata
 
-    report: dict = {"sdk": f"mcp {version('mcp')}"}
+    report: dict = {"sdk": f"mcp {version('mcp')}", "met": []}
     result: dict = {}
+    browser = Jar()  # one browser for every sign-in
 
     async def redirect_handler(authorization_url: str) -> None:
         report["authorize"] = authorization_url.split("?")[0]
@@ -51,7 +93,10 @@ async def main(url: str, user: str, password: str, step_up: str | None = None) -
         report.setdefault("sign_ins", []).append(query.get("scope", [""])[0])
         # Each sign-in's answer replaces the last: an error answer must not leave an old code.
         result.clear()
-        result.update(await sign_in(authorization_url, user, password, CALLBACK))
+        met: list[str] = []
+        report["met"].append(met)
+        answer = await sign_in(authorization_url, user, password, CALLBACK, jar=browser, met=met)
+        result.update(answer)
 
     if MAJOR >= 2:
         from mcp.client.auth import AuthorizationCodeResult
@@ -77,33 +122,27 @@ async def main(url: str, user: str, password: str, step_up: str | None = None) -
         redirect_handler=redirect_handler,
         callback_handler=callback_handler,
     )
+
+    def client_id() -> str | None:
+        return storage.client.client_id if storage.client else None
+
     try:
-        if MAJOR >= 2:
-            import httpx2
-            from mcp.client import Client
-            from mcp.client.streamable_http import streamable_http_client
-
-            http = httpx2.AsyncClient(auth=oauth, follow_redirects=True, timeout=30)
-            async with http, Client(streamable_http_client(url, http_client=http)) as client:
-                tools = await client.list_tools()
-                called = await client.call_tool("add", {"a": 2, "b": 3})
-                if step_up:
-                    stepped = await client.call_tool(step_up, {"n": 1})
-                    report["step_up"] = stepped.content[0].text
-        else:
-            from mcp import ClientSession
-            from mcp.client.streamable_http import streamablehttp_client
-
-            async with (
-                streamablehttp_client(url, auth=oauth) as (read, write, _),
-                ClientSession(read, write) as session,
-            ):
-                await session.initialize()
-                tools = await session.list_tools()
-                called = await session.call_tool("add", {"a": 2, "b": 3})
-        report["tools"] = sorted(t.name for t in tools.tools)
-        report["result"] = called.content[0].text
-        report["client_id"] = storage.client.client_id if storage.client else None
+        await session(url, oauth, report, step_up)
+        report["client_ids"] = [client_id()]
+        if again:  # as after a restart that kept the registration but not the tokens
+            storage.tokens = None
+            oauth = OAuthClientProvider(
+                server_url=url,
+                client_metadata=OAuthClientMetadata(
+                    client_name=f"py-mcp-{MAJOR}", redirect_uris=[CALLBACK]
+                ),
+                storage=storage,
+                redirect_handler=redirect_handler,
+                callback_handler=callback_handler,
+            )
+            await session(url, oauth, report, None)
+            report["client_ids"].append(client_id())
+        report["client_id"] = client_id()
         report["ok"] = True
     except BaseException as exc:  # report every failure, including exception groups
         report["ok"] = False
@@ -116,4 +155,12 @@ async def main(url: str, user: str, password: str, step_up: str | None = None) -
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(*sys.argv[1:5]))))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("user")
+    parser.add_argument("password")
+    parser.add_argument("step_up", nargs="?")
+    parser.add_argument("--again", action="store_true")
+    args = parser.parse_args()
+    report = asyncio.run(main(args.url, args.user, args.password, args.step_up, args.again))
+    print(json.dumps(report))

@@ -26,11 +26,12 @@ SECRET = b"s" * 32
 
 
 def test_signed_client_ids_round_trip_and_resist_tampering():
-    client_id = issue_client_id(SECRET, "Cursor", ["http://127.0.0.1/cb"])
+    client_id = issue_client_id(SECRET, "Cursor", ["http://127.0.0.1/cb"], "route-a")
     client = read_client_id(SECRET, client_id)
     assert client is not None
     assert client.redirect_uris == ("http://127.0.0.1/cb",)
     assert client.name == "Cursor"
+    assert client.route == "route-a"  # signed with the rest: no one can move it elsewhere
     assert read_client_id(b"x" * 32, client_id) is None
     # Two characters changed, whatever they were (one id in 4,096 ends in "zz" already).
     forged = client_id[:-2] + ("AA" if client_id.endswith("zz") else "zz")

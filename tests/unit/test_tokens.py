@@ -165,7 +165,7 @@ def test_secrets_are_compared_in_constant_time(monkeypatch):
     real = hmac.compare_digest
     monkeypatch.setattr(hmac, "compare_digest", lambda a, b: calls.append(1) or real(a, b))
     assert pkce.verify("v" * 50, pkce.s256("v" * 50))
-    client_id = clients.issue_client_id(b"s" * 32, "c", ["http://127.0.0.1/cb"])
+    client_id = clients.issue_client_id(b"s" * 32, "c", ["http://127.0.0.1/cb"], "r")
     assert clients.read_client_id(b"s" * 32, client_id) is not None
     assert len(calls) == 2
 

@@ -1,6 +1,8 @@
 """The Broker's authorization endpoint: a client's request checked (exact redirect URI, PKCE
 S256, scope, resource), then the consent page, or straight on to the provider when this browser
-already allowed the client there. The consent page posts back here (`consent_endpoint`)."""
+already allowed exactly this request at this route (`consent`: never for a redirect URI that
+another program on the device could receive). The consent page posts back here
+(`consent_endpoint`)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from ..oauth_scopes import scope_tokens
 from ..urls import InvalidUri, navigable, parse_redirect_uri, redirect_matches
 from . import consent, pages
 from .clients import BrokerClient
-from .consent_endpoint import answer
+from .consent_endpoint import answer, remembered_as
 from .context import BrokerContext
 from .errors import OAuthError, method_not_allowed
 from .identity import pick_by_hint
@@ -30,11 +32,10 @@ async def authorize(ctx: BrokerContext, scope: Scope, receive: Receive, send: Se
         raise method_not_allowed("GET, POST")
     audit.event(scope, "authorization-request")
     client, pending = await _authorization_request(ctx, scope)
-    consent_name, browser_name, secure = consent.cookie_names(request_origin(scope))
-    secret = await ctx.store.secret()
-    if pending.provider is not None and consent.client_digest(
-        client.client_id, pending.provider
-    ) in consent.read_consent(secret, cookies(scope).get(consent_name)):
+    _, browser_name, secure = consent.cookie_names(request_origin(scope), ctx.route)
+    unattended = consent.unattended_by(pending.redirect_href)
+    if unattended is None and await _remembered(ctx, scope, pending):
+        assert pending.provider is not None  # remembered consent names its provider
         provider = ctx.providers[pending.provider].name
         why = f"consent remembered in this browser; sign-in started at provider {provider}"
         audit.event(scope, "signin-started", detail=why)
@@ -42,7 +43,8 @@ async def authorize(ctx: BrokerContext, scope: Scope, receive: Receive, send: Se
         return
     request_id = secrets.token_urlsafe(24)
     await ctx.state.put_pending(request_id, pending)
-    audit.event(scope, "consent-asked", detail=f"consent asked for scope {pending.scope!r}")
+    never = "" if unattended is None else f" (never remembered for {unattended})"
+    audit.event(scope, "consent-asked", detail=f"consent asked for scope {pending.scope!r}{never}")
     cookie = (
         f"{browser_name}={pending.browser}; Path=/; HttpOnly; SameSite=Lax; "
         f"Max-Age={PENDING_TTL}{secure}"
@@ -60,7 +62,17 @@ async def authorize(ctx: BrokerContext, scope: Scope, receive: Receive, send: Se
         cookie=cookie,
         provider_authorize=[await _authorize_endpoint(ctx, p.index) for p in choices],
         choices=[(p.index, p.name) for p in choices] if len(ctx.providers) > 1 else [],
+        resource=pending.resource,
     )
+
+
+async def _remembered(ctx: BrokerContext, scope: Scope, pending: PendingAuthorization) -> bool:
+    """Whether this browser allowed exactly this request at this route before."""
+    if pending.provider is None:
+        return False  # the user has yet to choose the provider
+    consent_name, _, _ = consent.cookie_names(request_origin(scope), ctx.route)
+    listed = consent.read_consent(await ctx.store.secret(), cookies(scope).get(consent_name))
+    return remembered_as(ctx, pending) in listed
 
 
 async def _authorize_endpoint(ctx: BrokerContext, index: int) -> str | None:
@@ -108,7 +120,7 @@ async def _authorization_request(
             redirect_href=requested.href,
             state=state,
         )
-    _, browser_name, _ = consent.cookie_names(request_origin(scope))
+    _, browser_name, _ = consent.cookie_names(request_origin(scope), ctx.route)
     return client, PendingAuthorization(
         client_id=client.client_id,
         client_name=client.name,

@@ -1,6 +1,7 @@
 """Who may use the broker: clients registered through DCR (the client id is a signed, self-
-contained record of its redirect URIs, so no storage is needed and every replica can check it)
-and Client ID Metadata Documents (the client id is an HTTPS URL, fetched and validated)."""
+contained record of its redirect URIs and of the Broker route it was registered at, so no storage
+is needed and every replica can check it) and Client ID Metadata Documents (the client id is an
+HTTPS URL, fetched and validated; the same client at every route)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ class BrokerClient:
     name: str
     redirect_uris: tuple[str, ...]
     kind: str  # "dcr" or "cimd"
+    # The route key (`binding`) a DCR client was registered at; None for a metadata document
+    # (valid at every route) and for a client id issued before client ids named their route.
+    route: str | None = None
 
 
 class ClientError(OAuthError):
@@ -60,8 +64,9 @@ def _sign(secret: bytes, body: str) -> str:
     return _b64(hmac.new(secret, body.encode(), hashlib.sha256).digest()[:24])
 
 
-def issue_client_id(secret: bytes, name: str, redirect_uris: list[str]) -> str:
-    """A client id that carries (and signs) the client's name and redirect URIs."""
+def issue_client_id(secret: bytes, name: str, redirect_uris: list[str], route: str) -> str:
+    """A client id that carries (and signs) the client's name, redirect URIs and the route key
+    of the Broker route it registered at."""
     # A random part makes every registration its own client (RFC 7591 §3.2.1: unique ids), so
     # what is bound to a client id (codes, refresh tokens) is bound to that registration.
     body = _b64(
@@ -71,6 +76,7 @@ def issue_client_id(secret: bytes, name: str, redirect_uris: list[str]) -> str:
                 "r": redirect_uris,
                 "t": int(time.time()),
                 "i": secrets.token_urlsafe(9),
+                "a": route,
             }
         )
     )
@@ -88,11 +94,15 @@ def read_client_id(secret: bytes, client_id: str) -> BrokerClient | None:
         record = orjson.loads(_unb64(body))
     except (ValueError, orjson.JSONDecodeError):
         return None
+    if not isinstance(record, dict):
+        return None
+    route = record.get("a")
     return BrokerClient(
         client_id=client_id,
         name=str(record.get("n") or "MCP client"),
         redirect_uris=tuple(record.get("r") or ()),
         kind="dcr",
+        route=route if isinstance(route, str) else None,
     )
 
 

@@ -1,5 +1,6 @@
 """The consent page's answer (a POST to the authorization endpoint): the user allowed the client,
-at one provider, or denied it."""
+at one provider, or denied it. An allowed request is remembered in the route's consent cookie
+unless its redirect URI could be received by another program on the device (`consent`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import hmac
 from dataclasses import replace
 
 from .. import audit
-from ..asgi import Receive, Scope, Send, read_body, request_origin
+from ..asgi import Headers, Receive, Scope, Send, read_body, request_origin
 from . import consent
 from .context import BrokerContext
 from .errors import OAuthError
@@ -35,7 +36,7 @@ async def answer(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send)
             "unknown, expired or already answered authorization request; start the sign-in again",
         )
     audit.client(scope, pending.client_id)
-    consent_name, browser_name, secure = consent.cookie_names(request_origin(scope))
+    consent_name, browser_name, secure = consent.cookie_names(request_origin(scope), ctx.route)
     jar = cookies(scope)
     if not hmac.compare_digest(jar.get(browser_name, ""), pending.browser):
         raise OAuthError(
@@ -44,20 +45,35 @@ async def answer(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send)
             "this consent was not given in the browser that started the sign-in; start again",
         )
     pending = _decision(ctx, scope, form.get("decision", ""), pending)
-    secret = await ctx.store.secret()
-    digests = consent.read_consent(secret, jar.get(consent_name))
     assert pending.provider is not None  # a decision that allows names its provider
-    digest = consent.client_digest(pending.client_id, pending.provider)
-    if digest not in digests:
-        digests.append(digest)
-    cookie = (
-        f"{consent_name}={consent.write_consent(secret, digests)}; Path=/; "
-        f"HttpOnly; SameSite=Lax; Max-Age={CONSENT_DAYS * 86400}{secure}"
-    )
+    headers: Headers = []
+    if consent.unattended_by(pending.redirect_href) is None:
+        secret = await ctx.store.secret()
+        digests = consent.read_consent(secret, jar.get(consent_name))
+        digest = remembered_as(ctx, pending)
+        # The most recent last: a cookie full of requests forgets the oldest first.
+        digests = [d for d in digests if d != digest] + [digest]
+        cookie = (
+            f"{consent_name}={consent.write_consent(secret, digests)}; Path=/; "
+            f"HttpOnly; SameSite=Lax; Max-Age={CONSENT_DAYS * 86400}{secure}"
+        )
+        headers.append((b"set-cookie", cookie.encode()))
     provider = ctx.providers[pending.provider].name
     why = f"the user allowed the client; sign-in started at provider {provider}"
     audit.event(scope, "consent-given", detail=why)
-    await to_provider(ctx, scope, send, pending, [(b"set-cookie", cookie.encode())])
+    await to_provider(ctx, scope, send, pending, headers)
+
+
+def remembered_as(ctx: BrokerContext, pending: PendingAuthorization) -> str:
+    """What the route's consent cookie records of this request once it is allowed."""
+    assert pending.provider is not None  # chosen by now
+    return consent.consent_digest(
+        ctx.route,
+        ctx.signin(pending.provider).identity,
+        pending.client_id,
+        pending.redirect_href,
+        pending.scope,
+    )
 
 
 def _decision(

@@ -1,11 +1,14 @@
 """What every Broker endpoint shares: the route's MCP settings, the providers users sign in at,
 the store and the records kept in it, the HTTP session to the providers, and the lookups built
-on them (the issuer, a provider and its metadata, a client, the resource a request is for)."""
+on them (the issuer, a provider and its metadata, a client, the resource a request is for).
+
+A request's handler gets the context bound to the request's route (`at`): its records are the
+route's alone, and its clients are those registered there (see `binding`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -13,6 +16,7 @@ import aiohttp
 from ..asgi import Scope, request_origin
 from ..controlplane.fetch import FetchError
 from ..controlplane.snapshot import CompiledMcp
+from .binding import RouteStore, route_key
 from .clients import BrokerClient, ClientError, MetadataDocuments, read_client_id
 from .errors import OAuthError
 from .identity import SignInProvider
@@ -24,16 +28,20 @@ from .store import BrokerStore
 
 @dataclass(frozen=True, slots=True)
 class BrokerContext:
-    """The Broker of one policy; stateless apart from `store`."""
+    """The Broker of one policy's route; stateless apart from `store`. `route` is the route key
+    of the request it was bound to (`at`), and its records are kept under it."""
 
     mcp: CompiledMcp
     providers: tuple[SignInProvider, ...]
-    store: BrokerStore
+    store: BrokerStore  # shared with other routes: only its secret is used directly
     state: BrokerState
     refresh: RefreshTokens
     revocation: Revocation
     documents: MetadataDocuments
     session: Callable[[], aiohttp.ClientSession | None]
+    policy: str  # the policy's key (`namespace/name`)
+    route: str = ""
+    origin: str = ""  # the gateway's origin as the bound request's client sees it
 
     @classmethod
     def create(
@@ -43,18 +51,34 @@ class BrokerContext:
         store: BrokerStore,
         documents: MetadataDocuments,
         session: Callable[[], aiohttp.ClientSession | None],
+        policy: str,
     ) -> BrokerContext:
-        """A context whose records all live in `store`."""
-        refresh = RefreshTokens(store)
+        """A context for `at` to bind to requests: bound to its route already when the policy
+        names its resource (the key is then known at load time)."""
+        route = route_key(policy, mcp.resource) if mcp.resource else ""
+        refresh = RefreshTokens(RouteStore(store, route))
+        state = BrokerState(refresh.store)
+        revocation = Revocation(refresh.store, refresh)
         return cls(
-            mcp,
-            providers,
-            store,
-            BrokerState(store),
-            refresh,
-            Revocation(store, refresh),
-            documents,
-            session,
+            mcp, providers, store, state, refresh, revocation, documents, session, policy, route
+        )
+
+    def at(self, scope: Scope) -> BrokerContext:
+        """This context bound to the request: to its route's key (its records, its clients)
+        and to the origin its client sees."""
+        origin = request_origin(scope)
+        if self.mcp.resource:
+            return replace(self, origin=origin)
+        route = route_key(self.policy, origin + self.mcp.mcp_path)
+        records = RouteStore(self.store, route)
+        refresh = RefreshTokens(records)
+        return replace(
+            self,
+            state=BrokerState(records),
+            refresh=refresh,
+            revocation=Revocation(records, refresh),
+            route=route,
+            origin=origin,
         )
 
     @property
@@ -113,9 +137,12 @@ class BrokerContext:
             ) from exc
 
     async def client(self, client_id: str) -> BrokerClient:
-        """The client behind a client id: registered here (DCR) or a metadata document URL."""
+        """The client behind a client id: registered at this route (DCR) or a metadata document
+        URL."""
         client = read_client_id(await self.store.secret(), client_id)
         if client is not None:
+            if client.route != self.route:
+                raise ClientError("invalid_client", self._elsewhere(client_id, client.route))
             return client
         if client_id.startswith(("https://", "http://")):
             return await self.documents.resolve(client_id)
@@ -126,6 +153,29 @@ class BrokerContext:
             "use a client metadata document URL)",
         )
 
+    def _elsewhere(self, client_id: str, route: str | None) -> str:
+        """Why a client id this gateway signed is not one of this route's, and the fix."""
+        where = (
+            "was issued by an earlier version of this gateway, before client ids were bound "
+            "to one MCP server"
+            if route is None
+            else "was registered with another MCP server of this gateway, not "
+            f"{self.resource_shown}"
+        )
+        return (
+            f"client_id {client_id[:80]!r} {where}; register again through this server's "
+            f"registration_endpoint {self.origin + self.mcp.registration_path}"
+        )
+
+    @property
+    def resource_shown(self) -> str:
+        """This route's resource, as messages name it."""
+        return self.mcp.resource or self.origin + self.mcp.mcp_path
+
+    def resource(self, scope: Scope) -> str:
+        """The resource this route serves, as the client of this request reads it."""
+        return self.mcp.resource or request_origin(scope) + self.mcp.mcp_path
+
     def target(
         self,
         scope: Scope,
@@ -135,7 +185,7 @@ class BrokerContext:
     ) -> str:
         """The resource a request is for: this route's (RFC 8707; MCP clients MUST send it on
         authorization and token requests, as the protected resource metadata names it)."""
-        expected = self.mcp.resource or request_origin(scope) + self.mcp.mcp_path
+        expected = self.resource(scope)
         if given is not None and given.rstrip("/") != expected.rstrip("/"):
             raise OAuthError(
                 400,

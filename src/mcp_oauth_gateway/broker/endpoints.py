@@ -7,9 +7,12 @@ static client id), and get the gateway's own one-time code with `iss` = the gate
 state, and hands the provider's token response over (with its own refresh token), so `/mcp`
 validates exactly the same JWTs as in facade mode.
 
+Every route is an authorization server of its own, even where several share a host and a store:
+its client ids, consent, codes, states and tokens are its own (`binding`).
+
 This module is the table of paths to handlers, one module per endpoint (`*_endpoint`), all over
-one `BrokerContext`. Handlers answer or raise `OAuthError`; `_guard` writes every error in one
-place.
+one `BrokerContext`, bound to the request's route before the handler sees it. Handlers answer or
+raise `OAuthError`; `_guard` writes every error in one place.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ Handler = Callable[[BrokerContext, Scope, Receive, Send], Awaitable[None]]
 
 
 class Broker:
-    """The broker's endpoints for one policy; stateless apart from `store`."""
+    """The broker's endpoints for one policy's route; stateless apart from `store`. `policy`:
+    the policy's key (`namespace/name`), part of what binds records to the route."""
 
     def __init__(
         self,
@@ -49,8 +53,9 @@ class Broker:
         store: BrokerStore,
         documents: MetadataDocuments,
         session: Callable[[], aiohttp.ClientSession | None],
+        policy: str,
     ):
-        self.context = BrokerContext.create(mcp, providers, store, documents, session)
+        self.context = BrokerContext.create(mcp, providers, store, documents, session, policy)
 
     def routes(self) -> dict[str, ASGIApp]:
         """Path → handler for what MCP clients call (the route's CORS applies)."""
@@ -72,12 +77,13 @@ class Broker:
         }
 
 
-def _guard(ctx: BrokerContext, handler: Handler, page: bool) -> ASGIApp:
+def _guard(unbound: BrokerContext, handler: Handler, page: bool) -> ASGIApp:
     # The pipeline stage that serves the handler, as the audit trail names it.
     stage = "broker-pages" if page else "oauth-endpoints"
 
     async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
         audit.allow(scope, stage)
+        ctx = unbound.at(scope)
         try:
             await handler(ctx, scope, receive, send)
         except OAuthError as exc:

@@ -20,6 +20,13 @@ class SignInProvider:
     # RFC 8707 `resource` goes on to the provider only if it accepts the parameter.
     forwards_resource: bool = True
     login_hint_domains: tuple[str, ...] = ()
+    issuer: str = ""  # its `iss`: remembered consent names it beside the index
+
+    @property
+    def identity(self) -> tuple[int, str]:
+        """What remembered consent names this provider by: its place and its issuer (a policy
+        that reorders its providers does not hand consent given at one to another)."""
+        return self.index, self.issuer
 
 
 def pick_by_hint(providers: tuple[SignInProvider, ...], login_hint: str | None) -> int | None:

@@ -84,9 +84,11 @@ async def send_consent(
     cookie: str,
     provider_authorize: list[str | None],
     choices: list[tuple[int, str]] | None = None,
+    resource: str | None = None,
 ) -> None:
-    """Ask the user whether this client may sign in through the gateway (and, with several
-    identity providers in `choices`, at which one: one Allow button each)."""
+    """Ask the user whether this client may sign in through the gateway to the MCP server
+    `resource` (and, with several identity providers in `choices`, at which one: one Allow
+    button each)."""
     origin = origin_of(redirect_href)
     host = origin.partition("://")[2] if origin else redirect_href
     published = origin_of(client.client_id) if client.kind == "cimd" else None
@@ -97,10 +99,12 @@ async def send_consent(
         else "<p>This client registered itself with the gateway.</p>"
     )
     items = "".join(f"<li>{shown(s)}</li>" for s in scopes) or "<li>(no scopes)</li>"
+    # Several MCP servers may share the gateway's host: the page names the one it is for.
+    server = f"<p>MCP server: <span class=host>{escape(resource)}</span></p>" if resource else ""
     name = shown(client.name)
     body = _html(
         f"Allow {name}?",
-        f"<h1>Allow <b>{name}</b> to use this MCP server?</h1>"
+        f"<h1>Allow <b>{name}</b> to use this MCP server?</h1>{server}"
         f"{where}<p>After you sign in, you will be sent back to "
         f"<span class=host>{escape(host)}</span>.</p><p>It asks for:</p><ul>{items}</ul>"
         f'<form method="post" action="{escape(action)}">'

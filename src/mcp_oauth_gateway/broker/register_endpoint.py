@@ -1,5 +1,5 @@
 """The Broker's dynamic client registration (RFC 7591): public clients only, each given a
-client id that carries its redirect URIs."""
+client id that carries its redirect URIs and the route it is valid at."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ async def register(ctx: BrokerContext, scope: Scope, receive: Receive, send: Sen
     uris = [str(u) for u in redirect_uris] if isinstance(redirect_uris, list) else []
     given = metadata.get("client_name")
     name = given if isinstance(given, str) else "MCP client"
-    client_id = issue_client_id(await ctx.store.secret(), name, uris)
+    client_id = issue_client_id(await ctx.store.secret(), name, uris, ctx.route)
     audit.event(
         scope,
         "client-registered",

@@ -45,6 +45,9 @@ async def token(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) 
 
 
 async def _redeem(ctx: BrokerContext, form: dict[str, str]) -> tuple[dict[str, Any], int]:
+    # A client of this route's (invalid_client naming the fix for one registered elsewhere),
+    # checked before the code is used up.
+    await ctx.client(form.get("client_id", ""))
     issued = await ctx.state.take_code(form.get("code", ""))
     if issued is None:
         raise OAuthError(
@@ -125,7 +128,12 @@ async def _claim(
             "once; using it again revokes the sign-in (sign in again)",
         ) from exc
     if grant is None:
-        raise OAuthError(400, "invalid_grant", "unknown, expired or revoked refresh token")
+        raise OAuthError(
+            400,
+            "invalid_grant",
+            "unknown, expired or revoked refresh token (a refresh token is used at the token "
+            "endpoint of the MCP server that issued it); sign in again",
+        )
     audit.acting_user(scope, grant.user)  # the provider's answer may name them again
     if not hmac.compare_digest(grant.client_id, client_id):
         await ctx.refresh.put_back(grant)

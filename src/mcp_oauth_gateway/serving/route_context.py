@@ -103,6 +103,7 @@ class RouteContext:
             self.shared.brokers.store(policy.mcp.redis_url),
             self.shared.brokers.documents,
             lambda: control.session,
+            policy.key,
         )
 
     def sign_in_providers(self, policy: CompiledPolicy) -> tuple[SignInProvider, ...]:
@@ -120,6 +121,7 @@ class RouteContext:
                     if provider.kind
                     else True,
                     login_hint_domains=provider.login_hint_domains,
+                    issuer=provider.issuer,
                 )
             )
         return tuple(out)

@@ -1,8 +1,9 @@
 """A Broker in process, and a client walking its OAuth flow one step at a time.
 
-`Rig` is the Broker of one route (`/mcp` on http://gw.test, resource http://gw.test/mcp) with a
-memory store, driven through the stage harness: every request goes to the handler its
-`routes()`/`pages()` table names for the path, as the serving pipeline would send it. Its
+`Rig` is the Broker of one route (`/mcp` on http://gw.test, resource http://gw.test/mcp, policy
+`default/unit`) with a memory store, driven through the stage harness: every request goes to the
+handler its `routes()`/`pages()` table names for the path, as the serving pipeline would send it.
+`Rig.beside` is another policy's Broker route on the same host and store (another tenant's). Its
 identity providers are `Provider`, an aiohttp app on loopback in this process (token and
 revocation endpoints that record each form and answer what a test queued), reached through a
 real aiohttp session, and `Discovery`, their metadata. The helpers after it take one step of the
@@ -25,7 +26,9 @@ from aiohttp import web
 
 from mcp_oauth_gateway import pkce
 from mcp_oauth_gateway.asgi import AUDIT_KEY
+from mcp_oauth_gateway.broker import consent
 from mcp_oauth_gateway.broker.clients import MetadataDocuments
+from mcp_oauth_gateway.broker.context import BrokerContext
 from mcp_oauth_gateway.broker.endpoints import Broker
 from mcp_oauth_gateway.broker.identity import SignInProvider
 from mcp_oauth_gateway.broker.store import MemoryStore
@@ -43,6 +46,9 @@ CALLBACK = "/mcp/oauth/callback"
 TOKEN = "/mcp/oauth/token"
 REVOKE = "/mcp/oauth/revoke"
 REDIRECT = "http://127.0.0.1:47001/cb"
+# A redirect URI only the client receives (consent for it may be remembered).
+WEB_REDIRECT = "https://client.example/cb"
+POLICY = "default/unit"
 VERIFIER = "v" * 64
 IDP_ISSUER = "http://idp.test/realms/r"
 FORM = (b"content-type", b"application/x-www-form-urlencoded")
@@ -85,6 +91,21 @@ class Provider:
         status, body = self.token_answers.pop(0) if self.token_answers else (200, default)
         return answered(status, body)
 
+    @property
+    def document_client(self) -> str:
+        """The client id of the Client ID Metadata Document served beside the endpoints."""
+        return self.base + "/client.json"
+
+    async def document(self, request: web.Request) -> web.Response:
+        """A client's metadata document (valid at every route, unlike a registered client)."""
+        return web.json_response(
+            {
+                "client_id": self.document_client,
+                "client_name": "Document client",
+                "redirect_uris": [REDIRECT, WEB_REDIRECT],
+            }
+        )
+
     async def revoke(self, request: web.Request) -> web.Response:
         self.revocations.append(dict(parse_qsl(await request.text())))
         status, body = self.revocation_answers.pop(0) if self.revocation_answers else (200, {})
@@ -103,10 +124,15 @@ def answered(status: int, body: Any) -> web.Response:
     return web.json_response(body, status=status)
 
 
+def provider_issuer(index: int) -> str:
+    """Provider `index`'s issuer."""
+    return IDP_ISSUER if index == 0 else f"http://idp{index}.test"
+
+
 def provider_document(index: int, base: str) -> dict[str, Any]:
     """Provider `index`'s metadata: its own sign-in page, the shared loopback endpoints."""
     return {
-        "issuer": IDP_ISSUER if index == 0 else f"http://idp{index}.test",
+        "issuer": provider_issuer(index),
         "authorization_endpoint": f"http://idp{index}.test/authorize",
         "token_endpoint": base + "/token",
         "revocation_endpoint": base + "/revoke",
@@ -127,6 +153,30 @@ class Rig:
         table = {**self.broker.routes(), **self.broker.pages()}
         return await drive(table[path], method, path, **request)
 
+    @property
+    def paths(self) -> Any:
+        """The Broker's context, for its paths (`authorize_path`, `token_path`…)."""
+        return self.broker.context
+
+    @property
+    def resource(self) -> str:
+        """The route's resource."""
+        return self.broker.context.mcp.resource or ORIGIN + self.broker.context.mcp.mcp_path
+
+    def context(self) -> BrokerContext:
+        """The Broker's context bound to a request of this rig's route, as handlers get it."""
+        return self.broker.context.at({"headers": [(b"host", b"gw.test")], "scheme": "http"})
+
+    def beside(self, policy: str, mcp_path: str = "/mcp", resource: str | None = None) -> Rig:
+        """Another Broker route on the same host, store and providers: policy `policy` serving
+        `mcp_path` (its resource `resource`, or the route's own URL when None)."""
+        context = self.broker.context
+        mcp = dataclasses.replace(context.mcp, mcp_path=mcp_path, resource=resource)
+        broker = Broker(
+            mcp, context.providers, context.store, context.documents, context.session, policy
+        )
+        return dataclasses.replace(self, broker=broker)
+
     async def post_form(self, path: str, form: dict[str, str], **request: Any) -> Response:
         """A form POST (what clients send to the token and revocation endpoints)."""
         headers = [FORM, *request.pop("headers", ())]
@@ -139,11 +189,15 @@ async def started_rig(
     names: Sequence[str] = ("Provider",),
     forwards_resource: bool = True,
     domains: Sequence[tuple[str, ...]] = (),
+    local_documents: bool = False,
 ) -> AsyncIterator[Rig]:
     """A Broker signing users in at one provider per name (`domains` their login_hint
-    domains), with the stand-in provider listening on loopback until the block ends."""
+    domains), with the stand-in provider listening on loopback until the block ends.
+    `local_documents`: client metadata documents may be fetched from loopback (the stand-in
+    serves one, `Provider.document_client`)."""
     provider = Provider()
     app = web.Application()
+    app.router.add_get("/client.json", provider.document)
     app.router.add_post("/token", provider.token)
     app.router.add_post("/revoke", provider.revoke)
     runner = web.AppRunner(app)
@@ -160,17 +214,18 @@ async def started_rig(
             discovery=discoveries[i],  # type: ignore[arg-type]
             forwards_resource=forwards_resource,
             login_hint_domains=domains[i] if i < len(domains) else (),
+            issuer=provider_issuer(i),
         )
         for i, name in enumerate(names)
     )
     store = MemoryStore()
-    documents = MetadataDocuments(allow_private=False)
+    documents = MetadataDocuments(allow_private=local_documents)
     mcp = dataclasses.replace(
         compiled_mcp("Keycloak"), mode="Broker", scopes_supported=("openid", "profile")
     )
     session = aiohttp.ClientSession()
     try:
-        broker = Broker(mcp, signins, store, documents, lambda: session)
+        broker = Broker(mcp, signins, store, documents, lambda: session, POLICY)
         yield Rig(broker, store, provider, discoveries)
     finally:
         await session.close()
@@ -198,6 +253,11 @@ def redirected(response: Response) -> tuple[str, dict[str, str]]:
     return parts._replace(query="").geturl(), dict(parse_qsl(parts.query))
 
 
+def consent_cookie(rig: Rig) -> str:
+    """The name of the rig's route's consent cookie."""
+    return consent.cookie_names(ORIGIN, rig.context().route)[0]
+
+
 def cookie_value(response: Response, name: str) -> str:
     """The value the response sets for cookie `name`."""
     for value in (v.decode() for k, v in response.headers if k == b"set-cookie"):
@@ -209,10 +269,14 @@ def cookie_value(response: Response, name: str) -> str:
 # --- one step of the flow each ---------------------------------------------------------------
 
 
-async def register(rig: Rig, redirect: str = REDIRECT, name: str = "Unit client") -> str:
-    """A client registered through the Broker's DCR endpoint: its client id."""
-    body = orjson.dumps({"client_name": name, "redirect_uris": [redirect]})
-    response = await rig.call("POST", REGISTRATION, body=body)
+async def register(
+    rig: Rig, redirect: str | list[str] = REDIRECT, name: str = "Unit client"
+) -> str:
+    """A client registered through the Broker's DCR endpoint (with one redirect URI or a
+    list): its client id."""
+    uris = [redirect] if isinstance(redirect, str) else redirect
+    body = orjson.dumps({"client_name": name, "redirect_uris": uris})
+    response = await rig.call("POST", rig.paths.mcp.registration_path, body=body)
     assert response.status == 201, response.body
     return str(response.json()["client_id"])
 
@@ -236,9 +300,9 @@ def authorize_query(client_id: str, **changes: str | None) -> bytes:
 async def authorize(rig: Rig, client_id: str, cookie: str = "", **changes: str | None) -> Response:
     """The browser opening the client's authorization URL (with `cookie`, if any)."""
     headers = [(b"cookie", cookie.encode())] if cookie else []
-    return await rig.call(
-        "GET", AUTHORIZE, query=authorize_query(client_id, **changes), headers=headers
-    )
+    changes.setdefault("resource", rig.resource)
+    query = authorize_query(client_id, **changes)
+    return await rig.call("GET", rig.paths.authorize_path, query=query, headers=headers)
 
 
 def request_id(consent_page: Response) -> str:
@@ -265,7 +329,9 @@ async def answer(
     """The consent form posted from the gateway's page in the browser holding `browser`."""
     cookie = (b"cookie", f"mcp-authz={browser}".encode())
     return await rig.post_form(
-        AUTHORIZE, {"request": request, "decision": decision}, headers=[*headers, cookie]
+        rig.paths.authorize_path,
+        {"request": request, "decision": decision},
+        headers=[*headers, cookie],
     )
 
 
@@ -278,12 +344,13 @@ async def at_provider(rig: Rig, client_id: str, **changes: str | None) -> dict[s
 
 async def come_back(rig: Rig, **params: str) -> Response:
     """The provider sending the browser back to the gateway with `params`."""
-    return await rig.call("GET", CALLBACK, query=urlencode(params).encode())
+    return await rig.call("GET", rig.paths.callback_path, query=urlencode(params).encode())
 
 
-async def client_code(rig: Rig, client_id: str) -> str:
-    """The gateway's one-time code for a complete, allowed sign-in."""
-    upstream = await at_provider(rig, client_id)
+async def client_code(rig: Rig, client_id: str, **changes: str | None) -> str:
+    """The gateway's one-time code for a complete, allowed sign-in (`changes` to its
+    authorization request)."""
+    upstream = await at_provider(rig, client_id, **changes)
     response = await come_back(rig, state=upstream["state"], code="upstream-code", iss=IDP_ISSUER)
     _, params = redirected(response)
     return params["code"]
@@ -297,10 +364,10 @@ async def redeem(rig: Rig, client_id: str, code: str, /, **changes: str) -> Resp
         "code": code,
         "redirect_uri": REDIRECT,
         "code_verifier": VERIFIER,
-        "resource": RESOURCE,
+        "resource": rig.resource,
         **changes,
     }
-    return await rig.post_form(TOKEN, form)
+    return await rig.post_form(rig.paths.token_path, form)
 
 
 async def signed_in(rig: Rig) -> tuple[str, dict[str, Any]]:
@@ -318,4 +385,10 @@ async def refresh(
     record, when the test reads what its line would say."""
     form = {"grant_type": "refresh_token", "client_id": client_id, "refresh_token": token}
     request = {} if audited is None else {"scope": {AUDIT_KEY: audited}}
-    return await rig.post_form(TOKEN, {**form, **changes}, **request)
+    return await rig.post_form(rig.paths.token_path, {**form, **changes}, **request)
+
+
+async def revoke(rig: Rig, client_id: str, token: str, **changes: str) -> Response:
+    """The client revoking `token` (RFC 7009)."""
+    form = {"client_id": client_id, "token": token, **changes}
+    return await rig.post_form(rig.paths.revoke_path, form)

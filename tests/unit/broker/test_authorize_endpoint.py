@@ -1,21 +1,27 @@
 """The Broker's authorization endpoint, GET (`broker/authorize_endpoint.py`): a request checked,
-then the consent page or, when this browser already allowed the client, straight on to the
-provider. Until the redirect URI is known to be the client's, errors are answered in place;
-after that they go back to the client with `iss` (RFC 9207) and the client's state."""
+then the consent page or, when this browser already allowed exactly this request (client,
+redirect URI, set of scopes, provider, route) for a redirect URI only the client receives,
+straight on to the provider. Until the redirect URI is known to be the client's, errors are
+answered in place; after that they go back to the client with `iss` (RFC 9207) and the client's
+state."""
 
 from __future__ import annotations
 
 import pytest
 
+from mcp_oauth_gateway.broker import consent
+from mcp_oauth_gateway.broker.consent_endpoint import remembered_as
 from mcp_oauth_gateway.broker.state import PENDING_TTL
 
 from .broker_support import (
     AUTHORIZE,
     REDIRECT,
+    WEB_REDIRECT,
     Rig,
     answer,
     authorize,
     authorize_query,
+    consent_cookie,
     consent_page,
     cookie_value,
     error_of,
@@ -44,10 +50,11 @@ async def test_a_valid_request_is_answered_with_the_consent_page(rig: Rig):
     )
     text = page.body.decode()
     assert "<b>Inspector</b>" in text
+    assert "MCP server: <span class=host>http://gw.test/mcp</span>" in text  # which one
     assert f'action="{AUTHORIZE}"' in text
     assert "<li>openid</li><li>profile</li>" in text
     assert 'value="allow"' in text  # one provider: nothing to choose
-    pending = await rig.broker.context.state.take_pending(request_id(page))
+    pending = await rig.context().state.take_pending(request_id(page))
     assert pending is not None
     assert (pending.client_id, pending.redirect_uri, pending.state) == (
         client_id,
@@ -63,28 +70,90 @@ async def test_a_valid_request_is_answered_with_the_consent_page(rig: Rig):
 
 async def test_no_scope_asks_for_every_supported_one(rig: Rig):
     request, _ = await consent_page(rig, await register(rig), scope=None)
-    pending = await rig.broker.context.state.take_pending(request)
+    pending = await rig.context().state.take_pending(request)
     assert pending is not None
     assert pending.scope == "openid profile"
 
 
-async def test_a_browser_that_allowed_the_client_goes_straight_to_the_provider(rig: Rig):
-    client_id = await register(rig)
-    request, browser = await consent_page(rig, client_id)
-    consented = cookie_value(await answer(rig, request, browser), "mcp-consent")
-    again = await authorize(rig, client_id, cookie=f"mcp-authz={browser}; mcp-consent={consented}")
-    where, params = redirected(again)
-    assert where == "http://idp0.test/authorize"
-    assert params["client_id"] == "gateway-at-0"
-    assert again.header(b"set-cookie") is None
-    # Another client, or a tampered cookie, is asked again.
-    other = await authorize(rig, await register(rig), cookie=f"mcp-consent={consented}")
-    assert other.status == 200
+async def test_a_browser_that_allowed_exactly_this_request_goes_straight_to_the_provider(
+    rig: Rig,
+):
+    client_id = await register(rig, [WEB_REDIRECT, WEB_REDIRECT + "2"])
+    web = {"redirect_uri": WEB_REDIRECT}
+    request, browser = await consent_page(rig, client_id, **web)
+    name = consent_cookie(rig)
+    consented = (
+        f"mcp-authz={browser}; {name}={cookie_value(await answer(rig, request, browser), name)}"
+    )
+    for scope in ("openid profile", "profile openid", "openid profile openid"):  # one set
+        again = await authorize(rig, client_id, cookie=consented, scope=scope, **web)
+        where, params = redirected(again)
+        assert where == "http://idp0.test/authorize"
+        assert params["client_id"] == "gateway-at-0"
+        assert again.header(b"set-cookie") is None
+    # Anything else is asked again: a wider or a narrower set of scopes (no scope: every
+    # supported one, here the same set), another redirect URI, another client.
+    asked = [
+        await authorize(rig, client_id, cookie=consented, scope="openid profile email", **web),
+        await authorize(rig, client_id, cookie=consented, scope="openid", **web),
+        await authorize(rig, client_id, cookie=consented, redirect_uri=WEB_REDIRECT + "2"),
+        await authorize(rig, await register(rig, WEB_REDIRECT), cookie=consented, **web),
+    ]
+    assert [page.status for page in asked] == [200] * 4
+    assert (await authorize(rig, client_id, cookie=consented, scope=None, **web)).status == 302
     # The signature is hex: its last digit changed (to "0", or from "0" to "1": a cookie
     # ending in "0" kept as it was would not be tampered at all, one run in sixteen).
     forged = consented[:-1] + ("1" if consented.endswith("0") else "0")
-    tampered = await authorize(rig, client_id, cookie=f"mcp-consent={forged}")
+    tampered = await authorize(rig, client_id, cookie=forged, **web)
     assert tampered.status == 200
+
+
+@pytest.mark.parametrize(
+    "redirect",
+    [
+        "http://127.0.0.1:47001/cb",
+        "http://localhost:47001/cb",
+        "http://[::1]:47001/cb",
+        "https://127.0.0.1:8443/cb",
+        "https://app.localhost/cb",
+        "https://[::ffff:7f00:1]/cb",
+        "com.example.app:/cb",
+    ],
+)
+async def test_consent_for_a_redirect_another_program_could_receive_is_asked_every_time(
+    rig: Rig, redirect: str
+):
+    client_id = await register(rig, redirect)
+    page = await authorize(rig, client_id, redirect_uri=redirect)
+    context = rig.context()
+    pending = await context.state.take_pending(request_id(page))
+    assert pending is not None
+    # A cookie listing this very request, as the gateway would write it for an https client
+    # (the control: the same cookie for an https redirect is remembered).
+    cookie = f"{consent_cookie(rig)}=" + consent.write_consent(
+        await rig.store.secret(), [remembered_as(context, pending)]
+    )
+    again = await authorize(rig, client_id, cookie=cookie, redirect_uri=redirect)
+    assert again.status == 200, again.headers
+    request, browser = await consent_page(rig, client_id, redirect_uri=redirect)
+    allowed = await answer(rig, request, browser)
+    assert redirected(allowed)[0] == "http://idp0.test/authorize"
+    assert allowed.header(b"set-cookie") is None  # nothing remembered
+
+
+async def test_a_cookie_listing_an_https_request_is_read(rig: Rig):
+    """The control of the test above: the same forged-by-the-gateway cookie for an https
+    redirect URI skips the page."""
+    client_id = await register(rig, WEB_REDIRECT)
+    page = await authorize(rig, client_id, redirect_uri=WEB_REDIRECT)
+    context = rig.context()
+    pending = await context.state.take_pending(request_id(page))
+    assert pending is not None
+    cookie = f"{consent_cookie(rig)}=" + consent.write_consent(
+        await rig.store.secret(), [remembered_as(context, pending)]
+    )
+    again = await authorize(rig, client_id, cookie=cookie, redirect_uri=WEB_REDIRECT)
+    assert again.status == 302
 
 
 async def test_an_unknown_client_is_answered_in_place(rig: Rig):

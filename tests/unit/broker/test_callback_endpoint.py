@@ -37,7 +37,7 @@ async def test_the_client_gets_the_gateways_code_for_the_providers_tokens(rig: R
         "redirect_uri": "http://gw.test/mcp/oauth/callback",
         "resource": "http://gw.test/mcp",
     }
-    issued = await rig.broker.context.state.take_code(code)
+    issued = await rig.context().state.take_code(code)
     assert issued is not None
     assert (issued.client_id, issued.redirect_uri) == (client_id, REDIRECT)
     assert issued.tokens["access_token"] == "provider-at-1"

@@ -1,7 +1,8 @@
 """The consent page's answer, a POST to the authorization endpoint
 (`broker/consent_endpoint.py`): allowed, the browser goes on to the provider with the gateway's
-own PKCE and state and the consent is remembered; denied, it goes back to the client. Forms from
-other sites, other browsers and answered requests are refused before anything is used up."""
+own PKCE and state and the consent is remembered in the route's cookie (unless the redirect URI
+could be received by another program on the device); denied, it goes back to the client. Forms
+from other sites, other browsers and answered requests are refused before anything is used up."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from mcp_oauth_gateway import pkce
 
 from .broker_support import (
     REDIRECT,
+    WEB_REDIRECT,
     Rig,
     answer,
+    consent_cookie,
     consent_page,
     cookie_value,
     error_of,
@@ -21,7 +24,10 @@ from .broker_support import (
 
 
 async def test_allowing_sends_the_browser_to_the_provider_as_the_gateways_client(rig: Rig):
-    request, browser = await consent_page(rig, await register(rig), login_hint="alice")
+    client_id = await register(rig, WEB_REDIRECT)
+    request, browser = await consent_page(
+        rig, client_id, login_hint="alice", redirect_uri=WEB_REDIRECT
+    )
     response = await answer(rig, request, browser)
     where, params = redirected(response)
     assert where == "http://idp0.test/authorize"
@@ -36,14 +42,23 @@ async def test_allowing_sends_the_browser_to_the_provider_as_the_gateways_client
         "resource": "http://gw.test/mcp",
         "login_hint": "alice",
     }
-    upstream = await rig.broker.context.state.take_upstream(state)
+    upstream = await rig.context().state.take_upstream(state)
     assert upstream is not None
     assert pkce.s256(upstream.verifier) == challenge
     assert upstream.callback == "http://gw.test/mcp/oauth/callback"
-    consented = cookie_value(response, "mcp-consent")
+    name = consent_cookie(rig)
+    assert name == f"mcp-consent-{rig.context().route[:16]}"  # the route's own cookie
+    consented = cookie_value(response, name)
     assert response.header(b"set-cookie") == (
-        f"mcp-consent={consented}; Path=/; HttpOnly; SameSite=Lax; Max-Age=2592000".encode()
+        f"{name}={consented}; Path=/; HttpOnly; SameSite=Lax; Max-Age=2592000".encode()
     )
+
+
+async def test_allowing_a_loopback_client_remembers_nothing(rig: Rig):
+    request, browser = await consent_page(rig, await register(rig))  # http://127.0.0.1:47001
+    response = await answer(rig, request, browser)
+    assert redirected(response)[0] == "http://idp0.test/authorize"
+    assert response.header(b"set-cookie") is None
 
 
 async def test_the_resource_is_kept_from_a_provider_that_does_not_take_it():

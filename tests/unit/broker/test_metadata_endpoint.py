@@ -48,7 +48,9 @@ async def test_the_origin_is_the_one_the_client_used_behind_a_trusted_proxy(rig:
 async def test_no_scopes_supported_is_advertised_when_the_route_names_none(rig: Rig):
     context = rig.broker.context
     mcp = dataclasses.replace(context.mcp, scopes_supported=())
-    broker = Broker(mcp, context.providers, context.store, context.documents, context.session)
+    broker = Broker(
+        mcp, context.providers, context.store, context.documents, context.session, context.policy
+    )
     rig = dataclasses.replace(rig, broker=broker)
     assert "scopes_supported" not in (await rig.call("GET", ASM)).json()
 

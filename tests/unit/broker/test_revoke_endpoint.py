@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from .broker_support import REVOKE, Rig, error_of, refresh, register, signed_in
-
-
-async def revoke(rig: Rig, client_id: str, token: str, **changes: str):
-    return await rig.post_form(REVOKE, {"client_id": client_id, "token": token, **changes})
+from .broker_support import REVOKE, Rig, error_of, refresh, register, revoke, signed_in
 
 
 async def test_revoking_a_refresh_token_revokes_the_providers_at_the_provider(rig: Rig):
@@ -26,7 +22,8 @@ async def test_revoking_a_refresh_token_revokes_the_providers_at_the_provider(ri
     assert error_of(await refresh(rig, client_id, tokens["refresh_token"])) == (
         400,
         "invalid_grant",
-        "unknown, expired or revoked refresh token",
+        "unknown, expired or revoked refresh token (a refresh token is used at the token "
+        "endpoint of the MCP server that issued it); sign in again",
     )
 
 

@@ -66,7 +66,7 @@ async def test_an_expired_code_is_refused(rig: Rig, monkeypatch: pytest.MonkeyPa
 @pytest.mark.parametrize(
     ("changes", "description"),
     [
-        ({"client_id": "another"}, "the code was issued to another client"),
+        ({"client_id": "another registered client"}, "the code was issued to another client"),
         (
             {"redirect_uri": REDIRECT + "/other"},
             "redirect_uri does not match the authorization request",
@@ -84,6 +84,8 @@ async def test_an_expired_code_is_refused(rig: Rig, monkeypatch: pytest.MonkeyPa
 async def test_a_code_presented_wrongly_is_refused_and_used_up(rig: Rig, changes, description):
     client_id = await register(rig)
     code = await client_code(rig, client_id)
+    if "client_id" in changes:
+        changes = {"client_id": await register(rig)}
     assert error_of(await redeem(rig, client_id, code, **changes)) == (
         400,
         "invalid_grant",
@@ -151,7 +153,8 @@ async def test_a_rotated_away_token_coming_back_revokes_the_sign_in(rig: Rig):
     assert error_of(await refresh(rig, client_id, rotated["refresh_token"])) == (
         400,
         "invalid_grant",
-        "unknown, expired or revoked refresh token",
+        "unknown, expired or revoked refresh token (a refresh token is used at the token "
+        "endpoint of the MCP server that issued it); sign in again",
     )
     assert len(rig.provider.tokens) == 2  # the code exchange and the one good refresh
 
@@ -244,7 +247,8 @@ async def test_the_providers_invalid_grant_is_passed_on_and_ends_the_token(rig: 
     assert error_of(await refresh(rig, client_id, tokens["refresh_token"])) == (
         400,
         "invalid_grant",
-        "unknown, expired or revoked refresh token",
+        "unknown, expired or revoked refresh token (a refresh token is used at the token "
+        "endpoint of the MCP server that issued it); sign in again",
     )
 
 
