@@ -4,9 +4,10 @@ ReferenceGrant permits, and how a Service reference becomes an address in the cl
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..resources.models import Gateway, GatewayClass, ReferenceGrant, Service
+from .cluster_secrets import ClusterSecrets
 from .objects import Entry
 
 CONTROLLER_NAME = "mcp-oauth-gateway.dev/gateway-controller"
@@ -21,6 +22,10 @@ class Cluster:
     # The Service objects given are all the cluster has (so a missing one is missing); False
     # when the server does not serve Services or the controller may not read them.
     services_listed: bool = False
+    # Where policies' secrets may come from (controlplane/secret_sources.py): files only under
+    # `--secret-files-dir`/<namespace>/ (None: none), and the Secrets the controller read.
+    secret_files_dir: str | None = None
+    secrets: ClusterSecrets = field(default_factory=ClusterSecrets)
 
 
 def our_classes(classes: Mapping[str, Entry[GatewayClass]], cluster: Cluster) -> frozenset[str]:

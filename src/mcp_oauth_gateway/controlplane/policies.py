@@ -36,6 +36,7 @@ from .keys import parse_jwks
 from .mcp_settings import PROVIDERS_PATH, compile_mcp, several_providers_problems
 from .objects import Entry
 from .scopes import compile_scopes
+from .secret_sources import SecretScope
 from .snapshot import (
     CompiledAuthorization,
     CompiledCredentials,
@@ -277,7 +278,7 @@ def compile_claim_rules(
 
 
 def backend_credentials(
-    policy: GatewayPolicy, problems: list[str]
+    policy: GatewayPolicy, problems: list[str], refs: References
 ) -> tuple[CompiledCredentials | None, tuple[tuple[str, CompiledCredentials], ...]]:
     """What the backend receives in place of the caller's token (the default, and per target);
     it needs a verified token."""
@@ -295,7 +296,10 @@ def backend_credentials(
             "what the backend receives; keep credentials (forwardToken is credentials: "
             "{passthrough: true})"
         )
-    return compile_credentials(spec, problems), compile_target_credentials(spec, problems)
+    scope = SecretScope(policy.metadata.namespace, refs.cluster, refs.grants)
+    return compile_credentials(spec, problems, scope), compile_target_credentials(
+        spec, problems, scope
+    )
 
 
 def compile_authentication(
@@ -346,7 +350,7 @@ def compile_policy(
     mcp_authorization, scopes = compile_claim_rules(policy, problems)
     transformation = compile_transformation(traffic.transformation, jwt_spec is not None, problems)
     rate_limit = compile_rate_limit(traffic.rate_limit, problems)
-    credentials, target_credentials = backend_credentials(policy, problems)
+    credentials, target_credentials = backend_credentials(policy, problems, refs)
     issuer_problems(policy, problems)
     # Last: every problem above must be in it, or an invalid policy would be served.
     invalid = None
