@@ -132,11 +132,12 @@ def _cluster_options(
     """Controller mode's settings; Refused naming a bad flag."""
     from ..controlplane.cluster import Cluster
     from ..kube.client import ConnectError, check_kubeconfig
-    from ..kube.options import controller_options, replicas
+    from ..kube.options import controller_options, replicas, secret_files_dir
 
     try:
         controller = controller_options(args)
         count = replicas(args)
+        files_dir = secret_files_dir(args)
         if controller.kubeconfig is not None:
             check_kubeconfig(controller.kubeconfig)
     except (ValueError, ConnectError) as exc:
@@ -149,7 +150,9 @@ def _cluster_options(
         if count
         else "several replicas (controller mode; give --replicas 1 if only one serves)",
         default_redis_hint=f"set {REDIS_ENV}",
-        cluster=Cluster(controller.controller_name, controller.cluster_domain),
+        cluster=Cluster(
+            controller.controller_name, controller.cluster_domain, secret_files_dir=files_dir
+        ),
     )
     return replace(options, deployment=deployment, watch=None), controller
 
