@@ -16,6 +16,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import logging
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -27,6 +28,8 @@ from ..resources.models import GatewayPolicy, ReferenceGrant, Resource
 from .client import KubeClient
 from .kinds import SECRET, Kind
 from .watch import KindWatch
+
+log = logging.getLogger("mcp_oauth_gateway.kube")
 
 Json = dict[str, Any]
 
@@ -116,6 +119,11 @@ class NamespaceSecrets:
         """The API server could not be reached; what was read stands."""
         self.last_error = why
 
+    def broken(self, why: str) -> None:
+        """The watch ended on a bug: fail the policies closed rather than wait for it."""
+        self.data, self.synced, self.unreadable, self.last_error = {}, True, why, why
+        self._bump()
+
     def keep(self, names: frozenset[str]) -> None:
         """Forget the Secrets no policy names any more."""
         self.names = names
@@ -124,6 +132,17 @@ class NamespaceSecrets:
             del self.data[name]
         if dropped:
             self._bump()
+
+
+def _ended(feed: NamespaceSecrets, task: asyncio.Task[None]) -> None:
+    """A watch ends only when cancelled; one that died of a bug fails its policies closed
+    (never holding every other rebuild back), until the Secrets named there change."""
+    if task.cancelled() or task.exception() is None:
+        return
+    # The type only: a message could quote what was being read.
+    why = f"reading the Secrets of {feed.namespace} failed ({type(task.exception()).__name__})"
+    log.error("secrets in %s: %s; the policies that name them fail closed", feed.namespace, why)
+    feed.broken(why)
 
 
 class SecretWatches:
@@ -158,7 +177,9 @@ class SecretWatches:
         feed = NamespaceSecrets(namespace, names, self._changed)
         watch = KindWatch(self.client, feed, SECRET, namespace)
         self.namespaces[namespace] = feed
-        self._tasks[namespace] = asyncio.create_task(watch.run(), name=f"watch-secrets-{namespace}")
+        task = asyncio.create_task(watch.run(), name=f"watch-secrets-{namespace}")
+        task.add_done_callback(lambda done: _ended(feed, done))
+        self._tasks[namespace] = task
 
     def _close(self, namespace: str) -> None:
         task = self._tasks.pop(namespace, None)

@@ -137,3 +137,22 @@ async def test_watches_follow_the_references_and_never_list_all_namespaces() -> 
         await watches.stop()
     assert {namespace for _, namespace in server.asked} <= {"tenant-a", "shared", "closed"}
     assert None not in {namespace for _, namespace in server.asked}
+
+
+async def test_a_watch_that_dies_of_a_bug_fails_its_policies_closed_without_holding_others() -> (
+    None
+):
+    server = Server({"tenant-a": [secret("keys", api="a-1")]})
+
+    async def broken_list(kind: Kind, namespace: str | None = None) -> Listing:
+        raise RuntimeError("a bug, quoting a-1")
+
+    server.list = broken_list  # type: ignore[method-assign]
+    watches = SecretWatches(server, asyncio.Event())  # type: ignore[arg-type]
+    try:
+        watches.want({"tenant-a": frozenset({"keys"})})
+        await wait_until_async(lambda: watches.synced, 5, "the namespace given up")
+        why = watches.view().unreadable["tenant-a"]
+        assert why == "reading the Secrets of tenant-a failed (RuntimeError)"
+    finally:
+        await watches.stop()
