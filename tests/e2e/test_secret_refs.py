@@ -253,7 +253,9 @@ def stack(
     token_file.parent.mkdir()
     token_file.write_text(yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"])
     env = {"TENANT_B_API_KEY": KEYS["tenant-b"]}
-    process, admin_port = start_controller(kubeconfig, INSTALL_NS, "secret-refs-0", logs, env=env)
+    process, admin_port = start_controller(
+        kubeconfig, INSTALL_NS, "secret-refs-0", logs, "--log-level", "debug", env=env
+    )
     try:
         for backend in backends.values():
             wait_for_port(backend.port, backend.process)
@@ -455,3 +457,8 @@ def test_secrets_are_read_per_namespace_only_where_a_policy_may_use_them(tenants
     assert "key-a" not in json.dumps(kept)
     # No policy may use tenant-c's Secrets since the grant went: its watch is closed.
     assert "tenant-c" not in kept
+    # No value ever reached the controller's log (debug lines included).
+    written = tenants.controller.log()
+    token = tenants.token_file.read_text()
+    for value in (*KEYS.values(), "key-a-v2", "key-d", "tenant-a-db-password", token):
+        assert value not in written

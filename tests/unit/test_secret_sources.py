@@ -11,12 +11,14 @@ import os
 from pathlib import Path
 from types import MappingProxyType
 
+import httpx
 import pytest
 import yaml
 
 from mcp_oauth_gateway.controlplane import Deployment, build_from_objects
 from mcp_oauth_gateway.controlplane.cluster import Cluster
 from mcp_oauth_gateway.controlplane.cluster_secrets import ClusterSecrets
+from mcp_oauth_gateway.controlplane.control import ControlPlane
 from mcp_oauth_gateway.controlplane.objects import Entry
 from mcp_oauth_gateway.controlplane.secret_sources import (
     MAX_SECRET_BYTES,
@@ -27,6 +29,9 @@ from mcp_oauth_gateway.controlplane.secret_sources import (
     wanted_secrets,
 )
 from mcp_oauth_gateway.resources.models import KINDS, GatewayPolicy, ReferenceGrant, SecretSource
+from mcp_oauth_gateway.serving.admin import config_dump
+from mcp_oauth_gateway.serving.app import GatewayApp
+from mcp_oauth_gateway.serving.options import ServeOptions
 from support import new_key
 
 VALUE = "tenant-a-api-key-0123"
@@ -427,3 +432,16 @@ def test_a_policy_whose_secret_may_not_be_read_is_not_accepted_and_fails_closed(
     (route,) = result.snapshot.listeners[8080]
     assert route.policy is not None
     assert route.policy.invalid is not None
+
+
+async def test_no_value_of_a_secret_ref_reaches_an_admin_answer() -> None:
+    read = secrets({("tenant-a", "keys"): {"api": VALUE.encode()}})
+    snapshot = build("{secretRef: {name: keys, key: api}}", read).snapshot
+    app = GatewayApp(ControlPlane(snapshot), ServeOptions(status_port=9901))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:9901"
+    ) as client:
+        answers = [(await client.get(p)).text for p in ("/config", "/status", "/readyz")]
+    assert "x-api-key" in answers[0]  # the credential is there, its value is not
+    for text in [json.dumps(config_dump(snapshot)), *answers]:
+        assert VALUE not in text
