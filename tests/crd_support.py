@@ -257,6 +257,7 @@ L = "spec.traffic.rateLimit"
 SC = "spec.traffic.scopes"
 CR = "spec.backend.credentials"
 SECRET_HEADER = {"header": "X-Api-Key", "value": {"env": "API_KEY"}}
+SECRET_REF = {"name": "backend-keys", "key": "api-key.v1"}
 B = "spec.backend.mcp.scopes"
 T = "spec.mcp.targets[0]"
 S = f"{T}.static"
@@ -419,6 +420,58 @@ REFUSED = [
         (CR, {"secretHeader": {**SECRET_HEADER, "value": {"env": "A", "file": "/a"}}}),
     ),
     pol(
+        "credentials-secret-ref-and-env",
+        f"{CR}.secretHeader.value",
+        (
+            CR,
+            {"secretHeader": {**SECRET_HEADER, "value": {"env": "A", "secretRef": SECRET_REF}}},
+        ),
+    ),
+    pol(
+        "credentials-secret-ref-upper-name",
+        f"{CR}.secretHeader.value.secretRef.name",
+        (
+            CR,
+            {
+                "secretHeader": {
+                    **SECRET_HEADER,
+                    "value": {"secretRef": SECRET_REF | {"name": "Key"}},
+                }
+            },
+        ),
+    ),
+    pol(
+        "credentials-secret-ref-key-with-slash",
+        f"{CR}.secretHeader.value.secretRef.key",
+        (
+            CR,
+            {
+                "secretHeader": {
+                    **SECRET_HEADER,
+                    "value": {"secretRef": SECRET_REF | {"key": "a/b"}},
+                }
+            },
+        ),
+    ),
+    pol(
+        "credentials-secret-ref-bad-namespace",
+        f"{CR}.secretHeader.value.secretRef.namespace",
+        (
+            CR,
+            {
+                "secretHeader": {
+                    **SECRET_HEADER,
+                    "value": {"secretRef": SECRET_REF | {"namespace": "a.b"}},
+                }
+            },
+        ),
+    ),
+    pol(
+        "credentials-secret-ref-no-key",
+        f"{CR}.secretHeader.value.secretRef.key",
+        (CR, {"secretHeader": {**SECRET_HEADER, "value": {"secretRef": {"name": "api"}}}}),
+    ),
+    pol(
         "credentials-secret-bad-env",
         f"{CR}.secretHeader.value.env",
         (CR, {"secretHeader": {**SECRET_HEADER, "value": {"env": "API KEY"}}}),
@@ -570,6 +623,26 @@ ACCEPTED = [
         "two-providers",
         "",
         (f"{P}.providers[1]", {"issuer": "https://b/", "jwks": {"inline": JWKS}}),
+    ),
+    pol(
+        "credentials-secret-ref",
+        "",
+        (
+            CR,
+            {
+                "secretHeader": {**SECRET_HEADER, "value": {"secretRef": SECRET_REF}},
+                "targets": [
+                    {
+                        "name": "a",
+                        "tokenExchange": {
+                            "clientId": "gw",
+                            "clientSecret": {"secretRef": SECRET_REF | {"namespace": "shared"}},
+                            "audience": "a",
+                        },
+                    }
+                ],
+            },
+        ),
     ),
     pol(
         "credentials-per-target-only",

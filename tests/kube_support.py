@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from devcluster.apiserver import DevApiServer
-from support import ROOT, wait_until
+from support import ROOT, Process, free_port, wait_until
 
 GROUPS = {
     "GatewayClass": ("gateway.networking.k8s.io/v1", "gatewayclasses"),
@@ -135,3 +135,47 @@ def kustomize_render(directory: Path = ROOT / "deploy") -> list[dict[str, Any]]:
     )
     assert done.returncode == 0, done.stderr
     return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def service_account_kubeconfig(cluster: Any, namespace: str, name: str, path: Path) -> Path:
+    """What a person does to act as a ServiceAccount on a `DevCluster`: a token from the
+    TokenRequest API."""
+    token = cluster.kubectl(
+        "create", "token", name, "--namespace", namespace, "--duration", "2h"
+    ).stdout.strip()
+    return Path(cluster.token_kubeconfig(token, f"system:serviceaccount:{namespace}:{name}", path))
+
+
+def start_controller(
+    kubeconfig: Path,
+    namespace: str,
+    pod: str,
+    logs: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+) -> tuple[Process, int]:
+    """A controller-mode gateway as a pod of `namespace` runs it; its admin port."""
+    admin_port = free_port()
+    process = Process(
+        f"kubectl-e2e-{pod}",
+        controller_cmd(kubeconfig, admin_port, *extra),
+        logs,
+        # As deploy/deployment.yaml gives them: the Lease lives in the pod's namespace.
+        env={"POD_NAME": pod, "POD_NAMESPACE": namespace, **(env or {})},
+    )
+    return process, admin_port
+
+
+def calls_seen_by_the_server(cluster: Any, user: str) -> dict[tuple[str, str, str], set[Any]]:
+    """(verb, apiGroup, resource[/subresource]) -> response codes, from a `DevCluster`'s audit
+    log."""
+    seen: dict[tuple[str, str, str], set[Any]] = {}
+    for event in cluster.audit_events(user):
+        ref = event.get("objectRef")
+        if ref is None:  # a non-resource URL (/version, /apis): no rule in deploy/ names one
+            key = (event["verb"], "", event["requestURI"])
+        else:
+            resource = ref["resource"] + (f"/{ref['subresource']}" if "subresource" in ref else "")
+            key = (event["verb"], ref.get("apiGroup", ""), resource)
+        seen.setdefault(key, set()).add(event.get("responseStatus", {}).get("code"))
+    return seen

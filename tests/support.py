@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -24,28 +25,54 @@ PEERS = ROOT / "tests" / "peers"
 EXAMPLES = ROOT / "examples"
 
 
+def _rules(role: dict) -> set[tuple[str, str, str]]:
+    return {
+        (verb, group, resource)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
 def deploy_rbac_rules() -> set[tuple[str, str, str]]:
-    """(verb, apiGroup, resource) granted by deploy/rbac.yaml's ClusterRole and Role."""
+    """(verb, apiGroup, resource) granted by the roles deploy/rbac.yaml binds to the gateway's
+    ServiceAccount (not the Secret-reading ClusterRole, which a namespace binds to opt in)."""
     import yaml
 
+    docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()) if d]
+    bound = {(d["roleRef"]["kind"], d["roleRef"]["name"]) for d in docs if "roleRef" in d}
     granted = set()
-    for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()):
-        if doc and doc["kind"] in ("ClusterRole", "Role"):
-            for rule in doc["rules"]:
-                for group in rule["apiGroups"]:
-                    for resource in rule["resources"]:
-                        granted |= {(verb, group, resource) for verb in rule["verbs"]}
+    for doc in docs:
+        if (
+            doc["kind"] in ("ClusterRole", "Role")
+            and (doc["kind"], doc["metadata"]["name"]) in bound
+        ):
+            granted |= _rules(doc)
     return granted
+
+
+def deploy_secret_reader_rules() -> set[tuple[str, str, str]]:
+    """(verb, apiGroup, resource) of deploy/rbac.yaml's Secret-reading ClusterRole."""
+    import yaml
+
+    from mcp_oauth_gateway.controlplane.cluster_secrets import SECRET_READER_ROLE
+
+    for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()):
+        if doc and doc["kind"] == "ClusterRole" and doc["metadata"]["name"] == SECRET_READER_ROLE:
+            return _rules(doc)
+    raise AssertionError(f"deploy/rbac.yaml has no ClusterRole {SECRET_READER_ROLE}")
 
 
 def controller_rbac_calls() -> set[tuple[str, str, str]]:
     """Every (verb, apiGroup, resource) the controller's code can ask the API server for."""
-    from mcp_oauth_gateway.kube.kinds import LEASE, WATCHED
+    from mcp_oauth_gateway.kube.kinds import LEASE, SECRET, WATCHED
 
     calls = {(verb, kind.group, kind.plural) for kind in WATCHED for verb in ("list", "watch")}
     calls |= {
         ("update", kind.group, f"{kind.plural}/status") for kind in WATCHED if kind.writes_status
     }
+    calls |= {(verb, SECRET.group, SECRET.plural) for verb in ("list", "watch")}
     return calls | {(verb, LEASE.group, LEASE.plural) for verb in ("get", "create", "update")}
 
 
@@ -225,6 +252,16 @@ def wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> Non
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+async def wait_until_async(predicate, bound: float = 30.0, what: str = "condition") -> None:
+    """Poll `predicate` on the event loop until it returns true (fails after `bound` s)."""
+    try:
+        async with asyncio.timeout(bound):
+            while not predicate():
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {bound}s waiting for {what}") from None
 
 
 def wait_for_keyset(base: str, token: str, timeout: float = 30.0) -> None:

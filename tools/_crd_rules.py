@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from mcp_oauth_gateway.resources import backend, fields, models
+from mcp_oauth_gateway.resources import backend, fields, models, policy
 
 Schema = dict[str, Any]
 
@@ -102,6 +102,15 @@ AFTER_VALIDATORS: dict[Callable[..., Any], Rule] = {
         controller="static.host: digits and dots only as a canonical IPv4 address, and an "
         "IPv6 address the controller can read",
     ),
+    policy._secret_name: Rule(
+        keywords={"pattern": f"^{policy.SECRET_NAME.pattern}$", "maxLength": 253}
+    ),
+    policy._namespace_name: Rule(
+        keywords={"pattern": f"^{policy.NAMESPACE_NAME.pattern}$", "maxLength": 63}
+    ),
+    policy._secret_key: Rule(
+        keywords={"pattern": f"^{policy.SECRET_KEY.pattern}$", "maxLength": 253}
+    ),
 }
 
 # `@field_validator` and `@model_validator` methods, keyed by (model, method name).
@@ -141,7 +150,12 @@ DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
     ),
     (models.SecretSource, "_env_name"): Rule(keywords={"pattern": f"^{fields.ENV_NAME.pattern}$"}),
     (models.SecretSource, "_one_source"): Rule(
-        cel=(("has(self.file) != has(self.env)", "set exactly one of file or env"),)
+        cel=(
+            (
+                "[has(self.secretRef), has(self.file), has(self.env)].filter(x, x).size() == 1",
+                "set exactly one of secretRef, file or env",
+            ),
+        )
     ),
     (models.TokenExchange, "_resource"): _http_url_rule("credentials.tokenExchange.resource"),
     (models.TokenExchange, "_target"): Rule(

@@ -10,7 +10,7 @@ import yaml
 
 from devcluster.apiserver import DevApiServer
 from kube_support import kustomize_render as render
-from support import ROOT, controller_rbac_calls
+from support import controller_rbac_calls
 
 CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
 
@@ -20,6 +20,7 @@ def test_deploy_renders_into_one_namespace_with_the_image_and_exact_roles() -> N
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
         [
+            "ClusterRole",
             "ClusterRole",
             "ClusterRoleBinding",
             "CustomResourceDefinition",
@@ -68,36 +69,3 @@ def test_the_rendered_crds_are_served_by_a_real_api_server(
     apiserver.apply_crds(paths)
     plurals = {yaml.safe_load(p.read_text())["spec"]["names"]["plural"] for p in paths}
     assert plurals == {"gatewaypolicies", "gatewaybackends"}
-
-
-def test_the_backend_credentials_overlay_mounts_the_secret_read_only_for_the_gateway() -> None:
-    """examples/kubernetes/backend-credentials: deploy/ plus the Secret as files readable by
-    the gateway's group (the pod runs as 65532 and not as root), nothing else changed."""
-    base = render()
-    overlay = render(ROOT / "examples" / "kubernetes" / "backend-credentials")
-    assert sorted(o["kind"] for o in overlay) == sorted(o["kind"] for o in base)
-    assert [o for o in overlay if o["kind"] != "Deployment"] == [
-        o for o in base if o["kind"] != "Deployment"
-    ]
-    deployment = next(o for o in overlay if o["kind"] == "Deployment")
-    pod = deployment["spec"]["template"]["spec"]
-    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"] == 65532
-    assert pod["securityContext"]["runAsNonRoot"] is True
-    (volume,) = pod["volumes"]
-    assert volume["secret"] == {
-        "secretName": "mcp-backend-credentials",
-        "defaultMode": 0o440,
-        "optional": False,
-    }
-    (container,) = pod["containers"]
-    assert container["volumeMounts"] == [
-        {
-            "name": volume["name"],
-            "mountPath": "/run/secrets/mcp-oauth-gateway",
-            "readOnly": True,
-        }
-    ]
-    base_container = next(o for o in base if o["kind"] == "Deployment")["spec"]["template"]["spec"][
-        "containers"
-    ][0]
-    assert {k: v for k, v in container.items() if k != "volumeMounts"} == base_container

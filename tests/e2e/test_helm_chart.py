@@ -165,6 +165,41 @@ def test_the_redis_url_comes_from_a_secret_never_from_values() -> None:
     } in env
 
 
+def test_secrets_are_readable_only_in_the_namespaces_listed() -> None:
+    """By default no RoleBinding for the Secret reader role (nothing binds it); each
+    namespace of secretNamespaces gets one, for the chart's ServiceAccount, and nothing else
+    changes. A name that is not a namespace's is refused."""
+    default = keyed(rendered())
+    reader = default[("ClusterRole", "mcp-oauth-gateway-secret-reader")]
+    assert reader["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]}
+    ]
+    assert not [
+        o
+        for o in default.values()
+        if o.get("roleRef", {}).get("name") == "mcp-oauth-gateway-secret-reader"
+    ]
+    objects = rendered("secretNamespaces={team-a,team-b}")
+    bindings = [
+        o for o in objects if o.get("roleRef", {}).get("name") == "mcp-oauth-gateway-secret-reader"
+    ]
+    assert sorted((b["kind"], b["metadata"]["namespace"]) for b in bindings) == [
+        ("RoleBinding", "team-a"),
+        ("RoleBinding", "team-b"),
+    ]
+    for binding in bindings:
+        assert binding["roleRef"]["kind"] == "ClusterRole"
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "mcp-oauth-gateway", "namespace": NAMESPACE}
+        ]
+    assert [o for o in objects if o not in bindings] == list(rendered())
+    done = helm(
+        "template", NAMESPACE, str(CHART), "-n", NAMESPACE, "--set=secretNamespaces={Team_A}"
+    )
+    assert done.returncode != 0
+    assert 'secretNamespaces: "Team_A" is not a namespace name' in done.stderr
+
+
 def test_the_audit_trail_is_off_by_default_and_on_standard_output_when_asked() -> None:
     default = container(rendered())
     assert not [arg for arg in default["args"] if arg.startswith("--audit")]

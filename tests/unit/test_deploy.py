@@ -18,7 +18,7 @@ import yaml
 from mcp_oauth_gateway.cli.flags import parser as _parser
 from mcp_oauth_gateway.cli.serve import serve_options
 from mcp_oauth_gateway.kube.options import controller_options
-from support import controller_rbac_calls, deploy_rbac_rules
+from support import controller_rbac_calls, deploy_rbac_rules, deploy_secret_reader_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -41,7 +41,23 @@ def one(kind: str) -> dict[str, Any]:
 
 
 def test_the_roles_grant_exactly_the_calls_the_controller_makes() -> None:
-    assert deploy_rbac_rules() == controller_rbac_calls()
+    assert deploy_rbac_rules() | deploy_secret_reader_rules() == controller_rbac_calls()
+
+
+def test_secrets_are_read_only_where_a_namespace_binds_the_reader_role() -> None:
+    """No Secret anywhere by default: the reader role lists and watches Secrets, nothing binds
+    it here (a namespace opts in with a RoleBinding), and no bound role names Secrets."""
+    assert deploy_secret_reader_rules() == {("list", "", "secrets"), ("watch", "", "secrets")}
+    assert not {call for call in deploy_rbac_rules() if call[2] == "secrets"}
+    reader = next(
+        d
+        for d in documents("rbac.yaml")
+        if d["kind"] == "ClusterRole" and "secret" in d["metadata"]["name"]
+    )
+    assert all(
+        d.get("roleRef", {}).get("name") != reader["metadata"]["name"]
+        for d in documents("rbac.yaml")
+    )
 
 
 def test_the_kustomization_lists_every_manifest_and_crd() -> None:

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from mcp_oauth_gateway.controlplane import build_snapshot
-from mcp_oauth_gateway.controlplane.credentials import compile_target_credentials
+from mcp_oauth_gateway.controlplane.credentials import SecretScope, compile_target_credentials
 from mcp_oauth_gateway.resources import load_paths
 from mcp_oauth_gateway.resources.models import BackendCredentialsSpec
 from mcp_oauth_gateway.serving.route_context import failure_of
@@ -96,7 +96,7 @@ def test_each_entrys_secrets_are_read_at_load():
             }
         ),
         problems,
-        ENV,
+        SecretScope(environ=ENV),
     )
     assert problems == []
     by_name = dict(compiled)
@@ -113,7 +113,7 @@ def test_an_entrys_unreadable_secret_is_named_by_the_entry():
     value = {
         "targets": [{"name": "a", "passthrough": True}, {"name": "b", "tokenExchange": EXCHANGE}]
     }
-    compiled = compile_target_credentials(spec(value), problems, {})
+    compiled = compile_target_credentials(spec(value), problems, SecretScope(environ={}))
     assert [name for name, _ in compiled] == ["a"]
     assert problems == [
         "spec.backend.credentials.targets[1].tokenExchange.clientSecret: environment variable "

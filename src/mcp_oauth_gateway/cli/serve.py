@@ -173,11 +173,12 @@ def _cluster_options(
     """Controller mode's settings; Refused naming a bad flag."""
     from ..controlplane.cluster import Cluster
     from ..kube.client import ConnectError, check_kubeconfig
-    from ..kube.options import controller_options, replicas
+    from ..kube.options import controller_options, replicas, secret_files_dir
 
     try:
         controller = controller_options(args)
         count = replicas(args)
+        files_dir = secret_files_dir(args)
         if controller.kubeconfig is not None:
             check_kubeconfig(controller.kubeconfig)
     except (ValueError, ConnectError) as exc:
@@ -191,7 +192,10 @@ def _cluster_options(
         else "several replicas (controller mode; give --replicas 1 if only one serves)",
         default_redis_hint=f"set {REDIS_ENV}",
         cluster=Cluster(
-            controller.controller_name, controller.cluster_domain, egress=controller.egress
+            controller.controller_name,
+            controller.cluster_domain,
+            egress=controller.egress,
+            secret_files_dir=files_dir,
         ),
     )
     return replace(options, deployment=deployment, watch=None), controller

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..resources.models import Gateway, GatewayClass, ReferenceGrant, Service
+from .cluster_secrets import ClusterSecrets
 from .egress import EgressRules
 from .objects import Entry
 
@@ -24,6 +25,10 @@ class Cluster:
     services_listed: bool = False
     # Which hosts tenants may name themselves, and where the gateway never connects.
     egress: EgressRules = field(default_factory=EgressRules)
+    # Where policies' secrets may come from (controlplane/secret_sources.py): files only under
+    # `--secret-files-dir`/<namespace>/ (None: none), and the Secrets the controller read.
+    secret_files_dir: str | None = None
+    secrets: ClusterSecrets = field(default_factory=ClusterSecrets)
 
 
 def our_classes(classes: Mapping[str, Entry[GatewayClass]], cluster: Cluster) -> frozenset[str]:

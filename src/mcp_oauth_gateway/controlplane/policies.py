@@ -36,6 +36,7 @@ from .mcp_settings import PROVIDERS_PATH, compile_mcp, several_providers_problem
 from .objects import Entry
 from .policy_egress import egress_problems, reads_discovery
 from .scopes import compile_scopes
+from .secret_sources import SecretScope
 from .service_refs import Referrer, ServiceRefs, resolve_service
 from .snapshot import (
     CompiledAuthorization,
@@ -234,7 +235,7 @@ def compile_claim_rules(
 
 
 def backend_credentials(
-    policy: GatewayPolicy, problems: list[str]
+    policy: GatewayPolicy, problems: list[str], refs: ServiceRefs
 ) -> tuple[CompiledCredentials | None, tuple[tuple[str, CompiledCredentials], ...]]:
     """What the backend receives in place of the caller's token (the default, and per target);
     it needs a verified token."""
@@ -252,7 +253,10 @@ def backend_credentials(
             "what the backend receives; keep credentials (forwardToken is credentials: "
             "{passthrough: true})"
         )
-    return compile_credentials(spec, problems), compile_target_credentials(spec, problems)
+    scope = SecretScope(policy.metadata.namespace, refs.cluster, refs.grants)
+    return compile_credentials(spec, problems, scope), compile_target_credentials(
+        spec, problems, scope
+    )
 
 
 def compile_authentication(
@@ -303,7 +307,7 @@ def compile_policy(
     mcp_authorization, scopes = compile_claim_rules(policy, problems)
     transformation = compile_transformation(traffic.transformation, jwt_spec is not None, problems)
     rate_limit = compile_rate_limit(traffic.rate_limit, problems)
-    credentials, target_credentials = backend_credentials(policy, problems)
+    credentials, target_credentials = backend_credentials(policy, problems, refs)
     issuer_problems(policy, problems)
     if refs.cluster is not None:
         every = [c for c in (credentials, *(c for _, c in target_credentials)) if c is not None]

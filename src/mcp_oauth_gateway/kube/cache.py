@@ -116,6 +116,24 @@ class ObjectCache:
         state.objects[name] = Cached(raw, parsed)
         self._bump(not unchanged)
 
+    def refused(self, kind: Kind, advice: str, status: int) -> bool:
+        """A refused list or watch: an optional kind never listed is taken as absent (none
+        known, so nothing it would permit is) rather than holding every other kind back; a
+        kind once listed keeps what was listed (a server starting up answers 404 for a
+        moment, and forgetting every ReferenceGrant would refuse what they permit). True when
+        the kind is taken as absent."""
+        state = self.kinds[kind.kind]
+        absent = kind.optional and status in (403, 404)
+        if absent and not state.synced:
+            self.unavailable(kind, advice)
+        else:
+            state.last_error = advice
+        return absent and not state.available
+
+    def failing(self, kind: Kind, why: str) -> None:
+        """The API server could not be reached; what was listed stands."""
+        self.kinds[kind.kind].last_error = why
+
     def unavailable(self, kind: Kind, why: str) -> None:
         """An optional kind the server does not serve (or may not be read): none known."""
         state = self.kinds[kind.kind]

@@ -174,15 +174,14 @@ class KubeClient:
             )
         return document
 
-    async def list(self, kind: Kind) -> Listing:
-        """Every object of `kind` in every namespace, page by page."""
+    async def list(self, kind: Kind, namespace: str | None = None) -> Listing:
+        """Every object of `kind` in every namespace (or in `namespace`), page by page."""
         items: list[Json] = []
         token = ""
+        path = collection_path(kind, namespace)
         while True:
             query = [("limit", str(PAGE_SIZE))] + ([("continue", token)] if token else [])
-            page = await self._json(
-                Call("list", kind.group, kind.plural), "GET", collection_path(kind), query
-            )
+            page = await self._json(Call("list", kind.group, kind.plural), "GET", path, query)
             for item in page.get("items") or []:
                 # List items carry no kind; the controller indexes objects by it.
                 items.append({**item, "apiVersion": kind.api_version, "kind": kind.kind})
@@ -192,11 +191,15 @@ class KubeClient:
                 return Listing(items, str(metadata.get("resourceVersion") or ""))
 
     async def watch(
-        self, kind: Kind, resource_version: str, opened: Callable[[], object] | None = None
+        self,
+        kind: Kind,
+        resource_version: str,
+        opened: Callable[[], object] | None = None,
+        namespace: str | None = None,
     ) -> AsyncIterator[WatchEvent]:
-        """Changes to `kind` after `resource_version` until the server ends the watch;
-        ApiError with status 410 when that version is too old (list again). `opened` is called
-        once the server has accepted the watch."""
+        """Changes to `kind` (in every namespace, or in `namespace`) after `resource_version`
+        until the server ends the watch; ApiError with status 410 when that version is too old
+        (list again). `opened` is called once the server has accepted the watch."""
         query = [
             ("watch", "true"),
             ("allowWatchBookmarks", "true"),
@@ -206,7 +209,7 @@ class KubeClient:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=CALL_TIMEOUT, sock_read=WATCH_SILENCE
         )
-        path = collection_path(kind)
+        path = collection_path(kind, namespace)
         response = await self._request(
             Call("watch", kind.group, kind.plural), "GET", path, query, limit=timeout
         )

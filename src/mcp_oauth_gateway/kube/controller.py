@@ -26,6 +26,7 @@ from .cache import ObjectCache
 from .client import KubeClient
 from .kinds import SERVICE, WATCHED
 from .leader import DEFAULT_DURATION, DEFAULT_LEASE_NAME, LeaderElection
+from .secrets import SecretWatches, wanted_from
 from .watch import KindWatch
 from .writer import StatusWriter, updates
 
@@ -97,6 +98,7 @@ class Controller:
         self.deployment = deployment
         self.unbound = unbound
         self.cache = ObjectCache(WATCHED)
+        self.secrets = SecretWatches(client, self.cache.changed)
         self.election = LeaderElection(
             client,
             options.lease_namespace,
@@ -108,7 +110,7 @@ class Controller:
         self.writer = StatusWriter(client)
         self.result: BuildResult | None = None
         self.swaps = 0
-        self._built_version = -1
+        self._built_version: tuple[int, tuple[int, ...]] | None = None
         self._problems: set[str] = set()
         self._invalid: set[tuple[str, str, str, int]] = set()
         self._status_due = asyncio.Event()
@@ -134,6 +136,7 @@ class Controller:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        await self.secrets.stop()
         await self.client.close()
 
     # --- what the admin listener shows ---------------------------------------------------------
@@ -144,7 +147,9 @@ class Controller:
             return []
         return [
             "the first list of every kind from the API server: "
-            + "; ".join(self.cache.waiting() or ["building the configuration"])
+            + "; ".join(
+                self.cache.waiting() + self.secrets.waiting() or ["building the configuration"]
+            )
         ]
 
     def state(self) -> dict[str, Any]:
@@ -163,6 +168,8 @@ class Controller:
                 {"verb": c.verb, "apiGroup": c.group, "resource": c.resource}
                 for c in sorted(self.client.calls, key=lambda c: (c.group, c.resource, c.verb))
             ],
+            # Names only: which Secrets are kept, per namespace, or why none can be read.
+            "secretNamespaces": self.secrets.state(),
             "invalidObjects": [
                 f"{i.kind} {i.namespace}/{i.name}: " + "; ".join(i.problems)
                 for _, i in self.cache.invalid()
@@ -191,13 +198,17 @@ class Controller:
             await self._settle()
             if not self.cache.synced:
                 continue
-            if self.cache.content_version != self._built_version or self.result is None:
+            # The Secrets the policies may use now; a namespace newly watched is waited for.
+            self.secrets.want(wanted_from(self.cache.resources()))
+            if not self.secrets.synced:
+                continue
+            if self._version() != self._built_version or self.result is None:
                 try:
                     await self.rebuild()
                 except Exception:
                     # A bug must not stop the controller: it keeps serving the last good
                     # configuration and says so, and the next change is built again.
-                    self._built_version = self.cache.content_version
+                    self._built_version = self._version()
                     log.exception(
                         "building the configuration from the API server failed; the last "
                         "good configuration is still served"
@@ -205,14 +216,20 @@ class Controller:
                     continue
             self._status_due.set()
 
+    def _version(self) -> tuple[int, tuple[int, ...]]:
+        """What the builder reads moved when this did."""
+        return self.cache.content_version, self.secrets.version
+
     async def rebuild(self) -> None:
         """Build from the cache and install the snapshot."""
-        version = self.cache.content_version
-        cluster = Cluster(
-            self.options.controller_name,
-            self.options.cluster_domain,
+        version = self._version()
+        cluster = replace(
+            self.deployment.cluster or Cluster(),
+            controller_name=self.options.controller_name,
+            cluster_domain=self.options.cluster_domain,
             services_listed=self.cache.available(SERVICE),
             egress=self.options.egress,
+            secrets=self.secrets.view(),
         )
         deployment = replace(self.deployment, cluster=cluster)
         resources = self.cache.resources()

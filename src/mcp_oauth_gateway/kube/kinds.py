@@ -67,3 +67,15 @@ BY_KIND = {kind.kind: kind for kind in WATCHED}
 
 # Leader election (coordination.k8s.io/v1 Lease).
 LEASE = Kind("Lease", "coordination.k8s.io", "v1", "leases", writes_status=False)
+
+# Read per namespace, only where some policy may use a Secret (kube/secrets.py); never all of
+# them, so the install can grant it namespace by namespace.
+SECRET = Kind(
+    "Secret",
+    "",
+    "v1",
+    "secrets",
+    writes_status=False,
+    optional=True,
+    when_absent="the policies that name a Secret there are not accepted",
+)

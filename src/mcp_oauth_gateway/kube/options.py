@@ -86,6 +86,7 @@ def add_flags(serve: argparse.ArgumentParser) -> None:
         help="how many replicas serve; Broker mode without Redis is accepted only with "
         "--replicas 1 (default: several)",
     )
+    _add_secret_flags(group)
 
 
 def in_cluster_mode(args: argparse.Namespace) -> bool:
@@ -215,3 +216,29 @@ def controller_options(args: argparse.Namespace) -> ControllerOptions:
         lease_duration=_lease_duration(args.lease_duration),
         egress=egress_rules(args),
     )
+
+
+# --- where policies' secrets may come from (controlplane/secret_sources.py) -------------------
+
+
+def _add_secret_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--secret-files-dir",
+        metavar="DIR",
+        default=None,
+        help="let a policy of namespace NS name files under DIR/NS/ as secrets (file:, "
+        "symbolic links resolved first); without it a policy in a cluster reads secrets only "
+        "from Secrets (secretRef), never a file or environment variable of the gateway",
+    )
+
+
+def secret_files_dir(args: argparse.Namespace) -> str | None:
+    """`--secret-files-dir`, normalised (None: not given); ValueError naming the flag."""
+    given: str | None = args.secret_files_dir
+    if given is None:
+        return None
+    if not os.path.isabs(given):
+        raise ValueError(f"--secret-files-dir {given!r} must be an absolute path")
+    if not os.path.isdir(given):
+        raise ValueError(f"--secret-files-dir {given}: no such directory")
+    return os.path.normpath(given)

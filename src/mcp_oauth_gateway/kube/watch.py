@@ -1,4 +1,5 @@
-"""One list-and-watch loop per kind, feeding the object cache.
+"""One list-and-watch loop per kind (or per kind and namespace), feeding the object cache (or
+the Secrets of a namespace, kube/secrets.py).
 
 A watch resumes from the last `resourceVersion` it saw (also across a lost connection or an API
 server restart); only `410 Gone` (that version is compacted away) lists again. Failures are
@@ -16,10 +17,11 @@ import logging
 import random
 import time
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import aiohttp
 
-from .cache import ObjectCache
+from ..controlplane.secret_sources import unreadable_advice
 from .client import ApiError, KubeClient
 from .kinds import Kind
 
@@ -35,9 +37,27 @@ FAILURE_LOG_INTERVAL = 30.0
 CONNECTION_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError)
 
 
-def refusal_advice(kind: Kind, exc: ApiError) -> str:
+class Feed(Protocol):
+    """Where a watch puts what it reads (the object cache, or one namespace's Secrets)."""
+
+    def replace_all(self, kind: Kind, items: list[dict[str, Any]], resource_version: str) -> None:
+        """Install a fresh list."""
+
+    def apply(self, kind: Kind, event_type: str, raw: dict[str, Any]) -> None:
+        """Apply one watch event."""
+
+    def refused(self, kind: Kind, advice: str, status: int) -> bool:
+        """A refused list or watch; True when the kind is now taken as absent."""
+
+    def failing(self, kind: Kind, why: str) -> None:
+        """The API server could not be reached."""
+
+
+def refusal_advice(kind: Kind, exc: ApiError, namespace: str | None = None) -> str:
     """What to do about a refused list or watch, for the log."""
     resource = f"{kind.plural}.{kind.group}" if kind.group else kind.plural
+    if namespace is not None and exc.status in (401, 403):
+        return unreadable_advice(namespace, exc.message or exc.reason or f"HTTP {exc.status}")
     if exc.status == 404:
         if not kind.group:
             return f"the API server does not serve core {kind.plural} ({kind.api_version})"
@@ -94,12 +114,14 @@ class Backoff:
 
 
 class KindWatch:
-    """Keeps the cache's objects of one kind current."""
+    """Keeps the feed's objects of one kind (in every namespace, or in one) current."""
 
-    def __init__(self, client: KubeClient, cache: ObjectCache, kind: Kind):
+    def __init__(self, client: KubeClient, feed: Feed, kind: Kind, namespace: str | None = None):
         self.client = client
-        self.cache = cache
+        self.feed = feed
         self.kind = kind
+        self.namespace = namespace
+        self.label = kind.plural if namespace is None else f"{kind.plural} in {namespace}"
         self.resource_version: str | None = None
         self.backoff = Backoff()
 
@@ -112,7 +134,7 @@ class KindWatch:
                 await self._watch()
             except ApiError as exc:
                 if exc.status == 410:
-                    log.info("%s: the watch's version expired; listing again", self.kind.plural)
+                    log.info("%s: the watch's version expired; listing again", self.label)
                     self.resource_version = None
                     continue
                 await self._refused(exc)
@@ -120,58 +142,53 @@ class KindWatch:
                 await self._lost(exc)
 
     async def _list(self) -> None:
-        listing = await self.client.list(self.kind)
-        self.cache.replace_all(self.kind, listing.items, listing.resource_version)
+        listing = await self.client.list(self.kind, self.namespace)
+        self.feed.replace_all(self.kind, listing.items, listing.resource_version)
         self.resource_version = listing.resource_version
         self._recovered()
-        log.debug("%s: listed %d", self.kind.plural, len(listing.items))
+        log.debug("%s: listed %d", self.label, len(listing.items))
 
     async def _watch(self) -> None:
         assert self.resource_version is not None
         # The watch being open is success (it may stay quiet): the next failure starts short.
-        events = self.client.watch(self.kind, self.resource_version, opened=self._recovered)
+        events = self.client.watch(
+            self.kind, self.resource_version, opened=self._recovered, namespace=self.namespace
+        )
         async for event in events:
             self._recovered()
             version = (event.object.get("metadata") or {}).get("resourceVersion")
             if event.type != "BOOKMARK":
-                self.cache.apply(self.kind, event.type, event.object)
+                self.feed.apply(self.kind, event.type, event.object)
             if version:
                 self.resource_version = str(version)
 
     def _recovered(self) -> None:
         lasted = self.backoff.succeeded()
         if lasted is not None:
-            log.info("%s: reading the API server again after %.0fs", self.kind.plural, lasted)
+            log.info("%s: reading the API server again after %.0fs", self.label, lasted)
 
     async def _refused(self, exc: ApiError) -> None:
-        advice = refusal_advice(self.kind, exc)
-        state = self.cache.kinds[self.kind.kind]
+        advice = refusal_advice(self.kind, exc, self.namespace)
         delay = self.backoff.failed()
         absent = self.kind.optional and exc.status in (403, 404)
-        if absent and not state.synced:
-            # Never listed: taken as absent (none known, so nothing it would permit is) rather
-            # than holding every other kind back; asked for again like any failure.
-            self.cache.unavailable(self.kind, advice)
-        else:
-            # A kind once listed keeps what was listed: a server starting up answers 404 for a
-            # moment, and forgetting every ReferenceGrant would refuse what they permit.
-            state.last_error = advice
+        # What was listed stands, or the kind is taken as absent: the feed's call.
+        gone = self.feed.refused(self.kind, advice, exc.status)
         if self.backoff.should_log():
-            also = f"; {self.kind.when_absent}" if absent and not state.available else ""
+            also = f"; {self.kind.when_absent}" if gone else ""
             level = logging.WARNING if absent else logging.ERROR
-            log.log(level, "%s: %s%s; retrying in %.1fs", self.kind.plural, advice, also, delay)
+            log.log(level, "%s: %s%s; retrying in %.1fs", self.label, advice, also, delay)
         # A list starts again after a refusal: what is known stands until it succeeds.
         self.resource_version = None
         await asyncio.sleep(delay)
 
     async def _lost(self, exc: BaseException) -> None:
         why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        self.cache.kinds[self.kind.kind].last_error = f"API server unreachable: {why}"
+        self.feed.failing(self.kind, f"API server unreachable: {why}")
         delay = self.backoff.failed()
         if self.backoff.should_log():
             log.warning(
                 "%s: lost the API server %s (%s); retrying in %.1fs, resuming from version %s",
-                self.kind.plural,
+                self.label,
                 self.client.server,
                 why,
                 delay,

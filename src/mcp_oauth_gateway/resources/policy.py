@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from .authentication import PolicyTargetRef
@@ -13,19 +14,77 @@ from .fields import ENV_NAME, AbsolutePath, HeaderName, NonEmpty, StrictModel, a
 from .gateway_api import ObjectMeta
 from .traffic import McpPolicy, Traffic
 
+# Kubernetes object names: a Secret's is a DNS subdomain, a namespace's a DNS label, a key
+# what `kubectl create secret` accepts (ConfigMap/Secret key rules).
+SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+
+
+def _secret_name(value: str) -> str:
+    if len(value) > 253 or not SECRET_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value[:60]!r} is not a Secret name (lowercase letters, digits, '-' and '.', at "
+            "most 253)"
+        )
+    return value
+
+
+def _namespace_name(value: str) -> str:
+    if len(value) > 63 or not NAMESPACE_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value[:70]!r} is not a namespace name (lowercase letters, digits and '-', at "
+            "most 63)"
+        )
+    return value
+
+
+def _secret_key(value: str) -> str:
+    if len(value) > 253 or not SECRET_KEY.fullmatch(value):
+        raise ValueError(
+            f"{value[:60]!r} is not a Secret key (letters, digits, '-', '_' and '.', at most 253)"
+        )
+    return value
+
+
+SecretName = Annotated[str, AfterValidator(_secret_name)]
+NamespaceName = Annotated[str, AfterValidator(_namespace_name)]
+SecretKey = Annotated[str, AfterValidator(_secret_key)]
+
+
+class SecretKeyRef(StrictModel):
+    """One key of a Kubernetes Secret, read by the controller (controller mode only)."""
+
+    name: SecretName
+    """Name of the Secret."""
+    key: SecretKey
+    """The key in the Secret's `data` whose value is the secret (one line; one trailing newline
+    is dropped)."""
+    namespace: NamespaceName | None = None
+    """Namespace of the Secret; default: the policy's. Another namespace needs a ReferenceGrant
+    there that lets GatewayPolicies of the policy's namespace refer to Secrets (optionally this
+    one by name); without one the Secret is never read."""
+
 
 class SecretSource(StrictModel):
     """Where a secret comes from: never the resource itself, so it stays out of git and out of
-    `kubectl get -o yaml`. Exactly one of a file (its content, one trailing newline dropped) or
-    an environment variable of the gateway process. In Kubernetes both come from a Secret
-    mounted into the gateway's pod, so the controller itself needs no access to Secrets."""
+    `kubectl get -o yaml`. Exactly one of a Kubernetes Secret (`secretRef`, in a cluster), a
+    file (its content, one trailing newline dropped) or an environment variable of the gateway
+    process (`file` and `env` from resource files; in a cluster `env` is refused and `file`
+    only under the operator's `--secret-files-dir`, per namespace)."""
 
+    secret_ref: SecretKeyRef | None = None
+    """A key of a Secret of the policy's namespace (or of another one that grants it), read by
+    the controller and followed as it changes: controller mode only. Missing, without the key,
+    empty or more than one line: the policy is not accepted and its routes answer 503."""
     file: AbsolutePath | None = None
-    """Absolute path of a file holding the secret (in a cluster, a Secret mounted into the
-    gateway's pod); one trailing newline is dropped. Read when the configuration loads."""
+    """Absolute path of a file holding the secret; one trailing newline is dropped. Read when
+    the configuration loads. From resource files any file of the gateway; in a cluster refused
+    unless the gateway runs with `--secret-files-dir DIR`, and then only under
+    `DIR/<policy namespace>/`."""
     env: str | None = None
-    """Name of an environment variable of the gateway process holding the secret (in a
-    cluster, set from a Secret with `secretKeyRef`)."""
+    """Name of an environment variable of the gateway process holding the secret. From resource
+    files only: refused in a cluster (every namespace would share the process's environment)."""
 
     @field_validator("env")
     @classmethod
@@ -36,8 +95,8 @@ class SecretSource(StrictModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> SecretSource:
-        if (self.file is None) == (self.env is None):
-            raise ValueError("set exactly one of file or env")
+        if sum(x is not None for x in (self.secret_ref, self.file, self.env)) != 1:
+            raise ValueError("set exactly one of secretRef, file or env")
         return self
 
 
@@ -49,7 +108,8 @@ class TokenExchange(StrictModel):
     client_id: NonEmpty
     """The confidential client the gateway exchanges tokens as."""
     client_secret: SecretSource
-    """Where that client's secret is read from: exactly one of `file` or `env`."""
+    """Where that client's secret is read from: exactly one of `secretRef` (in a cluster),
+    `file` or `env`."""
     audience: NonEmpty | None = None
     """The backend's client id at the provider: the new token's `aud`. Set this or
     `resource`."""
@@ -94,7 +154,8 @@ class SecretHeader(StrictModel):
     header: HeaderName
     """The header's name, e.g. `X-Api-Key`."""
     value: SecretSource
-    """Where the header's value is read from: exactly one of `file` or `env`."""
+    """Where the header's value is read from: exactly one of `secretRef` (in a cluster),
+    `file` or `env`."""
     identity: IdentityHeader | None = None
 
 

@@ -6,14 +6,17 @@ server's objects."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import MappingProxyType
 
 import yaml
 
 from mcp_oauth_gateway.controlplane import Deployment, build_from_objects
 from mcp_oauth_gateway.controlplane.cluster import Cluster
+from mcp_oauth_gateway.controlplane.cluster_secrets import SECRET_READER_ROLE, ClusterSecrets
 from mcp_oauth_gateway.resources.loader import load_paths
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "kubernetes"
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE = ROOT / "examples" / "kubernetes"
 
 
 def build(skip: str = ""):
@@ -94,12 +97,8 @@ def merge_patch(target: object, patch: object) -> object:
     return merged
 
 
-def patched_objects(secret_file: Path | None = None) -> list:
+def patched_objects() -> list:
     patch = yaml.safe_load((CREDENTIALS / "policy-patch.yaml").read_text())
-    if secret_file is not None:
-        patch["spec"]["backend"]["credentials"]["tokenExchange"]["clientSecret"] = {
-            "file": str(secret_file)
-        }
     objects = []
     for item in load_paths(sorted(EXAMPLE.glob("*.yaml"))).resources:
         resource = item.resource
@@ -110,37 +109,59 @@ def patched_objects(secret_file: Path | None = None) -> list:
     return objects
 
 
-def test_the_credentials_patch_names_a_file_in_the_mounted_secret() -> None:
-    """The policy patch reads its secret from where the overlay mounts the Secret; without the
-    file (this machine is not the pod) the policy fails closed, naming the field and path."""
-    mount = yaml.safe_load((CREDENTIALS / "secret-mount.yaml").read_text())
-    (container,) = mount["spec"]["template"]["spec"]["containers"]
-    (volume_mount,) = container["volumeMounts"]
+def build_patched(read: ClusterSecrets):
+    cluster = Cluster(secrets=read)
+    return build_from_objects(
+        patched_objects(), at="T", deployment=Deployment(processes=2, cluster=cluster)
+    )
+
+
+def test_the_credentials_patch_names_a_secret_the_binding_lets_the_controller_read() -> None:
+    """The Secret is in the policy's namespace, and secret-reader.yaml binds deploy/'s
+    Secret-reading ClusterRole there for deploy/'s ServiceAccount."""
     patch = yaml.safe_load((CREDENTIALS / "policy-patch.yaml").read_text())
-    secret = Path(patch["spec"]["backend"]["credentials"]["tokenExchange"]["clientSecret"]["file"])
-    assert str(secret.parent) == volume_mount["mountPath"]
-    assert volume_mount["readOnly"] is True
-
-    result = build_from_objects(
-        patched_objects(),
-        at="T",
-        deployment=Deployment(processes=2, cluster=Cluster()),
+    ref = patch["spec"]["backend"]["credentials"]["tokenExchange"]["clientSecret"]["secretRef"]
+    assert set(ref) == {"name", "key"}  # no namespace: the policy's own
+    binding = yaml.safe_load((CREDENTIALS / "secret-reader.yaml").read_text())
+    (policy,) = [o for o in patched_objects() if o.kind == "GatewayPolicy"]
+    assert binding["metadata"]["namespace"] == policy.metadata.namespace
+    deploy = [d for d in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()) if d]
+    (account,) = [d for d in deploy if d["kind"] == "ServiceAccount"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": SECRET_READER_ROLE,
+    }
+    assert any(
+        d["kind"] == "ClusterRole" and d["metadata"]["name"] == SECRET_READER_ROLE for d in deploy
     )
-    (report,) = result.snapshot.policies
-    accepted = next(c for c in report.conditions if c.type == "Accepted")
-    assert not accepted.status
-    assert "spec.backend.credentials.tokenExchange.clientSecret" in accepted.message
-    assert str(secret) in accepted.message
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": account["metadata"]["name"],
+            "namespace": "mcp-oauth-gateway",
+        }
+    ]
 
 
-def test_with_the_secret_in_place_the_credentials_patch_is_accepted(tmp_path: Path) -> None:
-    secret = tmp_path / "token-exchange-client-secret"
-    secret.write_text("s3cret\n")
-    result = build_from_objects(
-        patched_objects(secret),
-        at="T",
-        deployment=Deployment(processes=2, cluster=Cluster()),
-    )
+def test_until_the_secret_is_read_the_credentials_patch_fails_closed() -> None:
+    forbidden = "the gateway's controller may not read Secrets in namespace mcp (forbidden)"
+    for read, expected in (
+        (ClusterSecrets(listed=frozenset({"mcp"})), "Secret mcp/mcp-backend-credentials not found"),
+        (ClusterSecrets(unreadable=MappingProxyType({"mcp": forbidden})), forbidden),
+    ):
+        (report,) = build_patched(read).snapshot.policies
+        accepted = next(c for c in report.conditions if c.type == "Accepted")
+        assert not accepted.status
+        assert (
+            "spec.backend.credentials.tokenExchange.clientSecret: secretRef: " in accepted.message
+        )
+        assert expected in accepted.message
+
+
+def test_with_the_secret_read_the_credentials_patch_is_accepted() -> None:
+    data = {("mcp", "mcp-backend-credentials"): {"token-exchange-client-secret": b"s3cret\n"}}
+    result = build_patched(ClusterSecrets(MappingProxyType(data), frozenset({"mcp"})))
     (report,) = result.snapshot.policies
     assert report.ok, report.conditions
     assert "s3cret" not in repr(result.snapshot)

@@ -55,6 +55,14 @@ def kubeconfig(tmp_path: Path) -> str:
         (["--kubeconfig", "{k}", "--lease-duration", "0.5"], "--lease-duration must be"),
         (["--kubeconfig", "{k}", "--lease-duration", "nan"], "--lease-duration must be"),
         (["--kubeconfig", "{k}", "--replicas", "0"], "--replicas must be a whole number"),
+        (
+            ["--kubeconfig", "{k}", "--secret-files-dir", "run/secrets"],
+            "--secret-files-dir 'run/secrets' must be an absolute path",
+        ),
+        (
+            ["--kubeconfig", "{k}", "--secret-files-dir", "/nonexistent/secrets"],
+            "--secret-files-dir /nonexistent/secrets: no such directory",
+        ),
         (["--in-cluster"], "--in-cluster: not running in a pod"),
         (["--kubeconfig", "{k}-not-yaml"], "cannot read it as YAML"),
         (["--kubeconfig", "{k}-list"], "not a kubeconfig (a YAML mapping of kind Config"),

@@ -36,14 +36,14 @@ class ScriptedServer:
         self.asked: list[tuple[str, str]] = []
         self.server = "https://127.0.0.1:6443"
 
-    async def list(self, kind: Kind) -> Listing:
-        self.asked.append(("list", ""))
+    async def list(self, kind: Kind, namespace: str | None = None) -> Listing:
+        self.asked.append(("list", namespace or ""))
         if not self.lists:
             raise asyncio.CancelledError
         return self.lists.pop(0)
 
     async def watch(
-        self, kind: Kind, resource_version: str, opened: Any = None
+        self, kind: Kind, resource_version: str, opened: Any = None, namespace: str | None = None
     ) -> AsyncIterator[WatchEvent]:
         self.asked.append(("watch", resource_version))
         if not self.watches:
@@ -111,7 +111,7 @@ async def test_gone_lists_again_and_a_lost_connection_does_not() -> None:
 async def test_an_optional_kind_the_server_does_not_serve_counts_as_listed() -> None:
     server = ScriptedServer([], [])
 
-    async def not_served(kind: Kind) -> Listing:
+    async def not_served(kind: Kind, namespace: str | None = None) -> Listing:
         server.asked.append(("list", ""))
         if len(server.asked) > 1:
             raise asyncio.CancelledError
@@ -149,7 +149,7 @@ async def test_a_refused_list_never_forgets_what_was_listed() -> None:
     listed: list[int] = []
     real_list = server.list
 
-    async def list_then_refuse(kind: Kind) -> Listing:
+    async def list_then_refuse(kind: Kind, namespace: str | None = None) -> Listing:
         listed.append(len(cache.kinds[REFERENCE_GRANT.kind].objects))
         if len(listed) == 2:
             server.asked.append(("list", ""))

@@ -12,7 +12,12 @@ from joserfc.errors import BadSignatureError
 from joserfc.jwk import OctKey
 
 from mcp_oauth_gateway.asgi import CLAIMS_KEY, TOKEN_KEY
-from mcp_oauth_gateway.controlplane.credentials import SecretError, compile_credentials, read_secret
+from mcp_oauth_gateway.controlplane.credentials import (
+    SecretError,
+    SecretScope,
+    compile_credentials,
+    read_secret,
+)
 from mcp_oauth_gateway.dataplane.credentials import BackendCredentials as Stage
 from mcp_oauth_gateway.resources.models import BackendCredentialsSpec, SecretSource
 
@@ -23,11 +28,12 @@ CALLER = {
     TOKEN_KEY: "caller-token",
 }
 ENV = {"API_KEY": "k-123", "SIGNING": "s" * 32, "EMPTY": "", "TWO_LINES": "a\nb"}
+FILES = SecretScope(environ=ENV)
 
 
-def compiled(spec: dict, environ: dict[str, str] = ENV):
+def compiled(spec: dict, scope: SecretScope = FILES):
     problems: list[str] = []
-    result = compile_credentials(BackendCredentialsSpec.model_validate(spec), problems, environ)
+    result = compile_credentials(BackendCredentialsSpec.model_validate(spec), problems, scope)
     assert not problems, problems
     assert result is not None
     return result
@@ -53,7 +59,7 @@ def test_a_secret_file_is_read_without_its_trailing_newline(tmp_path):
 )
 def test_a_secret_that_cannot_be_used_says_where_it_was_looked_for(source, message):
     with pytest.raises(SecretError, match=message):
-        read_secret(SecretSource.model_validate(source), ENV)
+        read_secret(SecretSource.model_validate(source), FILES)
 
 
 def test_an_unreadable_secret_makes_the_policy_invalid_naming_the_field():
@@ -61,7 +67,7 @@ def test_an_unreadable_secret_makes_the_policy_invalid_naming_the_field():
     spec = BackendCredentialsSpec.model_validate(
         {"secretHeader": {"header": "X-Api-Key", "value": {"env": "MISSING"}}}
     )
-    assert compile_credentials(spec, problems, ENV) is None
+    assert compile_credentials(spec, problems, FILES) is None
     assert problems == [
         "spec.backend.credentials.secretHeader.value: environment variable MISSING is not set "
         "in the gateway's environment"
