@@ -134,3 +134,23 @@ def test_alice_at_two_providers_reaches_the_backend_as_two_identities(two_issuer
         {"iss": stack_b.issuer, "sub": "alice"},
         {"iss": other_issuer, "sub": "alice"},
     ]
+
+
+def test_the_gateways_own_cookies_never_reach_a_backend_and_its_documents_are_sandboxed(stack_b):
+    # Tenants' routes share a host: the Broker's consent and browser cookies of every route go
+    # with each request the browser makes there, whatever the path.
+    cookies = (
+        "theme=dark; mcp-authz=BROWSER; __Host-mcp-consent-0123abcd=CONSENT; "
+        "MCP-CONSENT-ffff=X; __Secure-mcp-authz=Y; session=abc"
+    )
+    answer, mark = send(stack_b.gateway, stack_b.token(), Cookie=cookies)
+    assert answer.status_code == 200
+    seen = dict(seen_by_backend(stack_b, mark))
+    assert seen["cookie"] == "theme=dark; session=abc"
+    for secret in ("BROWSER", "CONSENT", "X", "Y"):
+        assert secret not in json.dumps(seen)
+    # What the backend answers is never a same-origin document able to drive the Broker's pages.
+    assert answer.headers["content-security-policy"] == "sandbox"
+    assert answer.headers["x-content-type-options"] == "nosniff"
+    _, mark = send(stack_b.gateway, stack_b.token(), Cookie="mcp-authz=BROWSER")
+    assert "cookie" not in dict(seen_by_backend(stack_b, mark))

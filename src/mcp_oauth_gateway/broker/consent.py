@@ -18,6 +18,7 @@ import ipaddress
 import orjson
 
 from ..asgi import Scope, header, request_origin
+from ..gateway_cookies import BROWSER_COOKIE, CONSENT_COOKIE
 from ..oauth_scopes import scope_tokens
 from ..urls import InvalidUri, parse_redirect_uri
 
@@ -34,8 +35,8 @@ def cookie_names(origin: str, route: str) -> tuple[str, str, str]:
     secure = origin.startswith("https://")
     prefix = "__Host-" if secure else ""
     return (
-        f"{prefix}mcp-consent-{route[:16]}",
-        f"{prefix}mcp-authz",
+        f"{prefix}{CONSENT_COOKIE}{route[:16]}",
+        f"{prefix}{BROWSER_COOKIE}",
         "; Secure" if secure else "",
     )
 

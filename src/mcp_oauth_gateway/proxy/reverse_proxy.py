@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 
 from ..asgi import DEFAULT_MAX_BODY_BYTES, BodyTooLarge, Headers, Receive, Scope, Send, send_error
 from ..controlplane.snapshot import CompiledTarget
+from ..gateway_cookies import sets_gateway_cookie, without_gateway_cookies
 from .upstream import InvalidRequestHead, Upstream, UpstreamError, UpstreamResponse
 
 log = logging.getLogger("mcp_oauth_gateway.proxy")
@@ -53,6 +54,11 @@ CORS_RESPONSE = frozenset(
     }
 )
 
+
+SANDBOXED: Headers = [
+    (b"content-security-policy", b"sandbox"),
+    (b"x-content-type-options", b"nosniff"),
+]
 
 # Request headers the gateway itself sets on every route (the list filter's Accept-Encoding, the
 # request id, tracing context, forwarded headers and Host): a client's `Connection` never drops
@@ -108,6 +114,10 @@ def upstream_request_headers(
         elif name == b"x-forwarded-for" and name not in drop:
             if previous is None:
                 previous = value
+        elif name == b"cookie":
+            cookies = without_gateway_cookies(value)
+            if cookies is not None and name not in drop:
+                out.append((name, cookies))
         elif name not in drop:
             out.append((name, value))
     client = scope.get("client")
@@ -144,8 +154,14 @@ def downstream_response_headers(
     out: Headers = []
     for name, value in headers:
         lowered = name.lower()
-        if lowered not in drop:
-            out.append((lowered, value))
+        if lowered in drop or (lowered == b"set-cookie" and sets_gateway_cookie(value)):
+            continue
+        out.append((lowered, value))
+    # Tenants' routes share a host and so an origin with each other and the Broker's pages: a
+    # document a backend serves runs sandboxed (an opaque origin, no script), so it can neither
+    # read nor drive another route's consent page. MCP answers are read by fetch, which this
+    # header does not affect.
+    out.extend(SANDBOXED)
     return out
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from mcp_oauth_gateway.asgi import BodyTooLarge, Receive, Scope, Send
 from mcp_oauth_gateway.controlplane.snapshot import CompiledTarget
-from mcp_oauth_gateway.proxy.reverse_proxy import GATEWAY_SET, ReverseProxy
+from mcp_oauth_gateway.proxy.reverse_proxy import GATEWAY_SET, SANDBOXED, ReverseProxy
 from mcp_oauth_gateway.proxy.upstream import InvalidRequestHead, UpstreamError
 
 from .harness import CLIENT, MemoryResponse, MemoryUpstream, drive
@@ -213,7 +213,12 @@ async def test_response_headers_lose_hop_by_hop_and_date_and_are_lowercased():
     )
     response = await drive(proxy(upstream, latency=latency), "POST", body=b"{}")
     assert response.status == 201
-    assert response.headers == [JSON, (b"mcp-session-id", b"s-2"), (b"content-length", b"11")]
+    assert response.headers == [
+        JSON,
+        (b"mcp-session-id", b"s-2"),
+        (b"content-length", b"11"),
+        *SANDBOXED,
+    ]
     assert response.chunks == [b'{"id": "x"}']  # a body already complete goes in one message
     assert upstream.response.released == 1
     assert len(latency) == 1
@@ -226,7 +231,7 @@ async def test_a_204_loses_its_content_length_and_has_an_empty_body():
     )
     response = await drive(proxy(upstream), "DELETE")
     assert response.status == 204
-    assert response.headers == [(b"etag", b'"v"')]
+    assert response.headers == [(b"etag", b'"v"'), *SANDBOXED]
     assert response.chunks == [b""]
 
 
@@ -234,7 +239,7 @@ async def test_head_is_forwarded_as_head_and_answered_with_the_length_and_no_bod
     upstream = MemoryUpstream(MemoryResponse(200, [JSON, (b"content-length", b"42")], b""))
     response = await drive(proxy(upstream), "HEAD")
     assert upstream.last.method == "HEAD"
-    assert response.headers == [JSON, (b"content-length", b"42")]
+    assert response.headers == [JSON, (b"content-length", b"42"), *SANDBOXED]
     assert response.chunks == [b""]
 
 
@@ -252,6 +257,7 @@ async def test_sse_is_relayed_chunk_by_chunk_then_ended():
     assert response.headers == [
         (b"content-type", b"text/event-stream"),
         (b"cache-control", b"no-cache"),
+        *SANDBOXED,
     ]
     assert [(m.get("body"), m.get("more_body")) for m in response.messages[1:]] == [
         (events[0], True),
