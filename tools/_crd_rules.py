@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from mcp_oauth_gateway.resources import backend, fields, models
+from mcp_oauth_gateway.resources import backend, cluster_kinds, fields, models
 
 Schema = dict[str, Any]
 
@@ -94,6 +94,9 @@ AFTER_VALIDATORS: dict[Callable[..., Any], Rule] = {
     ),
     fields._redis_url: Rule(keywords={"pattern": f"^{models.REDIS_URL.pattern}$"}),
     backend._target_name: Rule(keywords={"pattern": f"^{backend.TARGET_NAME.pattern}$"}),
+    cluster_kinds._namespace_name: Rule(
+        keywords={"pattern": f"^{cluster_kinds.NAMESPACE_NAME.pattern}$", "maxLength": 63}
+    ),
 }
 
 # `@field_validator` and `@model_validator` methods, keyed by (model, method name).

@@ -17,6 +17,7 @@ from ..resources.models import (
     Gateway,
     GatewayBackend,
     GatewayClass,
+    GatewayClassParameters,
     GatewayPolicy,
     HTTPRoute,
     ReferenceGrant,
@@ -45,7 +46,15 @@ class RefusedPolicy:
 ResourceObject = Loaded | Resource | RefusedPolicy
 
 R = TypeVar(
-    "R", Gateway, HTTPRoute, GatewayBackend, GatewayPolicy, Service, GatewayClass, ReferenceGrant
+    "R",
+    Gateway,
+    HTTPRoute,
+    GatewayBackend,
+    GatewayPolicy,
+    Service,
+    GatewayClass,
+    ReferenceGrant,
+    GatewayClassParameters,
 )
 
 
@@ -100,6 +109,10 @@ class ObjectIndex:
     grants: Mapping[str, Entry[ReferenceGrant]]
     # Kubernetes mode: policies the models refuse, which still fail their routes closed.
     refused: Mapping[str, RefusedPolicy] = field(default_factory=lambda: MappingProxyType({}))
+    # Kubernetes mode: GatewayClassParameters by name (cluster-scoped), named by classes.
+    parameters: Mapping[str, Entry[GatewayClassParameters]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
 
 def _sorted(entries: dict[str, Entry[R]]) -> dict[str, Entry[R]]:
@@ -116,6 +129,7 @@ def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
     classes: dict[str, Entry[GatewayClass]] = {}
     grants: dict[str, Entry[ReferenceGrant]] = {}
     refused: dict[str, RefusedPolicy] = {}
+    parameters: dict[str, Entry[GatewayClassParameters]] = {}
     seen: set[ObjectKey] = set()
     for item in objects:
         if isinstance(item, RefusedPolicy):
@@ -142,6 +156,8 @@ def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
             classes[key] = Entry(resource, source)
         elif isinstance(resource, ReferenceGrant):
             grants[key] = Entry(resource, source)
+        elif isinstance(resource, GatewayClassParameters):
+            parameters[key] = Entry(resource, source)
         else:
             policies[key] = Entry(resource, source)
     return ObjectIndex(
@@ -153,4 +169,5 @@ def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
         _sorted(classes),
         _sorted(grants),
         MappingProxyType(dict(sorted(refused.items()))),
+        _sorted(parameters),
     )

@@ -1,10 +1,12 @@
-"""The kinds read for references and in Kubernetes mode: Service, GatewayClass, ReferenceGrant."""
+"""The kinds read for references and in Kubernetes mode: Service, GatewayClass (and our
+GatewayClassParameters), ReferenceGrant."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from .fields import NonEmpty, Port, StrictModel
@@ -56,7 +58,8 @@ class ParametersReference(StrictModel):
 class GatewayClassSpec(StrictModel):
     controller_name: NonEmpty
     description: str | None = None
-    # Accepted so that classes of other controllers load; this gateway takes no parameters.
+    # Another controller's class may name any kind; ours must name a GatewayClassParameters
+    # (controlplane/class_parameters.py says so in the class's status).
     parameters_ref: ParametersReference | None = None
 
 
@@ -85,6 +88,45 @@ class GatewayClass(StrictModel):
     kind: Literal["GatewayClass"]
     metadata: ClusterMeta
     spec: GatewayClassSpec
+
+
+# A Kubernetes namespace name: an RFC 1123 label.
+NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def _namespace_name(value: str) -> str:
+    if len(value) > 63 or not NAMESPACE_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value[:80]!r} is not a namespace name (at most 63 lowercase letters, digits or "
+            "`-`, starting and ending with a letter or digit)"
+        )
+    return value
+
+
+NamespaceName = Annotated[str, AfterValidator(_namespace_name)]
+
+
+class GatewayClassParametersSpec(StrictModel):
+    allowed_gateway_namespaces: Annotated[list[NamespaceName], Field(min_length=1, max_length=64)]
+    """The namespaces whose Gateways the class's controller serves, by name (1 to 64). A
+    Gateway of the class in any other namespace is not served: its status says
+    `Accepted=False`, reason `NamespaceNotAllowed`, naming the class. Names, not a label
+    selector: whoever may label a namespace could otherwise add it. Without parametersRef on
+    the class, Gateways of every namespace are served."""
+
+
+class GatewayClassParameters(StrictModel):
+    """What a GatewayClass of mcp-oauth-gateway allows, named by the class's
+    `spec.parametersRef` (group `mcp-oauth-gateway.dev`, kind `GatewayClassParameters`, no
+    namespace: the object is cluster-scoped)."""
+
+    api_version: Literal["mcp-oauth-gateway.dev/v1alpha1"]
+    kind: Literal["GatewayClassParameters"]
+    metadata: ClusterMeta
+    spec: GatewayClassParametersSpec
+    """Which namespaces may own Gateways of the GatewayClasses that name this object. A class
+    naming one that does not exist or is not valid is `Accepted=False`, reason
+    `InvalidParameters`, and none of its Gateways is served."""
 
 
 class GrantFrom(StrictModel):
