@@ -7,15 +7,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from .hostnames import meet, request_name, serving_listener
 from .snapshot import CompiledRoute, Snapshot
 
 Rows = Sequence[CompiledRoute]
 
 
 class _Served:
-    """A listener's routes by Exact path and by prefix, each with its precedence position."""
+    """A port's routes by Exact path and by prefix, each with its precedence position, and the
+    hostnames of its listeners (a request reaches only the routes of one of them)."""
 
-    def __init__(self, routes: Rows) -> None:
+    def __init__(self, routes: Rows, listeners: Sequence[str] = ("",)) -> None:
+        self.listeners = frozenset(listeners)
         self.exact: dict[str, list[tuple[int, CompiledRoute]]] = {}
         self.prefix: dict[str, list[tuple[int, CompiledRoute]]] = {}
         for position, route in enumerate(routes):
@@ -35,7 +38,12 @@ class _Served:
         candidates = list(self.exact.get(path, ()))
         for key in keys:
             candidates += self.prefix.get(key, ())
-        matching = [(p, r) for p, r in candidates if _names(r.hostnames, host)]
+        listener = serving_listener(self.listeners, request_name(host))
+        matching = [
+            (p, r)
+            for p, r in candidates
+            if r.listener_hostname == listener and _names(r.hostnames, host)
+        ]
         return min(matching, key=lambda pr: pr[0])[1] if matching else None
 
 
@@ -53,17 +61,23 @@ def _names(patterns: Sequence[str], host: str) -> bool:
 
 
 def _hosts(route: CompiledRoute, later: Rows) -> Iterable[str]:
-    """The request hosts to try for a route: its own names, or any name the later routes use."""
-    if route.hostnames:
-        return route.hostnames
-    return ["", *dict.fromkeys(h for r in later if r.policy is None for h in r.hostnames)]
+    """The request hosts to try for a route: its own names and the names of the later routes
+    without a policy that it serves too (any of them when it names none). A later name can
+    reach another listener, or an earlier route, than the route's own names do."""
+    names = dict.fromkeys(h for r in later if r.policy is None for h in r.hostnames)
+    if not route.hostnames:
+        return ["", *names]
+    own = [h.lower() for h in route.hostnames]
+    met = (h for h in names if any(meet(p, h.lower()) for p in own))
+    return [*route.hostnames, *met]
 
 
-def _listener(routes: Rows, later: Rows) -> list[str]:
-    """One listener's protected routes that `later` would serve without a policy."""
+def _listener(routes: Rows, later: Rows, listeners: Sequence[str] = ("",)) -> list[str]:
+    """One port's protected routes that `later` (on `listeners`) would serve without a
+    policy."""
     if all(r.policy is not None for r in later):
         return []  # the usual case, and the whole check costs one pass
-    served = _Served(later)
+    served = _Served(later, listeners)
     found: list[str] = []
     for route in routes:
         if route.policy is None:
@@ -85,5 +99,5 @@ def lost_protection(current: Snapshot, candidate: Snapshot) -> list[str]:
     """The paths a token protects now that `candidate` would serve without one."""
     found: list[str] = []
     for port, routes in current.listeners.items():
-        found += _listener(routes, candidate.listeners.get(port, ()))
+        found += _listener(routes, candidate.listeners.get(port, ()), candidate.hosts_of(port))
     return list(dict.fromkeys(found))
