@@ -127,3 +127,12 @@ def kustomize_render(directory: Path = ROOT / "deploy") -> list[dict[str, Any]]:
     )
     assert done.returncode == 0, done.stderr
     return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def service_account_kubeconfig(cluster: Any, namespace: str, name: str, path: Path) -> Path:
+    """A kubeconfig holding only a token of the ServiceAccount (`kubectl create token`), so
+    RBAC judges every call the controller makes with it, as in a cluster."""
+    token = cluster.kubectl(
+        "create", "token", name, "--namespace", namespace, "--duration", "2h"
+    ).stdout.strip()
+    return Path(cluster.token_kubeconfig(token, f"system:serviceaccount:{namespace}:{name}", path))
