@@ -192,10 +192,22 @@ def test_a_request_reaches_only_the_routes_of_the_most_specific_listener():
     assert both.match("other.org", "/mcp").route.route == "p/any"
     assert both.match("x.example.com", "/x") is None
 
+    # A fully qualified name (final dot) is the same name: it reaches the platform's listener,
+    # not the catch-all one a tenant's route is on.
+    catch_all = compiled("t/any", "/mcp", ANY_HOST, exact=True)
+    named = table([catch_all, platform], ("api.example.com", ANY_HOST))
+    for host in ("api.example.com.", "API.example.com.:8080"):
+        entry = named.match(host, "/mcp")
+        assert entry is not None, host
+        assert entry.route.route == "p/mcp", host
+    assert named.match("other.org.", "/mcp").route.route == "t/any"
+
 
 def specificity(listener: str, host: str) -> tuple[int, int] | None:
     """How specifically a listener hostname names `host` (None: it does not), written plainly."""
     name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
+    # A fully qualified name's final dot names the same host.
+    name = name[:-1] if name.endswith(".") and not host.startswith("[") else name
     if listener == ANY_HOST:
         return (0, 0)
     if listener == name:

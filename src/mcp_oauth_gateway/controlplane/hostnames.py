@@ -48,8 +48,13 @@ def effective_hostnames(listener: str | None, route: Sequence[str]) -> tuple[str
 
 
 def request_name(host: str) -> str:
-    """The name a Host header asks for: without its port, lowercase (an IPv6 literal as sent)."""
-    return host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
+    """The name a Host header asks for: without its port, lowercase, without the final dot of a
+    fully qualified name (`api.example.com.` is `api.example.com`: it must reach the same
+    listener, not a less specific one); an IPv6 literal as sent."""
+    if host.startswith("["):
+        return host
+    name = host.rsplit(":", 1)[0].lower()
+    return name[:-1] if name.endswith(".") else name
 
 
 def serving_listener(listeners: Collection[str], name: str) -> str | None:

@@ -38,11 +38,12 @@ class _Served:
         candidates = list(self.exact.get(path, ()))
         for key in keys:
             candidates += self.prefix.get(key, ())
-        listener = serving_listener(self.listeners, request_name(host))
+        name = request_name(host)  # as the data plane reads a Host header
+        listener = serving_listener(self.listeners, name)
         matching = [
             (p, r)
             for p, r in candidates
-            if r.listener_hostname == listener and _names(r.hostnames, host)
+            if r.listener_hostname == listener and _names(r.hostnames, name)
         ]
         return min(matching, key=lambda pr: pr[0])[1] if matching else None
 
