@@ -155,6 +155,27 @@ def routed(
     ]
 
 
+def class_parameters(name: str, namespaces: list[str]) -> dict[str, Any]:
+    """A GatewayClassParameters allowing Gateways in `namespaces` only."""
+    return {
+        "apiVersion": OURS,
+        "kind": "GatewayClassParameters",
+        "metadata": {"name": name},
+        "spec": {"allowedGatewayNamespaces": namespaces},
+    }
+
+
+def restricted_class(name: str, parameters: str) -> dict[str, Any]:
+    """A GatewayClass of ours whose parametersRef names the GatewayClassParameters `parameters`."""
+    ref = {"group": "mcp-oauth-gateway.dev", "kind": "GatewayClassParameters", "name": parameters}
+    return {
+        "apiVersion": GATEWAY_API,
+        "kind": "GatewayClass",
+        "metadata": {"name": name},
+        "spec": {"controllerName": CONTROLLER, "parametersRef": ref},
+    }
+
+
 def platform_objects(port: int, idp: str, backend: str) -> list[dict[str, Any]]:
     """The admin's class, Gateway (two listeners on one port), route and policy."""
     policy = {

@@ -42,20 +42,19 @@ from support import (
 )
 from tenancy_support import (
     CLIENT_ID,
-    CONTROLLER,
-    GATEWAY_API,
-    OURS,
     PLATFORM,
     TENANT_HOSTS,
     USERS,
     Trap,
     apply,
+    class_parameters,
     conditions_of,
     delete,
     gateway,
     gateway_condition,
     platform_objects,
     read,
+    restricted_class,
     route_parent,
     routed,
     tenant_role,
@@ -276,23 +275,11 @@ def test_a_tenant_route_on_a_listener_with_another_hostname_is_not_served(
 def test_a_class_restricted_to_the_platform_namespace_refuses_the_tenants_gateway(
     cluster: DevCluster, served: Gateway, trap: Trap
 ) -> None:
-    parameters = {
-        "apiVersion": OURS,
-        "kind": "GatewayClassParameters",
-        "metadata": {"name": "platform-only"},
-        "spec": {"allowedGatewayNamespaces": [PLATFORM]},
-    }
-
-    def restricted(name: str, target: str) -> dict[str, Any]:
-        ref = {"group": "mcp-oauth-gateway.dev", "kind": "GatewayClassParameters", "name": target}
-        return {
-            "apiVersion": GATEWAY_API,
-            "kind": "GatewayClass",
-            "metadata": {"name": name},
-            "spec": {"controllerName": CONTROLLER, "parametersRef": ref},
-        }
-
-    admin = [parameters, restricted("restricted", "platform-only"), restricted("broken", "none")]
+    admin = [
+        class_parameters("platform-only", [PLATFORM]),
+        restricted_class("restricted", "platform-only"),
+        restricted_class("broken", "none"),
+    ]
     theirs, ours = free_port(), free_port()
     http = [{"name": "http", "port": theirs, "protocol": "HTTP"}]
     tenant = [gateway("tenant-a", "own", http, "restricted")]
@@ -305,7 +292,7 @@ def test_a_class_restricted_to_the_platform_namespace_refuses_the_tenants_gatewa
         judged = gateway_condition(cluster, "tenant-a", "own", "Accepted")
         gateway_condition(cluster, PLATFORM, "own", "Programmed", "True")
         wait_until(lambda: ours in served.bound(), WAIT, "the platform's Gateway served")
-        # Judged in the same build as the platform's: the tenant's port is never bound.
+        # Once judged, the tenant's Gateway is not served: nothing listens on its port.
         assert theirs not in served.bound()
         with pytest.raises(httpx.ConnectError):
             httpx.post(f"http://127.0.0.1:{theirs}/mcp", json=INITIALIZE, timeout=5)
@@ -326,17 +313,9 @@ def test_a_class_restricted_to_the_platform_namespace_refuses_the_tenants_gatewa
         assert (broken["status"], broken["reason"]) == ("False", "InvalidParameters")
         assert broken["message"].startswith("spec.parametersRef: GatewayClassParameters none")
         # The tenant cannot widen the class.
-        patch = json.dumps({"spec": {"allowedGatewayNamespaces": [PLATFORM, "tenant-a"]}})
+        widened = class_parameters("platform-only", [PLATFORM, "tenant-a"])
         denied = cluster.kubectl(
-            "patch",
-            "gatewayclassparameters",
-            "platform-only",
-            "--type=merge",
-            "-p",
-            patch,
-            "--as",
-            "alice",
-            check=False,
+            "apply", "--as", "alice", "-f", "-", stdin=json.dumps(widened), check=False
         )
         assert denied.returncode != 0
         assert "forbidden" in denied.stderr, denied.stderr
