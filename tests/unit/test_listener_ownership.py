@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import random
 
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mcp_oauth_gateway.controlplane import Deployment, build_from_objects
+from mcp_oauth_gateway.controlplane.cluster import Cluster
 from mcp_oauth_gateway.controlplane.listener_ownership import port_holders, refused_listeners
-from mcp_oauth_gateway.controlplane.objects import index_objects
+from mcp_oauth_gateway.controlplane.objects import RefusedGateway, index_objects
 from mcp_oauth_gateway.kube import status as kube_status
+from mcp_oauth_gateway.kube.cache import ObjectCache
+from mcp_oauth_gateway.kube.kinds import BY_KIND, WATCHED
 from unit.fuzz_settings import FUZZ
 from unit.gateway_support import (
     CLASS,
@@ -144,6 +149,34 @@ def test_from_files_a_second_gateway_on_a_port_is_a_load_error_naming_the_holder
         "first by namespace/name): use another port, or attach the routes to Gateway "
         "platform/gw where its listeners allow them"
     )
+
+
+def test_a_gateway_the_models_refuse_still_holds_its_port():
+    # The platform's Gateway broken by an edit (a protocol the gateway does not serve): the
+    # tenant's newer Gateway must not take the port, nor the platform's callers, meanwhile.
+    broken = PLATFORM.replace("port: 8080}", "port: 8080, protocol: UDP}")
+    cache = ObjectCache(WATCHED)
+    documents = [d for d in yaml.safe_load_all(CLASS + broken + TENANT + TENANT_ROUTE) if d]
+    for kind in WATCHED:
+        items = [d for d in documents if d["kind"] == kind.kind]
+        cache.replace_all(kind, items, "1")
+    (stand_in,) = [r for r in cache.resources() if isinstance(r, RefusedGateway)]
+    assert (stand_in.key, stand_in.ports) == ("platform/gw", (8080,))
+    deployment = Deployment(cluster=Cluster())
+    result = build_from_objects(cache.resources(), at="T", deployment=deployment)
+    assert 8080 not in result.snapshot.listeners
+    (listener,) = result.statuses["Gateway", "tenant", "gw"].listeners
+    accepted = conditions(listener.conditions)["Accepted"]
+    assert accepted[:2] == (False, "PortUnavailable")
+    assert "port 8080 belongs to Gateway platform/gw" in accepted[2]
+    # A refused Gateway of a class that is not ours holds nothing.
+    theirs = [
+        {**d, "spec": {**d["spec"], "gatewayClassName": "other"}} if d is documents[1] else d
+        for d in documents
+    ]
+    cache.replace_all(BY_KIND["Gateway"], [d for d in theirs if d["kind"] == "Gateway"], "2")
+    result = build_from_objects(cache.resources(), at="T", deployment=deployment)
+    assert served_routes(result, 8080) == ["tenant/grab"]
 
 
 def test_a_port_the_replica_could_not_bind_keeps_a_refused_listeners_own_reason():

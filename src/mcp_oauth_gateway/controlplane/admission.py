@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from .class_parameters import ClassRule, class_rule
 from .cluster import Cluster, our_classes, our_gateways
-from .listener_ownership import ListenerRefusal, refused_listeners, served_ports
+from .listener_ownership import ListenerRefusal, PortClaim, refused_listeners, served_ports
 from .objects import ObjectIndex
 
 # Gateway `Accepted=False` reasons of ours (Gateway API lets implementations add reasons).
@@ -56,6 +56,7 @@ def admit(index: ObjectIndex, cluster: Cluster | None) -> tuple[ObjectIndex, Adm
     or not, since both get a status), and the verdicts on them."""
     refused: dict[str, GatewayRefusal] = {}
     rules: dict[str, ClassRule] = {}
+    unreadable: list[PortClaim] = []
     if cluster is not None:
         ours = our_classes(index.classes, cluster)
         classes = {k: e for k, e in index.classes.items() if k in ours}
@@ -69,8 +70,9 @@ def admit(index: ObjectIndex, cluster: Cluster | None) -> tuple[ObjectIndex, Adm
                 reason = CLASS_NOT_ACCEPTED if rule.invalid else NAMESPACE_NOT_ALLOWED
                 refused[key] = GatewayRefusal(reason, why)
         index = replace(index, classes=classes, gateways=gateways)
+        unreadable = held_by_unreadable(index, rules)
     served = {k: e for k, e in index.gateways.items() if k not in refused}
-    listeners = refused_listeners(served)
+    listeners = refused_listeners(served, unreadable)
     admission = Admission(
         MappingProxyType(rules),
         MappingProxyType(refused),
@@ -78,6 +80,17 @@ def admit(index: ObjectIndex, cluster: Cluster | None) -> tuple[ObjectIndex, Adm
         MappingProxyType(served_ports(served, listeners)),
     )
     return index, admission
+
+
+def held_by_unreadable(index: ObjectIndex, rules: Mapping[str, ClassRule]) -> list[PortClaim]:
+    """The ports our Gateways that the models refuse still hold (their class would serve them):
+    a typo in the Gateway holding a port must not hand the port to the next Gateway."""
+    return [
+        PortClaim(gateway.key, gateway.created, gateway.ports)
+        for gateway in index.refused_gateways.values()
+        if gateway.class_name in rules
+        and rules[gateway.class_name].refusal(gateway.class_name, gateway.namespace) is None
+    ]
 
 
 def admission_errors(index: ObjectIndex, admission: Admission) -> list[str]:

@@ -12,7 +12,7 @@ from .admission import Admission
 from .hostnames import ANY_HOST, effective_hostnames
 from .objects import Entry, RefusedPolicy
 
-# Nothing refused: every Gateway and listener given is served (the file loader's tests).
+# For callers that pass no admission: every Gateway and listener given is served.
 NOTHING_REFUSED = Admission()
 
 

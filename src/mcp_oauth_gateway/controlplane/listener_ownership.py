@@ -11,7 +11,7 @@ told apart by a request, so neither is served (`HostnameConflict`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..resources.models import Gateway
@@ -35,17 +35,32 @@ class ListenerRefusal:
         return self.reason == HOSTNAME_CONFLICT
 
 
-def gateway_age(entry: Entry[Gateway]) -> tuple[str, str]:
-    """The order in which Gateways claim ports: oldest first, then by namespace/name."""
-    return entry.resource.metadata.creation_timestamp or "", entry.key
+@dataclass(frozen=True, slots=True)
+class PortClaim:
+    """The ports a Gateway's listeners name, and how old the Gateway is."""
+
+    gateway: str  # namespace/name
+    created: str  # metadata.creationTimestamp ("" from files)
+    ports: tuple[int, ...]
 
 
-def port_holders(gateways: Mapping[str, Entry[Gateway]]) -> dict[int, str]:
-    """Port → the Gateway (`namespace/name`) that holds it."""
+def claim_of(entry: Entry[Gateway]) -> PortClaim:
+    """A Gateway's claim on the ports of its listeners."""
+    ports = tuple(listener.port for listener in entry.resource.spec.listeners)
+    return PortClaim(entry.key, entry.resource.metadata.creation_timestamp or "", ports)
+
+
+def port_holders(
+    gateways: Mapping[str, Entry[Gateway]], others: Iterable[PortClaim] = ()
+) -> dict[int, str]:
+    """Port → the Gateway (`namespace/name`) that holds it: the oldest claiming it, then the
+    first by namespace/name. `others`: claims of Gateways that serve nothing but still hold
+    their ports (one the models refuse)."""
+    claims = [*(claim_of(entry) for entry in gateways.values()), *others]
     holders: dict[int, str] = {}
-    for entry in sorted(gateways.values(), key=gateway_age):
-        for listener in entry.resource.spec.listeners:
-            holders.setdefault(listener.port, entry.key)
+    for claim in sorted(claims, key=lambda c: (c.created, c.gateway)):
+        for port in claim.ports:
+            holders.setdefault(port, claim.gateway)
     return dict(sorted(holders.items()))
 
 
@@ -81,11 +96,11 @@ def _conflicts(entry: Entry[Gateway], holders: Mapping[int, str]) -> dict[str, L
 
 
 def refused_listeners(
-    gateways: Mapping[str, Entry[Gateway]],
+    gateways: Mapping[str, Entry[Gateway]], others: Iterable[PortClaim] = ()
 ) -> dict[str, dict[str, ListenerRefusal]]:
     """Gateway `namespace/name` → listener name → why it is not served (only those that are
-    not)."""
-    holders = port_holders(gateways)
+    not); `others` as for `port_holders`."""
+    holders = port_holders(gateways, others)
     out: dict[str, dict[str, ListenerRefusal]] = {}
     for key, entry in gateways.items():
         refused = {
