@@ -20,6 +20,10 @@ CRD_DIR = ROOT / "deploy" / "crds"
 GROUP = "mcp-oauth-gateway.dev"
 PLURALS = {"GatewayPolicy": "gatewaypolicies", "GatewayBackend": "gatewaybackends"}
 CRD_FILES = {kind: CRD_DIR / f"{plural}.{GROUP}.yaml" for kind, plural in PLURALS.items()}
+# Cluster-scoped, without status: tested on its own (tests/unit/test_class_parameters.py).
+CLUSTER_CRD_FILES = {
+    "GatewayClassParameters": CRD_DIR / f"gatewayclassparameters.{GROUP}.yaml",
+}
 
 Schema = dict[str, Any]
 

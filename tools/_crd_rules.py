@@ -105,11 +105,11 @@ AFTER_VALIDATORS: dict[Callable[..., Any], Rule] = {
     policy._secret_name: Rule(
         keywords={"pattern": f"^{policy.SECRET_NAME.pattern}$", "maxLength": 253}
     ),
-    policy._namespace_name: Rule(
-        keywords={"pattern": f"^{policy.NAMESPACE_NAME.pattern}$", "maxLength": 63}
-    ),
     policy._secret_key: Rule(
         keywords={"pattern": f"^{policy.SECRET_KEY.pattern}$", "maxLength": 253}
+    ),
+    fields._namespace_name: Rule(
+        keywords={"pattern": f"^{fields.NAMESPACE_NAME.pattern}$", "maxLength": 63}
     ),
 }
 

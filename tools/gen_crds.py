@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Generate the CustomResourceDefinitions of GatewayPolicy and GatewayBackend from the models.
+"""Generate the CustomResourceDefinitions of GatewayPolicy, GatewayBackend and
+GatewayClassParameters from the models.
 
     .venv/bin/python tools/gen_crds.py           write deploy/crds/*.yaml
     .venv/bin/python tools/gen_crds.py --check   exit 1 when a committed CRD is out of date
@@ -56,7 +57,8 @@ class Kind:
     short_names: tuple[str, ...]
     description: str
     columns: tuple[Schema, ...]
-    status: Schema
+    status: Schema | None  # None: the controller writes none (no status subresource)
+    scope: str = "Namespaced"
 
     @property
     def name(self) -> str:
@@ -123,6 +125,24 @@ KINDS = (
             },
         },
     ),
+    Kind(
+        model=models.GatewayClassParameters,
+        plural="gatewayclassparameters",
+        short_names=("gwcp",),
+        description="What a GatewayClass of mcp-oauth-gateway allows, named by the class's "
+        "parametersRef: which namespaces may own its Gateways. Cluster-scoped, so only those "
+        "who may write cluster-wide objects decide.",
+        columns=(
+            {
+                "name": "Namespaces",
+                "type": "string",
+                "jsonPath": ".spec.allowedGatewayNamespaces",
+            },
+            _AGE,
+        ),
+        status=None,
+        scope="Cluster",
+    ),
 )
 
 # Checks of the control plane beyond the models (controlplane/policies.py); the loader accepts
@@ -157,6 +177,9 @@ def spec_schema(kind: Kind, walk: Walk) -> Schema:
 
 def crd(kind: Kind, walk: Walk) -> Schema:
     """The CustomResourceDefinition of one kind."""
+    version: Schema = {"name": VERSION, "served": True, "storage": True}
+    if kind.status is not None:
+        version["subresources"] = {"status": {}}
     schema: Schema = {
         "description": kind.description,
         "type": "object",
@@ -170,7 +193,7 @@ def crd(kind: Kind, walk: Walk) -> Schema:
             # No description: the API server forbids anything but `type` here.
             "metadata": {"type": "object"},
             "spec": spec_schema(kind, walk),
-            "status": kind.status,
+            **({"status": kind.status} if kind.status is not None else {}),
         },
     }
     return {
@@ -192,13 +215,10 @@ def crd(kind: Kind, walk: Walk) -> Schema:
                 "shortNames": list(kind.short_names),
                 "categories": ["mcp-oauth-gateway"],
             },
-            "scope": "Namespaced",
+            "scope": kind.scope,
             "versions": [
                 {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
+                    **version,
                     "additionalPrinterColumns": list(kind.columns),
                     "schema": {"openAPIV3Schema": schema},
                 }

@@ -4,13 +4,13 @@
     .venv/bin/python tools/gen_reference.py           write docs/reference/*.md
     .venv/bin/python tools/gen_reference.py --check   exit 1 when a committed page is out of date
 
-GatewayPolicy and GatewayBackend are read from their CRDs in deploy/crds/ (made from the models
-by tools/gen_crds.py, with every field's description), so the pages say what `kubectl explain`
-says. The Gateway API kinds the gateway reads (Gateway, HTTPRoute, ReferenceGrant, GatewayClass,
-Service) are read from the JSON schema of their pydantic models; their fields carry no
-descriptions there, so `_DESCRIPTIONS` below gives one per field, keyed by the model's schema
-name and the field's YAML name. A field with no description stops the generator, so a field
-added to a model cannot go undocumented.
+GatewayPolicy, GatewayBackend and GatewayClassParameters are read from their CRDs in
+deploy/crds/ (made from the models by tools/gen_crds.py, with every field's description), so
+the pages say what `kubectl explain` says. The Gateway API kinds the gateway reads (Gateway,
+HTTPRoute, ReferenceGrant, GatewayClass, Service) are read from the JSON schema of their
+pydantic models; their fields carry no descriptions there, so `_DESCRIPTIONS` below gives one
+per field, keyed by the model's schema name and the field's YAML name. A field with no
+description stops the generator, so a field added to a model cannot go undocumented.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ REGENERATE = "make docs-reference"
 CRDS = {
     "GatewayPolicy": "gatewaypolicies.mcp-oauth-gateway.dev.yaml",
     "GatewayBackend": "gatewaybackends.mcp-oauth-gateway.dev.yaml",
+    "GatewayClassParameters": "gatewayclassparameters.mcp-oauth-gateway.dev.yaml",
 }
 MODELS: dict[str, Any] = {
     "Gateway": Gateway,
@@ -52,8 +53,11 @@ MODELS: dict[str, Any] = {
 }
 # What each Gateway API kind is for the gateway (the page's first paragraph).
 _PURPOSES = {
-    "Gateway": "The ports the gateway serves: one listener per port. In a cluster the gateway "
-    "serves every Gateway whose GatewayClass names its controller.",
+    "Gateway": "The ports the gateway serves. Each port belongs to one Gateway: of two "
+    "Gateways with a listener on one port, the older holds it (then the first by "
+    "namespace/name), and the other's listener is not served (`Accepted=False`, reason "
+    "`PortUnavailable`). In a cluster the gateway serves every Gateway whose GatewayClass names "
+    "its controller and allows the Gateway's namespace.",
     "HTTPRoute": "Which requests go to which GatewayBackend: path matches on a Gateway's "
     "listeners, the CORS filter browser clients need, and the backend.",
     "ReferenceGrant": "Lets objects in another namespace refer to objects in this one (the owner "
@@ -95,7 +99,13 @@ _DESCRIPTIONS: dict[str, dict[str, str]] = {
         "sectionName` names it.",
         "port": "TCP port the gateway listens on (on 127.0.0.1 unless `serve --host`).",
         "protocol": "`HTTP` only; terminate TLS in front of the gateway.",
-        "hostname": "Accepted for Gateway API compatibility; routes choose hosts with `hostnames`.",
+        "hostname": "The host names this listener takes (`mcp.example.com`, or `*.example.com` "
+        "for any name under it); unset: every host no other listener on the port names. A "
+        "request goes to the listener with the most specific hostname matching its `Host`, and "
+        "only that listener's routes can serve it; a route's `hostnames` are cut down to those "
+        "within it (none within it: the route is not accepted, `NoMatchingListenerHostname`). "
+        "Two listeners of a Gateway with the same port and hostname are not served "
+        "(`Conflicted`, `HostnameConflict`).",
         "allowedRoutes": "Which routes may attach to this listener.",
     },
     "AllowedRoutes": {
@@ -110,7 +120,9 @@ _DESCRIPTIONS: dict[str, dict[str, str]] = {
     "RouteGroupKind": {"group": "API group of the route kind.", "kind": "The route kind."},
     "HTTPRouteSpec": {
         "parentRefs": "The Gateways (and optionally listeners) the route attaches to.",
-        "hostnames": "Host names the route answers for (the request's `Host`); empty: all.",
+        "hostnames": "Host names the route answers for (the request's `Host`; `*.example.com` "
+        "for any name under it); empty: all the listener takes. Through a listener with a "
+        "hostname, only the names within it count.",
         "rules": "Matches and the backend they go to.",
     },
     "ParentRef": {
@@ -172,8 +184,10 @@ _DESCRIPTIONS: dict[str, dict[str, str]] = {
     "GatewayClassSpec": {
         "controllerName": "The controller that serves this class's Gateways.",
         "description": "Free text for people.",
-        "parametersRef": "Accepted so classes of other controllers load; this gateway takes no "
-        "parameters.",
+        "parametersRef": "For a class of this gateway: a GatewayClassParameters "
+        "(`mcp-oauth-gateway.dev`, cluster-scoped, no namespace) naming the namespaces that may "
+        "own the class's Gateways. Unset: every namespace. One that cannot be followed: the "
+        "class is `Accepted=False` (`InvalidParameters`) and none of its Gateways is served.",
     },
     "ParametersReference": {
         "group": "API group of the parameters object.",
@@ -385,7 +399,8 @@ def crd_page(kind: str, file: str) -> str:
         page += f"## {section}\n\n{_cell(node.get('description', ''))}\n\n"
         page += _table(list(crd_rows(node, section)))
         page += "\n"
-    checks = _controller_checks(text)
+    # "nothing beyond this schema" (the CRD's comment for a kind without such checks) is no check.
+    checks = [c for c in _controller_checks(text) if c != "nothing beyond this schema"]
     if checks:
         page += "## Checked by the controller\n\nBeyond the schema, the gateway refuses a "
         page += "policy (`Accepted=False`, reason `Invalid`) unless:\n\n"

@@ -25,6 +25,7 @@ def test_deploy_renders_into_one_namespace_with_the_image_and_exact_roles() -> N
             "ClusterRoleBinding",
             "CustomResourceDefinition",
             "CustomResourceDefinition",
+            "CustomResourceDefinition",
             "Deployment",
             "Namespace",
             "NetworkPolicy",
@@ -68,4 +69,4 @@ def test_the_rendered_crds_are_served_by_a_real_api_server(
     # Created or replaced, then waited for until Established and every version is served.
     apiserver.apply_crds(paths)
     plurals = {yaml.safe_load(p.read_text())["spec"]["names"]["plural"] for p in paths}
-    assert plurals == {"gatewaypolicies", "gatewaybackends"}
+    assert plurals == {"gatewaypolicies", "gatewaybackends", "gatewayclassparameters"}

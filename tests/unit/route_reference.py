@@ -25,6 +25,8 @@ def host_matches(hostnames: Sequence[str], host: str) -> bool:
     if not hostnames:
         return True
     name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
+    # A fully qualified name's final dot names the same host.
+    name = name[:-1] if name.endswith(".") and not host.startswith("[") else name
     for pattern in hostnames:
         pattern = pattern.lower()
         if pattern.startswith("*."):

@@ -135,7 +135,7 @@ def test_listeners_take_routes_from_their_own_namespace_unless_told():
     same = OURS.replace("      allowedRoutes: {namespaces: {from: All}}\n", "")
     route = build(same).statuses["HTTPRoute", "apps", "mcp"]
     accepted = conditions(route.parents[0].conditions)["Accepted"]
-    assert accepted[:2] == (False, "NoMatchingParent")
+    assert accepted[:2] == (False, "NotAllowedByListeners")
     assert "takes routes from namespace gateways only" in accepted[2]
     assert build(same).snapshot.listeners == {8080: ()}  # the port is served, without the route
     served = build(OURS).statuses["HTTPRoute", "apps", "mcp"]

@@ -8,7 +8,37 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from ..resources.models import Gateway, GatewayPolicy, HTTPRoute, Listener, ParentRef
+from .admission import Admission
+from .hostnames import ANY_HOST, effective_hostnames
 from .objects import Entry, RefusedPolicy
+
+# For callers that pass no admission: every Gateway and listener given is served.
+NOTHING_REFUSED = Admission()
+
+
+# Route parent `Accepted=False` reasons (Gateway API).
+NO_MATCHING_PARENT = "NoMatchingParent"
+NOT_ALLOWED_BY_LISTENERS = "NotAllowedByListeners"
+NO_MATCHING_LISTENER_HOSTNAME = "NoMatchingListenerHostname"
+
+
+@dataclass(frozen=True, slots=True)
+class BoundListener:
+    """A listener that takes a route, and the hostnames the route is served for through it."""
+
+    listener: Listener
+    # The route's hostnames within the listener's; () for every host the listener takes.
+    hostnames: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        """The listener's name."""
+        return self.listener.name
+
+    @property
+    def port(self) -> int:
+        """The listener's port."""
+        return self.listener.port
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,11 +49,13 @@ class ParentBinding:
     ref: ParentRef
     gateway: str
     # The listeners the route is served on through this parentRef (empty: none matches).
-    listeners: tuple[Listener, ...] = ()
-    # Why the parentRef names no existing Gateway (or listener); reported as a load error.
+    listeners: tuple[BoundListener, ...] = ()
+    # Why the parentRef names no existing Gateway (or listener), or a Gateway that is not
+    # served; reported as a load error.
     problem: str | None = None
-    # Why the matching listeners do not take this route (allowedRoutes), when none does.
+    # Why the matching listeners do not take this route, when none does, and the reason.
     not_allowed: str | None = None
+    not_allowed_reason: str = NO_MATCHING_PARENT
 
     @property
     def accepted(self) -> bool:
@@ -43,6 +75,13 @@ class ParentBinding:
             f"{section} on port {self.ref.port}"
         )
 
+    @property
+    def reason(self) -> str:
+        """The reason of the route parent's `Accepted=False` (see `refusal`)."""
+        if self.problem is None and not self.listeners and self.not_allowed is not None:
+            return self.not_allowed_reason
+        return NO_MATCHING_PARENT
+
 
 @dataclass(frozen=True, slots=True)
 class RouteBinding:
@@ -60,9 +99,54 @@ class RouteBinding:
         """The listener ports the route is served on."""
         return frozenset(listener.port for parent in self.parents for listener in parent.listeners)
 
+    @property
+    def served_on(self) -> dict[tuple[int, str], tuple[str, ...]]:
+        """(port, listener hostname or ANY_HOST) → the hostnames the route is served for on
+        that listener (a listener reached through two parentRefs counts once)."""
+        return {
+            (bound.port, (bound.listener.hostname or ANY_HOST).lower()): bound.hostnames
+            for parent in self.parents
+            for bound in parent.listeners
+        }
+
+
+def _take(
+    route: HTTPRoute, listener: Listener, gateway: str, namespace: str, admission: Admission
+) -> tuple[BoundListener | None, str, str]:
+    """The listener bound to the route, or None with why not and the reason."""
+    unserved = admission.listener_refusal(gateway, listener.name)
+    if unserved is not None:
+        why = f"listener {listener.name!r} is not served: {unserved.message}"
+        return None, why, NO_MATCHING_PARENT
+    refused = listener.takes(route.metadata.namespace, namespace)
+    if refused is not None:
+        return None, refused, NOT_ALLOWED_BY_LISTENERS
+    hostnames = effective_hostnames(listener.hostname, route.spec.hostnames)
+    if hostnames is None:
+        why = (
+            f"listener {listener.name!r} takes hostname {listener.hostname} only, and none of "
+            f"the route's spec.hostnames ({', '.join(route.spec.hostnames)}) is within it: add "
+            "a hostname within it, or attach to another listener"
+        )
+        return None, why, NO_MATCHING_LISTENER_HOSTNAME
+    return BoundListener(listener, hostnames), "", "Accepted"
+
+
+def _refusal_reason(reasons: list[str]) -> str:
+    """One reason for the refusals of every matching listener (Gateway API has one per parent)."""
+    if reasons and all(r == NO_MATCHING_LISTENER_HOSTNAME for r in reasons):
+        return NO_MATCHING_LISTENER_HOSTNAME
+    if NOT_ALLOWED_BY_LISTENERS in reasons:
+        return NOT_ALLOWED_BY_LISTENERS
+    return NO_MATCHING_PARENT
+
 
 def bind_parent(
-    route: HTTPRoute, index: int, gateways: Mapping[str, Entry[Gateway]], cluster: bool = False
+    route: HTTPRoute,
+    index: int,
+    gateways: Mapping[str, Entry[Gateway]],
+    cluster: bool = False,
+    admission: Admission = NOTHING_REFUSED,
 ) -> ParentBinding | None:
     """Resolve one parentRef to its Gateway and the listeners matching its sectionName and port
     that take the route; None in a cluster when the Gateway is not one this controller serves
@@ -76,6 +160,10 @@ def bind_parent(
         return ParentBinding(
             index, ref, key, problem=f"spec.parentRefs[{index}]: Gateway {key} not found"
         )
+    unserved = admission.gateways.get(key)
+    if unserved is not None:
+        why = f"spec.parentRefs[{index}]: Gateway {key} is not served: {unserved.message}"
+        return ParentBinding(index, ref, key, problem=why)
     listeners = entry.resource.spec.listeners
     names = {listener.name for listener in listeners}
     if ref.section_name is not None and ref.section_name not in names:
@@ -94,28 +182,29 @@ def bind_parent(
         if (ref.section_name is None or listener.name == ref.section_name)
         and (ref.port is None or listener.port == ref.port)
     ]
-    gateway_namespace = entry.resource.metadata.namespace
-    refusals = [
-        listener.takes(route.metadata.namespace, gateway_namespace) for listener in matching
-    ]
-    taking = tuple(
-        listener for listener, why in zip(matching, refusals, strict=True) if why is None
-    )
-    not_allowed = "; ".join(why for why in refusals if why) if matching and not taking else None
-    return ParentBinding(index, ref, key, taking, not_allowed=not_allowed)
+    namespace = entry.resource.metadata.namespace
+    verdicts = [_take(route, listener, key, namespace, admission) for listener in matching]
+    taking = tuple(bound for bound, _, _ in verdicts if bound is not None)
+    if taking or not matching:
+        return ParentBinding(index, ref, key, taking)
+    whys = "; ".join(why for _, why, _ in verdicts)
+    reason = _refusal_reason([r for _, _, r in verdicts])
+    return ParentBinding(index, ref, key, (), not_allowed=whys, not_allowed_reason=reason)
 
 
 def bind_routes(
     routes: Mapping[str, Entry[HTTPRoute]],
     gateways: Mapping[str, Entry[Gateway]],
     cluster: bool = False,
+    admission: Admission = NOTHING_REFUSED,
 ) -> dict[str, RouteBinding]:
     """Bind every route to the Gateways and listeners its parentRefs name (in a cluster, only
-    the parentRefs to Gateways this controller serves count)."""
+    the parentRefs to Gateways this controller serves count; `admission`: the Gateways and
+    listeners that are not served)."""
     bindings = {}
     for key, entry in routes.items():
         parents = (
-            bind_parent(entry.resource, i, gateways, cluster)
+            bind_parent(entry.resource, i, gateways, cluster, admission)
             for i in range(len(entry.resource.spec.parent_refs))
         )
         bindings[key] = RouteBinding(tuple(p for p in parents if p is not None))

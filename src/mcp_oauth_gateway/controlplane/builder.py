@@ -15,8 +15,8 @@ from types import MappingProxyType
 from ..resources.loader import LoadResult
 from ..resources.models import GatewayPolicy
 from . import status
+from .admission import admission_errors, admit
 from .binding import Attachment, RouteBinding, attach_policies, bind_routes, binding_errors
-from .cluster import Cluster, our_classes, our_gateways
 from .collector import collector_paused
 from .deployment import Deployment
 from .object_status import derive_statuses, policy_conditions
@@ -100,8 +100,8 @@ def build_from_objects(
 
 def _build(objects: Iterable[ResourceObject], at: str, deployment: Deployment) -> BuildResult:
     cluster = deployment.cluster
-    index = served(index_objects(objects), cluster)
-    bindings = bind_routes(index.routes, index.gateways, cluster is not None)
+    index, admission = admit(index_objects(objects), cluster)
+    bindings = bind_routes(index.routes, index.gateways, cluster is not None, admission)
     if cluster is not None:
         # In a cluster, routes none of whose parents are this controller's are not its own.
         index = replace(
@@ -131,19 +131,21 @@ def _build(objects: Iterable[ResourceObject], at: str, deployment: Deployment) -
         fetched = {key: results[key] for key in set(attachment.governing.values())}
     keysets, discovery_urls = fetch_targets(fetched)
     ancestors = policy_ancestors(attachment, bindings)
+    errors = admission_errors(index, admission) + binding_errors(index.routes, bindings)
     snapshot = Snapshot(
-        listeners=listener_tables(index.gateways, bindings, compiled, creation_times(index)),
+        listeners=listener_tables(admission.ports, bindings, compiled, creation_times(index)),
         policies=policy_reports(index.policies, results, conditions, ancestors),
-        errors=tuple(binding_errors(index.routes, bindings) + backend_errors(resolved)),
+        errors=tuple(errors + backend_errors(resolved)),
         keysets=MappingProxyType(keysets),
         discovery_urls=MappingProxyType(discovery_urls),
         built_at=at,
+        listener_hosts=MappingProxyType(dict(admission.ports)),
     )
     shadowed = shadowed_matches(snapshot.listeners)
-    return BuildResult(
-        snapshot,
-        derive_statuses(index, bindings, resolved, conditions, at, shadowed, backends),
+    statuses = derive_statuses(
+        index, bindings, resolved, conditions, at, shadowed, admission, backends
     )
+    return BuildResult(snapshot, statuses)
 
 
 def creation_times(index: ObjectIndex) -> dict[str, str]:
@@ -157,14 +159,6 @@ def refused_result(stand_in: RefusedPolicy) -> PolicyResult:
     """What a policy the models refused compiles to: invalid, so its routes answer 503."""
     why = f"GatewayPolicy {stand_in.key} is invalid: " + "; ".join(stand_in.problems)
     return PolicyResult(CompiledPolicy(stand_in.key, (), None, None, False, invalid=why), (why,))
-
-
-def served(index: ObjectIndex, cluster: Cluster | None) -> ObjectIndex:
-    """In a cluster, only the Gateways of this controller's classes (and those classes)."""
-    if cluster is None:
-        return index
-    classes = {k: e for k, e in index.classes.items() if k in our_classes(index.classes, cluster)}
-    return replace(index, classes=classes, gateways=our_gateways(index.gateways, classes, cluster))
 
 
 def _now() -> str:

@@ -6,9 +6,11 @@ from collections import Counter
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from ..resources.models import Gateway, GatewayBackend, GatewayPolicy, HTTPRoute, Service
+from ..resources.models import GatewayBackend, GatewayPolicy, HTTPRoute, Service
 from . import status
+from .admission import Admission
 from .binding import Attachment, RouteBinding
+from .gateway_status import class_status, gateway_status
 from .objects import Entry, ObjectIndex, ObjectKey, object_key
 from .policies import PolicyResult
 from .routes import MissingBackend, RuleKey, Targets, missing_backends
@@ -53,25 +55,6 @@ def attached_routes(bindings: Mapping[str, RouteBinding]) -> Counter[tuple[str, 
     )
 
 
-def gateway_status(
-    entry: Entry[Gateway], attached: Counter[tuple[str, str]], at: str
-) -> status.ObjectStatus:
-    """`Accepted`, and each listener's `Accepted` and number of attached routes."""
-    generation = entry.generation
-    listeners = tuple(
-        status.ListenerStatus(
-            listener.name,
-            attached[entry.key, listener.name],
-            status.listener_conditions(generation, at),
-        )
-        for listener in entry.resource.spec.listeners
-    )
-    return status.ObjectStatus(
-        (status.gateway_accepted(generation, at), status.gateway_programmed(generation, at)),
-        listeners=listeners,
-    )
-
-
 def route_status(
     entry: Entry[HTTPRoute],
     binding: RouteBinding,
@@ -91,7 +74,9 @@ def route_status(
         status.ParentStatus(
             parent.ref,
             (
-                status.route_accepted(parent.refusal, parent.gateway, generation, at, shadowed),
+                status.route_accepted(
+                    parent.refusal, parent.gateway, generation, at, shadowed, parent.reason
+                ),
                 resolved,
             ),
         )
@@ -140,14 +125,16 @@ def derive_statuses(
     policies: Mapping[str, tuple[status.Condition, ...]],
     at: str,
     shadowed: Mapping[str, tuple[str, ...]] = MappingProxyType({}),
+    admission: Admission | None = None,
     backends: Mapping[str, BackendTargets] = MappingProxyType({}),
 ) -> MappingProxyType[ObjectKey, status.ObjectStatus]:
     """The status of every input object, keyed by (kind, namespace, name); `shadowed`: the
-    matches of each route that an older route takes."""
+    matches of each route that an older route takes; `admission`: what is not served."""
+    admission = admission or Admission()
     out: dict[ObjectKey, status.ObjectStatus] = {}
     attached = attached_routes(bindings)
     for gateway in index.gateways.values():
-        out[object_key(gateway.resource)] = gateway_status(gateway, attached, at)
+        out[object_key(gateway.resource)] = gateway_status(gateway, attached, admission, at)
     missing = missing_backends(resolved)
     for key, route in index.routes.items():
         out[object_key(route.resource)] = route_status(
@@ -159,7 +146,7 @@ def derive_statuses(
         out[object_key(service.resource)] = service_status(service, at)
     for key, policy in index.policies.items():
         out[object_key(policy.resource)] = status.ObjectStatus(policies[key])
-    for gateway_class in index.classes.values():
-        accepted = status.class_accepted(gateway_class.generation, at)
-        out[object_key(gateway_class.resource)] = status.ObjectStatus((accepted,))
+    for name, gateway_class in index.classes.items():
+        rule = admission.classes.get(name)
+        out[object_key(gateway_class.resource)] = class_status(gateway_class, rule, at)
     return MappingProxyType(dict(sorted(out.items())))

@@ -17,6 +17,7 @@ from ..resources.models import (
     Gateway,
     GatewayBackend,
     GatewayClass,
+    GatewayClassParameters,
     GatewayPolicy,
     HTTPRoute,
     ReferenceGrant,
@@ -42,10 +43,36 @@ class RefusedPolicy:
         return f"{self.namespace}/{self.name}"
 
 
-ResourceObject = Loaded | Resource | RefusedPolicy
+@dataclass(frozen=True, slots=True)
+class RefusedGateway:
+    """A Gateway the API server stores but the models refuse. It still holds the ports its
+    listeners name (serving nothing on them), so a mistake in the Gateway that holds a port
+    does not hand the port, and its callers, to another Gateway until it is fixed."""
+
+    namespace: str
+    name: str
+    class_name: str
+    created: str  # metadata.creationTimestamp
+    ports: tuple[int, ...]
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`, as Gateways are keyed."""
+        return f"{self.namespace}/{self.name}"
+
+
+ResourceObject = Loaded | Resource | RefusedPolicy | RefusedGateway
 
 R = TypeVar(
-    "R", Gateway, HTTPRoute, GatewayBackend, GatewayPolicy, Service, GatewayClass, ReferenceGrant
+    "R",
+    Gateway,
+    HTTPRoute,
+    GatewayBackend,
+    GatewayPolicy,
+    Service,
+    GatewayClass,
+    ReferenceGrant,
+    GatewayClassParameters,
 )
 
 
@@ -100,6 +127,14 @@ class ObjectIndex:
     grants: Mapping[str, Entry[ReferenceGrant]]
     # Kubernetes mode: policies the models refuse, which still fail their routes closed.
     refused: Mapping[str, RefusedPolicy] = field(default_factory=lambda: MappingProxyType({}))
+    # Kubernetes mode: GatewayClassParameters by name (cluster-scoped), named by classes.
+    parameters: Mapping[str, Entry[GatewayClassParameters]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    # Kubernetes mode: Gateways the models refuse, which still hold their ports.
+    refused_gateways: Mapping[str, RefusedGateway] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
 
 def _sorted(entries: dict[str, Entry[R]]) -> dict[str, Entry[R]]:
@@ -116,10 +151,15 @@ def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
     classes: dict[str, Entry[GatewayClass]] = {}
     grants: dict[str, Entry[ReferenceGrant]] = {}
     refused: dict[str, RefusedPolicy] = {}
+    parameters: dict[str, Entry[GatewayClassParameters]] = {}
+    refused_gateways: dict[str, RefusedGateway] = {}
     seen: set[ObjectKey] = set()
     for item in objects:
         if isinstance(item, RefusedPolicy):
             refused[item.key] = item
+            continue
+        if isinstance(item, RefusedGateway):
+            refused_gateways[item.key] = item
             continue
         resource = item.resource if isinstance(item, Loaded) else item
         source = str(item.source) if isinstance(item, Loaded) else None
@@ -142,6 +182,8 @@ def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
             classes[key] = Entry(resource, source)
         elif isinstance(resource, ReferenceGrant):
             grants[key] = Entry(resource, source)
+        elif isinstance(resource, GatewayClassParameters):
+            parameters[key] = Entry(resource, source)
         else:
             policies[key] = Entry(resource, source)
     return ObjectIndex(
@@ -153,4 +195,6 @@ def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
         _sorted(classes),
         _sorted(grants),
         MappingProxyType(dict(sorted(refused.items()))),
+        _sorted(parameters),
+        MappingProxyType(dict(sorted(refused_gateways.items()))),
     )

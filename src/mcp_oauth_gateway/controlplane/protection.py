@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from .hostnames import request_name, serving_listener
 from .reload_guard import policy_widening
 from .snapshot import CompiledPolicy, CompiledRoute, Snapshot
 
@@ -29,9 +30,11 @@ Candidates = list[tuple[int, CompiledRoute]]
 
 
 class _Served:
-    """A listener's routes by Exact path and by prefix, each with its precedence position."""
+    """A port's routes by Exact path and by prefix, each with its precedence position, and the
+    hostnames of its listeners (a request reaches only the routes of one of them)."""
 
-    def __init__(self, routes: Rows) -> None:
+    def __init__(self, routes: Rows, listeners: Sequence[str] = ("",)) -> None:
+        self.listeners = frozenset(listeners)
         self.exact: dict[str, Candidates] = {}
         self.prefix: dict[str, Candidates] = {}
         for position, route in enumerate(routes):
@@ -55,12 +58,19 @@ class _Served:
 
     def first(self, host: str, path: str) -> CompiledRoute | None:
         """The route that serves `host` + `path`: the lowest position among those matching."""
-        return _first(self.matching(path), host)
+        return self.serving(self.matching(path), host)
 
-
-def _first(candidates: Candidates, host: str) -> CompiledRoute | None:
-    matching = [(p, r) for p, r in candidates if _names(r.hostnames, host)]
-    return min(matching, key=lambda pr: pr[0])[1] if matching else None
+    def serving(self, candidates: Candidates, host: str) -> CompiledRoute | None:
+        """Of the routes matching a path, the one serving `host`: only the routes of the
+        listener the host goes to (listener isolation), the first of those naming it."""
+        name = request_name(host)  # as the data plane reads a Host header
+        listener = serving_listener(self.listeners, name)
+        matching = [
+            (p, r)
+            for p, r in candidates
+            if r.listener_hostname == listener and _names(r.hostnames, name)
+        ]
+        return min(matching, key=lambda pr: pr[0])[1] if matching else None
 
 
 def _names(patterns: Sequence[str], host: str) -> bool:
@@ -87,14 +97,15 @@ def paths(routes: Iterable[CompiledRoute]) -> list[str]:
     return list(found)
 
 
-def hosts(routes: Iterable[CompiledRoute]) -> list[str]:
-    """One host of each class of hosts the routes tell apart: each name, one under each
-    wildcard that only it and the wildcards above it match, and one that no route names."""
+def hosts(routes: Iterable[CompiledRoute], listeners: Iterable[str] = ()) -> list[str]:
+    """One host of each class of hosts the routes and listeners tell apart: each name, one
+    under each wildcard that only it and the wildcards above it match, and one that no route
+    or listener names."""
     found: dict[str, str] = {"": ""}
-    for route in routes:
-        for pattern in route.hostnames:
-            host = FRESH + pattern[1:] if pattern.startswith("*.") else pattern
-            found.setdefault(host.lower(), host)
+    names = [*listeners, *(pattern for route in routes for pattern in route.hostnames)]
+    for pattern in names:
+        host = FRESH + pattern[1:] if pattern.startswith("*.") else pattern
+        found.setdefault(host.lower(), host)
     return list(found.values())
 
 
@@ -120,12 +131,16 @@ def _wider(where: str, now: CompiledRoute, old: CompiledPolicy, findings: list[s
     )
 
 
-def _listener(current: Rows, candidate: Rows) -> list[str]:
-    """One listener's requests a policy decides now that `candidate` would serve more openly:
-    one problem per policy and route taking them over (its first such request named)."""
+def _listener(
+    current: Rows, candidate: Rows, listeners: tuple[Sequence[str], Sequence[str]]
+) -> list[str]:
+    """One port's requests a policy decides now that `candidate` would serve more openly:
+    one problem per policy and route taking them over (its first such request named);
+    `listeners`: the port's listener hostnames now and after."""
     if all(route.policy is None for route in current):
         return []
-    before, after = _Served(current), _Served(candidate)
+    before, after = _Served(current, listeners[0]), _Served(candidate, listeners[1])
+    names = [*listeners[0], *listeners[1]]
     judged: set[tuple[int, int]] = set()
     found: dict[tuple[str, str, str | None], str] = {}
     # Many routes share a policy: each pair of policies is compared once.
@@ -133,9 +148,10 @@ def _listener(current: Rows, candidate: Rows) -> list[str]:
     for path in paths([*current, *candidate]):
         # Only the hostnames of the routes this path reaches tell its hosts apart.
         was_rows, now_rows = before.matching(path), after.matching(path)
-        for host in hosts(r for _, r in [*was_rows, *now_rows]):
-            was = _first(was_rows, host)
-            now = _first(now_rows, host) if was is not None and was.policy is not None else None
+        for host in hosts((r for _, r in [*was_rows, *now_rows]), names):
+            was = before.serving(was_rows, host)
+            served = was is not None and was.policy is not None
+            now = after.serving(now_rows, host) if served else None
             if was is None or was.policy is None or now is None or (id(was), id(now)) in judged:
                 continue  # not decided by a policy now, not served (404), or already judged
             judged.add((id(was), id(now)))
@@ -157,5 +173,6 @@ def lost_protection(current: Snapshot, candidate: Snapshot) -> list[str]:
     """Why `candidate` would let in, or give more to, a request that `current` refuses."""
     found: list[str] = []
     for port, routes in current.listeners.items():
-        found += _listener(routes, candidate.listeners.get(port, ()))
+        hostnames = (current.hosts_of(port), candidate.hosts_of(port))
+        found += _listener(routes, candidate.listeners.get(port, ()), hostnames)
     return list(dict.fromkeys(found))

@@ -9,7 +9,6 @@ from types import MappingProxyType
 from ..resources.models import (
     GATEWAY_API_GROUP,
     POLICY_API_GROUP,
-    Gateway,
     HTTPRoute,
     ReferenceGrant,
     RouteRule,
@@ -194,29 +193,25 @@ def compile_routes(
 
 
 def listener_tables(
-    gateways: Mapping[str, Entry[Gateway]],
+    ports: Mapping[int, tuple[str, ...]],
     bindings: Mapping[str, RouteBinding],
     compiled: Mapping[str, tuple[CompiledRoute, ...]],
     created: Mapping[str, str] = MappingProxyType({}),
 ) -> MappingProxyType[int, tuple[CompiledRoute, ...]]:
-    """Each listener port → the routes bound to it, best match first (ties: the oldest route
-    by `created`, its creation timestamp, then route name)."""
+    """Each served port (`ports`: port → its listeners' hostnames) → the routes bound to its
+    listeners, best match first (ties: the oldest route by `created`, its creation timestamp,
+    then route name). A route is listed once per listener it is bound to, with the hostnames
+    it serves there (its own within the listener's) and that listener's hostname."""
     created = {key: created.get(key, "") for key in compiled}
-    tables: dict[int, list[CompiledRoute]] = {
-        port: []
-        for port in sorted(
-            {
-                listener.port
-                for entry in gateways.values()
-                for listener in entry.resource.spec.listeners
-            }
-        )
-    }
+    tables: dict[int, list[CompiledRoute]] = {port: [] for port in sorted(ports)}
     # Gateway API: among equal matches the oldest route wins, then namespace/name; the rules
     # of one route keep their order. Added in that order, the stable sort keeps it for ties.
     for key in sorted(compiled, key=lambda k: (created[k], k)):
-        for port in bindings[key].ports:
-            tables[port].extend(compiled[key])
+        for (port, listener), hostnames in sorted(bindings[key].served_on.items()):
+            tables[port].extend(
+                replace(route, hostnames=hostnames, listener_hostname=listener)
+                for route in compiled[key]
+            )
     return MappingProxyType(
         {port: tuple(sorted(routes, key=route_sort_key)) for port, routes in tables.items()}
     )
@@ -229,9 +224,10 @@ def shadowed_matches(
     takes on the same listener: requests never reach it there."""
     out: dict[str, list[str]] = {}
     for port, routes in listeners.items():
-        taken: dict[tuple[str, str], list[CompiledRoute]] = {}
+        taken: dict[tuple[str, str, str], list[CompiledRoute]] = {}
         for route in routes:
-            earlier = taken.setdefault((route.match_type, route.match_value), [])
+            match = (route.listener_hostname, route.match_type, route.match_value)
+            earlier = taken.setdefault(match, [])
             winner = next(
                 (e for e in earlier if e.route != route.route and _overlap(e, route)), None
             )

@@ -230,6 +230,9 @@ class CompiledRoute:
     broken: str | None = None
     # Every target of the backend, `target` first; two or more are served federated.
     targets: tuple[CompiledTarget, ...] = ()
+    # The hostname of the listener the route is served through ("" for one without): a request
+    # reaches only the routes of the most specific listener its host matches.
+    listener_hostname: str = ""
 
     @property
     def federated(self) -> bool:
@@ -267,6 +270,15 @@ class Snapshot:
     # Discovery URL → cache TTL (the provider's JWKS cacheDuration).
     discovery_urls: MappingProxyType[str, float]
     built_at: str = field(default="")
+    # Port → the hostnames of its listeners ("" for a listener without one); a port not listed
+    # has one listener, without a hostname.
+    listener_hosts: MappingProxyType[int, tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    def hosts_of(self, port: int) -> tuple[str, ...]:
+        """The hostnames of the listeners on `port` ("" for one without)."""
+        return self.listener_hosts.get(port, ("",))
 
     @property
     def ok(self) -> bool:

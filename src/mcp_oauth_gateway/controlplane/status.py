@@ -209,12 +209,18 @@ def class_accepted(generation: int, at: str) -> Condition:
 
 
 def route_accepted(
-    refusal: str | None, gateway: str, generation: int, at: str, shadowed: tuple[str, ...] = ()
+    refusal: str | None,
+    gateway: str,
+    generation: int,
+    at: str,
+    shadowed: tuple[str, ...] = (),
+    reason: str = "NoMatchingParent",
 ) -> Condition:
-    """A route parent's `Accepted`: True (naming any match another route shadows), or
-    `False reason=NoMatchingParent` saying why."""
+    """A route parent's `Accepted`: True (naming any match another route shadows), or False
+    with `reason` (NoMatchingParent, NotAllowedByListeners, NoMatchingListenerHostname) saying
+    why."""
     if refusal is not None:
-        return Condition("Accepted", False, "NoMatchingParent", refusal, generation, at)
+        return Condition("Accepted", False, reason, refusal, generation, at)
     message = f"Accepted by Gateway {gateway}"
     if shadowed:
         message += "; " + "; ".join(shadowed)

@@ -1,14 +1,17 @@
 """Which route rule serves a request, found through maps built once per snapshot: the host
-picks a few groups (its exact name, the wildcards over its parent domains, routes with no
-hostname), and in each group the path is one dict lookup (Exact) and one walk of a
-path-segment trie (PathPrefix). Every route keeps its position in the listener's precedence
-order, and the lowest position among the matches wins, so the answer is the first match of
-the ordered table whatever the number of routes."""
+picks the one listener of the port that takes it (the most specific listener hostname, Gateway
+API listener isolation), then a few groups of that listener's routes (its exact name, the
+wildcards over its parent domains, routes with no hostname), and in each group the path is one
+dict lookup (Exact) and one walk of a path-segment trie (PathPrefix). Every route keeps its
+position in the port's precedence order, and the lowest position among the matches wins, so
+the answer is the first match of the ordered table among the listener's routes whatever the
+number of routes."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..controlplane.hostnames import ANY_HOST, request_name, serving_listener
 from ..controlplane.snapshot import CompiledCors, CompiledRoute
 
 # No route: larger than any position, so `min` needs no special case on the request path.
@@ -69,28 +72,30 @@ class _Paths:
         return best
 
 
-class RouteIndex:
-    """A listener's routes (in precedence order) indexed by hostname, then by path."""
+class _HostIndex:
+    """One listener's routes (in precedence order) indexed by hostname, then by path."""
 
     __slots__ = ("any_host", "exact_hosts", "wildcards")
 
-    def __init__(self, routes: Sequence[CompiledRoute]) -> None:
+    def __init__(self) -> None:
         self.any_host = _Paths()
         self.exact_hosts: dict[str, _Paths] = {}
         # `*.example.com` under ".example.com": any name ending so, at any depth.
         self.wildcards: dict[str, _Paths] = {}
-        for position, route in enumerate(routes):
-            if not route.hostnames:
-                self.any_host.add(position, route)
-            for pattern in dict.fromkeys(h.lower() for h in route.hostnames):
-                if pattern.startswith("*."):
-                    self.wildcards.setdefault(pattern[1:], _Paths()).add(position, route)
-                else:
-                    self.exact_hosts.setdefault(pattern, _Paths()).add(position, route)
+
+    def add(self, position: int, route: CompiledRoute) -> None:
+        """Index one route; routes come in precedence order."""
+        if not route.hostnames:
+            self.any_host.add(position, route)
+        for pattern in dict.fromkeys(h.lower() for h in route.hostnames):
+            if pattern.startswith("*."):
+                self.wildcards.setdefault(pattern[1:], _Paths()).add(position, route)
+            else:
+                self.exact_hosts.setdefault(pattern, _Paths()).add(position, route)
 
     def named(self, host: str) -> list[_Paths]:
         """The host groups whose hostnames name `host` (a Host header, maybe with a port)."""
-        name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
+        name = request_name(host)
         group = self.exact_hosts.get(name)
         found = [] if group is None else [group]
         wildcards = self.wildcards
@@ -123,3 +128,39 @@ class RouteIndex:
                 if found.get(cors, NONE) > position:
                     found[cors] = position
         return sorted(((p, c) for c, p in found.items()), key=lambda pc: pc[0])
+
+
+# A listener no request reaches, or one without routes: it matches nothing.
+_EMPTY = _HostIndex()
+
+
+class RouteIndex:
+    """A port's routes (in precedence order) by the listener they are served through
+    (`CompiledRoute.listener_hostname`), each listener's indexed by hostname, then by path.
+    `listeners`: the hostnames of the port's listeners ("" for one without), routes or not."""
+
+    __slots__ = ("_listeners", "_only")
+
+    def __init__(self, routes: Sequence[CompiledRoute], listeners: Sequence[str] = (ANY_HOST,)):
+        self._listeners = {host: _HostIndex() for host in listeners}
+        for position, route in enumerate(routes):
+            index = self._listeners.get(route.listener_hostname)
+            if index is not None:
+                index.add(position, route)
+        # The usual port: one listener without a hostname, which every request reaches.
+        self._only = self._listeners.get(ANY_HOST) if len(self._listeners) == 1 else None
+
+    def listener(self, host: str) -> _HostIndex:
+        """The routes of the listener a request for `host` reaches (none: no listener)."""
+        if self._only is not None:
+            return self._only
+        chosen = serving_listener(self._listeners, request_name(host))
+        return _EMPTY if chosen is None else self._listeners[chosen]
+
+    def first(self, host: str, path: str) -> int | None:
+        """The position of the route serving `host` + `path`, or None."""
+        return self.listener(host).first(host, path)
+
+    def cors_candidates(self, host: str) -> list[tuple[int, CompiledCors]]:
+        """The distinct CORS policies of the routes naming `host`, in precedence order."""
+        return self.listener(host).cors_candidates(host)

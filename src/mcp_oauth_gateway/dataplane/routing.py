@@ -19,12 +19,13 @@ class RouteEntry:
 
 
 class RouteTable:
-    """Entries in precedence order (Exact first, then longest prefix): the first match wins,
-    found through an index built with the table, not by walking it."""
+    """Entries in precedence order (Exact first, then longest prefix): the first match among
+    the routes of the listener the host reaches wins, found through an index built with the
+    table, not by walking it. `listeners`: the port's listener hostnames ("" for none)."""
 
-    def __init__(self, entries: Sequence[RouteEntry]):
+    def __init__(self, entries: Sequence[RouteEntry], listeners: Sequence[str] = ("",)):
         self.entries = tuple(entries)
-        self.index = RouteIndex([entry.route for entry in self.entries])
+        self.index = RouteIndex([entry.route for entry in self.entries], listeners)
 
     def cors_for(self, host: str, origin: str) -> CompiledCors | None:
         """The first CORS policy on this listener (for `host`) that lets `origin` read answers:

@@ -13,10 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..controlplane.objects import RefusedPolicy
+from ..controlplane.objects import RefusedGateway, RefusedPolicy
 from ..resources.models import Resource
 from .kinds import Kind
-from .objects import Invalid, from_server, identity, refused_policy
+from .objects import Invalid, from_server, identity, refused_gateway, refused_policy
 
 Json = dict[str, Any]
 Name = tuple[str, str]  # (namespace, name); "" namespace for cluster-scoped kinds
@@ -166,15 +166,20 @@ class ObjectCache:
         cached = self.kinds[kind.kind].objects.get((namespace, name))
         return cached.raw if cached is not None else None
 
-    def resources(self) -> list[Resource | RefusedPolicy]:
+    def resources(self) -> list[Resource | RefusedPolicy | RefusedGateway]:
         """Every object the builder can read, and a stand-in for each GatewayPolicy the models
-        refuse (its routes fail closed rather than lose the policy)."""
-        out: list[Resource | RefusedPolicy] = []
+        refuse (its routes fail closed rather than lose the policy) and each such Gateway (it
+        keeps its ports)."""
+        out: list[Resource | RefusedPolicy | RefusedGateway] = []
         for state in self.kinds.values():
             for cached in state.objects.values():
                 if not isinstance(cached.parsed, Invalid):
                     out.append(cached.parsed)
-                elif (stand_in := refused_policy(cached.raw, cached.parsed)) is not None:
+                    continue
+                stand_in = refused_policy(cached.raw, cached.parsed) or refused_gateway(
+                    cached.raw, cached.parsed
+                )
+                if stand_in is not None:
                     out.append(stand_in)
         return out
 

@@ -42,6 +42,18 @@ REFERENCE_GRANT = Kind(
     optional=True,
     when_absent="no reference into another namespace is permitted",
 )
+GATEWAY_CLASS_PARAMETERS = Kind(
+    "GatewayClassParameters",
+    POLICY_API,
+    "v1alpha1",
+    "gatewayclassparameters",
+    namespaced=False,
+    writes_status=False,
+    # Without the CRD (or the right to read it) none is known, which refuses every class whose
+    # parametersRef names one: absent never means "every namespace".
+    optional=True,
+    when_absent="a GatewayClass whose parametersRef names one is not accepted",
+)
 GATEWAY_BACKEND = Kind("GatewayBackend", POLICY_API, "v1alpha1", "gatewaybackends")
 GATEWAY_POLICY = Kind("GatewayPolicy", POLICY_API, "v1alpha1", "gatewaypolicies")
 SERVICE = Kind(
@@ -56,6 +68,7 @@ SERVICE = Kind(
 
 WATCHED = (
     GATEWAY_CLASS,
+    GATEWAY_CLASS_PARAMETERS,
     GATEWAY,
     HTTP_ROUTE,
     REFERENCE_GRANT,

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..controlplane.objects import RefusedPolicy
+from ..controlplane.objects import RefusedGateway, RefusedPolicy
 from ..resources.loader import validation_problems
 from ..resources.models import GATEWAY_API_GROUP, KINDS, Resource
 
@@ -74,3 +74,31 @@ def refused_policy(raw: dict[str, Any], invalid: Invalid) -> RefusedPolicy | Non
         and ref.get("group", GATEWAY_API_GROUP) == GATEWAY_API_GROUP
     )
     return RefusedPolicy(invalid.namespace, invalid.name, targets, invalid.problems)
+
+
+def refused_gateway(raw: dict[str, Any], invalid: Invalid) -> RefusedGateway | None:
+    """The stand-in of a Gateway the models refuse: its class, age and the ports its listeners
+    name, read leniently, so it keeps holding them (None for other kinds)."""
+    if invalid.kind != "Gateway":
+        return None
+    given = raw.get("spec")
+    spec: dict[str, Any] = given if isinstance(given, dict) else {}
+    found = spec.get("listeners")
+    listeners: list[Any] = found if isinstance(found, list) else []
+    ports = sorted(
+        {
+            item["port"]
+            for item in listeners
+            if isinstance(item, dict)
+            and type(item.get("port")) is int
+            and 1 <= item["port"] <= 65535
+        }
+    )
+    created = (raw.get("metadata") or {}).get("creationTimestamp")
+    return RefusedGateway(
+        invalid.namespace,
+        invalid.name,
+        str(spec.get("gatewayClassName") or ""),
+        created if isinstance(created, str) else "",
+        tuple(ports),
+    )

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..controlplane.cluster_secrets import ClusterSecrets
-from ..controlplane.objects import Entry, RefusedPolicy
+from ..controlplane.objects import Entry, RefusedGateway, RefusedPolicy
 from ..controlplane.secret_sources import wanted_secrets
 from ..resources.models import GatewayPolicy, ReferenceGrant, Resource
 from .client import KubeClient
@@ -51,7 +51,9 @@ def _name(raw: Json) -> str:
     return str(metadata.get("name") or "") if isinstance(metadata, dict) else ""
 
 
-def wanted_from(resources: Iterable[Resource | RefusedPolicy]) -> dict[str, frozenset[str]]:
+def wanted_from(
+    resources: Iterable[Resource | RefusedPolicy | RefusedGateway],
+) -> dict[str, frozenset[str]]:
     """Namespace → the Secrets some policy of the cache may use (controlplane's rule)."""
     items = list(resources)
     policies = [r for r in items if isinstance(r, GatewayPolicy)]

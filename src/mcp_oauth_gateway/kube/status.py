@@ -136,12 +136,19 @@ def _unbound_conditions(
     return tuple(out)
 
 
+def _accepted(wanted: Sequence[conditions.Condition]) -> bool:
+    return any(c.type == "Accepted" and c.status for c in wanted)
+
+
 def gateway_status(
     current: Json, computed: conditions.ObjectStatus, unbound: Mapping[str, str] | None = None
 ) -> Json:
     """Gateway: conditions and `listeners[]` (each listener's conditions merged by name);
     `unbound`: listener name → why its port could not be bound (not Programmed)."""
-    unbound = unbound or {}
+    # A port this replica could not bind says nothing new about a listener that is not served
+    # anyway (its own reason, such as another Gateway holding the port, stays).
+    served = {lst.name for lst in computed.listeners if _accepted(lst.conditions)}
+    unbound = {name: why for name, why in (unbound or {}).items() if name in served}
     before = {
         lst.get("name"): lst for lst in current.get("listeners") or [] if isinstance(lst, dict)
     }

@@ -1,4 +1,5 @@
-"""The kinds read for references and in Kubernetes mode: Service, GatewayClass, ReferenceGrant."""
+"""The kinds read for references and in Kubernetes mode: Service, GatewayClass (and our
+GatewayClassParameters), ReferenceGrant."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from .fields import NonEmpty, Port, StrictModel
+from .fields import NamespaceName, NonEmpty, Port, StrictModel
 from .gateway_api import ObjectMeta
 
 # --- Service (v1) --------------------------------------------------------------------------
@@ -56,7 +57,8 @@ class ParametersReference(StrictModel):
 class GatewayClassSpec(StrictModel):
     controller_name: NonEmpty
     description: str | None = None
-    # Accepted so that classes of other controllers load; this gateway takes no parameters.
+    # Another controller's class may name any kind; ours must name a GatewayClassParameters
+    # (controlplane/class_parameters.py says so in the class's status).
     parameters_ref: ParametersReference | None = None
 
 
@@ -85,6 +87,32 @@ class GatewayClass(StrictModel):
     kind: Literal["GatewayClass"]
     metadata: ClusterMeta
     spec: GatewayClassSpec
+
+
+# A Kubernetes namespace name: an RFC 1123 label.
+
+
+class GatewayClassParametersSpec(StrictModel):
+    allowed_gateway_namespaces: Annotated[list[NamespaceName], Field(min_length=1, max_length=64)]
+    """The namespaces whose Gateways the class's controller serves, by name (1 to 64). A
+    Gateway of the class in any other namespace is not served: its status says
+    `Accepted=False`, reason `NamespaceNotAllowed`, naming the class. Names, not a label
+    selector: whoever may label a namespace could otherwise add it. Without parametersRef on
+    the class, Gateways of every namespace are served."""
+
+
+class GatewayClassParameters(StrictModel):
+    """What a GatewayClass of mcp-oauth-gateway allows, named by the class's
+    `spec.parametersRef` (group `mcp-oauth-gateway.dev`, kind `GatewayClassParameters`, no
+    namespace: the object is cluster-scoped)."""
+
+    api_version: Literal["mcp-oauth-gateway.dev/v1alpha1"]
+    kind: Literal["GatewayClassParameters"]
+    metadata: ClusterMeta
+    spec: GatewayClassParametersSpec
+    """Which namespaces may own Gateways of the GatewayClasses that name this object. A class
+    naming one that does not exist or is not valid is `Accepted=False`, reason
+    `InvalidParameters`, and none of its Gateways is served."""
 
 
 class GrantFrom(StrictModel):

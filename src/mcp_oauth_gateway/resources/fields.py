@@ -172,3 +172,18 @@ HeaderName = Annotated[str, AfterValidator(_header_name)]
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# A Kubernetes namespace name (an RFC 1123 label).
+NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def _namespace_name(value: str) -> str:
+    if len(value) > 63 or not NAMESPACE_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value[:80]!r} is not a namespace name (at most 63 lowercase letters, digits or "
+            "`-`, starting and ending with a letter or digit)"
+        )
+    return value
+
+
+NamespaceName = Annotated[str, AfterValidator(_namespace_name)]

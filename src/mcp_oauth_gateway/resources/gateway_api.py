@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -36,6 +38,27 @@ class ObjectMeta(StrictModel):
 
 # --- Gateway (gateway.networking.k8s.io/v1) -------------------------------------------------
 
+# Gateway API's Hostname: lowercase RFC 1123 labels, optionally behind one leading `*.` label,
+# no IP address. Matching compares names as written, so a name the API server would refuse
+# (a capital letter, a `*` elsewhere) is refused here too rather than matched differently.
+_HOSTNAME = re.compile(r"(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _hostname(value: str) -> str:
+    if len(value) > 253 or not _HOSTNAME.fullmatch(value):
+        raise ValueError(
+            f"{value[:80]!r} is not a hostname: lowercase DNS labels (letters, digits, `-`), "
+            "optionally after one leading `*.` (such as `mcp.example.com` or `*.example.com`)"
+        )
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return value
+    raise ValueError(f"{value!r} is an IP address; a hostname is a DNS name (Gateway API)")
+
+
+Hostname = Annotated[str, AfterValidator(_hostname)]
+
 
 class RouteNamespaces(StrictModel):
     # Selector would need the cluster's Namespace objects, which the gateway does not read.
@@ -58,7 +81,9 @@ class Listener(StrictModel):
     name: NonEmpty
     port: Port
     protocol: Literal["HTTP"] = "HTTP"
-    hostname: str | None = None
+    # Requests for other hosts never reach this listener's routes (Gateway API listener
+    # isolation); a route's own hostnames are cut down to those within it.
+    hostname: Hostname | None = None
     allowed_routes: AllowedRoutes = AllowedRoutes()
 
     def takes(self, route_namespace: str, gateway_namespace: str) -> str | None:
@@ -192,7 +217,7 @@ class RouteRule(StrictModel):
 
 class HTTPRouteSpec(StrictModel):
     parent_refs: Annotated[list[ParentRef], Field(min_length=1)]
-    hostnames: list[NonEmpty] = []
+    hostnames: list[Hostname] = []
     rules: Annotated[list[RouteRule], Field(min_length=1)]
 
 

@@ -34,6 +34,8 @@ from .backend import (
 from .cluster_kinds import (
     ClusterMeta,
     GatewayClass,
+    GatewayClassParameters,
+    GatewayClassParametersSpec,
     GatewayClassSpec,
     GrantFrom,
     GrantTo,
@@ -116,7 +118,14 @@ from .traffic import (
 )
 
 Resource = (
-    Gateway | HTTPRoute | GatewayBackend | GatewayPolicy | Service | GatewayClass | ReferenceGrant
+    Gateway
+    | HTTPRoute
+    | GatewayBackend
+    | GatewayPolicy
+    | Service
+    | GatewayClass
+    | ReferenceGrant
+    | GatewayClassParameters
 )
 
 KINDS: dict[tuple[str, str], type[Resource]] = {
@@ -128,6 +137,7 @@ KINDS: dict[tuple[str, str], type[Resource]] = {
     (GATEWAY_API_VERSION, "GatewayClass"): GatewayClass,
     ("gateway.networking.k8s.io/v1beta1", "ReferenceGrant"): ReferenceGrant,
     (GATEWAY_API_VERSION, "ReferenceGrant"): ReferenceGrant,
+    (POLICY_API_VERSION, "GatewayClassParameters"): GatewayClassParameters,
 }
 
 __all__ = [
@@ -156,6 +166,8 @@ __all__ = [
     "GatewayBackend",
     "GatewayBackendSpec",
     "GatewayClass",
+    "GatewayClassParameters",
+    "GatewayClassParametersSpec",
     "GatewayClassSpec",
     "GatewayPolicy",
     "GatewayPolicySpec",

@@ -10,14 +10,21 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from .authentication import PolicyTargetRef
 from .backend import MAX_TARGETS, TargetName
-from .fields import ENV_NAME, AbsolutePath, HeaderName, NonEmpty, StrictModel, absolute_http_url
+from .fields import (
+    ENV_NAME,
+    AbsolutePath,
+    HeaderName,
+    NamespaceName,
+    NonEmpty,
+    StrictModel,
+    absolute_http_url,
+)
 from .gateway_api import ObjectMeta
 from .traffic import McpPolicy, Traffic
 
 # Kubernetes object names: a Secret's is a DNS subdomain, a namespace's a DNS label, a key
 # what `kubectl create secret` accepts (ConfigMap/Secret key rules).
 SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 
 
@@ -26,15 +33,6 @@ def _secret_name(value: str) -> str:
         raise ValueError(
             f"{value[:60]!r} is not a Secret name (lowercase letters, digits, '-' and '.', at "
             "most 253)"
-        )
-    return value
-
-
-def _namespace_name(value: str) -> str:
-    if len(value) > 63 or not NAMESPACE_NAME.fullmatch(value):
-        raise ValueError(
-            f"{value[:70]!r} is not a namespace name (lowercase letters, digits and '-', at "
-            "most 63)"
         )
     return value
 
@@ -48,7 +46,6 @@ def _secret_key(value: str) -> str:
 
 
 SecretName = Annotated[str, AfterValidator(_secret_name)]
-NamespaceName = Annotated[str, AfterValidator(_namespace_name)]
 SecretKey = Annotated[str, AfterValidator(_secret_key)]
 
 

@@ -35,5 +35,5 @@ class Assembly(Shared):
                 if key not in built:
                     built[key] = self.route_app(route, shared.get(key, ()))
                 entries.append(RouteEntry(route, built[key]))
-            tables[port] = RouteTable(entries)
+            tables[port] = RouteTable(entries, snapshot.hosts_of(port))
         return tables
