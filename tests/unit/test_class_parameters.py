@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from crd_support import CLUSTER_CRD_FILES, Validator
 from mcp_oauth_gateway.kube.kinds import BY_KIND, GATEWAY_CLASS_PARAMETERS, WATCHED
 from mcp_oauth_gateway.resources.models import GatewayClassParameters
-from support import controller_rbac_calls, deploy_rbac_rules
+from support import controller_rbac_calls, deploy_rbac_rules, deploy_secret_reader_rules
 from unit.gateway_support import CLASS, build, conditions, gateway, route, served_routes
 
 RESTRICTED = """
@@ -165,4 +165,4 @@ def test_the_controller_watches_the_kind_and_the_install_lets_it():
     calls = {("list", "mcp-oauth-gateway.dev", "gatewayclassparameters")}
     calls.add(("watch", "mcp-oauth-gateway.dev", "gatewayclassparameters"))
     assert calls <= deploy_rbac_rules()
-    assert deploy_rbac_rules() == controller_rbac_calls()
+    assert deploy_rbac_rules() | deploy_secret_reader_rules() == controller_rbac_calls()
