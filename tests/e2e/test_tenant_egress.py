@@ -291,3 +291,19 @@ def test_a_policy_url_the_tenant_may_not_name_refuses_the_policy(world: World) -
     assert "link-local" in found["message"]
     world.answers("/b/mcp", 503, "jwks.remote.url")
     assert world.call("/a/mcp").status_code == 200
+
+
+def test_a_tenant_allowed_loopback_still_never_reaches_the_gateways_admin_listener(
+    world: World,
+) -> None:
+    # team-a may name loopback (the operator's entry), but not the admin port, whose /config
+    # lists every tenant's routes and rules.
+    world.team_a.apply(
+        mcp_backend("admin", {"static": {"host": "127.0.0.1", "port": world.admin_port}}),
+        mcp_route("admin", "/a/admin", "admin", PLATFORM),
+    )
+    found = wait_refused(world.team_a, "gatewaybackend", "admin", "own admin or health listener")
+    assert "spec.mcp.targets[0].static.host" in found["message"]
+    answer = world.answers("/a/admin", 503, "own admin or health listener")
+    assert answer.json()["error"] == "backend_unavailable"  # answered by the gateway itself
+    assert world.call("/a/mcp").status_code == 200

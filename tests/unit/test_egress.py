@@ -182,3 +182,19 @@ async def test_the_proxy_refuses_a_backend_name_that_resolves_to_loopback():
             await upstream.request("POST", "http://localhost:9/mcp", [], b"{}", 5)
     finally:
         await upstream.close()
+
+
+async def test_the_gateways_own_listeners_are_never_a_backend_even_where_loopback_is_allowed():
+    laptop = EgressRules.of(["127.0.0.0/8", "::1"], [POD], own_ports=[9090, 9091])
+    for host in ("127.0.0.1", "127.0.0.2", "::1", "::ffff:127.0.0.1", "0.0.0.0"):
+        why = laptop.host_refusal(host, "tenant", 9090) or ""
+        assert "own admin or health listener" in why or "This" in why, host
+    assert laptop.host_refusal("127.0.0.1", "tenant", 8000) is None
+    assert laptop.url_refusal("http://127.0.0.1:9091/keys", "tenant") is not None
+    assert laptop.url_refusal("http://127.0.0.1:8080/keys", "tenant") is None
+    with pytest.raises(EgressRefused, match="own admin or health listener"):
+        await checked_address(laptop, "localhost", 9090)  # a name resolving there
+    resolver = EgressResolver(laptop, FakeLookup({"sneaky.example": ["127.0.0.1"]}))
+    with pytest.raises(EgressRefused, match="own admin or health listener"):
+        await resolver.resolve("sneaky.example", 9091)
+    assert await checked_address(laptop, "localhost", 8000) in ("127.0.0.1", "::1")

@@ -135,12 +135,29 @@ class EgressRules:
 
     patterns: tuple[HostPattern, ...] = ()
     own: frozenset[IPAddress] = frozenset()
+    # The gateway's own admin and health listeners: never a tenant's backend, even on a laptop
+    # where loopback is allowed (`/config` lists every tenant's routes and rules).
+    own_ports: frozenset[int] = frozenset()
 
     @classmethod
-    def of(cls, entries: Iterable[str], own: Iterable[IPAddress] = ()) -> EgressRules:
+    def of(
+        cls, entries: Iterable[str], own: Iterable[IPAddress] = (), own_ports: Iterable[int] = ()
+    ) -> EgressRules:
         """Rules from `--allow-hosts` entries (ValueError naming a bad one)."""
         patterns = tuple(parse_pattern(e) for e in entries if e.strip())
-        return cls(patterns, frozenset(ip for ip in own if not ip.is_loopback))
+        mine = frozenset(ip for ip in own if not ip.is_loopback)
+        return cls(patterns, mine, frozenset(own_ports))
+
+    def connection_refusal(self, ip: IPAddress, port: int | None) -> str | None:
+        """`address_refusal`, and never the gateway's own listeners on its own addresses."""
+        why = self.address_refusal(ip)
+        if why is not None or port not in self.own_ports:
+            return why
+        inner = embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else None
+        host = inner[0] if inner is not None else ip
+        if host.is_loopback or host.is_unspecified or host in self.own:
+            return f"{ip} port {port} is the gateway's own admin or health listener"
+        return None
 
     def address_refusal(self, ip: IPAddress) -> str | None:
         """Why the gateway must not connect to `ip` (None: it may), whoever named it."""
@@ -166,12 +183,12 @@ class EgressRules:
             )
         return None
 
-    def host_refusal(self, host: str, namespace: str) -> str | None:
-        """Why a tenant of `namespace` may not name `host` itself (None: it may)."""
+    def host_refusal(self, host: str, namespace: str, port: int | None = None) -> str | None:
+        """Why a tenant of `namespace` may not name `host` (and `port`) itself (None: it may)."""
         ip = address_of(host)
         mine = [p for p in self.patterns if p.applies_to(namespace)]
         if ip is not None:
-            why = self.address_refusal(ip)
+            why = self.connection_refusal(ip, port)
             if why is not None:
                 return why
             # `*` never covers loopback: only a network entry for this namespace does.
@@ -199,7 +216,11 @@ class EgressRules:
                 f"{shown_url(url)!r} names no host: a tenant's URL must be a network one "
                 "(a local socket is the gateway's own)"
             )
-        return self.host_refusal(parts.hostname, namespace)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None  # the models refuse such a URL; nothing to add here
+        return self.host_refusal(parts.hostname, namespace, port)
 
     def _not_allowed(self, host: str, namespace: str) -> str:
         return (

@@ -30,17 +30,17 @@ class EgressRefused(aiohttp.ClientOSError):
     connection."""
 
 
-def _check(rules: EgressRules, host: str, addresses: list[str]) -> None:
+def _check(rules: EgressRules, host: str, addresses: list[str], port: int | None) -> None:
     if not addresses:
         raise EgressRefused(f"{host} resolves to no address")
     for text in addresses:
         ip = address_of(text)
-        why = "it is not an IP address" if ip is None else rules.address_refusal(ip)
+        why = "it is not an IP address" if ip is None else rules.connection_refusal(ip, port)
         if why is not None:
             raise EgressRefused(f"refused to connect to {host}: {why}")
 
 
-def literal_refusal(rules: EgressRules, host: str) -> str | None:
+def literal_refusal(rules: EgressRules, host: str, port: int | None = None) -> str | None:
     """Why a host written as an address may not be connected to (None: it may, or it is a
     name, which is checked once resolved)."""
     ip = address_of(host)
@@ -48,13 +48,13 @@ def literal_refusal(rules: EgressRules, host: str) -> str | None:
         if looks_numeric(host):
             return f"refused to connect to {host}: not a canonical IP address"
         return None
-    why = rules.address_refusal(ip)
+    why = rules.connection_refusal(ip, port)
     return None if why is None else f"refused to connect to {host}: {why}"
 
 
 async def checked_address(rules: EgressRules, host: str, port: int) -> str:
     """The address to connect to for `host`: looked up once and checked (EgressRefused)."""
-    why = literal_refusal(rules, host)
+    why = literal_refusal(rules, host, port)
     if why is not None:
         raise EgressRefused(why)
     if address_of(host) is not None:
@@ -62,7 +62,7 @@ async def checked_address(rules: EgressRules, host: str, port: int) -> str:
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     addresses = [str(info[4][0]) for info in infos]
-    _check(rules, host, addresses)
+    _check(rules, host, addresses, port)
     return addresses[0]
 
 
@@ -85,7 +85,7 @@ class EgressResolver(AbstractResolver):
             if self._threaded is None:
                 self._threaded = ThreadedResolver()  # binds the running loop: made here
             results = await self._threaded.resolve(host, port, family)
-        _check(self.rules, host, [result["host"] for result in results])
+        _check(self.rules, host, [result["host"] for result in results], port or None)
         return results
 
     async def close(self) -> None:
@@ -100,7 +100,7 @@ def _literal_guard(rules: EgressRules) -> aiohttp.TraceConfig:
     async def on_request_start(
         session: aiohttp.ClientSession, context: object, params: aiohttp.TraceRequestStartParams
     ) -> None:
-        why = literal_refusal(rules, params.url.host or "")
+        why = literal_refusal(rules, params.url.host or "", params.url.port)
         if why is not None:
             raise EgressRefused(why)
 

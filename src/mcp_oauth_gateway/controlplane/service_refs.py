@@ -86,7 +86,7 @@ def _in_cluster(
     service = refs.services.get(key)
     external = service.spec.external_name if service is not None else None
     if service is not None and service.spec.type == "ExternalName" and external:
-        why = cluster.egress.host_refusal(external, namespace)
+        why = cluster.egress.host_refusal(external, namespace, port)
         if why is not None:
             return ServiceHost(None, f"Service {key} is of type ExternalName: {why}")
         return ServiceHost(external.rstrip("."))

@@ -39,7 +39,7 @@ def _address(
     if target.static is not None:
         static = target.static
         if refs.cluster is not None:
-            why = refs.cluster.egress.host_refusal(static.host, namespace)
+            why = refs.cluster.egress.host_refusal(static.host, namespace, static.port)
             if why is not None:
                 found.problems.append(f"{path}.static.host: {why}")
                 return None

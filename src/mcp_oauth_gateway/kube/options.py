@@ -196,8 +196,13 @@ def own_addresses(environ: Mapping[str, str] | None = None) -> list[IPAddress]:
 def egress_rules(args: argparse.Namespace) -> EgressRules:
     """`--allow-hosts`, and the pod's own addresses; ValueError naming a bad entry."""
     entries = [e for value in args.allow_hosts for e in value.split(",") if e.strip()]
+    ports = [
+        int(p)
+        for p in (getattr(args, "status_port", None), getattr(args, "health_port", None))
+        if p is not None and str(p).isdigit()
+    ]
     try:
-        return EgressRules.of(entries, own_addresses())
+        return EgressRules.of(entries, own_addresses(), ports)
     except ValueError as exc:
         raise ValueError(f"--allow-hosts {exc}") from None
 
