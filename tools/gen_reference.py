@@ -114,8 +114,23 @@ _DESCRIPTIONS: dict[str, dict[str, str]] = {
         "takes no route.",
     },
     "RouteNamespaces": {
-        "from": "`Same`: routes in the Gateway's namespace only; `All`: any namespace. "
-        "Selectors are not supported (they need the cluster's Namespace objects).",
+        "from": "`Same`: routes in the Gateway's namespace only; `All`: any namespace; "
+        "`Selector`: the namespaces `selector` selects by their labels.",
+        "selector": "With `from: Selector` (and only then), the namespaces whose routes may "
+        "attach. Select by `kubernetes.io/metadata.name`, which only the API server sets: any "
+        "other label lets whoever may label namespaces add theirs. In a cluster the labels "
+        "come from the Namespace objects (when the controller may read them), from files from "
+        "Namespace objects in the files; every namespace has `kubernetes.io/metadata.name`.",
+    },
+    "LabelSelector": {
+        "matchLabels": "Labels a namespace must have, with exactly these values.",
+        "matchExpressions": "Requirements a namespace's labels must all meet.",
+    },
+    "LabelSelectorRequirement": {
+        "key": "The label's key.",
+        "operator": "`In` or `NotIn` (the value is, or is not, one of `values`), `Exists` or "
+        "`DoesNotExist` (the label is, or is not, set).",
+        "values": "The values for `In` and `NotIn` (at least one); none for the others.",
     },
     "RouteGroupKind": {"group": "API group of the route kind.", "kind": "The route kind."},
     "HTTPRouteSpec": {

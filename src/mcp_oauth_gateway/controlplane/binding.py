@@ -4,7 +4,7 @@ which policy governs which route."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ..resources.models import Gateway, GatewayPolicy, HTTPRoute, Listener, ParentRef
@@ -111,14 +111,19 @@ class RouteBinding:
 
 
 def _take(
-    route: HTTPRoute, listener: Listener, gateway: str, namespace: str, admission: Admission
+    route: HTTPRoute,
+    listener: Listener,
+    gateway: str,
+    namespace: str,
+    context: BindingContext,
 ) -> tuple[BoundListener | None, str, str]:
     """The listener bound to the route, or None with why not and the reason."""
-    unserved = admission.listener_refusal(gateway, listener.name)
+    unserved = context.admission.listener_refusal(gateway, listener.name)
     if unserved is not None:
         why = f"listener {listener.name!r} is not served: {unserved.message}"
         return None, why, NO_MATCHING_PARENT
-    refused = listener.takes(route.metadata.namespace, namespace)
+    labels = context.namespaces.get(route.metadata.namespace)
+    refused = listener.takes(route.metadata.namespace, namespace, labels)
     if refused is not None:
         return None, refused, NOT_ALLOWED_BY_LISTENERS
     hostnames = effective_hostnames(listener.hostname, route.spec.hostnames)
@@ -141,12 +146,24 @@ def _refusal_reason(reasons: list[str]) -> str:
     return NO_MATCHING_PARENT
 
 
+@dataclass(frozen=True, slots=True)
+class BindingContext:
+    """What binding a route reads besides the Gateways: the Gateways and listeners that are not
+    served, and each namespace's labels (for listeners taking routes by a selector)."""
+
+    admission: Admission = NOTHING_REFUSED
+    namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+NO_CONTEXT = BindingContext()
+
+
 def bind_parent(
     route: HTTPRoute,
     index: int,
     gateways: Mapping[str, Entry[Gateway]],
     cluster: bool = False,
-    admission: Admission = NOTHING_REFUSED,
+    context: BindingContext = NO_CONTEXT,
 ) -> ParentBinding | None:
     """Resolve one parentRef to its Gateway and the listeners matching its sectionName and port
     that take the route; None in a cluster when the Gateway is not one this controller serves
@@ -160,7 +177,7 @@ def bind_parent(
         return ParentBinding(
             index, ref, key, problem=f"spec.parentRefs[{index}]: Gateway {key} not found"
         )
-    unserved = admission.gateways.get(key)
+    unserved = context.admission.gateways.get(key)
     if unserved is not None:
         why = f"spec.parentRefs[{index}]: Gateway {key} is not served: {unserved.message}"
         return ParentBinding(index, ref, key, problem=why)
@@ -183,7 +200,7 @@ def bind_parent(
         and (ref.port is None or listener.port == ref.port)
     ]
     namespace = entry.resource.metadata.namespace
-    verdicts = [_take(route, listener, key, namespace, admission) for listener in matching]
+    verdicts = [_take(route, listener, key, namespace, context) for listener in matching]
     taking = tuple(bound for bound, _, _ in verdicts if bound is not None)
     if taking or not matching:
         return ParentBinding(index, ref, key, taking)
@@ -196,15 +213,14 @@ def bind_routes(
     routes: Mapping[str, Entry[HTTPRoute]],
     gateways: Mapping[str, Entry[Gateway]],
     cluster: bool = False,
-    admission: Admission = NOTHING_REFUSED,
+    context: BindingContext = NO_CONTEXT,
 ) -> dict[str, RouteBinding]:
     """Bind every route to the Gateways and listeners its parentRefs name (in a cluster, only
-    the parentRefs to Gateways this controller serves count; `admission`: the Gateways and
-    listeners that are not served)."""
+    the parentRefs to Gateways this controller serves count)."""
     bindings = {}
     for key, entry in routes.items():
         parents = (
-            bind_parent(entry.resource, i, gateways, cluster, admission)
+            bind_parent(entry.resource, i, gateways, cluster, context)
             for i in range(len(entry.resource.spec.parent_refs))
         )
         bindings[key] = RouteBinding(tuple(p for p in parents if p is not None))

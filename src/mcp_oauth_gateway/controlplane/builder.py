@@ -16,7 +16,14 @@ from ..resources.loader import LoadResult
 from ..resources.models import GatewayPolicy
 from . import status
 from .admission import admission_errors, admit
-from .binding import Attachment, RouteBinding, attach_policies, bind_routes, binding_errors
+from .binding import (
+    Attachment,
+    BindingContext,
+    RouteBinding,
+    attach_policies,
+    bind_routes,
+    binding_errors,
+)
 from .collector import collector_paused
 from .deployment import Deployment
 from .object_status import derive_statuses, policy_conditions
@@ -101,7 +108,8 @@ def build_from_objects(
 def _build(objects: Iterable[ResourceObject], at: str, deployment: Deployment) -> BuildResult:
     cluster = deployment.cluster
     index, admission = admit(index_objects(objects), cluster)
-    bindings = bind_routes(index.routes, index.gateways, cluster is not None, admission)
+    context = BindingContext(admission, index.namespaces)
+    bindings = bind_routes(index.routes, index.gateways, cluster is not None, context)
     if cluster is not None:
         # In a cluster, routes none of whose parents are this controller's are not its own.
         index = replace(

@@ -7,10 +7,11 @@ later step can depend on the order they arrived in.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from ..resources.loader import Loaded
 from ..resources.models import (
@@ -20,6 +21,7 @@ from ..resources.models import (
     GatewayClassParameters,
     GatewayPolicy,
     HTTPRoute,
+    Namespace,
     ReferenceGrant,
     Resource,
     Service,
@@ -135,6 +137,10 @@ class ObjectIndex:
     refused_gateways: Mapping[str, RefusedGateway] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    # Namespace → its labels, for listeners that take routes by a namespace selector.
+    namespaces: Mapping[str, Mapping[str, str]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
 
 def _sorted(entries: dict[str, Entry[R]]) -> dict[str, Entry[R]]:
@@ -143,16 +149,10 @@ def _sorted(entries: dict[str, Entry[R]]) -> dict[str, Entry[R]]:
 
 def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
     """Index the objects by kind and `namespace/name`; raises ValueError on a duplicate."""
-    gateways: dict[str, Entry[Gateway]] = {}
-    routes: dict[str, Entry[HTTPRoute]] = {}
-    backends: dict[str, Entry[GatewayBackend]] = {}
-    services: dict[str, Entry[Service]] = {}
-    policies: dict[str, Entry[GatewayPolicy]] = {}
-    classes: dict[str, Entry[GatewayClass]] = {}
-    grants: dict[str, Entry[ReferenceGrant]] = {}
+    by_kind: dict[str, dict[str, Entry[Any]]] = defaultdict(dict)
     refused: dict[str, RefusedPolicy] = {}
-    parameters: dict[str, Entry[GatewayClassParameters]] = {}
     refused_gateways: dict[str, RefusedGateway] = {}
+    namespaces: dict[str, Mapping[str, str]] = {}
     seen: set[ObjectKey] = set()
     for item in objects:
         if isinstance(item, RefusedPolicy):
@@ -169,32 +169,20 @@ def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
         if identity in seen:
             raise ValueError(f"{resource.kind} {resource.metadata.key} is given twice")
         seen.add(identity)
-        key = resource.metadata.key
-        if isinstance(resource, Gateway):
-            gateways[key] = Entry(resource, source)
-        elif isinstance(resource, HTTPRoute):
-            routes[key] = Entry(resource, source)
-        elif isinstance(resource, GatewayBackend):
-            backends[key] = Entry(resource, source)
-        elif isinstance(resource, Service):
-            services[key] = Entry(resource, source)
-        elif isinstance(resource, GatewayClass):
-            classes[key] = Entry(resource, source)
-        elif isinstance(resource, ReferenceGrant):
-            grants[key] = Entry(resource, source)
-        elif isinstance(resource, GatewayClassParameters):
-            parameters[key] = Entry(resource, source)
+        if isinstance(resource, Namespace):
+            namespaces[resource.metadata.key] = resource.metadata.labels
         else:
-            policies[key] = Entry(resource, source)
+            by_kind[resource.kind][resource.metadata.key] = Entry(resource, source)
     return ObjectIndex(
-        _sorted(gateways),
-        _sorted(routes),
-        _sorted(backends),
-        _sorted(services),
-        _sorted(policies),
-        _sorted(classes),
-        _sorted(grants),
-        MappingProxyType(dict(sorted(refused.items()))),
-        _sorted(parameters),
-        MappingProxyType(dict(sorted(refused_gateways.items()))),
+        gateways=_sorted(by_kind["Gateway"]),
+        routes=_sorted(by_kind["HTTPRoute"]),
+        backends=_sorted(by_kind["GatewayBackend"]),
+        services=_sorted(by_kind["Service"]),
+        policies=_sorted(by_kind["GatewayPolicy"]),
+        classes=_sorted(by_kind["GatewayClass"]),
+        grants=_sorted(by_kind["ReferenceGrant"]),
+        refused=MappingProxyType(dict(sorted(refused.items()))),
+        parameters=_sorted(by_kind["GatewayClassParameters"]),
+        refused_gateways=MappingProxyType(dict(sorted(refused_gateways.items()))),
+        namespaces=MappingProxyType(dict(sorted(namespaces.items()))),
     )

@@ -66,6 +66,17 @@ SERVICE = Kind(
     when_absent="a missing Service or port is not reported",
 )
 
+NAMESPACE = Kind(
+    "Namespace",
+    "",
+    "v1",
+    "namespaces",
+    namespaced=False,
+    writes_status=False,
+    optional=True,
+    when_absent="a listener's namespace selector sees only the kubernetes.io/metadata.name label",
+)
+
 WATCHED = (
     GATEWAY_CLASS,
     GATEWAY_CLASS_PARAMETERS,
@@ -75,6 +86,7 @@ WATCHED = (
     GATEWAY_BACKEND,
     GATEWAY_POLICY,
     SERVICE,
+    NAMESPACE,
 )
 BY_KIND = {kind.kind: kind for kind in WATCHED}
 

@@ -3,7 +3,7 @@ GatewayClassParameters), ReferenceGrant."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -150,3 +150,14 @@ class ReferenceGrant(StrictModel):
             t.group == to_group and t.kind == to_kind and t.name in (None, to_name)
             for t in self.spec.to
         )
+
+
+# --- Namespace (v1): its labels, which a listener's allowedRoutes selector reads -------------
+
+
+class Namespace(StrictModel):
+    api_version: Literal["v1"]
+    kind: Literal["Namespace"]
+    metadata: ClusterMeta
+    spec: dict[str, Any] = {}
+    """Read and ignored (the API server's finalizers)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -19,6 +20,7 @@ from .fields import (
     cors_origin,
     parse_duration,
 )
+from .label_selector import NAME_LABEL, LabelSelector
 
 
 class ObjectMeta(StrictModel):
@@ -61,8 +63,29 @@ Hostname = Annotated[str, AfterValidator(_hostname)]
 
 
 class RouteNamespaces(StrictModel):
-    # Selector would need the cluster's Namespace objects, which the gateway does not read.
-    from_: Literal["Same", "All"] = Field("Same", alias="from")
+    from_: Literal["Same", "All", "Selector"] = Field("Same", alias="from")
+    """`Same` (default): routes of the Gateway's namespace; `All`: of every namespace;
+    `Selector`: of the namespaces `selector` selects by their labels."""
+    selector: LabelSelector | None = None
+    """With `from: Selector`, the namespaces whose routes the listener takes. Select by
+    `kubernetes.io/metadata.name`, the label only the API server sets: any other label lets
+    whoever may label namespaces add their own."""
+
+    @model_validator(mode="after")
+    def _selector(self) -> RouteNamespaces:
+        if (self.from_ == "Selector") != (self.selector is not None):
+            raise ValueError("set selector exactly when from is Selector")
+        return self
+
+    def admits(self, route: str, gateway: str, labels: Mapping[str, str] | None) -> bool:
+        """Whether routes of namespace `route` may attach (`labels`: that namespace's)."""
+        if self.from_ == "All":
+            return True
+        if self.from_ == "Same":
+            return route == gateway
+        assert self.selector is not None  # the model guarantees it
+        known = {**(labels or {}), NAME_LABEL: route}
+        return self.selector.selects(known)
 
 
 class RouteGroupKind(StrictModel):
@@ -86,17 +109,30 @@ class Listener(StrictModel):
     hostname: Hostname | None = None
     allowed_routes: AllowedRoutes = AllowedRoutes()
 
-    def takes(self, route_namespace: str, gateway_namespace: str) -> str | None:
-        """Why this listener does not take an HTTPRoute from `route_namespace`, or None."""
+    def takes(
+        self,
+        route_namespace: str,
+        gateway_namespace: str,
+        labels: Mapping[str, str] | None = None,
+    ) -> str | None:
+        """Why this listener does not take an HTTPRoute from `route_namespace` (whose labels
+        are `labels`, when known), or None."""
         kinds = self.allowed_routes.kinds
         if kinds and not any(k.kind == "HTTPRoute" and k.group == GATEWAY_API_GROUP for k in kinds):
             return f"listener {self.name!r} takes no HTTPRoute (allowedRoutes.kinds)"
-        if self.allowed_routes.namespaces.from_ == "Same" and route_namespace != gateway_namespace:
+        namespaces = self.allowed_routes.namespaces
+        if namespaces.admits(route_namespace, gateway_namespace, labels):
+            return None
+        if namespaces.from_ == "Same":
             return (
                 f"listener {self.name!r} takes routes from namespace {gateway_namespace} only "
-                "(allowedRoutes.namespaces.from: Same; set All to take this one)"
+                "(allowedRoutes.namespaces.from: Same; set All or Selector to take this one)"
             )
-        return None
+        return (
+            f"listener {self.name!r} takes routes from the namespaces its "
+            f"allowedRoutes.namespaces.selector selects, and namespace {route_namespace} is not "
+            "one of them"
+        )
 
 
 class GatewaySpec(StrictModel):

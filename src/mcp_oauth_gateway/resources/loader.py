@@ -149,11 +149,6 @@ def _documents(text: str) -> list[tuple[int, object]]:
     return list(enumerate(yaml.load_all(text, Loader=SAFE_LOADER)))
 
 
-# Kinds a directory meant for `kubectl apply -f` holds that the gateway reads nothing from:
-# skipped, not refused (a Namespace must come first for the namespaced objects after it).
-NOT_READ = frozenset({("v1", "Namespace")})
-
-
 def _parse_document(doc: object, source: Source) -> Loaded | list[str] | None:
     if not isinstance(doc, dict):
         return [f"{source}: expected a mapping with apiVersion and kind, got {type(doc).__name__}"]
@@ -163,8 +158,6 @@ def _parse_document(doc: object, source: Source) -> Loaded | list[str] | None:
     name = f"{metadata.get('namespace', 'default')}/{metadata.get('name', '<unnamed>')}"
     if not isinstance(api_version, str) or not isinstance(kind, str):
         return [f"{source}: {name}: apiVersion and kind are required strings"]
-    if (api_version, kind) in NOT_READ:
-        return None
     model = KINDS.get((api_version, kind))
     if model is None:
         known = ", ".join(f"{k} ({v})" for v, k in KINDS)

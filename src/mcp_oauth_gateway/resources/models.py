@@ -39,6 +39,7 @@ from .cluster_kinds import (
     GatewayClassSpec,
     GrantFrom,
     GrantTo,
+    Namespace,
     ParametersReference,
     ReferenceGrant,
     ReferenceGrantSpec,
@@ -92,6 +93,7 @@ from .gateway_api import (
     RouteRule,
     RouteTimeouts,
 )
+from .label_selector import LabelSelector
 from .policy import (
     BackendCredentialsSpec,
     BackendPolicy,
@@ -126,6 +128,7 @@ Resource = (
     | GatewayClass
     | ReferenceGrant
     | GatewayClassParameters
+    | Namespace
 )
 
 KINDS: dict[tuple[str, str], type[Resource]] = {
@@ -138,6 +141,7 @@ KINDS: dict[tuple[str, str], type[Resource]] = {
     ("gateway.networking.k8s.io/v1beta1", "ReferenceGrant"): ReferenceGrant,
     (GATEWAY_API_VERSION, "ReferenceGrant"): ReferenceGrant,
     (POLICY_API_VERSION, "GatewayClassParameters"): GatewayClassParameters,
+    ("v1", "Namespace"): Namespace,
 }
 
 __all__ = [
@@ -182,12 +186,14 @@ __all__ = [
     "Jwks",
     "JwtAuthenticationSpec",
     "JwtProvider",
+    "LabelSelector",
     "Listener",
     "McpAuthentication",
     "McpBackend",
     "McpPolicy",
     "McpScopeRule",
     "McpTarget",
+    "Namespace",
     "NonEmpty",
     "ObjectMeta",
     "ParametersReference",

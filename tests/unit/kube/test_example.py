@@ -181,6 +181,8 @@ def test_kubectl_apply_of_the_directory_creates_each_namespace_before_its_object
             assert namespace is None or namespace in created, f"{path.name}: {namespace}"
 
 
-def test_the_loader_reads_nothing_from_namespaces_and_refuses_nothing_for_them() -> None:
+def test_the_loader_reads_namespaces_for_their_labels_alone() -> None:
     loaded = load_paths([EXAMPLE / "00-namespaces.yaml"])
-    assert (loaded.errors, loaded.resources) == ([], [])
+    assert loaded.errors == []
+    assert sorted(r.resource.metadata.name for r in loaded.resources) == ["authentik", "mcp"]
+    assert {r.resource.kind for r in loaded.resources} == {"Namespace"}
