@@ -161,3 +161,5 @@ class Namespace(StrictModel):
     metadata: ClusterMeta
     spec: dict[str, Any] = {}
     """Read and ignored (the API server's finalizers)."""
+    status: dict[str, Any] = {}
+    """Read and ignored (`kubectl get namespace -o yaml` writes its phase)."""
