@@ -55,9 +55,20 @@ def kill(process: Process) -> None:
 
 
 def resources(
-    gateway_port: int, targets: dict[str, int], key: RSAKey, rules: list[str] = RULES
+    gateway_port: int,
+    targets: dict[str, int],
+    key: RSAKey,
+    rules: list[str] = RULES,
+    cors_origin: str | None = None,
 ) -> str:
-    """The Gateway, route, federated GatewayBackend and policy, as YAML."""
+    """The Gateway, route (with a CORS filter for `cors_origin`), federated GatewayBackend and
+    policy, as YAML."""
+    cors = (
+        f"      filters: [{{type: CORS, cors: {{allowOrigins: ['{cors_origin}'], "
+        "allowMethods: [POST]}}]\n"
+        if cors_origin
+        else ""
+    )
     listed = "\n".join(
         f"      - {{name: {name}, static: {{host: 127.0.0.1, port: {port}}}}}"
         for name, port in targets.items()
@@ -79,7 +90,7 @@ spec:
     - matches: [{{path: {{type: PathPrefix, value: /mcp}}}}]
       backendRefs: [{{group: mcp-oauth-gateway.dev, kind: GatewayBackend, name: federated}}]
       timeouts: {{backendRequest: 5s}}
----
+{cors}---
 apiVersion: mcp-oauth-gateway.dev/v1alpha1
 kind: GatewayBackend
 metadata: {{name: federated}}

@@ -134,7 +134,7 @@ def test_kubectl_apply_k_deploy_creates_every_object_with_validation_on(
     cluster: DevCluster, deployed: str
 ) -> None:
     rendered = objects(cluster.kubectl("kustomize", str(ROOT / "deploy")).stdout)
-    assert len(rendered) == 12, rendered
+    assert len(rendered) == 14, rendered
     assert sorted(deployed.splitlines()) == sorted(f"{k}/{n} created" for k, n, _ in rendered)
     for kind, name, namespace in rendered:
         where = ["--namespace", namespace] if namespace else []
