@@ -197,7 +197,7 @@ def test_a_tenant_reaches_its_own_service(world: World) -> None:
     ("host", "why"),
     [
         # The gateway's own admin listener: loopback, which team-b may not name.
-        ("127.0.0.1", "loopback"),
+        ("127.0.0.1", "own admin or health listener"),
         # Another tenant's Service, by its DNS name: no ReferenceGrant would be asked.
         ("tools.team-a.svc.cluster.local", "not a host the gateway's operator lets namespace"),
         ("169.254.169.254", "link-local"),
