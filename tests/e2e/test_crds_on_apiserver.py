@@ -20,18 +20,20 @@ import httpx
 import pytest
 import yaml
 
-from crd_support import (
+from crd_cases import (
     ACCEPTED,
     CONTROLLER_ONLY,
-    CRD_FILES,
     DIVERGENCES,
-    GROUP,
-    PLURALS,
-    REFUSED,
     Case,
     Divergence,
-    admit,
     example_documents,
+)
+from crd_refusals import REFUSED
+from crd_support import (
+    CRD_FILES,
+    GROUP,
+    PLURALS,
+    admit,
     rules,
     schema,
 )

@@ -25,30 +25,32 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, Field, field_validator
 from pydantic import ValidationError as PydanticError
 
-from crd_support import (
+from crd_cases import (
     ACCEPTED,
-    CLUSTER_CRD_FILES,
     CONTROLLER_ONLY,
     CR,
-    CRD_FILES,
     DIVERGENCES,
-    GROUP,
-    PLURALS,
-    REFUSED,
     URL,
     Case,
     Divergence,
     L,
     P,
     R,
+    X,
+    example_documents,
+)
+from crd_refusals import REFUSED
+from crd_support import (
+    CLUSTER_CRD_FILES,
+    CRD_FILES,
+    GROUP,
+    PLURALS,
     Schema,
     Validator,
-    X,
     admit,
     cel_refusals,
     compile_rule,
     crd,
-    example_documents,
     join_path,
     rules,
     schema,
