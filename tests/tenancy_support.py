@@ -183,3 +183,28 @@ def inline_policy(
     if extra is not None:
         extra(policy)
     return policy
+
+
+def platform_gateway(namespace: str, name: str, listeners: list[dict[str, Any]]) -> str:
+    """The platform's GatewayClass of this controller and a Gateway of it, as `kubectl apply`
+    input (JSON)."""
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                {
+                    "apiVersion": "gateway.networking.k8s.io/v1",
+                    "kind": "GatewayClass",
+                    "metadata": {"name": "mcp"},
+                    "spec": {"controllerName": "mcp-oauth-gateway.dev/gateway-controller"},
+                },
+                {
+                    "apiVersion": "gateway.networking.k8s.io/v1",
+                    "kind": "Gateway",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": {"gatewayClassName": "mcp", "listeners": listeners},
+                },
+            ],
+        }
+    )

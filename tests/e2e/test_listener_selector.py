@@ -5,10 +5,10 @@ namespaces cannot get itself selected."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -24,6 +24,7 @@ from tenancy_support import (
     install,
     mcp_backend,
     mcp_route,
+    platform_gateway,
     service_account_kubeconfig,
     tenant,
 )
@@ -47,35 +48,11 @@ class World:
         wait_until(lambda: self.status_code(path) == status, WAIT, f"{path} to answer {status}")
 
 
-def gateway(port: int) -> str:
-    listener = {
-        "name": "gold",
-        "port": port,
-        "protocol": "HTTP",
-        "allowedRoutes": {
-            "namespaces": {"from": "Selector", "selector": {"matchLabels": {"tier": "gold"}}}
-        },
-    }
-    return json.dumps(
-        {
-            "apiVersion": "v1",
-            "kind": "List",
-            "items": [
-                {
-                    "apiVersion": "gateway.networking.k8s.io/v1",
-                    "kind": "GatewayClass",
-                    "metadata": {"name": "mcp"},
-                    "spec": {"controllerName": "mcp-oauth-gateway.dev/gateway-controller"},
-                },
-                {
-                    "apiVersion": "gateway.networking.k8s.io/v1",
-                    "kind": "Gateway",
-                    "metadata": {"name": PLATFORM[1], "namespace": PLATFORM[0]},
-                    "spec": {"gatewayClassName": "mcp", "listeners": [listener]},
-                },
-            ],
-        }
-    )
+def gold_listener(port: int) -> list[dict[str, Any]]:
+    """A listener taking the routes of the namespaces labelled tier=gold."""
+    selector = {"matchLabels": {"tier": "gold"}}
+    admitted = {"namespaces": {"from": "Selector", "selector": selector}}
+    return [{"name": "gold", "port": port, "protocol": "HTTP", "allowedRoutes": admitted}]
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +63,7 @@ def world(
     install(cluster)
     cluster.kubectl("create", "namespace", PLATFORM[0])
     port, admin = free_port(), free_port()
-    cluster.kubectl("apply", "-f", "-", stdin=gateway(port))
+    cluster.kubectl("apply", "-f", "-", stdin=platform_gateway(*PLATFORM, gold_listener(port)))
     gold, other = tenant(cluster, "team-gold", "carol"), tenant(cluster, "team-other", "dave")
     host, backend_port = backend.rsplit(":", 1)
     for team, path in ((gold, "/gold/mcp"), (other, "/other/mcp")):

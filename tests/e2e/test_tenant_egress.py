@@ -33,6 +33,7 @@ from tenancy_support import (
     install,
     mcp_backend,
     mcp_route,
+    platform_gateway,
     service_account_kubeconfig,
     tenant,
 )
@@ -74,37 +75,10 @@ class World:
         return seen[0]
 
 
-def platform_gateway(port: int) -> str:
-    return json.dumps(
-        {
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "List",
-            "items": [
-                {
-                    "apiVersion": "gateway.networking.k8s.io/v1",
-                    "kind": "GatewayClass",
-                    "metadata": {"name": "mcp"},
-                    "spec": {"controllerName": "mcp-oauth-gateway.dev/gateway-controller"},
-                },
-                {
-                    "apiVersion": "gateway.networking.k8s.io/v1",
-                    "kind": "Gateway",
-                    "metadata": {"name": PLATFORM[1], "namespace": PLATFORM[0]},
-                    "spec": {
-                        "gatewayClassName": "mcp",
-                        "listeners": [
-                            {
-                                "name": "http",
-                                "port": port,
-                                "protocol": "HTTP",
-                                "allowedRoutes": {"namespaces": {"from": "All"}},
-                            }
-                        ],
-                    },
-                },
-            ],
-        }
-    )
+def shared_listener(port: int) -> list[dict[str, Any]]:
+    """The platform's listener every tenant may attach routes to."""
+    admitted = {"namespaces": {"from": "All"}}
+    return [{"name": "http", "port": port, "protocol": "HTTP", "allowedRoutes": admitted}]
 
 
 def jwks(key: RSAKey) -> str:
@@ -123,7 +97,8 @@ def world(
     install(cluster)
     cluster.kubectl("create", "namespace", PLATFORM[0])
     gateway_port, admin_port = free_port(), free_port()
-    cluster.kubectl("apply", "-f", "-", stdin=platform_gateway(gateway_port))
+    gateway = platform_gateway(*PLATFORM, shared_listener(gateway_port))
+    cluster.kubectl("apply", "-f", "-", stdin=gateway)
     team_a, team_b = tenant(cluster, "team-a", "alice"), tenant(cluster, "team-b", "bob")
     host, port = backend.rsplit(":", 1)
     key = idp_key[0]

@@ -181,9 +181,9 @@ def own_addresses(environ: Mapping[str, str] | None = None) -> list[IPAddress]:
     ]
     try:
         infos = socket.getaddrinfo(socket.gethostname(), None, proto=socket.IPPROTO_TCP)
-        found += [str(info[4][0]) for info in infos]
     except OSError:
-        pass  # a host name that does not resolve names no address
+        infos = []  # a host name that does not resolve names no address
+    found += [str(info[4][0]) for info in infos]
     out = []
     for text in found:
         try:
