@@ -153,12 +153,13 @@ def start_controller(
     logs: Path,
     *extra: str,
     env: dict[str, str] | None = None,
+    allow_hosts: tuple[str, ...] = LOOPBACK_HOSTS,
 ) -> tuple[Process, int]:
     """A controller-mode gateway as a pod of `namespace` runs it; its admin port."""
     admin_port = free_port()
     process = Process(
         f"kubectl-e2e-{pod}",
-        controller_cmd(kubeconfig, admin_port, *extra),
+        controller_cmd(kubeconfig, admin_port, *extra, allow_hosts=allow_hosts),
         logs,
         # As deploy/deployment.yaml gives them: the Lease lives in the pod's namespace.
         env={"POD_NAME": pod, "POD_NAMESPACE": namespace, **(env or {})},

@@ -18,7 +18,8 @@ import yaml
 
 from devcluster.apiserver import CRDS
 from devcluster.cluster import DevCluster
-from support import ROOT
+from kube_support import service_account_kubeconfig, start_controller
+from support import ROOT, Process
 
 INSTALL_NS = "mcp-oauth-gateway"
 ACCOUNT = "mcp-oauth-gateway"
@@ -98,12 +99,13 @@ def tenant(cluster: DevCluster, namespace: str, user: str) -> Tenant:
     return Tenant(cluster, namespace, user)
 
 
-def service_account_kubeconfig(cluster: DevCluster, namespace: str, name: str, path: Path) -> Path:
-    """What a person does to act as a ServiceAccount: a token from the TokenRequest API."""
-    token = cluster.kubectl(
-        "create", "token", name, "--namespace", namespace, "--duration", "2h"
-    ).stdout.strip()
-    return cluster.token_kubeconfig(token, f"system:serviceaccount:{namespace}:{name}", path)
+def installed_controller(
+    cluster: DevCluster, logs: Path, workdir: Path, allow_hosts: tuple[str, ...]
+) -> tuple[Process, int]:
+    """The controller as `deploy/`'s ServiceAccount runs it (a token from `kubectl create
+    token`, so RBAC judges every call), with the operator's `--allow-hosts`; its admin port."""
+    kubeconfig = service_account_kubeconfig(cluster, INSTALL_NS, ACCOUNT, workdir / "kubeconfig")
+    return start_controller(kubeconfig, INSTALL_NS, "gateway-0", logs, allow_hosts=allow_hosts)
 
 
 def condition(status: dict[str, Any], kind: str) -> dict[str, Any] | None:

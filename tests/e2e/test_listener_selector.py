@@ -14,18 +14,16 @@ import httpx
 import pytest
 
 from devcluster.cluster import DevCluster
-from kube_support import ACCEPT, INITIALIZE, WAIT, controller_cmd
+from kube_support import ACCEPT, INITIALIZE, WAIT
 from support import Process, free_port, wait_for_port, wait_until
 from tenancy_support import (
-    ACCOUNT,
-    INSTALL_NS,
     Tenant,
     external_service,
     install,
+    installed_controller,
     mcp_backend,
     mcp_route,
     platform_gateway,
-    service_account_kubeconfig,
     tenant,
 )
 
@@ -62,7 +60,7 @@ def world(
     cluster = kube_apiserver
     install(cluster)
     cluster.kubectl("create", "namespace", PLATFORM[0])
-    port, admin = free_port(), free_port()
+    port = free_port()
     cluster.kubectl("apply", "-f", "-", stdin=platform_gateway(*PLATFORM, gold_listener(port)))
     gold, other = tenant(cluster, "team-gold", "carol"), tenant(cluster, "team-other", "dave")
     host, backend_port = backend.rsplit(":", 1)
@@ -72,14 +70,8 @@ def world(
             mcp_backend("tools", {"service": {"name": "tools", "port": int(backend_port)}}),
             mcp_route("mcp", path, "tools", PLATFORM),
         )
-    kubeconfig = service_account_kubeconfig(
-        cluster, INSTALL_NS, ACCOUNT, tmp_path_factory.mktemp("sa") / "kubeconfig"
-    )
-    process = Process(
-        "listener-selector-controller",
-        controller_cmd(kubeconfig, admin, allow_hosts=("127.0.0.0/8",)),
-        logs,
-        env={"POD_NAME": "gateway-0", "POD_NAMESPACE": INSTALL_NS},
+    process, admin = installed_controller(
+        cluster, logs, tmp_path_factory.mktemp("sa"), ("127.0.0.0/8",)
     )
     try:
         wait_for_port(admin, process)

@@ -21,20 +21,18 @@ import pytest
 from joserfc.jwk import RSAKey
 
 from devcluster.cluster import DevCluster
-from kube_support import ACCEPT, INITIALIZE, WAIT, controller_cmd
+from kube_support import ACCEPT, INITIALIZE, WAIT
 from support import Process, claims_for, free_port, mint, wait_for_port, wait_until
 from tenancy_support import (
-    ACCOUNT,
-    INSTALL_NS,
     Tenant,
     condition,
     external_service,
     inline_policy,
     install,
+    installed_controller,
     mcp_backend,
     mcp_route,
     platform_gateway,
-    service_account_kubeconfig,
     tenant,
 )
 
@@ -96,7 +94,7 @@ def world(
     cluster = kube_apiserver
     install(cluster)
     cluster.kubectl("create", "namespace", PLATFORM[0])
-    gateway_port, admin_port = free_port(), free_port()
+    gateway_port = free_port()
     gateway = platform_gateway(*PLATFORM, shared_listener(gateway_port))
     cluster.kubectl("apply", "-f", "-", stdin=gateway)
     team_a, team_b = tenant(cluster, "team-a", "alice"), tenant(cluster, "team-b", "bob")
@@ -113,14 +111,8 @@ def world(
         mcp_route("mcp", "/b/mcp", "tools", PLATFORM),
         inline_policy("auth", "mcp", ISSUER, jwks(key)),
     )
-    kubeconfig = service_account_kubeconfig(
-        cluster, INSTALL_NS, ACCOUNT, tmp_path_factory.mktemp("sa") / "kubeconfig"
-    )
-    process = Process(
-        "tenant-egress-controller",
-        controller_cmd(kubeconfig, admin_port, allow_hosts=("team-a=127.0.0.0/8",)),
-        logs,
-        env={"POD_NAME": "gateway-0", "POD_NAMESPACE": INSTALL_NS},
+    process, admin_port = installed_controller(
+        cluster, logs, tmp_path_factory.mktemp("sa"), ("team-a=127.0.0.0/8",)
     )
     try:
         wait_for_port(admin_port, process)
