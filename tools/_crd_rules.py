@@ -28,10 +28,10 @@ SCOPE_PATTERN = r"^[!#-\[\]-~]{1,256}$"
 PROTECTED_HEADERS_PATTERN = "(?i)^(" + "|".join(sorted(fields._PROTECTED)) + ")$"
 
 
-# How many of a credential's three modes are set (`passthrough: false` is none).
+# How many of a credential's four modes are set (`passthrough: false` is none).
 _MODES = (
     "[has(self.tokenExchange), has(self.passthrough) && self.passthrough, "
-    "has(self.secretHeader)].filter(x, x).size()"
+    "has(self.secretHeader), has(self.userOAuth)].filter(x, x).size()"
 )
 
 
@@ -171,12 +171,12 @@ DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
         cel=(
             (
                 f"has(self.targets) || {_MODES} == 1",
-                "set exactly one of tokenExchange, passthrough or secretHeader",
+                models.ONE_MODE,
             ),
             (
                 f"!has(self.targets) || {_MODES} <= 1",
-                "set at most one of tokenExchange, passthrough or secretHeader beside targets "
-                "(the default of the targets not listed)",
+                "set at most one of tokenExchange, passthrough, secretHeader or userOAuth beside "
+                "targets (the default of the targets not listed)",
             ),
         )
     ),
@@ -184,8 +184,26 @@ DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
     (models.BackendCredentialsSpec, "_unique_names"): Rule(
         keywords={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
     ),
-    (models.TargetCredentials, "_one_mode"): Rule(
-        cel=((f"{_MODES} == 1", "set exactly one of tokenExchange, passthrough or secretHeader"),)
+    (models.TargetCredentials, "_one_mode"): Rule(cel=((f"{_MODES} == 1", models.ONE_MODE),)),
+    (models.UserOAuth, "_url"): _http_url_rule("credentials.userOAuth endpoints and issuer"),
+    (models.UserOAuth, "_resource"): _http_url_rule("credentials.userOAuth.resource"),
+    (models.UserOAuth, "_endpoints"): Rule(
+        cel=(
+            (
+                "has(self.authorizationEndpoint) == has(self.tokenEndpoint)",
+                "set authorizationEndpoint and tokenEndpoint together (an upstream without "
+                "discovery), or neither",
+            ),
+            (
+                "!(has(self.issuer) && has(self.tokenEndpoint))",
+                "set issuer (discovery) or authorizationEndpoint/tokenEndpoint, not both",
+            ),
+            (
+                "!has(self.revocationEndpoint) || has(self.tokenEndpoint)",
+                "revocationEndpoint goes with authorizationEndpoint/tokenEndpoint; with "
+                "discovery it is read from the upstream's metadata",
+            ),
+        )
     ),
     (models.McpAuthentication, "_known_provider"): Rule(
         keywords={"enum": list(models.PROVIDER_ALIASES)}

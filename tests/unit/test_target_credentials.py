@@ -52,13 +52,13 @@ def test_a_repeated_target_is_refused_at_the_repeated_entry():
 def test_an_entry_without_a_mode_or_with_two_is_refused_at_the_entry():
     assert refusal({"targets": [{"name": "a"}]}) == (
         ("targets", 0),
-        "Value error, set exactly one of tokenExchange, passthrough or secretHeader",
+        "Value error, set exactly one of tokenExchange, passthrough, secretHeader or userOAuth",
     )
     loc, message = refusal(
         {"targets": [{"name": "a", "passthrough": True, "tokenExchange": EXCHANGE}]}
     )
     assert loc == ("targets", 0)
-    assert "set exactly one of tokenExchange, passthrough or secretHeader" in message
+    assert "set exactly one of tokenExchange, passthrough, secretHeader or userOAuth" in message
 
 
 def test_the_default_may_be_omitted_beside_targets_but_not_doubled():
@@ -71,13 +71,15 @@ def test_the_default_may_be_omitted_beside_targets_but_not_doubled():
             "targets": [{"name": "a", "passthrough": True}],
         }
     )
-    assert "set at most one of tokenExchange, passthrough or secretHeader beside targets" in message
+    assert (
+        "set at most one of tokenExchange, passthrough, secretHeader or userOAuth beside" in message
+    )
 
 
 def test_without_targets_the_error_is_what_it_always_was():
     assert refusal({}) == (
         (),
-        "Value error, set exactly one of tokenExchange, passthrough or secretHeader",
+        "Value error, set exactly one of tokenExchange, passthrough, secretHeader or userOAuth",
     )
 
 

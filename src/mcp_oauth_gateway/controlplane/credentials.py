@@ -11,6 +11,7 @@ from ..resources.models import (
     SecretHeader,
     SecretSource,
     TargetCredentials,
+    UserOAuth,
 )
 from .secret_sources import MAX_SECRET_BYTES, SecretError, SecretScope, read_secret
 from .snapshot import (
@@ -18,6 +19,7 @@ from .snapshot import (
     CompiledIdentity,
     CompiledSecretHeader,
     CompiledTokenExchange,
+    CompiledUserOAuth,
 )
 
 __all__ = [
@@ -81,6 +83,10 @@ def _compile_mode(
                     scope=exchange.scope,
                 ),
             )
+        if spec.user_oauth is not None:
+            return CompiledCredentials(
+                "UserOAuth", user_oauth=_user_oauth(spec.user_oauth, path, scope)
+            )
         if spec.secret_header is None:
             return None  # no default beside `targets`: a target not listed gets nothing
         return CompiledCredentials(
@@ -106,6 +112,23 @@ def _secret_header(
         )
     value = _read(header.value, f"{path}.secretHeader.value", scope)
     return CompiledSecretHeader(header.header.lower().encode(), value.encode(), identity)
+
+
+def _user_oauth(spec: UserOAuth, path: str, scope: SecretScope | None) -> CompiledUserOAuth:
+    secret = spec.client_secret
+    return CompiledUserOAuth(
+        client_id=spec.client_id,
+        client_secret=None
+        if secret is None
+        else _read(secret, f"{path}.userOAuth.clientSecret", scope),
+        scopes=tuple(spec.scopes),
+        issuer=spec.issuer,
+        authorization_endpoint=spec.authorization_endpoint,
+        token_endpoint=spec.token_endpoint,
+        revocation_endpoint=spec.revocation_endpoint,
+        resource=spec.resource,
+        display_name=spec.display_name,
+    )
 
 
 def _read(source: SecretSource, where: str, scope: SecretScope | None) -> str:

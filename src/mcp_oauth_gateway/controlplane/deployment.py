@@ -20,6 +20,9 @@ class Deployment:
     cluster: Cluster | None = None
     # How messages name the processes when their number is not known (a cluster's replicas).
     processes_label: str | None = None
+    # Where users' upstream tokens are kept (`serve --user-token-store`): "sqlite", "redis",
+    # or None when the gateway runs without `--user-token-key` (userOAuth is then refused).
+    user_token_store: str | None = None
 
     @property
     def served_by(self) -> str:

@@ -235,7 +235,7 @@ def compile_claim_rules(
 
 
 def backend_credentials(
-    policy: GatewayPolicy, problems: list[str], refs: ServiceRefs
+    policy: GatewayPolicy, problems: list[str], refs: ServiceRefs, deployment: Deployment
 ) -> tuple[CompiledCredentials | None, tuple[tuple[str, CompiledCredentials], ...]]:
     """What the backend receives in place of the caller's token (the default, and per target);
     it needs a verified token."""
@@ -254,9 +254,45 @@ def backend_credentials(
             "{passthrough: true})"
         )
     scope = SecretScope(policy.metadata.namespace, refs.cluster, refs.grants)
-    return compile_credentials(spec, problems, scope), compile_target_credentials(
-        spec, problems, scope
-    )
+    default = compile_credentials(spec, problems, scope)
+    targets = compile_target_credentials(spec, problems, scope)
+    every = [c for c in (default, *(c for _, c in targets)) if c is not None]
+    if any(c.user_oauth is not None for c in every):
+        problems.extend(user_oauth_problems(jwt_spec, deployment))
+    return default, targets
+
+
+def separate_hosts(deployment: Deployment) -> bool:
+    """Whether the processes may run on different machines (several replicas in a cluster)."""
+    return deployment.cluster is not None and not deployment.shares_memory
+
+
+def user_oauth_problems(
+    jwt_spec: JwtAuthenticationSpec | None, deployment: Deployment
+) -> list[str]:
+    """Why userOAuth cannot be served here: the gateway must be able to check who opens a
+    connect link (the route's own sign-in client) and keep tokens encrypted (a key)."""
+    problems = []
+    mcp = jwt_spec.mcp if jwt_spec is not None else None
+    if mcp is None or mcp.client_id is None:
+        problems.append(
+            "spec.backend.credentials.userOAuth needs spec.traffic.jwtAuthentication.mcp.clientId: "
+            "the client the gateway signs users in as, at the route's provider, to check that "
+            "whoever opens a connect link is the caller who was asked"
+        )
+    if deployment.user_token_store is None:
+        problems.append(
+            "spec.backend.credentials.userOAuth needs the gateway to run with --user-token-key "
+            "FILE (users' tokens are only ever kept encrypted); restart it with one"
+        )
+    elif deployment.user_token_store == "sqlite" and separate_hosts(deployment):
+        # Workers of one host share the file; replicas each have their own.
+        problems.append(
+            f"spec.backend.credentials.userOAuth: {deployment.served_by} serve, each with its "
+            "own SQLite file of users' tokens; run with --user-token-store redis://... so "
+            "every replica sees every grant"
+        )
+    return problems
 
 
 def compile_authentication(
@@ -307,7 +343,9 @@ def compile_policy(
     mcp_authorization, scopes = compile_claim_rules(policy, problems)
     transformation = compile_transformation(traffic.transformation, jwt_spec is not None, problems)
     rate_limit = compile_rate_limit(traffic.rate_limit, problems)
-    credentials, target_credentials = backend_credentials(policy, problems, refs)
+    credentials, target_credentials = backend_credentials(
+        policy, problems, refs, deployment or Deployment()
+    )
     issuer_problems(policy, problems)
     if refs.cluster is not None:
         every = [c for c in (credentials, *(c for _, c in target_credentials)) if c is not None]

@@ -41,6 +41,30 @@ def _fetched_urls(policy: GatewayPolicy, discovers: bool) -> list[tuple[str, str
         urls.append(("spec.traffic.jwtAuthentication.mcp.broker.redisUrl", broker.redis_url))
     if traffic.rate_limit is not None and traffic.rate_limit.redis_url is not None:
         urls.append(("spec.traffic.rateLimit.redisUrl", traffic.rate_limit.redis_url))
+    return urls + _user_oauth_urls(policy)
+
+
+def _user_oauth_urls(policy: GatewayPolicy) -> list[tuple[str, str]]:
+    """(field path, URL) of what the gateway fetches from the upstream authorization servers
+    userOAuth names (the authorization endpoint only browsers visit; what discovery finds is
+    checked as the gateway connects)."""
+    spec = policy.spec.backend.credentials if policy.spec.backend is not None else None
+    if spec is None:
+        return []
+    base = "spec.backend.credentials"
+    modes = [(base, spec)] + [(f"{base}.targets[{i}]", t) for i, t in enumerate(spec.targets or [])]
+    urls: list[tuple[str, str]] = []
+    for path, mode in modes:
+        user = mode.user_oauth
+        if user is None:
+            continue
+        for name, url in (
+            ("issuer", user.issuer),
+            ("tokenEndpoint", user.token_endpoint),
+            ("revocationEndpoint", user.revocation_endpoint),
+        ):
+            if url is not None:
+                urls.append((f"{path}.userOAuth.{name}", url))
     return urls
 
 

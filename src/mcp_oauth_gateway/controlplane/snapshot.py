@@ -145,6 +145,23 @@ class CompiledTokenExchange:
 
 
 @dataclass(frozen=True, slots=True)
+class CompiledUserOAuth:
+    """Each user's own token at a third-party authorization server (resolved at load; the
+    endpoints of an upstream found by discovery are read when first needed)."""
+
+    client_id: str
+    client_secret: str | None = field(repr=False)
+    scopes: tuple[str, ...]
+    issuer: str | None
+    authorization_endpoint: str | None
+    token_endpoint: str | None
+    revocation_endpoint: str | None
+    resource: str | None
+    # None: the backend's (or target's) name, which the route knows.
+    display_name: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class CompiledIdentity:
     header: bytes  # lowercase
     claims: tuple[str, ...]
@@ -160,9 +177,10 @@ class CompiledSecretHeader:
 
 @dataclass(frozen=True, slots=True)
 class CompiledCredentials:
-    mode: Literal["TokenExchange", "Passthrough", "SecretHeader"]
+    mode: Literal["TokenExchange", "Passthrough", "SecretHeader", "UserOAuth"]
     token_exchange: CompiledTokenExchange | None = None
     secret_header: CompiledSecretHeader | None = None
+    user_oauth: CompiledUserOAuth | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,7 @@ from .gateway_api import (
 )
 from .label_selector import LabelSelector
 from .policy import (
+    ONE_MODE,
     BackendCredentialsSpec,
     BackendPolicy,
     GatewayPolicy,
@@ -105,6 +106,7 @@ from .policy import (
     SecretSource,
     TargetCredentials,
     TokenExchange,
+    UserOAuth,
 )
 from .traffic import (
     Authorization,
@@ -151,6 +153,7 @@ __all__ = [
     "GATEWAY_API_VERSION",
     "HTTP_URL",
     "KINDS",
+    "ONE_MODE",
     "POLICY_API_GROUP",
     "POLICY_API_VERSION",
     "PROVIDER_ALIASES",
@@ -233,6 +236,7 @@ __all__ = [
     "TokenExchange",
     "Traffic",
     "Transformation",
+    "UserOAuth",
     "absolute_http_url",
     "cors_origin",
     "domain",

@@ -16,6 +16,7 @@ from .fields import (
     HeaderName,
     NamespaceName,
     NonEmpty,
+    ScopeList,
     StrictModel,
     absolute_http_url,
 )
@@ -131,6 +132,73 @@ class TokenExchange(StrictModel):
         return self
 
 
+class UserOAuth(StrictModel):
+    """Each user's own sign-in at a third-party MCP server's OAuth authorization server: the
+    gateway is every user's OAuth client there, asks the user once (a URL the MCP client opens)
+    and sends the backend `Authorization: Bearer <that user's token>`, refreshed as it expires.
+    Needs `jwtAuthentication.mcp.clientId` (the gateway checks, at the route's provider, that
+    whoever opens the link is the caller who was asked) and a gateway run with
+    `--user-token-key`."""
+
+    client_id: NonEmpty
+    """The gateway's client id at the upstream authorization server (registered there with the
+    redirect URI `<gateway origin><MCP path>/connect/callback`)."""
+    client_secret: SecretSource | None = None
+    """Where that client's secret is read from: exactly one of `secretRef` (in a cluster),
+    `file` or `env`. Unset: a public client (PKCE only)."""
+    scopes: ScopeList = []
+    """The scopes asked of the upstream (e.g. GitHub's `repo`, `read:org`); none: the
+    upstream's default."""
+    issuer: str | None = None
+    """The upstream authorization server's issuer: its metadata is read from RFC 8414 or OpenID
+    discovery under it. Unset, with no endpoints: found the way an MCP client finds it (the
+    backend's 401 `WWW-Authenticate`, then its RFC 9728 metadata)."""
+    authorization_endpoint: str | None = None
+    """For an upstream without discovery (GitHub): its authorization endpoint. Set with
+    `tokenEndpoint`, instead of `issuer`."""
+    token_endpoint: str | None = None
+    """For an upstream without discovery: its token endpoint. Set with
+    `authorizationEndpoint`."""
+    revocation_endpoint: str | None = None
+    """For an upstream without discovery: its RFC 7009 revocation endpoint, used when a user
+    disconnects. Optional."""
+    resource: str | None = None
+    """The RFC 8707 `resource` sent to the upstream. Default: the backend's own, from its RFC
+    9728 metadata when the server is found that way; otherwise none."""
+    display_name: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    """The service's name as users read it ("GitHub"). Default: the GatewayBackend's name (or
+    the target's)."""
+
+    @field_validator("issuer", "authorization_endpoint", "token_endpoint", "revocation_endpoint")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        return None if value is None else absolute_http_url(value)
+
+    @field_validator("resource")
+    @classmethod
+    def _resource(cls, value: str | None) -> str | None:
+        return None if value is None else absolute_http_url(value)
+
+    @model_validator(mode="after")
+    def _endpoints(self) -> UserOAuth:
+        explicit = self.authorization_endpoint is not None or self.token_endpoint is not None
+        if explicit and (self.authorization_endpoint is None or self.token_endpoint is None):
+            raise ValueError(
+                "set authorizationEndpoint and tokenEndpoint together (an upstream without "
+                "discovery), or neither"
+            )
+        if explicit and self.issuer is not None:
+            raise ValueError(
+                "set issuer (discovery) or authorizationEndpoint/tokenEndpoint, not both"
+            )
+        if self.revocation_endpoint is not None and not explicit:
+            raise ValueError(
+                "revocationEndpoint goes with authorizationEndpoint/tokenEndpoint; with "
+                "discovery it is read from the upstream's metadata"
+            )
+        return self
+
+
 class IdentityHeader(StrictModel):
     """The caller's identity for a backend that trusts the gateway: the named claims as a JSON
     object, or, with `signingKey`, as a short-lived HS256 JWS the backend can verify."""
@@ -156,14 +224,19 @@ class SecretHeader(StrictModel):
     identity: IdentityHeader | None = None
 
 
-ONE_MODE = "set exactly one of tokenExchange, passthrough or secretHeader"
+ONE_MODE = "set exactly one of tokenExchange, passthrough, secretHeader or userOAuth"
 
 
-def _modes(
-    token_exchange: TokenExchange | None, passthrough: bool, secret_header: SecretHeader | None
-) -> int:
-    """How many of the three modes are set."""
-    return sum([token_exchange is not None, passthrough, secret_header is not None])
+def _modes(spec: BackendCredentialsSpec | TargetCredentials) -> int:
+    """How many of the four modes are set."""
+    return sum(
+        [
+            spec.token_exchange is not None,
+            spec.passthrough,
+            spec.secret_header is not None,
+            spec.user_oauth is not None,
+        ]
+    )
 
 
 class TargetCredentials(StrictModel):
@@ -181,10 +254,13 @@ class TargetCredentials(StrictModel):
     audience). Default false."""
     secret_header: SecretHeader | None = None
     """A static header (an API key) for this target, and optionally who calls."""
+    # to_camel would say `userOauth`; the API says OAuth as the specifications do.
+    user_oauth: UserOAuth | None = Field(default=None, alias="userOAuth")
+    """Each user's own token at this target's authorization server."""
 
     @model_validator(mode="after")
     def _one_mode(self) -> TargetCredentials:
-        if _modes(self.token_exchange, self.passthrough, self.secret_header) != 1:
+        if _modes(self) != 1:
             raise ValueError(ONE_MODE)
         return self
 
@@ -199,6 +275,10 @@ class BackendCredentialsSpec(StrictModel):
     """Send the caller's verified token itself: only for a backend that is its audience.
     Default false."""
     secret_header: SecretHeader | None = None
+    # to_camel would say `userOauth`; the API says OAuth as the specifications do.
+    user_oauth: UserOAuth | None = Field(default=None, alias="userOAuth")
+    """Each user's own token at a third-party MCP server's authorization server, asked for once
+    per user through a link the MCP client opens (URL-mode elicitation)."""
     targets: (
         Annotated[list[TargetCredentials], Field(min_length=1, max_length=MAX_TARGETS)] | None
     ) = None
@@ -228,12 +308,13 @@ class BackendCredentialsSpec(StrictModel):
 
     @model_validator(mode="after")
     def _one_mode(self) -> BackendCredentialsSpec:
-        chosen = _modes(self.token_exchange, self.passthrough, self.secret_header)
+        chosen = _modes(self)
         if self.targets is None and chosen != 1:
             raise ValueError(ONE_MODE)
         if chosen > 1:
             raise ValueError(
-                "set at most one of tokenExchange, passthrough or secretHeader beside targets "
+                "set at most one of tokenExchange, passthrough, secretHeader or userOAuth beside "
+                "targets "
                 "(the default of the targets not listed)"
             )
         return self
@@ -245,8 +326,8 @@ class BackendPolicy(StrictModel):
     `traffic.jwtAuthentication`."""
     credentials: BackendCredentialsSpec | None = None
     """What the MCP server receives in place of the caller's token: exactly one of
-    `tokenExchange`, `passthrough` or `secretHeader`, and per target with `targets`. Unset: no
-    credential at all."""
+    `tokenExchange`, `passthrough`, `secretHeader` or `userOAuth`, and per target with
+    `targets`. Unset: no credential at all."""
 
 
 class GatewayPolicySpec(StrictModel):
