@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Iterable
 
 _SENTINEL = re.compile(r"=\?base64\?(?P<payload>.*)\?=")
 _PLAIN = re.compile(r"[\x20-\x7e]*")
@@ -36,3 +37,20 @@ def encode_name(value: str) -> bytes:
     if _PLAIN.fullmatch(value) and value == value.strip() and not _SENTINEL.fullmatch(value):
         return value.encode("ascii")
     return b"=?base64?" + base64.b64encode(value.encode("utf-8")) + b"?="
+
+
+# The revisions spoken without a session; the older ones open one with `initialize`.
+STATELESS_VERSIONS = ("2026-07-28",)
+SESSION_VERSIONS = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
+
+
+def is_stateless(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    """Whether a request speaks the stateless wire: a version header that is not of the
+    session era, and no session."""
+    version = session = None
+    for name, value in headers:
+        if name == b"mcp-protocol-version" and version is None:
+            version = value.decode("latin-1")
+        elif name == b"mcp-session-id":
+            session = value
+    return version is not None and version not in SESSION_VERSIONS and session is None

@@ -10,12 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ...asgi import Headers
-from ...mcp_headers import decode_name
+from ...mcp_headers import SESSION_VERSIONS, STATELESS_VERSIONS, decode_name, is_stateless
 from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND
 
-# The revisions spoken without a session; the older ones open one with `initialize`.
-STATELESS_VERSIONS = ("2026-07-28",)
-SESSION_VERSIONS = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
+__all__ = ["SESSION_VERSIONS", "STATELESS_VERSIONS", "is_stateless"]
 HEADER_MISMATCH = -32020
 UNSUPPORTED_VERSION = -32022
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
@@ -74,15 +72,6 @@ def header(headers: Headers, name: bytes) -> str | None:
     """The header's value (latin-1, as HTTP carries it), or None."""
     value = next((v for k, v in headers if k == name), None)
     return None if value is None else value.decode("latin-1")
-
-
-def is_stateless(headers: Headers) -> bool:
-    """Whether a request speaks the stateless wire: a version header that is not of the
-    session era, and no session."""
-    version = header(headers, VERSION)
-    return (
-        version is not None and version not in SESSION_VERSIONS and header(headers, SESSION) is None
-    )
 
 
 def checked(headers: Headers, message: Mapping[str, object]) -> WireRequest:
