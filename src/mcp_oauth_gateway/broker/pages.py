@@ -1,46 +1,17 @@
-"""The broker's browser answers: the consent page, errors shown instead of redirecting, and the
-redirects that send the browser on."""
+"""The broker's browser answers: the consent page, and errors shown instead of redirecting."""
 
 from __future__ import annotations
 
-import unicodedata
 from html import escape
 
 from ..asgi import Headers, Scope, Send, header, send_error
+from ..html_pages import SECURITY as _SECURITY
+from ..html_pages import html as _html
+from ..html_pages import send_redirect, shown
 from ..urls import origin_of
 from .clients import BrokerClient
 
-_STYLE = (
-    "body{font-family:system-ui,sans-serif;max-width:30rem;margin:4rem auto;padding:0 1rem}"
-    "button{padding:.6rem 1.2rem;margin-right:.5rem;font-size:1rem}"
-    ".host{font-family:monospace;background:#eee;padding:0 .2rem}"
-)
-_SECURITY = [
-    (b"content-type", b"text/html; charset=utf-8"),
-    (b"cache-control", b"no-store"),
-    (b"x-frame-options", b"DENY"),
-    # `same-origin`, not `no-referrer`: with no-referrer browsers post the consent form with
-    # `Origin: null`, and the gateway needs the real origin to refuse forms from other sites.
-    # Cross-origin navigations (to the provider, back to the client) still carry no referrer.
-    (b"referrer-policy", b"same-origin"),
-]
-
-
-_HIDDEN = frozenset({"Cc", "Cf", "Co", "Cs"})
-
-
-def shown(text: str, limit: int = 100) -> str:
-    """Text from a client, fit for the consent page: escaped, without control, format (bidi
-    overrides, zero-width) or private-use characters that could make one name look like
-    another, and bounded in length."""
-    kept = " ".join(
-        "".join(
-            " " if c.isspace() else c
-            for c in text
-            if c.isspace() or unicodedata.category(c) not in _HIDDEN
-        ).split()
-    )
-    return escape(kept[:limit] + ("…" if len(kept) > limit else "")) or "(unnamed client)"
+__all__ = ["send_consent", "send_error_page", "send_redirect", "shown"]
 
 
 def _form_target(url: str | None) -> str | None:
@@ -63,14 +34,6 @@ def _policy(provider_authorize: list[str | None], redirect_href: str | None) -> 
     return (
         f"default-src 'none'; style-src 'unsafe-inline'; form-action {targets}; "
         "frame-ancestors 'none'"
-    ).encode()
-
-
-def _html(title: str, content: str) -> bytes:
-    # Both arguments are HTML already (anything from a client went through `shown`/`escape`).
-    return (
-        f"<!doctype html><html><head><meta charset=utf-8><title>{title}</title>"
-        f"<style>{_STYLE}</style></head><body>{content}</body></html>"
     ).encode()
 
 
@@ -174,20 +137,3 @@ async def send_error_page(
         }
     )
     await send({"type": "http.response.body", "body": body})
-
-
-async def send_redirect(send: Send, location: str, headers: Headers | None = None) -> None:
-    """302 to `location` (the provider's sign-in, or back to the client), never cached."""
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 302,
-            "headers": [
-                (b"location", location.encode()),
-                (b"content-length", b"0"),
-                (b"cache-control", b"no-store"),
-                *(headers or ()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": b""})
