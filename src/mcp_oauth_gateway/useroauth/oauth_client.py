@@ -33,8 +33,10 @@ _TEMPORARY_ERRORS = frozenset({"temporarily_unavailable", "server_error"})
 
 class UpstreamOAuthError(Exception):
     """The authorization server refused or failed a call: its OAuth `error` code (or the
-    gateway's own `invalid_response` / `temporarily_unavailable`), its description, the HTTP
-    status (None: no answer), and whether trying again later may succeed."""
+    gateway's own: `temporarily_unavailable` for no answer, `server_error` for a 5xx without
+    one, `invalid_response` for an answer that is neither tokens nor an OAuth error), its
+    description, the HTTP status (None: no answer), and whether trying again later may
+    succeed (no answer, 5xx, 429, `temporarily_unavailable`, `server_error`)."""
 
     def __init__(
         self,
@@ -69,7 +71,9 @@ class IssuerMismatch(UpstreamOAuthError):
 @dataclass(frozen=True, slots=True)
 class TokenAnswer:
     """A token endpoint's successful answer. A refresh answer without `refresh_token` means the
-    server did not rotate it: the caller keeps the refresh token it already holds."""
+    server did not rotate it: the caller keeps the refresh token it already holds. `scope`
+    None: the server granted what was asked (RFC 6749 §5.1). `token_type` is always "Bearer"
+    (any other type is refused)."""
 
     access_token: str = field(repr=False)
     refresh_token: str | None = field(repr=False)
