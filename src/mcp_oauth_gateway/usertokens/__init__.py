@@ -13,17 +13,26 @@ from .keys import (
     new_key_line,
     parse_keys,
 )
+from .locking import LockTimeout, StoreError
+from .refresh import SingleFlight
+from .store import GrantStore, open_store, reseal_all
 
 __all__ = [
     "Grant",
     "GrantKey",
+    "GrantStore",
     "GrantSummary",
     "KeyFileError",
+    "LockTimeout",
     "SealError",
+    "SingleFlight",
+    "StoreError",
     "Tampered",
     "TokenKeys",
     "UnknownKey",
     "load_keys",
     "new_key_line",
+    "open_store",
     "parse_keys",
+    "reseal_all",
 ]
