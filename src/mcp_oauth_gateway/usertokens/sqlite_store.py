@@ -51,14 +51,20 @@ _BUSY_SECONDS = 30.0
 _FILE_MODE = 0o600
 
 
-def prepare_file(path: str, flag: str) -> None:
-    """Create the store's file readable by its owner only, or check the one there is not open
-    to others; ValueError naming `flag` and the fix."""
+def prepare_file(path: str, flag: str, create: bool = True) -> None:
+    """Create the store's file readable by its owner only (when `create`), or check the one
+    there is not open to others; ValueError naming `flag` and the fix."""
     parent = Path(path).parent
     if not parent.is_dir():
         raise ValueError(f"{flag} sqlite://{path}: no directory {parent}; create it first")
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK | (os.O_CREAT if create else 0)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, _FILE_MODE)
+        fd = os.open(path, flags, _FILE_MODE)
+    except FileNotFoundError:
+        raise ValueError(
+            f"{flag} sqlite://{path}: no such file (the gateway makes it when it first "
+            "starts with this flag); give the path the gateway uses"
+        ) from None
     except OSError as exc:
         raise ValueError(
             f"{flag} sqlite://{path}: cannot be opened for writing ({exc.strerror}); give a "
@@ -78,8 +84,10 @@ def prepare_file(path: str, flag: str) -> None:
 class SqliteStore:
     """The GrantStore over one SQLite file."""
 
-    def __init__(self, path: str, keys: TokenKeys, flag: str = "--user-token-store"):
-        prepare_file(path, flag)
+    def __init__(
+        self, path: str, keys: TokenKeys, flag: str = "--user-token-store", create: bool = True
+    ):
+        prepare_file(path, flag, create)
         self.path = path
         self.where = f"sqlite://{path}"
         self._sealer = Sealer(keys, self.where)

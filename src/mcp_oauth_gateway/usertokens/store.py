@@ -120,13 +120,14 @@ def sqlite_path(url: str, flag: str = FLAG) -> str:
     return path
 
 
-def open_store(url: str, keys: TokenKeys, flag: str = FLAG) -> GrantStore:
+def open_store(url: str, keys: TokenKeys, flag: str = FLAG, *, create: bool = True) -> GrantStore:
     """The store `url` names, its values sealed with `keys`; ValueError naming `flag` and the
-    fix when `url` names none. Nothing is connected yet (`ping` does)."""
+    fix when `url` names none (or, unless `create`, a SQLite file that is not there yet).
+    Nothing is connected yet (`ping` does)."""
     if url.startswith("sqlite:"):
         from .sqlite_store import SqliteStore
 
-        return SqliteStore(sqlite_path(url, flag), keys, flag)
+        return SqliteStore(sqlite_path(url, flag), keys, flag, create=create)
     try:
         scheme = urlsplit(url).scheme.lower()
     except ValueError:
