@@ -131,6 +131,8 @@ def parse_keys(text: str, where: str) -> TokenKeys:
     """The keys in a key file's `text`; KeyFileError naming `where`, the line and the fix."""
     keys: list[bytes] = []
     lines: dict[bytes, int] = {}
+    # A byte order mark some editors write first is no part of the first key.
+    text = text.removeprefix("\ufeff")
     for number, line in enumerate(text.split("\n"), start=1):
         content = line.split("#", 1)[0].strip()
         if not content:

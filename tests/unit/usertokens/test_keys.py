@@ -105,7 +105,7 @@ def test_the_key_id_and_repr_never_show_the_key():
 
 def test_comments_blank_lines_and_spaces_are_allowed():
     one, two = new_key_line(), new_key_line()
-    text = f"# rotated 2025-06\n\n  {one}  # the new key\r\n\t{two}\n# the end\n"
+    text = f"\ufeff# rotated 2025-06\n\n  {one}  # the new key\r\n\t{two}\n# the end\n"
     assert parse_keys(text, "k").key_ids == (
         key_id(base64.b64decode(one)),
         key_id(base64.b64decode(two)),
