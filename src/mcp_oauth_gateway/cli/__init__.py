@@ -1,4 +1,4 @@
-"""The `mcp-oauth-gateway` command: `serve`, `check`, `idp`, `dev-idp` and `demo`."""
+"""The `mcp-oauth-gateway` command: `serve`, `check`, `idp`, `grants`, `dev-idp` and `demo`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from .check import cmd_check
 from .common import EXIT_INVALID
 from .flags import parser
+from .grants import cmd_grants
 from .serve import cmd_serve
 
 __all__ = ["EXIT_INVALID", "main"]
@@ -75,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "check": cmd_check,
         "dev-idp": cmd_dev_idp,
         "idp": cmd_idp,
+        "grants": cmd_grants,
         "demo": cmd_demo,
     }
     return commands[args.command](args)

@@ -31,6 +31,9 @@ def parser() -> argparse.ArgumentParser:
     from ..idp.cli import add_parsers
 
     add_parsers(commands)
+    from .grants import add_parsers as add_grants_parsers
+
+    add_grants_parsers(commands)
     _demo_parser(commands)
     _dev_idp_parser(commands)
     return parser

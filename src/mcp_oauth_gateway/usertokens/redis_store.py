@@ -1,0 +1,285 @@
+"""Grants in Redis (`--user-token-store redis://…`), shared by every replica. Under the prefix
+`mcp-oauth-gateway:usertokens:`: `grant:<key text>` a hash (the sealed grant, its key id, and
+what a summary shows), `user:<[issuer, subject]>` the set of a user's grant key texts,
+`pending:<kind>:<id>` a sealed value with its expiry (PX), `lock:<name>` a holder's random token
+with its expiry, `schema` the layout's version."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TypeVar
+
+import orjson
+import redis.asyncio as redis
+from redis.exceptions import RedisError, WatchError
+
+from ..urls import shown_url
+from .grants import Grant, GrantKey, GrantSummary
+from .keys import TokenKeys
+from .locking import StoreError, check_ttl, held
+from .sealing import Sealer, check_id, check_kind, grant_aad, pending_aad, usable_id
+
+T = TypeVar("T")
+
+PREFIX = "mcp-oauth-gateway:usertokens:"
+SCHEMA_VERSION = b"1"
+_GRANT = PREFIX + "grant:"
+# Compare-and-delete: only the holder's token gives the lock back.
+_GIVE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+# Every grant of one user, and the user's set, gone in one step.
+_DELETE_USER = """
+local count = 0
+for _, text in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  count = count + redis.call('DEL', ARGV[1] .. text)
+end
+redis.call('DEL', KEYS[1])
+return count
+"""
+_TIMES = ("obtained_at", "refreshed_at", "expires_at")
+_RESEAL_TRIES = 3
+
+
+def user_set(issuer: str, subject: str) -> str:
+    """The name of the set of one user's grant key texts."""
+    return PREFIX + "user:" + orjson.dumps([issuer, subject]).decode("utf-8")
+
+
+def redis_url(url: str) -> str:
+    """`url` as redis-py reads it: `unix:/PATH` written `unix:///PATH`."""
+    if url.startswith("unix:") and not url.startswith("unix://"):
+        return "unix://" + url[len("unix:") :]
+    return url
+
+
+class RedisStore:
+    """The GrantStore over one Redis database."""
+
+    def __init__(self, url: str, keys: TokenKeys):
+        self.where = shown_url(url)
+        self._client = redis.Redis.from_url(
+            redis_url(url), socket_timeout=5, socket_connect_timeout=5
+        )
+        self._sealer = Sealer(keys, self.where)
+        self._give_script = self._client.register_script(_GIVE)
+        self._delete_user_script = self._client.register_script(_DELETE_USER)
+        self._checked = False
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except (RedisError, OSError) as exc:
+            raise StoreError(f"user token store {self.where}: {exc}") from exc
+
+    async def _do(self, call: Callable[[], Awaitable[T]]) -> T:
+        """`call()`'s result once the layout is checked; StoreError when Redis fails."""
+        if not self._checked:
+            await self.ping()
+        with self._errors():
+            return await call()
+
+    async def ping(self) -> None:
+        """Reach Redis; the layout's version written by the first replica, checked by all."""
+        with self._errors():
+            await self._client.set(PREFIX + "schema", SCHEMA_VERSION, nx=True)
+            found = await self._client.get(PREFIX + "schema")
+        if found != SCHEMA_VERSION:
+            raise StoreError(
+                f"user token store {self.where}: the layout of version {found!r}, this gateway "
+                f"knows {SCHEMA_VERSION.decode()}; run the gateway version that wrote it"
+            )
+        self._checked = True
+
+    async def get(self, key: GrantKey) -> Grant | None:
+        """`key`'s grant, or None."""
+        sealed = _raw(await self._do(lambda: self._client.hget(_GRANT + key.text(), "sealed")))
+        return None if sealed is None else self._sealer.open_grant(key, sealed)
+
+    async def put(self, key: GrantKey, grant: Grant) -> None:
+        """Replace `key`'s grant (no field of the one before left) and index it."""
+        fields: dict[str, bytes | str | float] = {
+            "sealed": self._sealer.seal_grant(key, grant),
+            "key_id": self._sealer.keys.sealing_id,
+            **{name: value for name in _TIMES if (value := getattr(grant, name)) is not None},
+        }
+        if grant.scope is not None:
+            fields["scope"] = grant.scope
+        name, text = _GRANT + key.text(), key.text()
+        pipe = self._client.pipeline(transaction=True)
+        pipe.delete(name)
+        pipe.hset(name, mapping=fields)  # type: ignore[arg-type]
+        pipe.sadd(user_set(key.issuer, key.subject), text)
+        await self._do(pipe.execute)
+
+    async def delete(self, key: GrantKey) -> bool:
+        """Remove `key`'s grant and its index entry."""
+        pipe = self._client.pipeline(transaction=True)
+        pipe.delete(_GRANT + key.text())
+        pipe.srem(user_set(key.issuer, key.subject), key.text())
+        deleted, _ = await self._do(pipe.execute)
+        return bool(deleted)
+
+    async def list_user(self, issuer: str, subject: str) -> list[GrantSummary]:
+        """One user's grants, by backend."""
+        texts = await self._do(lambda: self._client.smembers(user_set(issuer, subject)))
+        found = await self._summaries([_GRANT.encode() + _text(text) for text in texts])
+        return sorted(found, key=lambda s: s.key.backend)
+
+    async def list_all(self) -> list[GrantSummary]:
+        """Every grant, by issuer, subject and backend."""
+        names = await self._do(lambda: _scanned(self._client, _GRANT + "*"))
+        found = await self._summaries(names)
+        return sorted(found, key=lambda s: (s.key.issuer, s.key.subject, s.key.backend))
+
+    async def _summaries(self, names: list[bytes]) -> list[GrantSummary]:
+        pipe = self._client.pipeline(transaction=False)
+        for name in names:
+            pipe.hgetall(name)
+        rows = await self._do(pipe.execute)
+        found = []
+        for name, row in zip(names, rows, strict=True):
+            summary = _summary(name[len(_GRANT) :], row)
+            if summary is not None:
+                found.append(summary)
+        return found
+
+    async def delete_user(self, issuer: str, subject: str, backend: str | None = None) -> int:
+        """Remove one user's grants (at one backend)."""
+        if backend is not None:
+            return int(await self.delete(GrantKey(issuer, subject, backend)))
+        keys, args = [user_set(issuer, subject)], [_GRANT]
+        return int(await self._do(lambda: self._delete_user_script(keys=keys, args=args)))
+
+    async def put_pending(self, kind: str, id: str, value: dict[str, Any], ttl: float) -> None:
+        """SET with PX: Redis forgets it when it expires."""
+        check_kind(kind)
+        check_id(id)
+        millis = max(1, round(check_ttl(ttl, "a pending value's ttl") * 1000))
+        sealed = self._sealer.seal_pending(kind, id, value)
+        await self._do(lambda: self._client.set(_pending(kind, id), sealed, px=millis))
+
+    async def get_pending(self, kind: str, id: str) -> dict[str, Any] | None:
+        """GET: the value stays."""
+        if not usable_id(check_kind(kind)) or not usable_id(id):
+            return None
+        sealed = _raw(await self._do(lambda: self._client.get(_pending(kind, id))))
+        return None if sealed is None else self._sealer.open_pending(kind, id, sealed)
+
+    async def take_pending(self, kind: str, id: str) -> dict[str, Any] | None:
+        """GETDEL: one step, so one caller gets it even when replicas race."""
+        if not usable_id(check_kind(kind)) or not usable_id(id):
+            return None
+        sealed = _raw(await self._do(lambda: self._client.getdel(_pending(kind, id))))
+        return None if sealed is None else self._sealer.open_pending(kind, id, sealed)
+
+    def lock(
+        self, name: str, ttl: float, wait: float | None = None
+    ) -> AbstractAsyncContextManager[None]:
+        """SET NX PX with a random token; given back by compare-and-delete."""
+        return held(self._take, self._give, name, ttl, wait)
+
+    async def _take(self, name: str, token: str, ttl: float) -> bool:
+        millis = max(1, round(ttl * 1000))
+        return bool(
+            await self._do(lambda: self._client.set(_lock(name), token, nx=True, px=millis))
+        )
+
+    async def _give(self, name: str, token: str) -> None:
+        await self._do(lambda: self._give_script(keys=[_lock(name)], args=[token]))
+
+    async def reseal(self) -> int:
+        """Every grant and pending value sealed anew, each only if unchanged meanwhile."""
+        count = 0
+        for name in await self._do(lambda: _scanned(self._client, _GRANT + "*")):
+            count += await self._reseal_grant(name)
+        for name in await self._do(lambda: _scanned(self._client, PREFIX + "pending:*")):
+            await self._reseal_pending(name)
+        return count
+
+    async def _reseal_grant(self, name: bytes) -> int:
+        try:
+            aad = grant_aad(GrantKey.from_text(name[len(_GRANT) :]))
+        except ValueError:
+            return 0
+        return int(await self._resealed(name, aad, grant=True))
+
+    async def _reseal_pending(self, name: bytes) -> None:
+        kind, _, id = name[len(PREFIX + "pending:") :].decode("utf-8").partition(":")
+        await self._resealed(name, pending_aad(kind, id), grant=False)
+
+    async def _resealed(self, name: bytes, aad: bytes, grant: bool) -> bool:
+        """Whether the record at `name` was sealed anew: WATCH, so a write meanwhile wins."""
+        for _ in range(_RESEAL_TRIES):
+            with self._errors(), contextlib.suppress(WatchError):
+                async with self._client.pipeline(transaction=True) as pipe:
+                    await pipe.watch(name)
+                    old = _raw(await (pipe.hget(name, "sealed") if grant else pipe.get(name)))
+                    new = None if old is None else self._sealer.resealed(old, aad)
+                    if new is None:
+                        return False
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    if grant:
+                        kid = self._sealer.keys.sealing_id
+                        pipe.hset(name, mapping={"sealed": new, "key_id": kid})
+                    else:
+                        pipe.set(name, new, keepttl=True, xx=True)
+                    await pipe.execute()
+                    return True
+        return False
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._client.aclose()
+
+
+def _raw(value: bytes | str | None) -> bytes | None:
+    """A value as the bytes Redis holds (the client decodes nothing; the types allow str)."""
+    return value.encode("utf-8") if isinstance(value, str) else value
+
+
+def _text(value: bytes | str) -> bytes:
+    return value.encode("utf-8") if isinstance(value, str) else value
+
+
+def _pending(kind: str, id: str) -> str:
+    return f"{PREFIX}pending:{kind}:{id}"
+
+
+def _lock(name: str) -> str:
+    return f"{PREFIX}lock:{name}"
+
+
+async def _scanned(client: redis.Redis, match: str) -> list[bytes]:
+    return [name async for name in client.scan_iter(match=match, count=500)]
+
+
+def _summary(text: bytes, row: dict[bytes, bytes]) -> GrantSummary | None:
+    """The summary of the grant hash `row` stored under `text`; None for one gone meanwhile
+    or that no gateway wrote."""
+    if b"key_id" not in row or b"obtained_at" not in row:
+        return None
+    try:
+        key = GrantKey.from_text(text)
+        times = {name: _time(row.get(name.encode())) for name in _TIMES}
+        scope = row.get(b"scope")
+        obtained = times["obtained_at"]
+        assert obtained is not None
+        return GrantSummary(
+            key,
+            None if scope is None else scope.decode("utf-8"),
+            obtained,
+            times["refreshed_at"],
+            times["expires_at"],
+            row[b"key_id"].decode("ascii"),
+        )
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _time(raw: bytes | None) -> float | None:
+    return None if raw is None else float(raw)
