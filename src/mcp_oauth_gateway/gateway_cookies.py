@@ -1,5 +1,6 @@
-"""The cookies the gateway sets for itself (the Broker's consent cookie of each route and the
-cookie that ties a consent page to its browser): never handed to a backend, never set by one.
+"""The cookies the gateway sets for itself (the Broker's consent cookie of each route, the
+cookie that ties a consent page to its browser, the user-OAuth connect flow's and connections
+page's): never handed to a backend, never set by one.
 
 Routes of several tenants can share a host, and browsers send a host's cookies to every path
 and port of it: without this, any tenant's MCP server would read the consent and browser cookies
@@ -10,6 +11,9 @@ from __future__ import annotations
 
 CONSENT_COOKIE = "mcp-consent-"
 BROWSER_COOKIE = "mcp-authz"
+# The user-OAuth connect flow's browser binding, and the connections page's sign-in.
+CONNECT_COOKIE = "mcp-connect"
+CONNECTIONS_COOKIE = "mcp-connections"
 # Browsers keep `__Host-`/`__Secure-` cookies apart from the bare name; refusing every spelling
 # (in any case) costs nothing, since none is a backend's to read or set.
 _PREFIXES = (b"__host-", b"__secure-")
@@ -20,7 +24,11 @@ def is_gateways(name: bytes) -> bool:
     lowered = name.strip().lower()
     for prefix in _PREFIXES:
         lowered = lowered.removeprefix(prefix)
-    return lowered.startswith(CONSENT_COOKIE.encode()) or lowered == BROWSER_COOKIE.encode()
+    return (
+        lowered.startswith(CONSENT_COOKIE.encode())
+        or lowered == BROWSER_COOKIE.encode()
+        or lowered.startswith(CONNECT_COOKIE.encode())
+    )
 
 
 def without_gateway_cookies(header: bytes) -> bytes | None:

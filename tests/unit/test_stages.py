@@ -83,6 +83,7 @@ def test_the_pipeline_is_one_list_in_the_request_order():
     names = [stage.name for stage in PIPELINE]
     assert names == [
         "broker-pages",
+        "connect-pages",
         "cors",
         "fail-closed",
         *POLICY_STAGES,

@@ -13,6 +13,7 @@ from ..asgi import (
     DEFAULT_TOKEN_CACHE_ENTRIES,
 )
 from .common import LOCAL_CIMD_ENV, TRUST_ENV, env_flag
+from .user_token_flags import add_user_token_flags
 
 if TYPE_CHECKING:
     # argparse names the type of `add_subparsers()`'s result only privately.
@@ -87,6 +88,7 @@ def _serve_parser(commands: Commands) -> None:
     _serve_operation_flags(serve)
     _serve_audit_flags(serve)
     _serve_limit_flags(serve)
+    add_user_token_flags(serve)
     add_flags(serve)
 
 

@@ -16,6 +16,7 @@ from ..asgi import (
 from ..controlplane import Deployment, Snapshot
 from ..serving.options import ServeOptions, Watch, own_ports
 from .common import EXIT_INVALID, REDIS_ENV, Refused, load, print_problems
+from .user_token_flags import store_kind, user_token_settings
 
 if TYPE_CHECKING:
     from ..kube.controller import ControllerOptions
@@ -210,6 +211,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cluster: ControllerOptions | None = None
     try:
         options = serve_options(args)
+        user_tokens = user_token_settings(args)
+        if user_tokens is not None:
+            kind = store_kind(user_tokens.store_url)
+            deployment = replace(options.deployment, user_token_store=kind)
+            options = replace(options, deployment=deployment)
         logs.configure(args.log_level, args.log_format)
         _require_tracing(options)
         if in_cluster_mode(args):
@@ -232,6 +238,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     brokers = BrokerRuntime(args.allow_local_client_metadata, os.environ.get(REDIS_ENV) or None)
+    brokers.user_tokens = user_tokens
     try:
         if cluster is not None:
             return server.serve_cluster(options, cluster, brokers)

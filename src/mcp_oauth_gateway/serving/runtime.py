@@ -1,7 +1,12 @@
 """What outlives configuration reloads: broker state stores, the CIMD cache, rate-limit buckets,
-federated routes' sessions."""
+federated routes' sessions, users' upstream grants."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
 
 from ..broker.clients import MetadataDocuments
 from ..broker.store import BrokerStore, MemoryStore, RedisStore
@@ -9,6 +14,18 @@ from ..controlplane.snapshot import CompiledRateLimit, CompiledRoute, CompiledTa
 from ..dataplane.ratelimit import Limiter, LocalLimiter, RedisLimiter
 from ..proxy.federation.shared import SharedSessions
 from ..proxy.federation.stage import FederationState
+from ..useroauth.runtime import UserOAuthRuntime
+from ..usertokens.keys import TokenKeys
+from ..usertokens.store import open_store
+
+
+@dataclass(frozen=True)
+class UserTokenSettings:
+    """`serve --user-token-key/--user-token-store`: the store is opened in each process (a
+    worker opens its own connection) the first time a userOAuth route needs it."""
+
+    store_url: str
+    keys: TokenKeys
 
 
 class BrokerRuntime:
@@ -24,6 +41,20 @@ class BrokerRuntime:
         self._federations: dict[
             tuple[str, int, tuple[CompiledTarget, ...], str | None], FederationState
         ] = {}
+        self.user_tokens: UserTokenSettings | None = None
+        self._user_oauth: UserOAuthRuntime | None = None
+
+    def user_oauth(
+        self, session: Callable[[], aiohttp.ClientSession | None]
+    ) -> UserOAuthRuntime | None:
+        """The process's user-OAuth runtime (None: the gateway runs without a key)."""
+        settings = self.user_tokens
+        if settings is None:
+            return None
+        if self._user_oauth is None:
+            store = open_store(settings.store_url, settings.keys)
+            self._user_oauth = UserOAuthRuntime.create(store, settings.keys, session)
+        return self._user_oauth
 
     def limiter(self, policy: str, limit: CompiledRateLimit) -> Limiter:
         """The buckets of a policy's rate limit (kept across reloads while unchanged)."""
@@ -72,6 +103,8 @@ class BrokerRuntime:
         try:
             for store in self._stores.values():
                 await store.close()
+            if self._user_oauth is not None:
+                await self._user_oauth.close()
             for state in self._federations.values():
                 if state.shared is not None:
                     await state.shared.close()

@@ -20,6 +20,8 @@ from ..proxy.federation.stage import Federation
 from ..proxy.federation.target import TargetLink
 from ..proxy.reverse_proxy import GATEWAY_SET, ReverseProxy
 from .route_context import FailClosed, RouteContext
+from .user_oauth import connect_pages as user_oauth_pages
+from .user_oauth import user_oauth_stage
 
 
 def _policy(ctx: RouteContext) -> CompiledPolicy:
@@ -155,7 +157,14 @@ def backend_credentials(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
         # Each target's own is set by the federation as it talks to that target.
         return OwnedRemoved(app, per_target.owned)
     assert policy.credentials is not None
+    if policy.credentials.user_oauth is not None:
+        return user_oauth_stage(ctx, app)
     return BackendCredentials(app, policy.credentials, ctx.route.route, ctx.exchanger(policy))
+
+
+def connect_pages(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
+    """The user-OAuth connect and connections pages, by exact path."""
+    return PathDispatch(user_oauth_pages(ctx), app)
 
 
 def reverse_proxy(ctx: RouteContext) -> ASGIApp:

@@ -14,6 +14,7 @@ from ..controlplane.snapshot import CompiledPolicy, CompiledRoute
 from . import stage_builders as build
 from . import stage_views as views
 from .route_context import RouteContext, failure_of, is_broker, set_headers
+from .user_oauth import uses_user_oauth
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,15 @@ PIPELINE: tuple[Stage, ...] = (
         is_broker,
         None,
         wrap=build.broker_pages,
+    ),
+    Stage(
+        "connect-pages",
+        "userOAuth: the pages that connect a user's account at a backend's own authorization "
+        "server, and list and disconnect them (outside CORS)",
+        "spec.backend.credentials (or a target's) is userOAuth",
+        lambda route: failure_of(route) is None and uses_user_oauth(route),
+        None,
+        wrap=build.connect_pages,
     ),
     Stage(
         "cors",

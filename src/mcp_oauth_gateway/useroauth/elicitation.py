@@ -1,0 +1,189 @@
+"""What a caller without a usable upstream grant is answered, on each MCP wire (pure functions).
+
+2025-11-25: the request's JSON-RPC error `-32042` with one URL-mode elicitation (HTTP 200), and
+`notifications/elicitation/complete` later, on the client's GET stream. 2026-07-28, which has
+neither: an `input_required` result carrying the URL and a `requestState` only this gateway can
+have made (AEAD under the user-token key), bound to the caller, the backend, the method, the
+params and a deadline; the client's retry with it reaches the backend once the user connected.
+Requests that wire gives no `input_required` (lists, `server/discover`) are answered here: the
+discovery with what the gateway knows, the others with an error that carries the same URL."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import orjson
+
+from ..usertokens.keys import SealError
+
+URL_ELICITATION_REQUIRED = -32042
+# The implementation-defined server error range of JSON-RPC 2.0: the 2026-07-28 wire retired
+# -32042 and has no code for "connect first" on a method that cannot ask for input.
+CONNECT_FIRST = -32050
+INVALID_PARAMS = -32602
+# The methods the 2026-07-28 wire lets a server answer with `input_required`.
+INPUT_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
+INPUT_KEY = "connect"
+# The params the retry adds, which the backend never sees (it never saw the first request).
+_RETRY_FIELDS = frozenset({"inputResponses", "requestState"})
+_STATE_AAD = b"mcp-oauth-gateway/requestState/v1"
+# How long a user has to connect before the client's retry is refused as stale.
+STATE_LIFETIME = 15 * 60
+
+
+@dataclass(frozen=True, slots=True)
+class Elicitation:
+    """One URL-mode elicitation: the id the pending connection is kept under, its URL (the
+    gateway's connect page, never the upstream's) and what the user is told."""
+
+    id: str
+    url: str
+    message: str
+
+
+def connect_message(service: str) -> str:
+    """What the user reads in their MCP client."""
+    return (
+        f"Connect your {service} account: open the link, sign in, and allow access. "
+        "The gateway keeps the token; your MCP client never sees it."
+    )
+
+
+def url_request(elicitation: Elicitation, with_id: bool) -> dict[str, object]:
+    """The elicitation's params (2025-11-25 carries its id; 2026-07-28 removed ids)."""
+    params: dict[str, object] = {
+        "mode": "url",
+        "url": elicitation.url,
+        "message": elicitation.message,
+    }
+    if with_id:
+        params["elicitationId"] = elicitation.id
+    return params
+
+
+def required_error(request_id: object, elicitation: Elicitation) -> dict[str, object]:
+    """2025-11-25: the JSON-RPC error asking the client to open the URL and retry."""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {
+            "code": URL_ELICITATION_REQUIRED,
+            "message": f"{elicitation.message} Link: {elicitation.url}",
+            "data": {"elicitations": [url_request(elicitation, with_id=True)]},
+        },
+    }
+
+
+def connect_first_error(request_id: object, elicitation: Elicitation) -> dict[str, object]:
+    """2026-07-28, a method without `input_required`: an error naming the URL."""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {
+            "code": CONNECT_FIRST,
+            "message": f"{elicitation.message} Link: {elicitation.url} (then try again)",
+            "data": {"elicitations": [url_request(elicitation, with_id=False)]},
+        },
+    }
+
+
+def input_required(request_id: object, elicitation: Elicitation, state: str) -> dict[str, object]:
+    """2026-07-28: the result asking the client to open the URL and retry with `state`."""
+    request = {"method": "elicitation/create", "params": url_request(elicitation, False)}
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "result": {
+            "resultType": "input_required",
+            "inputRequests": {INPUT_KEY: request},
+            "requestState": state,
+        },
+    }
+
+
+def discovered(service: str, elicitation_url: str) -> dict[str, object]:
+    """`server/discover` answered before the user connected: tools only, nothing cached."""
+    return {
+        "supportedVersions": ["2026-07-28"],
+        "capabilities": {"tools": {}},
+        "instructions": (
+            f"This MCP server acts on your {service} account. Its first tool call asks you to "
+            f"connect it ({elicitation_url})."
+        ),
+        "ttlMs": 0,
+        "cacheScope": "private",
+        "resultType": "complete",
+    }
+
+
+def without_retry_fields(params: Mapping[str, object]) -> dict[str, object]:
+    """The params as the backend gets them: the retry's own fields removed."""
+    return {k: v for k, v in params.items() if k not in _RETRY_FIELDS}
+
+
+def params_digest(method: str, params: Mapping[str, object]) -> str:
+    """What a request state is bound to: the method and the params a retry repeats."""
+    kept = {k: v for k, v in params.items() if k not in _RETRY_FIELDS and k != "_meta"}
+    body = orjson.dumps([method, kept], option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(body).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class RequestState:
+    """What a `requestState` binds: the elicitation, the caller, the backend, the request."""
+
+    elicitation: str
+    issuer: str
+    subject: str
+    backend: str
+    digest: str
+    expires: float
+
+    def payload(self) -> bytes:
+        """The fields, as sealed."""
+        return orjson.dumps(
+            {
+                "e": self.elicitation,
+                "i": self.issuer,
+                "s": self.subject,
+                "b": self.backend,
+                "d": self.digest,
+                "x": self.expires,
+            }
+        )
+
+
+class BadState(ValueError):
+    """A `requestState` this gateway did not make for this caller and request, or a stale one."""
+
+
+Seal = Callable[[bytes, bytes], bytes]
+
+
+def seal_state(state: RequestState, seal: Seal) -> str:
+    """The opaque text the client echoes."""
+    return base64.urlsafe_b64encode(seal(state.payload(), _STATE_AAD)).decode("ascii")
+
+
+def open_state(text: object, unseal: Seal, expected: RequestState, now: float) -> RequestState:
+    """The state the client echoed, checked against what this request is; BadState otherwise."""
+    if not isinstance(text, str) or not text or len(text) > 4096:
+        raise BadState("requestState is not one this gateway issued")
+    try:
+        fields = orjson.loads(unseal(base64.urlsafe_b64decode(text.encode("ascii")), _STATE_AAD))
+        state = RequestState(
+            fields["e"], fields["i"], fields["s"], fields["b"], fields["d"], float(fields["x"])
+        )
+    except (SealError, ValueError, KeyError, TypeError, binascii.Error):
+        raise BadState("requestState is not one this gateway issued") from None
+    if (state.issuer, state.subject) != (expected.issuer, expected.subject):
+        raise BadState("requestState was issued to another user")
+    if state.backend != expected.backend or state.digest != expected.digest:
+        raise BadState("requestState was issued for another request; retry it as it was")
+    if now > state.expires:
+        raise BadState("requestState has expired; send the request again without it")
+    return state
