@@ -39,7 +39,8 @@ def add_user_token_flags(serve: argparse.ArgumentParser) -> None:
 def default_store() -> str:
     """The SQLite file of a gateway given no store: under the user's state directory."""
     base = os.environ.get(STATE_DIR_ENV) or str(Path.home() / ".local" / "state")
-    return f"sqlite:///{Path(base) / 'mcp-oauth-gateway' / 'user-tokens.db'}"
+    path = (Path(base) / "mcp-oauth-gateway" / "user-tokens.db").absolute()
+    return f"sqlite://{path}"  # the path's own leading slash is the URL's third
 
 
 def user_token_settings(args: argparse.Namespace) -> UserTokenSettings | None:
