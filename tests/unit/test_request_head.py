@@ -13,7 +13,8 @@ from fault_backend import RawBackend
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcp_oauth_gateway.proxy.pool import RawUpstream, _head
+from mcp_oauth_gateway.proxy.pool import RawUpstream
+from mcp_oauth_gateway.proxy.request_head import request_head
 from mcp_oauth_gateway.proxy.upstream import InvalidRequestHead
 from unit.fuzz_settings import FUZZ
 
@@ -48,13 +49,13 @@ def parsed(head: bytes) -> list[tuple[bytes, bytes]]:
 )
 def test_a_head_with_a_broken_header_is_never_written(header):
     with pytest.raises(InvalidRequestHead) as refused:
-        _head("POST", b"/mcp", [(b"host", b"b:1"), header], 2)
+        request_head("POST", b"/mcp", [(b"host", b"b:1"), header], 2)
     assert b"X-Injected" not in str(refused.value).encode()  # the value itself is not echoed
 
 
 def test_a_request_line_with_a_line_break_is_never_written():
     with pytest.raises(InvalidRequestHead, match="request line"):
-        _head("POST", b"/mcp?a=\r\nX-Injected: 1", [(b"host", b"b:1")], 0)
+        request_head("POST", b"/mcp?a=\r\nX-Injected: 1", [(b"host", b"b:1")], 0)
 
 
 # Names as the stages can make them: tokens (checked at load), and any bytes at all.
@@ -67,7 +68,7 @@ VALUES = st.binary(max_size=12) | st.sampled_from([b"v\r\nx-injected: 1", b"v\n"
 @given(st.lists(st.tuples(NAMES, VALUES), max_size=5))
 def test_whatever_the_stages_produced_the_backend_reads_exactly_those_headers(headers):
     try:
-        head = _head("POST", b"/mcp", headers, 0)
+        head = request_head("POST", b"/mcp", headers, 0)
     except InvalidRequestHead:
         return
     if not all(TOKEN.fullmatch(n) for n, _ in headers):

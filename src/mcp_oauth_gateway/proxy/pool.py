@@ -26,7 +26,8 @@ import httptools
 from ..asgi import Headers
 from ..controlplane.egress import EgressRules
 from ..controlplane.egress_resolver import checked_address
-from .upstream import InvalidRequestHead, UpstreamError
+from .request_head import request_head
+from .upstream import UpstreamError
 
 IDLE_LIMIT = 4.0  # uvicorn closes idle keep-alive connections after 5 s
 # Idle connections kept per backend. A burst of N concurrent requests opens N connections; all
@@ -34,15 +35,6 @@ IDLE_LIMIT = 4.0  # uvicorn closes idle keep-alive connections after 5 s
 # concurrency the benchmarks reach warm and still bounds what one spike can leave behind.
 MAX_IDLE = 256
 HIGH_WATER = 1 << 20
-# `expect` too: the gateway has read the whole body already, so asking the backend for a
-# `100 Continue` only adds an interim response to the exchange.
-_SKIP = frozenset(
-    {b"content-length", b"transfer-encoding", b"connection", b"keep-alive", b"expect"}
-)
-
-
-# Control characters no header or request line may hold (HTAB aside): CR, LF and NUL first.
-_CONTROLS = bytes([*range(0x09), *range(0x0A, 0x20), 0x7F])
 
 
 def _announces_body(headers: Headers) -> bool:
@@ -337,36 +329,6 @@ def _expire(ready: asyncio.Future[None], timeout: float) -> None:
         ready.set_exception(TimeoutError(f"no response headers within {timeout:g}s"))
 
 
-def _head(method: str, target: bytes, headers: Headers, length: int | None) -> bytes:
-    lines = [method.encode(), b" ", target, b" HTTP/1.1\r\n"]
-    for name, value in headers:
-        if name not in _SKIP:
-            lines += [name, b": ", value, b"\r\n"]
-    written = (len(lines) - 4) // 4
-    if length is None:
-        lines.append(b"transfer-encoding: chunked\r\n\r\n")
-    else:
-        lines += [b"content-length: ", str(length).encode(), b"\r\n\r\n"]
-    head = b"".join(lines)
-    # The only control characters in the head are the CRLFs written here (RFC 9110 field values
-    # hold none): a value a stage computed (an exchanged token, a claim) cannot add a line on a
-    # connection other requests share. One pass in C.
-    if len(head) - len(head.translate(None, _CONTROLS)) != 2 * (written + 3):
-        raise InvalidRequestHead(_culprit(method, target, headers))
-    return head
-
-
-def _culprit(method: str, target: bytes, headers: Headers) -> str:
-    """What makes a request head unsafe to write, for the error (never the value itself)."""
-    for name, value in headers:
-        if name not in _SKIP:
-            if name.translate(None, _CONTROLS) != name:
-                return f"the header name {name[:60]!r} holds a control character"
-            if value.translate(None, _CONTROLS) != value:
-                return f"the value of header {name.decode('latin-1')} holds a control character"
-    return f"the request line {method[:20]!r} {target[:100]!r} holds a control character"
-
-
 class RawUpstream:
     """The `Upstream` for the hot path: pooled keep-alive connections per backend."""
 
@@ -411,7 +373,7 @@ class RawUpstream:
         `headers_within` seconds: one timer, cheaper than a timeout context)."""
         pool, target = self._resolve(url)
         streamed = not isinstance(body, bytes)
-        head = _head(method, target, headers, len(body) if isinstance(body, bytes) else None)
+        head = request_head(method, target, headers, len(body) if isinstance(body, bytes) else None)
         no_body = method == "HEAD"
         for attempt in (1, 2):
             conn = pool.take_idle()
