@@ -93,18 +93,27 @@ def source_refusal(source: SecretSource, scope: SecretScope) -> str | None:
 def file_refusal(path: str, files_dir: str | None, namespace: str) -> str | None:
     """Why a policy of `namespace` may not read `path` in a cluster, by its name alone."""
     fix = f"put the secret in a Secret of namespace {namespace} and use secretRef: {{name, key}}"
+    why = path_refusal(path, files_dir, namespace, "a policy", fix)
+    return None if why is None else f"file: {why}"
+
+
+def path_refusal(
+    path: str, files_dir: str | None, namespace: str, reader: str, fix: str
+) -> str | None:
+    """Why `reader` (an object of `namespace`) may not read `path` in a cluster, by its name
+    alone; `fix` says what to do instead."""
     if files_dir is None:
         return (
-            f"file: in a cluster a policy reads no file of the gateway's pod (the gateway runs "
+            f"in a cluster {reader} reads no file of the gateway's pod (the gateway runs "
             f"without --secret-files-dir); {fix}"
         )
     base = namespace_dir(files_dir, namespace)
     if ".." in PurePosixPath(path).parts:
-        return f"file: {path} contains '..'; name the file under {base}/ directly"
+        return f"{path} contains '..'; name the file under {base}/ directly"
     if not inside(os.path.normpath(path), base):
         return (
-            f"file: {path} is not under {base}/, the only directory --secret-files-dir lets a "
-            f"policy of namespace {namespace} read; {fix}"
+            f"{path} is not under {base}/, the only directory --secret-files-dir lets "
+            f"{reader} of namespace {namespace} read; {fix}"
         )
     return None
 
@@ -149,20 +158,51 @@ def _from_namespace_file(path: str, scope: SecretScope) -> str:
     """A file under the policy's namespace directory, checked again once its links resolve."""
     assert scope.cluster is not None
     assert scope.cluster.secret_files_dir is not None
-    base = os.path.realpath(namespace_dir(scope.cluster.secret_files_dir, scope.namespace))
-    real = os.path.realpath(path)
-    if not inside(real, base):
-        raise SecretError(
-            f"file: {path} leads (through a symbolic link) out of {base}/, the only directory "
-            f"a policy of namespace {scope.namespace} may read"
-        )
+    try:
+        real = _real_path_inside(path, scope.cluster.secret_files_dir, scope.namespace, "a policy")
+    except SecretError as exc:
+        raise SecretError(f"file: {exc}") from None
     # No link is left to follow in `real`; O_NOFOLLOW refuses one put there since.
     return checked_value(_read_file(real, path, os.O_NOFOLLOW), f"file {path}")
 
 
-def _read_file(path: str, shown: str, flags: int = 0) -> bytes:
-    """At most MAX_SECRET_BYTES + 1 bytes of a regular file (a FIFO or device never blocks or
-    floods the load)."""
+def _real_path_inside(path: str, files_dir: str, namespace: str, reader: str) -> str:
+    """`path` with its links resolved, when that is still under `files_dir`/`namespace`/."""
+    base = os.path.realpath(namespace_dir(files_dir, namespace))
+    real = os.path.realpath(path)
+    if not inside(real, base):
+        raise SecretError(
+            f"{path} leads (through a symbolic link) out of {base}/, the only directory "
+            f"{reader} of namespace {namespace} may read"
+        )
+    return real
+
+
+def read_namespace_file(
+    path: str, namespace: str, cluster: Cluster | None, reader: str, fix: str, limit: int
+) -> bytes:
+    """The content of a file `reader` (an object of `namespace`) names, at most `limit`
+    bytes: any file of the gateway from resource files; in a cluster only one under
+    `--secret-files-dir`/<namespace>/ (`fix`: what to do instead). SecretError saying why
+    not (never with the content)."""
+    if cluster is None:
+        raw = _read_file(path, path, limit=limit)
+    else:
+        files_dir = cluster.secret_files_dir
+        refusal = path_refusal(path, files_dir, namespace, reader, fix)
+        if refusal is not None:
+            raise SecretError(refusal)
+        assert files_dir is not None  # refused above otherwise
+        real = _real_path_inside(path, files_dir, namespace, reader)
+        raw = _read_file(real, path, os.O_NOFOLLOW, limit)
+    if len(raw) > limit:
+        raise SecretError(f"file {path} is larger than {limit} bytes")
+    return raw
+
+
+def _read_file(path: str, shown: str, flags: int = 0, limit: int = MAX_SECRET_BYTES) -> bytes:
+    """At most `limit` + 1 bytes of a regular file (a FIFO or device never blocks or floods
+    the load)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | flags)
     except OSError as exc:
@@ -170,11 +210,24 @@ def _read_file(path: str, shown: str, flags: int = 0) -> bytes:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise SecretError(f"file {shown} is not a regular file")
-        return os.read(fd, MAX_SECRET_BYTES + 1)
+        return _read_up_to(fd, limit + 1)
     except OSError as exc:
         raise SecretError(f"file {shown} cannot be read: {exc.strerror}") from exc
     finally:
         os.close(fd)
+
+
+def _read_up_to(fd: int, size: int) -> bytes:
+    """Up to `size` bytes of an open regular file (a single read may return fewer)."""
+    chunks: list[bytes] = []
+    left = size
+    while left > 0:
+        chunk = os.read(fd, left)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def _from_secret(ref: SecretKeyRef, namespace: str, secrets: ClusterSecrets) -> str:
