@@ -215,6 +215,18 @@ ACCEPTED = [
     be("example"),
     be("defaults-omitted", "", (f"{S}.path", DELETE), (f"{S}.protocol", DELETE)),
     be("port-65535", "", (f"{S}.port", 65535)),
+    be("tls-system-cas", "", (f"{S}.tls", {})),
+    be(
+        "tls-ca-file",
+        "",
+        (f"{S}.tls", {"caFile": "/etc/mcp/ca.pem", "serverName": "mcp.example.com"}),
+    ),
+    be(
+        "tls-service",
+        "",
+        (f"{T}.static", DELETE),
+        (f"{T}.service", {"name": "github", "port": 443, "tls": {"serverName": "fd00::1"}}),
+    ),
 ]
 
 # Accepted by the schema, refused by the loader at `field`: checks only the controller makes

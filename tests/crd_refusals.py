@@ -312,7 +312,23 @@ REFUSED = [
     be("enum-protocol", f"{S}.protocol", (f"{S}.protocol", "SSE")),
     be("pattern-target-timeout", f"{T}.timeout", (f"{T}.timeout", "soon")),
     be("cel-target-timeout-zero", f"{T}.timeout", (f"{T}.timeout", "0s")),
-    be("unknown-static-field", f"{S}.tls", (f"{S}.tls", True), status=400),
+    be("unknown-static-field", f"{S}.scheme", (f"{S}.scheme", "https"), status=400),
+    # No way to turn verification off: the field does not exist.
+    be(
+        "unknown-tls-field",
+        f"{S}.tls.insecureSkipVerify",
+        (f"{S}.tls", {"insecureSkipVerify": True}),
+        status=400,
+    ),
+    be("type-tls", f"{S}.tls", (f"{S}.tls", True)),
+    be("pattern-ca-file", f"{S}.tls.caFile", (f"{S}.tls", {"caFile": "certs/ca.pem"})),
+    be("pattern-server-name", f"{S}.tls.serverName", (f"{S}.tls", {"serverName": "mcp/x"})),
+    be(
+        "pattern-service-server-name",
+        f"{T}.service.tls.serverName",
+        (f"{T}.static", DELETE),
+        (f"{T}.service", {"name": "mcp", "port": 443, "tls": {"serverName": "a b"}}),
+    ),
     be("unknown-spec-field", "spec.targets", ("spec.targets", []), status=400),
 ]
 

@@ -46,11 +46,28 @@ def _host(value: str) -> str:
 Host = Annotated[str, AfterValidator(_host)]
 
 
+class BackendTls(StrictModel):
+    """TLS to the MCP server (https). The server's certificate is always verified: it must
+    chain to a trusted CA and hold the server name; there is no option to skip either check.
+    TLS 1.2 or later."""
+
+    ca_file: AbsolutePath | None = None
+    """Absolute path of a PEM file of the CA certificates to trust for this server, instead of
+    the system's (default: the system's). Read when the configuration loads; a file without a
+    PEM certificate refuses the backend. From resource files any file of the gateway; in a
+    cluster refused unless the gateway runs with `--secret-files-dir DIR`, and then only under
+    `DIR/<backend namespace>/`."""
+    server_name: Host | None = None
+    """The name sent in SNI and that the server's certificate must hold; default: the host the
+    gateway connects to."""
+
+
 class StaticTarget(StrictModel):
     host: Host
-    """Host name or IP address of the MCP server. The gateway connects to it over plain HTTP.
-    In controller mode a tenant's host is used only when the operator allows it
-    (`serve --allow-hosts`); a Service in the cluster is named with `service` instead."""
+    """Host name or IP address of the MCP server. The gateway connects to it over plain HTTP,
+    or over TLS with `tls`. In controller mode a tenant's host is used only when the operator
+    allows it (`serve --allow-hosts`); a Service in the cluster is named with `service`
+    instead."""
     port: Port
     """TCP port of the MCP server, 1-65535."""
     path: AbsolutePath = "/mcp"
@@ -60,6 +77,9 @@ class StaticTarget(StrictModel):
     protocol: Literal["StreamableHTTP"] = "StreamableHTTP"
     """MCP transport: `StreamableHTTP` only, the default (JSON and SSE responses are streamed
     through unbuffered)."""
+    tls: BackendTls | None = None
+    """Present (`tls: {}` at least): the gateway speaks https to the server and verifies its
+    certificate. Absent: plain HTTP."""
 
 
 class ServiceTarget(StrictModel):
@@ -76,6 +96,10 @@ class ServiceTarget(StrictModel):
     """Path of the server's MCP endpoint, starting with `/`; default `/mcp`."""
     protocol: Literal["StreamableHTTP"] = "StreamableHTTP"
     """MCP transport: `StreamableHTTP` only, the default."""
+    tls: BackendTls | None = None
+    """Present (`tls: {}` at least): the gateway speaks https to the Service's host (an
+    ExternalName Service: its `externalName`) and verifies its certificate. Absent: plain
+    HTTP."""
 
 
 # A target's name becomes the `<name>_` prefix of its tools and prompts when a backend has
@@ -108,11 +132,12 @@ class McpTarget(StrictModel):
     offered as `<name>_<tool>`, its resources under `mcp+gw://<name>/`, and tool-level rules
     see it as `mcp.target`."""
     static: StaticTarget | None = None
-    """A fixed address: `http://<host>:<port><path>`. Set this or `service`."""
+    """A fixed address: `http://<host>:<port><path>` (`https://` with `tls`). Set this or
+    `service`."""
     service: ServiceTarget | None = None
     """A Service: in a cluster `http://<name>.<namespace>.svc.<cluster domain>:<port><path>`
-    (an ExternalName Service: its `externalName`); from files, the Service's `externalName`.
-    Set this or `static`."""
+    (an ExternalName Service: its `externalName`); from files, the Service's `externalName`;
+    `https://` with `tls`. Set this or `static`."""
     timeout: Duration | None = None
     """How long the gateway waits for this target, e.g. `5s`, `1m30s`, `500ms` (more than
     zero): for its response headers and, for an answer it reads whole (initialize, a list, a

@@ -24,6 +24,7 @@ from .authentication import (
     ServiceBackendRef,
 )
 from .backend import (
+    BackendTls,
     GatewayBackend,
     GatewayBackendSpec,
     McpBackend,
@@ -165,6 +166,7 @@ __all__ = [
     "AuthorizationRules",
     "BackendCredentialsSpec",
     "BackendPolicy",
+    "BackendTls",
     "BrokerSettings",
     "ClusterMeta",
     "CorsPolicy",
