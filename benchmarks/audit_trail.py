@@ -95,7 +95,7 @@ class Response:
 class MemoryUpstream:
     """A backend that answers `{}` at once."""
 
-    async def request(self, *args: object) -> Response:
+    async def request(self, *args: object, **options: object) -> Response:
         return Response()
 
     async def close(self) -> None:

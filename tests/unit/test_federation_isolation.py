@@ -128,7 +128,7 @@ class Spoofing(Targets):
     json: bool = False
     spoof: dict[str, object] | None = None
 
-    async def request(self, method, url, headers, body, headers_within):  # type: ignore[no-untyped-def]
+    async def request(self, method, url, headers, body, headers_within, tls=None):  # type: ignore[no-untyped-def]
         message = orjson.loads(body) if isinstance(body, bytes) and body else {}
         if ":9001/" not in url or message.get("method") != "tools/call":
             return await super().request(method, url, headers, body, headers_within)

@@ -134,7 +134,7 @@ spec: {type: ClusterIP}
     )
     statuses = build(tmp_path, cluster_ip).statuses
     assert conditions(statuses["GatewayBackend", "default", "backend"].conditions) == {
-        "Accepted": (True, "Accepted", "Target 127.0.0.1:9/mcp")
+        "Accepted": (True, "Accepted", "Target http://127.0.0.1:9/mcp")
     }
     assert conditions(statuses["Service", "default", "authentik"].conditions) == {
         "Accepted": (True, "Accepted", "Resolves to idp.internal")

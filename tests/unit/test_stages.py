@@ -176,8 +176,8 @@ def test_config_names_a_federated_routes_targets(full_route):
     [entry] = config_dump(_snapshot_of(route))["listeners"]["8080"]  # type: ignore[index]
     first = full_route.targets[0]
     assert entry["targets"] == {
-        first.name: f"{first.authority}{first.path}",
-        "second": f"{first.host}:9{first.path}",
+        first.name: f"http://{first.authority}{first.path}",
+        "second": f"http://{first.host}:9{first.path}",
     }
     [single] = config_dump(_snapshot_of(full_route))["listeners"]["8080"]  # type: ignore[index]
     assert "targets" not in single

@@ -94,7 +94,7 @@ def backend_status(
     if targets is None or targets.refused:
         problems = list(targets.problems) if targets is not None else []
         return status.ObjectStatus((status.backend_refused(problems, generation, at),))
-    addresses = [f"{t.authority}{t.path}" for t in targets.targets]
+    addresses = [t.url for t in targets.targets]
     if len(addresses) == 1:
         target = addresses[0]
     else:

@@ -7,6 +7,7 @@ resource objects; `build_snapshot` from loaded files.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -40,6 +41,20 @@ class CompiledCors:
 
 
 @dataclass(frozen=True, slots=True)
+class TargetTls:
+    """How the gateway speaks TLS to a target: the name its certificate must hold (and SNI),
+    the CA certificates trusted instead of the system's, and the client context made from them
+    at load. Two targets with the same name and CAs are equal whatever context object each
+    holds, so a reload that changes neither keeps a federated route's sessions."""
+
+    server_name: str
+    # The PEM text of `caFile` (None: the system's CAs): part of the identity, so connections
+    # verified against one set of CAs are never handed to a target that trusts another.
+    ca_pem: bytes | None = field(repr=False)
+    context: ssl.SSLContext = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class CompiledTarget:
     host: str
     port: int
@@ -49,12 +64,25 @@ class CompiledTarget:
     # Its own timeout in seconds (None: the route rule's). Not part of its identity: a reload
     # changing only a timeout keeps a federated route's sessions.
     timeout: float | None = field(default=None, compare=False)
+    # None: plain HTTP.
+    tls: TargetTls | None = None
 
     @property
     def authority(self) -> str:
-        """`host:port` as sent in the Host header to the backend (an IPv6 host bracketed)."""
+        """`host:port` as sent in the Host header to the backend (an IPv6 host bracketed);
+        over TLS to port 443 the host alone."""
         host = f"[{self.host}]" if ":" in self.host else self.host
+        # What clients send a hosted https server (curl, browsers, the SDKs): one that matches
+        # Host against its public name (the Python SDK's allowed_hosts) refuses `name:443`.
+        if self.tls is not None and self.port == 443:
+            return host
         return f"{host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """Where the target is reached: `http(s)://host:port/path`."""
+        scheme = "http" if self.tls is None else "https"
+        return f"{scheme}://{self.authority}{self.path}"
 
 
 @dataclass(frozen=True, slots=True)

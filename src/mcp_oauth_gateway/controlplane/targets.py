@@ -2,8 +2,9 @@
 
 A `static` host is used as written from files; in a cluster only when the operator lets the
 backend's namespace name it (egress rules). A `service` is resolved as every Service reference
-is (service_refs). One target that may not be reached refuses the whole backend: its routes
-answer 503 naming why, rather than serving some targets of a federated backend and not others.
+is (service_refs). Either may be reached over TLS (backend_tls). One target that may not be
+reached refuses the whole backend: its routes answer 503 naming why, rather than serving some
+targets of a federated backend and not others.
 """
 
 from __future__ import annotations
@@ -11,10 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..resources.models import POLICY_API_GROUP, GatewayBackend, McpTarget, parse_duration
+from ..resources.models import (
+    POLICY_API_GROUP,
+    GatewayBackend,
+    McpTarget,
+    parse_duration,
+)
+from .backend_tls import TlsConfigError, compile_tls
 from .objects import Entry
 from .service_refs import Referrer, ServiceRefs, resolve_service
-from .snapshot import CompiledTarget
+from .snapshot import CompiledTarget, TargetTls
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,16 +71,39 @@ class BackendFindings:
     unresolved: list[str]
 
 
+def _tls(
+    target: McpTarget,
+    index: int,
+    host: str,
+    namespace: str,
+    refs: ServiceRefs,
+    found: BackendFindings,
+) -> TargetTls | None:
+    """The target's TLS (None: plain HTTP), or None with a problem naming `caFile`."""
+    address = target.static or target.service
+    assert address is not None  # the model guarantees exactly one
+    if address.tls is None:
+        return None
+    kind = "static" if target.static is not None else "service"
+    try:
+        return compile_tls(address.tls, host, namespace, refs.cluster)
+    except TlsConfigError as exc:
+        found.problems.append(f"spec.mcp.targets[{index}].{kind}.tls.caFile: {exc}")
+        return None
+
+
 def compile_targets(entry: Entry[GatewayBackend], refs: ServiceRefs) -> BackendTargets:
     """Resolve every target of one backend."""
     backend = entry.resource
+    namespace = backend.metadata.namespace
     found = BackendFindings([], [])
     targets = []
     for index, target in enumerate(backend.spec.mcp.targets):
-        address = _address(target, index, backend.metadata.namespace, refs, found)
+        address = _address(target, index, namespace, refs, found)
         if address is not None:
+            tls = _tls(target, index, address[0], namespace, refs, found)
             timeout = parse_duration(target.timeout) if target.timeout else None
-            targets.append(CompiledTarget(*address, target.name, timeout))
+            targets.append(CompiledTarget(*address, target.name, timeout, tls))
     if found.problems:
         return BackendTargets((), tuple(found.problems), tuple(found.unresolved))
     return BackendTargets(tuple(targets), unresolved=tuple(found.unresolved))

@@ -2,9 +2,9 @@
 
 Measured against aiohttp as the proxy's upstream client (benchmarks/), it is the largest single
 win on the hot path: no per-request client objects, no header re-encoding, bytes in and out.
-It speaks only what the proxy needs: plain HTTP/1.1 to a known backend, requests with a length
-or chunked bodies, streamed responses, connection reuse, and one retry when a pooled connection
-turns out to be closed before the request was written.
+It speaks only what the proxy needs: HTTP/1.1 to a known backend, in the clear or over TLS,
+requests with a length or chunked bodies, streamed responses, connection reuse, and one retry
+when a pooled connection turns out to be closed before the request was written.
 
 Framing rules the parser cannot know by itself: a response to HEAD has no body whatever it
 announces, interim 1xx responses are skipped until the final one, 204 and 304 have no body. A
@@ -15,6 +15,7 @@ are capped per backend and reaped by one timer per backend while any are idle.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -26,8 +27,9 @@ import httptools
 from ..asgi import Headers
 from ..controlplane.egress import EgressRules
 from ..controlplane.egress_resolver import checked_address
+from ..controlplane.snapshot import TargetTls
 from .request_head import request_head
-from .upstream import UpstreamError
+from .upstream import UpstreamError, UpstreamTlsError
 
 IDLE_LIMIT = 4.0  # uvicorn closes idle keep-alive connections after 5 s
 # Idle connections kept per backend. A burst of N concurrent requests opens N connections; all
@@ -259,10 +261,12 @@ class _HostPool:
         idle_limit: float = IDLE_LIMIT,
         max_idle: int = MAX_IDLE,
         egress: EgressRules | None = None,
+        tls: TargetTls | None = None,
     ):
         self.host = host
         self.port = port
         self.egress = egress
+        self.tls = tls
         self.idle_limit = idle_limit
         self.max_idle = max_idle
         # A stack: taken and returned at the right end, so the oldest are at the left.
@@ -311,12 +315,22 @@ class _HostPool:
 
     async def connect(self) -> _Connection:
         loop = self.loop = asyncio.get_running_loop()
+        tls = self.tls
         try:
             # In a cluster, to an address the egress rules allow, looked up once per connection.
             host = self.host
             if self.egress is not None:
                 host = await checked_address(self.egress, self.host, self.port)
-            _, conn = await loop.create_connection(lambda: _Connection(self), host, self.port)
+            # Over TLS the certificate is checked against the target's name, not the address.
+            _, conn = await loop.create_connection(
+                lambda: _Connection(self),
+                host,
+                self.port,
+                ssl=None if tls is None else tls.context,
+                server_hostname=None if tls is None else tls.server_name,
+            )
+        except ssl.SSLError as exc:
+            raise UpstreamTlsError.of(f"{self.host}:{self.port}", exc) from exc
         except OSError as exc:
             raise UpstreamError(
                 f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}"
@@ -341,24 +355,29 @@ class RawUpstream:
         self.idle_limit = idle_limit
         self.max_idle = max_idle
         self.egress = egress
-        self._pools: dict[tuple[str, int], _HostPool] = {}
-        self._targets: dict[str, tuple[_HostPool, bytes]] = {}
+        # Keyed by the TLS settings too: a connection verified against one target's CAs and
+        # name is never handed to a target that trusts others.
+        self._pools: dict[tuple[str, int, TargetTls | None], _HostPool] = {}
+        self._targets: dict[tuple[str, TargetTls | None], tuple[_HostPool, bytes]] = {}
 
-    def _resolve(self, url: str) -> tuple[_HostPool, bytes]:
-        cached = self._targets.get(url)
+    def _resolve(self, url: str, tls: TargetTls | None) -> tuple[_HostPool, bytes]:
+        cached = self._targets.get((url, tls))
         if cached is not None:
             return cached
         parts = urlsplit(url)
-        host, port = parts.hostname or "127.0.0.1", parts.port or 80
-        pool = self._pools.get((host, port))
+        if (parts.scheme == "https") != (tls is not None):
+            # Never https in the clear, nor TLS settings silently unused.
+            raise UpstreamError(f"{parts.scheme}:// {'without' if tls is None else 'with'} TLS")
+        host, port = parts.hostname or "127.0.0.1", parts.port or (80 if tls is None else 443)
+        pool = self._pools.get((host, port, tls))
         if pool is None:
-            pool = self._pools[(host, port)] = _HostPool(
-                host, port, self.idle_limit, self.max_idle, self.egress
+            pool = self._pools[(host, port, tls)] = _HostPool(
+                host, port, self.idle_limit, self.max_idle, self.egress, tls
             )
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         resolved = (pool, target.encode("latin-1"))
         if len(self._targets) < 4096:  # query strings vary; keep the cache bounded
-            self._targets[url] = resolved
+            self._targets[(url, tls)] = resolved
         return resolved
 
     async def request(
@@ -368,10 +387,11 @@ class RawUpstream:
         headers: Headers,
         body: bytes | AsyncIterator[bytes],
         headers_within: float,
+        tls: TargetTls | None = None,
     ) -> _Response:
         """Send the request; return once the response headers are in (TimeoutError after
         `headers_within` seconds: one timer, cheaper than a timeout context)."""
-        pool, target = self._resolve(url)
+        pool, target = self._resolve(url, tls)
         streamed = not isinstance(body, bytes)
         head = request_head(method, target, headers, len(body) if isinstance(body, bytes) else None)
         no_body = method == "HEAD"

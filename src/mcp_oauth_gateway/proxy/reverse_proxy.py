@@ -15,7 +15,13 @@ from collections.abc import AsyncIterator, Callable
 from ..asgi import DEFAULT_MAX_BODY_BYTES, BodyTooLarge, Headers, Receive, Scope, Send, send_error
 from ..controlplane.snapshot import CompiledTarget
 from ..gateway_cookies import sets_gateway_cookie, without_gateway_cookies
-from .upstream import InvalidRequestHead, Upstream, UpstreamError, UpstreamResponse
+from .upstream import (
+    InvalidRequestHead,
+    Upstream,
+    UpstreamError,
+    UpstreamResponse,
+    UpstreamTlsError,
+)
 
 log = logging.getLogger("mcp_oauth_gateway.proxy")
 
@@ -206,7 +212,8 @@ class ReverseProxy:
         cors_filtered: bool = False,
         kept: frozenset[bytes] = GATEWAY_SET,
     ):
-        self.base = f"http://{target.authority}{target.path}"
+        self.base = target.url
+        self.tls = target.tls
         self.authority = target.authority.encode()
         self.upstream = upstream
         self.timeout = timeout
@@ -257,7 +264,9 @@ class ReverseProxy:
         """The backend's response, or None once a 502/504/413 has been answered instead."""
         started = time.perf_counter()
         try:
-            response = await self.upstream.request(method, url, headers, body, self.timeout)
+            response = await self.upstream.request(
+                method, url, headers, body, self.timeout, tls=self.tls
+            )
         except TimeoutError:
             backend = self.authority.decode()
             await send_error(
@@ -280,6 +289,8 @@ class ReverseProxy:
         except UpstreamError as exc:
             log.warning("backend %s unreachable: %s", self.authority.decode(), exc)
             description = f"the MCP backend {self.authority.decode()} is unreachable"
+            if isinstance(exc, UpstreamTlsError):  # the operator's to fix; the caller may tell
+                description += f": {exc}"
             await send_error(send, 502, "bad_gateway", description)
             return None
         if self.latency is not None:

@@ -161,12 +161,12 @@ def _route_view(route: CompiledRoute) -> dict[str, object]:
     view: dict[str, object] = {
         "route": route.route,
         "match": f"{route.match_type} {route.match_value}",
-        "backend": f"{target.authority}{target.path}" if target else None,
+        "backend": target.url if target else None,
         "policy": route.policy.key if route.policy else None,
         "stages": [stage.name for stage in stages_for(route)],
     }
     if route.federated:
-        view["targets"] = {t.name: f"{t.authority}{t.path}" for t in route.targets}
+        view["targets"] = {t.name: t.url for t in route.targets}
     return view
 
 

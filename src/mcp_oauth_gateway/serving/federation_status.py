@@ -31,7 +31,7 @@ def federation_status(snapshot: Snapshot, brokers: BrokerRuntime) -> dict[str, d
         out.setdefault(route.route, {})[str(route.rule)] = {
             "targets": {
                 target.name: {
-                    "address": shown_url(f"http://{target.authority}{target.path}"),
+                    "address": shown_url(target.url),
                     **health.of(target.name).view(),
                 }
                 for target in route.targets

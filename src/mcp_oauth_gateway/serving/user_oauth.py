@@ -46,7 +46,7 @@ def upstreams_of(route: CompiledRoute) -> dict[str, Upstream]:
         if chosen is None or chosen.user_oauth is None:
             continue
         oauth = chosen.user_oauth
-        url = f"http://{target.authority}{target.path}"
+        url = target.url
         service = oauth.display_name or target.name or route.route.rpartition("/")[2]
         out[backend_key(policy, route, target)] = Upstream(oauth, url, service)
     return out

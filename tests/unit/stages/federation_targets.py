@@ -59,6 +59,7 @@ class Targets:
         headers: Headers,
         body: bytes | AsyncIterator[bytes],
         headers_within: float,
+        tls: object = None,
     ) -> MemoryResponse:
         assert isinstance(body, bytes)
         name = PORTS[int(url.split(":")[2].split("/")[0])]

@@ -18,6 +18,7 @@ import orjson
 from uvicorn.protocols.http.httptools_impl import HEADER_RE, HEADER_VALUE_RE
 
 from mcp_oauth_gateway.asgi import ASGIApp, Headers, Message, Receive, Scope, Send
+from mcp_oauth_gateway.controlplane.snapshot import TargetTls
 from mcp_oauth_gateway.proxy.upstream import UpstreamError
 
 HOST = b"gw.test"
@@ -219,6 +220,7 @@ class Sent:
     body: bytes
     streamed: bool  # the body came as an async iterator rather than bytes
     headers_within: float
+    tls: TargetTls | None = None
 
     def header(self, name: bytes) -> bytes | None:
         found = values(self.headers, name)
@@ -281,10 +283,11 @@ class MemoryUpstream:
         headers: Headers,
         body: bytes | AsyncIterator[bytes],
         headers_within: float,
+        tls: TargetTls | None = None,
     ) -> MemoryResponse:
         streamed = not isinstance(body, bytes)
         data = body if isinstance(body, bytes) else b"".join([c async for c in body])
-        self.sent.append(Sent(method, url, list(headers), data, streamed, headers_within))
+        self.sent.append(Sent(method, url, list(headers), data, streamed, headers_within, tls))
         if self.error is not None:
             raise self.error
         return self.response

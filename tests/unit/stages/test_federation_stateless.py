@@ -57,7 +57,13 @@ class WireTargets:
     seen: list[tuple[str, Headers, dict]] = field(default_factory=list)
 
     async def request(
-        self, method: str, url: str, headers: Headers, body: bytes | AsyncIterator[bytes], _: float
+        self,
+        method: str,
+        url: str,
+        headers: Headers,
+        body: bytes | AsyncIterator[bytes],
+        _: float,
+        tls: object = None,
     ) -> MemoryResponse:
         assert isinstance(body, bytes)
         name = PORTS[int(url.split(":")[2].split("/")[0])]

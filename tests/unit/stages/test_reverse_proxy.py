@@ -15,9 +15,10 @@ import asyncio
 import pytest
 
 from mcp_oauth_gateway.asgi import BodyTooLarge, Receive, Scope, Send
-from mcp_oauth_gateway.controlplane.snapshot import CompiledTarget
+from mcp_oauth_gateway.controlplane.backend_tls import client_context
+from mcp_oauth_gateway.controlplane.snapshot import CompiledTarget, TargetTls
 from mcp_oauth_gateway.proxy.reverse_proxy import GATEWAY_SET, SANDBOXED, ReverseProxy
-from mcp_oauth_gateway.proxy.upstream import InvalidRequestHead, UpstreamError
+from mcp_oauth_gateway.proxy.upstream import InvalidRequestHead, UpstreamError, UpstreamTlsError
 
 from .harness import CLIENT, MemoryResponse, MemoryUpstream, drive
 
@@ -174,6 +175,28 @@ async def test_an_unreachable_upstream_is_502_without_the_underlying_error():
         "error_description": "the MCP backend backend:9000 is unreachable",
     }
     assert latency == []
+
+
+async def test_a_target_over_tls_is_sent_its_https_url_and_its_tls_settings():
+    tls = TargetTls("mcp.example.com", None, client_context(None))
+    target = CompiledTarget("10.0.0.7", 8443, "/mcp", tls=tls)
+    upstream = MemoryUpstream()
+    response = await drive(ReverseProxy(target, upstream, 2.5, False), "POST", body=b"{}")
+    assert response.status == 200
+    assert (upstream.last.url, upstream.last.tls) == ("https://10.0.0.7:8443/mcp", tls)
+    # The Host header is the address connected to; the server name is only TLS's.
+    assert upstream.last.header(b"host") == b"10.0.0.7:8443"
+
+
+async def test_a_failed_tls_handshake_is_502_saying_why():
+    why = "the TLS handshake with backend:9000 failed: certificate verify failed: self-signed"
+    upstream = MemoryUpstream(error=UpstreamTlsError(why))
+    response = await drive(proxy(upstream), "POST", body=b"{}")
+    assert response.status == 502
+    assert response.json() == {
+        "error": "bad_gateway",
+        "error_description": f"the MCP backend backend:9000 is unreachable: {why}",
+    }
 
 
 async def test_a_body_too_large_noticed_by_the_upstream_is_413():

@@ -14,7 +14,13 @@ from collections.abc import Awaitable, Callable, Iterable
 from ... import audit
 from ...asgi import Headers, Scope
 from ..reverse_proxy import GATEWAY_SET, dropped_request_headers, upstream_request_headers
-from ..upstream import InvalidRequestHead, Upstream, UpstreamError, UpstreamResponse
+from ..upstream import (
+    InvalidRequestHead,
+    Upstream,
+    UpstreamError,
+    UpstreamResponse,
+    UpstreamTlsError,
+)
 from . import jsonrpc
 from .session import TargetSession
 from .sse import event_data
@@ -213,7 +219,7 @@ class TargetLink:
     ) -> UpstreamResponse:
         """The target's response to `body` once its head is in; Unavailable or SessionGone."""
         target = session.target
-        url = f"http://{target.authority}{target.path}"
+        url = target.url
         timeout = self.timeout_of(session)
         headers = self._headers(scope, session)
         if self.credentials is not None:
@@ -221,11 +227,16 @@ class TargetLink:
             headers += await self._credential(scope, target.name)
         started = time.perf_counter()
         try:
-            response = await self.upstream.request(method, url, headers, body, timeout)
+            response = await self.upstream.request(
+                method, url, headers, body, timeout, tls=target.tls
+            )
         except TimeoutError:
             raise TimedOut(f"it did not answer within {timeout:g}s") from None
         except InvalidRequestHead as exc:
             raise Unreachable(f"the request for it was not sent: {exc}") from None
+        except UpstreamTlsError as exc:
+            log.warning("federated target %s unreachable: %s", target.name, exc)
+            raise Unreachable(f"it is unreachable: {exc}") from None
         except (UpstreamError, OSError) as exc:
             log.warning("federated target %s unreachable: %s", target.name, exc)
             raise Unreachable("it is unreachable") from None
