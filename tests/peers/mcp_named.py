@@ -1,7 +1,8 @@
 """A small real MCP server (the `mcp` SDK) that says which server it is, for federation tests:
-`python mcp_named.py NAME PORT [json]` serves `whoami`, `add`, `count` (progress over SSE), a
-prompt `greet` and a resource `note://NAME` and template `note://{topic}` at /mcp; with `json`
-it answers plain JSON instead of event streams."""
+`python mcp_named.py NAME PORT [json] [--tls CERT KEY]` serves `whoami`, `add`, `count`
+(progress over SSE), a prompt `greet` and a resource `note://NAME` and template
+`note://{topic}` at /mcp; with `json` it answers plain JSON instead of event streams, with
+`--tls` it serves https with that certificate and key (PEM files)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,11 @@ def topic(topic: str) -> str:
 
 
 if __name__ == "__main__":
-    json_response = sys.argv[3:] == ["json"]
-    app = server.streamable_http_app(json_response=json_response)
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+    options = sys.argv[3:]
+    tls: dict[str, str] = {}
+    if "--tls" in options:
+        at = options.index("--tls")
+        tls = {"ssl_certfile": options[at + 1], "ssl_keyfile": options[at + 2]}
+        del options[at : at + 3]
+    app = server.streamable_http_app(json_response=options == ["json"])
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning", **tls)
