@@ -140,25 +140,19 @@ def _http_route(mcp_path: str) -> dict[str, object]:
 
 
 def _gateway_backend(backend: SplitResult) -> dict[str, object]:
+    address: dict[str, object] = {
+        "host": backend.hostname,
+        "port": _port(backend),
+        "path": backend.path or "/mcp",
+        "protocol": "StreamableHTTP",
+    }
+    if backend.scheme == "https":
+        address["tls"] = {}  # the system's CAs; the certificate must name the host
     return {
         "apiVersion": POLICY_API_VERSION,
         "kind": "GatewayBackend",
         "metadata": _metadata("mcp-backend"),
-        "spec": {
-            "mcp": {
-                "targets": [
-                    {
-                        "name": "mcp-server",
-                        "static": {
-                            "host": backend.hostname,
-                            "port": _port(backend),
-                            "path": backend.path or "/mcp",
-                            "protocol": "StreamableHTTP",
-                        },
-                    }
-                ]
-            }
-        },
+        "spec": {"mcp": {"targets": [{"name": "mcp-server", "static": address}]}},
     }
 
 
