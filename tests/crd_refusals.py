@@ -321,6 +321,15 @@ REFUSED = [
         status=400,
     ),
     be("type-tls", f"{S}.tls", (f"{S}.tls", True)),
+    # The https port in the clear would carry the route's credentials unencrypted.
+    be("cel-https-port-in-the-clear", S, (f"{S}.port", 443)),
+    be("cel-https-port-in-the-clear-null-tls", S, (f"{S}.port", 443), (f"{S}.tls", None)),
+    be(
+        "cel-service-https-port-in-the-clear",
+        f"{T}.service",
+        (f"{T}.static", DELETE),
+        (f"{T}.service", {"name": "github", "port": 443}),
+    ),
     be("pattern-ca-file", f"{S}.tls.caFile", (f"{S}.tls", {"caFile": "certs/ca.pem"})),
     be("pattern-server-name", f"{S}.tls.serverName", (f"{S}.tls", {"serverName": "mcp/x"})),
     be(

@@ -62,6 +62,18 @@ def _duration_rule(bound: str, message: str) -> Rule:
     )
 
 
+def _https_port_rule() -> Rule:
+    return Rule(
+        cel=(
+            (
+                # The guard: a missing port is the schema's error alone (as the API server says it).
+                f"!has(self.port) || self.port != {backend.HTTPS_PORT} || has(self.tls)",
+                backend.IN_THE_CLEAR,
+            ),
+        )
+    )
+
+
 def _no_refresh_scope(where: str) -> Rule:
     message = " ".join((fields.not_refresh_scope.__doc__ or "").split())
     return Rule(
@@ -221,4 +233,6 @@ DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
     (backend.McpTarget, "_timeout"): _duration_rule(
         "> duration('0s')", "timeout must be more than zero"
     ),
+    (backend.StaticTarget, "_https_port"): _https_port_rule(),
+    (backend.ServiceTarget, "_https_port"): _https_port_rule(),
 }

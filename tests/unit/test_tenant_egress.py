@@ -152,12 +152,12 @@ def test_a_raw_host_is_refused_unless_the_operator_allows_it(target):
 
 def test_an_allowed_host_is_used_and_link_local_never_is():
     allowed = build(
-        GATEWAY + backend("static: {host: mcp.partner.example, port: 443}"),
+        GATEWAY + backend("static: {host: mcp.partner.example, port: 443, tls: {}}"),
         allow=("team-a=*.partner.example",),
     )
     assert route_target(allowed).target.host == "mcp.partner.example"
     other = build(
-        GATEWAY + backend("static: {host: mcp.partner.example, port: 443}"),
+        GATEWAY + backend("static: {host: mcp.partner.example, port: 443, tls: {}}"),
         allow=("team-b=*.partner.example",),
     )
     assert route_target(other).target is None

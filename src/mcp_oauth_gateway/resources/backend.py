@@ -45,6 +45,19 @@ def _host(value: str) -> str:
 
 Host = Annotated[str, AfterValidator(_host)]
 
+HTTPS_PORT = 443
+# A target on the https port without `tls` would get the request head in the clear, with the
+# credentials a route adds (an upstream token, a secret header), before the server refuses it.
+IN_THE_CLEAR = (
+    "port 443 is the https port: add `tls: {}` to reach the server over TLS (the gateway never "
+    "sends a request, with its credentials, in the clear to port 443)"
+)
+
+
+def https_port_refusal(port: int, tls: object) -> str | None:
+    """Why a target may not be reached at `port` without TLS (None: it may)."""
+    return IN_THE_CLEAR if port == HTTPS_PORT and tls is None else None
+
 
 class BackendTls(StrictModel):
     """TLS to the MCP server (https). The server's certificate is always verified: it must
@@ -79,7 +92,14 @@ class StaticTarget(StrictModel):
     through unbuffered)."""
     tls: BackendTls | None = None
     """Present (`tls: {}` at least): the gateway speaks https to the server and verifies its
-    certificate. Absent: plain HTTP."""
+    certificate. Absent: plain HTTP (refused on port 443)."""
+
+    @model_validator(mode="after")
+    def _https_port(self) -> StaticTarget:
+        why = https_port_refusal(self.port, self.tls)
+        if why is not None:
+            raise ValueError(why)
+        return self
 
 
 class ServiceTarget(StrictModel):
@@ -99,7 +119,14 @@ class ServiceTarget(StrictModel):
     tls: BackendTls | None = None
     """Present (`tls: {}` at least): the gateway speaks https to the Service's host (an
     ExternalName Service: its `externalName`) and verifies its certificate. Absent: plain
-    HTTP."""
+    HTTP (refused on port 443)."""
+
+    @model_validator(mode="after")
+    def _https_port(self) -> ServiceTarget:
+        why = https_port_refusal(self.port, self.tls)
+        if why is not None:
+            raise ValueError(why)
+        return self
 
 
 # A target's name becomes the `<name>_` prefix of its tools and prompts when a backend has
