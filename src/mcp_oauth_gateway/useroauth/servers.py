@@ -27,6 +27,21 @@ class _Found:
     until: float
 
 
+def endpoints_of(oauth: CompiledUserOAuth) -> Endpoints | None:
+    """The endpoints a policy names for an upstream without discovery (None: discover)."""
+    if oauth.authorization_endpoint is None or oauth.token_endpoint is None:
+        return None
+    return Endpoints(oauth.authorization_endpoint, oauth.token_endpoint, oauth.revocation_endpoint)
+
+
+async def find(
+    session: aiohttp.ClientSession, oauth: CompiledUserOAuth, backend_url: str, limit: float
+) -> AuthServer:
+    """The upstream's authorization server, as the policy says to find it; DiscoveryError."""
+    explicit = endpoints_of(oauth)
+    return await discover(session, backend_url, issuer=oauth.issuer, explicit=explicit, limit=limit)
+
+
 class Servers:
     """The authorization servers of every userOAuth backend of the process."""
 
@@ -58,15 +73,8 @@ class Servers:
         session = self.session()
         if session is None:
             return _Found(None, "the gateway is shutting down", time.monotonic() + 1)
-        explicit = None
-        if oauth.authorization_endpoint is not None and oauth.token_endpoint is not None:
-            explicit = Endpoints(
-                oauth.authorization_endpoint, oauth.token_endpoint, oauth.revocation_endpoint
-            )
         try:
-            server = await discover(
-                session, backend_url, issuer=oauth.issuer, explicit=explicit, limit=TIMEOUT
-            )
+            server = await find(session, oauth, backend_url, TIMEOUT)
         except DiscoveryError as exc:
             return _Found(None, str(exc), time.monotonic() + KEEP_FAILURE)
         return _Found(server, None, time.monotonic() + KEEP)
