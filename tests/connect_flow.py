@@ -11,12 +11,14 @@ Nothing here knows the gateway's pages: any form whose fields it recognizes is s
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from html.parser import HTMLParser
+from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit
 
 import httpx
-from headless_login import Jar
 
 # The button a person presses to say yes or no, by its name, value or text, most specific first
 # (Keycloak's consent sends accept=Yes, its login form login=Sign In; the upstream AS's
@@ -37,6 +39,73 @@ YES_WORDS = (
 )
 NO_WORDS = ("cancel", "deny", "reject", "decline", "abort", "no")
 USER_FIELDS = ("username", "login", "user", "email")
+
+
+class Jar:
+    """A browser's cookies as browsers keep them: by host and path, not port (every site of the
+    tests is on 127.0.0.1: the gateway's, the route provider's and the upstream AS's cookies
+    meet as they do in Chromium), Secure ones sent on http loopback too (a secure context to
+    browsers), expired ones dropped."""
+
+    def __init__(self) -> None:
+        # (host, path, name) -> (value, expires at or None)
+        self.cookies: dict[tuple[str, str, str], tuple[str, float | None]] = {}
+
+    def keep(self, response: httpx.Response) -> None:
+        """Take the response's Set-Cookie headers."""
+        host = response.url.host
+        default_path = response.url.path.rsplit("/", 1)[0] or "/"
+        for line in response.headers.get_list("set-cookie"):
+            parsed = SimpleCookie()
+            try:
+                parsed.load(_known_attributes(line))
+            except CookieError as error:
+                raise AssertionError(
+                    f"{response.url} set a cookie no browser takes: {line}"
+                ) from error
+            for name, morsel in parsed.items():
+                key = (host, morsel["path"] or default_path, name)
+                expires = _expiry(morsel["max-age"], morsel["expires"])
+                if expires is not None and expires <= time.time():
+                    self.cookies.pop(key, None)
+                else:
+                    self.cookies[key] = (morsel.value, expires)
+
+    def header(self, url: str) -> dict[str, str]:
+        """The Cookie header a browser sends to `url` (longest path first)."""
+        split = urlsplit(url)
+        path, now = split.path or "/", time.time()
+        sent = sorted(
+            (
+                (cookie_path, name, value)
+                for (host, cookie_path, name), (value, expires) in self.cookies.items()
+                if host == split.hostname
+                and (expires is None or expires > now)
+                and (path == cookie_path or path.startswith(cookie_path.rstrip("/") + "/"))
+            ),
+            key=lambda item: -len(item[0]),
+        )
+        return {"Cookie": "; ".join(f"{n}={v}" for _, n, v in sent)} if sent else {}
+
+
+_ATTRIBUTES = ("path", "expires", "max-age", "domain", "secure", "httponly", "samesite")
+
+
+def _known_attributes(line: str) -> str:
+    """A Set-Cookie line with only the attributes the standard library parses (newer ones,
+    such as Partitioned, change nothing here)."""
+    first, *attributes = line.split(";")
+    kept = [a for a in attributes if a.split("=", 1)[0].strip().lower() in _ATTRIBUTES]
+    return ";".join([first, *kept])
+
+
+def _expiry(max_age: str, expires: str) -> float | None:
+    """When a cookie ends (Max-Age wins over Expires); None for a session cookie."""
+    if max_age:
+        return time.time() + int(max_age)
+    if expires:
+        return parsedate_to_datetime(expires).timestamp()
+    return None
 
 
 @dataclass(frozen=True)

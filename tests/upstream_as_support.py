@@ -47,6 +47,7 @@ class OAuthClient:
 
     client_id: str
     client_secret: str | None = None
+    auth_method: str = "client_secret_basic"  # or client_secret_post; "none" when public
 
     @property
     def public(self) -> bool:
@@ -169,8 +170,10 @@ def oidc_provider_as(
     server = OidcProviderAS(
         kind="oidc-provider",
         issuer=f"http://127.0.0.1:{port}{issuer_path}",
-        confidential=OAuthClient("gateway-confidential", secrets.token_urlsafe(24)),
-        public=OAuthClient("gateway-public"),
+        confidential=OAuthClient(
+            "gateway-confidential", secrets.token_urlsafe(24), confidential_auth
+        ),
+        public=OAuthClient("gateway-public", auth_method="none"),
         resource_server=OAuthClient("upstream-mcp-server", secrets.token_urlsafe(24)),
         redirect_uris=tuple(redirect_uris),
         admin_token=secrets.token_urlsafe(24),
@@ -187,7 +190,7 @@ def oidc_provider_as(
             {
                 "client_id": server.confidential.client_id,
                 "client_secret": server.confidential.client_secret,
-                "auth_method": confidential_auth,
+                "auth_method": server.confidential.auth_method,
                 "redirect_uris": list(redirect_uris),
             },
             {"client_id": server.public.client_id, "redirect_uris": list(redirect_uris)},
@@ -322,7 +325,7 @@ def keycloak_as(
         kind="keycloak",
         issuer=keycloak.issuer(realm),
         confidential=OAuthClient("gateway-confidential", secrets.token_urlsafe(24)),
-        public=OAuthClient("gateway-public"),
+        public=OAuthClient("gateway-public", auth_method="none"),
         resource_server=OAuthClient("upstream-mcp-server", secrets.token_urlsafe(24)),
         redirect_uris=tuple(redirect_uris),
         keycloak=keycloak,

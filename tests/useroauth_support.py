@@ -155,13 +155,16 @@ def upstream(
     access_token_ttl: int | None = None,
     realm: str | None = None,
     issuer_path: str = "",
+    confidential_auth: str = "client_secret_basic",
 ) -> Iterator[Upstream]:
     """A third-party MCP server (`server`: fastmcp | ts) with its own AS (`auth`: oidc-provider
     | keycloak, the latter a realm of `keycloak`, the session's `real_keycloak`), the AS's
     clients redirecting to `redirect_uris` (the gateway's `<mcp path>/connect/callback`s) and
     to TEST_REDIRECT. oidc-provider issues `token_format` tokens ("jwt" or "opaque").
     `verify` overrides how the server checks tokens (`default_verify`); `issuer_path` gives
-    oidc-provider's issuer a path (`http://127.0.0.1:PORT/<path>`), as multi-tenant ASs have."""
+    oidc-provider's issuer a path (`http://127.0.0.1:PORT/<path>`), as multi-tenant ASs have;
+    `confidential_auth` is the confidential client's registered token endpoint auth method
+    (client_secret_basic or client_secret_post; both ASs take either for a client secret)."""
     assert auth in AUTH_SERVERS, auth
     port = free_port()
     resource = f"http://127.0.0.1:{port}/mcp"
@@ -176,6 +179,7 @@ def upstream(
             access_token_ttl or 3600,
             issuer_path,
             name=f"upstream-as-{port}",
+            confidential_auth=confidential_auth,
         )
     else:
         assert keycloak is not None, "a Keycloak AS needs the session's real_keycloak"
@@ -197,10 +201,15 @@ def s256(verifier: str) -> str:
 
 
 def _client_auth(client: OAuthClient, form: dict[str, str]) -> dict[str, Any]:
-    """The token request's client authentication: HTTP Basic, or client_id for a public one."""
+    """The token request's client authentication: the client's method (HTTP Basic, or the
+    secret in the form), or only client_id for a public one."""
     if client.public:
         return {"data": {**form, "client_id": client.client_id}}
     assert client.client_secret is not None
+    if client.auth_method == "client_secret_post":
+        return {
+            "data": {**form, "client_id": client.client_id, "client_secret": client.client_secret}
+        }
     return {"data": form, "auth": (client.client_id, client.client_secret)}
 
 

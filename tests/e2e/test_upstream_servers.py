@@ -181,7 +181,12 @@ def test_an_expired_access_token_is_refused(pair: Upstream) -> None:
 
 def test_upstreams_start_any_server_with_any_as_for_given_redirects(upstreams) -> None:
     gateway_callback = "http://127.0.0.1:47124/mcp/connect/callback"
-    started = upstreams("ts", "oidc-provider", redirect_uris=[gateway_callback])
+    started = upstreams(
+        "ts",
+        "oidc-provider",
+        redirect_uris=[gateway_callback],
+        confidential_auth="client_secret_post",
+    )
     auth = started.auth
     assert gateway_callback in auth.redirect_uris
     tokens = code_flow(auth, auth.confidential, "alice", started.server.url, gateway_callback)

@@ -23,6 +23,7 @@
 import express from 'express';
 import Provider, { errors } from 'oidc-provider';
 import { exportJWK, generateKeyPair } from 'jose';
+import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 
 const config = JSON.parse(readFileSync(process.env.CONFIG, 'utf8'));
@@ -75,6 +76,13 @@ const provider = new Provider(ISSUER, {
   issueRefreshToken: async (ctx, client) => client.grantTypeAllowed('refresh_token'),
   rotateRefreshToken: () => true,
   interactions: { url: async (ctx, interaction) => `${PREFIX}/interaction/${interaction.uid}` },
+  // Browsers keep cookies by host, not port: names of its own, so that the route's identity
+  // provider (oidc-provider too, on another port of 127.0.0.1) keeps its session.
+  cookies: {
+    names: { session: '_upstream_session', interaction: '_upstream_interaction',
+             resume: '_upstream_interaction_resume' },
+    keys: [randomBytes(32).toString('base64url')],
+  },
   features: {
     devInteractions: { enabled: false },
     revocation: { enabled: true },
