@@ -64,6 +64,7 @@ class AuthServer(ABC):
     public: OAuthClient
     resource_server: OAuthClient  # what the MCP server introspects with
     redirect_uris: tuple[str, ...]
+    access_token_ttl: int  # seconds, as `set_access_token_ttl` last set it
     scopes: tuple[str, ...] = SCOPES
     users: dict[str, str] = field(default_factory=lambda: dict(USERS))
 
@@ -130,6 +131,7 @@ class OidcProviderAS(AuthServer):
 
     def set_access_token_ttl(self, seconds: int) -> None:
         self.admin("POST", "/ttl", json={"seconds": seconds})
+        self.access_token_ttl = seconds
 
     def revoke_user(self, user: str) -> None:
         self.admin("POST", "/revoke", json={"sub": user})
@@ -176,13 +178,14 @@ def oidc_provider_as(
         public=OAuthClient("gateway-public", auth_method="none"),
         resource_server=OAuthClient("upstream-mcp-server", secrets.token_urlsafe(24)),
         redirect_uris=tuple(redirect_uris),
+        access_token_ttl=access_token_ttl,
         admin_token=secrets.token_urlsafe(24),
         token_format=token_format,
     )
     config = {
         "port": port,
         "issuerPath": issuer_path,
-        "accessTokenTtl": access_token_ttl,
+        "accessTokenTtl": server.access_token_ttl,
         "adminToken": server.admin_token,
         "resources": {resource: {"scope": " ".join(server.scopes), "format": token_format}},
         "users": server.users,
@@ -235,6 +238,7 @@ class KeycloakAS(AuthServer):
     def set_access_token_ttl(self, seconds: int) -> None:
         done = self.admin("PUT", "", json={"accessTokenLifespan": seconds})
         assert done.status_code == 204, done.text
+        self.access_token_ttl = seconds
 
     def revoke_user(self, user: str) -> None:
         user_id = self.user_id(user)
@@ -328,6 +332,7 @@ def keycloak_as(
         public=OAuthClient("gateway-public", auth_method="none"),
         resource_server=OAuthClient("upstream-mcp-server", secrets.token_urlsafe(24)),
         redirect_uris=tuple(redirect_uris),
+        access_token_ttl=access_token_ttl,
         keycloak=keycloak,
         realm=realm,
     )
@@ -336,7 +341,7 @@ def keycloak_as(
         settings = {
             "revokeRefreshToken": True,
             "refreshTokenMaxReuse": 0,
-            "accessTokenLifespan": access_token_ttl,
+            "accessTokenLifespan": server.access_token_ttl,
             "eventsEnabled": True,
             "enabledEventTypes": list(KEYCLOAK_EVENTS),
         }
