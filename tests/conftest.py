@@ -639,11 +639,12 @@ def real_keycloak(
 def upstreams(logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Any]]:
     """Third-party MCP servers that enforce their own OAuth, each with its own authorization
     server, started on demand: `upstreams(server="fastmcp"|"ts", auth="oidc-provider"|"keycloak",
-    redirect_uris=[…], keycloak=real_keycloak, …)` takes `useroauth_support.upstream`'s options
-    and returns a `useroauth_support.Upstream`; all are stopped at the module's end."""
+    redirect_uris=[…], keycloak=real_keycloak, …)` takes the options of
+    `upstream_servers_support.upstream` and returns an `upstream_servers_support.Upstream`; all
+    are stopped at the module's end."""
     from contextlib import ExitStack
 
-    from useroauth_support import upstream
+    from upstream_servers_support import upstream
 
     with ExitStack() as running:
 

@@ -12,7 +12,7 @@ import httpx
 from broker_flow import REDIRECT, BrokerClient
 from connect_flow import Login, browse
 from support import unverified_claims
-from useroauth_support import TEST_REDIRECT, s256
+from upstream_servers_support import TEST_REDIRECT, s256
 
 
 def test_the_browser_signs_in_through_a_broker_route(broker_b) -> None:

@@ -2,7 +2,7 @@
 (`userOAuth`) put behind the gateway are real and enforce their own OAuth, without the gateway:
 401 and RFC 9728 metadata without a token; the user of a token obtained at their AS (authorization
 code + PKCE on its own pages) seen by both SDKs' clients; refresh tokens rotated; revocation and
-expiry refused. Each server with each kind of AS (`useroauth_support.upstream`)."""
+expiry refused. Each server with each kind of AS (`upstream_servers_support.upstream`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from support import wait_until
-from useroauth_support import (
+from upstream_servers_support import (
     Upstream,
     authorize,
     code_flow,
