@@ -56,17 +56,42 @@ def _facade_policies(snapshot: Snapshot) -> set[str]:
     }
 
 
+def _deployment(args: argparse.Namespace) -> Deployment:
+    """What serve would be run with, as far as the resources' validity depends on it."""
+    user_tokens = user_token_settings(args)
+    kind = store_kind(user_tokens.store_url) if user_tokens is not None else None
+    return Deployment(user_token_store=kind)
+
+
+def _print_text(errors: tuple[str, ...], policies: list[dict[str, Any]], ok: bool) -> None:
+    """The report as lines for people."""
+    for error in errors:
+        print(f"error: {error}")
+    for entry in policies:
+        print(f"GatewayPolicy {entry['policy']} ({entry['source']})")
+        for c in entry["conditions"]:
+            print(f"  {c['type']:<13} {c['status']:<6} {c['reason']:<18} {c['message']}")
+        for d in entry["discovery"]:
+            state = "ok" if d["error"] is None else f"FAILED: {d['error']}"
+            print(f"  discovery     {d['url']}: {state}")
+        for u in entry["upstreams"]:
+            state = f"ok ({u['issuer']})" if u["error"] is None else f"FAILED: {u['error']}"
+            print(f"  userOAuth     {u['service']} {u['backend']}: {state}")
+        if "hint" in entry:
+            print(f"  hint: {entry['hint']}")
+    print("OK" if ok else "NOT OK")
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """Print every policy's conditions; exit 0 only when all are True and keysets fetched."""
     # The table below reports every fetch failure; the fetchers' own log lines would repeat it.
     logging.getLogger("mcp_oauth_gateway").setLevel(logging.ERROR)
     try:
-        user_tokens = user_token_settings(args)
+        deployment = _deployment(args)
     except Refused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    kind = store_kind(user_tokens.store_url) if user_tokens is not None else None
-    snapshot = load(args.files, Deployment(user_token_store=kind))
+    snapshot = load(args.files, deployment)
     control = ControlPlane(snapshot)
     fetches = asyncio.run(_check_fetches(control, args.timeout))
     upstreams = asyncio.run(check_upstreams(snapshot, args.timeout))
@@ -102,21 +127,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
         print()
     else:
-        for error in snapshot.errors:
-            print(f"error: {error}")
-        for entry in policies:
-            print(f"GatewayPolicy {entry['policy']} ({entry['source']})")
-            for c in entry["conditions"]:
-                print(f"  {c['type']:<13} {c['status']:<6} {c['reason']:<18} {c['message']}")
-            for d in entry["discovery"]:
-                state = "ok" if d["error"] is None else f"FAILED: {d['error']}"
-                print(f"  discovery     {d['url']}: {state}")
-            for u in entry["upstreams"]:
-                state = f"ok ({u['issuer']})" if u["error"] is None else f"FAILED: {u['error']}"
-                print(f"  userOAuth     {u['service']} {u['backend']}: {state}")
-            if "hint" in entry:
-                print(f"  hint: {entry['hint']}")
-        print("OK" if ok else "NOT OK")
+        _print_text(snapshot.errors, policies, ok)
     if not snapshot.ok:
         return EXIT_INVALID
     return 0 if ok else 1
