@@ -93,17 +93,19 @@ def _message(body: bytes) -> dict[str, object] | None:
     return value if isinstance(value, dict) else None
 
 
-def _replay(body: bytes) -> Receive:
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The body again, then the client's own messages: a streamed answer keeps listening for
+    the client's disconnect, which must be the real one."""
     sent = False
 
-    async def receive() -> Message:
+    async def replayed() -> Message:
         nonlocal sent
         if sent:
-            return {"type": "http.disconnect"}
+            return await receive()
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
-    return receive
+    return replayed
 
 
 class _Refused:
@@ -195,7 +197,7 @@ class UserOAuthStage:
         if token is None:
             await self._ask(scope, send, key, request)
             return
-        refused = await self._forward(scope, send, token, body)
+        refused = await self._forward(scope, send, token, body, receive)
         if refused:
             await self._dropped(scope, key)
             await self._ask(scope, send, key, request)
@@ -219,7 +221,7 @@ class UserOAuthStage:
         send: Send,
         token: str,
         body: bytes | None,
-        receive: Receive | None = None,
+        receive: Receive,
         out: Send | None = None,
     ) -> bool:
         """Send the request on with the token; True when the backend refused the token."""
@@ -227,8 +229,7 @@ class UserOAuthStage:
         headers.append((AUTHORIZATION, b"Bearer " + token.encode()))
         if body is not None:
             headers.append((b"content-length", str(len(body)).encode()))
-            receive = _replay(body)
-        assert receive is not None
+            receive = _replay(body, receive)
         scope["headers"] = headers
         refused = _Refused(out or send)
         await self.app(scope, receive, refused.send)

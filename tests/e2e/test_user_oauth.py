@@ -1,0 +1,94 @@
+"""Users' own sign-in to a third-party MCP server (issue 36), end to end with real parts: the
+FastMCP server that trusts only its own oidc-provider, the gateway in front of it with
+`userOAuth`, the route's own IdP (oidc-provider), the Python `mcp` client on both wires and a
+browser (connect_flow) that follows the link the client was given."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import httpx2
+import pytest
+from mcp import MCPError
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from connect_flow import browse, drive_connect
+from support import free_port, unverified_claims
+from user_oauth_gateway_support import (
+    UserOAuthGateway,
+    callback_url,
+    route_idp,
+    user_oauth_gateway,
+)
+
+
+@pytest.fixture(scope="module")
+def setup(logs, tmp_path_factory, idp_key, upstreams) -> Iterator[UserOAuthGateway]:
+    port = free_port()
+    upstream = upstreams(server="fastmcp", auth="oidc-provider", redirect_uris=[callback_url(port)])
+    directory = tmp_path_factory.mktemp("user-oauth")
+    with (
+        route_idp(logs, idp_key[1], port) as idp,
+        user_oauth_gateway(logs, directory, idp_key, upstream, port, idp=idp) as running,
+    ):
+        yield running
+
+
+def _link(error: MCPError) -> str:
+    data = error.error.data
+    assert isinstance(data, dict), error
+    (elicitation,) = data["elicitations"]
+    assert elicitation["mode"] == "url"
+    return str(elicitation["url"])
+
+
+async def _whoami(setup: UserOAuthGateway, token: str, mode: str) -> dict:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    transport = streamable_http_client(setup.mcp, http_client=http)
+    try:
+        async with http, Client(transport, mode=mode) as client:
+            result = await client.call_tool("whoami", {})
+    except BaseExceptionGroup as group:
+        # The client raises from its task group: the MCP error is inside.
+        matched, _ = group.split(MCPError)
+        if matched is None:
+            raise
+        first = matched.exceptions[0]
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
+    found: dict = json.loads(result.content[0].text)  # type: ignore[union-attr]
+    return found
+
+
+async def test_a_user_connects_once_through_the_link_and_then_calls_with_their_own_token(setup):
+    token = setup.token("alice")
+    with pytest.raises(MCPError) as asked:
+        await _whoami(setup, token, "legacy")
+    assert asked.value.error.code == -32042
+    link = _link(asked.value)
+    assert link.startswith(f"{setup.mcp}/connect?id=")
+    alice = (setup.route_login("alice"), setup.upstream_login("alice"))
+    page = drive_connect(link, *alice, setup.jar("alice"))
+    assert "connected" in page
+    me = await _whoami(setup, token, "legacy")
+    assert me["sub"] == setup.upstream.auth.subject("alice")
+    received = setup.upstream.server.tokens_received()
+    assert received and token not in received
+    assert all(unverified_claims(t).get("iss") == setup.upstream.auth.issuer for t in received)
+
+
+async def test_a_link_opened_by_another_user_connects_nothing(setup):
+    token = setup.token("carol")
+    with pytest.raises(MCPError) as asked:
+        await _whoami(setup, token, "legacy")
+    page = browse(_link(asked.value), [setup.route_login("bob"), setup.upstream_login("bob")])
+    assert page.status == 403
+    assert "another user" in page.text
+    with pytest.raises(MCPError) as again:
+        await _whoami(setup, token, "legacy")
+    assert again.value.error.code == -32042
