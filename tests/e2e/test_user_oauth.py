@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
-import httpx
 import httpx2
 import pytest
 from mcp import MCPError
@@ -78,7 +76,8 @@ async def test_a_user_connects_once_through_the_link_and_then_calls_with_their_o
     me = await _whoami(setup, token, "legacy")
     assert me["sub"] == setup.upstream.auth.subject("alice")
     received = setup.upstream.server.tokens_received()
-    assert received and token not in received
+    assert received
+    assert token not in received
     assert all(unverified_claims(t).get("iss") == setup.upstream.auth.issuer for t in received)
 
 
