@@ -60,9 +60,15 @@ def write_key_file(path: Path, *lines: str) -> Path:
 
 
 def resources(
-    gateway_port: int, idp_port: int, upstream: Upstream, secret_file: Path, extra: str = ""
+    gateway_port: int,
+    idp_port: int,
+    upstream: Upstream,
+    secret_file: Path,
+    local: str | None = None,
 ) -> str:
-    """The gateway's resources: one route to the upstream, its policy with userOAuth."""
+    """The gateway's resources: one route to the upstream, its policy with userOAuth; with
+    `local` (host:port of a plain MCP server), a federated backend of both, userOAuth for the
+    upstream's target only."""
     issuer = f"http://127.0.0.1:{idp_port}/realms/master"
     resource = f"http://127.0.0.1:{gateway_port}/mcp"
     target = upstream.server.url.removeprefix("http://")
@@ -70,6 +76,25 @@ def resources(
     host, _, port = host_port.partition(":")
     client = upstream.auth.confidential
     scopes = ", ".join(upstream.auth.scopes)
+    fields = [
+        f"clientId: {client.client_id}",
+        f"clientSecret: {{file: {secret_file}}}",
+        f"scopes: [{scopes}]",
+        "displayName: Upstream Notes",
+    ]
+    if local is None:
+        second = ""
+        credentials = "      userOAuth:\n" + "".join(f"        {f}\n" for f in fields)
+    else:
+        local_host, _, local_port = local.partition(":")
+        second = (
+            f"      - name: local\n        static: {{host: {local_host}, port: {local_port}, "
+            "path: /mcp}\n"
+        )
+        credentials = (
+            f"      targets:\n        - name: {upstream.name}\n          userOAuth:\n"
+            + "".join(f"            {f}\n" for f in fields)
+        )
     return f"""\
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -98,7 +123,7 @@ spec:
     targets:
       - name: {upstream.name}
         static: {{host: {host}, port: {port}, path: /{path}}}
----
+{second}---
 apiVersion: mcp-oauth-gateway.dev/v1alpha1
 kind: GatewayPolicy
 metadata: {{name: upstream-users, namespace: default}}
@@ -116,12 +141,8 @@ spec:
         resourceMetadata: {{resource: {resource}}}
   backend:
     credentials:
-      userOAuth:
-        clientId: {client.client_id}
-        clientSecret: {{file: {secret_file}}}
-        scopes: [{scopes}]
-        displayName: Upstream Notes
-{extra}"""
+{credentials}
+"""
 
 
 @dataclass
@@ -199,6 +220,7 @@ def user_oauth_gateway(
     store: str | None = None,
     extra_args: tuple[str, ...] = (),
     name: str = "gateway-user-oauth",
+    local: str | None = None,
 ) -> Iterator[UserOAuthGateway]:
     """The gateway on `gateway_port` in front of `upstream`, its route IdP at `idp`."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -207,7 +229,8 @@ def user_oauth_gateway(
     config = directory / "resources"
     config.mkdir(exist_ok=True)
     idp_port = int(idp.rsplit(":", 1)[1])
-    (config / "gateway.yaml").write_text(resources(gateway_port, idp_port, upstream, secret))
+    written = resources(gateway_port, idp_port, upstream, secret, local)
+    (config / "gateway.yaml").write_text(written)
     key_file = key_file or write_key_file(directory / "user-token.key", new_key_line())
     store = store or f"sqlite://{directory / 'user-tokens.db'}"
     status_port = free_port()
