@@ -125,7 +125,9 @@ def connect_pages(ctx: RouteContext) -> dict[str, ASGIApp]:
     policy = ctx.policy
     assert policy is not None
     assert policy.mcp is not None
-    pages = ConnectPages(
-        runtime_of(ctx), _sign_in(ctx, policy), upstreams_of(ctx.route), policy.mcp.mcp_path
-    )
+    runtime = runtime_of(ctx)
+    upstreams = upstreams_of(ctx.route)
+    for upstream in upstreams.values():
+        runtime.servers.prefetch(upstream.oauth, upstream.url)
+    pages = ConnectPages(runtime, _sign_in(ctx, policy), upstreams, policy.mcp.mcp_path)
     return pages.routes()
