@@ -633,3 +633,23 @@ def real_keycloak(
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def upstreams(logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Any]]:
+    """Third-party MCP servers that enforce their own OAuth, each with its own authorization
+    server, started on demand: `upstreams(server="fastmcp"|"ts", auth="oidc-provider"|"keycloak",
+    redirect_uris=[…], keycloak=real_keycloak, …)` takes the options of
+    `upstream_servers_support.upstream` and returns an `upstream_servers_support.Upstream`; all
+    are stopped at the module's end."""
+    from contextlib import ExitStack
+
+    from upstream_servers_support import upstream
+
+    with ExitStack() as running:
+
+        def start(server: str = "fastmcp", auth: str = "oidc-provider", **options: Any) -> Any:
+            directory = tmp_path_factory.mktemp("upstream")
+            return running.enter_context(upstream(logs, directory, server, auth, **options))
+
+        yield start

@@ -165,6 +165,30 @@ def test_the_redis_url_comes_from_a_secret_never_from_values() -> None:
     } in env
 
 
+def test_user_tokens_are_off_unless_a_key_secret_is_named_and_then_mounted_group_readable() -> None:
+    assert "--user-token-key" not in " ".join(container(rendered())["args"])
+    objects = rendered("userTokens.keySecret=uk,userTokens.store.existingSecret=gw-tokens")
+    gateway = container(objects)
+    assert "--user-token-key=/etc/mcp-oauth-gateway/user-tokens/key" in gateway["args"]
+    # The store's URL (with its password) comes from a Secret, never from values.
+    assert "--user-token-store=$(USER_TOKEN_STORE)" in gateway["args"]
+    assert {
+        "name": "USER_TOKEN_STORE",
+        "valueFrom": {"secretKeyRef": {"name": "gw-tokens", "key": "url"}},
+    } in gateway["env"]
+    pod = keyed(objects)[("Deployment", "mcp-oauth-gateway")]["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "user-token-key"]
+    # The key loader refuses a file others may read: 0440, read through the pod's group.
+    assert volume["secret"] == {
+        "secretName": "uk",
+        "defaultMode": 0o440,
+        "items": [{"key": "key", "path": "key"}],
+    }
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
+    one = container(rendered("userTokens.keySecret=uk,replicas=1"))
+    assert "--user-token-store=sqlite:///var/lib/mcp-oauth-gateway/user-tokens.db" in one["args"]
+
+
 def test_secrets_are_readable_only_in_the_namespaces_listed() -> None:
     """By default no RoleBinding for the Secret reader role (nothing binds it); each
     namespace of secretNamespaces gets one, for the chart's ServiceAccount, and nothing else
@@ -239,6 +263,7 @@ def test_an_audit_file_lives_on_a_volume_mounted_at_its_directory() -> None:
             f"networkPolicy.enabled=false,{MONITORING}",
             "adminAccess needs networkPolicy.enabled",
         ),
+        ("userTokens.keySecret=uk", "userTokens.store.existingSecret is required with several"),
     ],
 )
 def test_a_value_that_cannot_work_is_refused_saying_why(sets: str, says: str) -> None:

@@ -10,11 +10,13 @@ import sys
 from collections.abc import Awaitable
 from typing import Any
 
-from ..controlplane import ControlPlane, Snapshot
+from ..controlplane import ControlPlane, Deployment, Snapshot
 from ..controlplane.fetch import FetchError
 from ..controlplane.jwks import RemoteKeyset
 from ..urls import shown_url
-from .common import EXIT_INVALID, FACADE_HINT, load
+from .common import EXIT_INVALID, FACADE_HINT, Refused, load
+from .user_oauth_check import check_upstreams
+from .user_token_flags import store_kind, user_token_settings
 
 
 async def _check_fetches(control: ControlPlane, limit: float) -> dict[str, str | None]:
@@ -54,13 +56,45 @@ def _facade_policies(snapshot: Snapshot) -> set[str]:
     }
 
 
+def _deployment(args: argparse.Namespace) -> Deployment:
+    """What serve would be run with, as far as the resources' validity depends on it."""
+    user_tokens = user_token_settings(args)
+    kind = store_kind(user_tokens.store_url) if user_tokens is not None else None
+    return Deployment(user_token_store=kind)
+
+
+def _print_text(errors: tuple[str, ...], policies: list[dict[str, Any]], ok: bool) -> None:
+    """The report as lines for people."""
+    for error in errors:
+        print(f"error: {error}")
+    for entry in policies:
+        print(f"GatewayPolicy {entry['policy']} ({entry['source']})")
+        for c in entry["conditions"]:
+            print(f"  {c['type']:<13} {c['status']:<6} {c['reason']:<18} {c['message']}")
+        for d in entry["discovery"]:
+            state = "ok" if d["error"] is None else f"FAILED: {d['error']}"
+            print(f"  discovery     {d['url']}: {state}")
+        for u in entry["upstreams"]:
+            state = f"ok ({u['issuer']})" if u["error"] is None else f"FAILED: {u['error']}"
+            print(f"  userOAuth     {u['service']} {u['backend']}: {state}")
+        if "hint" in entry:
+            print(f"  hint: {entry['hint']}")
+    print("OK" if ok else "NOT OK")
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """Print every policy's conditions; exit 0 only when all are True and keysets fetched."""
     # The table below reports every fetch failure; the fetchers' own log lines would repeat it.
     logging.getLogger("mcp_oauth_gateway").setLevel(logging.ERROR)
-    snapshot = load(args.files)
+    try:
+        deployment = _deployment(args)
+    except Refused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    snapshot = load(args.files, deployment)
     control = ControlPlane(snapshot)
     fetches = asyncio.run(_check_fetches(control, args.timeout))
+    upstreams = asyncio.run(check_upstreams(snapshot, args.timeout))
     ok = not snapshot.errors
     facade = _facade_policies(snapshot)
     policies: list[dict[str, Any]] = []
@@ -70,11 +104,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         discovery = [
             {"url": shown_url(url), "error": fetches.get(url)} for url in report.discovery_urls
         ]
+        found = upstreams.get(report.key, [])
+        ok = ok and all(u["error"] is None for u in found)
         entry: dict[str, Any] = {
             "policy": report.key,
             "source": report.source,
             "conditions": [c.as_dict() for c in conditions],
             "discovery": discovery,
+            "upstreams": found,
         }
         if report.key in facade:
             entry["hint"] = FACADE_HINT
@@ -90,18 +127,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
         print()
     else:
-        for error in snapshot.errors:
-            print(f"error: {error}")
-        for entry in policies:
-            print(f"GatewayPolicy {entry['policy']} ({entry['source']})")
-            for c in entry["conditions"]:
-                print(f"  {c['type']:<13} {c['status']:<6} {c['reason']:<18} {c['message']}")
-            for d in entry["discovery"]:
-                state = "ok" if d["error"] is None else f"FAILED: {d['error']}"
-                print(f"  discovery     {d['url']}: {state}")
-            if "hint" in entry:
-                print(f"  hint: {entry['hint']}")
-        print("OK" if ok else "NOT OK")
+        _print_text(snapshot.errors, policies, ok)
     if not snapshot.ok:
         return EXIT_INVALID
     return 0 if ok else 1

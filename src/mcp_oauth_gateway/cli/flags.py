@@ -243,6 +243,7 @@ def _check_parser(commands: Commands) -> None:
         help="time limit for each fetch (default 10)",
     )
     check.add_argument("--output", choices=["text", "json"], default="text")
+    add_user_token_flags(check)
 
 
 def _demo_parser(commands: Commands) -> None:

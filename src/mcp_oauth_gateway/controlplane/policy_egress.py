@@ -18,8 +18,8 @@ from .snapshot import CompiledCredentials, CompiledMcp
 
 def reads_discovery(mcp: CompiledMcp | None, credentials: Iterable[CompiledCredentials]) -> bool:
     """Whether the gateway reads its providers' discovery documents (Facade metadata, Broker,
-    token exchange at their token endpoints)."""
-    if any(c.token_exchange is not None for c in credentials):
+    token exchange at their token endpoints, userOAuth's sign-in of who opens a connect link)."""
+    if any(c.token_exchange is not None or c.user_oauth is not None for c in credentials):
         return True
     return mcp is not None and (mcp.provider is not None or mcp.mode == "Broker")
 

@@ -29,9 +29,6 @@ def unknown_targets(
     credentials = policy.spec.backend.credentials if policy.spec.backend else None
     if credentials is None:
         return []
-    user_oauth = credentials.user_oauth is not None or any(
-        t.user_oauth is not None for t in credentials.targets or []
-    )
     problems = []
     for rule_index, rule in enumerate(route.spec.rules):
         targets = resolved.get((route_key, rule_index))
@@ -40,13 +37,6 @@ def unknown_targets(
         names = [t.name for t in targets]
         ref = rule.backend_refs[0]
         backend = f"{ref.namespace or route.metadata.namespace}/{ref.name}"
-        if user_oauth and len(names) > 1:
-            # Refused rather than served without the user's token (fail closed).
-            problems.append(
-                f"spec.backend.credentials: userOAuth on GatewayBackend {backend} (the backend "
-                f"of HTTPRoute {route_key} rule {rule_index}), which has several targets, is "
-                "not served yet; give the third-party MCP server a route and backend of its own"
-            )
         for index, entry in enumerate(credentials.targets or []):
             if entry.name not in names:
                 problems.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from typing import Protocol
 
 from joserfc import jwt
 from joserfc.jwk import OctKey
@@ -108,13 +109,23 @@ class BackendCredentials:
         await self.app(scope, receive, send)
 
 
+class HeaderSource(Protocol):
+    """What gives one target its credential headers (a Credential, or a user's own token)."""
+
+    owned: frozenset[bytes]
+
+    async def headers(self, scope: Scope) -> Headers:
+        """The headers for the target."""
+        ...
+
+
 class TargetCredentials:
     """Each target's credential on a federated route with credentials per target, got when the
     gateway talks to that target (`TargetLink.send`): a target the request does not reach costs
     nothing. `owned`: every header any target's credential sets, removed from the client's
     request for every target, so a client poses as the gateway to none of them."""
 
-    def __init__(self, by_target: Mapping[str, Credential | None]):
+    def __init__(self, by_target: Mapping[str, HeaderSource | None]):
         self.by_target = dict(by_target)
         owned = {AUTHORIZATION}
         for credential in self.by_target.values():

@@ -19,13 +19,15 @@ from ..controlplane.snapshot import (
     CompiledTokenExchange,
 )
 from ..dataplane.bounded import CacheCounts
-from ..dataplane.credentials import Credential, TargetCredentials, owned_by
+from ..dataplane.credentials import Credential, HeaderSource, TargetCredentials, owned_by
 from ..dataplane.metrics import Metrics
 from ..dataplane.token_exchange import ExchangeError, TokenExchanger
 from ..provider_kinds import profile
 from ..proxy.federation.target import CredentialHeaders, NoCredential
 from ..proxy.upstream import Upstream
+from ..useroauth.target_credential import NotConnected, UserOAuthCredential
 from .runtime import BrokerRuntime
+from .user_oauth_targets import by_target
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,8 @@ class RouteContext:
                 return await credentials.headers_for(scope, name)
             except ExchangeError as exc:
                 raise NoCredential(f"no credential for it: {exc.description}") from None
+            except NotConnected as exc:
+                raise NoCredential(f"no credential for it: {exc}") from None
 
         return headers, credentials.owned
 
@@ -177,14 +181,23 @@ class RouteContext:
         """Each target's credential on a federated route with credentials per target (None
         otherwise: every target gets the backend-credentials stage's)."""
         policy = self.policy
-        if policy is None or not policy.target_credentials or not self.route.federated:
+        if policy is None or not self.route.federated:
+            return None
+        users = by_target(self.route)
+        if not policy.target_credentials and not users:
             return None
         listed = dict(policy.target_credentials)
-        by_target = {}
+        sources: dict[str, HeaderSource | None] = {}
         for target in self.route.targets:
             chosen = listed.get(target.name, policy.credentials)
-            by_target[target.name] = None if chosen is None else self._credential(policy, chosen)
-        return TargetCredentials(by_target)
+            if target.name in users:
+                key, upstream = users[target.name]
+                runtime = self.shared.brokers.user_oauth(lambda: self.shared.control.session)
+                assert runtime is not None, "userOAuth policies are refused without a key"
+                sources[target.name] = UserOAuthCredential(upstream, key, runtime)
+            else:
+                sources[target.name] = None if chosen is None else self._credential(policy, chosen)
+        return TargetCredentials(sources)
 
     def _credential(self, policy: CompiledPolicy, credentials: CompiledCredentials) -> Credential:
         exchange = credentials.token_exchange

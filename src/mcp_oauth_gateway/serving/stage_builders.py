@@ -21,7 +21,7 @@ from ..proxy.federation.target import TargetLink
 from ..proxy.reverse_proxy import GATEWAY_SET, ReverseProxy
 from .route_context import FailClosed, RouteContext
 from .user_oauth import connect_pages as user_oauth_pages
-from .user_oauth import user_oauth_stage
+from .user_oauth import user_oauth_gates, user_oauth_stage
 
 
 def _policy(ctx: RouteContext) -> CompiledPolicy:
@@ -154,8 +154,9 @@ def backend_credentials(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
     policy = _policy(ctx)
     per_target = ctx.target_credentials
     if per_target is not None:
-        # Each target's own is set by the federation as it talks to that target.
-        return OwnedRemoved(app, per_target.owned)
+        # Each target's own is set by the federation as it talks to that target; a userOAuth
+        # target's stage first asks the caller to connect it.
+        return user_oauth_gates(ctx, OwnedRemoved(app, per_target.owned))
     assert policy.credentials is not None
     if policy.credentials.user_oauth is not None:
         return user_oauth_stage(ctx, app)

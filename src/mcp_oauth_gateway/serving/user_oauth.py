@@ -9,47 +9,25 @@ from typing import Any
 
 from ..asgi import ASGIApp
 from ..controlplane.fetch import FetchError
-from ..controlplane.snapshot import CompiledPolicy, CompiledRoute, CompiledTarget
+from ..controlplane.snapshot import CompiledPolicy
 from ..dataplane.authn import JwtAuthentication
 from ..dataplane.tokens import TokenError
-from ..useroauth.access import Upstream
 from ..useroauth.browser import PageError
 from ..useroauth.connect_pages import ConnectPages
 from ..useroauth.runtime import UserOAuthRuntime
 from ..useroauth.signin import Metadata, NotVerified, SignIn
 from ..useroauth.stage import UserOAuthStage
 from .route_context import RouteContext
+from .user_oauth_targets import upstreams_of, uses_user_oauth
 
-
-def uses_user_oauth(route: CompiledRoute) -> bool:
-    """Whether any of the route's backends takes each user's own upstream token."""
-    policy = route.policy
-    return policy is not None and any(c.user_oauth is not None for c in policy.every_credential())
-
-
-def backend_key(policy: CompiledPolicy, route: CompiledRoute, target: CompiledTarget) -> str:
-    """What a grant is kept under besides the user: the policy, the route and the target, so
-    one tenant's route never uses a grant made through another's."""
-    name = target.name or f"{target.authority}{target.path}"
-    return f"{policy.key}|{route.route}|{name}"
-
-
-def upstreams_of(route: CompiledRoute) -> dict[str, Upstream]:
-    """The route's userOAuth backends (or targets) by grant backend key."""
-    policy = route.policy
-    if policy is None:
-        return {}
-    listed = dict(policy.target_credentials)
-    out = {}
-    for target in route.targets or ((route.target,) if route.target else ()):
-        chosen = listed.get(target.name, policy.credentials)
-        if chosen is None or chosen.user_oauth is None:
-            continue
-        oauth = chosen.user_oauth
-        url = target.url
-        service = oauth.display_name or target.name or route.route.rpartition("/")[2]
-        out[backend_key(policy, route, target)] = Upstream(oauth, url, service)
-    return out
+__all__ = [
+    "connect_pages",
+    "runtime_of",
+    "upstreams_of",
+    "user_oauth_gates",
+    "user_oauth_stage",
+    "uses_user_oauth",
+]
 
 
 def runtime_of(ctx: RouteContext) -> UserOAuthRuntime:
@@ -74,6 +52,31 @@ def user_oauth_stage(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
         route.policy.mcp.mcp_path,
         ctx.shared.limits.max_body_bytes,
     )
+
+
+def user_oauth_gates(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
+    """A federated route's userOAuth targets, each asking the caller to connect it first (the
+    first one not connected asks; none inject: the federation gives each target its token)."""
+    route = ctx.route
+    users = upstreams_of(route)
+    if not users:
+        return app
+    assert route.policy is not None
+    assert route.policy.mcp is not None
+    runtime = runtime_of(ctx)
+    siblings = frozenset(users)
+    for key, upstream in reversed(users.items()):
+        app = UserOAuthStage(
+            app,
+            upstream,
+            key,
+            runtime,
+            route.policy.mcp.mcp_path,
+            ctx.shared.limits.max_body_bytes,
+            inject=False,
+            siblings=siblings,
+        )
+    return app
 
 
 def _sign_in(ctx: RouteContext, policy: CompiledPolicy) -> SignIn:
@@ -122,7 +125,9 @@ def connect_pages(ctx: RouteContext) -> dict[str, ASGIApp]:
     policy = ctx.policy
     assert policy is not None
     assert policy.mcp is not None
-    pages = ConnectPages(
-        runtime_of(ctx), _sign_in(ctx, policy), upstreams_of(ctx.route), policy.mcp.mcp_path
-    )
+    runtime = runtime_of(ctx)
+    upstreams = upstreams_of(ctx.route)
+    for upstream in upstreams.values():
+        runtime.servers.prefetch(upstream.oauth, upstream.url)
+    pages = ConnectPages(runtime, _sign_in(ctx, policy), upstreams, policy.mcp.mcp_path)
     return pages.routes()

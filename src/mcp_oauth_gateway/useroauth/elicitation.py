@@ -169,8 +169,16 @@ def seal_state(state: RequestState, seal: Seal) -> str:
     return base64.urlsafe_b64encode(seal(state.payload(), _STATE_AAD)).decode("ascii")
 
 
-def open_state(text: object, unseal: Seal, expected: RequestState, now: float) -> RequestState:
-    """The state the client echoed, checked against what this request is; BadState otherwise."""
+def open_state(
+    text: object,
+    unseal: Seal,
+    expected: RequestState,
+    now: float,
+    siblings: frozenset[str] = frozenset(),
+) -> RequestState:
+    """The state the client echoed, checked against what this request is; BadState otherwise.
+    A state made for one of `siblings` (the other userOAuth targets of the route) is returned
+    as it is, for that target's own check."""
     if not isinstance(text, str) or not text or len(text) > 4096:
         raise BadState("requestState is not one this gateway issued")
     try:
@@ -182,6 +190,8 @@ def open_state(text: object, unseal: Seal, expected: RequestState, now: float) -
         raise BadState("requestState is not one this gateway issued") from None
     if (state.issuer, state.subject) != (expected.issuer, expected.subject):
         raise BadState("requestState was issued to another user")
+    if state.backend in siblings and state.backend != expected.backend:
+        return state
     if state.backend != expected.backend or state.digest != expected.digest:
         raise BadState("requestState was issued for another request; retry it as it was")
     if now > state.expires:

@@ -93,17 +93,19 @@ def _message(body: bytes) -> dict[str, object] | None:
     return value if isinstance(value, dict) else None
 
 
-def _replay(body: bytes) -> Receive:
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The body again, then the client's own messages: a streamed answer keeps listening for
+    the client's disconnect, which must be the real one."""
     sent = False
 
-    async def receive() -> Message:
+    async def replayed() -> Message:
         nonlocal sent
         if sent:
-            return {"type": "http.disconnect"}
+            return await receive()
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
-    return receive
+    return replayed
 
 
 class _Refused:
@@ -121,7 +123,9 @@ class _Refused:
 
 
 class UserOAuthStage:
-    """Gives one backend (or target) each caller's own upstream token."""
+    """Gives one backend each caller's own upstream token; or, on a federated route
+    (`inject` False, one stage per userOAuth target, `siblings` their grant keys), checks that
+    the caller connected that target before the federation talks to it (it sets the token)."""
 
     def __init__(
         self,
@@ -131,7 +135,11 @@ class UserOAuthStage:
         runtime: UserOAuthRuntime,
         mcp_path: str,
         max_body: int,
+        inject: bool = True,
+        siblings: frozenset[str] = frozenset(),
     ):
+        self.inject = inject
+        self.siblings = siblings
         self.app = app
         self.upstream = upstream
         self.backend = backend
@@ -140,6 +148,7 @@ class UserOAuthStage:
         self.max_body = max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one request (a store outage is a 503, never a request without the token)."""
         try:
             await self._serve(scope, receive, send)
         except StoreError as exc:
@@ -149,7 +158,8 @@ class UserOAuthStage:
             await send_error(send, 503, "temporarily_unavailable", why, [(b"retry-after", b"5")])
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scope["headers"] = [h for h in scope["headers"] if h[0] != AUTHORIZATION]
+        if self.inject:
+            scope["headers"] = [h for h in scope["headers"] if h[0] != AUTHORIZATION]
         key = caller_key(scope, self.backend)
         if key is None:
             why = f"{self.upstream.service} needs a signed-in caller: send a bearer token"
@@ -185,9 +195,10 @@ class UserOAuthStage:
             return
         request = Request(body, _message(body), is_stateless(scope["headers"]))
         if request.stateless and "requestState" in request.params:
-            if not await self._state_checked(scope, send, key, request):
+            mine = await self._state_checked(scope, send, key, request)
+            if mine is None:
                 return
-            if token is not None:
+            if token is not None and mine:
                 assert request.message is not None
                 params = without_retry_fields(request.params)
                 body = orjson.dumps({**request.message, "params": params})
@@ -195,7 +206,7 @@ class UserOAuthStage:
         if token is None:
             await self._ask(scope, send, key, request)
             return
-        refused = await self._forward(scope, send, token, body)
+        refused = await self._forward(scope, send, token, body, receive)
         if refused:
             await self._dropped(scope, key)
             await self._ask(scope, send, key, request)
@@ -219,17 +230,21 @@ class UserOAuthStage:
         send: Send,
         token: str,
         body: bytes | None,
-        receive: Receive | None = None,
+        receive: Receive,
         out: Send | None = None,
     ) -> bool:
         """Send the request on with the token; True when the backend refused the token."""
         headers: Headers = [h for h in scope["headers"] if h[0] != b"content-length"]
-        headers.append((AUTHORIZATION, b"Bearer " + token.encode()))
+        if self.inject:
+            headers.append((AUTHORIZATION, b"Bearer " + token.encode()))
         if body is not None:
             headers.append((b"content-length", str(len(body)).encode()))
-            receive = _replay(body)
-        assert receive is not None
+            receive = _replay(body, receive)
         scope["headers"] = headers
+        if not self.inject:
+            # The federation sets each target's token and answers for them: no 401 to catch.
+            await self.app(scope, receive, out or send)
+            return False
         refused = _Refused(out or send)
         await self.app(scope, receive, refused.send)
         return refused.refused
@@ -240,21 +255,22 @@ class UserOAuthStage:
 
     async def _state_checked(
         self, scope: Scope, send: Send, key: GrantKey, request: Request
-    ) -> bool:
+    ) -> bool | None:
+        """Whether the request's state is this stage's (False: another userOAuth target's of
+        the same route, left to its stage); None when it was refused (answered)."""
         expected = RequestState(
             "", key.issuer, key.subject, key.backend, self._digest(request), 0.0
         )
+        given = request.params["requestState"]
         try:
-            open_state(
-                request.params["requestState"], self.runtime.keys.open, expected, time.time()
-            )
+            found = open_state(given, self.runtime.keys.open, expected, time.time(), self.siblings)
         except BadState as exc:
             audit.deny(scope, STAGE, str(exc))
             request_id = request.message.get("id") if request.message else None
             error = {"code": INVALID_PARAMS, "message": str(exc)}
             await send_json(send, 400, {"jsonrpc": "2.0", "id": request_id, "error": error})
-            return False
-        return True
+            return None
+        return found.backend == key.backend
 
     def _digest(self, request: Request) -> str:
         return params_digest(request.method or "", request.params)

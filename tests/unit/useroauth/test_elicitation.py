@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 
 import pytest
-from mcp_oauth_gateway.usertokens.keys import parse_keys
 
 from mcp_oauth_gateway.useroauth.elicitation import (
     CONNECT_FIRST,
@@ -22,6 +21,7 @@ from mcp_oauth_gateway.useroauth.elicitation import (
     seal_state,
     without_retry_fields,
 )
+from mcp_oauth_gateway.usertokens.keys import parse_keys
 
 KEYS = parse_keys(base64.b64encode(bytes(range(32))).decode() + "\n", "test keys")
 OTHER = parse_keys(base64.b64encode(bytes(range(1, 33))).decode() + "\n", "other keys")

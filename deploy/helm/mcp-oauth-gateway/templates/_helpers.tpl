@@ -76,3 +76,19 @@ listener stays on the pod's loopback. Refused without the NetworkPolicy that wou
 {{- toYaml $peer -}}
 {{- end -}}
 {{- end -}}
+
+{{/* userOAuth's key file and store (userTokens): the flags, or nothing when off. */}}
+{{- define "gateway.userTokenArgs" -}}
+{{- $tokens := .Values.userTokens | default dict -}}
+{{- if $tokens.keySecret -}}
+{{- if and (gt (int .Values.replicas) 1) (not $tokens.store.existingSecret) -}}
+{{- fail "userTokens.store.existingSecret is required with several replicas: each would keep its own SQLite file of users' grants; give a Secret holding a redis:// URL" -}}
+{{- end -}}
+- --user-token-key=/etc/mcp-oauth-gateway/user-tokens/key
+{{- if $tokens.store.existingSecret }}
+- --user-token-store=$(USER_TOKEN_STORE)
+{{- else }}
+- --user-token-store=sqlite:///var/lib/mcp-oauth-gateway/user-tokens.db
+{{- end -}}
+{{- end -}}
+{{- end -}}

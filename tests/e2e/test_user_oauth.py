@@ -1,0 +1,169 @@
+"""Users' own sign-in to a third-party MCP server (issue 36), end to end with real parts: the
+FastMCP server that trusts only its own oidc-provider, the gateway in front of it with
+`userOAuth`, the route's own IdP (oidc-provider), the Python `mcp` client on both wires and a
+browser (connect_flow) that follows the link the client was given."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx2
+import pytest
+from mcp import MCPError, types
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from connect_flow import browse, drive_connect, drive_connect_async
+from support import free_port, unverified_claims
+from user_oauth_gateway_support import (
+    UserOAuthGateway,
+    callback_url,
+    route_idp,
+    user_oauth_gateway,
+)
+
+
+@pytest.fixture(scope="module")
+def setup(logs, tmp_path_factory, idp_key, upstreams) -> Iterator[UserOAuthGateway]:
+    port = free_port()
+    upstream = upstreams(server="fastmcp", auth="oidc-provider", redirect_uris=[callback_url(port)])
+    directory = tmp_path_factory.mktemp("user-oauth")
+    with (
+        route_idp(logs, idp_key[1], port) as idp,
+        user_oauth_gateway(logs, directory, idp_key, upstream, port, idp=idp) as running,
+    ):
+        yield running
+
+
+def _link(error: MCPError) -> str:
+    data = error.error.data
+    assert isinstance(data, dict), error
+    (elicitation,) = data["elicitations"]
+    assert elicitation["mode"] == "url"
+    return str(elicitation["url"])
+
+
+async def _whoami(setup: UserOAuthGateway, token: str, mode: str) -> dict:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    transport = streamable_http_client(setup.mcp, http_client=http)
+    try:
+        async with http, Client(transport, mode=mode) as client:
+            result = await client.call_tool("whoami", {})
+    except BaseExceptionGroup as group:
+        # The client raises from its task group: the MCP error is inside.
+        matched, _ = group.split(MCPError)
+        if matched is None:
+            raise
+        first = matched.exceptions[0]
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
+    found: dict = json.loads(result.content[0].text)  # type: ignore[union-attr]
+    return found
+
+
+async def test_a_user_connects_once_through_the_link_and_then_calls_with_their_own_token(setup):
+    token = setup.token("alice")
+    with pytest.raises(MCPError) as asked:
+        await _whoami(setup, token, "legacy")
+    assert asked.value.error.code == -32042
+    link = _link(asked.value)
+    assert link.startswith(f"{setup.mcp}/connect?id=")
+    alice = (setup.route_login("alice"), setup.upstream_login("alice"))
+    page = drive_connect(link, *alice, setup.jar("alice"))
+    assert "connected" in page
+    me = await _whoami(setup, token, "legacy")
+    assert me["sub"] == setup.upstream.auth.subject("alice")
+    received = setup.upstream.server.tokens_received()
+    assert received
+    assert token not in received
+    assert all(unverified_claims(t).get("iss") == setup.upstream.auth.issuer for t in received)
+
+
+async def test_a_link_opened_by_another_user_connects_nothing(setup):
+    token = setup.token("carol")
+    with pytest.raises(MCPError) as asked:
+        await _whoami(setup, token, "legacy")
+    page = browse(_link(asked.value), [setup.route_login("bob"), setup.upstream_login("bob")])
+    assert page.status == 403
+    assert "another user" in page.text
+    with pytest.raises(MCPError) as again:
+        await _whoami(setup, token, "legacy")
+    assert again.value.error.code == -32042
+
+
+@pytest.fixture(scope="module")
+def federated(logs, tmp_path_factory, idp_key, upstreams, backend) -> Iterator[UserOAuthGateway]:
+    """A federated backend: the third-party server (userOAuth) beside a plain MCP server."""
+    port = free_port()
+    upstream = upstreams(server="fastmcp", auth="oidc-provider", redirect_uris=[callback_url(port)])
+    directory = tmp_path_factory.mktemp("user-oauth-federated")
+    with (
+        route_idp(logs, idp_key[1], port) as idp,
+        user_oauth_gateway(
+            logs, directory, idp_key, upstream, port, idp=idp, local=backend, name="gateway-fed-uo"
+        ) as running,
+    ):
+        yield running
+
+
+async def _federated_call(setup: UserOAuthGateway, token: str, tool: str) -> tuple[list[str], dict]:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    transport = streamable_http_client(setup.mcp, http_client=http)
+    try:
+        async with http, Client(transport, mode="legacy") as client:
+            tools = [t.name for t in (await client.list_tools()).tools]
+            result = await client.call_tool(tool, {})
+    except BaseExceptionGroup as group:
+        matched, _ = group.split(MCPError)
+        if matched is None:
+            raise
+        first = matched.exceptions[0]
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
+    return tools, json.loads(result.content[0].text)  # type: ignore[union-attr]
+
+
+async def test_a_federated_target_of_a_third_party_is_connected_before_the_session_opens(federated):
+    setup = federated
+    token = setup.token("alice")
+    whoami = f"{setup.upstream.name}_whoami"
+    with pytest.raises(MCPError) as asked:
+        await _federated_call(setup, token, whoami)
+    assert asked.value.error.code == -32042
+    link = _link(asked.value)
+    alice = (setup.route_login("alice"), setup.upstream_login("alice"))
+    assert "connected" in drive_connect(link, *alice, setup.jar("alice"))
+    tools, me = await _federated_call(setup, token, whoami)
+    assert whoami in tools
+    assert any(name.startswith("local_") for name in tools)
+    assert me["sub"] == setup.upstream.auth.subject("alice")
+    assert token not in setup.upstream.server.tokens_received()
+
+
+async def test_on_the_stateless_wire_the_federated_call_asks_and_completes_once_connected(
+    federated,
+):
+    """2026-07-28: the call answers `input_required`; the SDK opens the link through its
+    elicitation callback (this test's browser) and retries with the request state."""
+    setup = federated
+    token = setup.token("dave")
+    opened: list[str] = []
+
+    async def open_link(context: object, params: types.ElicitRequestParams) -> types.ElicitResult:
+        assert params.mode == "url"
+        opened.append(params.url)
+        dave = (setup.route_login("dave"), setup.upstream_login("alice"))
+        await drive_connect_async(params.url, *dave, setup.jar("dave"))
+        return types.ElicitResult(action="accept")
+
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    transport = streamable_http_client(setup.mcp, http_client=http)
+    async with http, Client(transport, mode="auto", elicitation_callback=open_link) as client:
+        result = await client.call_tool(f"{setup.upstream.name}_whoami", {})
+    assert len(opened) == 1
+    assert opened[0].startswith(f"{setup.mcp}/connect?id=")
+    me = json.loads(result.content[0].text)  # type: ignore[union-attr]
+    assert me["sub"] == setup.upstream.auth.subject("alice")
