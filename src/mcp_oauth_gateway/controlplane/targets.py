@@ -12,12 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..resources.models import (
-    POLICY_API_GROUP,
-    GatewayBackend,
-    McpTarget,
-    parse_duration,
-)
+from ..resources.models import POLICY_API_GROUP, GatewayBackend, McpTarget, parse_duration
 from .backend_tls import TlsConfigError, compile_tls
 from .objects import Entry
 from .service_refs import Referrer, ServiceRefs, resolve_service
