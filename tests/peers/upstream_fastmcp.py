@@ -11,7 +11,8 @@ FastMCP's `RemoteAuthProvider` (RFC 9728 metadata naming its authorization serve
 
 Tools: `whoami` (who the token it was called with names) and `echo`. Stateful Streamable HTTP
 sessions at `/mcp`. `GET /debug/tokens` lists every bearer token that reached `/mcp`, so tests
-can prove which token arrived (and that no other did).
+can prove which token arrived (and that no other did); `GET /debug/requests` lists the JSON-RPC
+messages POSTed there (what a proxy in front passed on).
 
 Usage: upstream_fastmcp.py CONFIG.json, with keys port, issuer, jwks_uri, scopes (required),
 verify, and for introspection: introspection_url, client_id, client_secret."""
@@ -35,6 +36,7 @@ BASE = f"http://127.0.0.1:{CONFIG['port']}"
 RESOURCE = f"{BASE}/mcp"
 SCOPES: list[str] = CONFIG.get("scopes", [])
 LEDGER: list[str] = []
+MESSAGES: list[Any] = []
 
 
 class AllOf(TokenVerifier):
@@ -117,10 +119,29 @@ def echo(text: str) -> str:
 mcp_app = server.http_app(path="/mcp")
 
 
+def recording(receive):
+    """`receive`, keeping the body it reads in MESSAGES once whole."""
+    chunks: list[bytes] = []
+
+    async def received():
+        message = await receive()
+        if message["type"] == "http.request":
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                try:
+                    MESSAGES.append(json.loads(b"".join(chunks)))
+                except ValueError:
+                    MESSAGES.append(b"".join(chunks).decode(errors="replace"))
+        return message
+
+    return received
+
+
 async def app(scope, receive, send):
-    """The ledger of bearer tokens, then the FastMCP app."""
-    if scope["type"] == "http" and scope["path"] == "/debug/tokens":
-        body = json.dumps(LEDGER).encode()
+    """The ledgers of bearer tokens and messages, then the FastMCP app."""
+    ledgers = {"/debug/tokens": LEDGER, "/debug/requests": MESSAGES}
+    if scope["type"] == "http" and scope["path"] in ledgers:
+        body = json.dumps(ledgers[scope["path"]]).encode()
         await send(
             {
                 "type": "http.response.start",
@@ -134,6 +155,8 @@ async def app(scope, receive, send):
         for name, value in scope["headers"]:
             if name == b"authorization":
                 LEDGER.append(value.decode(errors="replace").removeprefix("Bearer "))
+        if scope["method"] == "POST":
+            receive = recording(receive)
     await mcp_app(scope, receive, send)
 
 
