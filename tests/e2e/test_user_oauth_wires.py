@@ -35,6 +35,7 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from connect_flow import drive_connect, drive_connect_async
+from mcp_oauth_gateway.useroauth.elicitation import STATE_PREFIX
 from support import unverified_claims, wait_until
 from user_oauth_gateway_support import UserOAuthGateway
 from user_oauth_wires_support import (
@@ -85,17 +86,21 @@ def _tools_calls(messages: list) -> list[dict]:
 
 
 class _Connector:
-    """An elicitation callback that follows the URL as `user`, signing in upstream as `account`."""
+    """An elicitation callback that follows a URL as `user`, signing in upstream as `account`
+    (and says yes to a form: {"ok": true})."""
 
     def __init__(self, setup: UserOAuthGateway, user: str, account: str):
         self.setup, self.user, self.account = setup, user, account
-        self.asked: list[types.ElicitRequestParams] = []
+        self.asked: list[types.ElicitRequestURLParams] = []
+        self.forms: list[types.ElicitRequestFormParams] = []
 
     async def __call__(
         self, context: object, params: types.ElicitRequestParams
     ) -> types.ElicitResult:
+        if isinstance(params, types.ElicitRequestFormParams):
+            self.forms.append(params)
+            return types.ElicitResult(action="accept", content={"ok": True})
         self.asked.append(params)
-        assert isinstance(params, types.ElicitRequestURLParams), params
         logins = (self.setup.route_login(self.user), self.setup.upstream_login(self.account))
         page = await drive_connect_async(params.url, *logins, self.setup.jar(self.user))
         assert "connected" in page
@@ -357,16 +362,16 @@ def test_alices_state_on_another_request_is_refused_before_the_upstream(
 
 
 def _flipped(state: str) -> str:
-    raw = bytearray(base64.urlsafe_b64decode(state))
+    raw = bytearray(base64.urlsafe_b64decode(state.removeprefix(STATE_PREFIX)))
     raw[len(raw) // 2] ^= 1
-    return base64.urlsafe_b64encode(bytes(raw)).decode()
+    return STATE_PREFIX + base64.urlsafe_b64encode(bytes(raw)).decode()
 
 
+# States that say they are the gateway's (its prefix) and are not.
 FORGED: dict[str, Callable[[str], object]] = {
-    "garbage": lambda state: "garbage",
-    "empty": lambda state: "",
-    "not-text": lambda state: 42,
-    "random-bytes": lambda state: base64.urlsafe_b64encode(bytes(96)).decode(),
+    "garbage": lambda state: STATE_PREFIX + "garbage",
+    "prefix-only": lambda state: STATE_PREFIX,
+    "random-bytes": lambda state: STATE_PREFIX + base64.urlsafe_b64encode(bytes(96)).decode(),
     "one-bit-flipped": _flipped,
     "truncated": lambda state: state[:-8],
     "too-long": lambda state: state * 50,
@@ -379,6 +384,24 @@ def test_a_forged_state_is_refused_before_the_upstream(setup, issued, forge):
     _refused_before_the_upstream(
         setup, lambda: _retry(setup, issued.token, "tools/call", issued.params, state)
     )
+
+
+async def test_the_upstreams_own_input_required_round_goes_on_untouched(setup):
+    """One call, two rounds: the gateway's (connect), then the FastMCP tool's own (a form),
+    whose requestState and answers the gateway passes on as they are."""
+    user, account = "mrtr", "alice"
+    connector = _Connector(setup, user, account)
+    sent = len(upstream_messages(setup))
+    result, wire = await _call(setup, setup.token(user), "confirm", connector)
+    assert wire == MODERN
+    assert (len(connector.asked), len(connector.forms)) == (1, 1)
+    assert json.loads(_text(result)) == {"state": "upstream-round-1", "content": {"ok": True}}
+    first, second = _tools_calls(upstream_messages(setup)[sent:])
+    assert not RETRY_FIELDS & set(first["params"])  # the gateway's round: its fields removed
+    assert second["params"]["inputResponses"] == {
+        "confirm": {"action": "accept", "content": {"ok": True}}
+    }
+    assert not second["params"]["requestState"].startswith(STATE_PREFIX)
 
 
 # 4. Two users

@@ -9,7 +9,9 @@ FastMCP's `RemoteAuthProvider` (RFC 9728 metadata naming its authorization serve
   tokens, and a revoked grant is refused at once.
 - `jwt+introspection`: both must accept (for an AS that introspects its JWTs, like Keycloak).
 
-Tools: `whoami` (who the token it was called with names) and `echo`. Stateful Streamable HTTP
+Tools: `whoami` (who the token it was called with names), `echo`, and `confirm`, which asks
+the user itself on the 2026-07-28 wire (its own `input_required` round with its own
+`requestState`, FastMCP's guard pattern) and answers what it was told. Stateful Streamable HTTP
 sessions at `/mcp`. `GET /debug/tokens` lists every bearer token that reached `/mcp`, so tests
 can prove which token arrived (and that no other did); `GET /debug/requests` lists the JSON-RPC
 messages POSTed there (what a proxy in front passed on).
@@ -24,8 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import mcp_types
 import uvicorn
-from fastmcp import FastMCP
+from fastmcp import Context, FastMCP
 from fastmcp.server.auth import AccessToken, RemoteAuthProvider, TokenVerifier
 from fastmcp.server.auth.providers.introspection import IntrospectionTokenVerifier
 from fastmcp.server.auth.providers.jwt import JWTVerifier
@@ -114,6 +117,24 @@ def whoami() -> str:
 def echo(text: str) -> str:
     """The text it was given."""
     return text
+
+
+@server.tool
+async def confirm(ctx: Context) -> str | mcp_types.InputRequiredResult:
+    """Asks the user whether to go on (a form elicitation of its own), then says the answer."""
+    answers = ctx.input_responses
+    if not answers:
+        form = mcp_types.ElicitRequestFormParams(
+            message="Go on?",
+            requested_schema={"type": "object", "properties": {"ok": {"type": "boolean"}}},
+        )
+        ask = mcp_types.ElicitRequest(params=form)
+        return mcp_types.InputRequiredResult(
+            input_requests={"confirm": ask}, request_state="upstream-round-1"
+        )
+    answer = answers["confirm"]
+    content = answer.content if isinstance(answer, mcp_types.ElicitResult) else None
+    return json.dumps({"state": ctx.request_state, "content": content})
 
 
 mcp_app = server.http_app(path="/mcp")
