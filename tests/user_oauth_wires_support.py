@@ -242,3 +242,28 @@ def rpc_answer(response: httpx.Response) -> Line:
     responses = [m for m in messages if "id" in m and ("result" in m or "error" in m)]
     assert responses, response.text
     return responses[-1]
+
+
+class EventStream:
+    """An SSE GET stream read on a thread of its own: its status, the JSON messages it carried,
+    and whether it ended."""
+
+    def __init__(self, url: str, headers: dict[str, str]):
+        self.status: int | None = None
+        self.messages: list[Line] = []
+        self.failure: BaseException | None = None
+        self.ended = threading.Event()
+        threading.Thread(target=self._read, args=(url, headers), daemon=True).start()
+
+    def _read(self, url: str, headers: dict[str, str]) -> None:
+        try:
+            timeout = httpx.Timeout(10, read=STEP)
+            with httpx.stream("GET", url, headers=headers, timeout=timeout) as response:
+                self.status = response.status_code
+                for line in response.iter_lines():
+                    if line.startswith("data:"):
+                        self.messages.append(json.loads(line.removeprefix("data:")))
+        except BaseException as exc:  # reported to the test, whatever it is
+            self.failure = exc
+        finally:
+            self.ended.set()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -36,10 +37,12 @@ from mcp.client.streamable_http import streamable_http_client
 
 from connect_flow import drive_connect, drive_connect_async
 from mcp_oauth_gateway.useroauth.elicitation import STATE_PREFIX
-from support import unverified_claims, wait_until
+from support import mcp_headers, unverified_claims, wait_until
 from user_oauth_gateway_support import UserOAuthGateway
 from user_oauth_wires_support import (
     MODERN,
+    STEP,
+    EventStream,
     audit_records,
     fastmcp_gateway,
     mcp1_call,
@@ -186,12 +189,14 @@ def test_ts_v1_client_gets_url_elicitation_required_until_connected(setup, logs)
         assert _sub(called["text"]) == setup.upstream.auth.subject(account)
 
 
-def _get_stream_open(setup: UserOAuthGateway, user: str) -> bool:
+def _get_stream_open(setup: UserOAuthGateway, user: str, decision: str = "allow") -> bool:
+    """Whether `user`'s GET stream was answered: proxied to the upstream ("allow") or held by
+    the gateway while not connected ("deny"); the audit line is written as the answer starts."""
     return any(
         r["method"] == "GET"
         and r["path"] == "/mcp"
         and r["status"] == 200
-        and r["decision"] == "allow"
+        and r["decision"] == decision
         and (r.get("caller") or {}).get("sub") == user
         for r in audit_records(setup)
     )
@@ -219,6 +224,32 @@ def test_ts_v1_connected_client_is_told_on_its_get_stream_when_the_new_link_is_d
         retried = client.run("call", tool="whoami")
         assert retried["ok"], retried
         assert _sub(retried["text"]) == setup.upstream.auth.subject(account)
+
+
+def test_a_get_stream_opened_before_connecting_is_held_told_and_ended(setup):
+    user, account = "raw-held", "bob"
+    session = secrets.token_hex(16)
+    headers = mcp_headers(
+        setup.token(user), **{"MCP-Protocol-Version": "2025-11-25", "Mcp-Session-Id": session}
+    )
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "whoami"}}
+    asked = httpx.post(setup.mcp, headers=headers, json=call, timeout=30)
+    assert asked.status_code == 200, asked.text
+    (elicitation,) = asked.json()["error"]["data"]["elicitations"]
+    stream = EventStream(setup.mcp, headers)
+    wait_until(lambda: _get_stream_open(setup, user, "deny"), what="the held GET stream")
+    assert not stream.ended.is_set()
+    _connect(setup, elicitation["url"], user, account)
+    assert stream.ended.wait(STEP), "the held stream did not end once the user connected"
+    assert stream.failure is None, stream.failure
+    assert stream.status == 200
+    assert stream.messages == [
+        {
+            "jsonrpc": "2.0",
+            "method": "notifications/elicitation/complete",
+            "params": {"elicitationId": elicitation["elicitationId"]},
+        }
+    ]
 
 
 def test_ts_v2_client_handler_gets_the_url_and_the_sdk_completes_the_call(setup, logs):
