@@ -9,9 +9,12 @@ FastMCP's `RemoteAuthProvider` (RFC 9728 metadata naming its authorization serve
   tokens, and a revoked grant is refused at once.
 - `jwt+introspection`: both must accept (for an AS that introspects its JWTs, like Keycloak).
 
-Tools: `whoami` (who the token it was called with names) and `echo`. Stateful Streamable HTTP
+Tools: `whoami` (who the token it was called with names), `echo`, and `confirm`, which asks
+the user itself on the 2026-07-28 wire (its own `input_required` round with its own
+`requestState`, FastMCP's guard pattern) and answers what it was told. Stateful Streamable HTTP
 sessions at `/mcp`. `GET /debug/tokens` lists every bearer token that reached `/mcp`, so tests
-can prove which token arrived (and that no other did).
+can prove which token arrived (and that no other did); `GET /debug/requests` lists the JSON-RPC
+messages POSTed there (what a proxy in front passed on).
 
 Usage: upstream_fastmcp.py CONFIG.json, with keys port, issuer, jwks_uri, scopes (required),
 verify, and for introspection: introspection_url, client_id, client_secret."""
@@ -23,8 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import mcp_types
 import uvicorn
-from fastmcp import FastMCP
+from fastmcp import Context, FastMCP
 from fastmcp.server.auth import AccessToken, RemoteAuthProvider, TokenVerifier
 from fastmcp.server.auth.providers.introspection import IntrospectionTokenVerifier
 from fastmcp.server.auth.providers.jwt import JWTVerifier
@@ -35,6 +39,7 @@ BASE = f"http://127.0.0.1:{CONFIG['port']}"
 RESOURCE = f"{BASE}/mcp"
 SCOPES: list[str] = CONFIG.get("scopes", [])
 LEDGER: list[str] = []
+MESSAGES: list[Any] = []
 
 
 class AllOf(TokenVerifier):
@@ -114,13 +119,50 @@ def echo(text: str) -> str:
     return text
 
 
+@server.tool
+async def confirm(ctx: Context) -> str | mcp_types.InputRequiredResult:
+    """Asks the user whether to go on (a form elicitation of its own), then says the answer."""
+    answers = ctx.input_responses
+    if not answers:
+        form = mcp_types.ElicitRequestFormParams(
+            message="Go on?",
+            requested_schema={"type": "object", "properties": {"ok": {"type": "boolean"}}},
+        )
+        ask = mcp_types.ElicitRequest(params=form)
+        return mcp_types.InputRequiredResult(
+            input_requests={"confirm": ask}, request_state="upstream-round-1"
+        )
+    answer = answers["confirm"]
+    content = answer.content if isinstance(answer, mcp_types.ElicitResult) else None
+    return json.dumps({"state": ctx.request_state, "content": content})
+
+
 mcp_app = server.http_app(path="/mcp")
 
 
+def recording(receive):
+    """`receive`, keeping the body it reads in MESSAGES once whole."""
+    chunks: list[bytes] = []
+
+    async def received():
+        message = await receive()
+        if message["type"] == "http.request":
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                try:
+                    MESSAGES.append(json.loads(b"".join(chunks)))
+                except ValueError:
+                    MESSAGES.append(b"".join(chunks).decode(errors="replace"))
+        return message
+
+    return received
+
+
 async def app(scope, receive, send):
-    """The ledger of bearer tokens, then the FastMCP app."""
-    if scope["type"] == "http" and scope["path"] == "/debug/tokens":
-        body = json.dumps(LEDGER).encode()
+    """The ledgers of bearer tokens and messages, then the FastMCP app."""
+    ledgers = {"/debug/tokens": LEDGER, "/debug/requests": MESSAGES}
+    if scope["type"] == "http" and scope["path"] in ledgers:
+        body = json.dumps(ledgers[scope["path"]]).encode()
         await send(
             {
                 "type": "http.response.start",
@@ -134,6 +176,8 @@ async def app(scope, receive, send):
         for name, value in scope["headers"]:
             if name == b"authorization":
                 LEDGER.append(value.decode(errors="replace").removeprefix("Bearer "))
+        if scope["method"] == "POST":
+            receive = recording(receive)
     await mcp_app(scope, receive, send)
 
 

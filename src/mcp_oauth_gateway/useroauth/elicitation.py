@@ -5,6 +5,8 @@
 neither: an `input_required` result carrying the URL and a `requestState` only this gateway can
 have made (AEAD under the user-token key), bound to the caller, the backend, the method, the
 params and a deadline; the client's retry with it reaches the backend once the user connected.
+A state this gateway did not make is the backend's own (its own `input_required` round, say a
+form it asks): it goes on to the backend untouched, with the caller's own token.
 Requests that wire gives no `input_required` (lists, `server/discover`) are answered here: the
 discovery with what the gateway knows, the others with an error that carries the same URL."""
 
@@ -31,6 +33,9 @@ INPUT_KEY = "connect"
 # The params the retry adds, which the backend never sees (it never saw the first request).
 _RETRY_FIELDS = frozenset({"inputResponses", "requestState"})
 _STATE_AAD = b"mcp-oauth-gateway/requestState/v1"
+# Begins every state this gateway makes, so that one it must check (and refuse when forged) is
+# told from the backend's own, which it must pass on: a backend's state never begins so.
+STATE_PREFIX = "mcp-oauth-gateway.v1."
 # How long a user has to connect before the client's retry is refused as stale.
 STATE_LIFETIME = 15 * 60
 
@@ -166,7 +171,13 @@ Seal = Callable[[bytes, bytes], bytes]
 
 def seal_state(state: RequestState, seal: Seal) -> str:
     """The opaque text the client echoes."""
-    return base64.urlsafe_b64encode(seal(state.payload(), _STATE_AAD)).decode("ascii")
+    sealed = base64.urlsafe_b64encode(seal(state.payload(), _STATE_AAD)).decode("ascii")
+    return STATE_PREFIX + sealed
+
+
+def is_gateway_state(text: object) -> bool:
+    """Whether a `requestState` says it is this gateway's (else it is the backend's own)."""
+    return isinstance(text, str) and text.startswith(STATE_PREFIX)
 
 
 def open_state(
@@ -179,10 +190,11 @@ def open_state(
     """The state the client echoed, checked against what this request is; BadState otherwise.
     A state made for one of `siblings` (the other userOAuth targets of the route) is returned
     as it is, for that target's own check."""
-    if not isinstance(text, str) or not text or len(text) > 4096:
+    if not is_gateway_state(text) or len(str(text)) > 4096:
         raise BadState("requestState is not one this gateway issued")
+    sealed = str(text).removeprefix(STATE_PREFIX)
     try:
-        fields = orjson.loads(unseal(base64.urlsafe_b64decode(text.encode("ascii")), _STATE_AAD))
+        fields = orjson.loads(unseal(base64.urlsafe_b64decode(sealed.encode("ascii")), _STATE_AAD))
         state = RequestState(
             fields["e"], fields["i"], fields["s"], fields["b"], fields["d"], float(fields["x"])
         )

@@ -39,6 +39,7 @@ from .elicitation import (
     connect_first_error,
     discovered,
     input_required,
+    is_gateway_state,
     open_state,
     params_digest,
     required_error,
@@ -194,7 +195,8 @@ class UserOAuthStage:
             await send_error(send, 413, "request_too_large", why)
             return
         request = Request(body, _message(body), is_stateless(scope["headers"]))
-        if request.stateless and "requestState" in request.params:
+        # A state of the backend's own (its own input_required round) is its business.
+        if request.stateless and is_gateway_state(request.params.get("requestState")):
             mine = await self._state_checked(scope, send, key, request)
             if mine is None:
                 return

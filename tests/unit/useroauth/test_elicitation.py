@@ -9,12 +9,14 @@ import pytest
 
 from mcp_oauth_gateway.useroauth.elicitation import (
     CONNECT_FIRST,
+    STATE_PREFIX,
     URL_ELICITATION_REQUIRED,
     BadState,
     Elicitation,
     RequestState,
     connect_first_error,
     input_required,
+    is_gateway_state,
     open_state,
     params_digest,
     required_error,
@@ -98,12 +100,24 @@ def test_a_stale_forged_or_foreign_state_is_refused() -> None:
         open_state(text, KEYS.open, state(), now=2000.5)
     with pytest.raises(BadState, match="not one this gateway issued"):
         open_state(seal_state(state(), OTHER.seal), KEYS.open, state(), now=1000.0)
-    flipped = bytearray(base64.urlsafe_b64decode(text))
+    sealed = text.removeprefix(STATE_PREFIX)
+    flipped = bytearray(base64.urlsafe_b64decode(sealed))
     flipped[-1] ^= 1
-    forged = base64.urlsafe_b64encode(bytes(flipped)).decode()
-    for bad in (forged, "", "!!", 5, None, "A" * 5000):
+    forged = STATE_PREFIX + base64.urlsafe_b64encode(bytes(flipped)).decode()
+    for bad in (forged, sealed, STATE_PREFIX, STATE_PREFIX + "!!", STATE_PREFIX + "A" * 5000):
         with pytest.raises(BadState):
             open_state(bad, KEYS.open, state(), now=1000.0)
+    for bad in ("", "!!", 5, None):
+        with pytest.raises(BadState):
+            open_state(bad, KEYS.open, state(), now=1000.0)
+
+
+def test_only_states_that_say_they_are_the_gateways_are_checked_as_its_own() -> None:
+    assert is_gateway_state(seal_state(state(), KEYS.seal))
+    assert is_gateway_state(STATE_PREFIX + "forged")
+    # A backend's own state (its own input_required round) is passed on, never opened.
+    for other in ("round-1", "", "eyJhbGciOiJIUzI1NiJ9.e30.x", 5, None, {"s": 1}):
+        assert not is_gateway_state(other)
 
 
 def test_the_retry_fields_and_meta_do_not_change_the_digest_and_never_reach_the_backend() -> None:
