@@ -25,7 +25,7 @@ import pytest
 from connect_flow import Jar, Page, browse
 from mcp_oauth_gateway.usertokens import Grant, load_keys
 from support import free_port, unverified_claims, wait_until
-from upstream_servers_support import refresh
+from upstream_servers_support import initialize, refresh
 from user_oauth_gateway_support import (
     UserOAuthGateway,
     callback_url,
@@ -254,24 +254,7 @@ async def test_a_token_the_server_refuses_is_dropped_and_the_user_asked_again(
     auth.revoke_user("alice")
 
     # The call that meets the server's 401 is answered with the connect link, not a 401.
-    answer = httpx.post(
-        setup.mcp,
-        json={
-            "jsonrpc": "2.0",
-            "id": 7,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "lifecycle", "version": "1"},
-            },
-        },
-        headers={
-            "Authorization": f"Bearer {setup.token('refused-user')}",
-            "Accept": "application/json, text/event-stream",
-        },
-        timeout=30,
-    )
+    answer = initialize(setup.mcp, setup.token("refused-user"))
     assert answer.status_code == 200, answer.text
     assert answer.json()["error"]["code"] == -32042, answer.text
     assert setup.upstream.server.tokens_received()[-1] == grant.access_token
