@@ -19,7 +19,11 @@
 // password and a consent page.
 // The admin API (Authorization: Bearer <adminToken>) lets tests act as the service's operator
 // or user: POST /admin/ttl {"seconds"}, POST /admin/revoke {"sub"} (every grant of a user),
-// GET /admin/grants (live grants), GET /admin/events (what happened, oldest first).
+// GET /admin/grants (live grants), GET /admin/events (what happened, oldest first); and lets
+// them see what a client did: POST /admin/hold {"refresh": true} keeps every refresh answer
+// (made, not yet sent) until POST /admin/hold {"refresh": false}, GET /admin/held counts those
+// kept (so that every concurrent caller arrives while one refresh is under way), GET
+// /admin/issued lists every token it issued (to look for in what a client wrote; never logged).
 import express from 'express';
 import Provider, { errors } from 'oidc-provider';
 import { exportJWK, generateKeyPair } from 'jose';
@@ -43,6 +47,10 @@ const note = (event) => {
 };
 // Grant id -> {accountId, clientId}, for the admin API (the memory adapter cannot be listed).
 const grants = new Map();
+// Refresh answers kept until released (POST /admin/hold), and every token issued.
+let holdRefresh = false;
+const held = [];
+const issued = [];
 
 const clients = config.clients.map((c) => {
   if (c.introspection_only) {
@@ -111,8 +119,15 @@ provider.use(async (ctx, next) => {
   }
   await next();
   if (ctx.path === '/token' && ctx.method === 'POST') {
-    note({ event: 'token', grant_type: ctx.oidc?.params?.grant_type, status: ctx.status,
+    const grantType = ctx.oidc?.params?.grant_type;
+    note({ event: 'token', grant_type: grantType, status: ctx.status,
            client_id: ctx.oidc?.client?.clientId, error: ctx.body?.error });
+    for (const name of ['access_token', 'refresh_token', 'id_token']) {
+      if (ctx.status === 200 && ctx.body?.[name]) issued.push(ctx.body[name]);
+    }
+    if (holdRefresh && grantType === 'refresh_token') {
+      await new Promise((resolve) => { held.push(resolve); });
+    }
   }
 });
 provider.on('grant.saved', (grant) => {
@@ -228,6 +243,14 @@ admin.get('/grants', async (req, res) => {
   res.json(live);
 });
 admin.get('/events', (req, res) => res.json(events));
+admin.post('/hold', (req, res) => {
+  holdRefresh = Boolean(req.body.refresh);
+  note({ event: 'admin.hold', refresh: holdRefresh });
+  if (!holdRefresh) held.splice(0).forEach((release) => release());
+  res.json({ refresh: holdRefresh });
+});
+admin.get('/held', (req, res) => res.json({ held: held.length }));
+admin.get('/issued', (req, res) => res.json(issued));
 app.use('/admin', admin);
 app.use(PREFIX || '/', provider.callback());
 app.listen(config.port, '127.0.0.1', () => console.log(`upstream AS listening ${ISSUER}`));

@@ -59,7 +59,7 @@ class ConnectionsPage:
             return
         iss, sub, csrf = session
         if scope["method"] == "POST":
-            await self._disconnect(scope, receive, GrantKey(iss, sub, ""), csrf)
+            await self._disconnect(scope, receive, (iss, sub), csrf)
             await send_redirect(send, self.path)
             return
         await self._list(send, iss, sub, csrf)
@@ -111,7 +111,11 @@ class ConnectionsPage:
         )
         return f"<tr><td>{name}</td><td>connected since {since} {scope}</td><td>{form}</td></tr>"
 
-    async def _disconnect(self, scope: Scope, receive: Receive, user: GrantKey, csrf: str) -> None:
+    async def _disconnect(
+        self, scope: Scope, receive: Receive, user: tuple[str, str], csrf: str
+    ) -> None:
+        """Forget the signed-in user's grant at the backend the form names (`user`: issuer
+        and subject of the page's sign-in, never of the form)."""
         origin = header(scope, b"origin")
         if origin is not None and origin.decode("latin-1") != request_origin(scope):
             raise PageError(403, "Refused", "This form was sent from another site.")
@@ -122,12 +126,13 @@ class ConnectionsPage:
         if not index.isdigit() or int(index) >= len(self.backends):
             raise PageError(400, "Unknown connection", "Reload the page and try again.")
         backend = self.backends[int(index)]
-        key = GrantKey(user.issuer, user.subject, backend)
+        issuer, subject = user
+        key = GrantKey(issuer, subject, backend)
         grant = await self.runtime.store.get(key)
         if grant is not None:
             await self._revoke(self.upstreams[backend], grant)
         await self.runtime.store.delete(key)
-        audit.acting_user(scope, {"iss": user.issuer, "sub": user.subject})
+        audit.acting_user(scope, {"iss": issuer, "sub": subject})
         service = self.upstreams[backend].service
         audit.event(scope, "upstream-disconnected", detail=f"{service} disconnected")
 
