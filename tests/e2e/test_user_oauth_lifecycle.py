@@ -25,7 +25,7 @@ import pytest
 from connect_flow import Jar, Page, browse
 from mcp_oauth_gateway.usertokens import Grant, load_keys
 from support import free_port, unverified_claims, wait_until
-from upstream_servers_support import initialize, refresh
+from upstream_servers_support import initialize, refresh, revoke
 from user_oauth_gateway_support import (
     UserOAuthGateway,
     callback_url,
@@ -484,3 +484,74 @@ async def test_no_upstream_token_is_in_any_log_audit_line_or_store(evidence):
         if part.encode() in content
     ]
     assert not leaks, f"upstream tokens written: {leaks[:10]}"
+
+
+async def test_a_refused_token_is_renewed_while_its_grant_lives_and_asked_for_once_it_does_not(
+    introspected, evidence
+):
+    """The server refuses an access token before its expiry (revoked alone, a clock apart):
+    the gateway refreshes once and the call goes through without asking the user, as long as
+    the AS still honours the refresh token (Keycloak revokes the access token alone);
+    oidc-provider revokes the whole grant with it, and then the user is asked again."""
+    setup = introspected
+    auth = setup.upstream.auth
+    await connect(setup, "renewed-user", "bob")
+    grant = evidence.saw(await stored(setup, "renewed-user"))
+    assert grant is not None
+    revoked = revoke(auth, auth.confidential, grant.access_token, "access_token")
+    assert revoked.status_code == 200, revoked.text
+
+    if auth.kind == "oidc-provider":
+        await still_asked(setup, "renewed-user")
+        assert await stored(setup, "renewed-user") is None
+        return
+    me = await whoami(setup, "renewed-user")
+    assert me["sub"] == auth.subject("bob")
+    renewed = evidence.saw(await stored(setup, "renewed-user"))
+    assert renewed is not None
+    assert renewed.access_token != grant.access_token
+    assert setup.upstream.server.tokens_received()[-1] == renewed.access_token
+    wait_until(audited(setup, "upstream-token-refreshed", "renewed-user"), 10, "the audit line")
+
+
+async def test_declining_the_link_on_the_stateless_wire_ends_the_call(setup):
+    """2026-07-28: a retry saying the user declined gets a final answer, not the question
+    again (a client would ask the user round after round)."""
+    headers = {
+        "Authorization": f"Bearer {setup.token('declining-user')}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "whoami",
+    }
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"url": {}}},
+    }
+    call = {"name": "whoami", "arguments": {}, "_meta": meta}
+    first = httpx.post(
+        setup.mcp,
+        headers=headers,
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call},
+        timeout=30,
+    )
+    asked = first.json()["result"]
+    assert asked["resultType"] == "input_required", first.text
+    (key,) = asked["inputRequests"]
+    retry = {
+        **call,
+        "inputResponses": {key: {"action": "decline"}},
+        "requestState": asked["requestState"],
+    }
+    second = httpx.post(
+        setup.mcp,
+        headers=headers,
+        json={"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": retry},
+        timeout=30,
+    )
+    assert second.status_code == 200, second.text
+    result = second.json()["result"]
+    assert result["isError"] is True
+    assert "declined" in result["content"][0]["text"]
+    assert "resultType" not in result or result["resultType"] != "input_required"

@@ -103,6 +103,27 @@ class GrantAccess:
             return Outcome(grant.access_token)
         return await self.flight.run(key.text(), lambda: self._refresh(key, upstream))
 
+    async def renewed(self, key: GrantKey, upstream: Upstream, rejected: str) -> str | None:
+        """A new access token after the backend refused `rejected` before its expiry (a clock
+        apart, an upstream without `expires_in`): the refresh token's, or another request's
+        new one; None when there is none to have."""
+        async with self.store.lock("refresh:" + key.text(), REFRESH_LOCK):
+            grant = await self.store.get(key)
+            if grant is None:
+                return None
+            if grant.access_token != rejected:
+                return grant.access_token  # another request renewed it meanwhile
+            if grant.refresh_token is None:
+                return None
+            try:
+                server = await self.servers.of(upstream.oauth, upstream.url)
+                answer = await self._ask(server, upstream.oauth, grant.refresh_token)
+            except (UpstreamOAuthError, DiscoveryError, Unavailable):
+                return None  # the caller drops the grant and asks the user
+            renewed = granted(answer, time.time(), grant, server.issuer)
+            await self.store.put(key, renewed)
+            return renewed.access_token
+
     async def _refresh(self, key: GrantKey, upstream: Upstream) -> Outcome:
         async with self.store.lock("refresh:" + key.text(), REFRESH_LOCK):
             # Another request or replica may have refreshed while this one waited.

@@ -125,6 +125,13 @@ def discovered(service: str, elicitation_url: str) -> dict[str, object]:
     }
 
 
+def declined(params: Mapping[str, object]) -> bool:
+    """Whether the retry says the user declined (or cancelled) the connection."""
+    responses = params.get("inputResponses")
+    answer = responses.get(INPUT_KEY) if isinstance(responses, dict) else None
+    return isinstance(answer, dict) and answer.get("action") in ("decline", "cancel")
+
+
 def without_retry_fields(params: Mapping[str, object]) -> dict[str, object]:
     """The params as the backend gets them: the retry's own fields removed."""
     return {k: v for k, v in params.items() if k not in _RETRY_FIELDS}

@@ -31,12 +31,14 @@ from ..usertokens.locking import StoreError
 from .access import Unavailable, Upstream
 from .connects import Asked, elicitation
 from .elicitation import (
+    CONNECT_FIRST,
     INPUT_METHODS,
     INVALID_PARAMS,
     STATE_LIFETIME,
     BadState,
     RequestState,
     connect_first_error,
+    declined,
     discovered,
     input_required,
     is_gateway_state,
@@ -205,13 +207,35 @@ class UserOAuthStage:
                 params = without_retry_fields(request.params)
                 body = orjson.dumps({**request.message, "params": params})
                 request = Request(body, request.message, True)
+            elif mine and declined(request.params):
+                await self._declined(scope, send, request)
+                return
         if token is None:
             await self._ask(scope, send, key, request)
             return
         refused = await self._forward(scope, send, token, body, receive)
+        if refused and self.inject:
+            # Refused before it was served: tried once more with a refreshed token, if any.
+            renewed = await self.runtime.access.renewed(key, self.upstream, token)
+            if renewed is not None:
+                audit.event(scope, "upstream-token-refreshed")
+                refused = await self._forward(scope, send, renewed, body, receive)
         if refused:
             await self._dropped(scope, key)
             await self._ask(scope, send, key, request)
+
+    async def _declined(self, scope: Scope, send: Send, request: Request) -> None:
+        """The user said no to connecting: a final answer, not the same question again."""
+        why = f"the user declined to connect {self.upstream.service}"
+        audit.deny(scope, STAGE, why)
+        request_id = request.message.get("id") if request.message else None
+        text = f"{self.upstream.service} is not connected: you declined to connect it."
+        if request.method == "tools/call":
+            result = {"content": [{"type": "text", "text": text}], "isError": True}
+            await send_json(send, 200, {"jsonrpc": "2.0", "id": request_id, "result": result})
+            return
+        error = {"code": CONNECT_FIRST, "message": text}
+        await send_json(send, 200, {"jsonrpc": "2.0", "id": request_id, "error": error})
 
     async def _with_token(
         self, scope: Scope, receive: Receive, send: Send, key: GrantKey, token: str
@@ -238,6 +262,8 @@ class UserOAuthStage:
         """Send the request on with the token; True when the backend refused the token."""
         headers: Headers = [h for h in scope["headers"] if h[0] != b"content-length"]
         if self.inject:
+            # A second try replaces the first's token.
+            headers = [h for h in headers if h[0] != AUTHORIZATION]
             headers.append((AUTHORIZATION, b"Bearer " + token.encode()))
         if body is not None:
             headers.append((b"content-length", str(len(body)).encode()))
