@@ -14,7 +14,7 @@ from mcp import MCPError, types
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from connect_flow import browse, drive_connect, drive_connect_async
+from connect_flow import Jar, browse, drive_connect, drive_connect_async
 from support import free_port, unverified_claims
 from user_oauth_gateway_support import (
     UserOAuthGateway,
@@ -167,3 +167,25 @@ async def test_on_the_stateless_wire_the_federated_call_asks_and_completes_once_
     assert opened[0].startswith(f"{setup.mcp}/connect?id=")
     me = json.loads(result.content[0].text)  # type: ignore[union-attr]
     assert me["sub"] == setup.upstream.auth.subject("alice")
+
+
+async def test_a_flow_sent_on_to_another_browser_connects_nothing(setup):
+    """The attacker starts a flow for their own caller, stops at the upstream's sign-in, and
+    gets a victim to finish it: the victim's browser lacks the flow's cookie, so the victim's
+    upstream account is never connected to the attacker's grant."""
+    attacker = "mallory"
+    with pytest.raises(MCPError) as asked:
+        await _whoami(setup, setup.token(attacker), "legacy")
+    at_upstream = browse(
+        _link(asked.value),
+        [setup.route_login(attacker)],
+        stop_at=setup.upstream.auth.endpoint("authorization"),
+        jar=setup.jar(attacker),
+    )
+    assert at_upstream.status == 0, at_upstream.text  # stopped at the upstream's sign-in
+    victim = browse(at_upstream.url, [setup.upstream_login("bob")], jar=Jar())
+    assert victim.status == 403
+    assert "another browser" in victim.text
+    with pytest.raises(MCPError) as again:
+        await _whoami(setup, setup.token(attacker), "legacy")
+    assert again.value.error.code == -32042
