@@ -10,6 +10,7 @@ callback before the gateway starts: take the port first with `free_port`)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +18,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx2
 from joserfc.jwk import RSAKey
+from mcp import MCPError
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from connect_flow import Jar, Login
 from support import (
@@ -34,6 +39,37 @@ from upstream_servers_support import Upstream
 
 CLIENT_ID = "mcp-public"
 UPSTREAM_SECRET_FILE = "upstream-client-secret"
+
+
+def first_mcp_error(group: BaseExceptionGroup) -> MCPError | None:
+    """The MCP error a client raised from inside its task group, if that is what it was."""
+    matched, _ = group.split(MCPError)
+    if matched is None:
+        return None
+    first: BaseException = matched.exceptions[0]
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    assert isinstance(first, MCPError)
+    return first
+
+
+async def call_tool(
+    url: str, token: str, tool: str, mode: str = "legacy", listed: bool = False
+) -> tuple[list[str], dict]:
+    """One tool call with the Python `mcp` client (after a tools/list when `listed`): the tools
+    listed and the call's JSON text; MCPError when the gateway answers with one."""
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    transport = streamable_http_client(url, http_client=http)
+    try:
+        async with http, Client(transport, mode=mode) as client:
+            tools = [t.name for t in (await client.list_tools()).tools] if listed else []
+            result = await client.call_tool(tool, {})
+    except BaseExceptionGroup as group:
+        error = first_mcp_error(group)
+        if error is None:
+            raise
+        raise error from None
+    return tools, json.loads(result.content[0].text)  # type: ignore[union-attr]
 
 
 def callback_url(gateway_port: int) -> str:

@@ -24,17 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import httpx2
 from joserfc.jwk import RSAKey
 from mcp import MCPError
-from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from connect_flow import drive_connect_async
 from mcp_oauth_gateway.usertokens import Grant, load_keys, open_store
 from upstream_as_support import AuthServer, OidcProviderAS
 from upstream_servers_support import Upstream
-from user_oauth_gateway_support import UserOAuthGateway, user_oauth_gateway
+from user_oauth_gateway_support import UserOAuthGateway, call_tool, user_oauth_gateway
 
 ASKED = -32042  # the 2025-11-25 wire's URL elicitation required
 SQLITE = "sqlite://"
@@ -43,33 +40,10 @@ SQLITE = "sqlite://"
 # MCP calls.
 
 
-def _first_mcp_error(group: BaseExceptionGroup) -> MCPError | None:
-    matched, _ = group.split(MCPError)
-    if matched is None:
-        return None
-    first: BaseException = matched.exceptions[0]
-    while isinstance(first, BaseExceptionGroup):
-        first = first.exceptions[0]
-    assert isinstance(first, MCPError)
-    return first
-
-
 async def whoami(setup: UserOAuthGateway, sub: str, mode: str = "legacy") -> dict[str, Any]:
     """`whoami` through the gateway as route caller `sub` (the Python `mcp` client: initialize,
     then the call); MCPError when the gateway answers with one (-32042: asked to connect)."""
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {setup.token(sub)}"}, timeout=60)
-    transport = streamable_http_client(setup.mcp, http_client=http)
-    try:
-        async with http, Client(transport, mode=mode) as client:
-            result = await client.call_tool("whoami", {})
-    except BaseExceptionGroup as group:
-        # The client raises from its task group: the MCP error is inside.
-        error = _first_mcp_error(group)
-        if error is None:
-            raise
-        raise error from None
-    found: dict[str, Any] = json.loads(result.content[0].text)  # type: ignore[union-attr]
-    return found
+    return (await call_tool(setup.mcp, setup.token(sub), "whoami", mode))[1]
 
 
 async def asked_link(setup: UserOAuthGateway, sub: str) -> str:

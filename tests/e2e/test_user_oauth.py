@@ -18,6 +18,7 @@ from connect_flow import Jar, browse, drive_connect, drive_connect_async
 from support import free_port, unverified_claims
 from user_oauth_gateway_support import (
     UserOAuthGateway,
+    call_tool,
     callback_url,
     route_idp,
     user_oauth_gateway,
@@ -45,22 +46,7 @@ def _link(error: MCPError) -> str:
 
 
 async def _whoami(setup: UserOAuthGateway, token: str, mode: str) -> dict:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
-    transport = streamable_http_client(setup.mcp, http_client=http)
-    try:
-        async with http, Client(transport, mode=mode) as client:
-            result = await client.call_tool("whoami", {})
-    except BaseExceptionGroup as group:
-        # The client raises from its task group: the MCP error is inside.
-        matched, _ = group.split(MCPError)
-        if matched is None:
-            raise
-        first = matched.exceptions[0]
-        while isinstance(first, BaseExceptionGroup):
-            first = first.exceptions[0]
-        raise first from None
-    found: dict = json.loads(result.content[0].text)  # type: ignore[union-attr]
-    return found
+    return (await call_tool(setup.mcp, token, "whoami", mode))[1]
 
 
 async def test_a_user_connects_once_through_the_link_and_then_calls_with_their_own_token(setup):
@@ -109,21 +95,7 @@ def federated(logs, tmp_path_factory, idp_key, upstreams, backend) -> Iterator[U
 
 
 async def _federated_call(setup: UserOAuthGateway, token: str, tool: str) -> tuple[list[str], dict]:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
-    transport = streamable_http_client(setup.mcp, http_client=http)
-    try:
-        async with http, Client(transport, mode="legacy") as client:
-            tools = [t.name for t in (await client.list_tools()).tools]
-            result = await client.call_tool(tool, {})
-    except BaseExceptionGroup as group:
-        matched, _ = group.split(MCPError)
-        if matched is None:
-            raise
-        first = matched.exceptions[0]
-        while isinstance(first, BaseExceptionGroup):
-            first = first.exceptions[0]
-        raise first from None
-    return tools, json.loads(result.content[0].text)  # type: ignore[union-attr]
+    return await call_tool(setup.mcp, token, tool, listed=True)
 
 
 async def test_a_federated_target_of_a_third_party_is_connected_before_the_session_opens(federated):
