@@ -23,6 +23,8 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 
+from ..oauth_scopes import scope_tokens
+
 SCOPE = "notes"
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384"]
 # A token signed with a key it has not seen yet makes it read the JWKS again, at most this often.
@@ -78,7 +80,7 @@ class JwtVerifier:
         return AccessToken(
             token=token,
             client_id=str(claims.get("azp", "")),
-            scopes=str(claims.get("scope", "")).split(),
+            scopes=scope_tokens(str(claims.get("scope", ""))),
             expires_at=exp if isinstance(exp, int) else None,
             subject=str(claims["sub"]),
             claims=claims,
