@@ -4,6 +4,7 @@ third-party notes server, follow the link the gateway answers with."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -143,3 +144,27 @@ def elicited_url(error: MCPError) -> str:
     (elicitation,) = data["elicitations"]
     assert elicitation["mode"] == "url", elicitation
     return str(elicitation["url"])
+
+
+def grants_command(demo: RunningDemo, *args: str) -> subprocess.CompletedProcess[str]:
+    """`mcp-oauth-gateway grants ARGS` on the demo's user-token store, as an operator runs it."""
+    store = ["--user-token-store", f"sqlite://{demo.directory / 'user-tokens.db'}"]
+    key = ["--user-token-key", str(demo.directory / "user-token.key")]
+    command = [sys.executable, "-m", "mcp_oauth_gateway", "grants", *args, *store, *key]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def grants(demo: RunningDemo) -> list[dict[str, Any]]:
+    """The grants the demo's gateway keeps, as `grants list` shows them (never a token)."""
+    found: list[dict[str, Any]] = json.loads(
+        grants_command(demo, "list", "--output", "json").stdout
+    )
+    return found
+
+
+def remove_grants(demo: RunningDemo) -> None:
+    """The operator removes every user's grants (each user connects again)."""
+    for grant in grants(demo):
+        grants_command(demo, "remove", "--issuer", grant["issuer"], "--subject", grant["subject"])

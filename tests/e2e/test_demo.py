@@ -20,6 +20,7 @@ from demo_support import (
     RunningDemo,
     call_tool,
     elicited_url,
+    grants,
     running_demo,
     signed_in,
     start_demo,
@@ -68,31 +69,6 @@ def test_demo_signs_in_and_stops_cleanly(demo):
         assert py_client(again.url, "alice", again.password)["ok"]
     finally:
         assert stop(again) == 0
-
-
-def grants(demo: RunningDemo) -> list[dict]:
-    """The grants the demo's gateway keeps, as `grants list` shows them to an operator."""
-    listed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mcp_oauth_gateway",
-            "grants",
-            "list",
-            "--user-token-store",
-            f"sqlite://{demo.directory / 'user-tokens.db'}",
-            "--user-token-key",
-            str(demo.directory / "user-token.key"),
-            "--output",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert listed.returncode == 0, listed.stderr
-    found: list[dict] = json.loads(listed.stdout)
-    return found
 
 
 @pytest.mark.parametrize("flavour", ["authentik", "keycloak"])
