@@ -240,7 +240,8 @@ def browse(
     """Open `url` as a browser would and go on until there is nothing left to do."""
     jar = Jar() if jar is None else jar
     met: list[str] = []
-    submitted: set[tuple[str, str]] = set()
+    # (page, action, field names): a provider may show its login and consent forms at one URL.
+    submitted: set[tuple[str, str, frozenset[str]]] = set()
     typed: set[Login] = set()
     with httpx.Client(follow_redirects=False, timeout=30) as browser:
         response: httpx.Response | None = None
@@ -260,10 +261,11 @@ def browse(
             except LookupError:
                 return Page(response.status_code, url, response.text, met)
             target = urljoin(url, filled.action)
-            if (url, target) in submitted or (filled.typed_login and login in typed):
+            form = (url, target, frozenset(filled.fields))
+            if form in submitted or (filled.typed_login and login in typed):
                 # The same form again, or a login typed once asked again: it was refused.
                 return Page(response.status_code, url, response.text, met)
-            submitted.add((url, target))
+            submitted.add(form)
             if filled.typed_login and login is not None:
                 typed.add(login)
             met.append(f"{filled.method.upper()} {target}")

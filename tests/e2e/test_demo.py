@@ -1,5 +1,8 @@
 """`mcp-oauth-gateway demo`: one command brings up everything; a strict client signs in; a user
-outside the group gets 403; Ctrl-C stops every process; a second run works."""
+outside the group gets 403; Ctrl-C stops every process; a second run works. Its notes route, a
+third-party MCP server with its own authorization server behind the same gateway: the first
+call answers -32042 with a link, the link connects the user (signed in at both providers), and
+the call then reaches the notes server with that user's own token there (both flavours)."""
 
 from __future__ import annotations
 
@@ -10,8 +13,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from mcp import MCPError
 
-from demo_support import RunningDemo, running_demo, start_demo, stop
+from connect_flow import drive_connect
+from demo_support import (
+    RunningDemo,
+    call_tool,
+    elicited_url,
+    grants,
+    running_demo,
+    signed_in,
+    start_demo,
+    stop,
+)
 from support import PEERS
 
 
@@ -55,3 +69,31 @@ def test_demo_signs_in_and_stops_cleanly(demo):
         assert py_client(again.url, "alice", again.password)["ok"]
     finally:
         assert stop(again) == 0
+
+
+@pytest.mark.parametrize("flavour", ["authentik", "keycloak"])
+async def test_the_notes_server_asks_once_then_gets_the_users_own_token(tmp_path, flavour):
+    with running_demo(tmp_path / "demo", flavour) as demo:
+        assert demo.notes_url == demo.url.removesuffix("/mcp") + "/notes/mcp"
+        assert "open it, sign in" in "".join(demo.lines)
+        assert (demo.directory / "user-token.key").stat().st_mode & 0o777 == 0o600
+        token = await signed_in(demo.notes_url, "alice", demo.password)
+        with pytest.raises(MCPError) as asked:
+            await call_tool(demo.notes_url, token, "whoami", {})
+        link = elicited_url(asked.value)
+        assert link.startswith(f"{demo.notes_url}/connect?id=")
+        assert grants(demo) == []
+
+        page = drive_connect(link, *demo.logins("alice"))
+        assert "Demo Notes is connected" in page
+
+        me = await call_tool(demo.notes_url, token, "whoami", {})
+        # The notes server's own view: its own authorization server's alice, through the
+        # gateway's client there; it accepts no other token.
+        assert me["user"] == "alice", me
+        assert me["issuer"] == f"{demo.notes_idp}/realms/master", me
+        assert me["client"] == "mcp-oauth-gateway", me
+        assert await call_tool(demo.notes_url, token, "add_note", {"text": "milk"}) is not None
+        assert await call_tool(demo.notes_url, token, "list_notes", {}) == {"result": ["milk"]}
+        (grant,) = grants(demo)
+        assert grant["backend"].startswith("default/notes-authn|"), grant

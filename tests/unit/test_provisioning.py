@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from starlette.responses import PlainTextResponse
+from starlette.testclient import TestClient
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import AUTHENTIK, KEYCLOAK, Recorder, validate
@@ -133,6 +134,48 @@ def test_keycloak_broker_client_is_created_once(kc_app):
     _, log2 = run_kc(app, kc_options(mode="Broker"), second)
     assert "public client 'mcp-gateway' exists; unchanged" in log2
     assert writes(second) == []
+
+
+def kc_redirect_uris(app) -> list[str]:
+    """The redirect URIs of the Broker client, as the admin API shows them."""
+    with TestClient(app, base_url=KC_URL) as http:
+        token = http.post(
+            "/realms/master/protocol/openid-connect/token",
+            data={
+                "client_id": "admin-cli",
+                "grant_type": "password",
+                "username": "admin",
+                "password": "admin-pw",
+            },
+        ).json()["access_token"]
+        clients = http.get(
+            "/admin/realms/master/clients",
+            params={"clientId": "mcp-gateway"},
+            headers={"Authorization": f"Bearer {token}"},
+        ).json()
+    uris: list[str] = clients[0]["redirectUris"]
+    return uris
+
+
+def test_keycloak_broker_client_gets_the_extra_redirect_uris_asked_for(kc_app):
+    app, _ = kc_app
+    run_kc(app, kc_options(mode="Broker"), Recorder())
+    extra = (f"{RESOURCE}/connect/signed-in", "http://127.0.0.1:8080/notes/mcp/oauth/callback")
+    _, log = run_kc(app, kc_options(mode="Broker", extra_redirect_uris=extra), Recorder())
+    assert "public client 'mcp-gateway' exists; added redirect URIs" in log
+    assert kc_redirect_uris(app) == [f"{RESOURCE}/oauth/callback", *extra]
+    again = Recorder()
+    _, log2 = run_kc(app, kc_options(mode="Broker", extra_redirect_uris=extra), again)
+    assert "public client 'mcp-gateway' exists; unchanged" in log2
+    assert writes(again) == []
+
+
+def test_keycloak_broker_client_is_created_with_the_extra_redirect_uris(tmp_path):
+    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="admin-pw"))
+    extra = (f"{RESOURCE}/connect/signed-in",)
+    _, log = run_kc(app, kc_options(mode="Broker", extra_redirect_uris=extra), Recorder())
+    assert "created public client 'mcp-gateway' for the gateway, redirect URIs" in log
+    assert kc_redirect_uris(app) == [f"{RESOURCE}/oauth/callback", *extra]
 
 
 def test_keycloak_token_is_refreshed_after_a_401(server_time):

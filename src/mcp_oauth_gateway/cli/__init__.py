@@ -62,6 +62,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             gateway_port=args.port,
             idp_port=args.idp_port,
             backend_port=args.backend_port,
+            notes_port=args.notes_port,
+            notes_idp_port=args.notes_idp_port,
         )
     )
 

@@ -249,11 +249,12 @@ def _check_parser(commands: Commands) -> None:
 def _demo_parser(commands: Commands) -> None:
     demo = commands.add_parser(
         "demo",
-        help="run everything locally: dev identity provider, demo MCP server, gateway",
-        description="Starts the dev identity provider, provisions it, starts a demo MCP server "
-        "and the gateway in Broker mode, and prints the MCP URL and a user to sign "
-        "in with. For development only. Ctrl-C stops everything; a second run "
-        "reuses the state in --dir.",
+        help="run everything locally: dev identity provider, demo MCP servers, gateway",
+        description="Starts the dev identity provider, provisions it, starts a demo MCP server, "
+        "a third-party MCP server with its own authorization server (a second dev identity "
+        "provider), and the gateway in Broker mode in front of both (the second through "
+        "userOAuth), and prints the MCP URLs and a user to sign in with. For development "
+        "only. Ctrl-C stops everything; a second run reuses the state in --dir.",
     )
     demo.add_argument(
         "--flavor",
@@ -270,6 +271,15 @@ def _demo_parser(commands: Commands) -> None:
     demo.add_argument("--port", type=int, default=8080, help="gateway port (default 8080)")
     demo.add_argument("--idp-port", type=int, default=9000)
     demo.add_argument("--backend-port", type=int, default=8000)
+    demo.add_argument(
+        "--notes-port", type=int, default=8001, help="the notes MCP server (default 8001)"
+    )
+    demo.add_argument(
+        "--notes-idp-port",
+        type=int,
+        default=9001,
+        help="the notes server's own authorization server (default 9001)",
+    )
 
 
 def _dev_idp_parser(commands: Commands) -> None:

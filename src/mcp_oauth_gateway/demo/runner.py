@@ -1,14 +1,13 @@
-"""Start the whole demo: the dev identity provider, its provisioning, the demo MCP server and the
-gateway in Broker mode; print where to connect and how to sign in; stop everything on Ctrl-C."""
+"""Start the whole demo: the dev identity provider, its provisioning, the demo MCP server, a
+third-party MCP server with its own authorization server (a second dev identity provider) and the
+gateway in Broker mode in front of both; print where to connect and how to sign in; stop
+everything on Ctrl-C."""
 
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import signal
-import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -19,6 +18,9 @@ import httpx
 
 from ..idp import authentik, keycloak, resources
 from ..idp.steps import Progress, StepError
+from ..usertokens import new_key_line
+from . import notes_idp, notes_resources
+from .processes import Children, port_free, tail
 
 BOOTSTRAP_TOKEN = "demo-bootstrap-token"
 
@@ -30,6 +32,8 @@ class DemoOptions:
     gateway_port: int
     idp_port: int
     backend_port: int
+    notes_port: int = 8001
+    notes_idp_port: int = 9001
 
 
 def say(message: str) -> None:
@@ -37,40 +41,12 @@ def say(message: str) -> None:
     print(f"[demo] {message}", file=sys.stderr, flush=True)
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        # As the servers do: connections in TIME_WAIT from a previous run do not block a bind.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _wait_port(
-    port: int, proc: subprocess.Popen[bytes], name: str, log: Path, timeout: float = 60.0
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"{name} exited with code {proc.returncode}; its log "
-                f"({log}) ends with:\n{_tail(log)}"
-            )
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{name} did not listen on 127.0.0.1:{port} within {timeout:g}s; see {log}")
-
-
-def _tail(log: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+def _kept_secret(path: Path, make: str) -> str:
+    """The secret in `path`, made once (readable by its owner only)."""
+    if not path.exists():
+        path.write_text(make + "\n")
+        path.chmod(0o600)
+    return path.read_text().strip()
 
 
 class Demo:
@@ -78,35 +54,13 @@ class Demo:
 
     def __init__(self, options: DemoOptions):
         self.options = options
-        self.children: list[tuple[str, subprocess.Popen[bytes], Path]] = []
         self.logs = options.directory / "logs"
-
-    def spawn(
-        self, name: str, args: list[str], env: dict[str, str] | None = None
-    ) -> subprocess.Popen[bytes]:
-        """Start a child process whose output goes to logs/<name>.log."""
-        log = self.logs / f"{name}.log"
-        handle = log.open("ab")
-        proc = subprocess.Popen(
-            [sys.executable, *args],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
-        )
-        self.children.append((name, proc, log))
-        return proc
+        self.children = Children(self.logs)
+        self.gateway = f"http://127.0.0.1:{options.gateway_port}"
 
     def stop(self) -> None:
-        """SIGTERM every child (gateway first), then SIGKILL stragglers."""
-        for _, proc, _ in reversed(self.children):
-            if proc.poll() is None:
-                proc.terminate()
-        for _, proc, _ in reversed(self.children):
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        """Stop every child (the gateway first)."""
+        self.children.stop()
 
     def credentials(self) -> dict[str, str]:
         """The demo users' password, created once per demo directory."""
@@ -127,19 +81,24 @@ class Demo:
         if not self._ports_free():
             return 2
         creds = self.credentials()
-        gateway = f"http://127.0.0.1:{o.gateway_port}"
         idp_url = f"http://127.0.0.1:{o.idp_port}"
+        notes_idp_url = f"http://127.0.0.1:{o.notes_idp_port}"
         say(f"directory {o.directory} (state, generated resources, logs)")
-        self._start_idp(idp_url, creds)
+        self._start_idps(idp_url, notes_idp_url, creds)
 
         say("provisioning it (the same tool you would run against a real server)")
-        values = self._provision(idp_url, gateway, creds)
+        values = self._provision(idp_url, creds)
         target = resources.write(values, o.directory / "resources")
         say(f"resources written to {target}")
 
-        self._start_backend()
-        self._start_gateway(gateway, target)
-        self._print_connection_help(gateway, creds, target)
+        say("setting up the notes server's own authorization server, as its vendor would")
+        notes = self._notes_route(notes_idp_url, creds)
+        notes_resources.write(values, notes, target.parent)
+        say(f"its route, /notes/mcp (userOAuth), written to {target.parent / 'notes.yaml'}")
+
+        self._start_backends(notes.issuer)
+        self._start_gateway(target)
+        self._print_connection_help(creds, target)
         return self._wait()
 
     def _ports_free(self) -> bool:
@@ -147,9 +106,11 @@ class Demo:
         for port, what in (
             (o.idp_port, "--idp-port"),
             (o.backend_port, "--backend-port"),
+            (o.notes_idp_port, "--notes-idp-port"),
+            (o.notes_port, "--notes-port"),
             (o.gateway_port, "--port"),
         ):
-            if not _port_free(port):
+            if not port_free(port):
                 print(
                     f"error: 127.0.0.1:{port} is in use; stop what uses it or pick another "
                     f"port with {what}",
@@ -158,57 +119,101 @@ class Demo:
                 return False
         return True
 
-    def _start_idp(self, idp_url: str, creds: dict[str, str]) -> None:
-        o = self.options
-        say(f"starting the dev identity provider ({o.flavour} flavour) on {idp_url}")
+    def _dev_idp(self, name: str, flavour: str, port: int, extra: list[str]) -> None:
+        creds = self.credentials()
         env = {
             "DEV_IDP_USER_PASSWORD": creds["password"],
             "DEV_IDP_ADMIN_PASSWORD": creds["admin_password"],
             "DEV_IDP_BOOTSTRAP_TOKEN": BOOTSTRAP_TOKEN,
         }
+        state = self.options.directory / f"{name.removeprefix('dev-')}-state.json"
+        args = ["-m", "mcp_oauth_gateway", "dev-idp", "--flavor", flavour, "--port", str(port)]
+        self.children.spawn(name, [*args, "--state", str(state), *extra], env)
+
+    def _start_idps(self, idp_url: str, notes_idp_url: str, creds: dict[str, str]) -> None:
+        o = self.options
+        say(f"starting the dev identity provider ({o.flavour} flavour) on {idp_url}")
         # Keycloak provisioning creates its users itself; authentik's only adds existing ones.
         seed = ["--user", "alice", "--user", "bob"] if o.flavour == "authentik" else []
-        idp = self.spawn(
-            "dev-idp",
+        self._dev_idp("dev-idp", o.flavour, o.idp_port, seed)
+        say(f"starting the notes server's own authorization server on {notes_idp_url}")
+        self._dev_idp("dev-notes-idp", "keycloak", o.notes_idp_port, [])
+        for port, (_, proc, _) in zip(
+            (o.idp_port, o.notes_idp_port), self.children.running, strict=True
+        ):
+            self.children.wait_port(port, proc, "a dev identity provider")
+
+    def _start_backends(self, notes_issuer: str) -> None:
+        o = self.options
+        say(f"starting the demo MCP server on http://127.0.0.1:{o.backend_port}/mcp")
+        backend = self.children.spawn(
+            "mcp-server", ["-m", "mcp_oauth_gateway.demo.server", "--port", str(o.backend_port)]
+        )
+        say(f"starting the notes MCP server on http://127.0.0.1:{o.notes_port}/mcp (own OAuth)")
+        notes = self.children.spawn(
+            "notes-server",
             [
                 "-m",
-                "mcp_oauth_gateway",
-                "dev-idp",
-                "--flavor",
-                o.flavour,
+                "mcp_oauth_gateway.demo.notes_server",
                 "--port",
-                str(o.idp_port),
-                "--state",
-                str(o.directory / "idp-state.json"),
-                *seed,
+                str(o.notes_port),
+                "--issuer",
+                notes_issuer,
             ],
-            env,
         )
-        _wait_port(o.idp_port, idp, "the dev identity provider", self.logs / "dev-idp.log")
+        self.children.wait_port(o.backend_port, backend, "the demo MCP server")
+        self.children.wait_port(o.notes_port, notes, "the notes MCP server")
 
-    def _start_backend(self) -> None:
-        port = self.options.backend_port
-        say(f"starting the demo MCP server on http://127.0.0.1:{port}/mcp")
-        backend = self.spawn(
-            "mcp-server", ["-m", "mcp_oauth_gateway.demo.server", "--port", str(port)]
+    def _notes_route(self, notes_idp_url: str, creds: dict[str, str]) -> notes_resources.NotesRoute:
+        o = self.options
+        secret_file = o.directory / "notes-client-secret"
+        server = f"http://127.0.0.1:{o.notes_port}/mcp"
+        callback = f"{self.gateway}{notes_resources.MCP_PATH}/connect/callback"
+        options = notes_idp.NotesIdpOptions(
+            url=notes_idp_url,
+            admin_password=creds["admin_password"],
+            user_password=creds["password"],
+            users=(("alice", "alice@example.com"),),
+            resource=server,
+            callback=callback,
+            client_secret=_kept_secret(secret_file, secrets.token_urlsafe(32)),
         )
-        _wait_port(port, backend, "the demo MCP server", self.logs / "mcp-server.log")
+        with httpx.Client(timeout=30) as http:
+            found = notes_idp.provision(options, http)
+        return notes_resources.NotesRoute(
+            gateway=self.gateway,
+            server=server,
+            issuer=found.issuer,
+            client_id=found.client_id,
+            secret_file=secret_file,
+            scopes=(notes_idp.SCOPE,),
+        )
 
-    def _start_gateway(self, gateway: str, target: Path) -> None:
-        say(f"starting the gateway (Broker mode) on {gateway}")
-        gw = self.spawn("gateway", ["-m", "mcp_oauth_gateway", "serve", "-f", str(target.parent)])
-        _wait_port(self.options.gateway_port, gw, "the gateway", self.logs / "gateway.log")
-        self._wait_ready(gateway)
+    def _start_gateway(self, target: Path) -> None:
+        o = self.options
+        key = o.directory / "user-token.key"
+        # As `mcp-oauth-gateway grants new-key > user-token.key; chmod 600 user-token.key`.
+        _kept_secret(key, new_key_line())
+        store = f"sqlite://{o.directory / 'user-tokens.db'}"
+        say(
+            f"starting the gateway (Broker mode) on {self.gateway}, users' tokens sealed in {store}"
+        )
+        args = ["-m", "mcp_oauth_gateway", "serve", "-f", str(target.parent)]
+        user_tokens = ["--user-token-key", str(key), "--user-token-store", store]
+        gw = self.children.spawn("gateway", [*args, *user_tokens])
+        self.children.wait_port(o.gateway_port, gw, "the gateway")
+        self._wait_ready()
 
-    def _print_connection_help(self, gateway: str, creds: dict[str, str], target: Path) -> None:
+    def _print_connection_help(self, creds: dict[str, str], target: Path) -> None:
+        gateway, password = self.gateway, creds["password"]
         # Only the authentik flavour seeds a user outside the group, to show the 403.
         outsider = "bob" if self.options.flavour == "authentik" else None
         print(
             f"""
 MCP server URL:   {gateway}/mcp
-Sign in as:       alice / {creds["password"]}   (member of the group: tools work)"""
+Sign in as:       alice / {password}   (member of the group: tools work)"""
             + (
-                f"\n                  {outsider} / {creds['password']}"
+                f"\n                  {outsider} / {password}"
                 "     (signed in but not in the group: 403)"
                 if outsider
                 else ""
@@ -216,19 +221,24 @@ Sign in as:       alice / {creds["password"]}   (member of the group: tools work
             + f"""
 Try it:           npx @modelcontextprotocol/inspector   → Streamable HTTP → {gateway}/mcp
                   claude mcp add --transport http gateway-demo {gateway}/mcp
-Resources:        {target}
+Notes server URL: {gateway}{notes_resources.MCP_PATH}
+                  a third-party MCP server with its own sign-in, behind the same gateway:
+                  sign in as above; the first tool call gives you a link: open it, sign in,
+                  allow; then call again (its own user: alice / {password} too)
+Resources:        {target.parent}
 Logs:             {self.logs}
 For development only. Ctrl-C stops everything.
 """,
             flush=True,
         )
 
-    def _provision(
-        self, idp_url: str, gateway: str, creds: dict[str, str]
-    ) -> resources.GatewayValues:
+    def _provision(self, idp_url: str, creds: dict[str, str]) -> resources.GatewayValues:
         o = self.options
-        resource = f"{gateway}/mcp"
+        resource = f"{self.gateway}/mcp"
         backend = f"http://127.0.0.1:{o.backend_port}/mcp"
+        # The notes route signs users in with the same Broker client: its Broker callback and
+        # its connect pages' sign-in come back to the gateway too.
+        notes_uris = notes_resources.redirect_uris(self.gateway)
         with httpx.Client(timeout=30) as http:
             if o.flavour == "authentik":
                 options = authentik.AuthentikOptions(
@@ -239,7 +249,8 @@ For development only. Ctrl-C stops everything.
                     backend=backend,
                     wait=120,
                     mode="Broker",
-                    redirect_uris=authentik.broker_redirects(resource),
+                    redirect_uris=authentik.broker_redirects(resource)
+                    + tuple(("strict", uri) for uri in notes_uris),
                 )
                 return authentik.provision(
                     options, http, Progress("authentik", len(authentik.STEPS))
@@ -253,15 +264,16 @@ For development only. Ctrl-C stops everything.
                 user_password=creds["password"],
                 backend=backend,
                 mode="Broker",
+                extra_redirect_uris=notes_uris,
             )
             return keycloak.provision(kc, http, Progress("keycloak", len(keycloak.STEPS)))
 
-    def _wait_ready(self, gateway: str) -> None:
+    def _wait_ready(self) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
                 metadata = httpx.get(
-                    f"{gateway}/.well-known/oauth-authorization-server/mcp", timeout=2
+                    f"{self.gateway}/.well-known/oauth-authorization-server/mcp", timeout=2
                 )
                 if metadata.status_code == 200:
                     return
@@ -280,10 +292,11 @@ For development only. Ctrl-C stops everything.
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
         while not stopping:
-            for name, proc, log in self.children:
-                if proc.poll() is not None:
-                    say(f"{name} exited with code {proc.returncode}; log tail:\n{_tail(log)}")
-                    return 1
+            exited = self.children.exited()
+            if exited is not None:
+                name, code, log = exited
+                say(f"{name} exited with code {code}; log tail:\n{tail(log)}")
+                return 1
             time.sleep(0.3)
         say("stopping")
         return 0

@@ -45,6 +45,10 @@ class KeycloakOptions:
     backend: str = "http://127.0.0.1:8000/mcp"
     mode: str = "Facade"
     gateway_client_id: str = "mcp-gateway"
+    # Broker: more redirect URIs for the gateway's client than its sign-in callback (another
+    # route's callback, the connect pages' `<MCP path>/connect/signed-in`); missing ones are
+    # added to an existing client.
+    extra_redirect_uris: tuple[str, ...] = ()
     # The spec's layout is the master realm; any other is created when missing.
     realm: str = "master"
     # --token-exchange-client / --token-exchange-audience (docs/token-exchange.md §1.5)
@@ -371,6 +375,18 @@ def _allows(uris: list[str], callback: str) -> bool:
     return callback in uris or any(u.endswith("*") and callback.startswith(u[:-1]) for u in uris)
 
 
+def _add_redirects(run: _Run, client: dict[str, Any], missing: list[str]) -> None:
+    """Add `missing` to an existing client's redirect URIs (keeping the ones it has)."""
+    uris = [*(client.get("redirectUris") or []), *missing]
+    client_id = run.options.gateway_client_id
+    run.admin.expect(
+        run.admin.call("PUT", f"/clients/{client['id']}", json={**client, "redirectUris": uris}),
+        204,
+    )
+    run.progress.record(f"added redirect URIs {missing} to client {client_id!r}")
+    run.progress.say(f"public client {client_id!r} exists; added redirect URIs {missing}")
+
+
 def _gateway_client(run: _Run) -> None:
     options = run.options
     if options.mode != "Broker":
@@ -380,13 +396,19 @@ def _gateway_client(run: _Run) -> None:
     callback = options.resource.rstrip("/") + "/oauth/callback"
     found = [c for c in run.get("/clients", clientId=client_id) if c.get("clientId") == client_id]
     if found:
-        if not _allows(found[0].get("redirectUris") or [], callback):
+        allowed = found[0].get("redirectUris") or []
+        if not _allows(allowed, callback):
             raise run.progress.fail(
                 f"client {client_id!r} exists but does not allow the "
                 f"gateway callback {callback}; add it to its redirect URIs"
             )
+        missing = [u for u in options.extra_redirect_uris if not _allows(allowed, u)]
+        if missing:
+            _add_redirects(run, found[0], missing)
+            return
         run.progress.say(f"public client {client_id!r} exists; unchanged")
         return
+    redirects = [callback, *(u for u in options.extra_redirect_uris if u != callback)]
     run.admin.expect(
         run.admin.call(
             "POST",
@@ -398,14 +420,18 @@ def _gateway_client(run: _Run) -> None:
                 "standardFlowEnabled": True,
                 "directAccessGrantsEnabled": False,
                 "serviceAccountsEnabled": False,
-                "redirectUris": [callback],
+                "redirectUris": redirects,
                 "protocol": "openid-connect",
                 "attributes": {"pkce.code.challenge.method": "S256"},
             },
         ),
         201,
     )
-    run.progress.say(f"created public client {client_id!r} for the gateway, callback {callback}")
+    run.progress.say(
+        f"created public client {client_id!r} for the gateway, redirect URIs {redirects}"
+        if len(redirects) > 1
+        else f"created public client {client_id!r} for the gateway, callback {callback}"
+    )
 
 
 def _token_exchange(run: _Run) -> None:
