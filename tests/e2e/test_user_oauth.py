@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+import httpx
 import httpx2
 import pytest
 from mcp import MCPError, types
@@ -161,3 +162,24 @@ async def test_a_flow_sent_on_to_another_browser_connects_nothing(setup):
     with pytest.raises(MCPError) as again:
         await _whoami(setup, setup.token(attacker), "legacy")
     assert again.value.error.code == -32042
+
+
+def test_naming_sessions_never_multiplies_a_callers_links(setup):
+    """A caller's requests without a grant get one link per backend, whatever session ids they
+    name: the gateway keeps one pending connection, never one per session a client invents."""
+    links = set()
+    for n in range(5):
+        headers = {
+            "Authorization": f"Bearer {setup.token('erin')}",
+            "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json",
+            "MCP-Protocol-Version": "2025-11-25",
+            "Mcp-Session-Id": f"made-up-{n}",
+        }
+        body = {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {"name": "whoami"}}
+        answer = httpx.post(setup.mcp, headers=headers, json=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == -32042
+        links.add(error["data"]["elicitations"][0]["url"])
+    assert len(links) == 1

@@ -155,7 +155,7 @@ class ConnectPages:
         )
         await self.runtime.store.put(asked.key, granted(answer, time.time(), None, server.issuer))
         await self.runtime.connects.finish(asked)
-        self.runtime.streams.wake(asked.key.text(), asked.session)
+        self.runtime.streams.wake(asked.key.text())
         audit.acting_user(scope, {"iss": asked.key.issuer, "sub": asked.key.subject})
         audit.event(scope, "upstream-connected", detail=f"{upstream.service} connected")
         await send_message_page(

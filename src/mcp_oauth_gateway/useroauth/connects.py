@@ -1,6 +1,7 @@
 """Connections users were asked for: each elicitation is a random id kept (encrypted, with a
 deadline) in the grant store with who was asked and for which backend, so any replica can serve
-the link; one caller asking again for the same backend before connecting gets the same link."""
+the link. One caller asking again for the same backend before connecting gets the same link,
+whatever session the request names: a caller cannot grow the store by naming sessions."""
 
 from __future__ import annotations
 
@@ -22,12 +23,11 @@ DONE = "elicitation-done"
 
 @dataclass(frozen=True, slots=True)
 class Asked:
-    """One elicitation as kept: who was asked, for which backend, in which session."""
+    """One elicitation as kept: who was asked, for which backend."""
 
     id: str
     key: GrantKey
     service: str
-    session: str  # the client's Mcp-Session-Id, "" on the stateless wire
 
     def value(self) -> dict[str, object]:
         """As stored."""
@@ -36,20 +36,19 @@ class Asked:
             "sub": self.key.subject,
             "backend": self.key.backend,
             "service": self.service,
-            "session": self.session,
         }
 
 
 def _asked(eid: str, value: dict[str, object]) -> Asked | None:
-    fields = [value.get(n) for n in ("iss", "sub", "backend", "service", "session")]
+    fields = [value.get(n) for n in ("iss", "sub", "backend", "service")]
     if not all(isinstance(f, str) for f in fields):
         return None
-    iss, sub, backend, service, session = (str(f) for f in fields)
-    return Asked(eid, GrantKey(iss, sub, backend), service, session)
+    iss, sub, backend, service = (str(f) for f in fields)
+    return Asked(eid, GrantKey(iss, sub, backend), service)
 
 
-def _latest_key(key: GrantKey, session: str) -> str:
-    return hashlib.sha256(f"{key.text()}\n{session}".encode()).hexdigest()
+def _latest_key(key: GrantKey) -> str:
+    return hashlib.sha256(key.text().encode()).hexdigest()
 
 
 def connect_url(origin: str, mcp_path: str, eid: str) -> str:
@@ -63,15 +62,15 @@ class Connects:
     def __init__(self, store: GrantStore):
         self.store = store
 
-    async def ask(self, key: GrantKey, service: str, session: str) -> Asked:
-        """The caller's open elicitation for this backend (and session), or a new one."""
-        latest = _latest_key(key, session)
+    async def ask(self, key: GrantKey, service: str) -> Asked:
+        """The caller's open elicitation for this backend, or a new one."""
+        latest = _latest_key(key)
         known = await self.store.get_pending(LATEST, latest)
         if known is not None and isinstance(known.get("id"), str):
             asked = await self.find(str(known["id"]))
             if asked is not None and asked.key == key:
                 return asked
-        asked = Asked(secrets.token_urlsafe(24), key, service, session)
+        asked = Asked(secrets.token_urlsafe(24), key, service)
         await self.store.put_pending(ELICITATION, asked.id, asked.value(), LIFETIME)
         await self.store.put_pending(LATEST, latest, {"id": asked.id}, LIFETIME)
         return asked
@@ -86,7 +85,7 @@ class Connects:
     async def finish(self, asked: Asked) -> None:
         """The user connected: the link is spent and its completion can be told."""
         await self.store.take_pending(ELICITATION, asked.id)
-        await self.store.take_pending(LATEST, _latest_key(asked.key, asked.session))
+        await self.store.take_pending(LATEST, _latest_key(asked.key))
         await self.store.put_pending(DONE, asked.id, {"at": time.time()}, LIFETIME)
 
     async def finished(self, eid: str) -> bool:

@@ -24,11 +24,16 @@ async def _disconnected(receive: Receive) -> None:
 
 
 async def hold(
-    runtime: UserOAuthRuntime, key: GrantKey, asked: Asked, receive: Receive, send: Send
+    runtime: UserOAuthRuntime,
+    key: GrantKey,
+    asked: Asked,
+    session: str,
+    receive: Receive,
+    send: Send,
 ) -> None:
     """Serve the stream until the elicitation is done (or expires) or the client leaves."""
     await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
-    listener = runtime.streams.open(key.text(), asked.session, send)
+    listener = runtime.streams.open(key.text(), session, send)
     watcher = listener.watch(asked.id, runtime.connects.finished)
     gone = asyncio.create_task(_disconnected(receive))
     try:
@@ -38,7 +43,7 @@ async def hold(
         gone.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await gone
-        runtime.streams.closed(key.text(), asked.session, listener)
+        runtime.streams.closed(key.text(), session, listener)
     if not gone.cancelled():
         return  # the client left: nothing more to send
     await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -77,6 +77,11 @@ class Request:
         return params if isinstance(params, dict) else {}
 
 
+def _session_of(scope: Scope) -> str:
+    """The client's Mcp-Session-Id ("" on the stateless wire)."""
+    return (header(scope, b"mcp-session-id") or b"").decode("latin-1")
+
+
 def caller_key(scope: Scope, backend: str) -> GrantKey | None:
     """The grant key of the verified caller (None: anonymous)."""
     claims = scope.get(CLAIMS_KEY)
@@ -240,7 +245,7 @@ class UserOAuthStage:
     async def _with_token(
         self, scope: Scope, receive: Receive, send: Send, key: GrantKey, token: str
     ) -> None:
-        session = (header(scope, b"mcp-session-id") or b"").decode("latin-1")
+        session = _session_of(scope)
         listener = self.runtime.streams.open(key.text(), session, send)
         try:
             refused = await self._forward(scope, send, token, None, receive, listener.send)
@@ -304,8 +309,7 @@ class UserOAuthStage:
         return params_digest(request.method or "", request.params)
 
     async def _asked(self, scope: Scope, key: GrantKey) -> Asked:
-        session = (header(scope, b"mcp-session-id") or b"").decode("latin-1")
-        asked = await self.runtime.connects.ask(key, self.upstream.service, session)
+        asked = await self.runtime.connects.ask(key, self.upstream.service)
         audit.deny(
             scope,
             STAGE,
@@ -325,9 +329,10 @@ class UserOAuthStage:
         request_id = message["id"]
         if not request.stateless:
             await send_json(send, 200, required_error(request_id, shown))
-            if asked.session:
+            session = _session_of(scope)
+            if session:
                 finished = self.runtime.connects.finished
-                self.runtime.streams.arm(key.text(), asked.session, asked.id, finished)
+                self.runtime.streams.arm(key.text(), session, asked.id, finished)
         elif method == _DISCOVER:
             result = discovered(self.upstream.service, shown.url)
             await send_json(send, 200, {"jsonrpc": "2.0", "id": request_id, "result": result})
@@ -353,4 +358,4 @@ class UserOAuthStage:
 
     async def _hold(self, scope: Scope, receive: Receive, send: Send, key: GrantKey) -> None:
         asked = await self._asked(scope, key)
-        await hold(self.runtime, key, asked, receive, send)
+        await hold(self.runtime, key, asked, _session_of(scope), receive, send)

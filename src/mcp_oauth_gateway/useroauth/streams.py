@@ -133,7 +133,9 @@ class Streams:
         for listener in self._open.get((key, session), ()):
             listener.watch(eid, finished)
 
-    def wake(self, key: str, session: str) -> None:
-        """A link was completed on this replica: its session's streams look now."""
-        for listener in self._open.get((key, session), ()):
-            listener.wake.set()
+    def wake(self, key: str) -> None:
+        """A link was completed on this replica: the streams of that grant look now."""
+        for (held, _), listeners in self._open.items():
+            if held == key:
+                for listener in listeners:
+                    listener.wake.set()

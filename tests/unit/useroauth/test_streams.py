@@ -60,7 +60,7 @@ def test_an_armed_stream_is_told_once_the_elicitation_is_done_and_others_are_not
         streams.arm("key", "s1", "e1", finished)
         streams.arm("key", "s1", "e1", finished)  # twice: told once
         done.add("e1")
-        streams.wake("key", "s1")
+        streams.wake("key")
         await asyncio.wait_for(asyncio.gather(*listener.tasks), 5)
         streams.closed("key", "s1", listener)
         streams.closed("key", "s2", stranger)
