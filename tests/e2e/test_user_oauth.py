@@ -6,6 +6,7 @@ browser (connect_flow) that follows the link the client was given."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator
 
 import httpx
@@ -183,3 +184,28 @@ def test_naming_sessions_never_multiplies_a_callers_links(setup):
         assert error["code"] == -32042
         links.add(error["data"]["elicitations"][0]["url"])
     assert len(links) == 1
+
+
+def test_pages_opened_by_anyone_keep_nothing_on_the_gateway(setup):
+    """The connections page is open to any browser: starting its sign-in (or a sign-in coming
+    back with nothing this browser started) writes nothing to the store; the flow lives in the
+    browser's sealed cookie until the user signed in."""
+    database = setup.store.removeprefix("sqlite://")
+
+    def pending() -> int:
+        with sqlite3.connect(database) as db:
+            return int(db.execute("SELECT count(*) FROM pending").fetchone()[0])
+
+    before = pending()
+    for _ in range(20):
+        started = httpx.get(f"{setup.mcp}/connections", timeout=30)
+        assert started.status_code == 302
+        assert started.headers["location"].startswith(setup.idp)
+    forged = httpx.get(
+        f"{setup.mcp}/connect/signed-in",
+        params={"code": "x", "state": "y"},
+        headers={"Accept": "text/html"},
+        timeout=30,
+    )
+    assert forged.status_code == 403
+    assert pending() == before

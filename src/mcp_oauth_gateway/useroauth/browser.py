@@ -3,16 +3,22 @@ the cookie that ties a flow to the browser that started it, and the pages themse
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import secrets
+import time
 from html import escape
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl
 
+import orjson
+
 from ..asgi import Headers, Scope, Send, header, request_origin
 from ..gateway_cookies import CONNECT_COOKIE
 from ..html_pages import html, send_page
+from ..usertokens.keys import SealError, TokenKeys
 
 FLOW_LIFETIME = 15 * 60
 
@@ -72,9 +78,35 @@ def holds(scope: Scope, name: str, expected: object) -> bool:
     return any(hmac.compare_digest(digest(v), expected) for v in cookie_values(scope, name))
 
 
-def new_flow_cookie(scope: Scope, path: str, name: str = CONNECT_COOKIE) -> tuple[str, bytes]:
-    """A fresh flow cookie: its value and the Set-Cookie header value."""
-    value = secrets.token_urlsafe(24)
+_FLOW_AAD = b"mcp-oauth-gateway/connect-flow/v1"
+
+
+def sealed_flow(keys: TokenKeys, flow: dict[str, object]) -> str:
+    """A flow kept in the browser's cookie, sealed: the gateway keeps nothing for a browser
+    that has not signed in (anyone may open the pages)."""
+    kept = {**flow, "nonce": secrets.token_urlsafe(16), "exp": time.time() + FLOW_LIFETIME}
+    return base64.urlsafe_b64encode(keys.seal(orjson.dumps(kept), _FLOW_AAD)).decode("ascii")
+
+
+def cookie_flow(scope: Scope, keys: TokenKeys, state: str) -> tuple[dict[str, object], str] | None:
+    """The unexpired flow of `state` this browser's cookie holds, and the cookie's value."""
+    for value in cookie_values(scope, CONNECT_COOKIE)[:8]:
+        try:
+            flow = orjson.loads(keys.open(base64.urlsafe_b64decode(value.encode()), _FLOW_AAD))
+        except (SealError, ValueError, binascii.Error):
+            continue
+        if not isinstance(flow, dict) or not isinstance(flow.get("exp"), (int, float)):
+            continue
+        if flow.get("state") == state and flow["exp"] > time.time():
+            return flow, value
+    return None
+
+
+def new_flow_cookie(
+    scope: Scope, path: str, name: str = CONNECT_COOKIE, value: str | None = None
+) -> tuple[str, bytes]:
+    """A flow cookie (fresh, unless `value` is given): its value and the Set-Cookie value."""
+    value = value if value is not None else secrets.token_urlsafe(24)
     secure = "; Secure" if request_origin(scope).startswith("https:") else ""
     cookie = f"{name}={value}; Path={path}; Max-Age={FLOW_LIFETIME}; HttpOnly; SameSite=Lax{secure}"
     return value, cookie.encode("latin-1")

@@ -24,14 +24,23 @@ from ..gateway_cookies import CONNECT_COOKIE
 from ..html_pages import send_redirect
 from ..usertokens.locking import StoreError
 from .access import Upstream, granted
-from .browser import FLOW_LIFETIME, PageError, holds, query, send_message_page, wants_html
+from .browser import (
+    FLOW_LIFETIME,
+    PageError,
+    cookie_flow,
+    digest,
+    holds,
+    query,
+    send_message_page,
+    wants_html,
+)
 from .connections_page import ConnectionsPage
 from .connects import Asked
 from .discovery import DiscoveryError
 from .oauth_client import TokenAnswer, UpstreamOAuthError, authorization_url, check_iss
 from .oauth_client import exchange_code as redeem
 from .runtime import UserOAuthRuntime
-from .signin import SIGNED_IN, SIGNIN, NotVerified, SignIn, redirect_uri, start
+from .signin import SIGNED_IN, NotVerified, SignIn, redirect_uri, start
 
 STAGE = "connect-pages"
 UPSTREAM = "connect-upstream"
@@ -78,13 +87,13 @@ class ConnectPages:
             raise _EXPIRED
         flow: dict[str, object] = {"purpose": "connect", "eid": asked.id}
         await start(
-            scope, send, self.runtime.store, self.signin, self.mcp_path, flow, asked.key.issuer
+            scope, send, self.runtime.keys, self.signin, self.mcp_path, flow, asked.key.issuer
         )
 
     async def signed_in(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Back from the provider: check who it is, then on to the upstream."""
         params = query(scope)
-        flow = await self._flow(scope, SIGNIN, params)
+        flow = self._signin_flow(scope, params)
         issuer = str(flow.get("issuer", ""))
         server = await self.signin.server(issuer)
         check_iss(server, params.get("iss"))
@@ -166,6 +175,22 @@ class ConnectPages:
             f"disconnect your connections at {self.mcp_path}/connections.",
         )
 
+    def _signin_flow(self, scope: Scope, params: Mapping[str, str]) -> dict[str, object]:
+        """The sign-in this browser started (kept in its own sealed cookie): the gateway keeps
+        nothing for a browser that has not signed in yet."""
+        found = cookie_flow(scope, self.runtime.keys, params.get("state", ""))
+        if found is None:
+            audit.deny(scope, STAGE, "a sign-in came back without its flow in this browser")
+            raise PageError(
+                403,
+                "Sign-in not started here",
+                "This sign-in was started in another browser, or it expired. Open the link "
+                "from your MCP client again, in this browser.",
+            )
+        flow, value = found
+        _refused_by_provider(params)
+        return {**flow, "browser": digest(value)}
+
     async def _flow(self, scope: Scope, kind: str, params: Mapping[str, str]) -> dict[str, object]:
         """The flow a redirect back belongs to, taken once, from the browser that started it."""
         state = params.get("state", "")
@@ -180,9 +205,7 @@ class ConnectPages:
                 "This sign-in was started in another browser. Open the link from your MCP "
                 "client in this browser.",
             )
-        if "error" in params:
-            said = params.get("error_description") or params["error"]
-            raise PageError(403, "Not connected", f"The sign-in was not completed: {said[:200]}")
+        _refused_by_provider(params)
         return flow
 
     async def _who(self, answer: TokenAnswer) -> tuple[str, str]:
@@ -200,6 +223,12 @@ class ConnectPages:
         if session is None:
             raise PageError(503, "Unavailable", "The gateway is shutting down; try again.")
         return session
+
+
+def _refused_by_provider(params: Mapping[str, str]) -> None:
+    if "error" in params:
+        said = params.get("error_description") or params["error"]
+        raise PageError(403, "Not connected", f"The sign-in was not completed: {said[:200]}")
 
 
 def _guarded(page: Page, methods: tuple[str, ...] = ("GET",)) -> ASGIApp:

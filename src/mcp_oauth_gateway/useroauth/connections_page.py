@@ -55,7 +55,7 @@ class ConnectionsPage:
                 raise PageError(403, "Signed out", "Your sign-in for this page has expired.")
             flow: dict[str, object] = {"purpose": "connections"}
             issuer = self.signin.first_issuer
-            await start(scope, send, self.runtime.store, self.signin, self.mcp_path, flow, issuer)
+            await start(scope, send, self.runtime.keys, self.signin, self.mcp_path, flow, issuer)
             return
         iss, sub, csrf = session
         if scope["method"] == "POST":

@@ -13,12 +13,11 @@ from typing import Any
 from .. import pkce
 from ..asgi import Scope, Send, request_origin
 from ..html_pages import send_redirect
-from ..usertokens.store import GrantStore
-from .browser import FLOW_LIFETIME, PageError, digest, new_flow_cookie
+from ..usertokens.keys import TokenKeys
+from .browser import PageError, new_flow_cookie, sealed_flow
 from .metadata import AuthServer, MetadataProblem, read_server_metadata
 from .oauth_client import authorization_url
 
-SIGNIN = "connect-signin"
 SIGNED_IN = "/connect/signed-in"
 
 
@@ -66,7 +65,7 @@ def redirect_uri(scope: Scope, mcp_path: str, suffix: str) -> str:
 async def start(
     scope: Scope,
     send: Send,
-    store: GrantStore,
+    keys: TokenKeys,
     signin: SignIn,
     mcp_path: str,
     flow: dict[str, object],
@@ -76,9 +75,8 @@ async def start(
     server = await signin.server(issuer)
     verifier = pkce.new_verifier()
     state = secrets.token_urlsafe(24)
-    browser, cookie = new_flow_cookie(scope, mcp_path)
-    kept = {**flow, "verifier": verifier, "issuer": issuer, "browser": digest(browser)}
-    await store.put_pending(SIGNIN, state, kept, FLOW_LIFETIME)
+    kept = {**flow, "verifier": verifier, "issuer": issuer, "state": state}
+    _, cookie = new_flow_cookie(scope, mcp_path, value=sealed_flow(keys, kept))
     url = authorization_url(
         server,
         signin.client_id,
