@@ -1,16 +1,19 @@
 """Redis as operators run it, on loopback, for the tests of issue 37: a Sentinel set (a primary,
-a replica and three sentinels, each with a password) from Debian's `redis-server` (`--sentinel`
-is what the `redis-sentinel` command runs)."""
+a replica and three sentinels, each with a password) and a six-node Redis Cluster, from
+Debian's `redis-server` (`--sentinel` is what the `redis-sentinel` command runs) and
+`redis-cli --cluster create`."""
 
 from __future__ import annotations
 
 import shutil
+import socket
+import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from support import Process, free_port, wait_for_port
+from support import Process, free_port, wait_for_port, wait_until
 
 SERVER_PASSWORD = "server-pw"
 SENTINEL_PASSWORD = "sentinel-pw"
@@ -110,3 +113,105 @@ def sentinel_set(logs: Path, directory: Path) -> Iterator[SentinelSet]:
             start(f"redis-sentinel-{port}", port, str(conf), "--sentinel")
             ports.append(port)
         yield SentinelSet(primary, primary_port, replica, replica_port, tuple(ports))
+
+
+CLUSTER_PASSWORD = "cluster-pw"
+
+
+@dataclass
+class RedisClusterSet:
+    """A running six-node Redis Cluster (three primaries, three replicas)."""
+
+    ports: tuple[int, ...]
+    processes: tuple[Process, ...]
+
+    @property
+    def url(self) -> str:
+        """The gateway's URL for the cluster (three seed nodes)."""
+        seeds = ",".join(f"127.0.0.1:{p}" for p in self.ports[:3])
+        return f"redis+cluster://:{CLUSTER_PASSWORD}@{seeds}/"
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (10000 higher) is free too."""
+    while True:
+        port = free_port()
+        if port + 10000 > 65535:
+            port -= 20000
+        if port > 1024 and _free(port) and _free(port + 10000):
+            return port
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@contextmanager
+def redis_cluster(logs: Path, directory: Path) -> Iterator[RedisClusterSet]:
+    """Six cluster-enabled servers joined by `redis-cli --cluster create`; stopped on exit."""
+    binary, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    assert binary, "redis-server is required: `make test` installs the Debian package"
+    assert cli, "redis-cli is required: `make test` installs the Debian package"
+    ports = tuple(_cluster_port() for _ in range(6))
+    with ExitStack() as running:
+        processes = []
+        for port in ports:
+            node_dir = directory / str(port)
+            node_dir.mkdir(parents=True, exist_ok=True)
+            args = [
+                "--port", str(port), "--bind", "127.0.0.1", "--dir", str(node_dir),
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", "2000", "--requirepass", CLUSTER_PASSWORD,
+                "--masterauth", CLUSTER_PASSWORD, "--save", "", "--appendonly", "no",
+                "--daemonize", "no",
+            ]  # fmt: skip
+            process = Process(f"redis-cluster-{port}", [binary, *args], logs)
+            running.callback(process.stop)
+            wait_for_port(port, process)
+            processes.append(process)
+        created = subprocess.run(
+            [
+                cli,
+                "-a",
+                CLUSTER_PASSWORD,
+                "--no-auth-warning",
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{p}" for p in ports),
+                "--cluster-replicas",
+                "1",
+                "--cluster-yes",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert created.returncode == 0, created.stdout + created.stderr
+
+        def ready() -> bool:
+            info = subprocess.run(
+                [
+                    cli,
+                    "-a",
+                    CLUSTER_PASSWORD,
+                    "--no-auth-warning",
+                    "-p",
+                    str(ports[0]),
+                    "cluster",
+                    "info",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
+            return "cluster_state:ok" in info.stdout
+
+        wait_until(ready, 30, "the cluster to cover every slot")
+        yield RedisClusterSet(ports, tuple(processes))

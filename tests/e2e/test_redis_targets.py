@@ -1,5 +1,6 @@
-"""The gateway's Redis client against Redis as operators run it (issue 37): a real Sentinel set
-on loopback. The client follows the primary the sentinels name, also after the primary dies."""
+"""The gateway's Redis client against Redis as operators run it (issue 37), real servers on
+loopback: a Sentinel set, whose primary the client follows also after it dies, and a six-node
+Cluster, whose slots the client follows."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from mcp_oauth_gateway.redis_clients import client_for
 from mcp_oauth_gateway.redis_targets import parse_redis_url
-from redis_ha_support import SentinelSet, sentinel_set
+from redis_ha_support import RedisClusterSet, SentinelSet, redis_cluster, sentinel_set
 
 
 @pytest.fixture
@@ -56,5 +57,27 @@ async def test_a_wrong_sentinel_password_is_refused_naming_no_password(sentinels
             await asyncio.wait_for(client.ping(), 30)
         assert "wrong" not in str(refused.value)
         assert "server-pw" not in str(refused.value)
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def cluster(logs, tmp_path) -> RedisClusterSet:
+    with redis_cluster(logs, tmp_path / "cluster") as running:
+        yield running
+
+
+async def test_a_cluster_url_reaches_every_slot_and_keeps_tagged_keys_together(cluster):
+    client = client_for(parse_redis_url(cluster.url))
+    try:
+        # Keys spread over the three primaries: each is followed to its slot's node.
+        for n in range(30):
+            await client.set(f"key-{n}", n)
+        assert [int(await client.get(f"key-{n}")) for n in range(30)] == list(range(30))
+        # A hash tag keeps a multi-key operation on one slot.
+        await client.mset({"{user:alice}:a": 1, "{user:alice}:b": 2})
+        assert await client.mget("{user:alice}:a", "{user:alice}:b") == [b"1", b"2"]
+        nodes = {client.get_node_from_key(f"key-{n}").port for n in range(30)}
+        assert len(nodes) > 1
     finally:
         await client.aclose()
