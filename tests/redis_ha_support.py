@@ -164,12 +164,29 @@ def redis_cluster(logs: Path, directory: Path) -> Iterator[RedisClusterSet]:
             node_dir = directory / str(port)
             node_dir.mkdir(parents=True, exist_ok=True)
             args = [
-                "--port", str(port), "--bind", "127.0.0.1", "--dir", str(node_dir),
-                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", "2000", "--requirepass", CLUSTER_PASSWORD,
-                "--masterauth", CLUSTER_PASSWORD, "--save", "", "--appendonly", "no",
-                "--daemonize", "no",
-            ]  # fmt: skip
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(node_dir),
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "2000",
+                "--requirepass",
+                CLUSTER_PASSWORD,
+                "--masterauth",
+                CLUSTER_PASSWORD,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+            ]
             process = Process(f"redis-cluster-{port}", [binary, *args], logs)
             running.callback(process.stop)
             wait_for_port(port, process)

@@ -27,7 +27,7 @@ import httpx
 from joserfc.jwk import RSAKey
 from mcp import MCPError
 
-from connect_flow import drive_connect_async
+from connect_flow import Jar, Page, browse, drive_connect_async
 from mcp_oauth_gateway.usertokens import Grant, load_keys, open_store
 from upstream_as_support import AuthServer, OidcProviderAS
 from upstream_servers_support import Upstream
@@ -351,3 +351,36 @@ def secret_parts(token: str) -> list[str]:
     if len(pieces) == 3 and len(pieces[2]) >= 16:
         parts.append(pieces[2])
     return parts
+
+
+# The connections page.
+
+
+def disconnect_form(page: Page) -> dict[str, str]:
+    """The Disconnect form's hidden fields."""
+    fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', page.text))
+    assert {"backend", "csrf"} <= set(fields), page.text
+    return fields
+
+
+def signed_in_page(setup: UserOAuthGateway, sub: str) -> Page:
+    """`sub` at `<mcp>/connections`, signed in at the route's provider."""
+    page = browse(f"{setup.mcp}/connections", [setup.route_login(sub)], jar=setup.jar(sub))
+    assert page.status == 200, (page.url, page.status, page.text)
+    assert page.url == f"{setup.mcp}/connections"
+    return page
+
+
+def post_connections(
+    setup: UserOAuthGateway, jar: Jar | None, form: dict[str, str], origin: str | None
+) -> httpx.Response:
+    url = f"{setup.mcp}/connections"
+    headers = {"Accept": "text/html", **(jar.header(url) if jar else {})}
+    if origin is not None:
+        headers["Origin"] = origin
+    return httpx.post(url, data=form, headers=headers, follow_redirects=False, timeout=30)
+
+
+def revoked_grants(auth) -> int:
+    """Grants the oidc-provider AS has revoked."""
+    return sum(e["event"] == "grant.revoked" for e in auth.events())

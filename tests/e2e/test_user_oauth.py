@@ -209,3 +209,46 @@ def test_pages_opened_by_anyone_keep_nothing_on_the_gateway(setup):
     )
     assert forged.status_code == 403
     assert pending() == before
+
+
+async def test_declining_the_link_on_the_stateless_wire_ends_the_call(setup):
+    """2026-07-28: a retry saying the user declined gets a final answer, not the question
+    again (a client would ask the user round after round)."""
+    headers = {
+        "Authorization": f"Bearer {setup.token('declining-user')}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "whoami",
+    }
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"url": {}}},
+    }
+    call = {"name": "whoami", "arguments": {}, "_meta": meta}
+    first = httpx.post(
+        setup.mcp,
+        headers=headers,
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call},
+        timeout=30,
+    )
+    asked = first.json()["result"]
+    assert asked["resultType"] == "input_required", first.text
+    (key,) = asked["inputRequests"]
+    retry = {
+        **call,
+        "inputResponses": {key: {"action": "decline"}},
+        "requestState": asked["requestState"],
+    }
+    second = httpx.post(
+        setup.mcp,
+        headers=headers,
+        json={"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": retry},
+        timeout=30,
+    )
+    assert second.status_code == 200, second.text
+    result = second.json()["result"]
+    assert result["isError"] is True
+    assert "declined" in result["content"][0]["text"]
+    assert "resultType" not in result or result["resultType"] != "input_required"

@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections.abc import Iterator
 from urllib.parse import urljoin
 
-import httpx
 import pytest
 
-from connect_flow import Jar, Page, browse
 from mcp_oauth_gateway.usertokens import Grant, load_keys
 from support import free_port, unverified_claims, wait_until
 from upstream_servers_support import initialize, refresh, revoke
@@ -41,9 +38,13 @@ from user_oauth_lifecycle_support import (
     audited,
     concurrently,
     connect,
+    disconnect_form,
     grants_cli,
+    post_connections,
     refreshes_ok,
+    revoked_grants,
     secret_parts,
+    signed_in_page,
     still_asked,
     stored,
     whoami,
@@ -387,36 +388,6 @@ async def test_grants_list_shows_whose_grant_without_a_token_and_remove_asks_aga
 # 6. The connections page.
 
 
-def _form(page: Page) -> dict[str, str]:
-    """The Disconnect form's hidden fields."""
-    fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', page.text))
-    assert {"backend", "csrf"} <= set(fields), page.text
-    return fields
-
-
-def _signed_in_page(setup: UserOAuthGateway, sub: str) -> Page:
-    """`sub` at `<mcp>/connections`, signed in at the route's provider."""
-    page = browse(f"{setup.mcp}/connections", [setup.route_login(sub)], jar=setup.jar(sub))
-    assert page.status == 200, (page.url, page.status, page.text)
-    assert page.url == f"{setup.mcp}/connections"
-    return page
-
-
-def _post(
-    setup: UserOAuthGateway, jar: Jar | None, form: dict[str, str], origin: str | None
-) -> httpx.Response:
-    url = f"{setup.mcp}/connections"
-    headers = {"Accept": "text/html", **(jar.header(url) if jar else {})}
-    if origin is not None:
-        headers["Origin"] = origin
-    return httpx.post(url, data=form, headers=headers, follow_redirects=False, timeout=30)
-
-
-def _revoked(auth) -> int:
-    """Grants the oidc-provider AS has revoked."""
-    return sum(e["event"] == "grant.revoked" for e in auth.events())
-
-
 async def test_a_user_disconnects_on_the_connections_page_and_is_asked_again(setup, evidence):
     auth = setup.upstream.auth
     await connect(setup, "page-alice", "alice")
@@ -424,44 +395,44 @@ async def test_a_user_disconnects_on_the_connections_page_and_is_asked_again(set
     alice = evidence.saw(await stored(setup, "page-alice"))
     assert alice is not None
     assert alice.refresh_token is not None
-    page = _signed_in_page(setup, "page-alice")
+    page = signed_in_page(setup, "page-alice")
     assert "Upstream Notes" in page.text
     assert "connected since" in page.text
-    form = _form(page)
+    form = disconnect_form(page)
     mine = setup.jar("page-alice")
-    theirs = _form(_signed_in_page(setup, "page-bob"))
+    theirs = disconnect_form(signed_in_page(setup, "page-bob"))
     same_site = setup.gateway
-    revoked = _revoked(auth)
+    revoked = revoked_grants(auth)
 
     refused = {
-        "no csrf": _post(setup, mine, {"backend": form["backend"]}, same_site),
-        "a wrong csrf": _post(setup, mine, {**form, "csrf": theirs["csrf"]}, same_site),
-        "another site": _post(setup, mine, form, "http://127.0.0.1:1"),
-        "no page cookie": _post(setup, None, form, same_site),
-        "bob's cookie": _post(setup, setup.jar("page-bob"), form, same_site),
+        "no csrf": post_connections(setup, mine, {"backend": form["backend"]}, same_site),
+        "a wrong csrf": post_connections(setup, mine, {**form, "csrf": theirs["csrf"]}, same_site),
+        "another site": post_connections(setup, mine, form, "http://127.0.0.1:1"),
+        "no page cookie": post_connections(setup, None, form, same_site),
+        "bob's cookie": post_connections(setup, setup.jar("page-bob"), form, same_site),
     }
     for why, answer in refused.items():
         assert answer.status_code == 403, (why, answer.status_code, answer.text)
-    assert _revoked(auth) == revoked
+    assert revoked_grants(auth) == revoked
     assert await stored(setup, "page-alice") is not None
     # Bob's own form, with his own cookie, disconnects bob only.
-    bobs = _post(setup, setup.jar("page-bob"), theirs, same_site)
+    bobs = post_connections(setup, setup.jar("page-bob"), theirs, same_site)
     assert bobs.status_code in (302, 303), bobs.text
     assert await stored(setup, "page-bob") is None
-    assert _revoked(auth) == revoked + 1
+    assert revoked_grants(auth) == revoked + 1
     assert await stored(setup, "page-alice") is not None
     assert (await whoami(setup, "page-alice"))["sub"] == auth.subject("alice")
 
-    done = _post(setup, mine, form, same_site)
+    done = post_connections(setup, mine, form, same_site)
     assert done.status_code in (302, 303), done.text
     assert urljoin(setup.mcp, done.headers["location"]) == f"{setup.mcp}/connections"
     assert await stored(setup, "page-alice") is None
-    assert _revoked(auth) == revoked + 2, "the grant was not revoked at the AS"
+    assert revoked_grants(auth) == revoked + 2, "the grant was not revoked at the AS"
     after = refresh(auth, auth.confidential, alice.refresh_token)
     assert after.status_code == 400, after.text
     assert after.json()["error"] == "invalid_grant"
     wait_until(audited(setup, "upstream-disconnected", "page-alice"), 10, "the audit line")
-    assert "not connected" in _signed_in_page(setup, "page-alice").text
+    assert "not connected" in signed_in_page(setup, "page-alice").text
     await still_asked(setup, "page-alice")
 
 
@@ -512,46 +483,3 @@ async def test_a_refused_token_is_renewed_while_its_grant_lives_and_asked_for_on
     assert renewed.access_token != grant.access_token
     assert setup.upstream.server.tokens_received()[-1] == renewed.access_token
     wait_until(audited(setup, "upstream-token-refreshed", "renewed-user"), 10, "the audit line")
-
-
-async def test_declining_the_link_on_the_stateless_wire_ends_the_call(setup):
-    """2026-07-28: a retry saying the user declined gets a final answer, not the question
-    again (a client would ask the user round after round)."""
-    headers = {
-        "Authorization": f"Bearer {setup.token('declining-user')}",
-        "Accept": "application/json, text/event-stream",
-        "Content-Type": "application/json",
-        "MCP-Protocol-Version": "2026-07-28",
-        "Mcp-Method": "tools/call",
-        "Mcp-Name": "whoami",
-    }
-    meta = {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"url": {}}},
-    }
-    call = {"name": "whoami", "arguments": {}, "_meta": meta}
-    first = httpx.post(
-        setup.mcp,
-        headers=headers,
-        json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call},
-        timeout=30,
-    )
-    asked = first.json()["result"]
-    assert asked["resultType"] == "input_required", first.text
-    (key,) = asked["inputRequests"]
-    retry = {
-        **call,
-        "inputResponses": {key: {"action": "decline"}},
-        "requestState": asked["requestState"],
-    }
-    second = httpx.post(
-        setup.mcp,
-        headers=headers,
-        json={"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": retry},
-        timeout=30,
-    )
-    assert second.status_code == 200, second.text
-    result = second.json()["result"]
-    assert result["isError"] is True
-    assert "declined" in result["content"][0]["text"]
-    assert "resultType" not in result or result["resultType"] != "input_required"

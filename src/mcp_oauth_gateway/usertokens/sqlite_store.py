@@ -119,9 +119,19 @@ class SqliteStore:
     async def put(self, key: GrantKey, grant: Grant) -> None:
         """Insert or replace `key`'s grant."""
         sealed = self._sealer.seal_grant(key, grant)
-        row = (key.text(), key.issuer, key.subject, key.backend, sealed,
-               self._sealer.keys.sealing_id, grant.scope, grant.obtained_at,
-               grant.refreshed_at, grant.expires_at, time.time())  # fmt: skip
+        row = (
+            key.text(),
+            key.issuer,
+            key.subject,
+            key.backend,
+            sealed,
+            self._sealer.keys.sealing_id,
+            grant.scope,
+            grant.obtained_at,
+            grant.refreshed_at,
+            grant.expires_at,
+            time.time(),
+        )
         await self._run(lambda db: db.execute(_PUT, row))
 
     async def delete(self, key: GrantKey) -> bool:

@@ -74,8 +74,16 @@ def test_a_text_that_is_no_key_is_refused(text):
 
 
 def test_a_grant_reads_back_as_written():
-    for written in (grant(), grant(refresh_token=None, expires_at=None, scope=None,
-                                   upstream_issuer=None, refreshed_at=1_700_000_100)):  # fmt: skip
+    for written in (
+        grant(),
+        grant(
+            refresh_token=None,
+            expires_at=None,
+            scope=None,
+            upstream_issuer=None,
+            refreshed_at=1_700_000_100,
+        ),
+    ):
         assert Grant.from_json(written.to_json()) == written
 
 
