@@ -56,22 +56,33 @@ def client_for(target: RedisTarget, **options: Any) -> Redis | RedisCluster:
     if target.kind == "single":
         return Redis.from_url(target.url, **timeouts)
     credentials: dict[str, Any] = {"username": target.username, "password": target.password}
+    tls = tls_options(target)
     if target.kind == "cluster":
         nodes = [ClusterNode(host, port) for host, port in target.nodes]
-        return RedisCluster(startup_nodes=nodes, ssl=target.tls, **credentials, **timeouts)
+        return RedisCluster(startup_nodes=nodes, **tls, **credentials, **timeouts)
     sentinel_options: dict[str, Any] = {
         "socket_timeout": timeouts["socket_timeout"],
         "socket_connect_timeout": timeouts["socket_connect_timeout"],
-        "ssl": target.tls,
+        **tls,
     }
     if target.sentinel_password is not None:
         sentinel_options["password"] = target.sentinel_password
     sentinel = Sentinel(list(target.nodes), sentinel_kwargs=sentinel_options)
     assert target.service is not None  # a Sentinel URL names its service
     primary: Redis = sentinel.master_for(
-        target.service, db=target.db, ssl=target.tls, **credentials, **timeouts
+        target.service, db=target.db, **tls, **credentials, **timeouts
     )
     return primary
+
+
+def tls_options(target: RedisTarget) -> dict[str, Any]:
+    """redis-py's TLS options for a Sentinel set's or a Cluster's connections."""
+    if not target.tls:
+        return {"ssl": False}
+    options: dict[str, Any] = {"ssl": True}
+    if target.ca_file is not None:
+        options["ssl_ca_certs"] = target.ca_file
+    return options
 
 
 class RedisConnection:
@@ -161,7 +172,7 @@ class RedisConnection:
                 port=int(node.port),
                 username=self.target.username,
                 password=self.target.password,
-                ssl=self.target.tls,
+                **tls_options(self.target),
                 socket_timeout=SOCKET_TIMEOUT,
                 socket_connect_timeout=SOCKET_TIMEOUT,
             )

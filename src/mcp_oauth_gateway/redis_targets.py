@@ -7,7 +7,8 @@ place that takes a Redis URL, and one way to show it (never its passwords).
 A Sentinel set's own password, when it has one, is the `sentinel_password` query parameter
 (the sentinels and the servers usually have different ones). Every form takes `acks` (how many
 replicas must have a critical write before it counts: 1 by default for Sentinel and Cluster,
-0 for one server) and `ack_timeout_ms` (how long a critical write waits for them, 1000)."""
+0 for one server), `ack_timeout_ms` (how long a critical write waits for them, 1000) and, with
+TLS, `ssl_ca_certs` (the CA file the servers' certificates are checked with)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,9 @@ class RedisTarget:
     tls: bool = False
     acks: int = 0
     ack_timeout_ms: int = DEFAULT_ACK_TIMEOUT_MS
+    # The CA file TLS connections check the servers' certificates with (`ssl_ca_certs`, as
+    # redis-py names it; a single server's URL passes it to redis-py itself).
+    ca_file: str | None = None
 
     @property
     def shown(self) -> str:
@@ -86,13 +90,14 @@ def parse_redis_url(url: str, where: str = "the Redis URL") -> RedisTarget:
     nodes = tuple(_node(h, kind, where) for h in hosts.split(",") if h)
     if not nodes:
         raise ValueError(f"{where} {shown_redis_url(url)!r} names no host: give {REDIS_FORMS}")
-    allowed = {*_ACK_PARAMETERS, *(("sentinel_password",) if kind == "sentinel" else ())}
+    allowed = {*_ACK_PARAMETERS, "ssl_ca_certs"}
+    allowed |= {"sentinel_password"} if kind == "sentinel" else set()
     unknown = sorted(set(query) - allowed)
     if unknown:
         raise ValueError(
             f"{where} {shown_redis_url(url)!r}: unknown parameter {', '.join(unknown)} "
-            "(a Sentinel URL takes sentinel_password, acks and ack_timeout_ms; a Cluster URL "
-            "acks and ack_timeout_ms)"
+            "(a Sentinel URL takes sentinel_password, acks, ack_timeout_ms and ssl_ca_certs; a "
+            "Cluster URL acks, ack_timeout_ms and ssl_ca_certs)"
         )
     acks, timeout = _acks(query, 1, url, where)
     service, db = _path(parts.path, kind, url, where)
@@ -108,6 +113,7 @@ def parse_redis_url(url: str, where: str = "the Redis URL") -> RedisTarget:
         scheme.startswith("rediss"),
         acks,
         timeout,
+        query.get("ssl_ca_certs") or None,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from mcp_oauth_gateway.redis_clients import tls_options
 from mcp_oauth_gateway.redis_targets import parse_redis_url, shown_redis_url
 
 
@@ -43,7 +44,7 @@ def test_a_cluster_url_names_its_seed_nodes() -> None:
         ("redis+sentinel://h1:26379/a/b/c", "name the Sentinel service"),
         ("redis+sentinel://h1:26379/m?password=x", "unknown parameter password"),
         ("redis+cluster://h1:7000/3", "database 0 only"),
-        ("redis+cluster://h1:7000/?sentinel_password=x", "a Cluster URL acks and ack_timeout_ms"),
+        ("redis+cluster://h1:7000/?sentinel_password=x", "a Cluster URL acks, ack_timeout_ms and ssl_ca_certs"),
         ("redis://h:1/0?acks=many", "not a number of replicas"),
         ("redis+sentinel://h:1/m?acks=-1", "not a number of replicas"),
         ("redis+cluster://h:1/?ack_timeout_ms=0", "milliseconds from 1"),
@@ -105,3 +106,11 @@ def test_a_password_written_unencoded_is_not_shown_in_part(url: str) -> None:
 def test_a_url_with_credentials_is_shown_to_have_them() -> None:
     assert shown_redis_url("redis://:pw@h:6379/0") == "redis://***@h:6379/0"
     assert shown_redis_url("redis://h:6379/0") == "redis://h:6379/0"
+
+
+def test_tls_with_a_ca_file_reaches_every_connection_of_a_sentinel_set_or_cluster() -> None:
+    sentinel = parse_redis_url("rediss+sentinel://h:1/m?ssl_ca_certs=/etc/redis/ca.pem")
+    assert tls_options(sentinel) == {"ssl": True, "ssl_ca_certs": "/etc/redis/ca.pem"}
+    assert tls_options(parse_redis_url("redis+cluster://h:1/")) == {"ssl": False}
+    single = parse_redis_url("rediss://h:1/0?ssl_ca_certs=/etc/redis/ca.pem&acks=1")
+    assert single.url == "rediss://h:1/0?ssl_ca_certs=%2Fetc%2Fredis%2Fca.pem"
