@@ -10,13 +10,17 @@ import asyncio
 import os
 import secrets
 import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from conftest import write_example
 from mcp_oauth_gateway.broker.refresh import RefreshReused, RefreshTokens
 from mcp_oauth_gateway.broker.store import RedisStore as BrokerRedisStore
 from mcp_oauth_gateway.redis_clients import RedisConnection, RedisUnavailable
@@ -26,6 +30,7 @@ from mcp_oauth_gateway.usertokens.locking import StoreError
 from mcp_oauth_gateway.usertokens.redis_store import RedisStore as GrantRedisStore
 from redis_ha_support import (
     CLUSTER_PASSWORD,
+    SERVER_PASSWORD,
     RedisClusterSet,
     SentinelSet,
     redis_cluster,
@@ -198,3 +203,36 @@ async def test_a_grant_store_write_no_replica_has_is_a_store_error(sentinels, se
         pytest.raises(StoreError, match="0 of the 1 replicas"),
     ):
         await store.put(key, grant("t2"))
+
+
+def check_redis_lines(config: Path, url: str) -> list[str]:
+    """`check`'s lines about Redis with `url` as the environment's Redis."""
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_oauth_gateway", "check", "-f", str(config), "--timeout", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MCP_OAUTH_GATEWAY_REDIS_URL": url},
+        check=False,
+    )
+    assert SERVER_PASSWORD not in done.stdout + done.stderr
+    return [line for line in done.stdout.splitlines() if line.startswith("redis ")]
+
+
+async def test_check_says_whether_critical_writes_would_be_acknowledged(
+    sentinels, sentinel_connection, tmp_path
+):
+    config = write_example("provider-b", tmp_path / "cfg", {})
+    url = sentinels.url + "&ack_timeout_ms=300"
+    (line,) = await asyncio.to_thread(check_redis_lines, config, url)
+    assert line.endswith("(MCP_OAUTH_GATEWAY_REDIS_URL): ok, writes acknowledged by 1 replica(s)")
+    assert line.startswith("redis redis+sentinel://***@127.0.0.1:")
+    with stopped(sentinels.replica), stopped(sentinels.others[0]):
+        (line,) = await asyncio.to_thread(check_redis_lines, config, url)
+    assert "FAILED: a write reached 0 of the 1 replicas it needs within 300 ms" in line
+
+
+async def test_check_probes_every_primary_of_a_cluster(cluster, cluster_connection, tmp_path):
+    config = write_example("provider-b", tmp_path / "cfg", {})
+    (line,) = await asyncio.to_thread(check_redis_lines, config, cluster.url)
+    assert line.endswith("ok, writes acknowledged by 1 replica(s)"), line
