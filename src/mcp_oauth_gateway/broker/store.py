@@ -4,16 +4,17 @@ states are single use even across replicas."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import secrets
 import time
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 import orjson
 from redis.asyncio.client import Pipeline
-from redis.exceptions import RedisError
 
-from ..redis_clients import RedisConnection, RedisUnavailable
+from ..redis_clients import SOCKET_TIMEOUT, RedisConnection, RedisUnavailable
 
 PREFIX = "mcp-oauth-gateway:broker:"
 
@@ -69,11 +70,43 @@ class MemoryStore:
         """Nothing to release."""
 
 
+# Seconds a failed store exchange is tried again: a request waits this long (and the exchange
+# under way then) for a Sentinel or Cluster failover before it is answered 503. Longer than
+# SOCKET_TIMEOUT, so that an exchange with a primary that hung is tried once more.
+PATIENCE = SOCKET_TIMEOUT + 1
+_PAUSE = 0.2
+# Seconds after sending that Redis may still run a command: past it the gateway may have given
+# up waiting (SOCKET_TIMEOUT) and answered 503, so the command must do nothing.
+ON_TIME = SOCKET_TIMEOUT / 2
+# A command delivered late (held in a hung primary or a cut network after the gateway answered
+# 503) must not take a code or a refresh token the client was told is untouched, nor put back
+# one that has been used since.
+_ON_TIME = """
+local now = redis.call('TIME')
+if tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > tonumber(ARGV[1]) then
+  return redis.error_reply('LATE the gateway no longer waits for this command')
+end
+"""
+_PUT = _ON_TIME + "return redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3], unpack(ARGV, 4))"
+_TAKE = (
+    _ON_TIME
+    + """
+local ttl = redis.call('PTTL', KEYS[1])
+local value = redis.call('GET', KEYS[1])
+if value then redis.call('DEL', KEYS[1]) end
+return {ttl, value}
+"""
+)
+T = TypeVar("T")
+
+
 class RedisStore:
-    """Redis (GETDEL needs Redis ≥ 6.2), shared by every replica using the same URL. Every
-    write is acknowledged (`RedisConnection.acknowledged`): a code redeemed, a refresh token
-    rotated or a revocation is never reported done on a state a failover then loses; the
-    caller gets RedisUnavailable (503, `Retry-After`) instead."""
+    """Redis (≥ 6.2), shared by every replica using the same URL. Every write is
+    acknowledged (`RedisConnection.acknowledged`): a code redeemed, a refresh token rotated or
+    a revocation is never reported done on a state a failover then loses; the caller gets
+    RedisUnavailable (503, `Retry-After`) instead, after trying again for PATIENCE seconds
+    (a failover ends, and what a request took is not lost to a write that failed after it).
+    Each command runs only while the gateway waits for its answer (`ON_TIME`)."""
 
     def __init__(self, connection: RedisConnection):
         self.connection = connection
@@ -81,37 +114,53 @@ class RedisStore:
         self._secret: bytes | None = None
 
     async def put(self, kind: str, key: str, value: dict[str, Any], ttl: int) -> None:
-        """SET with EX, acknowledged."""
+        """SET with an expiry, acknowledged."""
         name = f"{PREFIX}{kind}:{key}"
-        await self.connection.acknowledged(
-            name, lambda pipe: pipe.set(name, orjson.dumps(value), ex=ttl)
-        )
+        raw = orjson.dumps(value)
+        await _patiently(lambda: self._on_time(name, _PUT, raw, ttl * 1000))
 
     async def take(self, kind: str, key: str) -> dict[str, Any] | None:
-        """GETDEL: atomic, so a code is redeemed once even when two replicas race; taken back
-        when no replica acknowledged it (so the caller may try again)."""
+        """GET and DEL in one script: atomic, so a code is redeemed once even when two
+        replicas race; put back when no replica acknowledged it (so it can be taken again)."""
         name = f"{PREFIX}{kind}:{key}"
 
-        def build(pipe: Pipeline) -> None:
-            pipe.pttl(name)
-            pipe.getdel(name)
+        async def attempt() -> Any:
+            try:
+                [(_, raw)] = await self._on_time(name, _TAKE)
+            except RedisUnavailable as exc:
+                await self._undo_take(name, exc.results)
+                raise
+            return raw
 
-        try:
-            _, raw = await self.connection.acknowledged(name, build)
-        except RedisUnavailable as exc:
-            await self._undo_take(name, exc.results)
-            raise
+        raw = await _patiently(attempt)
         return None if raw is None else orjson.loads(raw)
 
+    async def _on_time(self, name: str, script: str, *args: bytes | int | str) -> list[Any]:
+        """`script` on `name` (its deadline first of its arguments), acknowledged."""
+        deadline = int((time.time() + ON_TIME) * 1000)
+        return await self.connection.acknowledged(
+            name, lambda pipe: pipe.eval(script, 1, name, deadline, *args)
+        )
+
     async def _undo_take(self, name: str, results: list[Any] | None) -> None:
-        """Put back a value taken but not acknowledged (best effort: Redis is failing)."""
-        if not results or results[1] is None:
+        """Put back on the primary a value taken there but not acknowledged, unless one
+        stands there again (best effort: Redis is failing)."""
+        if not results or results[0][1] is None:
             return
-        millis = int(results[0])
-        with contextlib.suppress(RedisError, OSError):
-            await self.connection.client.set(
-                name, results[1], px=millis if millis > 0 else None, nx=True
-            )
+        millis, raw = int(results[0][0]), results[0][1]
+        # A key without expiry (none of the Broker's) is put back for a day.
+        expiry = millis if millis > 0 else 86_400_000
+
+        async def attempt() -> None:
+            try:
+                await self._on_time(name, _PUT, raw, expiry, "NX")
+            except RedisUnavailable as exc:
+                if exc.results is None:
+                    raise  # not run: try again
+                # Run: the replicas that lack it lack the take too.
+
+        with contextlib.suppress(RedisUnavailable):
+            await _patiently(attempt)
 
     async def secret(self) -> bytes:
         """Created by the first replica (SET NX, acknowledged), read by the others."""
@@ -133,3 +182,15 @@ class RedisStore:
 
     async def close(self) -> None:
         """Nothing: the connection is the process's (RedisConnections closes it)."""
+
+
+async def _patiently(attempt: Callable[[], Awaitable[T]]) -> T:
+    """`attempt()`, tried again while Redis is unavailable, for up to PATIENCE seconds."""
+    give_up = time.monotonic() + PATIENCE
+    while True:
+        try:
+            return await attempt()
+        except RedisUnavailable:
+            if time.monotonic() >= give_up:
+                raise
+            await asyncio.sleep(_PAUSE)
