@@ -83,7 +83,7 @@ class MemoryReplayCache:
     Forgetting one would accept that proof a second time, which is the one thing this cache
     exists to prevent, and an attacker able to fill it could then choose when replays work.
     Only fully verified proofs are recorded, so filling it takes valid proofs at the rate
-    limits allow; the default (100 000, about 20 MB) holds five minutes of over 300 proofs a
+    limits allow; the default (100 000, about 25 MB) holds five minutes of over 300 proofs a
     second. Replicas share nothing through it: use `RedisReplayCache` with more than one.
     """
 
