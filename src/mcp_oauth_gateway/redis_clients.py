@@ -126,6 +126,17 @@ class RedisConnection:
         self.ok()
         return True
 
+    async def clock(self, key: str) -> float:
+        """The time now (seconds) by the clock of `key`'s primary: what a command sent to it
+        next can measure its own lateness against, whatever the gateway's clock says."""
+        try:
+            seconds, micros = await (await self._primary_of(key)).time()
+        except (RedisError, OSError) as exc:
+            self.failed(exc)
+            self._stale_slots = True
+            raise RedisUnavailable(self.shown, f"did not answer: {exc}") from exc
+        return seconds + micros / 1_000_000
+
     async def acknowledged(self, key: str, build: Callable[[Pipeline], object]) -> list[Any]:
         """The replies of the commands `build` queues (all on `key`'s slot), once `acks`
         replicas have them; RedisUnavailable when Redis fails or too few replicas answer."""

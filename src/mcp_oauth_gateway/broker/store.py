@@ -74,9 +74,13 @@ class MemoryStore:
 # under way then) for a Sentinel or Cluster failover before it is answered 503. Longer than
 # SOCKET_TIMEOUT, so that an exchange with a primary that hung is tried once more.
 PATIENCE = SOCKET_TIMEOUT + 1
+# A write is tried again for longer: most follow a take (a sign-in's state, a code, a refresh
+# token whose provider token the provider has just replaced) that is lost if they never land.
+WRITE_PATIENCE = 3 * SOCKET_TIMEOUT
 _PAUSE = 0.2
-# Seconds after sending that Redis may still run a command: past it the gateway may have given
-# up waiting (SOCKET_TIMEOUT) and answered 503, so the command must do nothing.
+# Seconds after the primary's clock was read that it may still run the command sent next: past
+# it the gateway may have given up waiting (SOCKET_TIMEOUT) and answered 503, so the command
+# must do nothing. Measured by the primary's own clock: no clock needs to agree with another.
 ON_TIME = SOCKET_TIMEOUT / 2
 # A command delivered late (held in a hung primary or a cut network after the gateway answered
 # 503) must not take a code or a refresh token the client was told is untouched, nor put back
@@ -105,7 +109,8 @@ class RedisStore:
     acknowledged (`RedisConnection.acknowledged`): a code redeemed, a refresh token rotated or
     a revocation is never reported done on a state a failover then loses; the caller gets
     RedisUnavailable (503, `Retry-After`) instead, after trying again for PATIENCE seconds
-    (a failover ends, and what a request took is not lost to a write that failed after it).
+    (WRITE_PATIENCE for a write: what a request took is not lost to a write that failed after
+    it while Redis failed over).
     Each command runs only while the gateway waits for its answer (`ON_TIME`)."""
 
     def __init__(self, connection: RedisConnection):
@@ -117,7 +122,7 @@ class RedisStore:
         """SET with an expiry, acknowledged."""
         name = f"{PREFIX}{kind}:{key}"
         raw = orjson.dumps(value)
-        await _patiently(lambda: self._on_time(name, _PUT, raw, ttl * 1000))
+        await _patiently(lambda: self._on_time(name, _PUT, raw, ttl * 1000), WRITE_PATIENCE)
 
     async def take(self, kind: str, key: str) -> dict[str, Any] | None:
         """GET and DEL in one script: atomic, so a code is redeemed once even when two
@@ -132,12 +137,12 @@ class RedisStore:
                 raise
             return raw
 
-        raw = await _patiently(attempt)
+        raw = await _patiently(attempt, PATIENCE)
         return None if raw is None else orjson.loads(raw)
 
     async def _on_time(self, name: str, script: str, *args: bytes | int | str) -> list[Any]:
         """`script` on `name` (its deadline first of its arguments), acknowledged."""
-        deadline = int((time.time() + ON_TIME) * 1000)
+        deadline = int((await self.connection.clock(name) + ON_TIME) * 1000)
         return await self.connection.acknowledged(
             name, lambda pipe: pipe.eval(script, 1, name, deadline, *args)
         )
@@ -160,7 +165,7 @@ class RedisStore:
                 # Run: the replicas that lack it lack the take too.
 
         with contextlib.suppress(RedisUnavailable):
-            await _patiently(attempt)
+            await _patiently(attempt, WRITE_PATIENCE)
 
     async def secret(self) -> bytes:
         """Created by the first replica (SET NX, acknowledged), read by the others."""
@@ -184,9 +189,9 @@ class RedisStore:
         """Nothing: the connection is the process's (RedisConnections closes it)."""
 
 
-async def _patiently(attempt: Callable[[], Awaitable[T]]) -> T:
-    """`attempt()`, tried again while Redis is unavailable, for up to PATIENCE seconds."""
-    give_up = time.monotonic() + PATIENCE
+async def _patiently(attempt: Callable[[], Awaitable[T]], patience: float) -> T:
+    """`attempt()`, tried again while Redis is unavailable, for up to `patience` seconds."""
+    give_up = time.monotonic() + patience
     while True:
         try:
             return await attempt()
