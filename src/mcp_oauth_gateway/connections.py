@@ -131,6 +131,8 @@ class ConnectionGuard:
         counts.limit = self.max_connections
         # The loopback admin listener stays reachable (metrics, health) while the cap is hit.
         self.uncapped_ports = frozenset(uncapped_ports)
+        # Set when the drain starts: every response from then on closes its connection.
+        self.draining = False
         self._refusal = {
             "error": "temporarily_unavailable",
             "error_description": f"the gateway already holds {self.max_connections} open "
@@ -271,12 +273,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         _on_message_begin(self)
 
     def on_headers_complete(self) -> None:
-        """The head is complete: its timer stops, the body (if any) follows."""
+        """The head is complete: its timer stops, the body (if any) follows. While draining,
+        its response closes the connection (`Connection: close`)."""
         self._phase = _BODY
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
         _on_headers_complete(self)
+        if self.guard.draining and self.cycle is not None:
+            self.cycle.keep_alive = False
 
     def on_message_complete(self) -> None:
         """The request is complete: no client-side timer until the next one begins."""
@@ -285,6 +290,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._idle_timer.cancel()
             self._idle_timer = None
         _on_message_complete(self)
+
+    def shutdown(self) -> None:
+        """The drain started: an idle connection closes now; one whose request head is arriving
+        stays open for that request, whose response closes it (as a request's being served)."""
+        if self._phase != _HEAD:
+            super().shutdown()
 
     def timeout_keep_alive_handler(self) -> None:
         """Close an idle keep-alive connection, unless a request has begun since."""
