@@ -31,6 +31,7 @@ from drain_support import (
     start_replica,
 )
 from loadbalancer_support import LoadBalancer
+from node_clients import DrainClient
 from support import wait_until, wait_until_async
 
 # Well past what the tests take: the drain ends when nothing is left in flight, not then.
@@ -118,6 +119,42 @@ async def test_an_sdk_client_continues_at_the_other_replica(server, replicas):
             assert heard == ["before", "while away", "after"], (heard, server.state())
         drained_cleanly(a)
     assert b.process.popen.poll() is None
+
+
+def test_a_typescript_client_continues_at_the_other_replica(server, replicas, logs):
+    a, b = replicas
+    with LoadBalancer([a.port]) as lb:
+        client = DrainClient(lb.url("/mcp"), logs / "ts-drain-client.log")
+        try:
+            client.call("1", "echo", text="hello")
+            assert client.answer("1") == {"called": "1", "text": "hello"}
+            wait_until(lambda: len(server.state()["gets"]) == 1, 30, "the GET stream")
+            server.notify("before")
+            wait_until(lambda: "before" in client.heard(), 30, "the first notification")
+            lb.add(b.port)
+            client.call("2", "hold", name="roll")
+            wait_until(lambda: server.state()["held"] == ["roll"], 30, "the call to run")
+            server.gate(closed=True)
+            a.terminate()
+            wait_until(a.draining, 30, "readiness to say draining")
+            wait_until(lambda: len(server.state()["gets"]) >= 2, 30, "the resumed stream")
+            assert server.state()["gets"][1] is not None, "resumed without Last-Event-ID"
+            server.notify("while away")
+            server.gate(closed=False)
+            wait_until(lambda: "while away" in client.heard(), 30, "the resumed notification")
+            server.release("roll")
+            assert client.answer("2") == {"called": "2", "text": "released roll"}
+            server.notify("after")
+            wait_until(lambda: "after" in client.heard(), 30, "a notification after")
+            client.call("3", "echo", text="again")
+            assert client.answer("3") == {"called": "3", "text": "again"}
+            client.quit()
+            assert client.heard() == ["before", "while away", "after"]
+            assert not [line for line in client.lines if "error" in line], client.lines
+        finally:
+            client.stop()
+        drained_cleanly(a)
+    assert lb.forwarded[b.port] >= 1
 
 
 def test_readiness_says_draining_at_once_while_a_call_runs(server, replicas):
