@@ -190,7 +190,7 @@ def tune_gc() -> None:
 def _uvicorn_config(
     app: GatewayApp, guard: ConnectionGuard, options: ServeOptions
 ) -> uvicorn.Config:
-    """The HTTP server's settings: the guarded protocol, the drain period, no extras."""
+    """The HTTP server's settings: the guarded protocol, no extras (`_Server` drains)."""
     return uvicorn.Config(
         app,
         loop="uvloop",
@@ -200,8 +200,7 @@ def _uvicorn_config(
         server_header=False,
         log_config=None,
         # uvicorn's annotations say int; it passes the value to asyncio, which takes a float.
-        timeout_graceful_shutdown=options.grace_period,  # type: ignore[arg-type]
-        timeout_keep_alive=options.limits.idle_timeout,  # type: ignore[arg-type]  # likewise
+        timeout_keep_alive=options.limits.idle_timeout,  # type: ignore[arg-type]
         # The gateway serves no WebSockets; an upgraded connection would leave the protocol
         # that counts it against --max-connections.
         ws="none",
