@@ -92,6 +92,7 @@ class _Server(uvicorn.Server):
             sock.close()  # as uvicorn does: the server may hold it until its handle closes
         for connection in list(self.server_state.connections):
             connection.shutdown()
+        await self.release()
         cut = await self._finish_in_flight(began + self.drain.grace)
         self.drain.stop()
         for server in own:
@@ -105,6 +106,10 @@ class _Server(uvicorn.Server):
             log.warning("drained in %.1fs: %d requests cut at the grace period's end", elapsed, cut)
         else:
             log.info("drained in %.1fs", elapsed)
+
+    async def release(self) -> None:
+        """What to give up once nothing new is accepted, while requests finish (file mode:
+        nothing)."""
 
     def _serving(self, deadline: float) -> bool:
         """Whether requests run, or connections of the Gateway listeners are open, before
@@ -433,14 +438,15 @@ class _ClusterServer(_Server):
         controller.start()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        """Give up the Lease and stop watching, then drain as in file mode (readiness says
-        draining from the start)."""
-        self.drain.start()
-        if self.view.controller is not None:
-            await self.view.controller.stop()
+        """Drain as in file mode, no Gateway listener opening any more."""
         if self.view.listeners is not None:
             self.view.listeners.close()
         await super().shutdown(sockets)
+
+    async def release(self) -> None:
+        """Give up the Lease and stop watching while requests finish."""
+        if self.view.controller is not None:
+            await self.view.controller.stop()
 
 
 def serve_cluster(

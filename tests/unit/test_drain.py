@@ -1,7 +1,8 @@
 """SIGTERM's drain in the data plane (`serving/drain.py`, the entry point's exchange): an event
 stream ends between two events, never inside one, with `retry:` before its end; a GET stream as
 soon as the drain starts, a POST stream once the grace period is nearly over; what the relay
-still sends after the end is dropped; readiness says `draining` on both listeners at once.
+still sends after the end is dropped; readiness says `draining` on both listeners at once; in a
+cluster no Gateway listener opens once the drain began.
 
 The gateway runs in process, in front of an in-memory upstream whose event stream the test
 feeds chunk by chunk (the HTTP server's part, listeners and connections, is end to end:
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 
 from mcp_oauth_gateway.asgi import Headers
 from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
+from mcp_oauth_gateway.listeners import DynamicListeners
 from mcp_oauth_gateway.resources import load_paths
 from mcp_oauth_gateway.serving.app import GatewayApp
 from mcp_oauth_gateway.serving.drain import RETRY, Stream, ends_event
@@ -231,3 +234,16 @@ async def test_readiness_says_draining_on_both_listeners_once_the_drain_starts(g
         {"ready": False, "draining": True, "waitingFor": ["draining"]},
     )
     assert (await get(app, ADMIN, "/status")).json()["draining"] is True
+
+
+async def test_a_draining_cluster_replica_opens_no_gateway_listener():
+    # The controller may still hand over a snapshot with a new port while the server drains.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    servers: list[asyncio.Server] = []
+    listeners = DynamicListeners("127.0.0.1", asyncio.Protocol, servers)
+    listeners.close()
+    listeners.wanted = frozenset({port})
+    await listeners.reconcile()
+    assert (listeners.bound, servers) == ({}, [])
