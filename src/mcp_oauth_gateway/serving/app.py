@@ -441,9 +441,18 @@ class _Exchange:
 
 
 def _is_event_stream(start: Message) -> bool:
-    """Whether a response head announces an event stream."""
+    """Whether a response head announces an event stream the drain can read and end: one sent
+    compressed has no event boundaries to see, and no field can be added to it."""
+    stream = False
     for name, value in start.get("headers", ()):
-        # The length first: this runs for every response.
-        if len(name) == 12 and name.lower() == b"content-type":
-            return bytes(value[:17]).lower() == b"text/event-stream"
-    return False
+        # The lengths first: this runs for every response.
+        size = len(name)
+        if size == 12 and name.lower() == b"content-type":
+            stream = bytes(value[:17]).lower() == b"text/event-stream"
+        elif (
+            size == 16
+            and name.lower() == b"content-encoding"
+            and bytes(value).strip().lower() not in (b"", b"identity")
+        ):
+            return False
+    return stream
