@@ -443,16 +443,16 @@ class _Exchange:
 def _is_event_stream(start: Message) -> bool:
     """Whether a response head announces an event stream the drain can read and end: one sent
     compressed has no event boundaries to see, and no field can be added to it."""
-    stream = False
-    for name, value in start.get("headers", ()):
-        # The lengths first: this runs for every response.
-        size = len(name)
-        if size == 12 and name.lower() == b"content-type":
-            stream = bytes(value[:17]).lower() == b"text/event-stream"
-        elif (
-            size == 16
-            and name.lower() == b"content-encoding"
-            and bytes(value).strip().lower() not in (b"", b"identity")
-        ):
-            return False
-    return stream
+    headers = start.get("headers", ())
+    for name, value in headers:
+        # The length first, and out at the content type: this runs for every response.
+        if len(name) == 12 and name.lower() == b"content-type":
+            if value[:17].lower() != b"text/event-stream":
+                return False
+            return not any(
+                len(other) == 16
+                and other.lower() == b"content-encoding"
+                and coding.strip().lower() not in (b"", b"identity")
+                for other, coding in headers
+            )
+    return False
