@@ -197,6 +197,15 @@ def head_of(sock: socket.socket) -> bytes:
     return received
 
 
+def answer_on(sock: socket.socket) -> bytes:
+    """One request for a path no route has, and the gateway's whole 404 (the connection kept)."""
+    sock.sendall(b"GET /elsewhere HTTP/1.1\r\nHost: gateway\r\n\r\n")
+    received = b""
+    while not received.endswith(b"}"):  # the JSON body ends the answer
+        received += sock.recv(65536)
+    return received.lower()
+
+
 def test_a_draining_replica_takes_nothing_new(server, replicas):
     a, b = replicas
     with LoadBalancer([a.port, b.port]) as lb:
@@ -204,20 +213,25 @@ def test_a_draining_replica_takes_nothing_new(server, replicas):
         caller = threading.Thread(target=lambda: call_tool(a.url(), headers, "hold", name="keep"))
         caller.start()
         wait_until(lambda: server.state()["held"] == ["keep"], 30, "the call to run")
-        # A connection idle between requests, and one whose request head is half there.
-        idle = socket.create_connection(("127.0.0.1", a.port))
-        idle.sendall(b"GET /elsewhere HTTP/1.1\r\nHost: gateway\r\n\r\n")
-        assert idle.recv(65536).startswith(b"HTTP/1.1 404")
+        # Two connections idle between requests, and one whose request head is half there.
+        idle, kept = (socket.create_connection(("127.0.0.1", a.port)) for _ in range(2))
+        for sock in (idle, kept):
+            assert answer_on(sock).startswith(b"http/1.1 404")
         arriving = socket.create_connection(("127.0.0.1", a.port))
         arriving.sendall(b"GET /elsewhere HTTP/1.1\r\nHost: gateway\r\n")
         a.terminate()
         wait_until(a.draining, 30, "readiness to say draining")
         wait_until(a.refuses, 30, "the listener to refuse new connections")
-        assert head_of(idle) == b"", "the idle connection was not closed"
+        # A request on a kept connection, and the one that was arriving, are answered, saying
+        # that the connection closes; so it does.
+        kept.sendall(b"GET /elsewhere HTTP/1.1\r\nHost: gateway\r\n\r\n")
         arriving.sendall(b"\r\n")
-        answer = head_of(arriving).lower()
-        assert answer.startswith(b"http/1.1 404")
-        assert b"\r\nconnection: close\r\n" in answer
+        for sock in (kept, arriving):
+            answer = head_of(sock).lower()
+            assert answer.startswith(b"http/1.1 404"), answer
+            assert b"\r\nconnection: close\r\n" in answer
+        # The connection left idle is closed (once no client would still reuse it).
+        assert head_of(idle) == b"", "the idle connection was not closed"
         # New connections through the load balancer all reach B.
         refused, forwarded = lb.refused[a.port], lb.forwarded[b.port]
         for _ in range(4):
@@ -226,7 +240,7 @@ def test_a_draining_replica_takes_nothing_new(server, replicas):
         assert lb.refused[a.port] > refused
         server.release("keep")
         caller.join(30)
-        for sock in (idle, arriving):
+        for sock in (idle, kept, arriving):
             sock.close()
     drained_cleanly(a)
 
