@@ -53,6 +53,7 @@ class AdminApp:
         self.brokers = brokers
         if metrics is not None and brokers is not None:
             metrics.watch_federation(lambda: federation_rows(self.control.snapshot, brokers))
+            metrics.watch_redis(lambda: [(c.shown, c.up, c.failures) for c in brokers.redis.all()])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"].rstrip("/") or "/"
@@ -99,6 +100,10 @@ class AdminApp:
             body["draining"] = True
         if detailed:
             body["waitingFor"] = waiting
+            if self.brokers is not None:
+                # Shown, not a reason to leave the balancer: every replica shares the Redis,
+                # and routes that do not need it serve on (those that do answer 503).
+                body["degraded"] = self.brokers.redis.down()
         return 503 if waiting else 200, body
 
     def not_ready(self) -> list[str]:
@@ -139,6 +144,7 @@ class AdminApp:
         if self.brokers is not None:
             # Route → rule → target: up or down as last seen, the last failure, its counts.
             out["federation"] = federation_status(snapshot, self.brokers)
+            out["redis"] = [c.view() for c in self.brokers.redis.all()]
         if self.controller is not None:
             out["controller"] = self.controller.state()
         return out
