@@ -245,7 +245,7 @@ async def test_readiness_says_draining_on_both_listeners_once_the_drain_starts(g
     admin = await get(app, ADMIN, "/readyz")
     assert (admin.status_code, admin.json()) == (
         503,
-        {"ready": False, "draining": True, "waitingFor": ["draining"]},
+        {"ready": False, "draining": True, "waitingFor": ["draining"], "degraded": []},
     )
     assert (await get(app, ADMIN, "/status")).json()["draining"] is True
 
