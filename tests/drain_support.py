@@ -70,12 +70,27 @@ def resumable_server(logs: Path) -> Resumable:
 
 @dataclass
 class Replica:
-    """One gateway process: its listener, admin and health ports."""
+    """One gateway process: its listener, admin and health ports (and how it was started, to
+    start it again on the same ports after it stopped, as a rolled pod comes back)."""
 
     port: int
     admin: int
     health: int
     process: Process
+    command: list[str]
+    logs: Path
+
+    def start_again(self) -> None:
+        """Start the same gateway on the same ports (the previous process has exited)."""
+        assert self.process.popen.poll() is not None, "the replica still runs"
+        self.process.stop()
+        name = f"{self.process.name}-again"
+        self.process = Process(name, self.command, self.logs)
+        wait_for_port(self.port, self.process)
+
+    def ready(self) -> bool:
+        """Whether `/readyz` says ready."""
+        return self.readiness().status_code == 200
 
     def url(self, path: str = "/mcp") -> str:
         """This replica's address, not the load balancer's."""
@@ -137,7 +152,7 @@ def start_replica(
         *args,
     ]
     process = Process(f"gateway-replica-{port}", command, logs)
-    replica = Replica(port, admin, health, process)
+    replica = Replica(port, admin, health, process, command, logs)
     wait_for_port(port, process)
     return replica
 

@@ -4,7 +4,8 @@ loopback load balancer in front of them, and real clients. Readiness says `drain
 the listener takes no new connection (the load balancer passes to the other replica), idle
 connections close and a request already arriving gets its answer with `Connection: close`;
 a call in flight gets its answer; the GET stream ends between events and the client resumes it
-at the other replica with Last-Event-ID; the process exits 0; with `--workers` the same."""
+at the other replica with Last-Event-ID; the process exits 0; with `--workers` the same. Rolled
+in turn, as a Deployment rollout does, the two replicas fail no call of a client calling on."""
 
 from __future__ import annotations
 
@@ -119,6 +120,63 @@ async def test_an_sdk_client_continues_at_the_other_replica(server, replicas):
             assert heard == ["before", "while away", "after"], (heard, server.state())
         drained_cleanly(a)
     assert b.process.popen.poll() is None
+
+
+async def test_rolling_both_replicas_fails_no_call(server, replicas):
+    # As Kubernetes rolls a Deployment: each replica in turn leaves the load balancer, drains,
+    # comes back on the same ports and rejoins, while a client keeps calling.
+    a, b = replicas
+    heard: list[object] = []
+    failures: list[BaseException] = []
+    answered = [0]
+
+    async def logging(params: types.LoggingMessageNotificationParams) -> None:
+        heard.append(params.data)
+
+    # The client's connections all start at A, so that each roll moves all of them.
+    with LoadBalancer([a.port]) as lb:
+        async with (
+            httpx2.AsyncClient(timeout=60) as http,
+            streamable_http_client(lb.url("/mcp"), http_client=http) as (read, write, *_),
+            ClientSession(read, write, logging_callback=logging) as session,
+        ):
+            await session.initialize()
+            assert text(await session.call_tool("echo", {"text": "first"})) == "first"
+            await eventually(lambda: len(server.state()["gets"]) == 1, what="the GET stream")
+            server.notify("before")
+            await wait_until_async(lambda: "before" in heard, 30, "the first notification")
+            lb.add(b.port)
+            stop = asyncio.Event()
+
+            async def keep_calling() -> None:
+                while not stop.is_set():
+                    sent = str(answered[0])
+                    try:
+                        assert text(await session.call_tool("echo", {"text": sent})) == sent
+                        answered[0] += 1
+                    except Exception as exc:  # every failure is the test's finding
+                        failures.append(exc)
+
+            load = asyncio.ensure_future(keep_calling())
+            for replica in (a, b):
+                lb.remove(replica.port)
+                replica.terminate()
+                await asyncio.to_thread(drained_cleanly, replica)
+                await asyncio.to_thread(replica.start_again)
+                await eventually(replica.ready, what="the replica to be ready again")
+                lb.add(replica.port)
+                floor = answered[0] + 5
+                await wait_until_async(lambda f=floor: answered[0] > f, 30, "calls to go on")
+            stop.set()
+            await load
+            server.notify("rolled")
+            await wait_until_async(lambda: "rolled" in heard, 30, "a notification after")
+        assert failures == []
+        assert heard == ["before", "rolled"]
+        # Each drain moved the GET stream, resumed each time from the last event it had.
+        resumed = server.state()["gets"][1:]
+        assert len(resumed) >= 2
+        assert None not in resumed
 
 
 def test_a_typescript_client_continues_at_the_other_replica(server, replicas, logs):
