@@ -93,10 +93,11 @@ async def test_an_sdk_client_continues_at_the_other_replica(server, replicas):
             await eventually(lambda: len(server.state()["gets"]) == 1, what="the GET stream")
             server.notify("before")
             await wait_until_async(lambda: "before" in heard, 30, "the first notification")
-            # The next replica is ready; a call is in flight at the first when it is told to go.
-            lb.add(b.port)
+            # A call is in flight at the first replica (the only one yet) when the next one is
+            # ready and the first is told to go.
             held = asyncio.ensure_future(session.call_tool("hold", {"name": "roll"}))
             await eventually(lambda: server.state()["held"] == ["roll"], what="the call to run")
+            lb.add(b.port)
             server.gate(closed=True)
             a.terminate()
             await eventually(a.draining, what="readiness to say draining")
@@ -189,9 +190,9 @@ def test_a_typescript_client_continues_at_the_other_replica(server, replicas, lo
             wait_until(lambda: len(server.state()["gets"]) == 1, 30, "the GET stream")
             server.notify("before")
             wait_until(lambda: "before" in client.heard(), 30, "the first notification")
-            lb.add(b.port)
             client.call("2", "hold", name="roll")
             wait_until(lambda: server.state()["held"] == ["roll"], 30, "the call to run")
+            lb.add(b.port)
             server.gate(closed=True)
             a.terminate()
             wait_until(a.draining, 30, "readiness to say draining")
