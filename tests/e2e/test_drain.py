@@ -159,17 +159,19 @@ async def test_rolling_both_replicas_fails_no_call(server, replicas):
                         failures.append(exc)
 
             load = asyncio.ensure_future(keep_calling())
-            for replica in (a, b):
-                lb.remove(replica.port)
-                replica.terminate()
-                await asyncio.to_thread(drained_cleanly, replica)
-                await asyncio.to_thread(replica.start_again)
-                await eventually(replica.ready, what="the replica to be ready again")
-                lb.add(replica.port)
-                floor = answered[0] + 5
-                await wait_until_async(lambda f=floor: answered[0] > f, 30, "calls to go on")
-            stop.set()
-            await load
+            try:
+                for replica in (a, b):
+                    lb.remove(replica.port)
+                    replica.terminate()
+                    await asyncio.to_thread(drained_cleanly, replica)
+                    await asyncio.to_thread(replica.start_again)
+                    await eventually(replica.ready, what="the replica to be ready again")
+                    lb.add(replica.port)
+                    floor = answered[0] + 5
+                    await wait_until_async(lambda f=floor: answered[0] > f, 30, "calls to go on")
+            finally:
+                stop.set()  # also when the roll failed: no caller left behind
+                await load
             server.notify("rolled")
             await wait_until_async(lambda: "rolled" in heard, 30, "a notification after")
         assert failures == []
