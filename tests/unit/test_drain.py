@@ -188,6 +188,22 @@ async def test_a_post_stream_waits_for_its_answer_until_the_grace_period_is_near
     assert body_of(response) == b"id: 7\ndata: \n\ndata: progress\n\n" + RETRY
 
 
+async def test_a_post_stream_that_sent_nothing_yet_is_ended_after_its_first_event(gateway):
+    # Ended empty, a call whose answer may still come could not be resumed (no event id).
+    stream = FedStream()
+    app = gateway(stream)
+    request = asyncio.ensure_future(drive(app, "POST", body=b"{}"))
+    while not app.drain.streams:
+        await asyncio.sleep(0)
+    app.drain.start()
+    app.drain.end_all()
+    await stream.feed(b"")
+    assert not request.done()
+    await stream.feed(b'data: {"result": {}}\n\n', b"data: more\n\n")
+    response = await request
+    assert body_of(response) == b'data: {"result": {}}\n\n' + RETRY
+
+
 async def test_a_post_stream_answered_during_the_drain_ends_as_the_server_ends_it(gateway):
     stream = FedStream()
     app = gateway(stream)

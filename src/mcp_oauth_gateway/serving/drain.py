@@ -69,15 +69,18 @@ class Stream:
 
     def wrote(self, body: bytes) -> None:
         """`body` reached the client; stop here if ending and this ends an event."""
-        if body:
-            self.tail = (self.tail + body)[-TAIL:]
+        if not body:
+            return
+        self.tail = (self.tail + body)[-TAIL:]
         if self.ending and ends_event(self.tail):
             self.stop()
 
     def end(self) -> None:
-        """End at the next event boundary: now when between events."""
+        """End at the next event boundary: now when between events, but for a POST stream
+        that sent nothing yet (its first event may be the call's answer, which a client could
+        not resume without an event id), after its first event."""
         self.ending = True
-        if not self.stopped and self.between_events():
+        if not self.stopped and self.between_events() and (self.tail or self.get):
             self.stop()
 
     def stop(self) -> None:
