@@ -41,13 +41,14 @@ def run_ts_bearer_client(mcp_url: str, token: str, tool: str) -> dict:
 
 
 class DrainClient:
-    """tests/node/ts_drain_client.mjs running: a TypeScript SDK client session kept open while
-    a test works on the gateway behind it; commands in, one JSON object a line out."""
+    """tests/node/ts_drain_client.mjs running: a TypeScript client session (`sdk`: the SDK 1.x,
+    `sdk1`, or the 2.x client, `client2`) kept open while a test works on the gateway behind it;
+    commands in, one JSON object a line out."""
 
-    def __init__(self, mcp_url: str, log: Path):
+    def __init__(self, mcp_url: str, log: Path, sdk: str = "sdk1"):
         self._log = log.open("w")
         self.process = subprocess.Popen(
-            [node(), str(NODE_DIR / "ts_drain_client.mjs"), mcp_url],
+            [node(), str(NODE_DIR / "ts_drain_client.mjs"), mcp_url, sdk],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,

@@ -182,10 +182,11 @@ async def test_rolling_both_replicas_fails_no_call(server, replicas):
         assert None not in resumed
 
 
-def test_a_typescript_client_continues_at_the_other_replica(server, replicas, logs):
+@pytest.mark.parametrize("sdk", ["sdk1", "client2"])
+def test_a_typescript_client_continues_at_the_other_replica(server, replicas, logs, sdk):
     a, b = replicas
     with LoadBalancer([a.port]) as lb:
-        client = DrainClient(lb.url("/mcp"), logs / "ts-drain-client.log")
+        client = DrainClient(lb.url("/mcp"), logs / f"ts-drain-client-{sdk}.log", sdk)
         try:
             client.call("1", "echo", text="hello")
             assert client.answer("1") == {"called": "1", "text": "hello"}
