@@ -14,7 +14,7 @@ from ..controlplane.snapshot import CompiledPolicy, CompiledRoute, Snapshot
 from ..controlplane.watch import ConfigWatcher
 from ..dataplane.metrics import Metrics
 from ..urls import shown_url
-from .federation_status import federation_rows, federation_status
+from .federation_status import federation_rows, federation_status, refresh_federation
 from .runtime import BrokerRuntime
 from .stages import PIPELINE, stages_for
 
@@ -76,6 +76,8 @@ class AdminApp:
         elif path == "/config":
             await send_json(send, 200, config_dump(self.control.snapshot))
         elif path in ("/", "/status"):
+            if self.brokers is not None:
+                await refresh_federation(self.control.snapshot, self.brokers)
             await send_json(send, 200, self.status())
         else:
             await send_error(
