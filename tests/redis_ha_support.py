@@ -29,6 +29,9 @@ class SentinelSet:
     replica: Process
     replica_port: int
     sentinel_ports: tuple[int, ...]
+    # Replicas beyond the first (`sentinel_set(..., replicas=2)`): after a failover one still
+    # acknowledges the new primary's writes.
+    others: tuple[Process, ...] = ()
 
     @property
     def url(self) -> str:
@@ -82,8 +85,8 @@ def _sentinel_conf(directory: Path, port: int, primary: int) -> Path:
 
 
 @contextmanager
-def sentinel_set(logs: Path, directory: Path) -> Iterator[SentinelSet]:
-    """A primary, its replica and three sentinels watching them; all stopped on exit."""
+def sentinel_set(logs: Path, directory: Path, replicas: int = 1) -> Iterator[SentinelSet]:
+    """A primary, its replicas and three sentinels watching them; all stopped on exit."""
     binary = shutil.which("redis-server")
     assert binary, "redis-server is required: `make test` installs the Debian package"
     directory.mkdir(parents=True, exist_ok=True)
@@ -106,13 +109,18 @@ def sentinel_set(logs: Path, directory: Path) -> Iterator[SentinelSet]:
             replica_port,
             str(_server_conf(directory, replica_port, primary_port)),
         )
+        others = []
+        for _ in range(replicas - 1):
+            port = free_port()
+            conf = _server_conf(directory, port, primary_port)
+            others.append(start(f"redis-replica-{port}", port, str(conf)))
         ports = []
         for _ in range(3):
             port = free_port()
             conf = _sentinel_conf(directory, port, primary_port)
             start(f"redis-sentinel-{port}", port, str(conf), "--sentinel")
             ports.append(port)
-        yield SentinelSet(primary, primary_port, replica, replica_port, tuple(ports))
+        yield SentinelSet(primary, primary_port, replica, replica_port, tuple(ports), tuple(others))
 
 
 CLUSTER_PASSWORD = "cluster-pw"

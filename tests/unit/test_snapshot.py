@@ -140,8 +140,31 @@ def test_redis_urls_must_name_redis(tmp_path):
     )
     errors = load_paths([write(tmp_path, text)]).errors
     assert any(
-        "rateLimit.redisUrl" in e and "'http://cache:6379' is not a redis://" in e for e in errors
+        "rateLimit.redisUrl" in e and "'http://cache:6379' is not a Redis URL" in e for e in errors
     ), errors
     assert any(
-        "broker.redisUrl" in e and "'memcached://x' is not a redis://" in e for e in errors
+        "broker.redisUrl" in e and "'memcached://x' is not a Redis URL" in e for e in errors
     ), errors
+
+
+def test_redis_urls_may_name_a_sentinel_set_or_a_cluster(tmp_path):
+    def errors_for(broker_url: str, rate_url: str) -> list[str]:
+        rate = (
+            "    rateLimit: {key: 'jwt.sub', requests: 5, window: 1m, "
+            f"redisUrl: '{rate_url}'}}\n    authorization:\n"
+        )
+        broker = f"        provider: ProviderB\n        broker: {{redisUrl: '{broker_url}'}}\n"
+        text = BASE + policy().replace("    authorization:\n", rate, 1).replace(
+            "        provider: ProviderB\n", broker, 1
+        )
+        return load_paths([write(tmp_path, text)]).errors
+
+    good = errors_for(
+        "redis+sentinel://:pw@10.0.0.1:26379,10.0.0.2:26379/mymaster/0?acks=1",
+        "redis+cluster://:pw@10.0.0.1:7000,10.0.0.2:7001/",
+    )
+    assert not [e for e in good if "redisUrl" in e], good
+    bad = errors_for("redis+sentinel://:pw@10.0.0.1:26379/", "redis+cluster://:pw@h:7000/?acks=x")
+    assert any("broker.redisUrl" in e and "name the Sentinel service" in e for e in bad), bad
+    assert any("rateLimit.redisUrl" in e and "acks='x'" in e for e in bad), bad
+    assert not any("pw" in e for e in bad), bad

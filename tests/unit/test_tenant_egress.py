@@ -237,6 +237,20 @@ def test_a_missing_service_is_reported_and_still_named():
             "    rateLimit: {key: jwt.sub, requests: 5, redisUrl: 'unix:///run/redis.sock'}\n",
             "rateLimit.redisUrl",
         ),
+        (
+            # A Sentinel set names the primary itself: past every rule, so never a tenant's.
+            SERVICE_JWKS,
+            "    rateLimit: {key: jwt.sub, requests: 5, redisUrl: "
+            "'redis+sentinel://:pw@redis.platform.svc.cluster.local:26379/mymaster/0'}\n",
+            "rateLimit.redisUrl: 'redis+sentinel://***@redis.platform.svc.cluster.local:26379"
+            "/mymaster/0': a Sentinel or Cluster URL in a tenant's policy",
+        ),
+        (
+            SERVICE_JWKS,
+            "      mcp: {provider: Keycloak, authorizationServerMode: Broker, clientId: c,\n"
+            "            broker: {redisUrl: 'redis+cluster://10.0.0.1:7000,10.0.0.2:7000/'}}\n",
+            "mcp.broker.redisUrl: 'redis+cluster://10.0.0.1:7000,10.0.0.2:7000/': a Sentinel",
+        ),
     ],
 )
 def test_every_url_a_policy_makes_the_gateway_fetch_is_held_to_the_rules(provider, extra, field):

@@ -23,6 +23,7 @@ from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot, status
 from mcp_oauth_gateway.controlplane.fetch import FetchError, fetch_json
 from mcp_oauth_gateway.dataplane.metrics import Metrics, keyset_labels
 from mcp_oauth_gateway.dataplane.ratelimit import RedisLimiter
+from mcp_oauth_gateway.redis_clients import RedisConnection
 from mcp_oauth_gateway.resources import load_paths
 from mcp_oauth_gateway.resources.loader import validation_problems
 from mcp_oauth_gateway.resources.models import BrokerSettings, RemoteJwks
@@ -237,7 +238,7 @@ def test_keysets_that_differ_only_in_secrets_keep_distinct_metric_labels():
 
 async def test_a_redis_failure_names_no_password():
     url = f"redis://user:{SECRET}@127.0.0.1:{CLOSED}/0?password={SECRET}"
-    limiter = RedisLimiter(url, "default/auth", 5, 1.0)
+    limiter = RedisLimiter(RedisConnection(url), "default/auth", 5, 1.0)
     with pytest.raises(Exception) as failed:  # noqa: PT011 (whatever redis-py raises)
         await limiter.take("k")
     assert SECRET not in f"{failed.value} {failed.value!r}"

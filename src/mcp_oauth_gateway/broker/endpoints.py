@@ -17,6 +17,7 @@ raise `OAuthError`; `_guard` writes every error in one place.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlencode
 
@@ -25,6 +26,7 @@ import aiohttp
 from .. import audit
 from ..asgi import ASGIApp, Receive, Scope, Send, send_error
 from ..controlplane.snapshot import CompiledMcp
+from ..redis_clients import RedisUnavailable
 from ..urls import with_query
 from . import pages
 from .authorize_endpoint import authorize
@@ -38,6 +40,8 @@ from .register_endpoint import register
 from .revoke_endpoint import revoke
 from .store import BrokerStore
 from .token_endpoint import token
+
+log = logging.getLogger("mcp_oauth_gateway.broker")
 
 Handler = Callable[[BrokerContext, Scope, Receive, Send], Awaitable[None]]
 
@@ -77,6 +81,17 @@ class Broker:
         }
 
 
+def store_unavailable(retry_after: int) -> OAuthError:
+    """The answer while the Broker's Redis fails over."""
+    return OAuthError(
+        503,
+        "temporarily_unavailable",
+        "the gateway's shared store (Redis) is failing over; nothing was changed, try again "
+        f"in {retry_after} s",
+        headers=[(b"retry-after", str(retry_after).encode())],
+    )
+
+
 def _guard(unbound: BrokerContext, handler: Handler, page: bool) -> ASGIApp:
     # The pipeline stage that serves the handler, as the audit trail names it.
     stage = "broker-pages" if page else "oauth-endpoints"
@@ -89,6 +104,11 @@ def _guard(unbound: BrokerContext, handler: Handler, page: bool) -> ASGIApp:
         except OAuthError as exc:
             audit.deny(scope, stage, f"{exc.error}: {exc.description}")
             await _write_error(ctx, scope, send, exc, page)
+        except RedisUnavailable as exc:
+            # Nothing was done that a failover could lose: the client tries again shortly.
+            log.warning("broker at %s: %s", scope["path"][:200], exc)
+            audit.deny(scope, stage, "the shared store is unavailable (fail closed)")
+            await _write_error(ctx, scope, send, store_unavailable(exc.retry_after), page)
         except Exception as exc:
             # An error of the gateway's own (its store, a provider's connection): no `allow`,
             # whatever answer it gets. The type only: a message may hold a URL's password.

@@ -12,6 +12,8 @@ that a client could present.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import secrets
 import time
@@ -165,6 +167,20 @@ class RefreshTokens:
                 rotated["user"] = grant.user
             await self.store.put("refresh-rotated", grant.digest, rotated, ttl)
         return answer
+
+    async def restore(self, grant: RefreshGrant, tokens: dict[str, Any]) -> None:
+        """After a rotation the store did not acknowledge: the client still holds `grant`'s
+        token, so it stands again for the provider's newest refresh token (a provider that
+        rotates has already retired the old one), as its family's current token. Best
+        effort: the store is failing."""
+        newest = tokens.get("refresh_token")
+        if isinstance(newest, str) and newest:
+            grant = dataclasses.replace(grant, provider_token=newest)
+        ttl = int(grant.expires_at - time.time())
+        if ttl > 0:
+            with contextlib.suppress(Exception):
+                await self.store.put("refresh", grant.digest, grant.as_record(), ttl)
+                await self.store.put("refresh-family", grant.family, {"current": grant.digest}, ttl)
 
     async def revoke_family(self, family: str) -> None:
         """Revoke the current token of a family."""

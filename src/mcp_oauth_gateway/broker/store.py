@@ -4,11 +4,16 @@ states are single use even across replicas."""
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from typing import Any, Protocol
 
 import orjson
+from redis.asyncio.client import Pipeline
+from redis.exceptions import RedisError
+
+from ..redis_clients import RedisConnection, RedisUnavailable
 
 PREFIX = "mcp-oauth-gateway:broker:"
 
@@ -65,30 +70,59 @@ class MemoryStore:
 
 
 class RedisStore:
-    """Redis (GETDEL needs Redis ≥ 6.2): shared by every replica using the same URL."""
+    """Redis (GETDEL needs Redis ≥ 6.2), shared by every replica using the same URL. Every
+    write is acknowledged (`RedisConnection.acknowledged`): a code redeemed, a refresh token
+    rotated or a revocation is never reported done on a state a failover then loses; the
+    caller gets RedisUnavailable (503, `Retry-After`) instead."""
 
-    def __init__(self, url: str):
-        import redis.asyncio as redis
-
-        self.url = url
-        self._client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    def __init__(self, connection: RedisConnection):
+        self.connection = connection
+        self.url = connection.url
         self._secret: bytes | None = None
 
     async def put(self, kind: str, key: str, value: dict[str, Any], ttl: int) -> None:
-        """SET with EX."""
-        await self._client.set(f"{PREFIX}{kind}:{key}", orjson.dumps(value), ex=ttl)
+        """SET with EX, acknowledged."""
+        name = f"{PREFIX}{kind}:{key}"
+        await self.connection.acknowledged(
+            name, lambda pipe: pipe.set(name, orjson.dumps(value), ex=ttl)
+        )
 
     async def take(self, kind: str, key: str) -> dict[str, Any] | None:
-        """GETDEL: atomic, so a code is redeemed once even when two replicas race."""
-        raw = await self._client.getdel(f"{PREFIX}{kind}:{key}")
+        """GETDEL: atomic, so a code is redeemed once even when two replicas race; taken back
+        when no replica acknowledged it (so the caller may try again)."""
+        name = f"{PREFIX}{kind}:{key}"
+
+        def build(pipe: Pipeline) -> None:
+            pipe.pttl(name)
+            pipe.getdel(name)
+
+        try:
+            _, raw = await self.connection.acknowledged(name, build)
+        except RedisUnavailable as exc:
+            await self._undo_take(name, exc.results)
+            raise
         return None if raw is None else orjson.loads(raw)
 
+    async def _undo_take(self, name: str, results: list[Any] | None) -> None:
+        """Put back a value taken but not acknowledged (best effort: Redis is failing)."""
+        if not results or results[1] is None:
+            return
+        millis = int(results[0])
+        with contextlib.suppress(RedisError, OSError):
+            await self.connection.client.set(
+                name, results[1], px=millis if millis > 0 else None, nx=True
+            )
+
     async def secret(self) -> bytes:
-        """Created by the first replica (SET NX), read by the others."""
+        """Created by the first replica (SET NX, acknowledged), read by the others."""
         if self._secret is None:
             key = f"{PREFIX}secret"
-            await self._client.set(key, secrets.token_bytes(32), nx=True)
-            stored = await self._client.get(key)
+
+            def build(pipe: Pipeline) -> None:
+                pipe.set(key, secrets.token_bytes(32), nx=True)
+                pipe.get(key)
+
+            _, stored = await self.connection.acknowledged(key, build)
             if not isinstance(stored, bytes):
                 raise RuntimeError(
                     f"Redis key {key} holds no secret (was it deleted, or is the "
@@ -98,5 +132,4 @@ class RedisStore:
         return self._secret
 
     async def close(self) -> None:
-        """Close the connection pool."""
-        await self._client.aclose()
+        """Nothing: the connection is the process's (RedisConnections closes it)."""

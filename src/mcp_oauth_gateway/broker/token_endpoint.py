@@ -3,12 +3,14 @@ provider's tokens, or a gateway refresh token rotated through a refresh at the p
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 from typing import Any
 
 from .. import audit, pkce
 from ..asgi import Receive, Scope, Send, read_body, send_json
+from ..redis_clients import RedisUnavailable
 from .context import BrokerContext
 from .errors import OAuthError, method_not_allowed
 from .refresh import RefreshGrant, RefreshReused
@@ -27,10 +29,10 @@ async def token(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) 
     ctx.target(scope, form.get("resource"))
     grant = form.get("grant_type")
     if grant == "authorization_code":
-        tokens, idp = await _redeem(ctx, form)
+        tokens, _ = await _redeem(ctx, form)
         audit.event(scope, "token-issued", detail="authorization code redeemed (PKCE checked)")
     elif grant == "refresh_token":
-        tokens, idp = await _refresh(ctx, scope, form)
+        tokens, _ = await _refresh(ctx, scope, form)
         audit.event(scope, "token-refreshed", detail="refresh token rotated")
     else:
         raise OAuthError(
@@ -39,8 +41,6 @@ async def token(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) 
             f"grant_type {grant!r} is not supported (authorization_code, refresh_token)",
         )
     audit.signed_in(scope, tokens)
-    # Both grants checked client_id against the code or refresh token: it is the holder.
-    await ctx.revocation.bind(form.get("client_id", ""), tokens, idp)
     await send_json(send, 200, tokens, [(b"pragma", b"no-cache")])
 
 
@@ -65,7 +65,15 @@ async def _redeem(ctx: BrokerContext, form: dict[str, str]) -> tuple[dict[str, A
             "invalid_grant",
             "PKCE verification failed (code_verifier does not match the code_challenge)",
         )
-    tokens = await ctx.refresh.issue(issued.client_id, issued.tokens, idp=issued.provider)
+    try:
+        # The access token's holder bound before the client can have it (it is revocable).
+        await ctx.revocation.bind(issued.client_id, issued.tokens, issued.provider)
+        tokens = await ctx.refresh.issue(issued.client_id, issued.tokens, idp=issued.provider)
+    except RedisUnavailable:
+        # Not acknowledged: the code stands again, so trying again loses nothing.
+        with contextlib.suppress(Exception):
+            await ctx.state.put_code(form.get("code", ""), issued)
+        raise
     return tokens, issued.provider
 
 
@@ -105,7 +113,14 @@ async def _refresh(
         )
     if status != 200 or not isinstance(body, dict) or "access_token" not in body:
         raise await _refused_refresh(ctx, grant, status, body)
-    return await ctx.refresh.rotate(grant, body), grant.idp
+    try:
+        await ctx.revocation.bind(client_id, body, grant.idp)
+        return await ctx.refresh.rotate(grant, body), grant.idp
+    except RedisUnavailable:
+        # The provider refreshed, the store did not take the new token: the client's token
+        # goes on standing for the provider's newest, so trying again loses nothing.
+        await ctx.refresh.restore(grant, body)
+        raise
 
 
 async def _claim(

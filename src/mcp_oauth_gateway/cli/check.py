@@ -15,6 +15,7 @@ from ..controlplane.fetch import FetchError
 from ..controlplane.jwks import RemoteKeyset
 from ..urls import shown_url
 from .common import EXIT_INVALID, FACADE_HINT, Refused, load
+from .redis_check import check_redis, redis_urls
 from .user_oauth_check import check_upstreams
 from .user_token_flags import store_kind, user_token_settings
 
@@ -63,10 +64,16 @@ def _deployment(args: argparse.Namespace) -> Deployment:
     return Deployment(user_token_store=kind)
 
 
-def _print_text(errors: tuple[str, ...], policies: list[dict[str, Any]], ok: bool) -> None:
+def _print_text(
+    errors: tuple[str, ...], policies: list[dict[str, Any]], redis: list[dict[str, Any]], ok: bool
+) -> None:
     """The report as lines for people."""
     for error in errors:
         print(f"error: {error}")
+    for r in redis:
+        acked = f"writes acknowledged by {r['acks']} replica(s)" if r["acks"] else "reached"
+        state = f"ok, {acked}" if r["error"] is None else f"FAILED: {r['error']}"
+        print(f"redis {r['redis']} ({r['where']}): {state}")
     for entry in policies:
         print(f"GatewayPolicy {entry['policy']} ({entry['source']})")
         for c in entry["conditions"]:
@@ -95,7 +102,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     control = ControlPlane(snapshot)
     fetches = asyncio.run(_check_fetches(control, args.timeout))
     upstreams = asyncio.run(check_upstreams(snapshot, args.timeout))
-    ok = not snapshot.errors
+    store = user_token_settings(args)
+    urls = redis_urls(snapshot, store.store_url if store is not None else None)
+    redis = asyncio.run(check_redis(urls, args.timeout))
+    ok = not snapshot.errors and all(r["error"] is None for r in redis)
     facade = _facade_policies(snapshot)
     policies: list[dict[str, Any]] = []
     for report in snapshot.policies:
@@ -123,11 +133,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
     if args.output == "json":
         json.dump(
-            {"ok": ok, "errors": list(snapshot.errors), "policies": policies}, sys.stdout, indent=2
+            {"ok": ok, "errors": list(snapshot.errors), "policies": policies, "redis": redis},
+            sys.stdout,
+            indent=2,
         )
         print()
     else:
-        _print_text(snapshot.errors, policies, ok)
+        _print_text(snapshot.errors, policies, redis, ok)
     if not snapshot.ok:
         return EXIT_INVALID
     return 0 if ok else 1

@@ -14,6 +14,7 @@ from ..asgi import (
     Limits,
 )
 from ..controlplane import Deployment, Snapshot
+from ..redis_targets import parse_redis_url
 from ..serving.options import ServeOptions, Watch, own_ports
 from .common import EXIT_INVALID, REDIS_ENV, Refused, load, print_problems
 from .user_token_flags import store_kind, user_token_settings
@@ -63,10 +64,21 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         else None,
         deployment=Deployment(
             processes=args.workers,
-            default_redis_url=os.environ.get(REDIS_ENV) or None,
+            default_redis_url=_environment_redis(),
             default_redis_hint=f"set {REDIS_ENV}",
         ),
     )
+
+
+def _environment_redis() -> str | None:
+    """MCP_OAUTH_GATEWAY_REDIS_URL, checked (Refused naming it and the forms it may take)."""
+    url = os.environ.get(REDIS_ENV) or None
+    if url is not None:
+        try:
+            parse_redis_url(url, REDIS_ENV)
+        except ValueError as exc:
+            raise Refused(str(exc)) from None
+    return url
 
 
 def _own_listeners(args: argparse.Namespace) -> tuple[int | None, int | None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..redis_targets import CLUSTER, SENTINEL, shown_redis_url
 from ..resources.models import GatewayPolicy
 from .egress import EgressRules
 from .mcp_settings import PROVIDERS_PATH
@@ -68,12 +69,25 @@ def _user_oauth_urls(policy: GatewayPolicy) -> list[tuple[str, str]]:
     return urls
 
 
+def _redis_refusal(url: str) -> str | None:
+    """Why a tenant may not name this Redis: a Sentinel set or a Cluster tells the gateway
+    where to connect next (the primary, each slot's node), past every egress rule."""
+    scheme = url.partition(":")[0].lower()
+    if scheme not in SENTINEL + CLUSTER:
+        return None
+    return (
+        f"{shown_redis_url(url)!r}: a Sentinel or Cluster URL in a tenant's policy would let "
+        "the servers it names send the gateway to any address; give one server's URL, or leave "
+        "the field out to use the operator's Redis (MCP_OAUTH_GATEWAY_REDIS_URL)"
+    )
+
+
 def egress_problems(policy: GatewayPolicy, rules: EgressRules, discovers: bool) -> list[str]:
     """One problem per URL whose host the policy's namespace may not name."""
     namespace = policy.metadata.namespace
     problems = []
     for path, url in _fetched_urls(policy, discovers):
-        why = rules.url_refusal(url, namespace)
+        why = _redis_refusal(url) or rules.url_refusal(url, namespace)
         if why is not None:
             problems.append(f"{path}: {why}")
     return problems

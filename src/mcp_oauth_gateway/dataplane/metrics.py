@@ -105,6 +105,10 @@ class ConnectionCounts:
         self.refused = 0
 
 
+# A Redis connection as the metrics show it: its URL without passwords, up, failures.
+RedisRow = tuple[str, bool | None, int]
+
+
 class Metrics:
     """Counters of one gateway process, exported through their own registry."""
 
@@ -127,6 +131,7 @@ class Metrics:
         )
         self._keysets: list[tuple[str, object]] = []
         self._federation: Callable[[], Iterable[TargetRow]] = list
+        self._redis: Callable[[], Iterable[RedisRow]] = list
         self.registry = CollectorRegistry()
         self.registry.register(self)
 
@@ -171,6 +176,10 @@ class Metrics:
     def watch_federation(self, rows: Callable[[], Iterable[TargetRow]]) -> None:
         """Where the federated routes' targets' health is read at scrape time."""
         self._federation = rows
+
+    def watch_redis(self, rows: Callable[[], Iterable[RedisRow]]) -> None:
+        """Where the Redis connections' health is read at scrape time."""
+        self._redis = rows
 
     def render(self) -> bytes:
         """The Prometheus text exposition."""
@@ -235,6 +244,25 @@ class Metrics:
         yield from self._connection_metrics()
         yield from self._cache_metrics()
         yield from self._federation_metrics()
+        yield from self._redis_metrics()
+
+    def _redis_metrics(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        up = GaugeMetricFamily(
+            "mcp_gateway_redis_up",
+            "Whether a Redis answered its last exchange (1) or failed (0), by URL without "
+            "passwords",
+            labels=["redis"],
+        )
+        failures = CounterMetricFamily(
+            "mcp_gateway_redis_failures",
+            "Failed exchanges with a Redis (unanswered, or writes not acknowledged by replicas)",
+            labels=["redis"],
+        )
+        for shown, is_up, count in self._redis():
+            if is_up is not None:
+                up.add_metric([shown], 1.0 if is_up else 0.0)
+            failures.add_metric([shown], count)
+        yield from (up, failures)
 
     def _federation_metrics(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         labels = ["route", "rule", "target"]

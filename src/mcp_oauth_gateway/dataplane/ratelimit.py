@@ -17,6 +17,7 @@ from .. import audit
 from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Receive, Scope, Send, send_error
 from ..controlplane.cel import value_of
 from ..controlplane.snapshot import CompiledRateLimit
+from ..redis_clients import RETRY_AFTER, RedisConnection
 from .authz import activation_for
 from .bounded import BoundedCache, per_token
 from .metrics import Metrics
@@ -89,13 +90,14 @@ class LocalLimiter:
 
 
 class RedisLimiter:
-    """Buckets in Redis, shared by every replica using the same URL and policy."""
+    """Buckets in Redis, shared by every replica using the same URL and policy. Not
+    acknowledged by replicas: a failover may refill some buckets (documented)."""
 
-    def __init__(self, url: str, namespace: str, capacity: int, per_second: float):
-        import redis.asyncio as redis
-
-        self._client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-        self._script = self._client.register_script(_SCRIPT)
+    def __init__(
+        self, connection: RedisConnection, namespace: str, capacity: int, per_second: float
+    ):
+        self.connection = connection
+        self._script = connection.client.register_script(_SCRIPT)
         self.prefix = f"mcp-oauth-gateway:ratelimit:{namespace}:"
         self.capacity = capacity
         self.per_second = per_second
@@ -155,6 +157,7 @@ class RateLimit:
                 503,
                 "temporarily_unavailable",
                 "the rate limiter is unavailable; try again shortly",
+                [(b"retry-after", str(RETRY_AFTER).encode())],
             )
             return
         if wait > 0:

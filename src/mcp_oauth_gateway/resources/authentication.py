@@ -206,9 +206,12 @@ class ResourceMetadata(StrictModel):
 
 class BrokerSettings(StrictModel):
     redis_url: RedisUrl | None = None
-    """Redis holding sign-ins in progress, codes and refresh tokens for every replica:
-    `redis://`, `rediss://` (TLS) or `unix:`. Required when several processes serve, unless the
-    gateway's MCP_OAUTH_GATEWAY_REDIS_URL sets it; unset, state stays in memory."""
+    """Redis holding sign-ins in progress, codes and refresh tokens for every replica: one
+    server (`redis://`, `rediss://` for TLS, `unix:`), a Sentinel set
+    (`redis+sentinel://:PASSWORD@H1:26379,H2:26379/SERVICE/DB`) or a Cluster
+    (`redis+cluster://:PASSWORD@H1:7000,H2:7001/`); `acks=N` in the query: replicas every write
+    waits for (1 by default with Sentinel or Cluster). Required when several processes serve,
+    unless the gateway's MCP_OAUTH_GATEWAY_REDIS_URL sets it; unset, state stays in memory."""
 
 
 class McpAuthentication(StrictModel):

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Final
-from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from ..provider_kinds import ALIASES, parse_kind
+from ..redis_targets import REDIS_FORMS, parse_redis_url, shown_redis_url
 from ..urls import navigable, origin_of, shown_url
 
 POLICY_API_GROUP: Final = "mcp-oauth-gateway.dev"
@@ -41,7 +41,10 @@ def parse_duration(text: str) -> float:
 # WHATWG parser then reads the rest (a host it refuses is the controller's to report).
 HTTP_URL = re.compile(r"[Hh][Tt][Tt][Pp][Ss]?://[^\t\n\v\f\r /?#@\\]+(?:[/?][^\t\n\v\f\r #\\]*)?")
 # And of a Redis URL: its scheme, as urllib reads it.
-REDIS_URL = re.compile(r"(?:[Rr][Ee][Dd][Ii][Ss][Ss]?|[Uu][Nn][Ii][Xx]):[^\t\n\v\f\r ]*")
+REDIS_URL = re.compile(
+    r"(?:[Rr][Ee][Dd][Ii][Ss][Ss]?(?:\+(?:[Ss][Ee][Nn][Tt][Ii][Nn][Ee][Ll]|[Cc][Ll][Uu][Ss][Tt][Ee][Rr]))?"
+    r"|[Uu][Nn][Ii][Xx]):[^\t\n\v\f\r ]*"
+)
 
 
 def absolute_http_url(value: str) -> str:
@@ -142,8 +145,9 @@ def not_refresh_scope(values: list[str], where: str) -> list[str]:
 
 
 def _redis_url(value: str) -> str:
-    if not REDIS_URL.fullmatch(value) or urlsplit(value).scheme not in ("redis", "rediss", "unix"):
-        raise ValueError(f"{shown_url(value)!r} is not a redis:// or rediss:// URL")
+    if not REDIS_URL.fullmatch(value):
+        raise ValueError(f"{shown_redis_url(value)!r} is not a Redis URL: give {REDIS_FORMS}")
+    parse_redis_url(value, "the URL")  # one server, a Sentinel set or a Cluster, checked whole
     return value
 
 

@@ -106,8 +106,10 @@ class RateLimitSpec(StrictModel):
     window: Duration = "1m"
     """The window, as a duration such as `30s`, `1m` or `1h`: longer than 0, default `1m`."""
     redis_url: RedisUrl | None = None
-    """Redis shared by every replica, so the limit holds across them: `redis://`, `rediss://`
-    or `unix:`. Unset: each process counts alone. Redis not answering: 503."""
+    """Redis shared by every replica, so the limit holds across them: one server (`redis://`,
+    `rediss://`, `unix:`), a Sentinel set (`redis+sentinel://…/SERVICE/DB`) or a Cluster
+    (`redis+cluster://…/`). Unset: each process counts alone. Redis not answering: 503. Buckets
+    are not waited for on replicas: a failover may refill some."""
 
     @field_validator("window")
     @classmethod

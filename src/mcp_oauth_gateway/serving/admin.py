@@ -50,6 +50,7 @@ class AdminApp:
         self.brokers = brokers
         if metrics is not None and brokers is not None:
             metrics.watch_federation(lambda: federation_rows(self.control.snapshot, brokers))
+            metrics.watch_redis(lambda: [(c.shown, c.up, c.failures) for c in brokers.redis.all()])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"].rstrip("/") or "/"
@@ -70,9 +71,12 @@ class AdminApp:
             await send_json(send, 200, {"status": "ok"})
         elif path == "/readyz":
             waiting = self.not_ready()
-            await send_json(
-                send, 503 if waiting else 200, {"ready": not waiting, "waitingFor": waiting}
-            )
+            answer: dict[str, object] = {"ready": not waiting, "waitingFor": waiting}
+            if self.brokers is not None:
+                # Shown, not a reason to leave the balancer: every replica shares the Redis,
+                # and routes that do not need it serve on (those that do answer 503).
+                answer["degraded"] = self.brokers.redis.down()
+            await send_json(send, 503 if waiting else 200, answer)
         elif path == "/config":
             await send_json(send, 200, config_dump(self.control.snapshot))
         elif path in ("/", "/status"):
@@ -120,6 +124,7 @@ class AdminApp:
         if self.brokers is not None:
             # Route → rule → target: up or down as last seen, the last failure, its counts.
             out["federation"] = federation_status(snapshot, self.brokers)
+            out["redis"] = [c.view() for c in self.brokers.redis.all()]
         if self.controller is not None:
             out["controller"] = self.controller.state()
         return out

@@ -14,6 +14,7 @@ from ..controlplane.snapshot import CompiledRateLimit, CompiledRoute, CompiledTa
 from ..dataplane.ratelimit import Limiter, LocalLimiter, RedisLimiter
 from ..proxy.federation.shared import SharedSessions
 from ..proxy.federation.stage import FederationState
+from ..redis_clients import RedisConnections
 from ..useroauth.runtime import UserOAuthRuntime
 from ..usertokens.keys import TokenKeys
 from ..usertokens.store import open_store
@@ -36,6 +37,8 @@ class BrokerRuntime:
     ):
         self.documents = MetadataDocuments(allow_private=allow_local_client_metadata)
         self.default_redis_url = default_redis_url
+        # One connection per Redis URL, for every user of it in this process.
+        self.redis = RedisConnections()
         self._stores: dict[str, BrokerStore] = {}
         self._limiters: dict[tuple[str, str | None, int, float], Limiter] = {}
         self._federations: dict[
@@ -52,7 +55,7 @@ class BrokerRuntime:
         if settings is None:
             return None
         if self._user_oauth is None:
-            store = open_store(settings.store_url, settings.keys)
+            store = open_store(settings.store_url, settings.keys, connections=self.redis)
             self._user_oauth = UserOAuthRuntime.create(store, settings.keys, session)
         return self._user_oauth
 
@@ -61,7 +64,12 @@ class BrokerRuntime:
         identity = (policy, limit.redis_url, limit.capacity, limit.per_second)
         if identity not in self._limiters:
             self._limiters[identity] = (
-                RedisLimiter(limit.redis_url, policy, limit.capacity, limit.per_second)
+                RedisLimiter(
+                    self.redis.connection(limit.redis_url, "spec.traffic.rateLimit.redisUrl"),
+                    policy,
+                    limit.capacity,
+                    limit.per_second,
+                )
                 if limit.redis_url
                 else LocalLimiter(limit.capacity, limit.per_second)
             )
@@ -79,7 +87,9 @@ class BrokerRuntime:
         with other replicas through Redis when given its URL."""
         identity = (route, rule, targets, redis_url)
         if identity not in self._federations:
-            shared = SharedSessions(redis_url, route, rule) if redis_url else None
+            shared = (
+                SharedSessions(self.redis.connection(redis_url), route, rule) if redis_url else None
+            )
             self._federations[identity] = FederationState(shared=shared)
         return self._federations[identity]
 
@@ -95,18 +105,17 @@ class BrokerRuntime:
         url = redis_url or self.default_redis_url
         key = url or "memory"
         if key not in self._stores:
-            self._stores[key] = RedisStore(url) if url else MemoryStore()
+            self._stores[key] = RedisStore(self.redis.connection(url)) if url else MemoryStore()
         return self._stores[key]
 
     async def close(self) -> None:
-        """Close every store and the client metadata documents' session."""
+        """Close every store, every Redis connection and the client metadata documents'
+        session."""
         try:
             for store in self._stores.values():
                 await store.close()
             if self._user_oauth is not None:
                 await self._user_oauth.close()
-            for state in self._federations.values():
-                if state.shared is not None:
-                    await state.shared.close()
+            await self.redis.close()
         finally:
             await self.documents.close()

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -52,6 +53,8 @@ _EXPIRED = PageError(
     "next call gives a new link.",
 )
 Page = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+log = logging.getLogger("mcp_oauth_gateway.useroauth")
 
 
 class ConnectPages:
@@ -249,7 +252,8 @@ def _guarded(page: Page, methods: tuple[str, ...] = ("GET",)) -> ASGIApp:
             why = f"the authorization server did not complete the sign-in: {exc}"
             await _refuse(scope, send, 502, "Not connected", why)
         except StoreError as exc:
-            why = f"the gateway cannot reach its store of connections now ({exc}); try again"
+            log.warning("user token store unavailable at %s: %s", scope["path"][:200], exc)
+            why = "the gateway cannot reach its store of connections now; try again shortly"
             await _refuse(scope, send, 503, "Unavailable", why)
 
     return guarded

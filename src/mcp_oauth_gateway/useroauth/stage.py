@@ -5,6 +5,7 @@ upstream) is dropped and asked for again, never shown to the client as the gatew
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -54,6 +55,8 @@ from .runtime import UserOAuthRuntime
 STAGE = "backend-credentials"
 AUTHORIZATION = b"authorization"
 _DISCOVER = "server/discover"
+
+log = logging.getLogger("mcp_oauth_gateway.useroauth")
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +163,10 @@ class UserOAuthStage:
         try:
             await self._serve(scope, receive, send)
         except StoreError as exc:
-            # Raised before any answer started: every store call comes before the answer.
-            why = f"the store of users' upstream grants is unavailable: {exc}"
+            # Raised before any answer started: every store call comes before the answer. The
+            # store's address and the reason go to the log, not to the caller.
+            log.warning("user token store unavailable at %s: %s", scope["path"][:200], exc)
+            why = "the store of users' upstream grants is unavailable (failing over?); try again"
             audit.deny(scope, STAGE, why)
             await send_error(send, 503, "temporarily_unavailable", why, [(b"retry-after", b"5")])
 

@@ -1,8 +1,8 @@
-"""Grants in Redis (`--user-token-store redis://…`), shared by every replica. Under the prefix
-`mcp-oauth-gateway:usertokens:`: `grant:<key text>` a hash (the sealed grant, its key id, and
-what a summary shows), `user:<[issuer, subject]>` the set of a user's grant key texts,
-`pending:<kind>:<id>` a sealed value with its expiry (PX), `lock:<name>` a holder's random token
-with its expiry, `schema` the layout's version."""
+"""Grants in Redis (`--user-token-store redis://…`, a Sentinel set or a Cluster), shared by
+every replica; the keys' names are `redis_names`'. Every write is acknowledged by the replicas
+the URL asks for (`acks`), so a grant, a pending sign-in or a lock a failover would lose is
+never reported stored: the caller gets StoreError (503) instead. Resealing is not (a grant it
+did not reach stays readable under the key that sealed it)."""
 
 from __future__ import annotations
 
@@ -11,25 +11,37 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
-import orjson
-import redis.asyncio as redis
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError, WatchError
 
-from ..urls import shown_url
+from ..redis_clients import RedisConnection, RedisUnavailable
 from .grants import Grant, GrantKey, GrantSummary
 from .keys import TokenKeys
 from .locking import StoreError, check_ttl, held
+from .redis_names import PREFIX, SCHEMA, KeyNames, lock, pending
 from .sealing import Sealer, check_id, check_kind, grant_aad, pending_aad, usable_id
 
 T = TypeVar("T")
 
-PREFIX = "mcp-oauth-gateway:usertokens:"
 SCHEMA_VERSION = b"1"
-_GRANT = PREFIX + "grant:"
 # Compare-and-delete: only the holder's token gives the lock back.
 _GIVE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
+"""
+# A grant replaced (no field of the one before left) and indexed, in one step.
+_PUT = """
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+return redis.call('SADD', KEYS[2], ARGV[1])
+"""
+# A grant and its index entry gone in one step.
+_DELETE = """
+local deleted = redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], ARGV[1])
+return deleted
 """
 # Every grant of one user, and the user's set, gone in one step.
 _DELETE_USER = """
@@ -44,35 +56,24 @@ _TIMES = ("obtained_at", "refreshed_at", "expires_at")
 _RESEAL_TRIES = 3
 
 
-def user_set(issuer: str, subject: str) -> str:
-    """The name of the set of one user's grant key texts."""
-    return PREFIX + "user:" + orjson.dumps([issuer, subject]).decode("utf-8")
-
-
-def redis_url(url: str) -> str:
-    """`url` as redis-py reads it: `unix:/PATH` written `unix:///PATH`."""
-    if url.startswith("unix:") and not url.startswith("unix://"):
-        return "unix://" + url[len("unix:") :]
-    return url
-
-
 class RedisStore:
-    """The GrantStore over one Redis database."""
+    """The GrantStore over one Redis (its own connection, or the process's shared one)."""
 
-    def __init__(self, url: str, keys: TokenKeys):
-        self.where = shown_url(url)
-        self._client = redis.Redis.from_url(
-            redis_url(url), socket_timeout=5, socket_connect_timeout=5
-        )
+    def __init__(self, url: str, keys: TokenKeys, connection: RedisConnection | None = None):
+        self._owned = connection is None
+        self.connection = connection or RedisConnection(url, "--user-token-store")
+        self.where = self.connection.shown
+        self._client: Redis | RedisCluster = self.connection.client
+        self.names = KeyNames(tagged=self.connection.target.kind == "cluster")
         self._sealer = Sealer(keys, self.where)
-        self._give_script = self._client.register_script(_GIVE)
-        self._delete_user_script = self._client.register_script(_DELETE_USER)
         self._checked = False
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
         try:
             yield
+        except RedisUnavailable as exc:
+            raise StoreError(f"user token store {self.where}: {exc.reason}") from exc
         except (RedisError, OSError) as exc:
             raise StoreError(f"user token store {self.where}: {exc}") from exc
 
@@ -83,11 +84,19 @@ class RedisStore:
         with self._errors():
             return await call()
 
+    async def _acked(self, key: str, build: Callable[[Pipeline], object]) -> list[Any]:
+        """The replies of an acknowledged write on `key`'s slot (StoreError when not)."""
+        return await self._do(lambda: self.connection.acknowledged(key, build))
+
     async def ping(self) -> None:
         """Reach Redis; the layout's version written by the first replica, checked by all."""
         with self._errors():
-            await self._client.set(PREFIX + "schema", SCHEMA_VERSION, nx=True)
-            found = await self._client.get(PREFIX + "schema")
+
+            def build(pipe: Pipeline) -> None:
+                pipe.set(SCHEMA, SCHEMA_VERSION, nx=True)
+                pipe.get(SCHEMA)
+
+            found = (await self.connection.acknowledged(SCHEMA, build))[1]
         if found != SCHEMA_VERSION:
             raise StoreError(
                 f"user token store {self.where}: the layout of version {found!r}, this gateway "
@@ -97,42 +106,46 @@ class RedisStore:
 
     async def get(self, key: GrantKey) -> Grant | None:
         """`key`'s grant, or None."""
-        sealed = _raw(await self._do(lambda: self._client.hget(_GRANT + key.text(), "sealed")))
+        name = self.names.grant(key)
+        sealed = _raw(await self._do(lambda: self._client.hget(name, "sealed")))
         return None if sealed is None else self._sealer.open_grant(key, sealed)
 
     async def put(self, key: GrantKey, grant: Grant) -> None:
         """Replace `key`'s grant (no field of the one before left) and index it."""
-        fields: dict[str, bytes | str | float] = {
-            "sealed": self._sealer.seal_grant(key, grant),
-            "key_id": self._sealer.keys.sealing_id,
-            **{name: value for name in _TIMES if (value := getattr(grant, name)) is not None},
-        }
+        fields: list[bytes | str | float] = [
+            "sealed",
+            self._sealer.seal_grant(key, grant),
+            "key_id",
+            self._sealer.keys.sealing_id,
+        ]
+        for name in _TIMES:
+            if (value := getattr(grant, name)) is not None:
+                fields += [name, value]
         if grant.scope is not None:
-            fields["scope"] = grant.scope
-        name, text = _GRANT + key.text(), key.text()
-        pipe = self._client.pipeline(transaction=True)
-        pipe.delete(name)
-        pipe.hset(name, mapping=fields)  # type: ignore[arg-type]
-        pipe.sadd(user_set(key.issuer, key.subject), text)
-        await self._do(pipe.execute)
+            fields += ["scope", grant.scope]
+        grant_name = self.names.grant(key)
+        keys = [grant_name, self.names.user(key.issuer, key.subject)]
+        await self._acked(grant_name, lambda pipe: pipe.eval(_PUT, 2, *keys, key.text(), *fields))
 
     async def delete(self, key: GrantKey) -> bool:
         """Remove `key`'s grant and its index entry."""
-        pipe = self._client.pipeline(transaction=True)
-        pipe.delete(_GRANT + key.text())
-        pipe.srem(user_set(key.issuer, key.subject), key.text())
-        deleted, _ = await self._do(pipe.execute)
+        grant_name = self.names.grant(key)
+        keys = [grant_name, self.names.user(key.issuer, key.subject)]
+        (deleted,) = await self._acked(
+            grant_name, lambda pipe: pipe.eval(_DELETE, 2, *keys, key.text())
+        )
         return bool(deleted)
 
     async def list_user(self, issuer: str, subject: str) -> list[GrantSummary]:
         """One user's grants, by backend."""
-        texts = await self._do(lambda: self._client.smembers(user_set(issuer, subject)))
-        found = await self._summaries([_GRANT.encode() + _text(text) for text in texts])
+        texts = await self._do(lambda: self._client.smembers(self.names.user(issuer, subject)))
+        prefix = self.names.grants_of(issuer, subject).encode()
+        found = await self._summaries([prefix + _text(text) for text in texts])
         return sorted(found, key=lambda s: s.key.backend)
 
     async def list_all(self) -> list[GrantSummary]:
         """Every grant, by issuer, subject and backend."""
-        names = await self._do(lambda: _scanned(self._client, _GRANT + "*"))
+        names = await self._do(lambda: _scanned(self._client, self.names.every_grant))
         found = await self._summaries(names)
         return sorted(found, key=lambda s: (s.key.issuer, s.key.subject, s.key.backend))
 
@@ -143,7 +156,7 @@ class RedisStore:
         rows = await self._do(pipe.execute)
         found = []
         for name, row in zip(names, rows, strict=True):
-            summary = _summary(name[len(_GRANT) :], row)
+            summary = _summary(self.names.key_text(name), row)
             if summary is not None:
                 found.append(summary)
         return found
@@ -152,8 +165,10 @@ class RedisStore:
         """Remove one user's grants (at one backend)."""
         if backend is not None:
             return int(await self.delete(GrantKey(issuer, subject, backend)))
-        keys, args = [user_set(issuer, subject)], [_GRANT]
-        return int(await self._do(lambda: self._delete_user_script(keys=keys, args=args)))
+        user = self.names.user(issuer, subject)
+        prefix = self.names.grants_of(issuer, subject)
+        (count,) = await self._acked(user, lambda pipe: pipe.eval(_DELETE_USER, 1, user, prefix))
+        return int(count)
 
     async def put_pending(self, kind: str, id: str, value: dict[str, Any], ttl: float) -> None:
         """SET with PX: Redis forgets it when it expires."""
@@ -161,20 +176,23 @@ class RedisStore:
         check_id(id)
         millis = max(1, round(check_ttl(ttl, "a pending value's ttl") * 1000))
         sealed = self._sealer.seal_pending(kind, id, value)
-        await self._do(lambda: self._client.set(_pending(kind, id), sealed, px=millis))
+        name = pending(kind, id)
+        await self._acked(name, lambda pipe: pipe.set(name, sealed, px=millis))
 
     async def get_pending(self, kind: str, id: str) -> dict[str, Any] | None:
         """GET: the value stays."""
         if not usable_id(check_kind(kind)) or not usable_id(id):
             return None
-        sealed = _raw(await self._do(lambda: self._client.get(_pending(kind, id))))
+        sealed = _raw(await self._do(lambda: self._client.get(pending(kind, id))))
         return None if sealed is None else self._sealer.open_pending(kind, id, sealed)
 
     async def take_pending(self, kind: str, id: str) -> dict[str, Any] | None:
         """GETDEL: one step, so one caller gets it even when replicas race."""
         if not usable_id(check_kind(kind)) or not usable_id(id):
             return None
-        sealed = _raw(await self._do(lambda: self._client.getdel(_pending(kind, id))))
+        name = pending(kind, id)
+        (raw,) = await self._acked(name, lambda pipe: pipe.getdel(name))
+        sealed = _raw(raw)
         return None if sealed is None else self._sealer.open_pending(kind, id, sealed)
 
     def lock(
@@ -184,18 +202,18 @@ class RedisStore:
         return held(self._take, self._give, name, ttl, wait)
 
     async def _take(self, name: str, token: str, ttl: float) -> bool:
-        millis = max(1, round(ttl * 1000))
-        return bool(
-            await self._do(lambda: self._client.set(_lock(name), token, nx=True, px=millis))
-        )
+        millis, key = max(1, round(ttl * 1000)), lock(name)
+        (taken,) = await self._acked(key, lambda pipe: pipe.set(key, token, nx=True, px=millis))
+        return bool(taken)
 
     async def _give(self, name: str, token: str) -> None:
-        await self._do(lambda: self._give_script(keys=[_lock(name)], args=[token]))
+        key = lock(name)
+        await self._acked(key, lambda pipe: pipe.eval(_GIVE, 1, key, token))
 
     async def reseal(self) -> int:
         """Every grant and pending value sealed anew, each only if unchanged meanwhile."""
         count = 0
-        for name in await self._do(lambda: _scanned(self._client, _GRANT + "*")):
+        for name in await self._do(lambda: _scanned(self._client, self.names.every_grant)):
             count += await self._reseal_grant(name)
         for name in await self._do(lambda: _scanned(self._client, PREFIX + "pending:*")):
             await self._reseal_pending(name)
@@ -203,7 +221,7 @@ class RedisStore:
 
     async def _reseal_grant(self, name: bytes) -> int:
         try:
-            aad = grant_aad(GrantKey.from_text(name[len(_GRANT) :]))
+            aad = grant_aad(GrantKey.from_text(self.names.key_text(name)))
         except ValueError:
             return 0
         return int(await self._resealed(name, aad, grant=True))
@@ -233,8 +251,9 @@ class RedisStore:
         return False
 
     async def close(self) -> None:
-        """Close the connection pool."""
-        await self._client.aclose()
+        """Close the connection when it is the store's own."""
+        if self._owned:
+            await self.connection.close()
 
 
 def _raw(value: bytes | str | None) -> bytes | None:
@@ -246,15 +265,7 @@ def _text(value: bytes | str) -> bytes:
     return value.encode("utf-8") if isinstance(value, str) else value
 
 
-def _pending(kind: str, id: str) -> str:
-    return f"{PREFIX}pending:{kind}:{id}"
-
-
-def _lock(name: str) -> str:
-    return f"{PREFIX}lock:{name}"
-
-
-async def _scanned(client: redis.Redis, match: str) -> list[bytes]:
+async def _scanned(client: Redis | RedisCluster, match: str) -> list[bytes]:
     return [name async for name in client.scan_iter(match=match, count=500)]
 
 

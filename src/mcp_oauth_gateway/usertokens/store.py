@@ -9,6 +9,8 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from ..redis_clients import RedisConnections
+from ..redis_targets import CLUSTER, SENTINEL, SINGLE
 from ..urls import shown_url
 from .grants import Grant, GrantKey, GrantSummary
 from .keys import TokenKeys
@@ -26,10 +28,11 @@ __all__ = [
 
 FLAG = "--user-token-store"
 _SQLITE = "sqlite://"
-_REDIS_SCHEMES = ("redis", "rediss", "unix")
+_REDIS_SCHEMES = SINGLE + SENTINEL + CLUSTER
 _FORMS = (
     "give sqlite:///ABSOLUTE/PATH (the gateway's processes on one machine) or "
-    "redis://HOST:PORT/DB, rediss://… or unix:/PATH (several replicas)"
+    "redis://HOST:PORT/DB, rediss://…, unix:/PATH, redis+sentinel://H1:PORT,H2:PORT/SERVICE/DB "
+    "or redis+cluster://H1:PORT,H2:PORT/ (several replicas)"
 )
 
 
@@ -120,10 +123,18 @@ def sqlite_path(url: str, flag: str = FLAG) -> str:
     return path
 
 
-def open_store(url: str, keys: TokenKeys, flag: str = FLAG, *, create: bool = True) -> GrantStore:
+def open_store(
+    url: str,
+    keys: TokenKeys,
+    flag: str = FLAG,
+    *,
+    create: bool = True,
+    connections: RedisConnections | None = None,
+) -> GrantStore:
     """The store `url` names, its values sealed with `keys`; ValueError naming `flag` and the
-    fix when `url` names none (or, unless `create`, a SQLite file that is not there yet).
-    Nothing is connected yet (`ping` does)."""
+    fix when `url` names none (or, unless `create`, a SQLite file that is not there yet). A
+    Redis store uses the process's connection from `connections` when given. Nothing is
+    connected yet (`ping` does)."""
     if url.startswith("sqlite:"):
         from .sqlite_store import SqliteStore
 
@@ -137,6 +148,7 @@ def open_store(url: str, keys: TokenKeys, flag: str = FLAG, *, create: bool = Tr
     from .redis_store import RedisStore
 
     try:
-        return RedisStore(url, keys)
+        connection = connections.connection(url, flag) if connections is not None else None
+        return RedisStore(url, keys, connection)
     except ValueError as exc:
         raise ValueError(f"{flag} {shown_url(url)!r}: {exc}; {_FORMS}") from None

@@ -18,6 +18,7 @@ from mcp_oauth_gateway.asgi import CLAIMS_KEY
 from mcp_oauth_gateway.proxy.federation.session import SessionTable
 from mcp_oauth_gateway.proxy.federation.shared import SESSION_TTL, SharedSessions
 from mcp_oauth_gateway.proxy.federation.stage import Federation, FederationState
+from mcp_oauth_gateway.redis_clients import RedisConnection
 
 from .federation_targets import ALICE, Targets, answer, events, opened, rpc, stage
 from .harness import drive
@@ -30,12 +31,15 @@ async def replicas(redis_url: str) -> AsyncIterator[tuple[Federation, Federation
     """Two replicas of one route rule (a route name of its own per test) over the same targets."""
     route = f"default/shared-{secrets.token_hex(4)}"
     targets = Targets()
-    states = [FederationState(shared=SharedSessions(redis_url, route, 0)) for _ in range(2)]
+    states = [
+        FederationState(shared=SharedSessions(RedisConnection(redis_url), route, 0))
+        for _ in range(2)
+    ]
     one, two = (stage(targets, state=state) for state in states)
     yield one, two, targets, route
     for state in states:
         assert state.shared is not None
-        await state.shared.close()
+        await state.shared.connection.close()
 
 
 def methods(targets: Targets) -> list[object]:
@@ -146,7 +150,7 @@ async def test_an_answer_to_a_request_relayed_by_the_other_replica_reaches_its_t
 
 async def test_a_session_a_caller_pushes_out_ends_at_every_replica(redis_url):
     route = f"default/shared-{secrets.token_hex(4)}"
-    shared = [SharedSessions(redis_url, route, 0) for _ in range(2)]
+    shared = [SharedSessions(RedisConnection(redis_url), route, 0) for _ in range(2)]
     try:
         targets = Targets()
         small = FederationState(sessions=SessionTable(per_owner=1), shared=shared[0])

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from mcp_oauth_gateway.usertokens import StoreError, open_store
-from mcp_oauth_gateway.usertokens.redis_store import PREFIX, RedisStore, redis_url
+from mcp_oauth_gateway.usertokens.redis_store import PREFIX, RedisStore
 from mcp_oauth_gateway.usertokens.sqlite_store import SqliteStore
 from mcp_oauth_gateway.usertokens.store import sqlite_path
 
@@ -79,11 +79,16 @@ def test_any_other_url_is_refused_naming_the_forms(url, shown, token_keys):
         ("rediss://cache.internal:6380/1", "rediss://cache.internal:6380/1"),
         ("unix:/run/redis.sock", "unix:///run/redis.sock"),
         ("unix:///run/redis.sock?db=2", "unix:///run/redis.sock?db=2"),
+        ("redis+sentinel://:pw@s1:26379,s2:26379/mymaster/0", None),
+        ("redis+cluster://:pw@c1:7000,c2:7001/", None),
     ],
 )
 def test_redis_urls_name_a_redis_store(url, read, token_keys):
-    assert redis_url(url) == read
-    assert isinstance(open_store(url, token_keys), RedisStore)
+    store = open_store(url, token_keys)
+    assert isinstance(store, RedisStore)
+    if read is not None:
+        assert store.connection.target.url == read
+    assert "pw" not in store.where
 
 
 def test_the_sqlite_file_is_its_owners_only(tmp_path, token_keys):

@@ -26,10 +26,10 @@ import secrets
 from typing import Any
 
 import orjson
-import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from ...controlplane.snapshot import CompiledTarget
+from ...redis_clients import RedisConnection
 from .cursor import Cursors
 from .session import ClientSession, Owner, TargetSession
 from .shared_backlog import SharedBacklog
@@ -116,11 +116,12 @@ class SharedSessions(SharedBacklog, SharedExchanges, SharedLimits, SharedHealth)
     """A route rule's sessions in Redis. Every failure to reach Redis is logged and taken as
     "not there": a session is then served by the replica holding it, or started anew."""
 
-    def __init__(self, url: str, route: str, rule: int, ttl: int = SESSION_TTL):
-        self.url = url
+    def __init__(self, connection: RedisConnection, route: str, rule: int, ttl: int = SESSION_TTL):
+        self.connection = connection
+        self.url = connection.url
         self.ttl = ttl
         self.namespace = f"{PREFIX}{route}:{rule}:"
-        self._client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self._client = connection.client
         self._keyed = False
 
     def _key(self, session_id: str) -> str:
@@ -202,5 +203,4 @@ class SharedSessions(SharedBacklog, SharedExchanges, SharedLimits, SharedHealth)
             self._keyed = True
 
     async def close(self) -> None:
-        """Close the connection pool."""
-        await self._client.aclose()
+        """Nothing: the connection is the process's (RedisConnections closes it)."""
