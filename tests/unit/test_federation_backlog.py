@@ -32,6 +32,7 @@ from mcp_oauth_gateway.proxy.federation.backlog import (
 )
 from mcp_oauth_gateway.proxy.federation.shared import SharedSessions
 from mcp_oauth_gateway.proxy.federation.sse import sse_events
+from mcp_oauth_gateway.redis_clients import RedisConnection
 from unit.fuzz_settings import FUZZ
 
 
@@ -48,11 +49,13 @@ async def backlog(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterat
     if request.param == "memory":
         yield MemoryBacklog()
         return
-    shared = SharedSessions(redis_url, f"default/backlog-{secrets.token_hex(4)}", 0)
+    shared = SharedSessions(
+        RedisConnection(redis_url), f"default/backlog-{secrets.token_hex(4)}", 0
+    )
     try:
         yield shared
     finally:
-        await shared.close()
+        await shared.connection.close()
 
 
 def _order(kept: str) -> tuple[int, int]:

@@ -15,6 +15,7 @@ import pytest
 from mcp_oauth_gateway.proxy.federation.exchange import Exchanges
 from mcp_oauth_gateway.proxy.federation.rewrite import from_target
 from mcp_oauth_gateway.proxy.federation.shared import SharedSessions
+from mcp_oauth_gateway.redis_clients import RedisConnection
 from support import free_port
 
 
@@ -22,7 +23,7 @@ from support import free_port
 async def copies(redis_url: str) -> AsyncIterator[tuple[Exchanges, Exchanges]]:
     """One session's exchanges at two replicas (each its own connection)."""
     route = f"default/exchanges-{secrets.token_hex(4)}"
-    stores = [SharedSessions(redis_url, route, 0) for _ in range(2)]
+    stores = [SharedSessions(RedisConnection(redis_url), route, 0) for _ in range(2)]
     session = secrets.token_urlsafe(16)
     pair = (Exchanges(), Exchanges())
     for exchanges, store in zip(pair, stores, strict=True):
@@ -31,7 +32,7 @@ async def copies(redis_url: str) -> AsyncIterator[tuple[Exchanges, Exchanges]]:
         yield pair
     finally:
         for store in stores:
-            await store.close()
+            await store.connection.close()
 
 
 def cancelled(own_id: object) -> dict[str, object]:
@@ -77,7 +78,8 @@ async def test_a_client_request_in_flight_at_one_replica_is_known_at_the_other(c
 
 
 async def test_a_request_redis_did_not_take_is_answered_only_where_it_was_minted():
-    down = SharedSessions(f"redis://127.0.0.1:{free_port()}/0", "default/down", 0)
+    unreachable = RedisConnection(f"redis://127.0.0.1:{free_port()}/0")
+    down = SharedSessions(unreachable, "default/down", 0)
     try:
         here, there = Exchanges(), Exchanges()
         here.share(down, "s")
@@ -88,4 +90,4 @@ async def test_a_request_redis_did_not_take_is_answered_only_where_it_was_minted
         assert await here.take(minted) == ("a", 1)
         assert await here.take(minted) is None
     finally:
-        await down.close()
+        await down.connection.close()

@@ -18,6 +18,7 @@ from mcp_oauth_gateway.proxy.federation import get_stream
 from mcp_oauth_gateway.proxy.federation.session import SessionTable
 from mcp_oauth_gateway.proxy.federation.shared import SharedSessions
 from mcp_oauth_gateway.proxy.federation.stage import Federation, FederationState
+from mcp_oauth_gateway.redis_clients import RedisConnection
 from support import free_port
 
 from .federation_targets import ALICE, INIT, Targets, opened, rpc, sse, stage
@@ -45,14 +46,14 @@ async def pair(
     redis_url: str, targets: Targets, tables: tuple[SessionTable, SessionTable] | None = None
 ) -> AsyncIterator[Pair]:
     route = f"default/streams-{secrets.token_hex(4)}"
-    shared = [SharedSessions(redis_url, route, 0) for _ in range(2)]
+    shared = [SharedSessions(RedisConnection(redis_url), route, 0) for _ in range(2)]
     tables = tables or (SessionTable(), SessionTable())
     states = [FederationState(sessions=t, shared=s) for t, s in zip(tables, shared, strict=True)]
     try:
         yield stage(targets, state=states[0]), stage(targets, state=states[1]), targets
     finally:
         for store in shared:
-            await store.close()
+            await store.connection.close()
 
 
 @pytest.fixture
@@ -189,7 +190,7 @@ async def test_the_targets_health_is_merged_across_replicas(redis_url):
 
 async def test_a_new_session_is_refused_when_redis_cannot_count_it():
     unreachable = f"redis://127.0.0.1:{free_port()}/0"
-    shared = SharedSessions(unreachable, "default/down", 0)
+    shared = SharedSessions(RedisConnection(unreachable), "default/down", 0)
     try:
         targets = Targets()
         app = stage(targets, state=FederationState(shared=shared))
@@ -200,4 +201,4 @@ async def test_a_new_session_is_refused_when_redis_cannot_count_it():
         assert "Redis" in response.json()["error_description"]
         assert response.header(b"mcp-session-id") is None
     finally:
-        await shared.close()
+        await shared.connection.close()

@@ -1,6 +1,6 @@
 """Where the federation stage finds a client's session: this process's table and, when sessions
 are shared across replicas, Redis (`shared`), kept in step: a session is counted against the
-limits in Redis when it is opened (SharedUnavailable when Redis cannot count it), its use told
+limits in Redis when it is opened (RedisUnavailable when Redis cannot count it), its use told
 to Redis now and then, and its exchanges shared with it."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class Directory:
 
     async def add(self, session: ClientSession) -> None:
         """Keep a new session (in Redis too when shared, counted against the limits across
-        replicas, before its client learns its id): SharedUnavailable when Redis cannot count
+        replicas, before its client learns its id): RedisUnavailable when Redis cannot count
         it. The sessions it pushes out (its caller's idle the longest past the per-caller limit,
         anyone's past the rule's) end at every replica. One pushed out only by this process's
         own limit stays in Redis, for another replica or for later."""

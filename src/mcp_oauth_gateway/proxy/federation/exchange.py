@@ -30,8 +30,8 @@ import secrets
 from collections.abc import Awaitable, Callable, Collection
 from typing import Protocol
 
+from ...redis_clients import RedisUnavailable
 from . import jsonrpc
-from .shared_keys import SharedUnavailable
 
 log = logging.getLogger("mcp_oauth_gateway.federation")
 
@@ -57,7 +57,7 @@ class ExchangeStore(Protocol):
 
     async def taken(self, session_id: str, minted: str) -> tuple[str, bytes] | None:
         """The request answered under `minted`, forgotten (None: not there); raises
-        SharedUnavailable when Redis did not answer."""
+        RedisUnavailable when Redis did not answer."""
         ...
 
     async def withdrawn(self, session_id: str, target: str, own: bytes) -> str | None:
@@ -156,7 +156,7 @@ class Exchanges:
         self._stored.discard(minted)
         try:
             found = await self.store.taken(self.session_id, minted)
-        except SharedUnavailable:
+        except RedisUnavailable:
             return local
         if found is None:
             return None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import orjson
 
 from .exchange import MAX_ASKED
-from .shared_keys import FAILURES, RedisHeld, SharedUnavailable, log
+from .shared_keys import FAILURES, RedisHeld, log
 
 # Fields of a session's `asked` hash (two per request): past it, a target's request is answered
 # only at the replica that relayed it.
@@ -75,7 +75,7 @@ class SharedExchanges(RedisHeld):
         try:
             found = await self._client.eval(_TAKE, 1, key, minted)
         except FAILURES as exc:
-            raise SharedUnavailable(f"Redis did not answer: {exc}") from exc
+            raise self.unavailable(exc) from exc
         if not isinstance(found, bytes):
             return None
         target, _, own = found.partition(b"\n")

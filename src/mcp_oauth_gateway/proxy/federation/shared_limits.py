@@ -17,7 +17,7 @@ import time
 import orjson
 
 from .session import Owner
-from .shared_keys import FAILURES, RedisHeld, SharedUnavailable, log
+from .shared_keys import FAILURES, RedisHeld, log
 
 # How often (seconds) a replica tells Redis a session it serves is still in use: the limits
 # push out the session idle the longest, to within this.
@@ -56,7 +56,7 @@ class SharedLimits(RedisHeld):
 
     async def admit(self, session_id: str, owner: Owner, per_owner: int, limit: int) -> list[str]:
         """Count a new session in; the ids of the sessions it pushed out (to end everywhere).
-        SharedUnavailable when Redis does not answer."""
+        RedisUnavailable when Redis does not answer."""
         digest = owner_digest(owner)
         rule = f"{self.namespace}sessions"
         try:
@@ -72,7 +72,7 @@ class SharedLimits(RedisHeld):
                     await self._client.zrem(self._owner_key(gone_owner), gone_id)
                 anyone.append(gone_id)
         except FAILURES as exc:
-            raise SharedUnavailable(f"Redis did not answer: {exc}") from exc
+            raise self.unavailable(exc) from exc
         return list(dict.fromkeys(p for p in [*own, *anyone] if p != session_id))
 
     async def touch(self, session_id: str, owner: Owner) -> None:

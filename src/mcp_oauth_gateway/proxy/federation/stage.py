@@ -28,6 +28,7 @@ from typing import TypeVar
 from ... import __version__, audit
 from ...asgi import Receive, Scope, Send, send_error
 from ...controlplane.snapshot import CompiledTarget
+from ...redis_clients import RedisUnavailable
 from ..upstream import UpstreamResponse
 from . import get_stream, jsonrpc, merge, rewrite, streams, wire
 from .backlog import Backlog, MemoryBacklog
@@ -40,7 +41,6 @@ from .lists import merged_list
 from .routing import COMPLETION, ROUTED, relayed_notification, routed
 from .session import ClientSession, SessionTable, new_session, owner_of
 from .shared import SharedSessions
-from .shared_keys import RETRY_AFTER, SharedUnavailable
 from .stateless import Stateless
 from .target import INITIALIZED, TargetLink, Unavailable, refusal_status, unavailable
 
@@ -251,10 +251,10 @@ class Federation:
         # caller's credentials on its behalf. The targets expire it as they expire idle ones.
         try:
             await self.directory.add(session)
-        except SharedUnavailable as exc:
+        except RedisUnavailable as exc:
             log.warning("federated session refused: its limits could not be counted: %s", exc)
             why = refused(scope, "the session store (Redis) did not answer: try again shortly")
-            retry = [(b"retry-after", str(RETRY_AFTER).encode())]
+            retry = [(b"retry-after", str(exc.retry_after).encode())]
             await send_error(send, 503, "temporarily_unavailable", why, retry)
             return
         headers = [(_SESSION_HEADER, session.id.encode())]
