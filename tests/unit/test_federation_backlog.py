@@ -213,6 +213,8 @@ async def test_a_targets_event_ids_are_read_as_the_event_stream_format_says():
         b"id:4\ndata:e\n\n",
         b"id\ndata: f\n\n",  # an id without a value clears it
         b"id: 5\n\n",  # an id alone is no event, but the id stands
+        b"id: 6\ndata: \n\n",  # nor is an empty data (a priming event)
+        b"data:\ndata:\n\n",  # two empty data lines are a line break
         b"data: g\n\n",
     )
     assert read == [
@@ -222,5 +224,6 @@ async def test_a_targets_event_ids_are_read_as_the_event_stream_format_says():
         (b"2", b"d"),
         (b"4", b"e"),
         (None, b"f"),
-        (b"5", b"g"),
+        (b"6", b"\n"),
+        (b"6", b"g"),
     ]

@@ -49,8 +49,11 @@ class Targets:
     # after it. Targets answering a GET with 409 (a stream still open) that many times first.
     resumable: set[str] = field(default_factory=set)
     busy: dict[str, int] = field(default_factory=dict)
-    # The protocol version the targets agree to.
+    # The protocol version the targets agree to; whether they answer initialize with an event
+    # stream that starts with a priming event (an id, empty data), as SDK servers keeping their
+    # events do.
     version: str = "2025-06-18"
+    priming: bool = False
     # Set once a call of the tool `wait` is under way at its target (it never answers).
     waiting: asyncio.Event | None = None
     gets: list[MemoryResponse] = field(default_factory=list)
@@ -108,7 +111,12 @@ class Targets:
             return MemoryResponse(200, [(b"content-type", b"text/event-stream")], None, hold=True)
         if message.get("method") == "initialize":
             result = {"protocolVersion": self.version, "capabilities": {"tools": {}}}
-            return _answer(message, result, [(b"mcp-session-id", f"sess-{name}".encode())])
+            session = [(b"mcp-session-id", f"sess-{name}".encode())]
+            if self.priming:
+                answer = orjson.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
+                events = [b"id: 0\ndata: \n\n", b"id: 1\ndata: " + answer + b"\n\n"]
+                return MemoryResponse(200, [*SSE, *session], None, events)
+            return _answer(message, result, session)
         if message.get("method") == "tools/call" and message["params"]["name"] == "wait":
             call = MemoryResponse(200, SSE, None, [], hold=True, after_stream=self.waiting)
             self.calls.append(call)

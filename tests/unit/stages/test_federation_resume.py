@@ -15,7 +15,7 @@ import pytest
 
 from mcp_oauth_gateway.proxy.federation import fanout, get_stream
 
-from .federation_targets import Targets, open_session, sse, stage
+from .federation_targets import Targets, open_session, rpc, sse, stage
 from .harness import drive
 
 Headers = list[tuple[bytes, bytes]]
@@ -177,3 +177,14 @@ async def test_a_targets_stream_that_ends_after_giving_ids_is_asked_again_from_i
     assert said(sse(response.body)) == [1, 2]
     asked = last_event_ids(targets, "a")
     assert asked == [None] + [b"t-2"] * get_stream.MAX_QUIET_REOPENS
+
+
+async def test_a_target_priming_its_answers_is_opened_and_called():
+    """SDK servers that keep their events start each answer's stream with a priming event (an
+    id, empty data): no message, skipped."""
+    targets = Targets(priming=True, version="2025-11-25")
+    app = stage(targets)
+    headers = await open_session(app)
+    assert [name for name, _, m in targets.seen if m.get("method") == "initialize"] == ["a", "b"]
+    listed = await drive(app, "POST", headers=headers, body=rpc("tools/list"))
+    assert [tool["name"] for tool in listed.json()["result"]["tools"]] == ["a_t1", "a_t2", "b_u1", "b_u2"]

@@ -1,8 +1,9 @@
 """Reading the messages of a target's `text/event-stream` answer: the data of each event, and
 the stream's last event id when it was dispatched, as the WHATWG event stream format defines
 them (lines end with CRLF, LF or CR; an event ends at a blank line; its `data:` lines are joined
-with LF; one space after the colon is dropped; an `id:` holding NUL is ignored, one without a
-value clears it; an event the stream ends in the middle of is dropped)."""
+with LF; one space after the colon is dropped; an event whose data is empty, as MCP's priming
+event, is none; an `id:` holding NUL is ignored, one without a value clears it; an event the
+stream ends in the middle of is dropped)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ def _field(line: bytes) -> tuple[bytes, bytes]:
 async def sse_events(
     chunks: AsyncIterator[bytes], limit: int
 ) -> AsyncIterator[tuple[bytes | None, bytes]]:
-    """(the last event id, its data) of each event that has data, in order; ValueError past
-    `limit` bytes held."""
+    """(the last event id, its data) of each event whose data is not empty, in order;
+    ValueError past `limit` bytes held."""
     pending = b""
     data: list[bytes] = []
     last_id: bytes | None = None
@@ -34,8 +35,9 @@ async def sse_events(
             raise ValueError(f"an event is larger than {limit} bytes")
         for line in lines:
             if not line:
-                if data:
-                    yield last_id, b"\n".join(data)
+                joined = b"\n".join(data)
+                if joined:
+                    yield last_id, joined
                 data = []
                 continue
             name, value = _field(line)
@@ -46,6 +48,7 @@ async def sse_events(
 
 
 async def event_data(chunks: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
-    """The data of each event that has some, in order; ValueError past `limit` bytes held."""
+    """The data of each event whose data is not empty, in order; ValueError past `limit`
+    bytes held."""
     async for _, data in sse_events(chunks, limit):
         yield data
