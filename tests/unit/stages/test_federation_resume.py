@@ -177,6 +177,8 @@ async def test_a_targets_stream_that_ends_after_giving_ids_is_asked_again_from_i
     assert said(sse(response.body)) == [1, 2]
     asked = last_event_ids(targets, "a")
     assert asked == [None] + [b"t-2"] * get_stream.MAX_QUIET_REOPENS
+    # Each of the target's streams was released once.
+    assert [get.released for get in targets.gets] == [1] * len(asked)
 
 
 async def test_a_target_priming_its_answers_is_opened_and_called():

@@ -140,6 +140,7 @@ class ClientStream:
         # Where each target's stream is at (its session then, its own id of the last event).
         self.cursors = dict(cursors)
         self.sending = asyncio.Lock()
+        # The targets' streams opened here (joined, or asked again) until each is released.
         self.responses: list[UpstreamResponse] = []
 
     async def write(self, kept_id: str | None, data: bytes) -> None:
@@ -191,11 +192,18 @@ class ClientStream:
             return False, sent
         return True, sent
 
-    async def follow(self, target: str, response: UpstreamResponse | None) -> None:
-        """The target's stream, and again from its cursor after it ends (see the module)."""
+    async def follow(
+        self, target: str, response: UpstreamResponse | None, own: bool = False
+    ) -> None:
+        """The target's stream, and again from its cursor after it ends (see the module); the
+        streams opened here (`own`) are released as they end."""
         quiet = 0
         while response is not None:
-            ended, sent = await self.relay(target, response)
+            try:
+                ended, sent = await self.relay(target, response)
+            finally:
+                if own:
+                    self._release(response)
             held = self.cursors.get(target)
             if not ended or held is None or held[0] != _target_session(self.session, target):
                 return
@@ -203,17 +211,25 @@ class ClientStream:
             if quiet >= MAX_QUIET_REOPENS:
                 return
             await asyncio.sleep(REOPEN_PAUSES[quiet])
-            response = await self.open_stream(target, held[1])
-            if response is not None:
-                self.responses.append(response)
+            response, own = await self._open(target, held[1]), True
+
+    async def _open(self, target: str, cursor: str | None) -> UpstreamResponse | None:
+        response = await self.open_stream(target, cursor)
+        if response is not None:
+            self.responses.append(response)
+        return response
+
+    def _release(self, response: UpstreamResponse) -> None:
+        for at, held in enumerate(self.responses):
+            if held is response:
+                del self.responses[at]
+                response.release()
+                return
 
     async def join(self, target: str) -> None:
         """A target whose session was opened again: its new stream, from now."""
         self.cursors.pop(target, None)
-        response = await self.open_stream(target, None)
-        if response is not None:
-            self.responses.append(response)
-        await self.follow(target, response)
+        await self.follow(target, await self._open(target, None), own=True)
 
     async def merge(self, opened: Mapping[str, UpstreamResponse]) -> None:
         """Every target's stream onto the client's until all have ended, the targets named on
