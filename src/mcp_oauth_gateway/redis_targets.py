@@ -57,8 +57,9 @@ class RedisTarget:
 
 
 def shown_redis_url(url: str) -> str:
-    """`url` without its user information (`***@` where it had one) or query (where passwords
-    are); `***` when a password written unencoded would leak into what is shown."""
+    """`url` without its user information (`***@` where it had one) or its query's values
+    (where passwords are); `***` when a password written unencoded would leak into what is
+    shown."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -66,7 +67,9 @@ def shown_redis_url(url: str) -> str:
     if not url.isprintable() or "@" in parts.path + parts.query + parts.fragment:
         return "***"  # a user-info cut short by a `/`, `?` or `#` in it
     _, at, hosts = parts.netloc.rpartition("@")
-    return f"{parts.scheme}://{'***@' if at else ''}{hosts}{parts.path}"
+    keys = [key for key, _ in parse_qsl(parts.query, keep_blank_values=True)]
+    query = "?" + "&".join(f"{key}=***" for key in keys) if keys else ""
+    return f"{parts.scheme}://{'***@' if at else ''}{hosts}{parts.path}{query}"
 
 
 def parse_redis_url(url: str, where: str = "the Redis URL") -> RedisTarget:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..redis_targets import parse_redis_url
 from .common import Refused
 
 if TYPE_CHECKING:
@@ -83,9 +84,8 @@ def store_kind(url: str) -> str:
     """ "sqlite" or "redis"; Refused for any other URL."""
     if url.startswith("sqlite:///"):
         return "sqlite"
-    if url.startswith(("redis://", "rediss://", "unix:")):
-        return "redis"
-    raise Refused(
-        f"--user-token-store {url!r}: give sqlite:///ABSOLUTE/PATH, redis://HOST:PORT/DB, "
-        "rediss://… (TLS) or unix:///PATH"
-    )
+    try:
+        parse_redis_url(url, "--user-token-store")  # one server, a Sentinel set or a Cluster
+    except ValueError as exc:
+        raise Refused(f"{exc}; or give sqlite:///ABSOLUTE/PATH (one machine)") from None
+    return "redis"

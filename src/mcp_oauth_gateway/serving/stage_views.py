@@ -9,7 +9,13 @@ from ..controlplane.snapshot import (
     CompiledPolicy,
     CompiledProvider,
 )
+from ..redis_targets import shown_redis_url
 from ..urls import shown_url
+
+
+def _shown_redis(url: str | None) -> str | None:
+    """An optional Redis URL as /config shows it: its hosts, never a password."""
+    return None if url is None else shown_redis_url(url)
 
 
 def _shown(url: str | None) -> str | None:
@@ -42,7 +48,7 @@ def mcp(policy: CompiledPolicy) -> dict[str, object]:
             "mode": policy.mcp.mode,
             "clientId": policy.mcp.client_id,
             "resource": _shown(policy.mcp.resource),
-            "redisUrl": _shown(policy.mcp.redis_url),
+            "redisUrl": _shown_redis(policy.mcp.redis_url),
         }
     }
 
@@ -98,7 +104,7 @@ def rate_limit(policy: CompiledPolicy) -> dict[str, object]:
             "key": limit.key.source,
             "capacity": limit.capacity,
             "perSecond": limit.per_second,
-            "redisUrl": _shown(limit.redis_url),
+            "redisUrl": _shown_redis(limit.redis_url),
         }
     }
 
