@@ -189,4 +189,5 @@ async def test_a_target_priming_its_answers_is_opened_and_called():
     headers = await open_session(app)
     assert [name for name, _, m in targets.seen if m.get("method") == "initialize"] == ["a", "b"]
     listed = await drive(app, "POST", headers=headers, body=rpc("tools/list"))
-    assert [tool["name"] for tool in listed.json()["result"]["tools"]] == ["a_t1", "a_t2", "b_u1", "b_u2"]
+    names = [tool["name"] for tool in listed.json()["result"]["tools"]]
+    assert names == ["a_t1", "a_t2", "b_u1", "b_u2"]
