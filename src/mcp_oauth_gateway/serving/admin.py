@@ -15,7 +15,7 @@ from ..controlplane.watch import ConfigWatcher
 from ..dataplane.metrics import Metrics
 from ..urls import shown_url
 from .drain import Drain
-from .federation_status import federation_rows, federation_status
+from .federation_status import federation_rows, federation_status, refresh_federation
 from .runtime import BrokerRuntime
 from .stages import PIPELINE, stages_for
 
@@ -77,6 +77,8 @@ class AdminApp:
         elif path == "/config":
             await send_json(send, 200, config_dump(self.control.snapshot))
         elif path in ("/", "/status"):
+            if self.brokers is not None:
+                await refresh_federation(self.control.snapshot, self.brokers)
             await send_json(send, 200, self.status())
         else:
             await send_error(
