@@ -1,0 +1,62 @@
+"""The failover and rolling-restart benchmarks run (a few seconds of load, smoke mode) and write
+their JSON results with every field. Nothing about their numbers is asserted here, not even
+that they found nothing: they report, `benchmarks/redis_failover.py` and
+`benchmarks/rolling_restart.py` measure."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from support import ROOT
+
+KINDS = ("sign-in", "refresh", "tool call", "mcp tool call", "mcp stream")
+EFFECTS = ("refresh tokens kept", "rotated tokens refused", "sign-ins during the run")
+
+
+def run(script: str, output: Path, *args: str) -> dict:
+    command = [sys.executable, str(ROOT / "benchmarks" / script), "--smoke", *args]
+    done = subprocess.run(
+        [*command, "--output", str(output)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    (written,) = output.glob("*-smoke-*.json")
+    return json.loads(written.read_text())
+
+
+def assert_reported(result: dict) -> None:
+    for kind in KINDS:
+        assert set(result["outcomes"][kind]) == {"ok", "503", "error", "hang"}, result
+        assert result["outcomes"][kind]["ok"] > 0, result  # the load ran
+    assert set(result["times"]) == {"first 503", "first success", "last failure"}
+    assert set(result["latency"]) == {"before", "during", "after"}
+    assert result["latency"]["before"]["refresh"]["p99"] is not None
+    for effect in EFFECTS:
+        assert effect in result["effects"], result["effects"]
+    assert isinstance(result["findings"]["count"], int)
+    assert isinstance(result["mcp sessions opened again"], int)
+
+
+def test_the_failover_benchmark_kills_the_primary_and_reports(tmp_path):
+    results = run("redis_failover.py", tmp_path, "--fault", "kill")
+    assert results["benchmark"] == "redis-failover"
+    result = results["runs"]["kill"]
+    assert_reported(result)
+    assert {"fault", "promoted"} <= set(result["events"])
+
+
+def test_the_rolling_restart_benchmark_rolls_every_replica_and_reports(tmp_path):
+    results = run("rolling_restart.py", tmp_path)
+    assert results["benchmark"] == "rolling-restart"
+    result = results["run"]
+    assert_reported(result)
+    steps = result["steps"]
+    assert [s["replica"] for s in steps] == ["gateway-0", "gateway-1"]
+    for step in steps:
+        assert set(step) == {"replica", "drain s", "start s", "step s", "exit code"}
+    assert {"roll", "rolled"} <= set(result["events"])
