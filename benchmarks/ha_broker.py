@@ -86,8 +86,11 @@ class BrokerLoad:
             f"{self.mcp}/oauth/token",
             (200,),
             choice=choice,
+            note=False,
             data=self._refresh_form(session, token),
         )
+        if response is None or response.status_code != 400:
+            self.sender.recorder.note(record)
         if response is not None and response.status_code == 200:
             tokens = response.json()
             session.rotated.append(token)
@@ -101,8 +104,8 @@ class BrokerLoad:
             what = "after a 503 that said nothing changed" if owed else "answered 200 before"
             self.sender.recorder.count("lost refresh tokens")
             self.sender.recorder.finding(
-                f"lost: a refresh token {what} was refused at t={record.start:.2f}s: "
-                + record.detail[:160]
+                f"lost: a refresh token {what} was refused at {record.replica}, "
+                f"t={record.start:.2f}s: {record.detail[:160]}"
             )
         else:
             session.state = "unknown"

@@ -68,9 +68,11 @@ class Sender:
         expected: Collection[int],
         redis: bool = True,
         choice: int | None = None,
+        note: bool = True,
         **request: Any,
     ) -> tuple[Record, httpx.Response | None]:
-        """Send one request; its record, and the answer when there was one."""
+        """Send one request; its record, and the answer when there was one (an error or a
+        hang noted as a finding unless `note` is False)."""
         target, headers, replica = self.front.address(url, choice)
         request["headers"] = {**request.get("headers", {}), **headers}
         started = self.recorder.now()
@@ -87,4 +89,4 @@ class Sender:
         record = Record(
             kind, step, replica, started, self.recorder.now(), status, outcome, detail, redis
         )
-        return self.recorder.add(record), response
+        return self.recorder.add(record, note), response

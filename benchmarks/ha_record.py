@@ -57,15 +57,21 @@ class Recorder:
         """Seconds since the run started."""
         return time.monotonic() - self.started
 
-    def add(self, record: Record) -> Record:
-        """Keep `record` (and note it as a finding when it is one)."""
+    def add(self, record: Record, note: bool = True) -> Record:
+        """Keep `record`, and note it as a finding when it is one (unless the caller will say
+        better what it means: `note=False`, then `note`)."""
         self.records.append(record)
+        if note:
+            self.note(record)
+        return record
+
+    def note(self, record: Record) -> None:
+        """A finding for `record` when it ended in an error or a hang."""
         if record.outcome in ("error", "hang"):
             self.finding(
                 f"{record.outcome}: {record.kind} {record.step} at {record.replica}, "
                 f"t={record.start:.2f}s, HTTP {record.status or '-'}: {record.detail[:200]}"
             )
-        return record
 
     def event(self, name: str) -> float:
         """Note that `name` happened now; returns the time."""

@@ -3,8 +3,10 @@ two replicas, three sentinels: Debian's redis-server on loopback), a Broker rout
 the benchmark's `mcp` SDK server and a federated route in front of two more, under steady
 sign-ins, refresh rotations, one refresh token sent to two replicas at once, revocations,
 tool calls and `mcp` SDK client sessions (tool calls, and progress streams on the federated
-route). Mid-run the primary is killed (SIGKILL), or hung (SIGSTOP, then SIGCONT once the
-sentinels have promoted a replica and `--hold` seconds more).
+route). Mid-run the primary is killed (SIGKILL, `kill`), or hung (SIGSTOP, then SIGCONT once the
+sentinels have promoted a replica and `--hold` seconds more: `stop`), or killed at the worst
+moment for refreshes (`mid-refresh`: the provider is held half a second first, so every refresh
+in flight has claimed its token and waits there; it is let go 0.2 s after the kill).
 
 Reported, never asserted: requests by outcome (ok, 503 with Retry-After, any other error, a
 hang: every error and hang is a finding), the seconds from the fault to the first 503, to the
@@ -13,7 +15,7 @@ during and after, and the effects checked once it is over: refresh tokens answer
 503, "nothing changed") that no longer work (lost), tokens rotated away or revoked that are
 accepted again (duplicated, revoked accepted).
 
-    python benchmarks/redis_failover.py                 # SIGKILL, then SIGSTOP; JSON in results/
+    python benchmarks/redis_failover.py                 # each fault in turn; JSON in results/
     python benchmarks/redis_failover.py --fault kill --before 5 --after 15
     python benchmarks/redis_failover.py --smoke         # a few seconds of load: checks it runs
 """
@@ -49,7 +51,17 @@ from ha_stack import Stack, start_stack
 from redis.sentinel import Sentinel
 
 HERE = Path(__file__).resolve().parent
-FAULTS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
+# How each fault is done to the primary; `mid-refresh` kills it while the provider holds
+# every refresh in flight, each having claimed its refresh token (the worst moment).
+FAULTS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "mid-refresh": signal.SIGKILL}
+NAMES = {
+    "kill": "the primary killed (SIGKILL)",
+    "stop": "the primary hung (SIGSTOP, SIGCONT after the promotion)",
+    "mid-refresh": "the primary killed while the refreshes in flight wait at the provider",
+}
+# Seconds the provider is held before the kill (refreshes pile up, their tokens claimed) and
+# after it (their rotations then meet the dead primary).
+HELD_BEFORE, HELD_AFTER = 0.5, 0.2
 
 
 def primary_port(sentinels: SentinelSet) -> int | None:
@@ -64,24 +76,41 @@ def primary_port(sentinels: SentinelSet) -> int | None:
         return None
 
 
-def inject(sentinels: SentinelSet, fault: str, hold: float, recorder: Recorder) -> None:
-    """The fault: the primary killed, or stopped until a replica is promoted and `hold` more
-    seconds; notes when the sentinels name the new primary."""
+def inject(
+    stack: Stack, sentinels: SentinelSet, fault: str, hold: float, recorder: Recorder
+) -> None:
+    """The fault: the primary killed (at the worst moment for `mid-refresh`), or stopped
+    until a replica is promoted and `hold` more seconds; notes when the sentinels name the
+    new primary."""
     pid = sentinels.primary.popen.pid
-    old = sentinels.primary_port
+    provider = stack.servers["dev-idp"].popen.pid
+    if fault == "mid-refresh":
+        os.kill(provider, signal.SIGSTOP)
+        recorder.event("provider held")
+        time.sleep(HELD_BEFORE)
     recorder.event("fault")
     os.kill(pid, FAULTS[fault])
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        port = primary_port(sentinels)
-        if port is not None and port != old:
-            recorder.event("promoted")
-            break
-        time.sleep(0.05)
+    if fault == "mid-refresh":
+        time.sleep(HELD_AFTER)
+        os.kill(provider, signal.SIGCONT)
+        recorder.event("provider resumed")
+    wait_promoted(sentinels, recorder)
     if fault == "stop":
         time.sleep(hold)
         os.kill(pid, signal.SIGCONT)
         recorder.event("resumed")
+
+
+def wait_promoted(sentinels: SentinelSet, recorder: Recorder) -> None:
+    """Until the sentinels name another primary (noted as the event `promoted`)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        port = primary_port(sentinels)
+        if port is not None and port != sentinels.primary_port:
+            recorder.event("promoted")
+            return
+        time.sleep(0.05)
+    recorder.finding("the sentinels named no new primary within 60 s")
 
 
 async def drive(
@@ -94,7 +123,7 @@ async def drive(
         run = LoadRun(http, front, stack, args)
         await run.start()
         await asyncio.sleep(args.before)
-        await asyncio.to_thread(inject, sentinels, fault, args.hold, run.recorder)
+        await asyncio.to_thread(inject, stack, sentinels, fault, args.hold, run.recorder)
         left = args.after - (run.recorder.now() - run.recorder.events["fault"])
         await asyncio.sleep(max(0.0, left))
         result = await run.finish("fault")
@@ -130,14 +159,14 @@ def run_once(fault: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def text(fault: str, args: argparse.Namespace, result: dict[str, Any]) -> str:
     """The run as Markdown."""
-    name = {"kill": "SIGKILL", "stop": "SIGSTOP"}[fault]
+    name = NAMES[fault]
     lines = [
-        f"## Redis failover: {name} of the primary ({args.replicas} gateways, "
+        f"## Redis failover: {name} ({args.replicas} gateways, "
         f"{args.before:.0f} s before, {args.after:.0f} s after)",
         "",
         *outcome_lines(result["outcomes"]),
         "",
-        *timing_lines(result, name),
+        *timing_lines(result, "fault"),
         "",
         *latency_lines(result["latency"]),
         "",
@@ -152,7 +181,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--fault", choices=["kill", "stop", "both"], default="both")
+    parser.add_argument("--fault", choices=[*FAULTS, "all"], default="all")
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--before", type=float, default=20, help="seconds of load before the fault")
     parser.add_argument("--after", type=float, default=40, help="seconds of load from the fault on")
@@ -172,7 +201,7 @@ def main() -> int:
     if args.smoke:
         args.before, args.after, args.hold, args.sessions, args.mcp_clients = 2, 4, 1, 4, 1
         args.rate_scale = 0.5
-    faults = ["kill", "stop"] if args.fault == "both" else [args.fault]
+    faults = list(FAULTS) if args.fault == "all" else [args.fault]
     results: dict[str, Any] = {"benchmark": "redis-failover", "machine": machine(), "runs": {}}
     results["settings"] = {**vars(args), "rates": vars(rates(args))}
     for fault in faults:
