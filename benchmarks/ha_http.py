@@ -36,18 +36,21 @@ class Front:
 
 def judged(response: httpx.Response, expected: Collection[int]) -> tuple[str, str]:
     """(outcome, detail) of an answer: `ok` when its status is one of `expected`; `503` when
-    it is a 503 with Retry-After and a JSON error (a failover answered as designed); else
-    `error`."""
+    it is a 503 with Retry-After and a JSON error, or an HTML page for a browser (a failover
+    answered as designed); else `error`."""
     if response.status_code in expected:
         return "ok", ""
     detail = response.text[:300]
-    if response.status_code == 503 and response.headers.get("retry-after", "").isdigit():
-        try:
-            body = response.json()
-        except ValueError:
-            return "error", f"503 with Retry-After but no JSON body: {detail}"
-        if isinstance(body, dict) and isinstance(body.get("error"), str):
-            return "503", str(body.get("error_description", ""))[:300]
+    if response.status_code != 503 or not response.headers.get("retry-after", "").isdigit():
+        return "error", detail
+    if response.headers.get("content-type", "").startswith("text/html"):
+        return "503", "an error page"
+    try:
+        body = response.json()
+    except ValueError:
+        return "error", f"503 with Retry-After but neither JSON nor a page: {detail}"
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        return "503", str(body.get("error_description", ""))[:300]
     return "error", detail
 
 

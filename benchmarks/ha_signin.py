@@ -17,6 +17,7 @@ from ha_parts import submission
 from ha_stack import PASSWORD, USER
 
 REDIRECT = "http://127.0.0.1:47111/cb"
+PAGE = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}  # what a browser asks for
 
 
 @dataclass
@@ -140,7 +141,7 @@ class SignIn:
                 url,
                 (200, 302, 303),
                 redis=at_gateway,
-                headers=browser.header(url),
+                headers={**PAGE, **browser.header(url)},
             )
             if response is None or response.status_code not in (200, 302, 303):
                 return None
@@ -151,7 +152,7 @@ class SignIn:
             action, form = submission(response.text, USER, PASSWORD, "allow")
             target = urljoin(url, action)
             origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))
-            headers = {"Origin": origin, **browser.header(target)}
+            headers = {**PAGE, "Origin": origin, **browser.header(target)}
             step = "consent" if "request" in form else "idp login"
             _, response = await self.sender.send(
                 "sign-in",
