@@ -144,7 +144,7 @@ def run_once(fault: str, args: argparse.Namespace) -> dict[str, Any]:
         )
         stack = start_stack(running, work, sentinels.url, args.replicas)
         print(
-            f"[failover] load for {args.before:.0f} s, then {fault} the primary",
+            f"[failover] load for {args.before:.0f} s, then {NAMES[fault]}",
             file=sys.stderr,
             flush=True,
         )
