@@ -7,6 +7,7 @@ without depending on each other (the way Starlette's `types.py` is a leaf).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from itertools import chain
@@ -53,6 +54,18 @@ def header(scope: Scope, name: bytes) -> bytes | None:
         if key == name:
             return value
     return None
+
+
+# Control characters the HTTP server refuses to write in a header value (it would answer 500).
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def quoted_string(value: str) -> str:
+    """`value` as the inside of an RFC 9110 quoted-string (a challenge parameter)."""
+    # Header values are one line of visible characters: a reason quoting a claim or a tool name
+    # must neither start another line nor hold a character the server refuses to send.
+    flat = _CONTROL.sub(" ", value)
+    return flat.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def first_item(value: bytes) -> bytes:

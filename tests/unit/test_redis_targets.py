@@ -44,7 +44,10 @@ def test_a_cluster_url_names_its_seed_nodes() -> None:
         ("redis+sentinel://h1:26379/a/b/c", "name the Sentinel service"),
         ("redis+sentinel://h1:26379/m?password=x", "unknown parameter password"),
         ("redis+cluster://h1:7000/3", "database 0 only"),
-        ("redis+cluster://h1:7000/?sentinel_password=x", "a Cluster URL acks, ack_timeout_ms and ssl_ca_certs"),
+        (
+            "redis+cluster://h1:7000/?sentinel_password=x",
+            "a Cluster URL acks, ack_timeout_ms and ssl_ca_certs",
+        ),
         ("redis://h:1/0?acks=many", "not a number of replicas"),
         ("redis+sentinel://h:1/m?acks=-1", "not a number of replicas"),
         ("redis+cluster://h:1/?ack_timeout_ms=0", "milliseconds from 1"),

@@ -2,20 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from ..asgi import Scope, Send, request_origin, send_error
-
-# Control characters the HTTP server refuses to write in a header value (it would answer 500).
-_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
-
-
-def _quote(value: str) -> str:
-    # Header values are one line of visible characters: a reason quoting a claim or a tool name
-    # must neither start another line nor hold a character the server refuses to send.
-    flat = _CONTROL.sub(" ", value)
-    return flat.replace("\\", "\\\\").replace('"', '\\"')
+from ..asgi import Scope, Send, quoted_string, request_origin, send_error
 
 
 def challenge(
@@ -27,7 +16,7 @@ def challenge(
     """`Bearer` first (TS clients read only the first token), then error, metadata, scope."""
     params = []
     if error:
-        params.append(f'error="{code}", error_description="{_quote(error)}"')
+        params.append(f'error="{code}", error_description="{quoted_string(error)}"')
     if resource_metadata:
         params.append(f'resource_metadata="{resource_metadata}"')
     if scope:
