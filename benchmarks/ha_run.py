@@ -19,6 +19,7 @@ from ha_stack import Stack
 from ha_verify import verify
 
 WARM_UP_CONCURRENCY = 4
+WARM_UP_TRIES = 30
 
 
 def add_load_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,12 +55,19 @@ class LoadRun:
         gate = asyncio.Semaphore(WARM_UP_CONCURRENCY)
 
         async def one() -> None:
+            # A sign-in may meet the store before its replicas have caught up (503): again.
             async with gate:
-                await warm.sign_in()
+                for _ in range(WARM_UP_TRIES):
+                    if await warm.sign_in() is not None:
+                        return
+                    await asyncio.sleep(1)
 
         await asyncio.gather(*(one() for _ in range(self.args.sessions)))
-        if not warm.sessions:
-            raise SystemExit("no sign-in succeeded before the run; see the logs (--keep-logs)")
+        if len(warm.sessions) < self.args.sessions:
+            raise SystemExit(
+                f"{len(warm.sessions)} of {self.args.sessions} sign-ins succeeded before the "
+                "run; see the logs (--keep-logs)"
+            )
         self.load.sessions = warm.sessions
         self.recorder.started = time.monotonic()
         tokens = [s.access for s in warm.sessions]
