@@ -35,7 +35,7 @@ from typing import Any
 
 import httpx
 from ha_http import Front
-from ha_parts import SENTINEL_PASSWORD, SERVICE, SentinelSet, sentinel_set
+from ha_parts import SENTINEL_PASSWORD, SERVICE, SentinelSet, sentinel_set, stop_on_sigterm
 from ha_record import Recorder
 from ha_report import (
     effect_lines,
@@ -198,6 +198,7 @@ def _parser() -> argparse.ArgumentParser:
 def main() -> int:
     """Run each fault, print the tables and write the JSON results."""
     args = _parser().parse_args()
+    stop_on_sigterm()
     if args.smoke:
         args.before, args.after, args.hold, args.sessions, args.mcp_clients = 2, 4, 1, 4, 1
         args.rate_scale = 0.5

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import httpx
 from ha_http import Front
-from ha_parts import Process, free_port, wait_for_port
+from ha_parts import Process, free_port, stop_on_sigterm, wait_for_port
 from ha_record import Recorder
 from ha_report import (
     effect_lines,
@@ -219,6 +219,7 @@ def _parser() -> argparse.ArgumentParser:
 def main() -> int:
     """Roll, print the tables and write the JSON results."""
     args = _parser().parse_args()
+    stop_on_sigterm()
     if args.smoke:
         args.replicas, args.before, args.settle, args.after = 2, 2, 0.5, 2
         args.sessions, args.mcp_clients, args.rate_scale, args.grace_period = 4, 1, 0.5, 3

@@ -5,7 +5,10 @@ that they found nothing: they report, `benchmarks/redis_failover.py` and
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,13 +22,26 @@ EFFECTS = ("refresh tokens kept", "rotated tokens refused", "sign-ins during the
 
 def run(script: str, output: Path, *args: str) -> dict:
     command = [sys.executable, str(ROOT / "benchmarks" / script), "--smoke", *args]
-    done = subprocess.run(
+    # A session of its own: on a timeout the benchmark and every server it started are
+    # stopped together (SIGTERM unwinds it; SIGKILL what is left).
+    benchmark = subprocess.Popen(
         [*command, "--output", str(output)],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=900,
+        start_new_session=True,
     )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    try:
+        stdout, stderr = benchmark.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        os.killpg(benchmark.pid, signal.SIGTERM)
+        try:
+            benchmark.communicate(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(benchmark.pid, signal.SIGKILL)
+        raise
+    assert benchmark.returncode == 0, stdout[-2000:] + stderr[-3000:]
     (written,) = output.glob("*-smoke-*.json")
     return json.loads(written.read_text())
 
