@@ -4,9 +4,12 @@ states are single use even across replicas."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import orjson
@@ -16,6 +19,14 @@ from redis.exceptions import RedisError
 from ..redis_clients import RedisConnection, RedisUnavailable
 
 PREFIX = "mcp-oauth-gateway:broker:"
+# How long a write that gives back what a failed request took (a refresh token claimed for a
+# rotation, a code claimed for its redemption) keeps trying while Redis fails over: a Sentinel
+# set whose down-after-milliseconds is a few seconds has promoted a replica by then. The request
+# waits that long at most; the client was promised that nothing changed.
+GIVE_BACK_SECONDS = 15.0
+GIVE_BACK_PAUSE = 0.2
+
+log = logging.getLogger("mcp_oauth_gateway.broker")
 
 
 class BrokerStore(Protocol):
@@ -133,3 +144,27 @@ class RedisStore:
 
     async def close(self) -> None:
         """Nothing: the connection is the process's (RedisConnections closes it)."""
+
+
+async def give_back(write: Callable[[], Awaitable[object]], what: str) -> bool:
+    """Run `write` (a store write that puts back `what` a failed request took) until the store
+    acknowledges it or GIVE_BACK_SECONDS pass; whether it did. A claim the store acknowledged
+    survives a failover, so giving it back only once, while the primary is gone, would lose
+    what the client still holds."""
+    deadline = time.monotonic() + GIVE_BACK_SECONDS
+    while True:
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                await write()
+            return True
+        except (RedisUnavailable, RedisError, OSError, TimeoutError) as exc:
+            failure = exc
+        if time.monotonic() + GIVE_BACK_PAUSE >= deadline:
+            log.error(
+                "%s could not be given back within %.0f s (%s): its holder must sign in again",
+                what,
+                GIVE_BACK_SECONDS,
+                type(failure).__name__,
+            )
+            return False
+        await asyncio.sleep(GIVE_BACK_PAUSE)
