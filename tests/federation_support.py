@@ -39,9 +39,11 @@ def named_server(name: str, port: int, logs: Path, json_answers: bool = False) -
     return process
 
 
-def asking_server(name: str, port: int, logs: Path) -> Process:
-    """A running peers/mcp_asking.py (tools that ask the client back)."""
+def asking_server(name: str, port: int, logs: Path, resumable: bool = False) -> Process:
+    """A running peers/mcp_asking.py (tools that ask the client back; with `resumable`, it keeps
+    its streams' events and resumes them)."""
     args = [sys.executable, str(PEERS / "mcp_asking.py"), name, str(port)]
+    args += ["resumable"] if resumable else []
     process = Process(f"fed-asking-{name}-{port}", args, logs)
     wait_for_port(port, process)
     return process

@@ -35,6 +35,13 @@ MAX_TIMEOUT = 86_400.0
 REFUSAL_LOG_INTERVAL = 60.0
 HEAD_LINE_ROOM = 16 * 1024
 
+# Once draining, how long a connection must have been idle before it is closed. A client may
+# write its next request on an idle connection at the very moment the server closes it, and that
+# request is lost; a client's pool no longer reuses a connection idle this long (httpx: 5 s,
+# undici, Node's fetch: 4 s), so closing it then loses nothing. A request that comes sooner is
+# answered, with `Connection: close`.
+DRAIN_IDLE_CLOSE = 6.0
+
 # Where the request parser is in the byte stream; decides which timer applies.
 _BETWEEN, _HEAD, _BODY = 0, 1, 2
 
@@ -131,6 +138,8 @@ class ConnectionGuard:
         counts.limit = self.max_connections
         # The loopback admin listener stays reachable (metrics, health) while the cap is hit.
         self.uncapped_ports = frozenset(uncapped_ports)
+        # Set when the drain starts: every response from then on closes its connection.
+        self.draining = False
         self._refusal = {
             "error": "temporarily_unavailable",
             "error_description": f"the gateway already holds {self.max_connections} open "
@@ -271,12 +280,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         _on_message_begin(self)
 
     def on_headers_complete(self) -> None:
-        """The head is complete: its timer stops, the body (if any) follows."""
+        """The head is complete: its timer stops, the body (if any) follows. While draining,
+        its response closes the connection (`Connection: close`)."""
         self._phase = _BODY
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
         _on_headers_complete(self)
+        if self.guard.draining and self.cycle is not None:
+            self.cycle.keep_alive = False
 
     def on_message_complete(self) -> None:
         """The request is complete: no client-side timer until the next one begins."""
@@ -285,6 +297,34 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._idle_timer.cancel()
             self._idle_timer = None
         _on_message_complete(self)
+
+    def shutdown(self) -> None:
+        """The drain started: a request being served or arriving gets its answer, and that
+        closes the connection; an idle one closes once idle for DRAIN_IDLE_CLOSE."""
+        cycle = self.cycle
+        if self._phase == _HEAD or self.transport.is_closing():
+            return  # its answer says `Connection: close` (the guard drains)
+        if cycle is not None and not cycle.response_complete:
+            cycle.keep_alive = False
+            return
+        wait = DRAIN_IDLE_CLOSE - self._idle_for()
+        if wait <= 0:
+            self.transport.close()
+            return
+        # The keep-alive timer, sooner (a request that comes cancels it, as it does).
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+        self.timeout_keep_alive_task = self.loop.call_later(wait, self.timeout_keep_alive_handler)
+
+    def _idle_for(self) -> float:
+        """Seconds since the last response ended (or the connection opened), read from the
+        timer armed then."""
+        now = self.loop.time()
+        if self.timeout_keep_alive_task is not None:
+            return now - self.timeout_keep_alive_task.when() + self.timeout_keep_alive
+        if self._head_timer is not None:
+            return now - self._head_timer.when() + self.guard.header_timeout
+        return math.inf
 
     def timeout_keep_alive_handler(self) -> None:
         """Close an idle keep-alive connection, unless a request has begun since."""

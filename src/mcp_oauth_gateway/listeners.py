@@ -58,9 +58,12 @@ class DynamicListeners:
         self._retry: asyncio.Task[None] | None = None
         # Snapshots can arrive faster than ports open: one reconcile at a time.
         self._lock = asyncio.Lock()
+        self.closed = False
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         """Open the snapshot's new ports and close the ones it no longer has."""
+        if self.closed:
+            return  # draining: the server closes every listener, none opens
         self.wanted = frozenset(snapshot.listeners)
         asyncio.get_running_loop().create_task(self.reconcile())
 
@@ -85,6 +88,8 @@ class DynamicListeners:
             self._retry = asyncio.create_task(self._retry_later(), name="listener-retry")
 
     async def _open(self, port: int) -> None:
+        if self.closed:
+            return
         if port in self.reserved:
             self._unbound(port, self.reserved[port])
             return
@@ -117,6 +122,7 @@ class DynamicListeners:
         return [f"listener port {port}: {why}" for port, why in sorted(self.unbound.items())]
 
     def close(self) -> None:
-        """Stop retrying (the server closes the listeners themselves)."""
+        """Open no port any more, nor retry (the server closes the listeners themselves)."""
+        self.closed = True
         if self._retry is not None:
             self._retry.cancel()

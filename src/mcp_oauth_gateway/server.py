@@ -34,14 +34,28 @@ from .dataplane.tracing import otlp_tracer
 from .kube.client import ConnectError, connect
 from .kube.controller import Controller, ControllerOptions
 from .listeners import DynamicListeners, open_socket
-from .serving.app import GatewayApp
+from .serving.app import SHUTDOWN_END_WAIT, GatewayApp
+from .serving.drain import Drain
 from .serving.options import ServeOptions, own_ports
 from .serving.runtime import BrokerRuntime
 
 log = logging.getLogger("mcp_oauth_gateway")
+# How often a drain looks whether what is in flight has finished (as uvicorn's own shutdown).
+DRAIN_POLL = 0.1
 
 
 class _Server(uvicorn.Server):
+    """uvicorn's server, draining the gateway's way on SIGTERM/SIGINT (`shutdown`)."""
+
+    def __init__(
+        self, config: uvicorn.Config, drain: Drain, guard: ConnectionGuard, options: ServeOptions
+    ):
+        super().__init__(config)
+        self.drain = drain
+        self.guard = guard
+        # The admin and health listeners answer (readiness: draining) until the drain is over.
+        self.own_ports = frozenset(own_ports(options))
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         # uvicorn re-raises the captured signal once drained, which would end the process with
@@ -54,6 +68,85 @@ class _Server(uvicorn.Server):
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Drain: readiness turns to `draining`, the Gateway listeners stop accepting, idle
+        connections close, event streams end where clients can resume them (drain.py), and
+        requests in flight get the grace period; what still runs then is cut. Then the app
+        stops. One log line per phase."""
+        began = time.monotonic()
+        self.guard.draining = True
+        streams = self.drain.start()
+        log.info(
+            "draining: %d requests, %d streams in flight (--grace-period %gs)",
+            max(0, len(self.server_state.tasks) - streams),
+            streams,
+            self.drain.grace,
+        )
+        own = [server for server in self.servers if _ports(server) & self.own_ports]
+        doomed = [s for s in sockets or [] if s.getsockname()[1] not in self.own_ports]
+        for server in self.servers:
+            if server not in own:
+                server.close()
+        for sock in doomed:
+            sock.close()  # as uvicorn does: the server may hold it until its handle closes
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        await self.release()
+        cut = await self._finish_in_flight(began + self.drain.grace)
+        self.drain.stop()
+        for server in own:
+            server.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        if not self.force_exit:
+            await self.lifespan.shutdown()
+        elapsed = time.monotonic() - began
+        if cut:
+            log.warning("drained in %.1fs: %d requests cut at the grace period's end", elapsed, cut)
+        else:
+            log.info("drained in %.1fs", elapsed)
+
+    async def release(self) -> None:
+        """What to give up once nothing new is accepted, while requests finish (file mode:
+        nothing)."""
+
+    def _serving(self, deadline: float) -> bool:
+        """Whether requests run, or connections of the Gateway listeners are open, before
+        `deadline` (and no second SIGINT forced the exit)."""
+        if self.force_exit or time.monotonic() >= deadline:
+            return False
+        if self.server_state.tasks:
+            return True
+        return any(
+            _local_port(connection) not in self.own_ports
+            for connection in self.server_state.connections
+        )
+
+    async def _finish_in_flight(self, deadline: float) -> int:
+        """Wait for what is in flight until `deadline`; then cut what still runs (each
+        ends its answer, SHUTDOWN_END_WAIT at most). How many were cut."""
+        # Connections close without a task to wait for: look again shortly (as uvicorn does).
+        while self._serving(deadline):  # noqa: ASYNC110
+            await asyncio.sleep(DRAIN_POLL)
+        running = list(self.server_state.tasks)
+        if not running:
+            return 0
+        for task in running:
+            task.cancel(msg="the grace period (--grace-period) ended")
+        await asyncio.wait(running, timeout=SHUTDOWN_END_WAIT + DRAIN_POLL)
+        return len(running)
+
+
+def _local_port(connection: object) -> int | None:
+    """The port a client connection came in on (None: unknown)."""
+    address = getattr(connection, "server", None)
+    return address[1] if address else None
+
+
+def _ports(server: asyncio.Server) -> set[int]:
+    """The ports an asyncio server listens on."""
+    return {sock.getsockname()[1] for sock in server.sockets}
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -102,7 +195,7 @@ def tune_gc() -> None:
 def _uvicorn_config(
     app: GatewayApp, guard: ConnectionGuard, options: ServeOptions
 ) -> uvicorn.Config:
-    """The HTTP server's settings: the guarded protocol, the drain period, no extras."""
+    """The HTTP server's settings: the guarded protocol, no extras (`_Server` drains)."""
     return uvicorn.Config(
         app,
         loop="uvloop",
@@ -112,8 +205,7 @@ def _uvicorn_config(
         server_header=False,
         log_config=None,
         # uvicorn's annotations say int; it passes the value to asyncio, which takes a float.
-        timeout_graceful_shutdown=options.grace_period,  # type: ignore[arg-type]
-        timeout_keep_alive=options.limits.idle_timeout,  # type: ignore[arg-type]  # likewise
+        timeout_keep_alive=options.limits.idle_timeout,  # type: ignore[arg-type]
         # The gateway serves no WebSockets; an upgraded connection would leave the protocol
         # that counts it against --max-connections.
         ws="none",
@@ -147,7 +239,7 @@ def _run_worker(
     guard = ConnectionGuard(options.limits, counts, own_ports(options))
     config = _uvicorn_config(app, guard, options)
     tune_gc()
-    _Server(config).run(sockets=sockets)
+    _Server(config, app.drain, guard, options).run(sockets=sockets)
 
 
 def _worker_main(
@@ -210,6 +302,11 @@ def serve(snapshot: Snapshot, options: ServeOptions, brokers: BrokerRuntime | No
     ]
     for child in children:
         child.start()
+    # The workers hold the listening sockets now: once they close theirs at SIGTERM, a new
+    # connection is refused (the load balancer tries another replica) rather than left
+    # waiting in a backlog nobody accepts from.
+    for sock in sockets:
+        sock.close()
     log.info("started %d worker processes", options.workers)
     code = _supervise(children, forward_hup=options.audit_log is not None)
     for child in children:
@@ -302,8 +399,10 @@ class _ClusterServer(_Server):
         options: ServeOptions,
         controller_options: ControllerOptions,
         view: _ClusterView,
+        drain: Drain,
+        guard: ConnectionGuard,
     ):
-        super().__init__(config)
+        super().__init__(config, drain, guard, options)
         self.control = control
         self.options = options
         self.controller_options = controller_options
@@ -339,12 +438,15 @@ class _ClusterServer(_Server):
         controller.start()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        """Give up the Lease and stop watching, then drain as in file mode."""
-        if self.view.controller is not None:
-            await self.view.controller.stop()
+        """Drain as in file mode, no Gateway listener opening any more."""
         if self.view.listeners is not None:
             self.view.listeners.close()
         await super().shutdown(sockets)
+
+    async def release(self) -> None:
+        """Give up the Lease and stop watching while requests finish."""
+        if self.view.controller is not None:
+            await self.view.controller.stop()
 
 
 def serve_cluster(
@@ -363,9 +465,8 @@ def serve_cluster(
     app = GatewayApp(control, options, brokers=brokers, tracer=tracer, controller=view)
     counts = app.metrics.connections if app.metrics is not None else ConnectionCounts()
     guard = ConnectionGuard(options.limits, counts, own_ports(options))
-    server = _ClusterServer(
-        _uvicorn_config(app, guard, options), control, options, controller_options, view
-    )
+    config = _uvicorn_config(app, guard, options)
+    server = _ClusterServer(config, control, options, controller_options, view, app.drain, guard)
     tune_gc()
     server.run(sockets=sockets)
     log.info("stopped")

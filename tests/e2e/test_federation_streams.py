@@ -105,9 +105,10 @@ def open_session(asking: Federated) -> dict[str, str]:
 
 
 def messages(response: httpx.Response) -> Iterator[dict]:
-    """The JSON-RPC messages of an event stream, as they come."""
+    """The JSON-RPC messages of an event stream, as they come (a priming event, an id with
+    empty data, is none)."""
     for line in response.iter_lines():
-        if line.startswith("data:"):
+        if line.startswith("data:") and line[5:].strip():
             yield json.loads(line[5:])
 
 

@@ -78,6 +78,7 @@ def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
         (("clusterDomain=corp.local",), "--cluster-domain=corp.local"),
         (("adminPort=9191",), "--admin-port=9191"),
         (("healthPort=9292",), "--health-port=9292"),
+        (("drain.gracePeriodSeconds=20",), "--grace-period=20"),
     ],
 )
 def test_each_value_changes_what_it_says(sets: tuple[str, ...], expect: str) -> None:
@@ -92,6 +93,20 @@ def test_each_value_changes_what_it_says(sets: tuple[str, ...], expect: str) -> 
         assert "admin" not in {p["name"] for p in changed["ports"]}
     if sets[0].startswith("healthPort"):
         assert {"name": "health", "containerPort": 9292} in changed["ports"]
+
+
+@pytest.mark.parametrize(
+    ("sets", "wait", "termination"),
+    [((), 5, 45), (("drain.gracePeriodSeconds=60",), 5, 75), (("drain.preStopSeconds=0",), 0, 40)],
+)
+def test_the_pod_waits_then_drains_within_its_termination_grace_period(
+    sets: tuple[str, ...], wait: int, termination: int
+) -> None:
+    objects = rendered(*sets)
+    pod = keyed(objects)[("Deployment", "mcp-oauth-gateway")]["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == termination
+    hook = container(objects).get("lifecycle", {}).get("preStop")
+    assert hook == ({"exec": {"command": ["sleep", str(wait)]}} if wait else None)
 
 
 MONITORING = "adminAccess.namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring"
@@ -264,6 +279,8 @@ def test_an_audit_file_lives_on_a_volume_mounted_at_its_directory() -> None:
             "adminAccess needs networkPolicy.enabled",
         ),
         ("userTokens.keySecret=uk", "userTokens.store.existingSecret is required with several"),
+        ("drain.gracePeriodSeconds=0", "drain.gracePeriodSeconds 0: give the seconds"),
+        ("drain.preStopSeconds=-1", "drain.preStopSeconds -1: give the seconds"),
     ],
 )
 def test_a_value_that_cannot_work_is_refused_saying_why(sets: str, says: str) -> None:

@@ -1,5 +1,7 @@
-"""SIGTERM with streams still open when the grace period ends: each is ended for its client and
-named in one log line, no tracebacks, and the process exits 0."""
+"""SIGTERM with streams open, on real processes: a GET stream only waiting for events ends at
+once, between two events, and is logged as answered; a stream stuck inside an event when the
+grace period ends is cut: ended for its client without a made-up end of event, named in one log
+line each, no tracebacks, and the process exits 0."""
 
 from __future__ import annotations
 
@@ -32,39 +34,56 @@ metadata: {{name: gw}}
 spec: {{listeners: [{{name: http, port: {port}}}]}}
 """
         + route("forever", "/sse-forever", f"127.0.0.1:{backend_port}")
+        + route("partial", "/sse-partial", f"127.0.0.1:{backend_port}")
     )
     gateway = Process("gateway-shutdown", [*gateway_cmd(config), "--grace-period", "1"], logs)
     try:
         wait_for_port(backend_port, backend)
         wait_for_port(port, gateway)
         flowing = threading.Semaphore(0)
-        ended: list[bytes] = []
+        ended: dict[str, list[bytes]] = {"GET": [], "POST": []}
 
-        def listen() -> None:
+        def listen(method: str, path: str) -> None:
             tail = b""
-            with httpx.stream(
-                "GET", f"http://127.0.0.1:{port}/sse-forever", timeout=30
-            ) as response:
+            with httpx.stream(method, f"http://127.0.0.1:{port}{path}", timeout=30) as response:
                 assert response.status_code == 200
                 for chunk in response.iter_raw():
                     if not tail:
                         flowing.release()
                     tail = (tail + chunk)[-64:]
-            ended.append(tail)
+            ended[method].append(tail)
 
-        clients = [threading.Thread(target=listen, daemon=True) for _ in range(STREAMS)]
+        clients = [
+            threading.Thread(target=listen, args=("GET", "/sse-forever"), daemon=True)
+            for _ in range(STREAMS)
+        ] + [
+            threading.Thread(target=listen, args=("POST", "/sse-partial"), daemon=True)
+            for _ in range(STREAMS)
+        ]
         for client in clients:
             client.start()
-        for _ in range(STREAMS):
+        for _ in clients:
             assert flowing.acquire(timeout=20), "a stream never started"
         gateway.popen.send_signal(signal.SIGTERM)
         assert gateway.popen.wait(30) == 0
         for client in clients:
             client.join(30)
-        wait_until(lambda: len(ended) == STREAMS, 10, "every client to see its stream end")
+        wait_until(
+            lambda: len(ended["GET"]) == len(ended["POST"]) == STREAMS,
+            10,
+            "every client to see its stream end",
+        )
+        # Ended between two events, the client asked to come back soon (elsewhere).
+        assert all(tail.endswith(b"\n\nretry: 500\n\n") for tail in ended["GET"]), ended
+        # Cut inside an event: nothing added that would complete it.
+        assert all(tail.endswith(b"data: 0\n\ndata: half") for tail in ended["POST"]), ended
         log = gateway.log()
         assert log.count("cut at shutdown") == STREAMS, log[-3000:]
-        assert "GET /sse-forever 200 cut at shutdown" in log
+        assert log.count("POST /sse-partial 200 cut at shutdown") == STREAMS, log[-3000:]
+        assert log.count("GET /sse-forever 200 ") == STREAMS, log[-3000:]
+        assert "draining: 0 requests, 6 streams in flight" in log
+        assert "3 streams end at their next event boundary" in log
+        assert "s: 3 requests cut at the grace period's end" in log
         for noise in ("Traceback", "Exception in ASGI application", "returned without completing"):
             assert noise not in log, log[-3000:]
     finally:

@@ -1,6 +1,7 @@
 """A misbehaving backend for fault tests: slow answers, streams that break, streams that run
-until the client goes away (and counts how often the gateway let it know), plain answers for
-HEAD and 204 checks, and an echo of the request headers the backend received.
+until the client goes away (and counts how often the gateway let it know), a stream that stops
+in the middle of an event, plain answers for HEAD and 204 checks, and an echo of the request
+headers the backend received.
 
 `RawBackend` is the in-process variant for unit tests: raw asyncio streams answering with
 scripted bytes (interim responses, bodies where none may be, unsolicited bytes) and never closing
@@ -91,6 +92,13 @@ async def app(scope, receive, send):
                 {"type": "http.response.body", "body": f"data: {i}\n\n".encode(), "more_body": True}
             )
         raise RuntimeError("the backend dies in the middle of the stream")
+    if path == "/sse-partial":
+        # One whole event, then half of one, then nothing until the client goes away.
+        for piece in (b"data: 0\n\n", b"data: half"):
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        return
     STATS["forever_started"] += 1
     waiter = asyncio.ensure_future(receive())
     i = 0

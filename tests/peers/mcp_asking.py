@@ -1,11 +1,15 @@
 """A small real MCP server (the `mcp` SDK) whose tools ask the client things back, for federation
-tests: `python mcp_asking.py NAME PORT`. Inside a call (on the call's own event stream):
+tests: `python mcp_asking.py NAME PORT [resumable]`. Inside a call (on the call's own event stream):
 `sample` (sampling), `confirm` (elicitation), `roots` (roots/list), `chat` (a log message).
 Outside any call (on the GET stream): `announce` sends tools/list_changed and a log message and
 asks for the client's roots; `report` reports the progress token it is given as done, then
 logs that it did. `wait` runs until cancelled; `heard` names the request ids of the
 `notifications/cancelled` that reached this server, and `cancelled` the calls of `wait` that
-were cancelled. `link` returns a resource link to `note://NAME`."""
+were cancelled. `link` returns a resource link to `note://NAME`. `tell` logs its text outside the
+call (on the GET stream). With `resumable`, the server keeps the events of its streams in memory
+(the SDK's event store) and resumes a stream asked for with `Last-Event-ID`; like the SDK's
+example store, it keeps one GET stream's events for all its sessions, so a test has one session
+at a time use its GET stream."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import sys
 import uvicorn
 from mcp import types
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
 from mcp.shared.message import ServerMessageMetadata
 from pydantic import BaseModel
 
@@ -76,6 +81,13 @@ async def announce(ctx: Context) -> str:
 
 
 @server.tool()
+async def tell(text: str, ctx: Context) -> str:
+    """Log `text` to the client outside this call (on its GET stream)."""
+    await ctx.session.send_log_message(level="info", data=text)
+    return "told"
+
+
+@server.tool()
 async def report(token: int | str, ctx: Context) -> str:
     """Report `token`'s work done outside this call (on the GET stream), then log that it did."""
     note = f"{NAME} reports"
@@ -119,6 +131,29 @@ def note() -> str:
     return f"note of {NAME}"
 
 
+class Kept(EventStore):
+    """Every stream's events, in memory, numbered in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, object]] = []
+
+    async def store_event(self, stream_id: str, message: object) -> str:
+        event_id = f"{NAME}-{len(self.events) + 1}"
+        self.events.append((event_id, stream_id, message))
+        return event_id
+
+    async def replay_events_after(self, last_event_id: str, send_callback: EventCallback):
+        ids = [event_id for event_id, _, _ in self.events]
+        if last_event_id not in ids:
+            return None
+        at = ids.index(last_event_id)
+        stream = self.events[at][1]
+        for event_id, stream_id, message in self.events[at + 1 :]:
+            if stream_id == stream and message is not None:
+                await send_callback(EventMessage(message, event_id))
+        return stream
+
+
 def hearing(app):
     """The MCP app, noting the request id of every `notifications/cancelled` POSTed to it."""
 
@@ -148,5 +183,6 @@ def hearing(app):
 
 
 if __name__ == "__main__":
-    app = hearing(server.streamable_http_app())
+    store = Kept() if sys.argv[3:] == ["resumable"] else None
+    app = hearing(server.streamable_http_app(event_store=store))
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")

@@ -99,7 +99,13 @@ def test_max_connections_refuses_other_values_naming_the_flag(text):
 
 @pytest.mark.parametrize(
     ("flag", "value"),
-    [("--header-timeout", "0"), ("--idle-timeout", "soon"), ("--max-connections", "-1")],
+    [
+        ("--header-timeout", "0"),
+        ("--idle-timeout", "soon"),
+        ("--max-connections", "-1"),
+        ("--grace-period", "-1"),
+        ("--grace-period", "nan"),
+    ],
 )
 def test_serve_refuses_a_bad_connection_flag_with_one_line_naming_it(flag, value, capsys):
     assert main(["serve", "-f", "does-not-matter.yaml", flag, value]) == 2

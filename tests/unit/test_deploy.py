@@ -95,8 +95,12 @@ def test_the_deployment_runs_two_replicas_that_serve_accepts(
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert pod["spec"]["serviceAccountName"] == one("ServiceAccount")["metadata"]["name"]
-    # The drain (--grace-period, 30 s by default) fits in the pod's termination grace period.
-    assert pod["spec"]["terminationGracePeriodSeconds"] > args.grace_period
+    # The preStop wait (load balancers stop sending connections) and then the drain
+    # (--grace-period, 30 s by default) fit in the pod's termination grace period.
+    wait = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert wait[0] == "sleep"
+    assert int(wait[1]) > 0
+    assert pod["spec"]["terminationGracePeriodSeconds"] > int(wait[1]) + served.grace_period
 
 
 def test_selectors_select_the_pods() -> None:

@@ -12,7 +12,6 @@ that a client could present.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import secrets
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..audit import identity
-from .store import BrokerStore
+from .store import BrokerStore, give_back
 
 DEFAULT_TTL = 30 * 86400  # when the provider does not say (authentik's default validity)
 MAX_TTL = 365 * 86400
@@ -144,12 +143,17 @@ class RefreshTokens:
             raise RefreshReused(user_of(rotated))
         return None
 
-    async def put_back(self, grant: RefreshGrant) -> None:
+    async def put_back(self, grant: RefreshGrant) -> bool:
         """Return a claimed token unused (the refresh did not happen through no fault of its
-        holder): nothing a client holds is lost to a provider outage."""
+        holder): nothing a client holds is lost to a provider outage, nor to a failover
+        (`give_back`); whether it stands again."""
         ttl = int(grant.expires_at - time.time())
-        if ttl > 0:
-            await self.store.put("refresh", grant.digest, grant.as_record(), ttl)
+        if ttl <= 0:
+            return True  # expired meanwhile: nothing to give back
+        record = grant.as_record()
+        return await give_back(
+            lambda: self.store.put("refresh", grant.digest, record, ttl), "a refresh token"
+        )
 
     async def rotate(self, grant: RefreshGrant, tokens: dict[str, Any]) -> dict[str, Any]:
         """The provider's answer to a refresh, with a new gateway token in the same family
@@ -168,19 +172,24 @@ class RefreshTokens:
             await self.store.put("refresh-rotated", grant.digest, rotated, ttl)
         return answer
 
-    async def restore(self, grant: RefreshGrant, tokens: dict[str, Any]) -> None:
+    async def restore(self, grant: RefreshGrant, tokens: dict[str, Any]) -> bool:
         """After a rotation the store did not acknowledge: the client still holds `grant`'s
         token, so it stands again for the provider's newest refresh token (a provider that
-        rotates has already retired the old one), as its family's current token. Best
-        effort: the store is failing."""
+        rotates has already retired the old one), as its family's current token. Tried until
+        the store takes it (`give_back`): the claim on the old token was acknowledged, so it
+        is gone after a failover unless this lands; whether it did."""
         newest = tokens.get("refresh_token")
         if isinstance(newest, str) and newest:
             grant = dataclasses.replace(grant, provider_token=newest)
         ttl = int(grant.expires_at - time.time())
-        if ttl > 0:
-            with contextlib.suppress(Exception):
-                await self.store.put("refresh", grant.digest, grant.as_record(), ttl)
-                await self.store.put("refresh-family", grant.family, {"current": grant.digest}, ttl)
+        if ttl <= 0:
+            return True  # expired meanwhile: nothing to give back
+
+        async def write() -> None:
+            await self.store.put("refresh", grant.digest, grant.as_record(), ttl)
+            await self.store.put("refresh-family", grant.family, {"current": grant.digest}, ttl)
+
+        return await give_back(write, "a refresh token")
 
     async def revoke_family(self, family: str) -> None:
         """Revoke the current token of a family."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -13,10 +14,19 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 from redis.asyncio.client import Pipeline
+from redis.exceptions import RedisError
 
 from ..redis_clients import SOCKET_TIMEOUT, RedisConnection, RedisUnavailable
 
 PREFIX = "mcp-oauth-gateway:broker:"
+# How long a write that gives back what a failed request took (a refresh token claimed for a
+# rotation, a code claimed for its redemption) keeps trying while Redis fails over: a Sentinel
+# set whose down-after-milliseconds is a few seconds has promoted a replica by then. The request
+# waits that long at most; the client was promised that nothing changed.
+GIVE_BACK_SECONDS = 15.0
+GIVE_BACK_PAUSE = 0.2
+
+log = logging.getLogger("mcp_oauth_gateway.broker")
 
 
 class BrokerStore(Protocol):
@@ -76,7 +86,7 @@ class MemoryStore:
 PATIENCE = SOCKET_TIMEOUT + 1
 # A write is tried again for longer: most follow a take (a sign-in's state, a code, a refresh
 # token whose provider token the provider has just replaced) that is lost if they never land.
-WRITE_PATIENCE = 3 * SOCKET_TIMEOUT
+WRITE_PATIENCE = 3 * SOCKET_TIMEOUT  # as long as `give_back` tries
 _PAUSE = 0.2
 # Seconds after the primary's clock was read that it may still run the command sent next: past
 # it the gateway may have given up waiting (SOCKET_TIMEOUT) and answered 503, so the command
@@ -199,3 +209,27 @@ async def _patiently(attempt: Callable[[], Awaitable[T]], patience: float) -> T:
             if time.monotonic() >= give_up:
                 raise
             await asyncio.sleep(_PAUSE)
+
+
+async def give_back(write: Callable[[], Awaitable[object]], what: str) -> bool:
+    """Run `write` (a store write that puts back `what` a failed request took) until the store
+    acknowledges it or GIVE_BACK_SECONDS pass; whether it did. A claim the store acknowledged
+    survives a failover, so giving it back only once, while the primary is gone, would lose
+    what the client still holds."""
+    deadline = time.monotonic() + GIVE_BACK_SECONDS
+    while True:
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                await write()
+            return True
+        except (RedisUnavailable, RedisError, OSError, TimeoutError) as exc:
+            failure = exc
+        if time.monotonic() + GIVE_BACK_PAUSE >= deadline:
+            log.error(
+                "%s could not be given back within %.0f s (%s): its holder must sign in again",
+                what,
+                GIVE_BACK_SECONDS,
+                type(failure).__name__,
+            )
+            return False
+        await asyncio.sleep(GIVE_BACK_PAUSE)

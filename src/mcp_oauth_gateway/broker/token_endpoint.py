@@ -3,7 +3,6 @@ provider's tokens, or a gateway refresh token rotated through a refresh at the p
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import logging
 from typing import Any
@@ -15,6 +14,7 @@ from .context import BrokerContext
 from .errors import OAuthError, method_not_allowed
 from .refresh import RefreshGrant, RefreshReused
 from .requests import MAX_FORM, form_params, scope_param
+from .store import give_back
 from .upstream import post_token
 
 log = logging.getLogger("mcp_oauth_gateway.broker")
@@ -69,10 +69,11 @@ async def _redeem(ctx: BrokerContext, form: dict[str, str]) -> tuple[dict[str, A
         # The access token's holder bound before the client can have it (it is revocable).
         await ctx.revocation.bind(issued.client_id, issued.tokens, issued.provider)
         tokens = await ctx.refresh.issue(issued.client_id, issued.tokens, idp=issued.provider)
-    except RedisUnavailable:
+    except RedisUnavailable as exc:
         # Not acknowledged: the code stands again, so trying again loses nothing.
-        with contextlib.suppress(Exception):
-            await ctx.state.put_code(form.get("code", ""), issued)
+        code = form.get("code", "")
+        if not await give_back(lambda: ctx.state.put_code(code, issued), "an authorization code"):
+            raise lost("authorization code") from exc
         raise
     return tokens, issued.provider
 
@@ -116,11 +117,23 @@ async def _refresh(
     try:
         await ctx.revocation.bind(client_id, body, grant.idp)
         return await ctx.refresh.rotate(grant, body), grant.idp
-    except RedisUnavailable:
+    except RedisUnavailable as exc:
         # The provider refreshed, the store did not take the new token: the client's token
         # goes on standing for the provider's newest, so trying again loses nothing.
-        await ctx.refresh.restore(grant, body)
+        if not await ctx.refresh.restore(grant, body):
+            raise lost("refresh token") from exc
         raise
+
+
+def lost(what: str) -> OAuthError:
+    """The answer when what a request claimed could not be given back (Redis did not come
+    back in time): the client's grant is gone, and it is told so rather than to try again."""
+    return OAuthError(
+        400,
+        "invalid_grant",
+        f"the gateway's shared store (Redis) failed over while this {what} was being used "
+        "and it could not be kept; sign in again",
+    )
 
 
 async def _claim(

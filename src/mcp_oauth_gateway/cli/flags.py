@@ -104,10 +104,11 @@ def _serve_operation_flags(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--grace-period",
-        type=float,
-        default=30.0,
+        default="30",
         metavar="SECONDS",
-        help="on SIGTERM, how long in-flight requests may run (default 30)",
+        help="on SIGTERM, how long in-flight requests may run (default 30): readiness says "
+        "draining at once, no new connection is taken, event streams end where clients resume "
+        "them elsewhere (docs/operations/rolling-restarts.md)",
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument(

@@ -41,13 +41,14 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
             else parse_count("--max-connections", args.max_connections),
             token_cache_entries=parse_count("--token-cache-entries", args.token_cache_entries),
         )
+        grace_period = parse_seconds("--grace-period", args.grace_period)
     except ValueError as exc:
         raise Refused(str(exc)) from exc
     status_port, health_port = _own_listeners(args)
     return ServeOptions(
         host=args.host,
         trust_forwarded=args.trust_forwarded_headers,
-        grace_period=args.grace_period,
+        grace_period=grace_period,
         workers=args.workers,
         log_level=args.log_level,
         log_format=args.log_format,

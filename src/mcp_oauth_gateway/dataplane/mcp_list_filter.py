@@ -68,9 +68,11 @@ class ListFilter:
         update of a resource the caller may not read)."""
         lines = event.split(b"\n")
         data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]
-        if not data:
-            return event
         joined = b"\n".join(data)
+        if not joined:
+            # No data (an id alone, or an empty `data:`: MCP's priming event): clients dispatch
+            # no message for it, so there is nothing to filter.
+            return event
         try:
             filtered = self._filtered(joined, event=True)
         except Unreadable as exc:

@@ -14,7 +14,8 @@ from ..controlplane.snapshot import CompiledPolicy, CompiledRoute, Snapshot
 from ..controlplane.watch import ConfigWatcher
 from ..dataplane.metrics import Metrics
 from ..urls import shown_url
-from .federation_status import federation_rows, federation_status
+from .drain import Drain
+from .federation_status import federation_rows, federation_status, refresh_federation
 from .runtime import BrokerRuntime
 from .stages import PIPELINE, stages_for
 
@@ -41,8 +42,10 @@ class AdminApp:
         watcher: ConfigWatcher | None,
         controller: ControllerView | None = None,
         brokers: BrokerRuntime | None = None,
+        drain: Drain | None = None,
     ):
         self.control = control
+        self.drain = drain
         self.metrics = metrics
         self.watcher = watcher
         self.controller = controller
@@ -70,16 +73,12 @@ class AdminApp:
         elif path == "/healthz":
             await send_json(send, 200, {"status": "ok"})
         elif path == "/readyz":
-            waiting = self.not_ready()
-            answer: dict[str, object] = {"ready": not waiting, "waitingFor": waiting}
-            if self.brokers is not None:
-                # Shown, not a reason to leave the balancer: every replica shares the Redis,
-                # and routes that do not need it serve on (those that do answer 503).
-                answer["degraded"] = self.brokers.redis.down()
-            await send_json(send, 503 if waiting else 200, answer)
+            await send_json(send, *self.readiness(detailed=True))
         elif path == "/config":
             await send_json(send, 200, config_dump(self.control.snapshot))
         elif path in ("/", "/status"):
+            if self.brokers is not None:
+                await refresh_federation(self.control.snapshot, self.brokers)
             await send_json(send, 200, self.status())
         else:
             await send_error(
@@ -89,10 +88,33 @@ class AdminApp:
                 "admin endpoints: /status, /metrics, /healthz, /readyz, /config",
             )
 
+    @property
+    def draining(self) -> bool:
+        """Whether SIGTERM started the drain (no load balancer should send requests here)."""
+        return self.drain is not None and self.drain.draining
+
+    def readiness(self, detailed: bool) -> tuple[int, dict[str, object]]:
+        """/readyz's status and body: `ready`, `draining` while draining and, `detailed` (the
+        admin listener), what it waits for."""
+        waiting = self.not_ready()
+        body: dict[str, object] = {"ready": not waiting}
+        if self.draining:
+            body["draining"] = True
+        if detailed:
+            body["waitingFor"] = waiting
+            if self.brokers is not None:
+                # Shown, not a reason to leave the balancer: every replica shares the Redis,
+                # and routes that do not need it serve on (those that do answer 503).
+                body["degraded"] = self.brokers.redis.down()
+        return 503 if waiting else 200, body
+
     def not_ready(self) -> list[str]:
-        """Keysets not loaded yet (ready means every policy can verify tokens) and, in
-        controller mode, a configuration not yet read or a listener not yet bound."""
-        waiting = self.controller.waiting() if self.controller is not None else []
+        """`draining` once SIGTERM came, keysets not loaded yet (ready means every policy can
+        verify tokens) and, in controller mode, a configuration not yet read or a listener not
+        yet bound."""
+        waiting = ["draining"] if self.draining else []
+        if self.controller is not None:
+            waiting += self.controller.waiting()
         return waiting + [
             f"keyset {shown_url(url)} ({holder.last_error or 'not yet fetched'})"
             for url, holder in self.control.keysets.items()
@@ -108,6 +130,8 @@ class AdminApp:
             "tasks": len(asyncio.all_tasks()),
             "errors": list(snapshot.errors),
             "lastReloadError": self.watcher.last_error if self.watcher else None,
+            # SIGTERM came: finishing what is in flight, accepting nothing new.
+            "draining": self.draining,
             # File mode: polls, changed files waited for while their writer has them open.
             "reload": self.watcher.state() if self.watcher else None,
             "policies": [
@@ -140,8 +164,8 @@ class HealthApp:
         if path == "/healthz":
             await send_json(send, 200, {"status": "ok"})
         elif path == "/readyz":
-            ready = not self.admin.not_ready()
-            await send_json(send, 200 if ready else 503, {"ready": ready})
+            # Whether it drains is no secret, and tells an operator why a replica went unready.
+            await send_json(send, *self.admin.readiness(detailed=False))
         else:
             why = "the health listener answers /healthz and /readyz only"
             await send_error(send, 404, "not_found", why)

@@ -40,6 +40,7 @@ from ..proxy.pool import RawUpstream
 from ..proxy.upstream import Upstream
 from .admin import AdminApp, ControllerView, HealthApp
 from .audit_trail import AuditLine, AuditTrail
+from .drain import RETRY, Drain, Stream
 from .options import ServeOptions
 from .pipeline import Assembly, FailClosed
 from .runtime import BrokerRuntime
@@ -113,6 +114,7 @@ class GatewayApp:
         self.access_log = AccessLog(json_lines=self.request_ids)
         self.watcher = watcher
         self.limits = options.limits
+        self.drain = Drain(options.grace_period)  # started by the server on SIGTERM
         # Metrics are collected only when there is an admin listener to read them from.
         entries = self.limits.token_cache_entries
         token_cache, authorization_cache = CacheCounts(entries), CacheCounts(entries)
@@ -120,14 +122,8 @@ class GatewayApp:
             Metrics(token_cache, authorization_cache) if options.status_port is not None else None
         )
         self.tracing = RequestTracing(tracer) if tracer is not None else None
-        self.admin = AdminApp(control, self.metrics, watcher, controller, self.brokers)
-        # The ports of the gateway's own listeners: the name in access lines, the app (neither
-        # is audited).
-        self.own: dict[int, tuple[str, ASGIApp]] = {}
-        if options.status_port is not None:
-            self.own[options.status_port] = ("admin", self.admin)
-        if options.health_port is not None:
-            self.own[options.health_port] = ("health", HealthApp(self.admin))
+        self.admin = AdminApp(control, self.metrics, watcher, controller, self.brokers, self.drain)
+        self.own = self._own_listeners(options)
         # From files, one listener's table also answers requests whose port the server did not
         # report; in a cluster, listeners come and go, and a connection left open on a port no
         # Gateway has any more must not reach another listener's routes.
@@ -144,6 +140,16 @@ class GatewayApp:
         )
         self.tables: dict[int, RouteTable] = {}
         control.subscribe(self._install)
+
+    def _own_listeners(self, options: ServeOptions) -> dict[int, tuple[str, ASGIApp]]:
+        """The ports of the gateway's own listeners: the name in access lines, the app (neither
+        is audited)."""
+        own: dict[int, tuple[str, ASGIApp]] = {}
+        if options.status_port is not None:
+            own[options.status_port] = ("admin", self.admin)
+        if options.health_port is not None:
+            own[options.health_port] = ("health", HealthApp(self.admin))
+        return own
 
     def _install(self, snapshot: Snapshot) -> None:
         # One assignment: requests in flight keep the tables they started with.
@@ -209,7 +215,7 @@ class GatewayApp:
         request_id = self._assign_request_id(scope) if self.request_ids else None
         tracing = self.tracing
         span = tracing.start(scope) if tracing is not None and not admin else None
-        exchange = _Exchange(send, request_id)
+        exchange = _Exchange(send, request_id, None if admin else self.drain, scope["method"])
         trail = self.audit
         if trail is not None and not admin:
             exchange.audit = trail.begin(scope, request_id, span)
@@ -223,10 +229,14 @@ class GatewayApp:
             else:
                 await self._dispatch(scope, receive, exchange, port)
         except asyncio.CancelledError:
-            # The server cancels only what still runs when the shutdown grace period ends (it
-            # does not cancel on client disconnects): end the stream cleanly, so the client
-            # sees it close and can resume elsewhere, and say so in one line.
-            cut = True
+            # Cancelled by the drain (an event stream stopped between events), or by the server
+            # for what still runs when the grace period ends (never on client disconnects):
+            # end the stream cleanly, so the client sees it close and can resume elsewhere;
+            # what the grace period cut is said in one line.
+            stream = exchange.stream
+            cut = stream is None or not stream.stopped
+            if not cut and exchange.task is not None:
+                exchange.task.uncancel()  # the drain's own cancellation, handled here
             await exchange.end_cleanly()
         except Exception as exc:
             log.exception("unhandled error serving %s %s", scope["method"], scope["path"])
@@ -240,6 +250,7 @@ class GatewayApp:
                     "the gateway failed to handle this request; see its log",
                 )
         finally:
+            exchange.forget_stream()
             # Taken before it is written: a line is written once, even if writing it fails.
             line, exchange.audit = exchange.audit, None
             if line is not None:
@@ -341,9 +352,23 @@ class GatewayApp:
 class _Exchange:
     """The response side of one request: what was sent, for the log, metrics and shutdown."""
 
-    __slots__ = ("audit", "complete", "request_id", "route", "send", "started", "status")
+    __slots__ = (
+        "audit",
+        "complete",
+        "drain",
+        "method",
+        "request_id",
+        "route",
+        "send",
+        "started",
+        "status",
+        "stream",
+        "task",
+    )
 
-    def __init__(self, send: Send, request_id: str | None):
+    def __init__(
+        self, send: Send, request_id: str | None, drain: Drain | None = None, method: str = ""
+    ):
         self.send = send
         self.request_id = request_id
         self.status = 0
@@ -352,6 +377,13 @@ class _Exchange:
         self.route = "-"
         # The request's audit line, written once the answer starts (or the request ends).
         self.audit: AuditLine | None = None
+        # An event stream answered to the client, watched by the drain (None: none, or the
+        # gateway's own listeners).
+        self.drain = drain
+        self.method = method
+        self.stream: Stream | None = None
+        # The request's own task (stages may send from tasks of theirs): what the drain cancels.
+        self.task = asyncio.current_task() if drain is not None else None
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -371,16 +403,57 @@ class _Exchange:
             line, self.audit = self.audit, None
             if line is not None:
                 line.write(self.status)
+            if self.drain is not None and _is_event_stream(message):
+                self.stream = self.drain.opened(self.task, self.method)
             return
+        stream = self.stream
+        if stream is None:
+            await self.send(message)
+            if not message.get("more_body", False):
+                self.complete = True
+            return
+        if stream.stopped:
+            return  # ended for the drain: the entry point writes the end
         await self.send(message)
         if not message.get("more_body", False):
             self.complete = True
+            self.forget_stream()
+        else:
+            stream.wrote(message.get("body", b""))
+
+    def forget_stream(self) -> None:
+        """The drain no longer watches this exchange's stream (it ended, or the request did)."""
+        if self.stream is not None and self.drain is not None:
+            self.drain.closed(self.stream)
 
     async def end_cleanly(self) -> None:
-        """End a started response (a stream cut at shutdown), within a bounded wait."""
+        """End a started response (a stream the drain stopped, or one cut when the grace period
+        ended), within a bounded wait; a stream stopped between events gets `retry:` first."""
+        self.forget_stream()
         if self.started and not self.complete:
+            stream = self.stream
+            body = RETRY if stream is not None and stream.between_events() else b""
+            self.complete = True
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(
-                    self.send({"type": "http.response.body", "body": b"", "more_body": False}),
+                    self.send({"type": "http.response.body", "body": body, "more_body": False}),
                     SHUTDOWN_END_WAIT,
                 )
+
+
+def _is_event_stream(start: Message) -> bool:
+    """Whether a response head announces an event stream the drain can read and end: one sent
+    compressed has no event boundaries to see, and no field can be added to it."""
+    headers = start.get("headers", ())
+    for name, value in headers:
+        # The length first, and out at the content type: this runs for every response.
+        if len(name) == 12 and name.lower() == b"content-type":
+            if value[:17].lower() != b"text/event-stream":
+                return False
+            return not any(
+                len(other) == 16
+                and other.lower() == b"content-encoding"
+                and coding.strip().lower() not in (b"", b"identity")
+                for other, coding in headers
+            )
+    return False

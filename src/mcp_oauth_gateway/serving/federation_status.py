@@ -1,6 +1,8 @@
 """The federated routes' targets' health, for the admin listener: under each route rule on
 `/status`, and as rows for the metrics (read at scrape time, from the running configuration, so a
-rule that left it leaves them too)."""
+rule that left it leaves them too). A rule whose sessions are shared across replicas (Redis)
+shows on `/status` what every replica saw, read from Redis first (`refresh_federation`), the
+same at each; its metrics stay this replica's own."""
 
 from __future__ import annotations
 
@@ -24,6 +26,12 @@ def federated_rules(
     return [found[key] for key in sorted(found)]
 
 
+async def refresh_federation(snapshot: Snapshot, brokers: BrokerRuntime) -> None:
+    """Read what every replica saw of the targets of the rules shared across replicas."""
+    for route, health in federated_rules(snapshot, brokers):
+        await health.refresh(target.name for target in route.targets)
+
+
 def federation_status(snapshot: Snapshot, brokers: BrokerRuntime) -> dict[str, dict[str, object]]:
     """Route → its federated rules → each target: its address (secrets hidden) and health."""
     out: dict[str, dict[str, object]] = {}
@@ -32,7 +40,7 @@ def federation_status(snapshot: Snapshot, brokers: BrokerRuntime) -> dict[str, d
             "targets": {
                 target.name: {
                     "address": shown_url(target.url),
-                    **health.of(target.name).view(),
+                    **health.shown(target.name).view(),
                 }
                 for target in route.targets
             }

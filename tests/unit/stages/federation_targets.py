@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from mcp_oauth_gateway.asgi import Headers
+from mcp_oauth_gateway.asgi import CLAIMS_KEY, Headers
 from mcp_oauth_gateway.controlplane.snapshot import CompiledTarget
 from mcp_oauth_gateway.proxy.federation.stage import Federation, FederationState
 from mcp_oauth_gateway.proxy.federation.target import TargetLink
@@ -45,6 +45,15 @@ class Targets:
     holding: bool = False
     # Set once a GET stream's events were all read (and relayed).
     streamed: asyncio.Event | None = None
+    # Targets that keep their GET stream's events: asked with `Last-Event-ID`, they send those
+    # after it. Targets answering a GET with 409 (a stream still open) that many times first.
+    resumable: set[str] = field(default_factory=set)
+    busy: dict[str, int] = field(default_factory=dict)
+    # The protocol version the targets agree to; whether they answer initialize with an event
+    # stream that starts with a priming event (an id, empty data), as SDK servers keeping their
+    # events do.
+    version: str = "2025-06-18"
+    priming: bool = False
     # Set once a call of the tool `wait` is under way at its target (it never answers).
     waiting: asyncio.Event | None = None
     gets: list[MemoryResponse] = field(default_factory=list)
@@ -75,12 +84,19 @@ class Targets:
             self.seen.append((name, headers, {}))
             if name not in self.streams:
                 return MemoryResponse(405, [], b"")
+            if self.busy.get(name):
+                self.busy[name] -= 1
+                return MemoryResponse(409, [], b"only one stream")
+            sent = self.streams[name]
+            last = dict(headers).get(b"last-event-id")
+            if last is not None and name in self.resumable:
+                sent = _after(sent, last)
             fail_after = 1 if name in self.broken else None
             stream = MemoryResponse(
                 200,
                 SSE,
                 None,
-                self.streams[name],
+                sent,
                 fail_after=fail_after,
                 hold=self.holding,
                 after_stream=self.streamed,
@@ -94,8 +110,13 @@ class Targets:
         if name in self.slow and message.get("method") == "tools/list":
             return MemoryResponse(200, [(b"content-type", b"text/event-stream")], None, hold=True)
         if message.get("method") == "initialize":
-            result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}}
-            return _answer(message, result, [(b"mcp-session-id", f"sess-{name}".encode())])
+            result = {"protocolVersion": self.version, "capabilities": {"tools": {}}}
+            session = [(b"mcp-session-id", f"sess-{name}".encode())]
+            if self.priming:
+                answer = orjson.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
+                events = [b"id: 0\ndata: \n\n", b"id: 1\ndata: " + answer + b"\n\n"]
+                return MemoryResponse(200, [*SSE, *session], None, events)
+            return _answer(message, result, session)
         if message.get("method") == "tools/call" and message["params"]["name"] == "wait":
             call = MemoryResponse(200, SSE, None, [], hold=True, after_stream=self.waiting)
             self.calls.append(call)
@@ -125,6 +146,14 @@ class Targets:
 
 
 SSE = [(b"content-type", b"text/event-stream")]
+
+
+def _after(events: list[bytes], last: bytes) -> list[bytes]:
+    """The events after the one with the id `last` (none when no event has it)."""
+    ids = [e.split(b"\n", 1)[0].removeprefix(b"id: ") for e in events]
+    return events[ids.index(last) + 1 :] if last in ids else []
+
+
 # A target's own request to the client, numbered as the target numbers them (from 0).
 ASK = b'data: {"jsonrpc":"2.0","id":0,"method":"sampling/createMessage","params":{}}\n\n'
 
@@ -164,9 +193,36 @@ async def open_session(app: Federation) -> list[tuple[bytes, bytes]]:
     return [(b"mcp-session-id", session)]
 
 
+# A caller of a route with a policy, as the verified token names it.
+ALICE = {CLAIMS_KEY: {"iss": "https://idp", "sub": "alice"}}
+
+
+async def opened(app: Federation, scope: dict[str, object] = ALICE) -> list[tuple[bytes, bytes]]:
+    """A session opened at `app` for the caller `scope` names (with a token that must never
+    reach Redis); the headers that name it."""
+    headers = [(b"authorization", b"Bearer tok-not-for-redis")]
+    response = await drive(app, "POST", body=INIT, headers=headers, scope=scope)
+    assert response.status == 200, response.body
+    session = response.header(b"mcp-session-id")
+    assert session is not None
+    return [(b"mcp-session-id", session)]
+
+
+def sse(body: bytes) -> list[tuple[str | None, bytes]]:
+    """Each event of a stream the stage wrote: its id (None: it has none) and its data."""
+    out = []
+    for part in body.split(b"\n\n"):
+        if not part:
+            continue
+        fields = dict(line.split(b": ", 1) for line in part.split(b"\n"))
+        kept = fields.get(b"id")
+        out.append((kept.decode() if kept is not None else None, fields[b"data"]))
+    return out
+
+
 def events(body: bytes) -> list[dict]:
-    """The messages of an event stream the stage wrote."""
-    return [orjson.loads(part[len(b"data: ") :]) for part in body.split(b"\n\n") if part]
+    """The messages of an event stream the stage wrote (its events with data)."""
+    return [orjson.loads(data) for _, data in sse(body) if data]
 
 
 def answer(request_id: object) -> bytes:

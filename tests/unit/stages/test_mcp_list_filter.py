@@ -108,6 +108,15 @@ async def test_an_sse_event_that_cannot_be_read_becomes_an_error_event():
     assert (error["id"], error["error"]["code"]) == (7, -32603)
 
 
+async def test_an_event_without_data_passes_as_it_came():
+    """MCP's priming event (an id and an empty `data:`) and an id alone carry no message: a
+    client dispatches none, so they pass, and the events after them are filtered."""
+    events = [b"id: 4\ndata: \n\n", b"id: 5\n\n", b"id: 6\ndata: " + CUT + b"\n\n"]
+    response = await listed(Inner.sse(events), "GET")
+    assert response.body.startswith(b"id: 4\ndata: \n\nid: 5\n\nid: 6\n")
+    assert names_read_by_a_client(response.body) == ["echo"]
+
+
 @pytest.mark.parametrize(
     ("coding", "compress"), [(b"gzip", gzip.compress), (b"deflate", zlib.compress)]
 )

@@ -92,3 +92,18 @@ listener stays on the pod's loopback. Refused without the NetworkPolicy that wou
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* terminationGracePeriodSeconds: the preStop wait, the drain (--grace-period) and 10 s for
+the process to stop, the two values checked. */}}
+{{- define "gateway.terminationGrace" -}}
+{{- $drain := .Values.drain | default dict -}}
+{{- $wait := int $drain.preStopSeconds -}}
+{{- $grace := int $drain.gracePeriodSeconds -}}
+{{- if lt $wait 0 -}}
+{{- fail (printf "drain.preStopSeconds %d: give the seconds to keep serving before draining (0 for none)" $wait) -}}
+{{- end -}}
+{{- if lt $grace 1 -}}
+{{- fail (printf "drain.gracePeriodSeconds %d: give the seconds requests in flight may run after SIGTERM, at least 1" $grace) -}}
+{{- end -}}
+{{- add $wait $grace 10 -}}
+{{- end -}}

@@ -1,11 +1,16 @@
 """Where the federation stage finds a client's session: this process's table and, when sessions
-are shared across replicas, Redis (`shared`), kept in step."""
+are shared across replicas, Redis (`shared`), kept in step: a session is counted against the
+limits in Redis when it is opened (RedisUnavailable when Redis cannot count it), its use told
+to Redis now and then, and its exchanges shared with it."""
 
 from __future__ import annotations
+
+import time
 
 from ...controlplane.snapshot import CompiledTarget
 from .session import ClientSession, Owner, SessionTable
 from .shared import SharedSessions, adopt, record_of, session_from
+from .shared_limits import TOUCH_EVERY
 
 
 class Directory:
@@ -36,6 +41,7 @@ class Directory:
                 return None
             if record is not None and record != session.stored:
                 adopt(session, record)  # another replica opened a target again, say
+            await self._touch(session)
             return session
         record = await self.shared.load(session_id)
         found = session_from(session_id, record, self.targets) if record else None
@@ -46,17 +52,34 @@ class Directory:
         if kept is not None:
             return kept
         found.stored = record
+        found.exchanges.share(self.shared, session_id)
         self.table.add(found)
+        await self._touch(found)
         return found
 
+    async def _touch(self, session: ClientSession) -> None:
+        """Tell Redis the session is in use, now and then (the limits push out idle ones)."""
+        now = time.monotonic()
+        if self.shared is not None and now - session.touched_at >= TOUCH_EVERY:
+            session.touched_at = now
+            await self.shared.touch(session.id, session.owner)
+
     async def add(self, session: ClientSession) -> None:
-        """Keep a new session (in Redis too when shared, before its client learns its id). A
-        session of the same caller pushed out by it (past its per-caller limit) ends at every
-        replica, so a caller opening sessions in a loop does not fill Redis either; one pushed
-        out by the process's limit stays in Redis, for another replica or for later."""
+        """Keep a new session (in Redis too when shared, counted against the limits across
+        replicas, before its client learns its id): RedisUnavailable when Redis cannot count
+        it. The sessions it pushes out (its caller's idle the longest past the per-caller limit,
+        anyone's past the rule's) end at every replica. One pushed out only by this process's
+        own limit stays in Redis, for another replica or for later."""
+        if self.shared is not None:
+            limits = self.table.per_owner, self.table.limit
+            for gone in await self.shared.admit(session.id, session.owner, *limits):
+                self.table.remove(gone)
+                await self.shared.drop(gone)
+            session.exchanges.share(self.shared, session.id)
+            session.touched_at = time.monotonic()
         evicted = self.table.add(session)
         if evicted is not None and evicted.owner == session.owner and self.shared is not None:
-            await self.shared.forget(evicted.id)
+            await self.shared.end(evicted.id, evicted.owner)
         await self.store(session)
 
     async def store(self, session: ClientSession) -> None:
@@ -68,8 +91,9 @@ class Directory:
             session.stored = record
             await self.shared.save(session)
 
-    async def remove(self, session_id: str) -> None:
-        """Forget a session the client ended, here and (when shared) at every replica."""
+    async def remove(self, session_id: str, owner: Owner = None) -> None:
+        """Forget a session the client (`owner`) ended, here and (when shared) at every
+        replica."""
         self.table.remove(session_id)
         if self.shared is not None:
-            await self.shared.forget(session_id)
+            await self.shared.end(session_id, owner)

@@ -11,14 +11,29 @@ reading a trace, not for the gateway.
 A client's request in flight is kept with the targets it went to, so `notifications/cancelled`
 reaches those and no other, and with the progress token it asked progress under, so progress a
 target sends outside the call's own stream (on the GET stream) passes only for a call in flight
-at that very target."""
+at that very target.
+
+Shared across replicas (`share`, with the session's Redis: `shared_exchanges`), both maps are
+also written there, before the client can act on them (`settle`): the client's answer is taken
+from Redis at whichever replica gets it (once: the first to take it), a cancellation of a
+request in flight at another replica reaches its targets, and a target that withdraws its request
+on a stream another replica now relays is understood. Ids minted at different replicas differ
+(each session copy mints under a random tag of its own). When Redis did not take a request's id,
+only the replica that minted it takes the answer, as without Redis."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from collections.abc import Collection
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Collection
+from typing import Protocol
 
+from ...redis_clients import RedisUnavailable
 from . import jsonrpc
+
+log = logging.getLogger("mcp_oauth_gateway.federation")
 
 # Server-to-client requests a session keeps waiting for an answer; past it, the oldest is
 # forgotten (its answer is then refused as unknown, and the target times it out itself).
@@ -31,6 +46,41 @@ MAX_RUNNING = 1_000
 def _key(request_id: object) -> bytes:
     """A JSON-RPC id as a key that keeps 1 and "1" apart (and true apart from 1)."""
     return jsonrpc.dumps(request_id)
+
+
+class ExchangeStore(Protocol):
+    """Where a session's exchanges are shared with other replicas (its Redis)."""
+
+    async def asked(self, session_id: str, minted: str, target: str, own: bytes) -> bool:
+        """Keep `target`'s request (`own`: its id as a key) under `minted`; False if not kept."""
+        ...
+
+    async def taken(self, session_id: str, minted: str) -> tuple[str, bytes] | None:
+        """The request answered under `minted`, forgotten (None: not there); raises
+        RedisUnavailable when Redis did not answer."""
+        ...
+
+    async def withdrawn(self, session_id: str, target: str, own: bytes) -> str | None:
+        """The id `target`'s request was minted under, forgotten (None: not there)."""
+        ...
+
+    async def started(
+        self, session_id: str, request: bytes, targets: tuple[str, ...], progress: bytes | None
+    ) -> None:
+        """The client's request went to `targets`."""
+        ...
+
+    async def finished(self, session_id: str, request: bytes) -> None:
+        """The client's request was answered."""
+        ...
+
+    async def running(self, session_id: str, request: bytes) -> tuple[str, ...]:
+        """The targets the client's request in flight went to, at any replica."""
+        ...
+
+    async def progressing(self, session_id: str, target: str, progress: bytes) -> bool:
+        """Whether a request in flight at `target`, at any replica, asked under `progress`."""
+        ...
 
 
 class Exchanges:
@@ -48,15 +98,93 @@ class Exchanges:
         self._running: dict[bytes, tuple[tuple[str, ...], bytes | None]] = {}
         # (target, progress token as a key) -> how many requests in flight there asked under it
         self._progress: dict[tuple[str, bytes], int] = {}
+        # Shared: where, under which session id, what is still to be written, and the ids
+        # Redis took (only those are taken from it).
+        self.store: ExchangeStore | None = None
+        self.session_id = ""
+        self._tag = ""
+        self._pending: list[Callable[[], Awaitable[None]]] = []
+        self._settling = asyncio.Lock()
+        self._stored: set[str] = set()
+
+    def share(self, store: ExchangeStore, session_id: str) -> None:
+        """Share this session's exchanges with the other replicas through `store`."""
+        self.store = store
+        self.session_id = session_id
+        self._tag = secrets.token_hex(4) + "-"
 
     def ask(self, target: str, own_id: object) -> str:
         """The id under which the client gets `target`'s request `own_id`."""
-        minted = f"{target}/{next(self._numbers)}"
+        minted = f"{target}/{self._tag}{next(self._numbers)}"
         if len(self._asked) >= self.asked_limit:
             self.answer(next(iter(self._asked)))
         self._asked[minted] = (target, own_id)
         self._minted[(target, _key(own_id))] = minted
+        if self.store is not None:
+            self._later(self._share_asked, minted, target, _key(own_id))
         return minted
+
+    async def _share_asked(self, minted: str, target: str, own: bytes) -> None:
+        assert self.store is not None
+        if await self.store.asked(self.session_id, minted, target, own):
+            self._stored.add(minted)
+
+    def _later(self, write: Callable[..., Awaitable[object]], *args: object) -> None:
+        async def run() -> None:
+            await write(*args)
+
+        self._pending.append(run)
+
+    async def settle(self) -> None:
+        """Write what other replicas must know before the client hears of it (the requests
+        minted, those answered or withdrawn, the client's requests started or finished)."""
+        if not self._pending:
+            return
+        # One writer at a time: a caller returns once its own writes are done, whoever ran them.
+        async with self._settling:
+            pending, self._pending = self._pending, []
+            for write in pending:
+                await write()
+
+    async def take(self, minted: object) -> tuple[str, object] | None:
+        """`answer`, at any replica sharing the session: the first to take an id gets it."""
+        local = self.answer(minted)
+        if self.store is None or not isinstance(minted, str):
+            return local
+        if local is not None and minted not in self._stored:
+            return local  # Redis never had it: only this replica could take it
+        self._stored.discard(minted)
+        try:
+            found = await self.store.taken(self.session_id, minted)
+        except RedisUnavailable:
+            return local
+        if found is None:
+            return None
+        return found[0], jsonrpc.loads(found[1])
+
+    async def recall(self, target: str, own_id: object) -> None:
+        """Learn from the other replicas the id `target`'s request `own_id` went to the client
+        under, when this replica did not mint it (the target withdraws it)."""
+        key = (target, _key(own_id))
+        if self.store is None or key in self._minted:
+            return
+        minted = await self.store.withdrawn(self.session_id, target, key[1])
+        if minted is not None:
+            self._asked[minted] = (target, own_id)
+            self._minted[key] = minted
+
+    async def cancelled(self, request_id: object) -> tuple[str, ...]:
+        """`targets_of`, at any replica sharing the session."""
+        found = self.targets_of(request_id)
+        if found or self.store is None:
+            return found
+        return await self.store.running(self.session_id, _key(request_id))
+
+    async def progress_elsewhere(self, target: str, progress: object) -> bool:
+        """Whether a request in flight at `target` at another replica asked under `progress`."""
+        if self.store is None or progress is None:
+            return False
+        return await self.store.progressing(self.session_id, target, _key(progress))
 
     def answer(self, minted: object) -> tuple[str, object] | None:
         """(target, its own id) of the request the client answers (once); None for an id this
@@ -74,6 +202,8 @@ class Exchanges:
         minted = self._minted.pop((target, _key(own_id)), None)
         if minted is not None:
             self._asked.pop(minted, None)
+            if self.store is not None:
+                self._later(self.store.withdrawn, self.session_id, target, _key(own_id))
         return minted
 
     def start(self, request_id: object, targets: Collection[str], progress: object = None) -> None:
@@ -88,10 +218,14 @@ class Exchanges:
             for target in set(targets):
                 held = (target, token)
                 self._progress[held] = self._progress.get(held, 0) + 1
+        if self.store is not None:
+            started = self.store.started
+            self._later(started, self.session_id, _key(request_id), tuple(targets), token)
 
     def finish(self, request_id: object) -> None:
         """The client's request `request_id` was answered."""
-        self._stop(_key(request_id))
+        if self._stop(_key(request_id)) and self.store is not None:
+            self._later(self.store.finished, self.session_id, _key(request_id))
 
     def targets_of(self, request_id: object) -> tuple[str, ...]:
         """The targets the client's request in flight went to (none once answered)."""
@@ -103,10 +237,13 @@ class Exchanges:
         `progress` (same type and value)."""
         return progress is not None and (target, _key(progress)) in self._progress
 
-    def _stop(self, key: bytes) -> None:
-        targets, token = self._running.pop(key, ((), None))
+    def _stop(self, key: bytes) -> bool:
+        """Forget a request in flight; whether it was."""
+        if key not in self._running:
+            return False
+        targets, token = self._running.pop(key)
         if token is None:
-            return
+            return True
         for target in set(targets):
             held = (target, token)
             left = self._progress[held] - 1
@@ -114,3 +251,4 @@ class Exchanges:
                 self._progress[held] = left
             else:
                 del self._progress[held]
+        return True

@@ -1,5 +1,9 @@
 """Reaching a client session's targets: several in parallel (a target that fails is named, not
-raised), or one with its session opened first when it is not open or the target lost it."""
+raised), or one with its session opened first when it is not open or the target lost it.
+
+A target's GET stream refused with 409 (the target still holds the session's previous stream:
+the client left it, or resumed it at another replica, a moment ago, and the target has not
+noticed yet) is asked again a few times, STREAM_BUSY_PAUSES apart."""
 
 from __future__ import annotations
 
@@ -11,12 +15,15 @@ from typing import TypeVar
 from ...asgi import Scope
 from ..upstream import UpstreamResponse
 from . import jsonrpc
+from .backlog import Cursor
 from .health import Health
 from .session import ClientSession, TargetSession
-from .target import SessionGone, TargetLink, Unavailable
+from .target import Refused, SessionGone, TargetLink, Unavailable
 
 log = logging.getLogger("mcp_oauth_gateway.federation")
 T = TypeVar("T")
+# Seconds between a target's GET stream refused as already open and the next try.
+STREAM_BUSY_PAUSES = (0.1, 0.2, 0.4, 0.8, 1.6)
 
 
 class Fanout:
@@ -92,14 +99,17 @@ class Fanout:
 
         return await self.reopened(scope, session, target, ask)
 
-    async def listen(self, scope: Scope, session: ClientSession) -> dict[str, UpstreamResponse]:
+    async def listen(
+        self, scope: Scope, session: ClientSession, cursors: dict[str, Cursor] | None = None
+    ) -> dict[str, UpstreamResponse]:
         """Each target's GET stream, opened in parallel (a target's session first if it is not
-        open); a target with none, or that fails, is left out."""
+        open), resumed from its cursor while it is the same session's; a target with none, or
+        that fails, is left out."""
         opened: dict[str, UpstreamResponse] = {}
 
         async def listen(target: TargetSession) -> None:
             async def get() -> UpstreamResponse:
-                return await self.link.listen(scope, target)
+                return await self._listen(scope, target, _cursor(target, cursors))
 
             # A target with none (NoStream) is an Unavailable like any that fails.
             opened[target.target.name] = await self.reopened(scope, session, target, get)
@@ -107,12 +117,31 @@ class Fanout:
         await self.each(session, listen, every=True)
         return opened
 
-    async def stream_of(self, scope: Scope, target: TargetSession) -> UpstreamResponse | None:
-        """The GET stream of a target opened again while the client's is open (None when it
-        offers none, or fails: noted in its health)."""
+    async def _listen(
+        self, scope: Scope, target: TargetSession, cursor: str | None
+    ) -> UpstreamResponse:
+        """The target's GET stream, asked again while it says one is already open."""
+        for pause in (*STREAM_BUSY_PAUSES, None):
+            try:
+                return await self.link.listen(scope, target, cursor)
+            except Refused as exc:
+                if exc.status != 409 or pause is None:
+                    raise
+            log.info(
+                "federated target %s: its GET stream is still open: asked again", target.target.name
+            )
+            await asyncio.sleep(pause)
+        raise AssertionError("unreachable")
+
+    async def stream_of(
+        self, scope: Scope, target: TargetSession, cursor: str | None = None
+    ) -> UpstreamResponse | None:
+        """The GET stream of a target opened again while the client's is open, or resumed
+        after its own event id `cursor` (None when it offers none, or fails: noted in its
+        health)."""
         name = target.target.name
         try:
-            response = await self.link.listen(scope, target)
+            response = await self._listen(scope, target, cursor)
         except Unavailable as exc:
             self.health.failed(name, exc)
             return None
@@ -128,3 +157,12 @@ class Fanout:
                 await self.link.tell(scope, target, b"")
 
         await self.each(session, end)
+
+
+def _cursor(target: TargetSession, cursors: dict[str, Cursor] | None) -> str | None:
+    """The target's cursor, if it belongs to the target's session as it is now."""
+    held = (cursors or {}).get(target.target.name)
+    if held is None or not target.open:
+        return None
+    current = target.session_id.decode("latin-1") if target.session_id is not None else None
+    return held[1] if held[0] == current else None

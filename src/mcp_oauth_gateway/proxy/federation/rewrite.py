@@ -128,13 +128,38 @@ def to_target(
 ) -> tuple[str, dict[str, object]] | None:
     """The target the client's answer is for and the answer under the target's own id; None
     when the session never sent the client a request with that id."""
-    if "result" not in message and "error" not in message:
+    if not is_answer_of_client(message):
         return None
-    asked = exchanges.answer(message.get("id"))
+    return answered(message, exchanges.answer(message.get("id")))
+
+
+def is_answer_of_client(message: dict[str, object]) -> bool:
+    """Whether the client's message is an answer (a result or an error)."""
+    return "result" in message or "error" in message
+
+
+def answered(
+    message: dict[str, object], asked: tuple[str, object] | None
+) -> tuple[str, dict[str, object]] | None:
+    """The client's answer to the target's request `asked` (target, its own id), for it."""
     if asked is None:
         return None
     target, own_id = asked
     return target, {**message, "id": own_id}
+
+
+def withdrawn_id(message: dict[str, object]) -> object:
+    """The target's own id of the request a target's cancellation withdraws (None: none)."""
+    params = message.get("params")
+    if message.get("method") != CANCELLED or not isinstance(params, dict):
+        return None
+    return params.get("requestId")
+
+
+def progress_of(message: dict[str, object]) -> object:
+    """The progress token a progress notification reports under."""
+    params = message.get("params")
+    return params.get("progressToken") if isinstance(params, dict) else None
 
 
 def progress_token(message: dict[str, object]) -> object:

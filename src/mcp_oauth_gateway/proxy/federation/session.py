@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ...asgi import CLAIMS_KEY, TOKEN_KEY, Scope
 from ...controlplane.snapshot import CompiledTarget
+from .backlog import EventLog
 from .exchange import Exchanges
 
 # Sessions held per route; past it the one idle the longest is forgotten (its client then gets
@@ -89,6 +90,14 @@ class ClientSession:
     exchanges: Exchanges = field(default_factory=Exchanges)
     # The client's GET stream is open (one at a time, as MCP servers keep it).
     listening: bool = False
+    # Set to end the open GET stream (a client resuming it takes it over); set by the stream
+    # once it ended.
+    stop_listening: asyncio.Event = field(default_factory=asyncio.Event)
+    listened: asyncio.Event = field(default_factory=asyncio.Event)
+    # Its GET stream's events, when they are kept in this process (no Redis: `backlog`).
+    backlog: EventLog = field(default_factory=EventLog)
+    # When this replica last told Redis the session is in use (shared: `shared_limits`).
+    touched_at: float = 0.0
     # While it is open here: the targets opened again since, to join it with their own.
     joining: asyncio.Queue[str] | None = None
     # What Redis was last given of it (shared: sessions across replicas), to store changes only.

@@ -6,14 +6,18 @@ What is stored, per session (JSON under
 its owner (issuer and subject, or its token's digest when it has no subject), the client's
 initialize params, the protocol version agreed, whether the client said it is initialized, and
 per target its session id and version. Never the client's token or headers: each request
-brings its own.
+brings its own. Beside it, under the session's hash tag (`…:session:{<id>}:…`, one Cluster slot):
+its GET stream's kept events and the targets' cursors (`shared_backlog`), the targets' requests
+to the client and the client's requests in flight (`shared_exchanges`). For the rule: its
+session limits (`shared_limits`) and its targets' health (`shared_health`).
 
-What stays in the process that has it: the session's locks, its GET stream, and the ids of the
-targets' requests to the client and of the client's requests in flight (`exchange`). A replica
+What stays in the process that has it: the session's locks and its open GET stream. A replica
 that does not hold a session it finds here rebuilds it on first use, its targets' sessions
-reused by id; an answer to a target's request that another replica relayed is refused there
-(its id was minted elsewhere), and a cancellation of a request running at another replica goes
-nowhere."""
+reused by id; a client resuming its GET stream at another replica gets what it missed there
+(`backlog`); its answer to a target's request, or its cancellation, is taken at any replica.
+
+Redis not answering: a session this replica holds goes on here; one it does not is unknown
+here (404: the client starts a new one); a new session is refused (503, see `shared_limits`)."""
 
 from __future__ import annotations
 
@@ -28,6 +32,10 @@ from ...controlplane.snapshot import CompiledTarget
 from ...redis_clients import RedisConnection
 from .cursor import Cursors
 from .session import ClientSession, Owner, TargetSession
+from .shared_backlog import SharedBacklog
+from .shared_exchanges import SharedExchanges
+from .shared_health import SharedHealth
+from .shared_limits import SharedLimits
 
 log = logging.getLogger("mcp_oauth_gateway.federation")
 
@@ -104,7 +112,7 @@ def adopt(session: ClientSession, record: dict[str, Any]) -> None:
     session.stored = record
 
 
-class SharedSessions:
+class SharedSessions(SharedBacklog, SharedExchanges, SharedLimits, SharedHealth):
     """A route rule's sessions in Redis. Every failure to reach Redis is logged and taken as
     "not there": a session is then served by the replica holding it, or started anew."""
 
@@ -166,6 +174,17 @@ class SharedSessions:
             await self._client.delete(self._key(session_id))
         except (RedisError, OSError) as exc:  # it expires with its TTL
             log.warning("federated session not removed from Redis: %s", exc)
+
+    async def drop(self, session_id: str) -> None:
+        """End the session at every replica, with what it kept beside its record."""
+        await self.forget(session_id)
+        await self.forget_backlog(session_id)
+        await self.forget_exchanges(session_id)
+
+    async def end(self, session_id: str, owner: Owner) -> None:
+        """`drop` the session and count it out of its limits."""
+        await self.drop(session_id)
+        await self.release(session_id, owner)
 
     async def share_key(self, cursors: Cursors) -> None:
         """Sign cursors with the key every replica reads from Redis (made by the first), so a

@@ -8,13 +8,16 @@ out of that answer and asked again next time (its session opened again if it los
 goes to its target only, and the target's answer (JSON, or an event stream with progress
 notifications) is streamed back as it comes, rewritten for the client (`streams`); a target that
 fails answers a JSON-RPC error (HTTP 200), so the client's session lives on. The client's GET
-stream merges its targets' own. A target's request reaches the client under an id the session
+stream merges its targets' own, under event ids of the gateway's from which the client resumes
+it (`get_stream`, `backlog`). A target's request reaches the client under an id the session
 minted and the client's answer goes back to that target only (`exchange`); a cancellation goes
 to the targets that have the request.
 
 With a Redis URL (the Broker's), sessions are kept there too and served by any replica
-(`shared`). The 2026-07-28 wire, which has no sessions, is answered by `stateless`. Not yet
-(see docs/configuration/federation.md): resumption."""
+(`shared`): their streams' events, the targets' requests to the client and the client's
+requests in flight, the session limits and the targets' health too. Redis not answering when a
+session is opened: 503 with `Retry-After` (its limits cannot be counted). The 2026-07-28 wire,
+which has no sessions, is answered by `stateless`."""
 
 from __future__ import annotations
 
@@ -25,8 +28,10 @@ from typing import TypeVar
 from ... import __version__, audit
 from ...asgi import Receive, Scope, Send, send_error
 from ...controlplane.snapshot import CompiledTarget
+from ...redis_clients import RedisUnavailable
 from ..upstream import UpstreamResponse
-from . import jsonrpc, merge, rewrite, streams, wire
+from . import get_stream, jsonrpc, merge, rewrite, streams, wire
+from .backlog import Backlog, MemoryBacklog
 from .cursor import Cursors
 from .directory import Directory
 from .fanout import Fanout
@@ -88,7 +93,11 @@ class Federation:
         self.health = state.health
         self.shared = state.shared
         self.directory = Directory(state.sessions, state.shared, targets)
+        if state.shared is not None:
+            state.health.share(state.shared)
         self.fan = Fanout(link, state.health)
+        backlog: Backlog = state.shared if state.shared is not None else MemoryBacklog()
+        self.listener = get_stream.Listener(self.fan, self.directory, backlog, refused)
         self.stateless = Stateless(targets, link, self.fan, self.cursors, self.shared, refused)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -193,6 +202,7 @@ class Federation:
         elif method in merge.LISTS or method == "logging/setLevel":
             # Kept while it runs: a cancellation of it goes to every target asked.
             session.exchanges.start(request_id, session.targets, rewrite.progress_token(message))
+            await session.exchanges.settle()
             try:
                 if method in merge.LISTS:
                     if self.shared is not None:
@@ -205,6 +215,7 @@ class Federation:
                     result = {}
             finally:
                 session.exchanges.finish(request_id)
+                await session.exchanges.settle()
             await jsonrpc.reply(send, 200, jsonrpc.result(request_id, result))
         else:
             raise Malformed(METHOD_NOT_FOUND, f"Method not found: {method[:100]}")
@@ -238,7 +249,14 @@ class Federation:
             result["instructions"] = instructions
         # A session forgotten for this one is not ended at its targets: that would send this
         # caller's credentials on its behalf. The targets expire it as they expire idle ones.
-        await self.directory.add(session)
+        try:
+            await self.directory.add(session)
+        except RedisUnavailable as exc:
+            log.warning("federated session refused: its limits could not be counted: %s", exc)
+            why = refused(scope, "the session store (Redis) did not answer: try again shortly")
+            retry = [(b"retry-after", str(exc.retry_after).encode())]
+            await send_error(send, 503, "temporarily_unavailable", why, retry)
+            return
         headers = [(_SESSION_HEADER, session.id.encode())]
         await jsonrpc.reply(send, 200, jsonrpc.result(request_id, result), headers)
 
@@ -253,7 +271,7 @@ class Federation:
             # Only the targets the request went to; none once it was answered.
             params = message.get("params")
             cancelled = params.get("requestId") if isinstance(params, dict) else None
-            only = session.exchanges.targets_of(cancelled)
+            only = await session.exchanges.cancelled(cancelled)
             if not only:
                 return
         body = jsonrpc.dumps(message)
@@ -277,6 +295,8 @@ class Federation:
 
         session.exchanges.start(request_id, (name,), rewrite.progress_token(message))
         try:
+            # Known to every replica before the target has it: the client may cancel it anywhere.
+            await session.exchanges.settle()
             response = await self.fan.reopened(scope, session, target, forward)
             self.health.ok(name)
             try:
@@ -295,6 +315,7 @@ class Federation:
             return
         finally:
             session.exchanges.finish(request_id)
+            await session.exchanges.settle()
         out = rewrite.call_answer(answer, name, session.exchanges, method, request_id)
         if out is None:
             why = f"the MCP server {name!r} did not answer the request (it sent another message)"
@@ -305,16 +326,13 @@ class Federation:
         self, scope: Scope, session: ClientSession, message: dict[str, object], send: Send
     ) -> None:
         """The client's answer to a target's request, sent to that target under its own id."""
-        routed_to = rewrite.to_target(message, session.exchanges)
+        routed_to = None
+        if rewrite.is_answer_of_client(message):
+            asked = await session.exchanges.take(message.get("id"))
+            routed_to = rewrite.answered(message, asked)
         if routed_to is None:
             shown = audit.capped(message.get("id"), 100)
             why = f"an answer to a request this session never sent the client (id {shown})"
-            if self.shared is not None:
-                # Sessions are shared, the targets' requests in flight are not.
-                why += (
-                    " at this gateway replica: an answer goes to the replica that relayed "
-                    "the request"
-                )
             refused(scope, why)
             await jsonrpc.reply(send, 400, jsonrpc.error(None, INVALID_REQUEST, why))
             return
@@ -330,38 +348,16 @@ class Federation:
         await _accepted(send)
 
     async def _get(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The client's GET stream: every target's that offers one, merged."""
+        """The client's GET stream (`get_stream`)."""
         session = await self._session(scope, send)
-        if session is None:
-            return
-        if session.listening:
-            why = refused(scope, "the session's GET stream is already open")
-            await jsonrpc.reply(send, 409, jsonrpc.error(None, INVALID_REQUEST, why))
-            return
-        session.listening = True
-        try:
-            opened = await self.fan.listen(scope, session)
-            await self.directory.store(session)
-            if not opened:
-                why = "none of the MCP servers behind this route offers a GET stream"
-                await send_error(send, 405, "method_not_allowed", why, [(b"allow", _ALLOW)])
-                return
-            targets = session.targets
-            await streams.serve_merged(
-                opened,
-                session,
-                lambda name: self.fan.stream_of(scope, targets[name]),
-                receive,
-                send,
-            )
-        finally:
-            session.listening = False
+        if session is not None:
+            await self.listener.get(scope, session, receive, send)
 
     async def _delete(self, scope: Scope, send: Send) -> None:
         session = await self._session(scope, send)
         if session is None:
             return
-        await self.directory.remove(session.id)
+        await self.directory.remove(session.id, session.owner)
         await self.fan.end(scope, session)
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})

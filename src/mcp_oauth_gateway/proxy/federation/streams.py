@@ -1,26 +1,26 @@
-"""The event streams a federated route writes to its client: a call's answer, relayed message by
-message as its target sends it, and the client's GET stream, merged from its targets' own. Each
+"""The event streams a federated route writes to its client for a call: its answer, relayed
+message by message as its target sends it (the client's GET stream is `get_stream`'s). Each
 message is rewritten on the way (`rewrite.from_target`): a target's request reaches the client
-under an id its session minted, resource URIs under the target's prefix. Progress passes only
-for a call of the client's in flight at the target that reports it: on a call's stream under
-that call's token, on the GET stream under the token of a call in flight there.
+under an id its session minted (made known to the other replicas first: `exchange`), resource
+URIs under the target's prefix. Progress passes only for the call of the stream, under that
+call's token.
 
-Events are written without the targets' event ids: an id is one target's, and a client resuming
-with it could not be told which target's stream to resume (no resumption across targets)."""
+A call's events carry no ids: a call's stream is answered by the replica holding the target's
+own stream for it, and finished within the drain's grace period when that replica stops; a
+client whose call stream broke off without an answer sends the call again. (The targets' own ids
+are one target's each, never passed on.)"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
 
 from ...asgi import Receive, Send
 from ..upstream import UpstreamError, UpstreamResponse
 from . import jsonrpc
 from .exchange import Exchanges
-from .rewrite import foreign_progress, from_target, is_answer, stray_progress
-from .session import ClientSession
+from .rewrite import foreign_progress, from_target, is_answer, withdrawn_id
 from .sse import event_data
 from .target import MAX_ANSWER_BYTES
 
@@ -58,17 +58,23 @@ async def until_disconnect(receive: Receive) -> None:
         pass
 
 
-async def while_connected(work: Awaitable[None], receive: Receive) -> None:
-    """`work` until it ends or the client goes away (a stream may run for hours: the targets'
-    streams are not read for a client that left)."""
-    relay = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(until_disconnect(receive))
+async def while_connected(
+    work: Awaitable[None], receive: Receive, stop: asyncio.Event | None = None
+) -> None:
+    """`work` until it ends, the client goes away (a stream may run for hours: the targets'
+    streams are not read for a client that left), or `stop` is set."""
+    tasks: list[asyncio.Future[object]] = [
+        asyncio.ensure_future(work),
+        asyncio.ensure_future(until_disconnect(receive)),
+    ]
+    if stop is not None:
+        tasks.append(asyncio.ensure_future(stop.wait()))
     try:
-        await asyncio.wait({relay, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (relay, watcher):
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(relay, watcher, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def relay_call(
@@ -90,7 +96,11 @@ async def relay_call(
             if foreign_progress(message, progress):
                 log.debug("federated target %s: progress of another call dropped", target)
                 continue
+            withdrawn = withdrawn_id(message)
+            if withdrawn is not None:
+                await exchanges.recall(target, withdrawn)
             out = from_target(message, target, exchanges, method, request_id)
+            await exchanges.settle()
             if out is None or (answered and is_answer(out)):
                 continue
             if is_answer(out) and not answered:
@@ -102,87 +112,3 @@ async def relay_call(
     except (UpstreamError, ValueError) as exc:
         log.warning("federated answer broke off: %s", exc)
     await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def serve_merged(
-    opened: Mapping[str, UpstreamResponse],
-    session: ClientSession,
-    open_stream: OpenStream,
-    receive: Receive,
-    send: Send,
-) -> None:
-    """The client's GET stream, merged from the targets' `opened` ones (each released at the
-    end), a target opened again meanwhile joining it; until the client leaves or all end."""
-    try:
-        await send({"type": "http.response.start", "status": 200, "headers": STREAM_HEADERS})
-        session.joining = asyncio.Queue()
-        streams = merged(opened, send, session.exchanges, session.joining, open_stream)
-        await while_connected(streams, receive)
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-    finally:
-        session.joining = None
-        for response in opened.values():
-            response.release()
-
-
-# Opens a target's GET stream for the merged one (None: it offers none, or failed).
-OpenStream = Callable[[str], Awaitable[UpstreamResponse | None]]
-
-
-async def merged(
-    streams: Mapping[str, UpstreamResponse],
-    send: Send,
-    exchanges: Exchanges,
-    joining: asyncio.Queue[str] | None = None,
-    open_stream: OpenStream | None = None,
-) -> None:
-    """Every target's GET stream onto the client's, one whole event at a time, until all
-    of them have ended. A target named on `joining` (its session opened again while the
-    client's stream is open: it was down, or restarted) joins with a stream of its own."""
-    sending = asyncio.Lock()
-    running: dict[str, asyncio.Future[None]] = {}
-    joined: list[UpstreamResponse] = []
-
-    async def relay(target: str, response: UpstreamResponse) -> None:
-        try:
-            async for message in messages(response):
-                if stray_progress(message, target, exchanges):
-                    log.debug("federated target %s: progress of no call of its dropped", target)
-                    continue
-                out = from_target(message, target, exchanges)
-                if out is not None:
-                    async with sending:
-                        body = event(out)
-                        await send({"type": "http.response.body", "body": body, "more_body": True})
-        except (UpstreamError, ValueError) as exc:
-            log.info("federated target %s: its GET stream broke off: %s", target, exc)
-
-    async def join(target: str) -> None:
-        assert open_stream is not None
-        response = await open_stream(target)
-        if response is not None:
-            joined.append(response)
-            await relay(target, response)
-
-    def next_join() -> asyncio.Future[str] | None:
-        return asyncio.ensure_future(joining.get()) if joining is not None else None
-
-    for name, response in streams.items():
-        running[name] = asyncio.ensure_future(relay(name, response))
-    waiter = next_join()
-    try:
-        while live := {t for t in running.values() if not t.done()}:
-            watched: set[asyncio.Future[Any]] = {*live, *([waiter] if waiter else [])}
-            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-            if waiter is not None and waiter.done():
-                name = waiter.result()
-                if name not in running or running[name].done():
-                    running[name] = asyncio.ensure_future(join(name))
-                waiter = next_join()
-    finally:
-        tasks: list[asyncio.Future[Any]] = [*running.values(), *([waiter] if waiter else [])]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for response in joined:
-            response.release()

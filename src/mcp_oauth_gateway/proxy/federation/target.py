@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from ... import audit
 from ...asgi import Headers, Scope
@@ -215,13 +215,19 @@ class TargetLink:
             raise
 
     async def send(
-        self, scope: Scope, session: TargetSession, body: bytes, method: str = "POST"
+        self,
+        scope: Scope,
+        session: TargetSession,
+        body: bytes,
+        method: str = "POST",
+        extra: Sequence[tuple[bytes, bytes]] = (),
     ) -> UpstreamResponse:
-        """The target's response to `body` once its head is in; Unavailable or SessionGone."""
+        """The target's response to `body` (with the gateway's `extra` headers) once its head
+        is in; Unavailable or SessionGone."""
         target = session.target
         url = target.url
         timeout = self.timeout_of(session)
-        headers = self._headers(scope, session)
+        headers = [*self._headers(scope, session), *extra]
         if self.credentials is not None:
             # Got only now: a target the request does not reach costs no exchange.
             headers += await self._credential(scope, target.name)
@@ -291,9 +297,13 @@ class TargetLink:
         except UpstreamError as exc:
             raise Unavailable(f"its answer broke off: {exc}") from None
 
-    async def listen(self, scope: Scope, session: TargetSession) -> UpstreamResponse:
-        """The target's GET stream (its head in); NoStream when it offers none."""
-        response = await self.send(scope, session, b"", "GET")
+    async def listen(
+        self, scope: Scope, session: TargetSession, cursor: str | None = None
+    ) -> UpstreamResponse:
+        """The target's GET stream (its head in), resumed after its own event id `cursor`
+        when given; NoStream when it offers none."""
+        extra = [(b"last-event-id", cursor.encode())] if cursor is not None else []
+        response = await self.send(scope, session, b"", "GET", extra)
         content_type = (_header(response.headers, b"content-type") or b"").lower()
         if not content_type.startswith(b"text/event-stream"):
             response.release()
