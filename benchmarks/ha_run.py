@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,12 +24,15 @@ WARM_UP_TRIES = 30
 
 
 def add_load_arguments(parser: argparse.ArgumentParser) -> None:
-    """The load's command-line settings."""
+    """The load's command-line settings, and where a run's results and logs go."""
     parser.add_argument("--sessions", type=int, default=40, help="users signed in before the load")
     parser.add_argument("--mcp-clients", type=int, default=2, help="SDK client sessions per route")
     parser.add_argument(
         "--rate-scale", type=float, default=1.0, help="every rate (ha_load.Rates) times this"
     )
+    parser.add_argument("--output", default=str(Path(__file__).resolve().parent / "results"))
+    parser.add_argument("--keep-logs", default=None, help="copy every process's log here")
+    parser.add_argument("--smoke", action="store_true", help="a few seconds; checks it runs")
 
 
 def rates(args: argparse.Namespace) -> Rates:

@@ -50,7 +50,6 @@ from ha_run import LoadRun, add_load_arguments, rates
 from ha_stack import Stack, start_stack
 from redis.sentinel import Sentinel
 
-HERE = Path(__file__).resolve().parent
 # How each fault is done to the primary; `mid-refresh` kills it while the provider holds
 # every refresh in flight, each having claimed its refresh token (the worst moment).
 FAULTS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "mid-refresh": signal.SIGKILL}
@@ -189,9 +188,6 @@ def _parser() -> argparse.ArgumentParser:
         "--hold", type=float, default=5, help="SIGSTOP: seconds hung after the promotion"
     )
     add_load_arguments(parser)
-    parser.add_argument("--output", default=str(HERE / "results"))
-    parser.add_argument("--keep-logs", default=None, help="copy every process's log here")
-    parser.add_argument("--smoke", action="store_true", help="a few seconds; checks it runs")
     return parser
 
 

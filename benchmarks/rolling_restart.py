@@ -44,8 +44,6 @@ from ha_report import (
 from ha_run import LoadRun, add_load_arguments, rates
 from ha_stack import Replica, Stack, start_stack
 
-HERE = Path(__file__).resolve().parent
-
 
 class Balancer(Protocol):
     """What the roll needs of a load balancer (tests/loadbalancer_support.LoadBalancer)."""
@@ -210,9 +208,6 @@ def _parser() -> argparse.ArgumentParser:
         "--grace-period", type=float, default=10, help="the gateways' --grace-period"
     )
     add_load_arguments(parser)
-    parser.add_argument("--output", default=str(HERE / "results"))
-    parser.add_argument("--keep-logs", default=None, help="copy every process's log here")
-    parser.add_argument("--smoke", action="store_true", help="a few seconds; checks it runs")
     return parser
 
 
