@@ -21,7 +21,7 @@ from headless_login import Jar, sign_in, submission
 
 from broker_calls import s256
 from mcp_oauth_gateway.broker.refresh import digest
-from mcp_oauth_gateway.broker.store import PREFIX
+from mcp_oauth_gateway.broker.store import PREFIX, TAKEN
 
 REDIRECT = "http://127.0.0.1:47111/cb"
 
@@ -162,7 +162,8 @@ def provider_refresh_token(redis_url: str, gateway_refresh_token: str) -> str:
         keys = list(store.scan_iter(f"{PREFIX}refresh:*:{digest(gateway_refresh_token)}"))
         assert len(keys) == 1, f"the gateway refresh token is not in the Broker's store: {keys}"
         raw = store.get(keys[0])
-    assert raw is not None, "the gateway refresh token is no longer in the Broker's store"
+    assert isinstance(raw, bytes), "the gateway refresh token is no longer in the Broker's store"
+    assert not raw.startswith(TAKEN), "the gateway refresh token has been used"
     token: str = json.loads(raw)["provider"]
     return token
 

@@ -23,6 +23,7 @@ import httpx
 import redis
 from joserfc.jwk import RSAKey
 
+from mcp_oauth_gateway.broker.store import TAKEN
 from redis_ha_support import SENTINEL_PASSWORD, SERVER_PASSWORD, SERVICE, SentinelSet
 from support import (
     NODE_DIR,
@@ -241,9 +242,10 @@ def wait_for_new_primary(sentinels: SentinelSet, old: int) -> int:
 
 
 def stored(port: int, key: str) -> bool:
-    """Whether the server at `port` holds `key`."""
+    """Whether the server at `port` holds `key`, not yet taken."""
     with redis.Redis(port=port, password=SERVER_PASSWORD, socket_timeout=2) as server:
-        return bool(server.exists(key))
+        value = server.get(key)
+        return isinstance(value, bytes) and not value.startswith(TAKEN)
 
 
 def down_after(sentinels: SentinelSet, millis: int) -> None:

@@ -23,7 +23,7 @@ from conftest import CLIENT_ID, use_broker, write_example
 from mcp_oauth_gateway.broker import store as broker_store
 from mcp_oauth_gateway.broker.refresh import digest
 from mcp_oauth_gateway.broker.state import BrokerState, IssuedCode
-from mcp_oauth_gateway.broker.store import PREFIX, RedisStore, give_back
+from mcp_oauth_gateway.broker.store import PREFIX, TAKEN, RedisStore, give_back
 from mcp_oauth_gateway.redis_clients import RedisConnection
 from redis_ha_support import SERVER_PASSWORD, SentinelSet, sentinel_set
 from support import NODE_DIR, Process, free_port, gateway_cmd, node, wait_for_port, wait_until
@@ -88,6 +88,12 @@ def refresh(client: BrokerClient, token: str) -> httpx.Response:
     return httpx.post(f"{client.mcp}/oauth/token", data=form, timeout=60)
 
 
+def untaken(server: redis.Redis, pattern: str) -> list[bytes]:
+    """The keys matching `pattern` that hold a value no request has taken."""
+    values = [server.get(key) for key in server.scan_iter(pattern)]
+    return [v for v in values if isinstance(v, bytes) and not v.startswith(TAKEN)]
+
+
 async def test_a_refresh_cut_by_the_primary_s_death_leaves_the_client_s_token_working(
     broker, sentinels
 ):
@@ -95,14 +101,14 @@ async def test_a_refresh_cut_by_the_primary_s_death_leaves_the_client_s_token_wo
     token = (await client.tokens("alice", "x", "openid profile offline_access"))["refresh_token"]
     primary = redis.Redis(port=sentinels.primary_port, password=SERVER_PASSWORD)
     stored = f"{PREFIX}refresh:*:{digest(token)}"
-    assert list(primary.scan_iter(stored)), "the token is in the store"
+    assert untaken(primary, stored), "the token is in the store"
     # The provider holds the refresh while the gateway has claimed the token (acknowledged by
     # a replica); the primary dies before the rotation is written.
     os.kill(broker.idp.popen.pid, signal.SIGSTOP)
     try:
         # Sent from a thread of its own at once (the waits below block this loop).
         answer = asyncio.get_running_loop().run_in_executor(None, refresh, client, token)
-        wait_until(lambda: not list(primary.scan_iter(stored)), 30, "the token to be claimed")
+        wait_until(lambda: not untaken(primary, stored), 30, "the token to be claimed")
         sentinels.primary.popen.kill()
     finally:
         os.kill(broker.idp.popen.pid, signal.SIGCONT)

@@ -102,13 +102,38 @@ if tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > tonumber(ARGV
 end
 """
 _PUT = _ON_TIME + "return redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3], unpack(ARGV, 4))"
+# A take leaves its value (and its expiry) behind a mark naming the take (ARGV[2]) for
+# TAKEN_KEEP_MS: when the reply is lost (the primary died after the script ran and replicated),
+# the request's next attempt gets the value again, where a plain DEL would tell the caller it
+# had already been used. Any other take sees nothing. JSON never starts with a NUL byte.
+TAKEN = b"\x00taken:"
+TAKEN_KEEP_MS = int(4 * PATIENCE * 1000)
+_MARK = "local mark = '\\0taken:' .. ARGV[2] .. '\\0'\n"
 _TAKE = (
     _ON_TIME
+    + _MARK
     + """
-local ttl = redis.call('PTTL', KEYS[1])
 local value = redis.call('GET', KEYS[1])
-if value then redis.call('DEL', KEYS[1]) end
+if not value then return {-2, false} end
+if string.sub(value, 1, 7) == '\\0taken:' then
+  if string.sub(value, 1, #mark) ~= mark then return {-2, false} end
+  local ends = string.find(value, '\\0', #mark + 1, true)
+  return {tonumber(string.sub(value, #mark + 1, ends - 1)), string.sub(value, ends + 1)}
+end
+local ttl = redis.call('PTTL', KEYS[1])
+redis.call('SET', KEYS[1], mark .. ttl .. '\\0' .. value, 'PX', ARGV[3])
 return {ttl, value}
+"""
+)
+# Undoes a take, unless the key has been written since: it is back on the primary as it was.
+_UNTAKE = (
+    _ON_TIME
+    + _MARK
+    + """
+local value = redis.call('GET', KEYS[1])
+if value and string.sub(value, 1, #mark) ~= mark then return 0 end
+redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+return 1
 """
 )
 T = TypeVar("T")
@@ -135,15 +160,16 @@ class RedisStore:
         await _patiently(lambda: self._on_time(name, _PUT, raw, ttl * 1000), WRITE_PATIENCE)
 
     async def take(self, kind: str, key: str) -> dict[str, Any] | None:
-        """GET and DEL in one script: atomic, so a code is redeemed once even when two
+        """GET and mark taken in one script: atomic, so a code is redeemed once even when two
         replicas race; put back when no replica acknowledged it (so it can be taken again)."""
         name = f"{PREFIX}{kind}:{key}"
+        taker = secrets.token_hex(8)  # the same in every attempt: see TAKEN
 
         async def attempt() -> Any:
             try:
-                [(_, raw)] = await self._on_time(name, _TAKE)
+                [(_, raw)] = await self._on_time(name, _TAKE, taker, TAKEN_KEEP_MS)
             except RedisUnavailable as exc:
-                await self._undo_take(name, exc.results)
+                await self._undo_take(name, taker, exc.results)
                 raise
             return raw
 
@@ -157,9 +183,9 @@ class RedisStore:
             name, lambda pipe: pipe.eval(script, 1, name, deadline, *args)
         )
 
-    async def _undo_take(self, name: str, results: list[Any] | None) -> None:
-        """Put back on the primary a value taken there but not acknowledged, unless one
-        stands there again (best effort: Redis is failing)."""
+    async def _undo_take(self, name: str, taker: str, results: list[Any] | None) -> None:
+        """Put back on the primary a value taken there but not acknowledged, unless another
+        has been written since (best effort: Redis is failing)."""
         if not results or results[0][1] is None:
             return
         millis, raw = int(results[0][0]), results[0][1]
@@ -168,7 +194,7 @@ class RedisStore:
 
         async def attempt() -> None:
             try:
-                await self._on_time(name, _PUT, raw, expiry, "NX")
+                await self._on_time(name, _UNTAKE, taker, raw, expiry)
             except RedisUnavailable as exc:
                 if exc.results is None:
                     raise  # not run: try again
