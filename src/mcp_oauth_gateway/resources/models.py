@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .authentication import (
     BrokerSettings,
+    DpopProofs,
     Jwks,
     JwtAuthenticationSpec,
     JwtProvider,
@@ -187,6 +188,7 @@ __all__ = [
     "HTTPRouteSpec",
     "HeaderName",
     "HeaderValue",
+    "DpopProofs",
     "IdentityHeader",
     "Jwks",
     "JwtAuthenticationSpec",
