@@ -8,7 +8,8 @@
 // any port). Its key pair is made extractable so that the test can play the key holder too
 // (`privateJwk`): this client's own proofs are the SDK's.
 // `requests` lists what went to the MCP URL: method, scheme, whether a proof and which nonce it
-// carried, and the answer's status and DPoP-Nonce; `usedProof` is one proof the gateway accepted.
+// carried, and the answer's status and DPoP-Nonce; `usedProof` is a proof of a POST the gateway
+// accepted.
 import { Client, DpopSession, StreamableHTTPClientTransport, UnauthorizedError, generateDpopKeyPair }
   from '@modelcontextprotocol/client';
 import { decodeJwt, exportJWK } from 'jose';
@@ -53,7 +54,7 @@ async function recording(input, init) {
       status: response.status,
       dpopNonce: response.headers.get('dpop-nonce'),
     });
-    if (proof && response.status < 300) usedProof = proof;
+    if (proof && response.status < 300 && init?.method === 'POST') usedProof = proof;
   }
   return response;
 }

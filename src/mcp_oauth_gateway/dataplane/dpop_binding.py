@@ -14,6 +14,7 @@ is `ProofCheck`'s.
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
@@ -165,10 +166,9 @@ class ProofCheck:
         rules = self._rules[index]
         if rules is None:
             settings = self.settings[index]
-            assert self.nonce_key is not None, "nonces need a key"
-            nonces = DpopNonces(
-                await self.nonce_key(), period=settings.max_age, context=self.context
-            )
+            # Without a key every replica shares, this stage's own (its nonces hold here only).
+            key = await self.nonce_key() if self.nonce_key else secrets.token_bytes(32)
+            nonces = DpopNonces(key, period=settings.max_age, context=self.context)
             rules = self._rules[index] = ProofRules(settings.algorithms, settings.max_age, nonces)
         return rules
 
