@@ -12,6 +12,7 @@ from .. import audit
 from ..asgi import (
     CLAIMS_KEY,
     DEFAULT_TOKEN_CACHE_ENTRIES,
+    DPOP_KEY,
     TOKEN_KEY,
     ASGIApp,
     Headers,
@@ -147,6 +148,8 @@ class JwtAuthentication:
             return
         scope[CLAIMS_KEY] = claims
         scope[TOKEN_KEY] = token
+        if scheme == DPOP:
+            scope[DPOP_KEY] = self.challenger.dpop_algs
         if self.forward_token:
             assert raw is not None  # credentials were read from it
             scope["headers"].insert(at, (b"authorization", raw))

@@ -14,12 +14,12 @@ import dataclasses
 
 import pytest
 
-from mcp_oauth_gateway.asgi import AUDIT_KEY, CLAIMS_KEY, TOKEN_KEY
+from mcp_oauth_gateway.asgi import AUDIT_KEY, CLAIMS_KEY, DPOP_KEY, TOKEN_KEY
 from mcp_oauth_gateway.audit import AuditRecord
 from mcp_oauth_gateway.dpop import MemoryReplayCache
 from support import mint
 from unit.dpop.dpop_support import HMAC_KEY, KEYS, OTHER_EC, header, public_jwk, rfc7638
-from unit.tokens_support import KEY, bearer, good
+from unit.tokens_support import ALL_DPOP_ALGS, KEY, bearer, good
 
 from .dpop_requests import (
     JKT,
@@ -78,6 +78,8 @@ async def test_a_bound_token_with_its_proof_goes_inward_without_the_proof_or_the
     assert seen.headers == [(b"host", b"gw.test"), (b"accept", b"*/*"), (b"x-after", b"1")]
     # The audit line says the call was DPoP-bound, and to which key.
     assert record.dpop_jkt == JKT
+    # Later refusals (a scope) put their error on the DPoP challenge, offering these.
+    assert seen.scope[DPOP_KEY] == tuple(ALL_DPOP_ALGS)
 
 
 @pytest.mark.parametrize("alg", ["ES256", "ES384", "ES512", "EdDSA", "Ed25519", "PS256", "RS256"])
@@ -253,6 +255,7 @@ async def test_allowed_takes_unbound_tokens_as_bearer_and_refuses_them_as_dpop()
     )
     assert ok.status == 200
     assert inner.last.header(b"dpop") is None  # even a stray proof never reaches the backend
+    assert DPOP_KEY not in inner.last.scope
     response = await drive(stage(Inner()), "POST", headers=dpop(plain, proof(plain)))
     refused(response, "invalid_token", "not DPoP-bound")
     on_dpop_challenge(response, "invalid_token")
