@@ -27,8 +27,12 @@ class Provider {
              grant_types: ['authorization_code', 'refresh_token'], response_types: ['code'],
              token_endpoint_auth_method: 'none' };
   }
-  clientInformation() { return { client_id: clientId }; }
-  saveClientInformation() { throw new Error('the client is pre-registered: no registration'); }
+  clientInformation() { return this.store.client ?? { client_id: clientId }; }
+  // The SDK stamps the issuer on it; a registration would change the client id (and fail).
+  saveClientInformation(info) {
+    if (info.client_id !== clientId) throw new Error('the client is pre-registered: no registration');
+    this.store.client = info;
+  }
   tokens() { return this.store.tokens; }
   saveTokens(tokens) { this.store.tokens = tokens; }
   redirectToAuthorization(authorizationUrl) { this.authorizationUrl = authorizationUrl.toString(); }
@@ -129,7 +133,7 @@ try {
   out.tools = (await client.listTools()).tools.map((t) => t.name).sort();
   out.add = (await client.callTool({ name: 'add', arguments: { a: 2, b: 3 } })).content[0].text;
   const progress = [];
-  out.count = (await client.callTool({ name: 'count', arguments: { n: 2 } }, undefined, {
+  out.count = (await client.callTool({ name: 'count', arguments: { n: 2 } }, {
     onprogress: (p) => progress.push(p.progress),
   })).content[0].text;
   out.progress = progress;
