@@ -18,6 +18,7 @@ from typing import Protocol, Self
 import httpx
 
 from redis_failover_support import Gateway
+from support import INITIALIZE
 
 BOUND = 45.0  # seconds one request may take before it counts as a hang
 RETRY_BOUND = 90.0  # seconds an operation is sent again through 503s before it counts as lost
@@ -146,18 +147,6 @@ class Balancer:
     def unclear(self, hidden: Iterable[str]) -> list[str]:
         """Every answer that is not a clear one."""
         return [u for a in self.answers if (u := unclear(a, hidden)) is not None]
-
-
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "failover", "version": "1"},
-    },
-}
 
 
 class Limited:

@@ -13,34 +13,12 @@ import pytest
 from mcp import MCPError
 
 from redis_ha_support import SentinelSet, sentinel_set
-from support import free_port
+from support import INITIALIZE, free_port, mcp_headers
 from user_oauth_gateway_support import callback_url, new_key_line, route_idp, write_key_file
 from user_oauth_lifecycle_support import Evidence, Rig, connect, whoami
 
 USERS = {"keeper-a": "alice", "keeper-b": "bob"}
 ASKED = -32042
-ACCEPT = "application/json, text/event-stream"
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "failover", "version": "1"},
-    },
-}
-ACCEPT = "application/json, text/event-stream"
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "failover", "version": "1"},
-    },
-}
 
 
 @pytest.fixture
@@ -96,6 +74,7 @@ async def _answered(gateway, sub: str, refusals: list[httpx.Response]) -> dict:
 
 
 async def _initialize(gateway, sub: str) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {gateway.token(sub)}", "Accept": ACCEPT}
     async with httpx.AsyncClient(timeout=30) as client:
-        return await client.post(gateway.mcp, json=INITIALIZE, headers=headers)
+        return await client.post(
+            gateway.mcp, json=INITIALIZE, headers=mcp_headers(gateway.token(sub))
+        )

@@ -238,10 +238,14 @@ def test_keysets_that_differ_only_in_secrets_keep_distinct_metric_labels():
 
 async def test_a_redis_failure_names_no_password():
     url = f"redis://user:{SECRET}@127.0.0.1:{CLOSED}/0?password={SECRET}"
-    limiter = RedisLimiter(RedisConnection(url), "default/auth", 5, 1.0)
+    connection = RedisConnection(url)
+    limiter = RedisLimiter(connection, "default/auth", 5, 1.0)
     with pytest.raises(Exception) as failed:  # noqa: PT011 (whatever redis-py raises)
         await limiter.take("k")
     assert SECRET not in f"{failed.value} {failed.value!r}"
+    # The limiter's failure is the connection's health (/status, /readyz, metrics).
+    assert connection.up is False
+    assert SECRET not in str(connection.view())
 
 
 # Marked so that no public part of a message (host, port, words) can hold one by chance.

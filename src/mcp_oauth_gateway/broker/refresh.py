@@ -166,7 +166,11 @@ class RefreshTokens:
         # Remembered as long as the old token could have lived, to recognise it if it returns.
         ttl = int(grant.expires_at - time.time())
         if ttl > 0:
-            rotated: dict[str, Any] = {"family": grant.family}
+            rotated: dict[str, Any] = {
+                "family": grant.family,
+                "client_id": grant.client_id,
+                "expires_at": grant.expires_at,
+            }
             if grant.user is not None:
                 rotated["user"] = grant.user
             await self.store.put("refresh-rotated", grant.digest, rotated, ttl)

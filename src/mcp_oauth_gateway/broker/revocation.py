@@ -83,7 +83,24 @@ class Revocation:
                 return Revoked(token, "access_token", idp, identity({"access_token": token}))
             await self.refresh.revoke_family(record["family"])
             return Revoked(record["provider"], "refresh_token", idp, user_of(record))
+        if hint != "access_token":
+            await self._revoke_rotated(client_id, token)
         return None
+
+    async def _revoke_rotated(self, client_id: str, token: str) -> None:
+        """A refresh token rotated away (or being rotated by a request in flight) ends its
+        sign-in too: its family's current token is revoked. The marker stays, so the token
+        presented at the token endpoint is still reported as reused."""
+        key = digest(token)
+        rotated = await self.store.take("refresh-rotated", key)
+        if rotated is None:
+            return
+        ttl = max(1, int(rotated.get("expires_at", time.time() + 60) - time.time()))
+        await self.store.put("refresh-rotated", key, rotated, ttl)
+        holder = rotated.get("client_id")
+        if isinstance(holder, str) and not hmac.compare_digest(holder, client_id):
+            raise OAuthError(400, "invalid_request", "the token was issued to another client")
+        await self.refresh.revoke_family(rotated["family"])
 
 
 async def revoke_at_provider(

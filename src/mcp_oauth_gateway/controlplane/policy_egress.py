@@ -69,16 +69,21 @@ def _user_oauth_urls(policy: GatewayPolicy) -> list[tuple[str, str]]:
     return urls
 
 
-def _redis_refusal(url: str) -> str | None:
+def _redis_refusal(path: str, url: str) -> str | None:
     """Why a tenant may not name this Redis: a Sentinel set or a Cluster tells the gateway
     where to connect next (the primary, each slot's node), past every egress rule."""
     scheme = url.partition(":")[0].lower()
     if scheme not in SENTINEL + CLUSTER:
         return None
+    instead = (
+        "leave the field out to use the operator's Redis (MCP_OAUTH_GATEWAY_REDIS_URL)"
+        if path.endswith("broker.redisUrl")
+        else "ask the operator for one server's address"
+    )
     return (
         f"{shown_redis_url(url)!r}: a Sentinel or Cluster URL in a tenant's policy would let "
-        "the servers it names send the gateway to any address; give one server's URL, or leave "
-        "the field out to use the operator's Redis (MCP_OAUTH_GATEWAY_REDIS_URL)"
+        f"the servers it names send the gateway to any address; give one server's URL, or "
+        f"{instead}"
     )
 
 
@@ -87,7 +92,7 @@ def egress_problems(policy: GatewayPolicy, rules: EgressRules, discovers: bool) 
     namespace = policy.metadata.namespace
     problems = []
     for path, url in _fetched_urls(policy, discovers):
-        why = _redis_refusal(url) or rules.url_refusal(url, namespace)
+        why = _redis_refusal(path, url) or rules.url_refusal(url, namespace)
         if why is not None:
             problems.append(f"{path}: {why}")
     return problems

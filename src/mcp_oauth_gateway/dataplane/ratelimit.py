@@ -13,6 +13,8 @@ import time
 from collections import OrderedDict
 from typing import Protocol
 
+from redis.exceptions import RedisError
+
 from .. import audit
 from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Receive, Scope, Send, send_error
 from ..controlplane.cel import value_of
@@ -103,10 +105,14 @@ class RedisLimiter:
         self.per_second = per_second
 
     async def take(self, key: str) -> float:
-        """One atomic script call."""
-        allowed, wait = await self._script(
-            keys=[self.prefix + key], args=[self.capacity, self.per_second]
-        )
+        """One atomic script call (a failure is the connection's health too)."""
+        try:
+            allowed, wait = await self._script(
+                keys=[self.prefix + key], args=[self.capacity, self.per_second]
+            )
+        except (RedisError, OSError) as exc:
+            self.connection.failed(exc)
+            raise
         return 0.0 if int(allowed) == 1 else float(wait)
 
 
