@@ -17,6 +17,7 @@ import pytest
 from mcp_oauth_gateway.asgi import AUDIT_KEY, CLAIMS_KEY, DPOP_KEY, TOKEN_KEY
 from mcp_oauth_gateway.audit import AuditRecord
 from mcp_oauth_gateway.dpop import MemoryReplayCache
+from mcp_oauth_gateway.provider_kinds import ProviderKind
 from support import mint
 from unit.dpop.dpop_support import HMAC_KEY, KEYS, OTHER_EC, header, public_jwk, rfc7638
 from unit.tokens_support import ALL_DPOP_ALGS, KEY, bearer, good
@@ -340,3 +341,17 @@ async def test_with_several_providers_each_token_meets_its_own_providers_mode():
     # The challenge offers what the providers that take DPoP accept.
     missing = await drive(authn, "POST")
     assert challenges(missing)[1].startswith(b'DPoP algs="ES256"')
+
+
+async def test_a_keycloak_dpop_token_typed_dpop_is_an_access_token_held_to_its_key():
+    # Keycloak writes `typ: DPoP` (not `Bearer`) into the access tokens it binds.
+    keycloak = dataclasses.replace(provider(), kind=ProviderKind.KEYCLOAK)
+    token = bound_token(typ="DPoP")
+    authn = stage(Inner(), keycloak)
+    assert (await drive(authn, "POST", headers=dpop(token, proof(token)))).status == 200
+    refused(await drive(authn, "POST", headers=[bearer(token)]), "invalid_token", "DPoP-bound")
+    refused(
+        await drive(authn, "POST", headers=dpop(token, proof(token, key=OTHER_EC))),
+        "invalid_token",
+        "another key",
+    )
