@@ -50,12 +50,22 @@ INITIALIZE = {
 ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
-def config(gateway_port: int, idp_port: int, backend: str, public: str) -> str:
-    """The gateway's resources: one route to the backend, a policy whose provider requires
-    DPoP-bound tokens, and its resource metadata naming the provider itself (the client signs
-    in there directly, as MCP clients that check the metadata's issuer do)."""
+def config(
+    gateway_port: int,
+    idp_port: int,
+    backend: str,
+    public: str,
+    realm: str = "master",
+    provider: str = "audiences: [{public}]\n          dpopProofs: {proofs}",
+) -> str:
+    """The gateway's resources: one route to the backend, a policy whose provider (a realm of a
+    Keycloak-shaped issuer; `provider`: more of its fields) requires DPoP-bound tokens, and its
+    resource metadata naming the provider itself (the client signs in there directly, as MCP
+    clients that check the metadata's issuer do)."""
     host, port = backend.rsplit(":", 1)
-    issuer = f"http://127.0.0.1:{idp_port}/realms/master"
+    issuer = f"http://127.0.0.1:{idp_port}/realms/{realm}"
+    proofs = json.dumps({"algorithms": ALGORITHMS, "requireNonce": True})
+    more = provider.format(public=public, proofs=proofs)
     return f"""\
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -102,15 +112,12 @@ spec:
     jwtAuthentication:
       providers:
         - issuer: {issuer}
-          audiences: [{public}]
           jwks:
             remote:
               backendRef: {{name: idp, port: {idp_port}}}
-              jwksPath: /realms/master/protocol/openid-connect/certs
+              jwksPath: /realms/{realm}/protocol/openid-connect/certs
           dpop: Required
-          dpopProofs:
-            algorithms: {json.dumps(ALGORITHMS)}
-            requireNonce: true
+          {more}
       mcp:
         resourceMetadata:
           resource: {public}
@@ -221,7 +228,7 @@ def holder_key(jwk: dict[str, Any]) -> Key:
 
 def proof_for(
     key: Key,
-    token: str,
+    token: str | None,
     htu: str,
     method: str = "POST",
     nonce: str | None = None,
@@ -229,14 +236,15 @@ def proof_for(
     alg: str = "ES256",
     **changes: Any,
 ) -> str:
-    """A proof signed by `key` for `method` to `htu` now, with `token`'s hash and `nonce`;
-    `changes` replace claims (`name=None` removes one), `head` the whole header."""
+    """A proof signed by `key` for `method` to `htu` now, with `token`'s hash (none at a
+    token endpoint) and `nonce`; `changes` replace claims (`name=None` removes one), `head`
+    the whole header."""
     claims: dict[str, Any] = {
         "jti": str(uuid.uuid4()),
         "htm": method,
         "htu": htu,
         "iat": int(time.time()),
-        "ath": access_token_hash(token),
+        "ath": access_token_hash(token) if token is not None else None,
         "nonce": nonce,
     }
     claims.update(changes)
