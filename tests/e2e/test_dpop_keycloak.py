@@ -1,6 +1,7 @@
 """Real Keycloak binding tokens to a client's key (RFC 9449), and the gateway holding them to
 it: a public client whose "Require DPoP bound tokens" switch is on gets, for a proof sent with
-its token request, an access token marked `typ: DPoP` with `cnf.jkt`; the gateway (provider
+its token request, an access token marked `typ: DPoP` with `cnf.jkt` (and Keycloak's own
+`cnf.kc-jkt-type`); the gateway (provider
 kind Keycloak, `dpop: Required`) serves it only with a proof by that key, refuses it as
 `Bearer`, and refuses the token copied elsewhere (a proof by another key)."""
 
@@ -29,6 +30,8 @@ from support import (
 
 REALM = "dpop"
 CLIENT = "dpop-public"
+# The provider's fields beside its issuer, keys and `dpop: Required` (nonces required too).
+PROVIDER = "kind: Keycloak\n          dpopProofs: {proofs}"
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +61,7 @@ def gateway(
     public = f"http://127.0.0.1:{port}/mcp"
     folder = tmp_path_factory.mktemp("dpop-keycloak")
     idp_port = int(keycloak.url.rsplit(":", 1)[1])
-    (folder / "gateway.yaml").write_text(
-        config(port, idp_port, backend, public, REALM, "kind: Keycloak")
-    )
+    (folder / "gateway.yaml").write_text(config(port, idp_port, backend, public, REALM, PROVIDER))
     process = Process("gateway-dpop-keycloak", gateway_cmd(folder), logs)
     try:
         wait_for_port(port, process)
@@ -97,8 +98,9 @@ def test_keycloak_binds_the_token_and_the_gateway_holds_it_to_the_key(keycloak, 
     token = tokens["access_token"]
     claims = unverified_claims(token)
     assert tokens["token_type"] == "DPoP"
-    assert claims["cnf"] == {"jkt": thumbprint(key)}
-    assert claims["typ"] == "DPoP"  # Keycloak's mark of a bound access token
+    # Keycloak's marks of a bound access token: its own cnf member beside jkt, typ DPoP.
+    assert claims["cnf"] == {"jkt": thumbprint(key), "kc-jkt-type": "DPoP"}
+    assert claims["typ"] == "DPoP"
     host = gateway.split("/")[2]
     first = call(gateway, token, proof_for(key, token, gateway), host)
     assert first.json()["error"] == "use_dpop_nonce", first.text

@@ -70,22 +70,29 @@ def parse_credentials(raw: bytes | None) -> tuple[str, str] | None:
     return name, token.decode("latin-1")
 
 
+# The registered confirmation methods (IANA "JWT Confirmation Methods": RFC 7800 §3.1, RFC
+# 8705 §3.1, RFC 9203) other than `jkt`: each binds a token to what no DPoP proof shows.
+UNCHECKED_METHODS = frozenset({"jwk", "jwe", "jku", "kid", "x5t#S256", "osc"})
+
+
 def bound_key(claims: Mapping[str, object]) -> str | None:
     """The RFC 7638 thumbprint a verified token is bound to (`cnf.jkt`), or None for a bearer
-    token; TokenError for a `cnf` that binds it by anything else (the gateway cannot check
-    that binding, and taking the token as a bearer token would undo it)."""
+    token; TokenError for a `cnf` that binds it by anything the gateway cannot check (taking
+    the token as a bearer token would undo that binding).
+
+    Members no registry knows are read only beside `jkt`, as qualifying it (Keycloak adds
+    `kc-jkt-type: DPoP`); alone they may be a binding of their own, and are refused."""
     cnf = claims.get("cnf")
     if cnf is None:
         return None
     if not isinstance(cnf, dict):
         raise TokenError("the token's cnf claim is not a JSON object")
-    # RFC 7800 §3's other confirmation members (`jwk`, `jwe`, `jku`, `kid`) and RFC 8705's
-    # certificate thumbprint (`x5t#S256`) bind it to what no DPoP proof shows.
-    others = sorted(name for name in cnf if name != "jkt")
-    if others:
+    methods = sorted(UNCHECKED_METHODS.intersection(cnf))
+    unknown = sorted(name for name in cnf if name != "jkt" and name not in UNCHECKED_METHODS)
+    if methods or (unknown and cnf.get("jkt") is None):
         raise TokenError(
-            f"the token is bound by cnf {', '.join(others)}, which the gateway cannot check; "
-            "ask for a DPoP-bound (cnf.jkt) or an unbound token"
+            f"the token is bound by cnf {', '.join(methods or unknown)}, which the gateway "
+            "cannot check; ask for a DPoP-bound (cnf.jkt) or an unbound token"
         )
     jkt = cnf.get("jkt")
     if jkt is None:

@@ -43,9 +43,22 @@ def test_bound_key_reads_cnf_jkt():
     assert bound_key({"cnf": {}}) is None
     assert bound_key({"cnf": {"jkt": None}}) is None
     assert bound_key({"cnf": {"jkt": "abc"}}) == "abc"
+    # Keycloak qualifies its binding with a member of its own.
+    assert bound_key({"cnf": {"jkt": "abc", "kc-jkt-type": "DPoP"}}) == "abc"
 
 
-@pytest.mark.parametrize("cnf", [{"x5t#S256": "x"}, {"jwk": {}}, {"jkt": "a", "kid": "k"}, []])
+@pytest.mark.parametrize(
+    "cnf",
+    [
+        {"x5t#S256": "x"},
+        {"jwk": {}},
+        {"jkt": "a", "kid": "k"},
+        {"jkt": "a", "osc": {}},
+        {"private-binding": "x"},  # unknown, and no jkt it could qualify: a binding unread
+        {"jkt": None, "kc-jkt-type": "DPoP"},
+        [],
+    ],
+)
 def test_bound_key_refuses_a_binding_it_cannot_check(cnf):
     with pytest.raises(TokenError):
         bound_key({"cnf": cnf})
