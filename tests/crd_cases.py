@@ -154,6 +154,15 @@ ACCEPTED = [
         (f"{M}.authorizationServerMode", "Broker"),
         (f"{M}.broker", {"redisUrl": "rediss://127.0.0.1:6380"}),
     ),
+    pol(
+        "dpop-required",
+        "",
+        (f"{PR}.dpop", "Required"),
+        (f"{PR}.dpopProofs", {"algorithms": ["ES256", "EdDSA"], "maxAge": "1m"}),
+        (f"{PR}.dpopProofs.requireNonce", True),
+    ),
+    pol("dpop-disabled", "", (f"{PR}.dpop", "Disabled")),
+    pol("dpop-max-age-1h", "", (f"{PR}.dpopProofs", {"maxAge": "1h"})),
     pol("target-refs-16", "", ("spec.targetRefs", [TARGET | {"sectionName": "r"}] * 16)),
     pol("audiences-64", "", (f"{PR}.audiences", [f"a{i}" for i in range(64)])),
     pol(

@@ -66,6 +66,33 @@ REFUSED = [
     pol("duration-other-digits", f"{R}.cacheDuration", (f"{R}.cacheDuration", "\u0665m")),
     pol("enum-action", f"{A}.action", (f"{A}.action", "Block")),
     pol("enum-mode", f"{P}.mode", (f"{P}.mode", "Lax")),
+    pol("enum-dpop", f"{PR}.dpop", (f"{PR}.dpop", "Optional")),
+    pol(
+        "enum-dpop-algorithm",
+        f"{PR}.dpopProofs.algorithms[0]",
+        (f"{PR}.dpopProofs", {"algorithms": ["HS256"]}),
+    ),
+    pol(
+        "bound-dpop-algorithms-empty",
+        f"{PR}.dpopProofs.algorithms",
+        (f"{PR}.dpopProofs", {"algorithms": []}),
+    ),
+    pol(
+        "cel-dpop-proofs-disabled",
+        PR,
+        (f"{PR}.dpop", "Disabled"),
+        (f"{PR}.dpopProofs", {"maxAge": "1m"}),
+    ),
+    pol(
+        "cel-dpop-max-age-over-1h",
+        f"{PR}.dpopProofs.maxAge",
+        (f"{PR}.dpopProofs", {"maxAge": "61m"}),
+    ),
+    pol(
+        "cel-dpop-max-age-500ms",
+        f"{PR}.dpopProofs.maxAge",
+        (f"{PR}.dpopProofs", {"maxAge": "500ms"}),
+    ),
     pol("enum-provider", f"{M}.provider", (f"{M}.provider", "Okta")),
     pol("enum-as-mode", f"{M}.authorizationServerMode", (f"{M}.authorizationServerMode", "Proxy")),
     pol(

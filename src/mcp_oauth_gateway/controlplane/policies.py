@@ -39,8 +39,10 @@ from .scopes import compile_scopes
 from .secret_sources import SecretScope
 from .service_refs import Referrer, ServiceRefs, resolve_service
 from .snapshot import (
+    DPOP_ALGORITHMS,
     CompiledAuthorization,
     CompiledCredentials,
+    CompiledDpop,
     CompiledMcp,
     CompiledPolicy,
     CompiledProvider,
@@ -156,7 +158,17 @@ def compile_provider(
         kind=spec.kind or (mcp_spec.provider if mcp_spec else None),
         client_id=spec.client_id or (mcp_spec.client_id if mcp_spec else None),
         login_hint_domains=tuple(spec.login_hint_domains),
+        dpop=compile_dpop(spec),
     )
+
+
+def compile_dpop(spec: JwtProvider) -> CompiledDpop:
+    """A provider's DPoP mode and proof rules (defaults where `dpopProofs` is unset)."""
+    proofs = spec.dpop_proofs
+    if proofs is None:
+        return CompiledDpop(spec.dpop)
+    algorithms = frozenset(proofs.algorithms) if proofs.algorithms else DPOP_ALGORITHMS
+    return CompiledDpop(spec.dpop, algorithms, parse_duration(proofs.max_age), proofs.require_nonce)
 
 
 def compile_authorization(

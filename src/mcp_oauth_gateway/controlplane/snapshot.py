@@ -92,6 +92,30 @@ class KeysetSource:
     inline: Keyset | None = None
 
 
+# Every algorithm a DPoP proof may be signed with (resources.authentication.DpopAlgorithm).
+DPOP_ALGORITHMS = frozenset(
+    {"ES256", "ES384", "ES512", "EdDSA", "Ed25519", "PS256", "PS384", "PS512"}
+    | {"RS256", "RS384", "RS512"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledDpop:
+    """A provider's DPoP settings (`dpop`, `dpopProofs`): the mode, the proof algorithms, how
+    far a proof's `iat` may be from now (seconds, either way), and whether nonces are
+    required."""
+
+    mode: Literal["Disabled", "Allowed", "Required"] = "Allowed"
+    algorithms: frozenset[str] = DPOP_ALGORITHMS
+    max_age: float = 300.0
+    require_nonce: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        """Whether DPoP tokens are accepted at all."""
+        return self.mode != "Disabled"
+
+
 @dataclass(frozen=True, slots=True)
 class CompiledProvider:
     issuer: str
@@ -105,6 +129,7 @@ class CompiledProvider:
     kind: ProviderKind | None = None
     client_id: str | None = None
     login_hint_domains: tuple[str, ...] = ()
+    dpop: CompiledDpop = CompiledDpop()
 
     @property
     def label(self) -> str:

@@ -116,6 +116,49 @@ class Jwks(StrictModel):
         return self
 
 
+# The DPoP proof algorithms (RFC 9449 §4.3 check 5: asymmetric only), in the order offered.
+DpopAlgorithm = Literal[
+    "ES256",
+    "ES384",
+    "ES512",
+    "EdDSA",
+    "Ed25519",
+    "PS256",
+    "PS384",
+    "PS512",
+    "RS256",
+    "RS384",
+    "RS512",
+]
+
+
+class DpopProofs(StrictModel):
+    """What a DPoP proof (RFC 9449) sent with this provider's tokens must be."""
+
+    algorithms: Annotated[list[DpopAlgorithm], Field(min_length=1, max_length=11)] | None = None
+    """The JWS algorithms a proof may be signed with, asymmetric only (`none` and HMAC never
+    are): `ES256`, `ES384`, `ES512`, `EdDSA`, `Ed25519`, `PS256`, `PS384`, `PS512`, `RS256`,
+    `RS384`, `RS512`. Default: all of them. Advertised in the 401 challenge (`algs`) and the
+    protected resource metadata (`dpop_signing_alg_values_supported`)."""
+    max_age: Duration = "5m"
+    """How far a proof's `iat` may be from the gateway's clock, either way, as a duration from
+    `1s` to `1h`: default `5m` (the MCP DPoP profile's window). A proof is also remembered (its
+    `jti`) this long, so that it is accepted once."""
+    require_nonce: bool = False
+    """Require a server nonce in every proof (RFC 9449 §9): a proof without the current one is
+    answered 401 `use_dpop_nonce` with a fresh nonce in `DPoP-Nonce`, which the client signs
+    into its next proof. Proves a proof was made after the gateway asked, not in advance by
+    someone who held the key for a while. Every replica accepts another's nonces when they
+    share a Redis (`mcp.broker.redisUrl` or the gateway's MCP_OAUTH_GATEWAY_REDIS_URL)."""
+
+    @field_validator("max_age")
+    @classmethod
+    def _window(cls, value: str) -> str:
+        if not 1 <= parse_duration(value) <= 3600:
+            raise ValueError("maxAge must be between 1s and 1h")
+        return value
+
+
 class JwtProvider(StrictModel):
     """An OpenID Connect provider whose access tokens the route accepts."""
 
@@ -148,6 +191,23 @@ class JwtProvider(StrictModel):
     """Broker mode: lowercase e-mail domains, such as `corp.example`, whose `login_hint`
     (`alice@corp.example`) picks this provider without asking. A domain belongs to one provider
     at most."""
+
+    dpop: Literal["Disabled", "Allowed", "Required"] = "Allowed"
+    """DPoP (RFC 9449), sender-constrained tokens: a token bound to a key (`cnf.jkt`) is
+    accepted only as `Authorization: DPoP` with a proof signed by that key, made for this
+    request. `Allowed` (default): bound tokens with a proof, and unbound tokens as `Bearer`.
+    `Required`: bound tokens only, so a copied token is useless without its key. `Disabled`:
+    `Bearer` only; a bound token is refused (accepting it as a bearer token would undo its
+    binding)."""
+    dpop_proofs: DpopProofs | None = None
+    """What a DPoP proof must be: algorithms, age, server nonces. Refused with
+    `dpop: Disabled`."""
+
+    @model_validator(mode="after")
+    def _proofs_need_dpop(self) -> JwtProvider:
+        if self.dpop == "Disabled" and self.dpop_proofs is not None:
+            raise ValueError("dpopProofs cannot be set with dpop: Disabled; remove one of them")
+        return self
 
     @field_validator("issuer")
     @classmethod

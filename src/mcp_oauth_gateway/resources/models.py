@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .authentication import (
     BrokerSettings,
+    DpopProofs,
     Jwks,
     JwtAuthenticationSpec,
     JwtProvider,
@@ -170,6 +171,7 @@ __all__ = [
     "BrokerSettings",
     "ClusterMeta",
     "CorsPolicy",
+    "DpopProofs",
     "Duration",
     "Gateway",
     "GatewayBackend",

@@ -12,6 +12,7 @@ from ..broker.clients import MetadataDocuments
 from ..broker.store import BrokerStore, MemoryStore, RedisStore
 from ..controlplane.snapshot import CompiledRateLimit, CompiledRoute, CompiledTarget
 from ..dataplane.ratelimit import Limiter, LocalLimiter, RedisLimiter
+from ..dpop import MemoryReplayCache, RedisReplayCache, ReplayCache
 from ..proxy.federation.shared import SharedSessions
 from ..proxy.federation.stage import FederationState
 from ..redis_clients import RedisConnections
@@ -44,6 +45,7 @@ class BrokerRuntime:
         self._federations: dict[
             tuple[str, int, tuple[CompiledTarget, ...], str | None], FederationState
         ] = {}
+        self._replays: dict[str, ReplayCache] = {}
         self.user_tokens: UserTokenSettings | None = None
         self._user_oauth: UserOAuthRuntime | None = None
 
@@ -99,6 +101,19 @@ class BrokerRuntime:
         mcp = route.policy.mcp if route.policy is not None else None
         redis_url = (mcp.redis_url if mcp is not None else None) or self.default_redis_url
         return self.federation(route.route, route.rule, route.targets, redis_url)
+
+    def dpop_replay(self, policy: str, redis_url: str | None) -> ReplayCache:
+        """Where a policy's DPoP proofs are remembered, kept across reloads (a reload must not
+        forget them: each is accepted once): the policy's Redis or the environment's, shared
+        by every replica and policy using it, else this process's memory, one per policy (a
+        tenant filling its own cannot refuse another's proofs)."""
+        url = redis_url or self.default_redis_url
+        key = f"redis:{url}" if url else f"memory:{policy}"
+        if key not in self._replays:
+            self._replays[key] = (
+                RedisReplayCache(self.redis.connection(url)) if url else MemoryReplayCache()
+            )
+        return self._replays[key]
 
     def store(self, redis_url: str | None) -> BrokerStore:
         """The store for a policy's Redis URL (the environment's, or memory, when unset)."""

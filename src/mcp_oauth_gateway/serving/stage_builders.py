@@ -7,8 +7,9 @@ from ..asgi import ASGIApp
 from ..controlplane.snapshot import CompiledPolicy
 from ..dataplane.authn import JwtAuthentication, challenger_for
 from ..dataplane.authz import CelAuthorization
-from ..dataplane.cors import CorsFilter
+from ..dataplane.cors import CorsFilter, with_dpop
 from ..dataplane.credentials import BackendCredentials, OwnedRemoved
+from ..dataplane.dpop_binding import ProofCheck
 from ..dataplane.headers import OwnedHeaders
 from ..dataplane.mcp_authz import McpAuthorization
 from ..dataplane.oauth_endpoints import OAuthEndpoints, PathDispatch
@@ -40,9 +41,13 @@ def broker_pages(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
 
 
 def cors(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
-    """The route's CORS filter."""
-    assert ctx.route.cors is not None
-    return CorsFilter(app, ctx.route.cors)
+    """The route's CORS filter (letting browsers use DPoP where the policy takes it)."""
+    settings = ctx.route.cors
+    assert settings is not None
+    policy = ctx.policy
+    if policy is not None and any(p.dpop.enabled for p in policy.providers):
+        settings = with_dpop(settings)
+    return CorsFilter(app, settings)
 
 
 def fail_closed(ctx: RouteContext) -> ASGIApp:
@@ -77,9 +82,20 @@ def oauth_endpoints(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
 
 
 def jwt_authentication(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
-    """JWT verification against each provider's live keyset."""
+    """JWT verification against each provider's live keyset, and DPoP proofs remembered and
+    nonces keyed where the policy's Broker state is (its Redis, the environment's, or this
+    process)."""
     policy = _policy(ctx)
     keysets = ctx.shared.control.keysets
+    brokers = ctx.shared.brokers
+    redis_url = policy.mcp.redis_url if policy.mcp is not None else None
+    proofs = ProofCheck(
+        [p.dpop for p in policy.providers],
+        lambda: brokers.dpop_replay(policy.key, redis_url),
+        lambda: brokers.store(redis_url).secret(),
+        # Each policy's nonces its own (RFC 9449 §9: a nonce is one resource server's).
+        context=f"resource-server {policy.key}",
+    )
     return JwtAuthentication(
         app,
         [(p, keysets[p.keyset.url]) for p in policy.providers],
@@ -89,6 +105,7 @@ def jwt_authentication(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
         policy.jwt_mode,
         ctx.shared.limits.token_cache_entries,
         ctx.shared.token_cache,
+        proofs,
     )
 
 
@@ -113,7 +130,7 @@ def cel_authorization(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
         app,
         policy.authorization,
         policy.key,
-        challenger_for(policy.mcp),
+        challenger_for(policy.mcp, policy.providers),
         ctx.shared.limits.token_cache_entries,
         ctx.shared.authorization_cache,
     )
