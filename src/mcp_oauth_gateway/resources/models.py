@@ -14,14 +14,11 @@ from __future__ import annotations
 
 from .authentication import (
     BrokerSettings,
-    Jwks,
     JwtAuthenticationSpec,
     JwtProvider,
     McpAuthentication,
     PolicyTargetRef,
-    RemoteJwks,
     ResourceMetadata,
-    ServiceBackendRef,
 )
 from .backend import (
     BackendTls,
@@ -32,6 +29,7 @@ from .backend import (
     ServiceTarget,
     StaticTarget,
 )
+from .cel_rules import Authorization, AuthorizationRules
 from .cluster_kinds import (
     ClusterMeta,
     GatewayClass,
@@ -94,6 +92,7 @@ from .gateway_api import (
     RouteRule,
     RouteTimeouts,
 )
+from .jwks import Jwks, RemoteJwks, ServiceBackendRef
 from .label_selector import LabelSelector
 from .policy import (
     ONE_MODE,
@@ -110,8 +109,6 @@ from .policy import (
     UserOAuth,
 )
 from .traffic import (
-    Authorization,
-    AuthorizationRules,
     HeaderValue,
     McpPolicy,
     McpScopeRule,
@@ -121,6 +118,7 @@ from .traffic import (
     Traffic,
     Transformation,
 )
+from .workload import KubernetesJwks, WorkloadIdentity, WorkloadIssuer, WorkloadJwks
 
 Resource = (
     Gateway
@@ -191,6 +189,7 @@ __all__ = [
     "Jwks",
     "JwtAuthenticationSpec",
     "JwtProvider",
+    "KubernetesJwks",
     "LabelSelector",
     "Listener",
     "McpAuthentication",
@@ -239,6 +238,9 @@ __all__ = [
     "Traffic",
     "Transformation",
     "UserOAuth",
+    "WorkloadIdentity",
+    "WorkloadIssuer",
+    "WorkloadJwks",
     "absolute_http_url",
     "cors_origin",
     "domain",
