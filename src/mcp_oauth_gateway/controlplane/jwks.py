@@ -18,6 +18,9 @@ from .keys import Keyset, parse_jwks
 
 log = logging.getLogger("mcp_oauth_gateway.jwks")
 
+# The keyset source of `jwks.kubernetes`: the service-account issuer's keys of the API server
+# the controller watches, read through its client (never a URL the gateway connects to).
+CLUSTER_JWKS_URL = "kubernetes:/openid/v1/jwks"
 FIRST_RETRY = 0.2
 MAX_RETRY = 15.0
 # Unknown-kid refetches are capped so a flood of forged kids cannot become a flood of fetches.

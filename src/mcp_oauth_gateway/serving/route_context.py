@@ -28,6 +28,7 @@ from ..proxy.upstream import Upstream
 from ..useroauth.target_credential import NotConnected, UserOAuthCredential
 from .runtime import BrokerRuntime
 from .user_oauth_targets import by_target
+from .workload import WorkloadAssertions
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class RouteContext:
         if not is_broker(self.route):
             return None
         control = self.shared.control
+        workload = policy.mcp.workload
         return Broker(
             policy.mcp,
             self.sign_in_providers(policy),
@@ -106,6 +108,7 @@ class RouteContext:
             self.shared.brokers.documents,
             lambda: control.session,
             policy.key,
+            None if workload is None else WorkloadAssertions(workload, control.keysets),
         )
 
     def sign_in_providers(self, policy: CompiledPolicy) -> tuple[SignInProvider, ...]:
