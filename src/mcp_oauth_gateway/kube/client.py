@@ -237,6 +237,11 @@ class KubeClient:
             str(kind_of_event), {**obj, "apiVersion": kind.api_version, "kind": kind.kind}
         )
 
+    async def document(self, path: str) -> Json:
+        """A JSON document the API server serves at a non-resource path (the service-account
+        issuer's `/openid/v1/jwks`: every ServiceAccount may read it by default)."""
+        return await self._json(Call("get", "", path), "GET", path)
+
     async def get(self, kind: Kind, namespace: str, name: str) -> Json | None:
         """One object, or None when it does not exist."""
         try:
