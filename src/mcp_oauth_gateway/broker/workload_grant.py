@@ -200,7 +200,8 @@ async def issue(
             503, "temporarily_unavailable", str(exc), headers=[(b"retry-after", b"1")]
         ) from None
     issuer = verified.issuer
-    audit.acting_user(scope, {"iss": audit.capped_id(issuer.provider.issuer), "sub": sub})
+    who = {"iss": audit.capped_id(issuer.provider.issuer), "sub": audit.capped_id(sub)}
+    audit.acting_user(scope, who)
     _authorize(grant, verified, scope)
     scopes = granted_scopes(form.get("scope"), issuer)
     await _first_use(store, assertion, verified, now)

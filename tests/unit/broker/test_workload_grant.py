@@ -13,6 +13,7 @@ from joserfc.jwk import OctKey
 
 from mcp_oauth_gateway.controlplane.keys import parse_jwks
 from mcp_oauth_gateway.dataplane.tokens import TokenRules, verify_token
+from mcp_oauth_gateway.serving.options import ServeOptions
 from support import new_key, unsigned, unverified_claims
 from unit.stages.harness import drive
 
@@ -22,6 +23,7 @@ from .workload_support import (
     ISSUED_BY,
     JWT_BEARER,
     RESOURCE,
+    audit_lines,
     call,
     exchange,
     gateway,
@@ -272,3 +274,20 @@ async def test_an_issued_token_is_not_an_assertion(tmp_path):
     app, _ = gateway(tmp_path)
     token = (await exchange(app, sa_token(sa_claims()))).json()["access_token"]
     refused(await exchange(app, token), "invalid_grant", "iss")
+
+
+async def test_every_issuance_and_refusal_is_an_audit_line_naming_the_workload(tmp_path):
+    path = tmp_path / "audit.log"
+    app, _ = gateway(tmp_path, options=ServeOptions(audit_log=str(path)))
+    assert (await exchange(app, sa_token(sa_claims()))).status == 200
+    refused(await exchange(app, sa_token(sa_claims(namespace="ops"))), "unauthorized_client")
+    issued, denied = audit_lines(app, path)
+    assert issued["event"] == "workload-token-issued"
+    assert issued["decision"] == "allow"
+    assert issued["caller"] == {"iss": CLUSTER, "sub": "system:serviceaccount:agents:reader"}
+    assert "scopes [mcp:tools mcp:read]" in issued["reason"]
+    assert denied["decision"] == "deny"
+    assert denied["caller"]["sub"] == "system:serviceaccount:ops:reader"
+    # The auditor, unlike the workload, is told which rule refused.
+    assert 'jwt["kubernetes.io"].namespace == "agents"' in denied["reason"]
+    assert "workloadIdentity.issuers[0]" in denied["reason"]

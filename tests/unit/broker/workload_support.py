@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -139,13 +140,22 @@ spec:
 """
 
 
-def gateway(tmp_path, text: str | None = None) -> tuple[GatewayApp, MemoryUpstream]:
+def gateway(
+    tmp_path, text: str | None = None, options: ServeOptions | None = None
+) -> tuple[GatewayApp, MemoryUpstream]:
     """The gateway serving BASE's route under the workload policy (or `text`)."""
     upstream = MemoryUpstream()
     loaded = load_paths([write(tmp_path, BASE + (text or policy_yaml()))])
     snapshot = build_snapshot(loaded)
     assert snapshot.ok, (snapshot.errors, [p.conditions for p in snapshot.policies])
-    return GatewayApp(ControlPlane(snapshot), ServeOptions(), upstream), upstream
+    return GatewayApp(ControlPlane(snapshot), options or ServeOptions(), upstream), upstream
+
+
+def audit_lines(app: GatewayApp, path: Path) -> list[dict[str, Any]]:
+    """Every audit line written so far (the writer thread is not running: written here)."""
+    assert app.audit is not None
+    app.audit.sink.flush()
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 async def exchange(app: GatewayApp, assertion: str | None, **form: str) -> Response:
