@@ -108,7 +108,7 @@ def objects(gateway_port: int, backend: str) -> list[dict[str, Any]]:
                     "jwtAuthentication": {
                         "providers": [
                             {
-                                "issuer": "http://127.0.0.1:9/users",
+                                "issuer": "http://127.0.0.1:9/application/o/users/",
                                 "audiences": ["mcp-public"],
                                 "jwks": {"inline": json.dumps(jwks_of(USER_KEY))},
                             }
