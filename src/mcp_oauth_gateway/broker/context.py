@@ -24,8 +24,7 @@ from .refresh import RefreshTokens
 from .revocation import Revocation
 from .state import BrokerState
 from .store import BrokerStore
-from .workload_grant import AssertionJudge, WorkloadGrant
-from .workload_keys import WorkloadKeys
+from .workload_grant import WorkloadGrant
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +55,7 @@ class BrokerContext:
         documents: MetadataDocuments,
         session: Callable[[], aiohttp.ClientSession | None],
         policy: str,
-        judge: AssertionJudge | None = None,
+        workload: WorkloadGrant | None = None,
     ) -> BrokerContext:
         """A context for `at` to bind to requests: bound to its route already when the policy
         names its resource (the key is then known at load time, as workloadIdentity needs)."""
@@ -64,9 +63,6 @@ class BrokerContext:
         refresh = RefreshTokens(RouteStore(store, route))
         state = BrokerState(refresh.store)
         revocation = Revocation(refresh.store, refresh)
-        workload = None
-        if mcp.workload is not None and judge is not None and route:
-            workload = WorkloadGrant(mcp.workload, judge, WorkloadKeys(store, route))
         return cls(
             mcp,
             providers,

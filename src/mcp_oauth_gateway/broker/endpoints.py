@@ -40,7 +40,7 @@ from .register_endpoint import register
 from .revoke_endpoint import revoke
 from .store import BrokerStore
 from .token_endpoint import token
-from .workload_grant import AssertionJudge
+from .workload_grant import WorkloadGrant
 from .workload_keys import WorkloadKeys
 
 log = logging.getLogger("mcp_oauth_gateway.broker")
@@ -60,10 +60,10 @@ class Broker:
         documents: MetadataDocuments,
         session: Callable[[], aiohttp.ClientSession | None],
         policy: str,
-        judge: AssertionJudge | None = None,
+        workload: WorkloadGrant | None = None,
     ):
         self.context = BrokerContext.create(
-            mcp, providers, store, documents, session, policy, judge
+            mcp, providers, store, documents, session, policy, workload
         )
 
     @property

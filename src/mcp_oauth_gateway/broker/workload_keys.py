@@ -8,9 +8,10 @@ minted for one route never verifies at another), and the private key never leave
 public half is the route's JWKS (`<mcp path>/oauth/jwks`), and the keyset the route's own JWT
 stage checks these tokens with, beside its providers'.
 
-The key is derived once the secret is known: at once with an in-memory store, after one read of
-Redis otherwise (started as soon as a request needs it; until then a workload token waits like
-one whose provider's keys are not yet fetched: 503, retry)."""
+The key is derived once per process and route (`serving.runtime` keeps it across reloads), as
+soon as the event loop runs: at once with an in-memory store, after one read of Redis otherwise.
+Until then a workload token waits as one whose provider's keys are not yet fetched does (503
+with `Retry-After`), and the wait starts the derivation if nothing did."""
 
 from __future__ import annotations
 
@@ -71,6 +72,7 @@ class WorkloadKeys:
         self._signing: SigningKey | None = None
         self._keyset: Keyset | None = None
         self._deriving: asyncio.Task[None] | None = None
+        self.warm()
 
     async def signing(self) -> SigningKey:
         """The key (RedisUnavailable while the store's secret cannot be read)."""
@@ -95,6 +97,12 @@ class WorkloadKeys:
     def available(self) -> bool:
         """Whether the key is derived."""
         return self._keyset is not None
+
+    def warm(self) -> None:
+        """Start deriving the key in the background when it is not yet (nothing without a
+        running event loop: the process's start, or the next request, starts it)."""
+        if self._signing is None:
+            self._derive_soon()
 
     def _derive_soon(self) -> None:
         """Start deriving the key in the background (a request's JWT stage cannot wait)."""

@@ -99,9 +99,11 @@ def policy_yaml(
     cluster_scopes: str = "[mcp:tools, mcp:read]",
     route_rules: list[str] = ROUTE_RULES,
     action: str = "Allow",
+    redis_url: str | None = None,
 ) -> str:
-    """The Broker policy with two workload issuers."""
+    """The Broker policy with two workload issuers (its state in Redis when given its URL)."""
     spiffe = json.dumps({"keys": [SPIFFE_KEY.as_dict(private=False)]})
+    broker = f"\n        broker: {{redisUrl: {json.dumps(redis_url)}}}" if redis_url else ""
     return f"""
 ---
 apiVersion: mcp-oauth-gateway.dev/v1alpha1
@@ -119,7 +121,7 @@ spec:
         provider: ProviderB
         clientId: mcp-public
         authorizationServerMode: Broker
-        resourceMetadata: {{resource: {RESOURCE}, scopesSupported: [openid]}}
+        resourceMetadata: {{resource: {RESOURCE}, scopesSupported: [openid]}}{broker}
         workloadIdentity:
           issuers:
             - issuer: {CLUSTER}
