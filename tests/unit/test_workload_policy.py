@@ -78,6 +78,18 @@ def test_what_the_grant_needs_is_named_with_its_field(tmp_path, change, expected
     assert expected in found, found
 
 
+def test_the_gateways_own_issuer_is_neither_a_workload_issuer_nor_a_provider(tmp_path):
+    text = policy_yaml().replace("- issuer: https://spire.example", f"- issuer: {RESOURCE}")
+    found = problems(tmp_path, text)
+    assert f"{WORKLOAD}.issuers[1].issuer is the gateway's own issuer" in found, found
+    # A Keycloak-like provider whose issuer is the resource's URL itself.
+    text = policy_yaml().replace("- issuer: http://idp/application/o/mcp/", f"- issuer: {RESOURCE}")
+    text = text.replace("provider: ProviderB", "provider: Keycloak")
+    (tmp_path / "provider").mkdir()
+    found = problems(tmp_path / "provider", text)
+    assert "which is also a provider's issuer" in found, found
+
+
 def test_the_clusters_own_keys_need_controller_mode(tmp_path):
     text = _with_kubernetes_jwks(policy_yaml())
     found = problems(tmp_path, text)

@@ -236,7 +236,8 @@ def compile_authentication(
         scopes = policy.spec.traffic.scopes
         required = tuple(scopes.required) if scopes else ()
         mcp = compile_mcp(jwt_spec.mcp, jwt_spec.providers, problems, deployment, required)
-        problems.extend(workload_problems(jwt_spec.mcp, deployment))
+        issuers = [provider.issuer for provider in jwt_spec.providers]
+        problems.extend(workload_problems(jwt_spec.mcp, deployment, issuers))
         workload = compile_workload(policy, jwt_spec.mcp, refs, findings)
         if workload is not None:
             mcp = replace(mcp, workload=workload)

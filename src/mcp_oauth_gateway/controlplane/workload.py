@@ -16,14 +16,32 @@ from .service_refs import ServiceRefs
 from .snapshot import CompiledProvider, CompiledWorkloadIdentity, CompiledWorkloadIssuer
 
 
-def workload_problems(spec: McpAuthentication, deployment: Deployment) -> list[str]:
+def token_issuer_of(resource: str) -> str:
+    """The issuer the gateway names in the tokens it issues to workloads: the resource's
+    origin and MCP path (as the Broker's metadata names it for a client of that URL)."""
+    parts = urlsplit(resource)
+    return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/') or '/mcp'}"
+
+
+def workload_problems(
+    spec: McpAuthentication, deployment: Deployment, providers: list[str]
+) -> list[str]:
     """What the grant needs besides its issuers: Broker mode (the gateway's token endpoint
     takes the assertions), a resource fixed at load (the issued tokens' audience and issuer),
-    each issuer once, and a cluster for `jwks.kubernetes`."""
+    each issuer once and none the gateway's own, and a cluster for `jwks.kubernetes`.
+    `providers`: the issuers of the policy's providers."""
     workload = spec.workload_identity
     if workload is None:
         return []
     problems = []
+    resource = spec.resource_metadata.resource
+    own = token_issuer_of(resource) if resource is not None else None
+    if own is not None and own in providers:
+        problems.append(
+            f"{MCP_PATH}.resourceMetadata.resource: the gateway issues workload tokens as "
+            f"{shown_url(own)}, which is also a provider's issuer; the route could not tell "
+            "its tokens from the provider's"
+        )
     if spec.authorization_server_mode != "Broker":
         problems.append(
             f"{WORKLOAD_PATH} is only used when authorizationServerMode is Broker (the "
@@ -45,6 +63,11 @@ def workload_problems(spec: McpAuthentication, deployment: Deployment) -> list[s
                 "assertion's iss must pick exactly one issuer"
             )
         seen.setdefault(trusted.issuer, i)
+        if trusted.issuer == own:
+            problems.append(
+                f"{path}.issuer is the gateway's own issuer of workload tokens: its tokens "
+                "would buy new ones forever, never going back to the workload's platform"
+            )
         if trusted.jwks.kubernetes is not None and deployment.cluster is None:
             problems.append(
                 f"{path}.jwks.kubernetes needs controller mode (the gateway reads the keys from "
@@ -71,12 +94,8 @@ def compile_workload(
         compiled = _compile_issuer(policy, i, trusted, refs, findings)
         if compiled is not None:
             issuers.append(compiled)
-    parts = urlsplit(resource)
-    mcp_path = parts.path.rstrip("/") or "/mcp"
     return CompiledWorkloadIdentity(
-        issuers=tuple(issuers),
-        token_issuer=f"{parts.scheme}://{parts.netloc}{mcp_path}",
-        audience=resource,
+        issuers=tuple(issuers), token_issuer=token_issuer_of(resource), audience=resource
     )
 
 
