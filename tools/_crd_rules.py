@@ -145,6 +145,24 @@ DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
             ),
         )
     ),
+    (models.KubernetesJwks, "_duration"): _duration_rule(
+        ">= duration('1s')", "cacheDuration must be at least 1s"
+    ),
+    (models.WorkloadJwks, "_one_source"): Rule(
+        cel=(
+            (
+                "[has(self.remote), has(self.inline), has(self.kubernetes)]"
+                ".filter(x, x).size() == 1",
+                "set exactly one of remote, inline or kubernetes",
+            ),
+        )
+    ),
+    (models.WorkloadIssuer, "_issuer_url"): Rule(
+        keywords={"pattern": r"^https?://[^/?#@\s\\]+(/[^?#\s\\]*)?$"},
+        controller="workloadIdentity.issuers[].issuer: an absolute http(s) URL (WHATWG) "
+        "without user information, query or fragment",
+    ),
+    (models.WorkloadIssuer, "_scopes"): _no_refresh_scope("workloadIdentity scopes"),
     (models.Jwks, "_one_source"): Rule(
         cel=(("has(self.remote) != has(self.inline)", "set exactly one of remote or inline"),)
     ),

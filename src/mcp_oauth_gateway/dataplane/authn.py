@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from .. import audit
 from ..asgi import (
@@ -22,7 +23,7 @@ from ..asgi import (
     Send,
     send_error,
 )
-from ..controlplane.control import Keyholder
+from ..controlplane.keys import Keyset
 from ..controlplane.snapshot import CompiledMcp, CompiledProvider
 from ..dpop import USE_DPOP_NONCE, DpopError, MemoryReplayCache, ReplayCacheFull
 from ..providers.access_tokens import access_token_rule
@@ -60,13 +61,32 @@ DPOP_UNAVAILABLE = (
 )
 
 
+class KeySource(Protocol):
+    """Where an issuer's current keyset is had: a fetched or inline JWKS (`Keyholder`), or
+    the key of the tokens the Broker issues to workloads."""
+
+    @property
+    def keyset(self) -> Keyset | None:
+        """The keys, or None while none are available."""
+        ...
+
+    @property
+    def shown(self) -> str:
+        """How messages name where the keys come from."""
+        ...
+
+    async def refetch_for_unknown_kid(self) -> bool:
+        """Fetch again for a token naming an unknown `kid`; False when not done."""
+        ...
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Issuer:
     """One provider as this stage sees it: the rules its tokens must meet, its keys, its
     `dpop` mode, and where it is among the route's providers."""
 
     rules: TokenRules
-    keys: Keyholder
+    keys: KeySource
     dpop_mode: str = "Allowed"
     index: int = 0
 
@@ -78,7 +98,7 @@ class JwtAuthentication:
     def __init__(
         self,
         app: ASGIApp,
-        providers: Sequence[tuple[CompiledProvider, Keyholder]],
+        providers: Sequence[tuple[CompiledProvider, KeySource]],
         mcp: CompiledMcp | None,
         forward_token: bool,
         metrics: Metrics | None = None,

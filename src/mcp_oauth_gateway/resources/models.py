@@ -15,14 +15,11 @@ from __future__ import annotations
 from .authentication import (
     BrokerSettings,
     DpopProofs,
-    Jwks,
     JwtAuthenticationSpec,
     JwtProvider,
     McpAuthentication,
     PolicyTargetRef,
-    RemoteJwks,
     ResourceMetadata,
-    ServiceBackendRef,
 )
 from .backend import (
     BackendTls,
@@ -33,6 +30,7 @@ from .backend import (
     ServiceTarget,
     StaticTarget,
 )
+from .cel_rules import Authorization, AuthorizationRules
 from .cluster_kinds import (
     ClusterMeta,
     GatewayClass,
@@ -95,6 +93,7 @@ from .gateway_api import (
     RouteRule,
     RouteTimeouts,
 )
+from .jwks import Jwks, RemoteJwks, ServiceBackendRef
 from .label_selector import LabelSelector
 from .policy import (
     ONE_MODE,
@@ -111,8 +110,6 @@ from .policy import (
     UserOAuth,
 )
 from .traffic import (
-    Authorization,
-    AuthorizationRules,
     HeaderValue,
     McpPolicy,
     McpScopeRule,
@@ -122,6 +119,7 @@ from .traffic import (
     Traffic,
     Transformation,
 )
+from .workload import KubernetesJwks, WorkloadIdentity, WorkloadIssuer, WorkloadJwks
 
 Resource = (
     Gateway
@@ -193,6 +191,7 @@ __all__ = [
     "Jwks",
     "JwtAuthenticationSpec",
     "JwtProvider",
+    "KubernetesJwks",
     "LabelSelector",
     "Listener",
     "McpAuthentication",
@@ -241,6 +240,9 @@ __all__ = [
     "Traffic",
     "Transformation",
     "UserOAuth",
+    "WorkloadIdentity",
+    "WorkloadIssuer",
+    "WorkloadJwks",
     "absolute_http_url",
     "cors_origin",
     "domain",

@@ -10,6 +10,7 @@ import aiohttp
 
 from ..broker.clients import MetadataDocuments
 from ..broker.store import BrokerStore, MemoryStore, RedisStore
+from ..broker.workload_keys import WorkloadKeys
 from ..controlplane.snapshot import CompiledRateLimit, CompiledRoute, CompiledTarget
 from ..dataplane.ratelimit import Limiter, LocalLimiter, RedisLimiter
 from ..dpop import MemoryReplayCache, RedisReplayCache, ReplayCache
@@ -46,6 +47,8 @@ class BrokerRuntime:
             tuple[str, int, tuple[CompiledTarget, ...], str | None], FederationState
         ] = {}
         self._replays: dict[str, ReplayCache] = {}
+        # Per (store, route): the key of the tokens issued to workloads, derived once.
+        self._workload_keys: dict[tuple[str, str], WorkloadKeys] = {}
         self.user_tokens: UserTokenSettings | None = None
         self._user_oauth: UserOAuthRuntime | None = None
 
@@ -122,6 +125,21 @@ class BrokerRuntime:
         if key not in self._stores:
             self._stores[key] = RedisStore(self.redis.connection(url)) if url else MemoryStore()
         return self._stores[key]
+
+    def workload_keys(self, redis_url: str | None, route: str) -> WorkloadKeys:
+        """A Broker route's workload-token key (its store's secret read once, in the background,
+        as soon as the process runs its event loop)."""
+        identity = (redis_url or self.default_redis_url or "memory", route)
+        if identity not in self._workload_keys:
+            self._workload_keys[identity] = WorkloadKeys(self.store(redis_url), route)
+        return self._workload_keys[identity]
+
+    def start(self) -> None:
+        """Start what runs in the background: Redis health checks, deriving the workload-token
+        keys of routes built before the event loop ran."""
+        self.redis.start()
+        for keys in self._workload_keys.values():
+            keys.warm()
 
     async def close(self) -> None:
         """Close every store, every Redis connection and the client metadata documents'

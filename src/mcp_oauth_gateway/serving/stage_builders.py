@@ -4,8 +4,8 @@ route's context. Each builder is called only when its stage applies to the route
 from __future__ import annotations
 
 from ..asgi import ASGIApp
-from ..controlplane.snapshot import CompiledPolicy
-from ..dataplane.authn import JwtAuthentication, challenger_for
+from ..controlplane.snapshot import CompiledPolicy, CompiledProvider
+from ..dataplane.authn import JwtAuthentication, KeySource, challenger_for
 from ..dataplane.authz import CelAuthorization
 from ..dataplane.cors import CorsFilter, with_dpop
 from ..dataplane.credentials import BackendCredentials, OwnedRemoved
@@ -87,10 +87,18 @@ def jwt_authentication(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
     process)."""
     policy = _policy(ctx)
     keysets = ctx.shared.control.keysets
+    issuers: list[tuple[CompiledProvider, KeySource]] = [
+        (p, keysets[p.keyset.url]) for p in policy.providers
+    ]
+    # The tokens the Broker issues to workloads, checked with its own key.
+    workload = policy.mcp.workload if policy.mcp is not None else None
+    keys = ctx.broker.workload_keys if ctx.broker is not None else None
+    if workload is not None and keys is not None:
+        issuers.append((workload.token_provider, keys))
     brokers = ctx.shared.brokers
     redis_url = policy.mcp.redis_url if policy.mcp is not None else None
     proofs = ProofCheck(
-        [p.dpop for p in policy.providers],
+        [p.dpop for p, _ in issuers],
         lambda: brokers.dpop_replay(policy.key, redis_url),
         lambda: brokers.store(redis_url).secret(),
         # Each policy's nonces its own (RFC 9449 §9: a nonce is one resource server's).
@@ -98,7 +106,7 @@ def jwt_authentication(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
     )
     return JwtAuthentication(
         app,
-        [(p, keysets[p.keyset.url]) for p in policy.providers],
+        issuers,
         policy.mcp,
         policy.forward_token,
         ctx.shared.metrics,
