@@ -104,6 +104,15 @@ TARGET = {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "mc
 RULE = {"policy": {"matchExpressions": ["true"]}}
 HEADER = {"name": "X-User", "value": "jwt.sub"}
 SERVER = {"name": "mcp-server", "static": {"host": "127.0.0.1", "port": 8000}}
+W = f"{M}.workloadIdentity"
+WI = f"{W}.issuers[0]"
+WORKLOAD_ISSUER = {
+    "issuer": "https://kubernetes.default.svc.cluster.local",
+    "jwks": {"kubernetes": {}},
+    "audiences": ["https://mcp.example.com/mcp/oauth/token"],
+    "authorization": {"policy": {"matchExpressions": ['jwt["kubernetes.io"].namespace == "a"']}},
+    "scopes": ["mcp:tools"],
+}
 
 
 def _limit(**fields: object) -> tuple[str, object]:
@@ -153,6 +162,29 @@ ACCEPTED = [
         "",
         (f"{M}.authorizationServerMode", "Broker"),
         (f"{M}.broker", {"redisUrl": "rediss://127.0.0.1:6380"}),
+    ),
+    pol(
+        "dpop-required",
+        "",
+        (f"{PR}.dpop", "Required"),
+        (f"{PR}.dpopProofs", {"algorithms": ["ES256", "EdDSA"], "maxAge": "1m"}),
+        (f"{PR}.dpopProofs.requireNonce", True),
+    ),
+    pol("dpop-disabled", "", (f"{PR}.dpop", "Disabled")),
+    pol("dpop-max-age-1h", "", (f"{PR}.dpopProofs", {"maxAge": "1h"})),
+    pol(
+        "workload-identity",
+        "",
+        (f"{M}.authorizationServerMode", "Broker"),
+        (
+            W,
+            {
+                "issuers": [
+                    WORKLOAD_ISSUER,
+                    WORKLOAD_ISSUER | {"issuer": "https://b/", "jwks": {"inline": JWKS}},
+                ]
+            },
+        ),
     ),
     pol("target-refs-16", "", ("spec.targetRefs", [TARGET | {"sectionName": "r"}] * 16)),
     pol("audiences-64", "", (f"{PR}.audiences", [f"a{i}" for i in range(64)])),

@@ -16,6 +16,8 @@ from crd_cases import (
     SERVER,
     TARGET,
     URL,
+    WI,
+    WORKLOAD_ISSUER,
     A,
     B,
     J,
@@ -25,6 +27,7 @@ from crd_cases import (
     R,
     S,
     T,
+    W,
     X,
     _limit,
     be,
@@ -66,6 +69,33 @@ REFUSED = [
     pol("duration-other-digits", f"{R}.cacheDuration", (f"{R}.cacheDuration", "\u0665m")),
     pol("enum-action", f"{A}.action", (f"{A}.action", "Block")),
     pol("enum-mode", f"{P}.mode", (f"{P}.mode", "Lax")),
+    pol("enum-dpop", f"{PR}.dpop", (f"{PR}.dpop", "Optional")),
+    pol(
+        "enum-dpop-algorithm",
+        f"{PR}.dpopProofs.algorithms[0]",
+        (f"{PR}.dpopProofs", {"algorithms": ["HS256"]}),
+    ),
+    pol(
+        "bound-dpop-algorithms-empty",
+        f"{PR}.dpopProofs.algorithms",
+        (f"{PR}.dpopProofs", {"algorithms": []}),
+    ),
+    pol(
+        "cel-dpop-proofs-disabled",
+        PR,
+        (f"{PR}.dpop", "Disabled"),
+        (f"{PR}.dpopProofs", {"maxAge": "1m"}),
+    ),
+    pol(
+        "cel-dpop-max-age-over-1h",
+        f"{PR}.dpopProofs.maxAge",
+        (f"{PR}.dpopProofs", {"maxAge": "61m"}),
+    ),
+    pol(
+        "cel-dpop-max-age-500ms",
+        f"{PR}.dpopProofs.maxAge",
+        (f"{PR}.dpopProofs", {"maxAge": "500ms"}),
+    ),
     pol("enum-provider", f"{M}.provider", (f"{M}.provider", "Okta")),
     pol("enum-as-mode", f"{M}.authorizationServerMode", (f"{M}.authorizationServerMode", "Proxy")),
     pol(
@@ -339,6 +369,37 @@ REFUSED = [
         (f"{T}.service", {"name": "mcp", "port": 443, "tls": {"serverName": "a b"}}),
     ),
     be("unknown-spec-field", "spec.targets", ("spec.targets", []), status=400),
+    pol(
+        "workload-two-key-sources",
+        f"{WI}.jwks",
+        (W, {"issuers": [WORKLOAD_ISSUER | {"jwks": {"kubernetes": {}, "inline": JWKS}}]}),
+    ),
+    pol(
+        "workload-offline-access",
+        f"{WI}.scopes",
+        (W, {"issuers": [WORKLOAD_ISSUER | {"scopes": ["mcp:tools", "offline_access"]}]}),
+    ),
+    pol(
+        "workload-issuer-query",
+        f"{WI}.issuer",
+        (W, {"issuers": [WORKLOAD_ISSUER | {"issuer": "https://k.example/?x=1"}]}),
+    ),
+    pol(
+        "workload-required-authorization",
+        f"{WI}.authorization",
+        (W, {"issuers": [{k: v for k, v in WORKLOAD_ISSUER.items() if k != "authorization"}]}),
+    ),
+    pol(
+        "workload-no-audience",
+        f"{WI}.audiences",
+        (W, {"issuers": [WORKLOAD_ISSUER | {"audiences": []}]}),
+    ),
+    pol("workload-no-issuers", f"{W}.issuers", (W, {"issuers": []})),
+    pol(
+        "workload-cache-duration",
+        f"{WI}.jwks.kubernetes.cacheDuration",
+        (W, {"issuers": [WORKLOAD_ISSUER | {"jwks": {"kubernetes": {"cacheDuration": "0s"}}}]}),
+    ),
 ]
 
 # Accepted by the schema and by the loader (some then refused by the controller's compile step,

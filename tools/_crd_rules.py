@@ -145,6 +145,24 @@ DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
             ),
         )
     ),
+    (models.KubernetesJwks, "_duration"): _duration_rule(
+        ">= duration('1s')", "cacheDuration must be at least 1s"
+    ),
+    (models.WorkloadJwks, "_one_source"): Rule(
+        cel=(
+            (
+                "[has(self.remote), has(self.inline), has(self.kubernetes)]"
+                ".filter(x, x).size() == 1",
+                "set exactly one of remote, inline or kubernetes",
+            ),
+        )
+    ),
+    (models.WorkloadIssuer, "_issuer_url"): Rule(
+        keywords={"pattern": r"^https?://[^/?#@\s\\]+(/[^?#\s\\]*)?$"},
+        controller="workloadIdentity.issuers[].issuer: an absolute http(s) URL (WHATWG) "
+        "without user information, query or fragment",
+    ),
+    (models.WorkloadIssuer, "_scopes"): _no_refresh_scope("workloadIdentity scopes"),
     (models.Jwks, "_one_source"): Rule(
         cel=(("has(self.remote) != has(self.inline)", "set exactly one of remote or inline"),)
     ),
@@ -153,6 +171,17 @@ DECORATED: dict[tuple[type[BaseModel], str], Rule] = {
     (models.Scopes, "_required"): _no_refresh_scope("scopes.required"),
     (models.McpScopeRule, "_required"): _no_refresh_scope("required"),
     (models.JwtProvider, "_known_kind"): Rule(keywords={"enum": list(models.PROVIDER_ALIASES)}),
+    (models.JwtProvider, "_proofs_need_dpop"): Rule(
+        cel=(
+            (
+                "!(has(self.dpop) && self.dpop == 'Disabled' && has(self.dpopProofs))",
+                "dpopProofs cannot be set with dpop: Disabled; remove one of them",
+            ),
+        )
+    ),
+    (models.DpopProofs, "_window"): _duration_rule(
+        ">= duration('1s') && duration(self) <= duration('1h')", "maxAge must be between 1s and 1h"
+    ),
     (models.JwtProvider, "_issuer_url"): Rule(
         # What the API server can say of it: http(s), a host without user-info, no query or
         # fragment; the controller reads the rest as the WHATWG URL parser does.

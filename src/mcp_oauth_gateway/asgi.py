@@ -25,6 +25,9 @@ Headers = list[tuple[bytes, bytes]]
 # Scope keys the pipeline stages hand to each other.
 CLAIMS_KEY = "mcp_oauth_gateway.jwt"
 TOKEN_KEY = "mcp_oauth_gateway.token"
+# Set when the token came with the DPoP scheme (RFC 9449): the algorithms the route's DPoP
+# challenge offers, so that a later refusal puts its error on that challenge.
+DPOP_KEY = "mcp_oauth_gateway.dpop"
 # Set by the entry point for every request: whether forwarded headers are trusted, and (once
 # asked for) the gateway's public origin as this request's client sees it.
 TRUST_FORWARDED_KEY = "mcp_oauth_gateway.trust_forwarded"

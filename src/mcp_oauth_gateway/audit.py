@@ -104,6 +104,8 @@ class AuditRecord:
     notes: list[str] | None = None
     # Who signed in (a Broker sign-in): `iss` and `sub` from the provider's token response.
     user: dict[str, str] | None = None
+    # The thumbprint of the key a DPoP-bound call's proof was signed with (its token's cnf.jkt).
+    dpop_jkt: str | None = None
 
 
 def deny(scope: Scope, stage: str, reason: str) -> None:
@@ -155,6 +157,13 @@ def event(scope: Scope, name: str, client_id: str | None = None, detail: str | N
             record.client_id = capped_id(client_id)
         if detail is not None and record.decision != DENY:
             record.reason = detail
+
+
+def dpop_bound(scope: Scope, jkt: str) -> None:
+    """Record that the call's token is DPoP-bound to key `jkt` and its proof held."""
+    record: AuditRecord | None = scope.get(AUDIT_KEY)
+    if record is not None:
+        record.dpop_jkt = capped(jkt)
 
 
 def client(scope: Scope, client_id: str) -> None:

@@ -424,6 +424,8 @@ class _ClusterServer(_Server):
             log.error("%s", exc)
             self.failed = self.should_exit = True
             return
+        # The cluster's own service-account keys (workloadIdentity's `jwks.kubernetes`).
+        self.control.cluster_documents = client.document
         reserved = reserved_ports(self.options)
         listeners = DynamicListeners(self.options.host, self._protocol, self.servers, reserved)
         controller = Controller(

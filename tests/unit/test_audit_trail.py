@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import time
 
 import pytest
 
@@ -24,6 +25,7 @@ from unit.audit_support import (
     token,
 )
 from unit.resources_fixture import BASE, policy, write
+from unit.stages.dpop_requests import JKT, proof
 
 FIELDS = {
     "time",
@@ -261,3 +263,24 @@ def test_on_a_federated_route_reaching_the_federation_stage_is_the_allow(gateway
     fields = line.fields(200)
     assert (fields["decision"], fields["stage"]) == ("allow", "federation")
     assert fields["reason"].startswith("passed owned-headers, jwt-authentication")
+
+
+async def test_a_dpop_bound_call_names_the_key_its_proof_was_signed_with(gateway):
+    app, _, path = gateway
+    bound = token(cnf={"jkt": JKT})
+    url = "http://gw.example:8080/mcp"
+    once = proof(bound, htu=url, iat=int(time.time())).decode()
+    headers = [("authorization", f"DPoP {bound}"), ("dpop", once)]
+    allowed = await request(app, body=call("echo"), headers=headers)
+    assert allowed.status_code == 200
+    assert line_for(app, path, allowed)["caller"] == {
+        "iss": ISSUER,
+        "sub": "alice",
+        "dpop_jkt": JKT,
+    }
+    # The same proof again: refused, and the line says why (no caller: nothing was accepted).
+    replayed = await request(app, body=call("echo"), headers=headers)
+    line = line_for(app, path, replayed)
+    assert (line["decision"], line["stage"], line["status"]) == ("deny", "jwt-authentication", 401)
+    assert "this DPoP proof was used already" in line["reason"]
+    assert line["caller"] is None

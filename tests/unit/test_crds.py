@@ -366,7 +366,7 @@ def test_cel_rules_compile_in_plain_cel(kind: str) -> None:
     found = list(rules(schema(kind)))
     for entry in found:
         compile_rule(entry["rule"], JSON_TO_PYTHON[entry["type"]])
-    assert len(found) == {"GatewayPolicy": 29, "GatewayBackend": 4}[kind]
+    assert len(found) == {"GatewayPolicy": 38, "GatewayBackend": 4}[kind]
 
 
 def _names(errors: list[str], field: str) -> bool:

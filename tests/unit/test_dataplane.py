@@ -12,6 +12,7 @@ from mcp_oauth_gateway.serving.options import ServeOptions
 from support import claims_for, unsigned
 
 from .resources_fixture import BASE, policy, write
+from .tokens_support import ALL_DPOP_ALGS
 
 ORIGIN = "http://inspector.local:6274"
 
@@ -37,7 +38,10 @@ async def test_preflight_is_answered_before_authentication(tmp_path):
     assert response.headers["access-control-allow-origin"] == ORIGIN  # echoed: credentials
     assert response.headers["access-control-allow-credentials"] == "true"
     assert response.headers["access-control-allow-methods"] == "POST"
-    assert response.headers["access-control-allow-headers"] == "Origin, Authorization, Content-Type"
+    # DPoP: a browser client may send its proof (the route's policy takes DPoP tokens).
+    assert response.headers["access-control-allow-headers"] == (
+        "Origin, Authorization, Content-Type, DPoP"
+    )
     assert response.headers["access-control-max-age"] == "86400"
 
 
@@ -62,7 +66,9 @@ async def test_cors_headers_on_401_and_fail_closed_before_keyset(tmp_path):
     assert refused.headers["www-authenticate"].startswith('Bearer error="invalid_token"')
     for response in (waiting, refused):
         assert response.headers["access-control-allow-origin"] == ORIGIN
-        assert response.headers["access-control-expose-headers"] == "Origin, Mcp-Session-Id"
+        assert response.headers["access-control-expose-headers"] == (
+            "Origin, Mcp-Session-Id, WWW-Authenticate, DPoP-Nonce"
+        )
 
 
 async def test_protected_resource_metadata_document(tmp_path):
@@ -76,6 +82,8 @@ async def test_protected_resource_metadata_document(tmp_path):
         "resource_type": "mcp-server",
         "bearer_methods_supported": ["header"],
         "scopes_supported": ["openid", "profile"],
+        "dpop_signing_alg_values_supported": ALL_DPOP_ALGS,
+        "dpop_bound_access_tokens_required": False,
     }
 
 

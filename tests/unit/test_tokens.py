@@ -198,6 +198,17 @@ ACCEPTED = [
     ("ProviderB", good(azp="mcp-public", uid="a1b2c3", nonce="n-1"), JWT_HEADER),
     (None, good(), JWT_HEADER),
     (None, good(typ="Bearer", azp="mcp-public"), JWT_HEADER),
+    # Keycloak marks a DPoP-bound access token `typ: DPoP` (its proof is the JWT stage's).
+    (
+        "Keycloak",
+        good(typ="DPoP", cnf={"jkt": "0ZcOCORZNYy-DWpqq30jZyJGHTN0d2HglBV3uiguA4I"}),
+        None,
+    ),
+    (
+        None,
+        good(typ="DPoP", cnf={"jkt": "0ZcOCORZNYy-DWpqq30jZyJGHTN0d2HglBV3uiguA4I"}),
+        JWT_HEADER,
+    ),
 ]
 
 
@@ -240,6 +251,15 @@ def test_other_token_kinds_are_refused_with_the_reason(provider, claims, reason)
     assert ID_TOKEN_HINT in str(caught.value)
     # counted under an existing metrics reason, not "other" (or "audience", from "aud")
     assert failure_reason(str(caught.value)) == "type"
+
+
+@pytest.mark.parametrize("provider", ["Keycloak", None])
+@pytest.mark.parametrize("cnf", [None, {}, {"jkt": 7}, "bound", {"x5t#S256": "abc"}])
+def test_a_dpop_typ_claim_without_a_key_binding_is_refused(provider, cnf):
+    # Keycloak's mark of a DPoP-bound token on a token bound to nothing: never a bearer token.
+    token = mint(KEY, good(typ="DPoP", cnf=cnf), header=JWT_HEADER)
+    with pytest.raises(TokenError, match="typ claim 'DPoP' marks a DPoP-bound access token"):
+        verify_token(token, KEYSET, rules_for(provider), time.time())
 
 
 @pytest.mark.parametrize("provider", ["Keycloak", "ProviderB", None])

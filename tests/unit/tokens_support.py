@@ -10,6 +10,12 @@ from support import claims_for, jwks_of, new_key
 ISSUER = "http://idp/application/o/mcp/"
 KEY = new_key("k1")
 KEYSET = parse_jwks(jwks_of(KEY), version=1)
+# Every DPoP proof algorithm, in the order the challenge and the metadata offer them (every
+# provider takes DPoP tokens unless its `dpop` is Disabled).
+ALL_DPOP_ALGS = [
+    *("ES256", "ES384", "ES512", "EdDSA", "Ed25519"),
+    *("PS256", "PS384", "PS512", "RS256", "RS384", "RS512"),
+]
 
 
 def good(**overrides: object) -> dict[str, object]:

@@ -46,6 +46,10 @@ class RouteStore:
         """Take what this route stored (another route's record with the same key stays)."""
         return await self.store.take(kind, self._key(key))
 
+    async def first_use(self, kind: str, key: str, ttl: int) -> bool:
+        """Remember under this route (another route's use of the same key is its own)."""
+        return await self.store.first_use(kind, self._key(key), ttl)
+
     async def secret(self) -> bytes:
         """The shared store's secret."""
         return await self.store.secret()

@@ -24,6 +24,7 @@ from .refresh import RefreshTokens
 from .revocation import Revocation
 from .state import BrokerState
 from .store import BrokerStore
+from .workload_grant import WorkloadGrant
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,8 @@ class BrokerContext:
     policy: str  # the policy's key (`namespace/name`)
     route: str = ""
     origin: str = ""  # the gateway's origin as the bound request's client sees it
+    # The `jwt-bearer` grant of workloadIdentity (None: not configured).
+    workload: WorkloadGrant | None = None
 
     @classmethod
     def create(
@@ -52,15 +55,26 @@ class BrokerContext:
         documents: MetadataDocuments,
         session: Callable[[], aiohttp.ClientSession | None],
         policy: str,
+        workload: WorkloadGrant | None = None,
     ) -> BrokerContext:
         """A context for `at` to bind to requests: bound to its route already when the policy
-        names its resource (the key is then known at load time)."""
+        names its resource (the key is then known at load time, as workloadIdentity needs)."""
         route = route_key(policy, mcp.resource) if mcp.resource else ""
         refresh = RefreshTokens(RouteStore(store, route))
         state = BrokerState(refresh.store)
         revocation = Revocation(refresh.store, refresh)
         return cls(
-            mcp, providers, store, state, refresh, revocation, documents, session, policy, route
+            mcp,
+            providers,
+            store,
+            state,
+            refresh,
+            revocation,
+            documents,
+            session,
+            policy,
+            route,
+            workload=workload,
         )
 
     def at(self, scope: Scope) -> BrokerContext:
@@ -95,6 +109,11 @@ class BrokerContext:
     def callback_path(self) -> str:
         """Where the provider sends the browser back to the gateway."""
         return self.mcp.mcp_path + "/oauth/callback"
+
+    @property
+    def jwks_path(self) -> str:
+        """Where the key of the tokens issued to workloads is published."""
+        return self.mcp.mcp_path + "/oauth/jwks"
 
     @property
     def revoke_path(self) -> str:

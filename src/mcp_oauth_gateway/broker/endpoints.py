@@ -35,11 +35,13 @@ from .clients import MetadataDocuments
 from .context import BrokerContext
 from .errors import OAuthError
 from .identity import SignInProvider
-from .metadata_endpoint import metadata
+from .metadata_endpoint import jwks, metadata
 from .register_endpoint import register
 from .revoke_endpoint import revoke
 from .store import BrokerStore
 from .token_endpoint import token
+from .workload_grant import WorkloadGrant
+from .workload_keys import WorkloadKeys
 
 log = logging.getLogger("mcp_oauth_gateway.broker")
 
@@ -58,18 +60,30 @@ class Broker:
         documents: MetadataDocuments,
         session: Callable[[], aiohttp.ClientSession | None],
         policy: str,
+        workload: WorkloadGrant | None = None,
     ):
-        self.context = BrokerContext.create(mcp, providers, store, documents, session, policy)
+        self.context = BrokerContext.create(
+            mcp, providers, store, documents, session, policy, workload
+        )
+
+    @property
+    def workload_keys(self) -> WorkloadKeys | None:
+        """The key of the tokens issued to workloads (None without workloadIdentity)."""
+        workload = self.context.workload
+        return workload.keys if workload is not None else None
 
     def routes(self) -> dict[str, ASGIApp]:
         """Path → handler for what MCP clients call (the route's CORS applies)."""
         ctx = self.context
-        return {
+        routes = {
             ctx.mcp.asm_path: _guard(ctx, metadata, page=False),
             ctx.mcp.registration_path: _guard(ctx, register, page=False),
             ctx.token_path: _guard(ctx, token, page=False),
             ctx.revoke_path: _guard(ctx, revoke, page=False),
         }
+        if ctx.workload is not None:
+            routes[ctx.jwks_path] = _guard(ctx, jwks, page=False)
+        return routes
 
     def pages(self) -> dict[str, ASGIApp]:
         """Path → handler for the browser pages, which no CORS setting may expose to scripts

@@ -1,4 +1,5 @@
-"""The Broker's authorization server metadata (RFC 8414): the gateway's own endpoints."""
+"""The Broker's authorization server metadata (RFC 8414): the gateway's own endpoints; and,
+with workloadIdentity, the key of the tokens it issues to workloads (its `jwks_uri`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 from ..asgi import Receive, Scope, Send, request_origin, send_json
 from .context import BrokerContext
 from .errors import method_not_allowed
+from .workload_grant import JWT_BEARER
 
 
 async def metadata(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) -> None:
@@ -31,4 +33,15 @@ async def metadata(ctx: BrokerContext, scope: Scope, receive: Receive, send: Sen
     }
     if ctx.mcp.scopes_supported:
         document["scopes_supported"] = list(ctx.mcp.scopes_supported)
+    if ctx.workload is not None:
+        document["grant_types_supported"].append(JWT_BEARER)
+        document["jwks_uri"] = origin + ctx.jwks_path
     await send_json(send, 200, document)
+
+
+async def jwks(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) -> None:
+    """The public key of the access tokens the gateway issues to workloads (RFC 7517)."""
+    if scope["method"] not in ("GET", "HEAD"):
+        raise method_not_allowed("GET")
+    assert ctx.workload is not None  # served only with workloadIdentity
+    await send_json(send, 200, await ctx.workload.keys.jwks())

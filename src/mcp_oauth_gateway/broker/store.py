@@ -38,6 +38,11 @@ class BrokerStore(Protocol):
         """Return and delete in one step (None when absent or expired)."""
         ...
 
+    async def first_use(self, kind: str, key: str, ttl: int) -> bool:
+        """Remember `key` for `ttl` seconds; False when it is remembered already (atomic: of
+        two replicas racing, one gets True)."""
+        ...
+
     async def secret(self) -> bytes:
         """The HMAC key shared by every replica (created once)."""
         ...
@@ -71,6 +76,16 @@ class MemoryStore:
         if item is None or item[0] < time.monotonic():
             return None
         return item[1]
+
+    async def first_use(self, kind: str, key: str, ttl: int) -> bool:
+        """Remember unless remembered and not expired."""
+        now = time.monotonic()
+        item = self._items.get((kind, key))
+        if item is not None and item[0] >= now:
+            return False
+        self._sweep(now)
+        self._items[(kind, key)] = (now + ttl, {})
+        return True
 
     async def secret(self) -> bytes:
         """A per-process key (DCR client ids do not survive a restart without Redis)."""
@@ -136,6 +151,16 @@ redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
 return 1
 """
 )
+# SET NX that answers 1 also when the key holds this very claim's mark: a first attempt that
+# ran on the primary but was not acknowledged is tried again, and must not refuse itself.
+_FIRST_USE = (
+    _ON_TIME
+    + """
+if redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3], 'NX') then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[2] then return 1 end
+return 0
+"""
+)
 T = TypeVar("T")
 
 
@@ -175,6 +200,15 @@ class RedisStore:
 
         raw = await _patiently(attempt, PATIENCE)
         return None if raw is None else orjson.loads(raw)
+
+    async def first_use(self, kind: str, key: str, ttl: int) -> bool:
+        """SET NX with an expiry, acknowledged; tried again while Redis fails over."""
+        name = f"{PREFIX}{kind}:{key}"
+        mark = secrets.token_hex(16)
+        [answer] = await _patiently(
+            lambda: self._on_time(name, _FIRST_USE, mark, ttl * 1000), WRITE_PATIENCE
+        )
+        return bool(answer)
 
     async def _on_time(self, name: str, script: str, *args: bytes | int | str) -> list[Any]:
         """`script` on `name` (its deadline first of its arguments), acknowledged."""

@@ -1,5 +1,6 @@
 """The Broker's token endpoint: the gateway's one-time code redeemed (PKCE checked) for the
-provider's tokens, or a gateway refresh token rotated through a refresh at the provider."""
+provider's tokens, a gateway refresh token rotated through a refresh at the provider, or (with
+workloadIdentity) a workload's assertion for a token of the gateway's own (`workload_grant`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from .refresh import RefreshGrant, RefreshReused
 from .requests import MAX_FORM, form_params, scope_param
 from .store import give_back
 from .upstream import post_token
+from .workload_grant import JWT_BEARER, issue
 
 log = logging.getLogger("mcp_oauth_gateway.broker")
 
@@ -28,6 +30,11 @@ async def token(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) 
     audit.event(scope, "token-request", form.get("client_id"))
     ctx.target(scope, form.get("resource"))
     grant = form.get("grant_type")
+    if grant == JWT_BEARER and ctx.workload is not None:
+        # The workload's own identity is recorded (`issue`), not the issued token's.
+        answer = await issue(ctx.workload, ctx.store, scope, form)
+        await send_json(send, 200, answer, [(b"pragma", b"no-cache")])
+        return
     if grant == "authorization_code":
         tokens, _ = await _redeem(ctx, form)
         audit.event(scope, "token-issued", detail="authorization code redeemed (PKCE checked)")
@@ -35,10 +42,11 @@ async def token(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) 
         tokens, _ = await _refresh(ctx, scope, form)
         audit.event(scope, "token-refreshed", detail="refresh token rotated")
     else:
+        supported = "authorization_code, refresh_token"
+        if ctx.workload is not None:
+            supported += ", " + JWT_BEARER
         raise OAuthError(
-            400,
-            "unsupported_grant_type",
-            f"grant_type {grant!r} is not supported (authorization_code, refresh_token)",
+            400, "unsupported_grant_type", f"grant_type {grant!r} is not supported ({supported})"
         )
     audit.signed_in(scope, tokens)
     await send_json(send, 200, tokens, [(b"pragma", b"no-cache")])

@@ -86,11 +86,13 @@ def policy_reports(
                 entry.source or "",
                 entry.generation,
                 conditions[key],
-                tuple(p.keyset.url for p in providers),
+                tuple(p.keyset.url for p in providers)
+                + tuple(w.provider.keyset.url for w in compiled.workload_issuers),
                 discovery,
                 results[key].unresolved,
                 ancestors.get(key, ()),
-                tuple(p.label for p in providers),
+                tuple(p.label for p in providers)
+                + tuple(w.label for w in compiled.workload_issuers),
             )
         )
     return tuple(reports)

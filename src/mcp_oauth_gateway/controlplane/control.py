@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 
@@ -17,7 +17,8 @@ from . import status
 from .discovery import DiscoveryCache
 from .egress import EgressRules
 from .egress_resolver import guarded_session
-from .jwks import InlineKeyset, RemoteKeyset
+from .fetch import FetchError
+from .jwks import CLUSTER_JWKS_PATH, CLUSTER_JWKS_URL, InlineKeyset, RemoteKeyset
 from .snapshot import PolicyReport, Snapshot
 
 Keyholder = RemoteKeyset | InlineKeyset
@@ -33,6 +34,8 @@ class ControlPlane:
         self.keysets: dict[str, Keyholder] = {}
         self.discoveries: dict[str, DiscoveryCache] = {}
         self.session: aiohttp.ClientSession | None = None
+        # Controller mode: reads a JSON document the API server serves (set once connected).
+        self.cluster_documents: Callable[[str], Awaitable[object]] | None = None
         self._subscribers: list[Callable[[Snapshot], None]] = []
         self._stopping: set[asyncio.Future[None]] = set()
         self._sync()
@@ -75,11 +78,13 @@ class ControlPlane:
     def _sync(self) -> list[Keyholder]:
         for url, source in self.snapshot.keysets.items():
             if url not in self.keysets:
-                holder: Keyholder = (
-                    InlineKeyset(source.inline)
-                    if source.inline is not None
-                    else RemoteKeyset(url, source.refresh)
-                )
+                holder: Keyholder
+                if source.inline is not None:
+                    holder = InlineKeyset(source.inline)
+                elif url == CLUSTER_JWKS_URL:
+                    holder = RemoteKeyset(url, source.refresh, fetch=self._cluster_jwks)
+                else:
+                    holder = RemoteKeyset(url, source.refresh)
                 self.keysets[url] = holder
                 if self.session is not None:
                     holder.start(self.session)
@@ -94,6 +99,17 @@ class ControlPlane:
         for url in [u for u in self.discoveries if u not in self.snapshot.discovery_urls]:
             del self.discoveries[url]
         return stale
+
+    async def _cluster_jwks(self) -> object:
+        """The service-account issuer's keys, read from the API server the controller watches."""
+        read = self.cluster_documents
+        if read is None:
+            raise FetchError("the API server is not connected (controller mode only)")
+        try:
+            return await read(CLUSTER_JWKS_PATH)
+        except Exception as exc:
+            # Its client's errors, whatever their type: the keyset's loop retries and reports.
+            raise FetchError(f"GET {CLUSTER_JWKS_PATH} from the API server: {exc}") from exc
 
     def conditions(self, report: PolicyReport) -> list[status.Condition]:
         """The policy's conditions including the live `ResolvedRefs` keyset state."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 
@@ -18,6 +19,10 @@ from .keys import Keyset, parse_jwks
 
 log = logging.getLogger("mcp_oauth_gateway.jwks")
 
+# The keyset source of `jwks.kubernetes`: the service-account issuer's keys of the API server
+# the controller watches, read through its client (never a URL the gateway connects to).
+CLUSTER_JWKS_PATH = "/openid/v1/jwks"
+CLUSTER_JWKS_URL = "kubernetes:" + CLUSTER_JWKS_PATH
 FIRST_RETRY = 0.2
 MAX_RETRY = 15.0
 # Unknown-kid refetches are capped so a flood of forged kids cannot become a flood of fetches.
@@ -28,9 +33,16 @@ class RemoteKeyset:
     """One JWKS URL: its current keyset, its fetch loop and its state for status reporting."""
 
     def __init__(
-        self, url: str, refresh: float, unknown_kid_interval: float = UNKNOWN_KID_INTERVAL
+        self,
+        url: str,
+        refresh: float,
+        unknown_kid_interval: float = UNKNOWN_KID_INTERVAL,
+        fetch: Callable[[], Awaitable[object]] | None = None,
     ):
         self.url = url
+        # How the document is read when not with the session (the cluster's own issuer,
+        # through the API server's client); FetchError when it cannot be.
+        self._read = fetch
         # How logs and task names write it: never its user-info, query values or fragment.
         self.shown = shown_url(url)
         self.refresh = refresh
@@ -95,7 +107,10 @@ class RemoteKeyset:
     async def _fetch(self, session: aiohttp.ClientSession) -> None:
         self.fetches += 1
         try:
-            document = await fetch_json(session, self.url)
+            if self._read is not None:
+                document = await self._read()
+            else:
+                document = await fetch_json(session, self.url)
             if document == self._last_content and self.keyset is not None:
                 self._succeeded()
                 return

@@ -13,6 +13,7 @@ from .snapshot import DEFAULT_MCP_PATH, CompiledMcp
 
 PROVIDERS_PATH = "spec.traffic.jwtAuthentication.providers"
 MCP_PATH = "spec.traffic.jwtAuthentication.mcp"
+WORKLOAD_PATH = f"{MCP_PATH}.workloadIdentity"
 
 
 def _kind_problems(

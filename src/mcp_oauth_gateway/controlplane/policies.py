@@ -7,40 +7,37 @@ message names all of them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from urllib.parse import urlsplit
 
-import orjson
-
 from ..resources.models import (
-    POLICY_API_GROUP,
-    Authorization,
     GatewayPolicy,
     JwtAuthenticationSpec,
     JwtProvider,
     RateLimitSpec,
     ReferenceGrant,
-    RemoteJwks,
     Service,
-    ServiceBackendRef,
     Transformation,
     parse_duration,
 )
+from .authorization import compile_authorization
 from .cel import CelCompileError, CompiledExpression, compile_expression
 from .credentials import compile_credentials, compile_target_credentials
 from .deployment import Deployment
 from .issuers import issuer_problems
-from .keys import parse_jwks
+from .keyset_sources import KeysetPlace, compile_keyset
 from .mcp_settings import PROVIDERS_PATH, compile_mcp, several_providers_problems
 from .objects import Entry
 from .policy_egress import egress_problems, reads_discovery
 from .scopes import compile_scopes
 from .secret_sources import SecretScope
-from .service_refs import Referrer, ServiceRefs, resolve_service
+from .service_refs import ServiceRefs
 from .snapshot import (
+    DPOP_ALGORITHMS,
     CompiledAuthorization,
     CompiledCredentials,
+    CompiledDpop,
     CompiledMcp,
     CompiledPolicy,
     CompiledProvider,
@@ -50,6 +47,7 @@ from .snapshot import (
     KeysetSource,
     discovery_url_for,
 )
+from .workload import compile_workload, workload_problems
 
 NEEDS_JWT = "(rules are evaluated against the verified token)"
 
@@ -69,47 +67,6 @@ class PolicyResult:
         return not self.problems
 
 
-def _service_base(
-    ref: ServiceBackendRef,
-    namespace: str,
-    refs: ServiceRefs,
-    path: str,
-    findings: tuple[list[str], list[str]],
-) -> str | None:
-    """`http://host:port` of the Service a JWKS backendRef names, or None (with a problem)."""
-    problems, unresolved = findings
-    referrer = Referrer(POLICY_API_GROUP, "GatewayPolicy", namespace)
-    resolved = resolve_service(refs, referrer, ref.name, ref.namespace, ref.port)
-    where = f"{path}.jwks.remote.backendRef"
-    if resolved.unresolved is not None:
-        unresolved.append(f"{where}: {resolved.unresolved}")
-    if resolved.host is None:
-        problems.append(f"{where}: {resolved.problem}")
-        return None
-    host = f"[{resolved.host}]" if ":" in resolved.host else resolved.host
-    return f"http://{host}:{ref.port}"
-
-
-def _remote_keyset(
-    remote: RemoteJwks,
-    issuer_base: str,
-    namespace: str,
-    refs: ServiceRefs,
-    path: str,
-    findings: tuple[list[str], list[str]],
-) -> tuple[KeysetSource, str] | None:
-    """Where a remote keyset is fetched, and the base its discovery document is fetched from."""
-    refresh = parse_duration(remote.cache_duration)
-    if remote.url is not None:
-        return KeysetSource(url=remote.url, refresh=refresh), issuer_base
-    assert remote.backend_ref is not None  # the model guarantees exactly one source
-    assert remote.jwks_path is not None
-    base = _service_base(remote.backend_ref, namespace, refs, path, findings)
-    if base is None:
-        return None
-    return KeysetSource(url=base + remote.jwks_path, refresh=refresh), base
-
-
 def compile_provider(
     policy: GatewayPolicy,
     index: int,
@@ -121,25 +78,8 @@ def compile_provider(
     (from its own fields, else the policy's `mcp`) its kind, Broker client and name."""
     path = f"{PROVIDERS_PATH}[{index}]"
     issuer = urlsplit(spec.issuer)
-    resolved: tuple[KeysetSource, str] | None
-    if spec.jwks.inline is not None:
-        try:
-            keyset = parse_jwks(orjson.loads(spec.jwks.inline), version=1)
-        except (ValueError, orjson.JSONDecodeError) as exc:
-            findings[0].append(f"{path}.jwks.inline: {exc}")
-            return None
-        source = KeysetSource(url=f"inline:{policy.metadata.key}:{index}", refresh=0, inline=keyset)
-        resolved = source, f"{issuer.scheme}://{issuer.netloc}"
-    else:
-        assert spec.jwks.remote is not None  # the model guarantees exactly one source
-        resolved = _remote_keyset(
-            spec.jwks.remote,
-            f"{issuer.scheme}://{issuer.netloc}",
-            policy.metadata.namespace,
-            refs,
-            path,
-            findings,
-        )
+    where = KeysetPlace(policy.metadata.namespace, f"inline:{policy.metadata.key}:{index}", path)
+    resolved = compile_keyset(spec.jwks, spec.issuer, where, refs, findings)
     if resolved is None:
         return None
     audiences = frozenset(spec.audiences) if spec.audiences else None
@@ -156,22 +96,17 @@ def compile_provider(
         kind=spec.kind or (mcp_spec.provider if mcp_spec else None),
         client_id=spec.client_id or (mcp_spec.client_id if mcp_spec else None),
         login_hint_domains=tuple(spec.login_hint_domains),
+        dpop=compile_dpop(spec),
     )
 
 
-def compile_authorization(
-    spec: Authorization | None, path: str, problems: list[str], mcp: bool = False
-) -> CompiledAuthorization | None:
-    """Compile an `Authorization` block, adding one problem per expression that does not."""
-    if spec is None:
-        return None
-    expressions = []
-    for i, source in enumerate(spec.policy.match_expressions):
-        try:
-            expressions.append(compile_expression(source, mcp=mcp))
-        except CelCompileError as exc:
-            problems.append(f"{path}.policy.matchExpressions[{i}]: invalid CEL: {exc}")
-    return CompiledAuthorization(spec.action, tuple(expressions))
+def compile_dpop(spec: JwtProvider) -> CompiledDpop:
+    """A provider's DPoP mode and proof rules (defaults where `dpopProofs` is unset)."""
+    proofs = spec.dpop_proofs
+    if proofs is None:
+        return CompiledDpop(spec.dpop)
+    algorithms = frozenset(proofs.algorithms) if proofs.algorithms else DPOP_ALGORITHMS
+    return CompiledDpop(spec.dpop, algorithms, parse_duration(proofs.max_age), proofs.require_nonce)
 
 
 def compile_transformation(
@@ -313,6 +248,11 @@ def compile_authentication(
         scopes = policy.spec.traffic.scopes
         required = tuple(scopes.required) if scopes else ()
         mcp = compile_mcp(jwt_spec.mcp, jwt_spec.providers, problems, deployment, required)
+        issuers = [provider.issuer for provider in jwt_spec.providers]
+        problems.extend(workload_problems(jwt_spec.mcp, deployment, issuers))
+        workload = compile_workload(policy, jwt_spec.mcp, refs, findings)
+        if workload is not None:
+            mcp = replace(mcp, workload=workload)
     return tuple(p for p in compiled if p is not None), mcp
 
 
@@ -403,6 +343,8 @@ def fetch_targets(
             keysets[provider.keyset.url] = provider.keyset
             if uses_discovery(compiled):
                 discovery[provider.discovery_url] = provider.keyset.refresh or 300.0
+        for trusted in compiled.workload_issuers:
+            keysets[trusted.provider.keyset.url] = trusted.provider.keyset
     return keysets, discovery
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from ..redis_targets import CLUSTER, SENTINEL, shown_redis_url
 from ..resources.models import GatewayPolicy
 from .egress import EgressRules
-from .mcp_settings import PROVIDERS_PATH
+from .mcp_settings import PROVIDERS_PATH, WORKLOAD_PATH
 from .snapshot import CompiledCredentials, CompiledMcp
 
 
@@ -37,6 +37,11 @@ def _fetched_urls(policy: GatewayPolicy, discovers: bool) -> list[tuple[str, str
             urls.append((f"{path}.jwks.remote.url", remote.url))
         if discovers and (remote is None or remote.backend_ref is None):
             urls.append((f"{path}.issuer", provider.issuer))
+    workload = jwt.mcp.workload_identity if jwt is not None and jwt.mcp is not None else None
+    for index, trusted in enumerate(workload.issuers if workload is not None else []):
+        remote = trusted.jwks.remote
+        if remote is not None and remote.url is not None:
+            urls.append((f"{WORKLOAD_PATH}.issuers[{index}].jwks.remote.url", remote.url))
     broker = jwt.mcp.broker if jwt is not None and jwt.mcp is not None else None
     if broker is not None and broker.redis_url is not None:
         urls.append(("spec.traffic.jwtAuthentication.mcp.broker.redisUrl", broker.redis_url))

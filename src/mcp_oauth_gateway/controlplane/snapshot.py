@@ -92,6 +92,30 @@ class KeysetSource:
     inline: Keyset | None = None
 
 
+# Every algorithm a DPoP proof may be signed with (resources.authentication.DpopAlgorithm).
+DPOP_ALGORITHMS = frozenset(
+    {"ES256", "ES384", "ES512", "EdDSA", "Ed25519", "PS256", "PS384", "PS512"}
+    | {"RS256", "RS384", "RS512"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledDpop:
+    """A provider's DPoP settings (`dpop`, `dpopProofs`): the mode, the proof algorithms, how
+    far a proof's `iat` may be from now (seconds, either way), and whether nonces are
+    required."""
+
+    mode: Literal["Disabled", "Allowed", "Required"] = "Allowed"
+    algorithms: frozenset[str] = DPOP_ALGORITHMS
+    max_age: float = 300.0
+    require_nonce: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        """Whether DPoP tokens are accepted at all."""
+        return self.mode != "Disabled"
+
+
 @dataclass(frozen=True, slots=True)
 class CompiledProvider:
     issuer: str
@@ -105,11 +129,60 @@ class CompiledProvider:
     kind: ProviderKind | None = None
     client_id: str | None = None
     login_hint_domains: tuple[str, ...] = ()
+    dpop: CompiledDpop = CompiledDpop()
 
     @property
     def label(self) -> str:
         """How messages name it: `providers[i] (issuer …)`."""
         return f"providers[{self.index}] (issuer {shown_url(self.issuer)})"
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledAuthorization:
+    action: Literal["Allow", "Deny", "Require"]
+    expressions: tuple[CompiledExpression, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledWorkloadIssuer:
+    """A trusted issuer of workload assertions: its keys and accepted audiences (as a
+    provider's: `index` is its place in `workloadIdentity.issuers`), who of its workloads may
+    get a token, and the scopes that token carries."""
+
+    provider: CompiledProvider
+    authorization: CompiledAuthorization
+    scopes: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        """How messages name it: `workloadIdentity.issuers[i] (issuer …)`."""
+        shown = shown_url(self.provider.issuer)
+        return f"workloadIdentity.issuers[{self.provider.index}] (issuer {shown})"
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledWorkloadIdentity:
+    """Broker mode's `jwt-bearer` grant: the issuers it trusts, and what the tokens it issues
+    say of themselves (fixed at load, from `resourceMetadata.resource`, so that every replica
+    issues and verifies the same)."""
+
+    issuers: tuple[CompiledWorkloadIssuer, ...]
+    # The gateway's issuer as the tokens it issues name it: the resource's origin and MCP path.
+    token_issuer: str
+    # Their audience: the resource itself.
+    audience: str
+
+    @property
+    def token_provider(self) -> CompiledProvider:
+        """The gateway as the issuer of workload tokens, as the route's JWT stage sees it (its
+        keys are the Broker's, never fetched)."""
+        return CompiledProvider(
+            issuer=self.token_issuer,
+            audiences=frozenset({self.audience}),
+            keyset=KeysetSource(url=f"workload-tokens:{self.token_issuer}", refresh=0),
+            discovery_url="",
+            name="this gateway (workload identity)",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +196,7 @@ class CompiledMcp:
     extra_metadata: tuple[tuple[str, str], ...]
     mode: Literal["Facade", "Broker"] = "Facade"
     redis_url: str | None = None
+    workload: CompiledWorkloadIdentity | None = None
 
     @property
     def prm_path(self) -> str:
@@ -138,12 +212,6 @@ class CompiledMcp:
     def registration_path(self) -> str:
         """Where the client-registration shim is served."""
         return ASM_PREFIX + self.mcp_path + REGISTRATION_SUFFIX
-
-
-@dataclass(frozen=True, slots=True)
-class CompiledAuthorization:
-    action: Literal["Allow", "Deny", "Require"]
-    expressions: tuple[CompiledExpression, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +327,12 @@ class CompiledPolicy:
     def provider(self) -> CompiledProvider | None:
         """The first provider: the one Facade mode fronts (it has exactly one)."""
         return self.providers[0] if self.providers else None
+
+    @property
+    def workload_issuers(self) -> tuple[CompiledWorkloadIssuer, ...]:
+        """The workload issuers Broker mode's `jwt-bearer` grant trusts (none without it)."""
+        workload = self.mcp.workload if self.mcp is not None else None
+        return workload.issuers if workload is not None else ()
 
 
 @dataclass(frozen=True, slots=True)

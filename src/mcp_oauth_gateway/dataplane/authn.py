@@ -7,25 +7,38 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from .. import audit
 from ..asgi import (
     CLAIMS_KEY,
     DEFAULT_TOKEN_CACHE_ENTRIES,
+    DPOP_KEY,
     TOKEN_KEY,
     ASGIApp,
     Headers,
+    Message,
     Receive,
     Scope,
     Send,
     send_error,
 )
-from ..controlplane.control import Keyholder
+from ..controlplane.keys import Keyset
 from ..controlplane.snapshot import CompiledMcp, CompiledProvider
+from ..dpop import USE_DPOP_NONCE, DpopError, MemoryReplayCache, ReplayCacheFull
 from ..providers.access_tokens import access_token_rule
+from ..redis_clients import RedisUnavailable
 from ..urls import shown_url
 from .bounded import BoundedCache, CacheCounts
-from .challenge import Challenger
+from .challenge import Challenger, Refusal
+from .dpop_binding import (
+    DPOP,
+    ProofCheck,
+    bound_key,
+    mode_refusal,
+    offered_algorithms,
+    parse_credentials,
+)
 from .metrics import Metrics
 from .tokens import (
     LEEWAY,
@@ -43,15 +56,39 @@ log = logging.getLogger("mcp_oauth_gateway.authn")
 STAGE = "jwt-authentication"
 
 MISSING_TOKEN = "Unauthorized: missing bearer token"
-_BEARER = b"bearer "
+DPOP_UNAVAILABLE = (
+    "the gateway cannot record DPoP proofs right now (each is accepted once); try again shortly"
+)
+
+
+class KeySource(Protocol):
+    """Where an issuer's current keyset is had: a fetched or inline JWKS (`Keyholder`), or
+    the key of the tokens the Broker issues to workloads."""
+
+    @property
+    def keyset(self) -> Keyset | None:
+        """The keys, or None while none are available."""
+        ...
+
+    @property
+    def shown(self) -> str:
+        """How messages name where the keys come from."""
+        ...
+
+    async def refetch_for_unknown_kid(self) -> bool:
+        """Fetch again for a token naming an unknown `kid`; False when not done."""
+        ...
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Issuer:
-    """One provider as this stage sees it: the rules its tokens must meet, and its keys."""
+    """One provider as this stage sees it: the rules its tokens must meet, its keys, its
+    `dpop` mode, and where it is among the route's providers."""
 
     rules: TokenRules
-    keys: Keyholder
+    keys: KeySource
+    dpop_mode: str = "Allowed"
+    index: int = 0
 
 
 class JwtAuthentication:
@@ -61,13 +98,14 @@ class JwtAuthentication:
     def __init__(
         self,
         app: ASGIApp,
-        providers: Sequence[tuple[CompiledProvider, Keyholder]],
+        providers: Sequence[tuple[CompiledProvider, KeySource]],
         mcp: CompiledMcp | None,
         forward_token: bool,
         metrics: Metrics | None = None,
         mode: str = "Strict",
         cache_entries: int = DEFAULT_TOKEN_CACHE_ENTRIES,
         counts: CacheCounts | None = None,
+        proofs: ProofCheck | None = None,
     ):
         self.app = app
         self.issuers = tuple(
@@ -78,11 +116,20 @@ class JwtAuthentication:
                     access_token=access_token_rule(provider.kind),
                 ),
                 keys,
+                provider.dpop.mode,
+                index,
             )
-            for provider, keys in providers
+            for index, (provider, keys) in enumerate(providers)
         )
         self.by_issuer = {issuer.rules.issuer: issuer for issuer in self.issuers}
-        self.challenger = challenger_for(mcp)
+        compiled = [provider for provider, _ in providers]
+        self.challenger = challenger_for(mcp, compiled)
+        # Whether the DPoP scheme is read at all: not when every provider is Disabled (then it
+        # is an unknown scheme, as at a server without DPoP, RFC 9449 §7.2).
+        self.takes_dpop = any(provider.dpop.enabled for provider in compiled)
+        self.proofs = proofs or ProofCheck(
+            [provider.dpop for provider in compiled], MemoryReplayCache
+        )
         self.forward_token = forward_token
         self.metrics = metrics
         self.mode = mode
@@ -94,19 +141,9 @@ class JwtAuthentication:
         self._counts = self._cache.counts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # Every Authorization header is dropped: a second one, never verified, must not reach the
-        # backend (which may read the last one). Only the verified one is forwarded, if asked.
-        raw = None
-        at = 0
-        others: Headers = []
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                if raw is None:
-                    raw, at = value, len(others)
-            else:
-                others.append((name, value))
-        scope["headers"] = others
-        if raw is None or raw[:7].lower() != _BEARER or not raw[7:].strip():
+        raw, at, proofs = take_credentials(scope)
+        credentials = parse_credentials(raw)
+        if credentials is None or (credentials[0] == DPOP and not self.takes_dpop):
             if self.mode == "Strict":
                 # "Unauthorized" in the text: MCP Inspector 0.15 (with a current SDK) starts
                 # signing in only when the error it is shown says 401 or Unauthorized.
@@ -114,38 +151,68 @@ class JwtAuthentication:
             else:
                 await self.app(scope, receive, send)
             return
-        token = raw[7:].strip().decode("latin-1")
+        scheme, token = credentials
         try:
-            claims = await self._verify(token)
-        except KeysetPending as exc:
-            # The gateway's own wait, not the token's fault: a 401 would send a client with a
-            # valid token to sign in again. Retried shortly instead.
-            audit.deny(scope, STAGE, str(exc))
-            await send_error(
-                send, 503, "temporarily_unavailable", str(exc), [(b"retry-after", b"1")]
-            )
+            claims, issuer = await self._verify(token)
+            fresh_nonce = await self._bound(scope, scheme, token, claims, issuer, proofs)
+        except (KeysetPending, ReplayCacheFull, RedisUnavailable) as exc:
+            await _unavailable(scope, send, exc)
             return
-        except TokenError as exc:
-            if self.mode != "Permissive":
-                await self._deny(scope, send, str(exc), token)
-                return
-            # Recorded, and the caller goes on as anonymous; the token never reaches the backend.
-            if self.metrics is not None:
-                self.metrics.auth_failure(str(exc))
-            log.info("token not accepted, request continues anonymously (Permissive): %s", exc)
-            why = str(exc).replace(token, "[token]")
-            audit.note(scope, f"token not accepted ({why}); went on anonymously (Permissive)")
-            await self.app(scope, receive, send)
+        except (TokenError, DpopError) as exc:
+            refusal = _refusal(exc, scheme)
+            # A nonce is a step of the protocol, not a bad token: asked for even in Permissive.
+            if self.mode != "Permissive" or refusal.code == USE_DPOP_NONCE:
+                await self._deny(scope, send, refusal.why, token, refusal)
+            else:
+                await self._anonymous(scope, receive, send, refusal.why.replace(token, "[token]"))
             return
         scope[CLAIMS_KEY] = claims
         scope[TOKEN_KEY] = token
+        if scheme == DPOP:
+            scope[DPOP_KEY] = self.challenger.dpop_algs
         if self.forward_token:
-            others.insert(at, (b"authorization", raw))
+            assert raw is not None  # credentials were read from it
+            scope["headers"].insert(at, (b"authorization", raw))
+        await self.app(
+            scope, receive, send if fresh_nonce is None else _with_nonce(send, fresh_nonce)
+        )
+
+    async def _anonymous(self, scope: Scope, receive: Receive, send: Send, why: str) -> None:
+        """Permissive mode: the refusal recorded, and the caller goes on as anonymous (the
+        token never reaches the backend)."""
+        if self.metrics is not None:
+            self.metrics.auth_failure(why)
+        log.info("token not accepted, request continues anonymously (Permissive): %s", why)
+        audit.note(scope, f"token not accepted ({why}); went on anonymously (Permissive)")
         await self.app(scope, receive, send)
 
+    async def _bound(
+        self,
+        scope: Scope,
+        scheme: str,
+        token: str,
+        claims: dict[str, object],
+        issuer: Issuer,
+        proofs: list[bytes],
+    ) -> str | None:
+        """The token's binding judged by its provider's mode, and the proof of a bound token
+        checked (every request: the proof is per request, never cached). Returns a nonce to
+        give the client on the way out, if any; TokenError or DpopError when refused."""
+        jkt = bound_key(claims)
+        why = mode_refusal(issuer.dpop_mode, scheme, jkt)
+        if why is not None:
+            raise TokenError(why)
+        if jkt is None:
+            return None
+        _, fresh = await self.proofs.check(scope, proofs, issuer.index, token, jkt)
+        audit.dpop_bound(scope, jkt)
+        return fresh
+
     async def verify(self, token: str) -> dict[str, object]:
-        """The claims of a token this route accepts; TokenError otherwise."""
-        return await self._verify(token)
+        """The claims of a token this route accepts (its binding aside: for a token the
+        gateway got itself, not one a request presents); TokenError otherwise."""
+        claims, _ = await self._verify(token)
+        return claims
 
     def _issuer_of(self, token: str) -> tuple[Issuer, ParsedToken | None]:
         """The one provider whose keys and rules check this token, picked by its `iss` before
@@ -161,7 +228,7 @@ class JwtAuthentication:
             raise TokenError(f"iss {iss!r} is not one of this route's issuers ({names})")
         return issuer, parsed
 
-    async def _verify(self, token: str) -> dict[str, object]:
+    async def _verify(self, token: str) -> tuple[dict[str, object], Issuer]:
         now = time.time()
         hit = self._cache.get(token)
         if hit is not None:
@@ -169,7 +236,7 @@ class JwtAuthentication:
             current = owner.keys.keyset
             if current is not None and current.version == version and now <= expires + LEEWAY:
                 self._counts.hits += 1
-                return cached
+                return cached, owner
         # An entry past its exp or from a rotated keyset is a miss: verified again, replaced.
         self._counts.misses += 1
         issuer, parsed = self._issuer_of(token)
@@ -200,24 +267,93 @@ class JwtAuthentication:
         # Expired tokens are never asked for again: without this a full cache of them would
         # outlive their users, its memory held until evicted.
         self._cache.drop_oldest_if(lambda entry: now > entry[1] + LEEWAY)
-        return claims
+        return claims, issuer
 
-    async def _deny(self, scope: Scope, send: Send, why: str, token: str | None) -> None:
+    async def _deny(
+        self,
+        scope: Scope,
+        send: Send,
+        why: str,
+        token: str | None,
+        refusal: Refusal | None = None,
+    ) -> None:
         """401 for a missing or refused token (`token`: the one sent, if any)."""
         if self.metrics is not None:
             self.metrics.auth_failure(why)
         # A refusal may quote what it refused: never the token itself in the audit trail.
         shown = why if token is None else why.replace(token, "[token]")
         audit.deny(scope, STAGE, shown.removeprefix("Unauthorized: "))
-        await self.challenger.unauthorized(scope, send, why, token is not None)
+        await self.challenger.unauthorized(scope, send, why, token is not None, refusal)
 
 
 class KeysetPending(TokenError):
     """The keys that would check the token were never fetched yet (answered 503, retry)."""
 
 
-def challenger_for(mcp: CompiledMcp | None) -> Challenger:
-    """The 401 a route sends: its metadata (with `mcp`) and the scopes to sign in with."""
+def take_credentials(scope: Scope) -> tuple[bytes | None, int, list[bytes]]:
+    """Every `Authorization` and `DPoP` header taken out of the request: a second
+    `Authorization`, never verified, must not reach the backend (which may read the last one),
+    nor any proof (it is for the gateway). The first `Authorization` value, where it was among
+    the headers left (to forward the verified one, if asked), and the `DPoP` values."""
+    raw = None
+    at = 0
+    others: Headers = []
+    proofs: list[bytes] = []
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            if raw is None:
+                raw, at = value, len(others)
+        elif name == b"dpop":
+            proofs.append(value)
+        else:
+            others.append((name, value))
+    scope["headers"] = others
+    return raw, at, proofs
+
+
+async def _unavailable(
+    scope: Scope, send: Send, exc: KeysetPending | ReplayCacheFull | RedisUnavailable
+) -> None:
+    """503 with Retry-After: the gateway's own wait, not the token's fault (a 401 would send a
+    client with a valid token to sign in again)."""
+    if isinstance(exc, KeysetPending):
+        why, retry = str(exc), 1
+    else:
+        # Where proofs are remembered cannot take this one: never accepted unrecorded. The
+        # details (a Redis address, the cache's limit) are the operator's, in the log.
+        log.warning("DPoP proof not recorded, answered 503: %s", exc)
+        why, retry = DPOP_UNAVAILABLE, exc.retry_after
+    audit.deny(scope, STAGE, why)
+    await send_error(
+        send, 503, "temporarily_unavailable", why, [(b"retry-after", str(retry).encode())]
+    )
+
+
+def _refusal(exc: TokenError | DpopError, scheme: str) -> Refusal:
+    """The 401's error code, words and nonce for a refused token or proof."""
+    if isinstance(exc, DpopError):
+        return Refusal(exc.description, exc.error, scheme, exc.nonce)
+    return Refusal(str(exc), scheme=scheme)
+
+
+def _with_nonce(send: Send, nonce: str) -> Send:
+    """`send` adding the next nonce to the answer (RFC 9449 §8.2: it may ride on any)."""
+    header = (b"dpop-nonce", nonce.encode("ascii"))
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", ()), header]
+        await send(message)
+
+    return sending
+
+
+def challenger_for(
+    mcp: CompiledMcp | None, providers: Sequence[CompiledProvider] = ()
+) -> Challenger:
+    """The 401 a route sends: its metadata (with `mcp`), the scopes to sign in with, and the
+    DPoP algorithms its providers accept (every algorithm any of them accepts)."""
+    algs = offered_algorithms([p.dpop for p in providers])
     if mcp is None:
-        return Challenger(None, None)
-    return Challenger(mcp.prm_path, " ".join(mcp.scopes_supported) or None)
+        return Challenger(None, None, algs)
+    return Challenger(mcp.prm_path, " ".join(mcp.scopes_supported) or None, algs)

@@ -2,11 +2,36 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import audit
 from ..asgi import ASGIApp, Headers, Message, Receive, Scope, Send, header, send_error
 from ..controlplane.snapshot import CompiledCors
 
 STAGE = "cors"
+# What a browser's DPoP client sends (the proof) and must read (the challenge naming the
+# algorithms and the error, the next nonce) on a route that takes DPoP tokens.
+DPOP_REQUEST_HEADERS = ("DPoP",)
+DPOP_RESPONSE_HEADERS = ("WWW-Authenticate", "DPoP-Nonce")
+
+
+def _joined(listed: str, more: tuple[str, ...]) -> str:
+    """`listed` (comma separated) with the names of `more` it lacks (case-insensitively)."""
+    names = [name.strip() for name in listed.split(",") if name.strip()]
+    have = {name.lower() for name in names}
+    return ", ".join(names + [name for name in more if name.lower() not in have])
+
+
+def with_dpop(cors: CompiledCors) -> CompiledCors:
+    """The route's CORS settings letting browsers send a DPoP proof and read the DPoP
+    challenge and nonces (`*` already allows every request header)."""
+    return replace(
+        cors,
+        allow_headers=cors.allow_headers
+        if cors.allow_all_headers
+        else _joined(cors.allow_headers, DPOP_REQUEST_HEADERS),
+        expose_headers=_joined(cors.expose_headers, DPOP_RESPONSE_HEADERS),
+    )
 
 
 def origin_allowed(cors: CompiledCors, origin: str) -> bool:

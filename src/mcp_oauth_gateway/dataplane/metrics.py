@@ -21,6 +21,10 @@ from .bounded import CacheCounts
 
 REASONS = (
     ("missing bearer token", "missing"),
+    # Before the token's reasons: a proof's refusal names its own signature, alg and typ.
+    ("DPoP-Nonce", "dpop_nonce"),
+    ("DPoP", "dpop"),
+    ("cnf", "dpop"),
     ("malformed token", "malformed"),
     ("is not accepted", "algorithm"),
     ("typ ", "type"),

@@ -5,7 +5,7 @@ document) and the client-registration shim (RFC 7591)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import aiohttp
 import orjson
@@ -28,6 +28,7 @@ from ..controlplane.snapshot import ASM_PREFIX, PRM_PREFIX, CompiledMcp, Compile
 from ..provider_kinds import profile
 from ..providers import ProviderAdapter, RegistrationError
 from ..registration import parse_registration
+from .dpop_binding import resource_metadata
 
 log = logging.getLogger("mcp_oauth_gateway.oauth")
 
@@ -66,10 +67,13 @@ class PathDispatch:
 
 
 def protected_resource_metadata(
-    mcp: CompiledMcp, origin: str, issuers: tuple[str, ...]
+    mcp: CompiledMcp,
+    origin: str,
+    issuers: tuple[str, ...],
+    dpop: Mapping[str, object] | None = None,
 ) -> dict[str, object]:
     """The RFC 9728 document: the gateway is the AS when a provider is set (Facade, Broker),
-    else every provider's issuer, in the policy's order."""
+    else every provider's issuer, in the policy's order; with the DPoP members (`dpop`)."""
     document: dict[str, object] = {
         "resource": mcp.resource or origin + mcp.mcp_path,
         "authorization_servers": [origin + mcp.mcp_path] if mcp.provider else list(issuers),
@@ -77,6 +81,7 @@ def protected_resource_metadata(
         "resource_type": "mcp-server",
         "bearer_methods_supported": list(mcp.bearer_methods_supported),
         "scopes_supported": list(mcp.scopes_supported),
+        **(dpop or {}),
     }
     document.update(mcp.extra_metadata)
     return document
@@ -99,6 +104,7 @@ class OAuthEndpoints:
         self.app = app
         self.mcp = mcp
         self.issuers = tuple(p.issuer for p in providers)
+        self.dpop = resource_metadata([p.dpop for p in providers])
         self.adapter = adapter
         # A provider that registers clients itself: its endpoint is in its discovery document.
         self.forwards_registration = (
@@ -159,7 +165,8 @@ class OAuthEndpoints:
             await self._method_not_allowed(scope, send, "GET", scope["method"])
             return
         origin = request_origin(scope)
-        await send_json(send, 200, protected_resource_metadata(self.mcp, origin, self.issuers))
+        document = protected_resource_metadata(self.mcp, origin, self.issuers, self.dpop)
+        await send_json(send, 200, document)
 
     async def _asm(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] not in ("GET", "HEAD"):

@@ -14,6 +14,7 @@ from .. import audit
 from ..asgi import (
     CLAIMS_KEY,
     DEFAULT_TOKEN_CACHE_ENTRIES,
+    DPOP_KEY,
     TOKEN_KEY,
     ASGIApp,
     Receive,
@@ -24,6 +25,7 @@ from ..asgi import (
     send_json,
 )
 from ..controlplane.snapshot import CompiledScopes
+from ..dpop import dpop_challenge
 from ..oauth_scopes import scope_tokens
 from .bounded import BoundedCache, CacheCounts
 from .challenge import challenge
@@ -78,13 +80,20 @@ async def send_insufficient_scope(
         return
     description = f"{operation} needs scope {' '.join(missing)}, which the token does not grant"
     audit.deny(scope, stage, f"missing scope {' '.join(missing)}: {description}")
-    header = challenge(metadata, " ".join(needed), description, code=INSUFFICIENT_SCOPE)
-    body = {
-        "error": INSUFFICIENT_SCOPE,
-        "error_description": description,
-        "scope": " ".join(needed),
-    }
-    await send_json(send, 403, body, [(b"www-authenticate", header)])
+    wanted = " ".join(needed)
+    body = {"error": INSUFFICIENT_SCOPE, "error_description": description, "scope": wanted}
+    algs: tuple[str, ...] | None = scope.get(DPOP_KEY)
+    if algs is None:
+        header = challenge(metadata, wanted, description, code=INSUFFICIENT_SCOPE)
+        await send_json(send, 403, body, [(b"www-authenticate", header)])
+        return
+    # A DPoP call: the error on the DPoP challenge, the scheme it used (RFC 9449 §7.2).
+    dpop = dpop_challenge(algs, INSUFFICIENT_SCOPE, description, metadata, wanted)
+    headers = [
+        (b"www-authenticate", challenge(metadata, wanted, None)),
+        (b"www-authenticate", dpop),
+    ]
+    await send_json(send, 403, body, headers)
 
 
 class RequiredScopes:

@@ -137,13 +137,14 @@ class KubeClient:
         query: list[tuple[str, str]] | None = None,
         body: Json | None = None,
         limit: aiohttp.ClientTimeout | None = None,
+        accept: str = "application/json",
     ) -> aiohttp.ClientResponse:
         self.calls.add(call)
         response: aiohttp.ClientResponse = await self.api.call_api(
             path,
             method,
             query_params=query or [],
-            header_params={"Accept": "application/json", "Content-Type": "application/json"},
+            header_params={"Accept": accept, "Content-Type": "application/json"},
             body=body,
             auth_settings=["BearerToken"],
             _preload_content=False,
@@ -162,8 +163,9 @@ class KubeClient:
         path: str,
         query: list[tuple[str, str]] | None = None,
         body: Json | None = None,
+        accept: str = "application/json",
     ) -> Json:
-        response = await self._request(call, method, path, query, body)
+        response = await self._request(call, method, path, query, body, accept=accept)
         try:
             document = await response.json(content_type=None)
         finally:
@@ -236,6 +238,13 @@ class KubeClient:
         return WatchEvent(
             str(kind_of_event), {**obj, "apiVersion": kind.api_version, "kind": kind.kind}
         )
+
+    async def document(self, path: str) -> Json:
+        """A JSON document the API server serves at a non-resource path (the service-account
+        issuer's `/openid/v1/jwks`: every ServiceAccount may read it by default). The JWKS is
+        served only as `application/jwk-set+json`: asked for as JSON it is a 406."""
+        accept = "application/jwk-set+json, application/json"
+        return await self._json(Call("get", "", path), "GET", path, accept=accept)
 
     async def get(self, kind: Kind, namespace: str, name: str) -> Json | None:
         """One object, or None when it does not exist."""

@@ -26,6 +26,8 @@ KEYCLOAK_KINDS = {
 }
 # OpenID Connect Core §3.1.3.6 / §3.3.2.11: hashes that only ID tokens carry.
 ID_TOKEN_ONLY_CLAIMS = ("at_hash", "c_hash")
+# Keycloak's `typ` claim of a DPoP-bound access token (RFC 9449; DPoPUtil.DPOP_TOKEN_TYPE).
+DPOP_TYP = "DPoP"
 
 
 class AccessTokenRule(Protocol):
@@ -45,8 +47,22 @@ def has_at_jwt_header(header: Mapping[str, object]) -> bool:
     return isinstance(typ, str) and typ.lower() in AT_JWT_TYPES
 
 
+def _marks_access_token(typ: object, claims: Mapping[str, object]) -> bool:
+    """Whether a `typ` claim marks an access token: `Bearer`, or `DPoP` on a token bound to a
+    key (`cnf.jkt`, whose proof the JWT stage then checks on every request)."""
+    if typ == "Bearer":
+        return True
+    cnf = claims.get("cnf")
+    return typ == DPOP_TYP and isinstance(cnf, dict) and isinstance(cnf.get("jkt"), str)
+
+
 def _typ_claim_refusal(typ: object, provider: str) -> str:
     # The wording keeps "typ " in every message: the metrics reason table labels it "type".
+    if typ == DPOP_TYP:
+        return (
+            "typ claim 'DPoP' marks a DPoP-bound access token, but this one has no cnf.jkt: "
+            "a token claiming a binding it lacks is refused, never taken as a bearer token"
+        )
     kind = KEYCLOAK_KINDS.get(typ) if isinstance(typ, str) else None
     if kind is not None:
         return f"this is {kind} (typ claim {typ!r}), not an access token: {SEND_ACCESS_TOKEN}"
@@ -58,9 +74,9 @@ def _typ_claim_refusal(typ: object, provider: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class KeycloakRule:
-    """Keycloak: access tokens carry the claim `typ: Bearer` (ID tokens `ID`, refresh tokens
-    `Refresh`/`Offline`, logout tokens `Logout`), or the header `typ: at+jwt` when the client
-    enables RFC 9068 access-token headers."""
+    """Keycloak: access tokens carry the claim `typ: Bearer`, or `typ: DPoP` when bound to a
+    key (ID tokens `ID`, refresh tokens `Refresh`/`Offline`, logout tokens `Logout`), or the
+    header `typ: at+jwt` when the client enables RFC 9068 access-token headers."""
 
     kind: ProviderKind | None = ProviderKind.KEYCLOAK
 
@@ -69,13 +85,13 @@ class KeycloakRule:
         if has_at_jwt_header(header):
             return None
         typ = claims.get("typ")
-        if typ == "Bearer":
-            return None
         if typ is None:
             return (
                 "token has no typ claim 'Bearer' (Keycloak marks access tokens with it) and "
                 f"no header typ at+jwt, so it is not an access token: {SEND_ACCESS_TOKEN}"
             )
+        if _marks_access_token(typ, claims):
+            return None
         return _typ_claim_refusal(typ, "a Keycloak")
 
 
@@ -115,7 +131,7 @@ class GenericRule:
         if has_at_jwt_header(header):
             return None
         typ = claims.get("typ")
-        if typ is not None and typ != "Bearer":
+        if typ is not None and not _marks_access_token(typ, claims):
             return _typ_claim_refusal(typ, "an")
         for name in ID_TOKEN_ONLY_CLAIMS:
             if name in claims:

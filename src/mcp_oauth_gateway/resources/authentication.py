@@ -9,13 +9,10 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from ..provider_kinds import ProviderKind
-from ..urls import shown_url
 from .fields import (
     GATEWAY_API_GROUP,
-    AbsolutePath,
     Duration,
     NonEmpty,
-    Port,
     RedisUrl,
     ScopeToken,
     StrictModel,
@@ -25,6 +22,8 @@ from .fields import (
     parse_duration,
     provider_kind,
 )
+from .jwks import Jwks, issuer_url
+from .workload import WorkloadIdentity
 
 # --- GatewayPolicy (mcp-oauth-gateway.dev/v1alpha1) ----------------------------------------
 
@@ -43,77 +42,47 @@ class PolicyTargetRef(StrictModel):
     route."""
 
 
-class ServiceBackendRef(StrictModel):
-    group: Literal[""] = ""
-    """`""` (the core API group), the only value and the default."""
-    kind: Literal["Service"] = "Service"
-    """`Service`, the only value and the default."""
-    name: NonEmpty
-    """Name of the Service."""
-    namespace: str | None = None
-    """Namespace of the Service; default: the policy's. Another namespace needs a ReferenceGrant
-    there that lets GatewayPolicies of the policy's namespace refer to Services."""
-    port: Port
-    """Port of the Service, 1-65535."""
+# The DPoP proof algorithms (RFC 9449 §4.3 check 5: asymmetric only), in the order offered.
+DpopAlgorithm = Literal[
+    "ES256",
+    "ES384",
+    "ES512",
+    "EdDSA",
+    "Ed25519",
+    "PS256",
+    "PS384",
+    "PS512",
+    "RS256",
+    "RS384",
+    "RS512",
+]
 
 
-class RemoteJwks(StrictModel):
-    backend_ref: ServiceBackendRef | None = None
-    """The Service the keys, and the provider's OpenID discovery document, are fetched from: in
-    a cluster `http://<name>.<namespace>.svc.<cluster domain>:<port>`, from files the Service's
-    `externalName`. Needs `jwksPath`; set this or `url`."""
-    jwks_path: Annotated[AbsolutePath, Field(max_length=1024)] | None = None
-    """Path of the JWKS document on the `backendRef` Service, starting with `/`: authentik
-    `/application/o/<slug>/jwks/`, Keycloak `/realms/<realm>/protocol/openid-connect/certs`.
-    Required with `backendRef`, refused with `url`."""
-    url: str | None = None
-    """The JWKS document's http(s) URL, without user information or fragment, instead of
-    `backendRef`; the discovery document is then fetched from the issuer's host."""
-    cache_duration: Duration = "5m"
-    """How often the keys are fetched again, as a duration such as `30s`, `5m` or `1h30m`: at
-    least `1s`, default `5m`. A token naming an unknown `kid` also fetches them (at most once
-    per 10 s); when a fetch fails, the last good keys stay in use."""
+class DpopProofs(StrictModel):
+    """What a DPoP proof (RFC 9449) sent with this provider's tokens must be."""
 
-    @field_validator("cache_duration")
+    algorithms: Annotated[list[DpopAlgorithm], Field(min_length=1, max_length=11)] | None = None
+    """The JWS algorithms a proof may be signed with, asymmetric only (`none` and HMAC never
+    are): `ES256`, `ES384`, `ES512`, `EdDSA`, `Ed25519`, `PS256`, `PS384`, `PS512`, `RS256`,
+    `RS384`, `RS512`. Default: all of them. Advertised in the 401 challenge (`algs`) and the
+    protected resource metadata (`dpop_signing_alg_values_supported`)."""
+    max_age: Duration = "5m"
+    """How far a proof's `iat` may be from the gateway's clock, either way, as a duration from
+    `1s` to `1h`: default `5m` (the MCP DPoP profile's window). A proof is also remembered (its
+    `jti`) this long, so that it is accepted once."""
+    require_nonce: bool = False
+    """Require a server nonce in every proof (RFC 9449 §9): a proof without the current one is
+    answered 401 `use_dpop_nonce` with a fresh nonce in `DPoP-Nonce`, which the client signs
+    into its next proof. Proves a proof was made after the gateway asked, not in advance by
+    someone who held the key for a while. Every replica accepts another's nonces when they
+    share a Redis (`mcp.broker.redisUrl` or the gateway's MCP_OAUTH_GATEWAY_REDIS_URL)."""
+
+    @field_validator("max_age")
     @classmethod
-    def _duration(cls, value: str) -> str:
-        if parse_duration(value) < 1:
-            raise ValueError("cacheDuration must be at least 1s")
+    def _window(cls, value: str) -> str:
+        if not 1 <= parse_duration(value) <= 3600:
+            raise ValueError("maxAge must be between 1s and 1h")
         return value
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str | None) -> str | None:
-        return None if value is None else absolute_http_url(value)
-
-    @model_validator(mode="after")
-    def _one_source(self) -> RemoteJwks:
-        if (self.backend_ref is None) == (self.url is None):
-            raise ValueError("set exactly one of backendRef or url")
-        if self.backend_ref is not None and self.jwks_path is None:
-            raise ValueError(
-                "jwksPath is required with backendRef (the path of the JWKS document on that "
-                "service, e.g. /application/o/<slug>/jwks/ for authentik)"
-            )
-        if self.url is not None and self.jwks_path is not None:
-            raise ValueError("jwksPath cannot be combined with url; put the path in the url")
-        return self
-
-
-class Jwks(StrictModel):
-    remote: RemoteJwks | None = None
-    """Fetch the keys over HTTP, from a Service (`backendRef` and `jwksPath`) or a URL (`url`).
-    Until the first fetch succeeds the route serves nobody (503 or 401) and `ResolvedRefs` is
-    False."""
-    inline: Annotated[str, Field(min_length=2, max_length=65536)] | None = None
-    """The JWKS document itself, as JSON text (`{"keys": [...]}`); never refetched, so only for
-    keys that do not rotate."""
-
-    @model_validator(mode="after")
-    def _one_source(self) -> Jwks:
-        if (self.remote is None) == (self.inline is None):
-            raise ValueError("set exactly one of remote or inline")
-        return self
 
 
 class JwtProvider(StrictModel):
@@ -149,18 +118,27 @@ class JwtProvider(StrictModel):
     (`alice@corp.example`) picks this provider without asking. A domain belongs to one provider
     at most."""
 
+    dpop: Literal["Disabled", "Allowed", "Required"] = "Allowed"
+    """DPoP (RFC 9449), sender-constrained tokens: a token bound to a key (`cnf.jkt`) is
+    accepted only as `Authorization: DPoP` with a proof signed by that key, made for this
+    request. `Allowed` (default): bound tokens with a proof, and unbound tokens as `Bearer`.
+    `Required`: bound tokens only, so a copied token is useless without its key. `Disabled`:
+    `Bearer` only; a bound token is refused (accepting it as a bearer token would undo its
+    binding)."""
+    dpop_proofs: DpopProofs | None = None
+    """What a DPoP proof must be: algorithms, age, server nonces. Refused with
+    `dpop: Disabled`."""
+
+    @model_validator(mode="after")
+    def _proofs_need_dpop(self) -> JwtProvider:
+        if self.dpop == "Disabled" and self.dpop_proofs is not None:
+            raise ValueError("dpopProofs cannot be set with dpop: Disabled; remove one of them")
+        return self
+
     @field_validator("issuer")
     @classmethod
     def _issuer_url(cls, value: str) -> str:
-        # OpenID Connect Discovery §3: an http(s) URL without query or fragment. User-info is
-        # refused too: it would become Basic credentials on the discovery fetch and be published
-        # as it is in the protected resource metadata.
-        parts = urlsplit(value)
-        if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-            raise ValueError(f"{shown_url(value)!r}: an issuer holds no user information")
-        if parts.query or parts.fragment or "?" in value or "#" in value:
-            raise ValueError(f"{shown_url(value)!r}: an issuer has no query or fragment")
-        return absolute_http_url(value)
+        return issuer_url(value)
 
     @field_validator("kind", mode="before")
     @classmethod
@@ -235,6 +213,10 @@ class McpAuthentication(StrictModel):
     clients that check the metadata's `issuer` and the RFC 9207 `iss`."""
     broker: BrokerSettings | None = None
     """Broker mode settings; refused in Facade mode."""
+    workload_identity: WorkloadIdentity | None = None
+    """Broker mode: workloads (a pod's service account, a SPIFFE JWT-SVID) get an access token
+    with no browser and no secret, by sending a JWT of a trusted issuer to the token endpoint
+    (RFC 7523 `jwt-bearer`). Needs `resourceMetadata.resource`."""
 
     @field_validator("provider", mode="before")
     @classmethod

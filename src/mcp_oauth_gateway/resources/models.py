@@ -14,14 +14,12 @@ from __future__ import annotations
 
 from .authentication import (
     BrokerSettings,
-    Jwks,
+    DpopProofs,
     JwtAuthenticationSpec,
     JwtProvider,
     McpAuthentication,
     PolicyTargetRef,
-    RemoteJwks,
     ResourceMetadata,
-    ServiceBackendRef,
 )
 from .backend import (
     BackendTls,
@@ -32,6 +30,7 @@ from .backend import (
     ServiceTarget,
     StaticTarget,
 )
+from .cel_rules import Authorization, AuthorizationRules
 from .cluster_kinds import (
     ClusterMeta,
     GatewayClass,
@@ -94,6 +93,7 @@ from .gateway_api import (
     RouteRule,
     RouteTimeouts,
 )
+from .jwks import Jwks, RemoteJwks, ServiceBackendRef
 from .label_selector import LabelSelector
 from .policy import (
     ONE_MODE,
@@ -110,8 +110,6 @@ from .policy import (
     UserOAuth,
 )
 from .traffic import (
-    Authorization,
-    AuthorizationRules,
     HeaderValue,
     McpPolicy,
     McpScopeRule,
@@ -121,6 +119,7 @@ from .traffic import (
     Traffic,
     Transformation,
 )
+from .workload import KubernetesJwks, WorkloadIdentity, WorkloadIssuer, WorkloadJwks
 
 Resource = (
     Gateway
@@ -170,6 +169,7 @@ __all__ = [
     "BrokerSettings",
     "ClusterMeta",
     "CorsPolicy",
+    "DpopProofs",
     "Duration",
     "Gateway",
     "GatewayBackend",
@@ -191,6 +191,7 @@ __all__ = [
     "Jwks",
     "JwtAuthenticationSpec",
     "JwtProvider",
+    "KubernetesJwks",
     "LabelSelector",
     "Listener",
     "McpAuthentication",
@@ -239,6 +240,9 @@ __all__ = [
     "Traffic",
     "Transformation",
     "UserOAuth",
+    "WorkloadIdentity",
+    "WorkloadIssuer",
+    "WorkloadJwks",
     "absolute_http_url",
     "cors_origin",
     "domain",

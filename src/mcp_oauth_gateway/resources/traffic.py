@@ -3,11 +3,12 @@ rate limit) and over each MCP tool, prompt and resource."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field, field_validator
 
 from .authentication import JwtAuthenticationSpec
+from .cel_rules import Authorization
 from .fields import (
     Duration,
     HeaderName,
@@ -18,26 +19,6 @@ from .fields import (
     not_refresh_scope,
     parse_duration,
 )
-
-
-class AuthorizationRules(StrictModel):
-    match_expressions: Annotated[
-        list[Annotated[str, Field(min_length=1, max_length=16384)]],
-        Field(min_length=1, max_length=256),
-    ]
-    """CEL expressions returning a boolean, over `jwt` (the verified claims, e.g.
-    `"mcp-agent" in jwt.groups`) and `request` (method, path, headers, host); under
-    `backend.mcp` also `mcp.tool.name`, `mcp.prompt.name`, `mcp.resource.uri`. One that does
-    not compile makes the policy Accepted=False."""
-
-
-class Authorization(StrictModel):
-    action: Literal["Allow", "Deny", "Require"] = "Allow"
-    """`Allow` (default): allowed when any expression is true. `Deny`: refused when any is
-    true. `Require`: allowed when all are true. An expression that cannot be evaluated (a
-    missing claim, not a boolean) never lets a request through."""
-    policy: AuthorizationRules
-    """The expressions the action applies to."""
 
 
 class Scopes(StrictModel):

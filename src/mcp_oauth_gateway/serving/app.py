@@ -177,7 +177,7 @@ class GatewayApp:
                 await self.control.start()
                 if self.watcher is not None:
                     self.watcher.start()
-                self.brokers.redis.start()
+                self.brokers.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if self.watcher is not None:

@@ -181,13 +181,23 @@ class AuditLine:
             "decision": decision,
             "stage": stage,
             "reason": audit.capped(reason, audit.MAX_REASON) if reason is not None else None,
-            "caller": trail.caller(scope.get(CLAIMS_KEY), record.client_id, record.user),
+            "caller": _bound(
+                trail.caller(scope.get(CLAIMS_KEY), record.client_id, record.user),
+                record.dpop_jkt,
+            ),
             "mcp": record.mcp,
             "event": record.event,
             "method": audit.capped(scope["method"], 32),
             "path": audit.capped(scope["path"]),
             "status": status,
         }
+
+
+def _bound(caller: dict[str, str] | None, jkt: str | None) -> dict[str, str] | None:
+    """The caller with `dpop_jkt` on a DPoP-bound call (a copy: callers are memoized)."""
+    if jkt is None or caller is None:
+        return caller
+    return {**caller, "dpop_jkt": jkt}
 
 
 def _trace_id(span: Any) -> str | None:

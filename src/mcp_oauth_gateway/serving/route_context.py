@@ -9,8 +9,10 @@ from functools import cached_property
 
 from .. import audit
 from ..asgi import ASGIApp, Headers, Limits, Receive, Scope, Send, send_error
+from ..broker.binding import route_key
 from ..broker.endpoints import Broker
 from ..broker.identity import SignInProvider
+from ..broker.workload_grant import WorkloadGrant
 from ..controlplane.control import ControlPlane
 from ..controlplane.snapshot import (
     CompiledCredentials,
@@ -28,6 +30,7 @@ from ..proxy.upstream import Upstream
 from ..useroauth.target_credential import NotConnected, UserOAuthCredential
 from .runtime import BrokerRuntime
 from .user_oauth_targets import by_target
+from .workload import WorkloadAssertions
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,20 @@ class RouteContext:
             self.shared.brokers.documents,
             lambda: control.session,
             policy.key,
+            self.workload_grant(policy),
         )
+
+    def workload_grant(self, policy: CompiledPolicy) -> WorkloadGrant | None:
+        """The policy's jwt-bearer grant: its assertions checked by the data plane's JWT
+        verification, its tokens signed with the route's key (kept by the process, so derived
+        once however often the configuration is reloaded)."""
+        mcp = policy.mcp
+        if mcp is None or mcp.workload is None or mcp.resource is None:
+            return None
+        route = route_key(policy.key, mcp.resource)
+        keys = self.shared.brokers.workload_keys(mcp.redis_url, route)
+        judge = WorkloadAssertions(mcp.workload, self.shared.control.keysets)
+        return WorkloadGrant(mcp.workload, judge, keys)
 
     def sign_in_providers(self, policy: CompiledPolicy) -> tuple[SignInProvider, ...]:
         """What the Broker needs of each provider: its metadata, client, name and adapter."""

@@ -10,8 +10,10 @@ import aiohttp
 
 from ..broker.clients import MetadataDocuments
 from ..broker.store import BrokerStore, MemoryStore, RedisStore
+from ..broker.workload_keys import WorkloadKeys
 from ..controlplane.snapshot import CompiledRateLimit, CompiledRoute, CompiledTarget
 from ..dataplane.ratelimit import Limiter, LocalLimiter, RedisLimiter
+from ..dpop import MemoryReplayCache, RedisReplayCache, ReplayCache
 from ..proxy.federation.shared import SharedSessions
 from ..proxy.federation.stage import FederationState
 from ..redis_clients import RedisConnections
@@ -44,6 +46,9 @@ class BrokerRuntime:
         self._federations: dict[
             tuple[str, int, tuple[CompiledTarget, ...], str | None], FederationState
         ] = {}
+        self._replays: dict[str, ReplayCache] = {}
+        # Per (store, route): the key of the tokens issued to workloads, derived once.
+        self._workload_keys: dict[tuple[str, str], WorkloadKeys] = {}
         self.user_tokens: UserTokenSettings | None = None
         self._user_oauth: UserOAuthRuntime | None = None
 
@@ -100,6 +105,19 @@ class BrokerRuntime:
         redis_url = (mcp.redis_url if mcp is not None else None) or self.default_redis_url
         return self.federation(route.route, route.rule, route.targets, redis_url)
 
+    def dpop_replay(self, policy: str, redis_url: str | None) -> ReplayCache:
+        """Where a policy's DPoP proofs are remembered, kept across reloads (a reload must not
+        forget them: each is accepted once): the policy's Redis or the environment's, shared
+        by every replica and policy using it, else this process's memory, one per policy (a
+        tenant filling its own cannot refuse another's proofs)."""
+        url = redis_url or self.default_redis_url
+        key = f"redis:{url}" if url else f"memory:{policy}"
+        if key not in self._replays:
+            self._replays[key] = (
+                RedisReplayCache(self.redis.connection(url)) if url else MemoryReplayCache()
+            )
+        return self._replays[key]
+
     def store(self, redis_url: str | None) -> BrokerStore:
         """The store for a policy's Redis URL (the environment's, or memory, when unset)."""
         url = redis_url or self.default_redis_url
@@ -107,6 +125,21 @@ class BrokerRuntime:
         if key not in self._stores:
             self._stores[key] = RedisStore(self.redis.connection(url)) if url else MemoryStore()
         return self._stores[key]
+
+    def workload_keys(self, redis_url: str | None, route: str) -> WorkloadKeys:
+        """A Broker route's workload-token key (its store's secret read once, in the background,
+        as soon as the process runs its event loop)."""
+        identity = (redis_url or self.default_redis_url or "memory", route)
+        if identity not in self._workload_keys:
+            self._workload_keys[identity] = WorkloadKeys(self.store(redis_url), route)
+        return self._workload_keys[identity]
+
+    def start(self) -> None:
+        """Start what runs in the background: Redis health checks, deriving the workload-token
+        keys of routes built before the event loop ran."""
+        self.redis.start()
+        for keys in self._workload_keys.values():
+            keys.warm()
 
     async def close(self) -> None:
         """Close every store, every Redis connection and the client metadata documents'

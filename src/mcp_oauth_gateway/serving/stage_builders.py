@@ -4,11 +4,12 @@ route's context. Each builder is called only when its stage applies to the route
 from __future__ import annotations
 
 from ..asgi import ASGIApp
-from ..controlplane.snapshot import CompiledPolicy
-from ..dataplane.authn import JwtAuthentication, challenger_for
+from ..controlplane.snapshot import CompiledPolicy, CompiledProvider
+from ..dataplane.authn import JwtAuthentication, KeySource, challenger_for
 from ..dataplane.authz import CelAuthorization
-from ..dataplane.cors import CorsFilter
+from ..dataplane.cors import CorsFilter, with_dpop
 from ..dataplane.credentials import BackendCredentials, OwnedRemoved
+from ..dataplane.dpop_binding import ProofCheck
 from ..dataplane.headers import OwnedHeaders
 from ..dataplane.mcp_authz import McpAuthorization
 from ..dataplane.oauth_endpoints import OAuthEndpoints, PathDispatch
@@ -40,9 +41,13 @@ def broker_pages(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
 
 
 def cors(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
-    """The route's CORS filter."""
-    assert ctx.route.cors is not None
-    return CorsFilter(app, ctx.route.cors)
+    """The route's CORS filter (letting browsers use DPoP where the policy takes it)."""
+    settings = ctx.route.cors
+    assert settings is not None
+    policy = ctx.policy
+    if policy is not None and any(p.dpop.enabled for p in policy.providers):
+        settings = with_dpop(settings)
+    return CorsFilter(app, settings)
 
 
 def fail_closed(ctx: RouteContext) -> ASGIApp:
@@ -77,18 +82,38 @@ def oauth_endpoints(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
 
 
 def jwt_authentication(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
-    """JWT verification against each provider's live keyset."""
+    """JWT verification against each provider's live keyset, and DPoP proofs remembered and
+    nonces keyed where the policy's Broker state is (its Redis, the environment's, or this
+    process)."""
     policy = _policy(ctx)
     keysets = ctx.shared.control.keysets
+    issuers: list[tuple[CompiledProvider, KeySource]] = [
+        (p, keysets[p.keyset.url]) for p in policy.providers
+    ]
+    # The tokens the Broker issues to workloads, checked with its own key.
+    workload = policy.mcp.workload if policy.mcp is not None else None
+    keys = ctx.broker.workload_keys if ctx.broker is not None else None
+    if workload is not None and keys is not None:
+        issuers.append((workload.token_provider, keys))
+    brokers = ctx.shared.brokers
+    redis_url = policy.mcp.redis_url if policy.mcp is not None else None
+    proofs = ProofCheck(
+        [p.dpop for p, _ in issuers],
+        lambda: brokers.dpop_replay(policy.key, redis_url),
+        lambda: brokers.store(redis_url).secret(),
+        # Each policy's nonces its own (RFC 9449 §9: a nonce is one resource server's).
+        context=f"resource-server {policy.key}",
+    )
     return JwtAuthentication(
         app,
-        [(p, keysets[p.keyset.url]) for p in policy.providers],
+        issuers,
         policy.mcp,
         policy.forward_token,
         ctx.shared.metrics,
         policy.jwt_mode,
         ctx.shared.limits.token_cache_entries,
         ctx.shared.token_cache,
+        proofs,
     )
 
 
@@ -113,7 +138,7 @@ def cel_authorization(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
         app,
         policy.authorization,
         policy.key,
-        challenger_for(policy.mcp),
+        challenger_for(policy.mcp, policy.providers),
         ctx.shared.limits.token_cache_entries,
         ctx.shared.authorization_cache,
     )

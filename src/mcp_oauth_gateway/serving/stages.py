@@ -95,7 +95,8 @@ PIPELINE: tuple[Stage, ...] = (
     ),
     Stage(
         "jwt-authentication",
-        "verifies the bearer JWT with the keys of the provider its issuer names (401)",
+        "verifies the bearer JWT with the keys of the provider its issuer names, and a "
+        "DPoP-bound token's proof on every request (401)",
         "the route has a GatewayPolicy (jwtAuthentication is required)",
         _has(lambda p: p.provider is not None),
         views.providers,

@@ -20,9 +20,9 @@ from mcp_oauth_gateway.controlplane.snapshot import CompiledMcp, CompiledProvide
 from mcp_oauth_gateway.dataplane import authn as authn_module
 from mcp_oauth_gateway.dataplane.authn import JwtAuthentication
 from support import jwks_of, mint, new_key
-from unit.tokens_support import ISSUER, KEY, KEYSET, bearer, compiled_mcp, good
+from unit.tokens_support import ALL_DPOP_ALGS, ISSUER, KEY, KEYSET, bearer, compiled_mcp, good
 
-from .harness import Inner, drive
+from .harness import Inner, Response, drive, values
 
 PROVIDER = CompiledProvider(
     ISSUER,
@@ -63,6 +63,21 @@ def stage(
 
 
 TOKEN = mint(KEY, good())
+# Every DPoP algorithm, as the challenge offers them (providers take DPoP unless Disabled).
+ALGS = " ".join(ALL_DPOP_ALGS)
+
+
+def challenges(response: Response) -> list[bytes]:
+    """The WWW-Authenticate values, in order: Bearer, then DPoP where the route takes it."""
+    return values(response.headers, b"www-authenticate")
+
+
+def bearer_challenge(response: Response) -> bytes:
+    """The Bearer challenge, which comes first (TS clients read only the first)."""
+    found = challenges(response)
+    assert found, "no WWW-Authenticate"
+    assert found[0].startswith(b"Bearer"), found
+    return found[0]
 
 
 # --- what it answers itself -----------------------------------------------------------------
@@ -78,10 +93,10 @@ async def test_no_token_is_401_with_a_challenge_pointing_at_the_metadata_without
         "error_description": "Unauthorized: missing bearer token",
     }
     # RFC 6750 §3.1: no credentials, no error code; Bearer first, metadata and scope hints.
-    assert (
-        response.header(b"www-authenticate")
-        == f'Bearer resource_metadata="{PRM}", scope="openid"'.encode()
-    )
+    assert challenges(response) == [
+        f'Bearer resource_metadata="{PRM}", scope="openid"'.encode(),
+        f'DPoP algs="{ALGS}", resource_metadata="{PRM}", scope="openid"'.encode(),
+    ]
     assert response.header(b"cache-control") == b"no-store"
 
 
@@ -99,7 +114,8 @@ async def test_anything_but_a_bearer_token_counts_as_no_token(value):
     response = await drive(stage(Inner()), "POST", headers=[(b"authorization", value)])
     assert response.status == 401
     assert response.json()["error_description"] == "Unauthorized: missing bearer token"
-    assert b"error=" not in (response.header(b"www-authenticate") or b"error=")
+    assert challenges(response)
+    assert not any(b"error=" in value for value in challenges(response))
 
 
 async def test_a_malformed_token_is_401_and_the_challenge_says_why():
@@ -109,19 +125,20 @@ async def test_a_malformed_token_is_401_and_the_challenge_says_why():
     assert not response.reached
     assert response.status == 401
     assert response.json() == {"error": "invalid_token", "error_description": why}
-    assert (
-        response.header(b"www-authenticate")
-        == (
+    assert challenges(response) == [
+        (
             f'Bearer error="invalid_token", error_description="{why}", '
             f'resource_metadata="{PRM}", scope="openid"'
-        ).encode()
-    )
+        ).encode(),
+        # RFC 9449 §7.2: the error goes on the challenge of the scheme used, and only there.
+        f'DPoP algs="{ALGS}", resource_metadata="{PRM}", scope="openid"'.encode(),
+    ]
 
 
 async def test_quotes_in_the_reason_are_escaped_inside_the_challenge():
     token = mint(KEY, good(iss="http://idp/it's"))  # repr() quotes this value with "
     response = await drive(stage(Inner()), "POST", headers=[bearer(token)])
-    challenge = response.header(b"www-authenticate") or b""
+    challenge = bearer_challenge(response)
     assert response.json()["error_description"].startswith(
         'iss "http://idp/it\'s" is not the expected issuer'
     )
@@ -132,7 +149,7 @@ async def test_the_challenge_names_the_metadata_at_the_host_the_client_used():
     response = await drive(
         stage(Inner()), "POST", host=b"mcp.example:8443", scope={"scheme": "https"}
     )
-    assert response.header(b"www-authenticate") == (
+    assert bearer_challenge(response) == (
         b'Bearer resource_metadata="https://mcp.example:8443/.well-known/'
         b'oauth-protected-resource/mcp", scope="openid"'
     )
@@ -142,17 +159,18 @@ async def test_without_mcp_settings_the_challenge_is_plain_bearer():
     plain = JwtAuthentication(Inner(), [(PROVIDER, InlineKeyset(KEYSET))], None, False)
     missing = await drive(plain, "POST")
     bad = await drive(plain, "POST", headers=[bearer("a.b")])
-    assert missing.header(b"www-authenticate") == b"Bearer"
-    assert bad.header(b"www-authenticate") == (
+    assert challenges(missing) == [b"Bearer", f'DPoP algs="{ALGS}"'.encode()]
+    assert challenges(bad) == [
         b'Bearer error="invalid_token", error_description="malformed token: expected three '
-        b'dot-separated parts (header.payload.signature)"'
-    )
+        b'dot-separated parts (header.payload.signature)"',
+        f'DPoP algs="{ALGS}"'.encode(),
+    ]
 
 
 async def test_no_scope_hint_when_the_policy_lists_no_scopes():
     mcp = dataclasses.replace(compiled_mcp(None), scopes_supported=())
     response = await drive(stage(Inner(), mcp), "POST")
-    assert response.header(b"www-authenticate") == f'Bearer resource_metadata="{PRM}"'.encode()
+    assert bearer_challenge(response) == f'Bearer resource_metadata="{PRM}"'.encode()
 
 
 # --- what it hands inward ---------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from mcp_oauth_gateway.controlplane.snapshot import CompiledCors, compile_cors
-from mcp_oauth_gateway.dataplane.cors import CorsFilter
+from mcp_oauth_gateway.dataplane.cors import CorsFilter, with_dpop
 from mcp_oauth_gateway.resources.models import CorsPolicy
 
 from .harness import Inner, drive
@@ -214,3 +214,38 @@ async def test_a_streamed_answer_gets_the_headers_once_and_every_chunk_unchanged
     response = await drive(stage, "GET", headers=[(b"origin", APP)], inner=inner)
     assert response.header(b"access-control-allow-origin") == b"*"
     assert response.chunks == [b"data: 1\n\n", b"data: 2\n\n", b""]
+
+
+# --- DPoP: what a browser's DPoP client sends and reads ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("allow", "expose", "allowed", "exposed"),
+    [
+        ([], [], "DPoP", "WWW-Authenticate, DPoP-Nonce"),
+        (
+            ["Authorization", "Content-Type"],
+            ["Mcp-Session-Id"],
+            "Authorization, Content-Type, DPoP",
+            "Mcp-Session-Id, WWW-Authenticate, DPoP-Nonce",
+        ),
+        # Listed already, in any case: not twice.
+        (["dpop"], ["www-authenticate", "Dpop-Nonce"], "dpop", "www-authenticate, Dpop-Nonce"),
+        # `*` already allows every request header.
+        (["*"], [], "*", "WWW-Authenticate, DPoP-Nonce"),
+    ],
+)
+def test_with_dpop_lets_browsers_send_a_proof_and_read_the_challenge_and_nonce(
+    allow, expose, allowed, exposed
+):
+    settings = with_dpop(cors(allow_headers=allow, expose_headers=expose))
+    assert (settings.allow_headers, settings.expose_headers) == (allowed, exposed)
+
+
+async def test_a_dpop_route_exposes_its_challenge_and_nonce_to_the_page():
+    inner = Inner(status=401, headers=[(b"dpop-nonce", b"n1")])
+    stage = CorsFilter(inner, with_dpop(cors(allow_origins=["https://app.example"])))
+    answer = await drive(stage, "POST", headers=[(b"origin", APP)], inner=inner)
+    assert answer.header(b"access-control-expose-headers") == b"WWW-Authenticate, DPoP-Nonce"
+    asked = await drive(stage, "OPTIONS", headers=preflight(requested=b"authorization, dpop"))
+    assert asked.header(b"access-control-allow-headers") == b"DPoP"

@@ -21,7 +21,7 @@ from mcp_oauth_gateway.dataplane.oauth_endpoints import OAuthEndpoints
 from mcp_oauth_gateway.provider_kinds import ProviderKind
 from mcp_oauth_gateway.providers import RegistrationError, RegistrationResult, adapter_for
 from mcp_oauth_gateway.providers.base import DiscoveryFacade
-from unit.tokens_support import ISSUER, compiled_mcp
+from unit.tokens_support import ALL_DPOP_ALGS, ISSUER, compiled_mcp
 
 from .harness import Inner, drive
 
@@ -135,6 +135,9 @@ async def test_without_a_provider_prm_names_the_issuer_and_defaults_the_resource
         "resource_type": "mcp-server",
         "bearer_methods_supported": ["header"],
         "scopes_supported": ["openid"],
+        # RFC 9728 §2: a provider takes DPoP tokens unless Disabled (Allowed by default).
+        "dpop_signing_alg_values_supported": ALL_DPOP_ALGS,
+        "dpop_bound_access_tokens_required": False,
         "resource_name": "Tools",
     }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from mcp_oauth_gateway.asgi import DPOP_KEY
 from mcp_oauth_gateway.controlplane.scopes import compile_scopes, implied_closure, rule_kinds
 from mcp_oauth_gateway.dataplane.bounded import CacheCounts
 from mcp_oauth_gateway.dataplane.mcp_authz import McpAuthorization
@@ -13,7 +14,7 @@ from mcp_oauth_gateway.dataplane.scopes import RequiredScopes, granted_scopes, l
 from mcp_oauth_gateway.resources.models import McpScopeRule
 from unit.rpc_bodies import body as rpc
 
-from .harness import Inner, drive
+from .harness import Inner, drive, values
 from .scopes_support import PRM, caller, scopes
 
 JSON = [(b"content-type", b"application/json")]
@@ -99,6 +100,25 @@ async def test_a_token_without_the_routes_scope_is_403_with_a_step_up_challenge(
         "error_description": "this route needs scope mcp:tools, which the token does not grant",
         "scope": "mcp:tools mcp:read",
     }
+
+
+async def test_a_dpop_call_short_of_a_scope_gets_the_error_on_its_dpop_challenge():
+    # RFC 9449 §7.2: the error on the challenge of the scheme the token came with.
+    inner = Inner()
+    app = RequiredScopes(inner, scopes(required=["mcp:tools"]), PRM)
+    dpop_call = {**caller("openid"), DPOP_KEY: ("ES256", "EdDSA")}
+    response = await drive(app, "POST", scope=dpop_call, inner=inner)
+    assert response.status == 403
+    metadata = f'resource_metadata="http://gw.test{PRM}"'
+    assert values(response.headers, b"www-authenticate") == [
+        f'Bearer {metadata}, scope="mcp:tools"'.encode(),
+        (
+            'DPoP error="insufficient_scope", error_description="this route needs scope '
+            f'mcp:tools, which the token does not grant", algs="ES256 EdDSA", {metadata}, '
+            'scope="mcp:tools"'
+        ).encode(),
+    ]
+    assert response.json()["error"] == "insufficient_scope"
 
 
 async def test_a_token_with_the_routes_scopes_or_a_scope_implying_them_passes():
