@@ -1,13 +1,14 @@
 """DPoP (RFC 9449): proofs of possession of a key, checked where a resource server and the
 Broker's token endpoint need them. Pure decisions (`verify_proof`, `htu_of`, `dpop_challenge`,
 `DpopNonces`) and the one I/O they need, remembering each proof's `jti` (`check_replay` with
-a `MemoryReplayCache` or a `RedisReplayCache`)."""
+a `MemoryReplayCache` or a `RedisReplayCache`); `ProofCheck` puts them together for a server."""
 
 from .challenge import dpop_challenge
 from .errors import INVALID_DPOP_PROOF, INVALID_TOKEN, USE_DPOP_NONCE, DpopError
 from .header import ASYMMETRIC_ALGORITHMS
 from .htu import htu_of, normalize_htu
 from .nonces import DEFAULT_NONCE_PERIOD, DpopNonces
+from .proof_check import NonceKey, ProofCheck, offered_algorithms, proof_values, request_htu
 from .proofs import (
     DEFAULT_IAT_WINDOW,
     MAX_JTI_LENGTH,
@@ -39,7 +40,9 @@ __all__ = [
     "DpopError",
     "DpopNonces",
     "MemoryReplayCache",
+    "NonceKey",
     "Proof",
+    "ProofCheck",
     "ProofRules",
     "RedisReplayCache",
     "ReplayCache",
@@ -49,7 +52,10 @@ __all__ = [
     "dpop_challenge",
     "htu_of",
     "normalize_htu",
+    "offered_algorithms",
+    "proof_values",
     "replay_key",
     "replay_ttl",
+    "request_htu",
     "verify_proof",
 ]

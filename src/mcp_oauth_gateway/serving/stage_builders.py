@@ -9,13 +9,13 @@ from ..dataplane.authn import JwtAuthentication, KeySource, challenger_for
 from ..dataplane.authz import CelAuthorization
 from ..dataplane.cors import CorsFilter, with_dpop
 from ..dataplane.credentials import BackendCredentials, OwnedRemoved
-from ..dataplane.dpop_binding import ProofCheck
 from ..dataplane.headers import OwnedHeaders
 from ..dataplane.mcp_authz import McpAuthorization
 from ..dataplane.oauth_endpoints import OAuthEndpoints, PathDispatch
 from ..dataplane.ratelimit import RateLimit
 from ..dataplane.scopes import RequiredScopes
 from ..dataplane.transform import HeaderTransformation
+from ..dpop import ProofCheck
 from ..providers import adapter_for
 from ..proxy.federation.stage import Federation
 from ..proxy.federation.target import TargetLink
