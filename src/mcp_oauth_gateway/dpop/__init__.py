@@ -3,6 +3,7 @@ Broker's token endpoint need them. Pure decisions (`verify_proof`, `htu_of`, `dp
 `DpopNonces`) and the one I/O they need, remembering each proof's `jti` (`check_replay` with
 a `MemoryReplayCache` or a `RedisReplayCache`); `ProofCheck` puts them together for a server."""
 
+from .bound_tokens import SEALED_PREFIX, BoundToken, SealError, TokenSeal
 from .challenge import dpop_challenge
 from .errors import INVALID_DPOP_PROOF, INVALID_TOKEN, USE_DPOP_NONCE, DpopError
 from .header import ASYMMETRIC_ALGORITHMS
@@ -36,7 +37,9 @@ __all__ = [
     "INVALID_TOKEN",
     "MAX_JTI_LENGTH",
     "MAX_PROOF_BYTES",
+    "SEALED_PREFIX",
     "USE_DPOP_NONCE",
+    "BoundToken",
     "DpopError",
     "DpopNonces",
     "MemoryReplayCache",
@@ -47,6 +50,8 @@ __all__ = [
     "RedisReplayCache",
     "ReplayCache",
     "ReplayCacheFull",
+    "SealError",
+    "TokenSeal",
     "access_token_hash",
     "check_replay",
     "dpop_challenge",
