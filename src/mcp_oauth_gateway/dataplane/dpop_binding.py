@@ -15,9 +15,11 @@ is `dpop.ProofCheck`'s (the Broker's token endpoint checks its proofs with one t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
+from ..asgi import Scope
 from ..controlplane.snapshot import CompiledDpop
-from ..dpop import ProofCheck, offered_algorithms, request_htu
+from ..dpop import BoundToken, ProofCheck, offered_algorithms, request_htu
 from .tokens import TokenError
 
 BEARER = "Bearer"
@@ -28,6 +30,7 @@ __all__ = [
     "BEARER",
     "DPOP",
     "ProofCheck",
+    "SealedTokens",
     "bound_key",
     "mode_refusal",
     "offered_algorithms",
@@ -35,6 +38,16 @@ __all__ = [
     "request_htu",
     "resource_metadata",
 ]
+
+
+class SealedTokens(Protocol):
+    """The DPoP-bound tokens a Broker route issued for its providers' bearer tokens
+    (`dpop.bound_tokens`): opened with the route's key, given by the Broker."""
+
+    async def open(self, scope: Scope, token: str) -> BoundToken:
+        """What a sealed token presented with this request holds; SealError (or
+        RedisUnavailable while the key cannot be had) otherwise."""
+        ...
 
 
 def resource_metadata(settings: Sequence[CompiledDpop]) -> dict[str, object]:
