@@ -114,6 +114,8 @@ def jwt_authentication(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
         ctx.shared.limits.token_cache_entries,
         ctx.shared.token_cache,
         proofs,
+        # The DPoP-bound tokens the route's Broker seals, opened with its key.
+        ctx.broker.bound_tokens if ctx.broker is not None else None,
     )
 
 

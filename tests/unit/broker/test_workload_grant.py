@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import time
-from urllib.parse import urlencode
 
 import pytest
 from joserfc import jwt
@@ -292,15 +291,3 @@ async def test_every_issuance_and_refusal_is_an_audit_line_naming_the_workload(t
     # The auditor, unlike the workload, is told which rule refused.
     assert 'jwt["kubernetes.io"].namespace == "agents"' in denied["reason"]
     assert "workloadIdentity.issuers[0]" in denied["reason"]
-
-
-async def test_a_dpop_proof_sent_along_is_not_read_and_the_token_is_a_bearer_token(tmp_path):
-    # Binding at this grant waits for the route to enforce DPoP; until then the answer says
-    # Bearer (RFC 9449 §5 lets an authorization server issue one), so the client sends Bearer.
-    app, _ = gateway(tmp_path)
-    body = urlencode({"grant_type": JWT_BEARER, "assertion": sa_token(sa_claims())}).encode()
-    headers = [(b"content-type", b"application/x-www-form-urlencoded"), (b"dpop", b"a.b.c")]
-    response = await drive(app, "POST", "/mcp/oauth/token", body=body, headers=headers)
-    assert response.status == 200, response.body
-    assert response.json()["token_type"] == "Bearer"
-    assert "cnf" not in unverified_claims(response.json()["access_token"])
