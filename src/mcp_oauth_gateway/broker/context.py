@@ -16,7 +16,7 @@ import aiohttp
 from ..asgi import Scope, request_origin
 from ..controlplane.fetch import FetchError
 from ..controlplane.snapshot import CompiledMcp
-from ..dpop import MemoryReplayCache, ProofCheck, ReplayCache, TokenSeal
+from ..dpop import MemoryReplayCache, ProofCheck, ReplayCache, TokenSeal, nonce_context
 from .binding import RouteStore, route_key
 from .clients import BrokerClient, ClientError, MetadataDocuments, read_client_id
 from .errors import OAuthError
@@ -71,8 +71,8 @@ class BrokerContext:
         settings = [p.dpop for p in providers]
         if workload is not None:
             settings.append(workload.spec.token_provider.dpop)
-        # The authorization server's nonces are its own (RFC 9449 §8), not its routes'.
-        proofs = ProofCheck(settings, replay, store.secret, f"authorization-server {policy}")
+        # Nonces keyed as the route's resource server's: one server, one origin, one nonce.
+        proofs = ProofCheck(settings, replay, store.secret, nonce_context(policy))
         refresh = RefreshTokens(RouteStore(store, route))
         state = BrokerState(refresh.store)
         revocation = Revocation(refresh.store, refresh)

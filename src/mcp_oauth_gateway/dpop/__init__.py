@@ -9,7 +9,14 @@ from .errors import INVALID_DPOP_PROOF, INVALID_TOKEN, USE_DPOP_NONCE, DpopError
 from .header import ASYMMETRIC_ALGORITHMS
 from .htu import htu_of, normalize_htu
 from .nonces import DEFAULT_NONCE_PERIOD, DpopNonces
-from .proof_check import NonceKey, ProofCheck, offered_algorithms, proof_values, request_htu
+from .proof_check import (
+    NonceKey,
+    ProofCheck,
+    nonce_context,
+    offered_algorithms,
+    proof_values,
+    request_htu,
+)
 from .proofs import (
     DEFAULT_IAT_WINDOW,
     MAX_JTI_LENGTH,
@@ -56,6 +63,7 @@ __all__ = [
     "check_replay",
     "dpop_challenge",
     "htu_of",
+    "nonce_context",
     "normalize_htu",
     "offered_algorithms",
     "proof_values",

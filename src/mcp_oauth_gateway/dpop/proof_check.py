@@ -1,8 +1,8 @@
 """Checking the proofs of one server's requests (RFC 9449 §4.3): the rules of each provider
 whose tokens it binds or accepts, the replay cache every replica shares, and the server's own
 nonces. A resource server (the JWT stage) and an authorization server (the Broker's token
-endpoint) each have one: nonces are each server's own (§8, §9), the replay cache is shared
-(its entries name the URL a proof was for).
+endpoint) each have one; a policy's two share their nonces (`nonce_context`) and every
+replica shares the replay cache (its entries name the URL a proof was for).
 
 `verify` is the pure part (the proof for this request, its nonce); `record` remembers its
 `jti`, once every other check of the request passed; `check` is both, for a resource server.
@@ -40,6 +40,14 @@ def request_htu(scope: Scope) -> str:
     # raw_path never holds the query (ASGI); some servers leave it in: cut it off here.
     path = raw_path.partition(b"?")[0].decode("latin-1")
     return htu_of(scheme, host, path)
+
+
+def nonce_context(policy: str) -> str:
+    """The context of one policy's nonces (`DpopNonces`): its route's resource server and, in
+    Broker mode, its token endpoint share them, as one server at one origin (RFC 9449 §8, §9
+    make nonces each server's own; clients keep one per origin, as the TypeScript SDK does,
+    and would otherwise be asked again at every switch). Another policy's are refused."""
+    return f"policy {policy}"
 
 
 def proof_values(scope: Scope) -> list[bytes]:

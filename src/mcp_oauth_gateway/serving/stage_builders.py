@@ -15,7 +15,7 @@ from ..dataplane.oauth_endpoints import OAuthEndpoints, PathDispatch
 from ..dataplane.ratelimit import RateLimit
 from ..dataplane.scopes import RequiredScopes
 from ..dataplane.transform import HeaderTransformation
-from ..dpop import ProofCheck
+from ..dpop import ProofCheck, nonce_context
 from ..providers import adapter_for
 from ..proxy.federation.stage import Federation
 from ..proxy.federation.target import TargetLink
@@ -101,8 +101,8 @@ def jwt_authentication(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
         [p.dpop for p, _ in issuers],
         lambda: brokers.dpop_replay(policy.key, redis_url),
         lambda: brokers.store(redis_url).secret(),
-        # Each policy's nonces its own (RFC 9449 §9: a nonce is one resource server's).
-        context=f"resource-server {policy.key}",
+        # Each policy's nonces its own, shared with its Broker's token endpoint.
+        context=nonce_context(policy.key),
     )
     return JwtAuthentication(
         app,
