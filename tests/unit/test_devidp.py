@@ -5,14 +5,12 @@ repository). The authentik flavour: test_devidp_authentik.py."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from starlette.testclient import TestClient
 
 from contracts import KEYCLOAK, Recorder, validate
 from mcp_oauth_gateway.dataplane.tokens import TokenError
-from mcp_oauth_gateway.devidp import DevIdpSettings, create_app, oidc
+from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
 from support import unverified_claims
 from unit.devidp_support import KC, REDIRECT, gateway_verify, make, redeem, sign_in
 
@@ -89,23 +87,6 @@ def test_keycloak_create_and_duplicate_exchanges_follow_the_contract(kc):
         for p in validate(str(KEYCLOAK), q, r)
     ]
     assert problems == []
-
-
-class ServerTime:
-    """The dev IdP's wall clock (token expiry), moved forward instead of waited for."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def time(self) -> float:
-        return time.time() + self.offset
-
-
-@pytest.fixture
-def server_time(monkeypatch: pytest.MonkeyPatch) -> ServerTime:
-    shifted = ServerTime()
-    monkeypatch.setattr(oidc, "time", shifted)
-    return shifted
 
 
 def test_keycloak_admin_auth_errors(server_time):
