@@ -61,13 +61,14 @@ async def test_without_a_proof_the_tokens_are_bearer_tokens_and_unbound(rig: Rig
 
 @pytest.mark.parametrize(
     ("proofs", "words"),
+    # Made when the test runs, not when the module is collected: proofs are short-lived.
     [
-        ([token_proof(htu="http://gw.test/mcp")], "is for 'http://gw.test/mcp'"),
-        ([token_proof(htm="GET")], "is for method 'GET'; this request is POST"),
-        ([token_proof(iat=1_000_000_000)], "s ago (at most 300 s accepted)"),
-        ([token_proof(head=header("ES256", CLIENT_KEY, typ="JWT"))], "typ is 'JWT'"),
-        ([token_proof(), token_proof()], "more than one DPoP header"),
-        ([b"not a proof"], "is not a JWT"),
+        (lambda: [token_proof(htu="http://gw.test/mcp")], "is for 'http://gw.test/mcp'"),
+        (lambda: [token_proof(htm="GET")], "is for method 'GET'; this request is POST"),
+        (lambda: [token_proof(iat=1_000_000_000)], "s ago (at most 300 s accepted)"),
+        (lambda: [token_proof(head=header("ES256", CLIENT_KEY, typ="JWT"))], "typ is 'JWT'"),
+        (lambda: [token_proof(), token_proof()], "more than one DPoP header"),
+        (lambda: [b"not a proof"], "is not a JWT"),
     ],
     ids=["another URL", "another method", "too old", "not dpop+jwt", "two proofs", "garbage"],
 )
@@ -76,7 +77,7 @@ async def test_a_bad_proof_is_400_naming_the_check_and_the_code_still_stands(
 ):
     client_id = await register(rig)
     code = await client_code(rig, client_id)
-    dpop_error(await redeem(rig, client_id, code, proofs=proofs), "invalid_dpop_proof", words)
+    dpop_error(await redeem(rig, client_id, code, proofs=proofs()), "invalid_dpop_proof", words)
     again = await redeem(rig, client_id, code, proofs=[token_proof()])
     assert again.status == 200, again.body
     assert again.json()["token_type"] == "DPoP"
