@@ -16,11 +16,13 @@ import binascii
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import get_args
 
 from joserfc.errors import JoseError
 from joserfc.util import urlsafe_b64decode, urlsafe_b64encode
 
 from ..controlplane.keys import SignatureCheck
+from ..resources.authentication import DpopAlgorithm
 from .errors import INVALID_TOKEN, USE_DPOP_NONCE, DpopError, refused, shown
 from .header import ASYMMETRIC_ALGORITHMS, decode_json, read_header
 from .htu import normalize_htu
@@ -33,20 +35,9 @@ MAX_PROOF_BYTES = 8192
 # RFC 9449 §11.1: a jti is 96 bits of randomness or more; a UUID is 36 characters.
 MAX_JTI_LENGTH = 256
 _MAX_WINDOW = 3600.0
-# The order algorithms are offered in (`algs="…"`, `dpop_signing_alg_values_supported`).
-_PREFERENCE = (
-    "ES256",
-    "ES384",
-    "ES512",
-    "EdDSA",
-    "Ed25519",
-    "PS256",
-    "PS384",
-    "PS512",
-    "RS256",
-    "RS384",
-    "RS512",
-)
+# The order algorithms are offered in (`algs="…"`, `dpop_signing_alg_values_supported`):
+# the configuration's own list of them.
+_PREFERENCE: tuple[str, ...] = get_args(DpopAlgorithm)
 
 
 @dataclass(frozen=True, slots=True)
