@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from .documents import digest, parse_piece, split_documents
 from .models import KINDS, Resource
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
@@ -149,7 +150,8 @@ def _documents(text: str) -> list[tuple[int, object]]:
     return list(enumerate(yaml.load_all(text, Loader=SAFE_LOADER)))
 
 
-def _parse_document(doc: object, source: Source) -> Loaded | list[str] | None:
+def _validated(doc: object, source: Source) -> Resource | list[str]:
+    """One document as its resource model, or its problems (each naming `source`)."""
     if not isinstance(doc, dict):
         return [f"{source}: expected a mapping with apiVersion and kind, got {type(doc).__name__}"]
     api_version, kind = doc.get("apiVersion"), doc.get("kind")
@@ -165,12 +167,16 @@ def _parse_document(doc: object, source: Source) -> Loaded | list[str] | None:
             f"{source}: {kind} {name}: unsupported apiVersion/kind {api_version}/{kind}; "
             f"supported: {known}"
         ]
-    label = f"{kind} {name}"
     try:
-        resource = model.model_validate(doc)
+        return model.model_validate(doc)
     except ValidationError as exc:
-        return describe_validation_error(label, source, exc)
-    return Loaded(resource, source)
+        return describe_validation_error(f"{kind} {name}", source, exc)
+
+
+def _parse_document(doc: object, source: Source) -> Loaded | list[str]:
+    """One document as a loaded resource, or its problems."""
+    resource = _validated(doc, source)
+    return resource if isinstance(resource, list) else Loaded(resource, source)
 
 
 # What one file reads as: each document's resource or problems, or the file's own problem.
@@ -196,26 +202,88 @@ def read_file(path: Path, content: bytes) -> FileResult:
     return tuple(item for item in parsed if item is not None)
 
 
+# A piece of a file by the SHA-256 of its text: the index of its first document, and its
+# documents as read (None: an empty document), when they all validated.
+PieceMap = dict[bytes, tuple[int, tuple[Loaded | None, ...]]]
+
+
+def read_pieces(path: Path, pieces: list[str], known: PieceMap) -> CachedFile | None:
+    """Each piece's documents, those whose text is among the `known` pieces (the file's last
+    read) taken from there; None when a piece does not parse alone."""
+    found: list[Loaded | list[str]] = []
+    kept: PieceMap = {}
+    index = 0
+    for piece in pieces:
+        key = digest(piece)
+        first, documents = known.get(key, (index, None))
+        if documents is None:
+            parsed = parse_piece(piece, SAFE_LOADER)
+            if parsed is None:
+                return None
+            checked = [
+                None if doc is None else _parse_document(doc, Source(str(path), index + i))
+                for i, doc in enumerate(parsed)
+            ]
+            if any(isinstance(item, list) for item in checked):
+                found.extend(item for item in checked if item is not None)
+                index += len(checked)
+                continue  # its problems name where it is: read again next time
+            documents = tuple(item for item in checked if not isinstance(item, list))
+        elif first != index:  # moved within the file: the same resources, named by the place
+            documents = tuple(
+                None if d is None else Loaded(d.resource, Source(str(path), index + i))
+                for i, d in enumerate(documents)
+            )
+        kept[key] = (index, documents)
+        found.extend(item for item in documents if item is not None)
+        index += len(documents)
+    return CachedFile(b"", tuple(found), kept)
+
+
+def read_changed(path: Path, content: bytes, known: PieceMap) -> CachedFile:
+    """Read a file whose content changed: each of its documents parsed and validated on its own,
+    unless its text is among the pieces of the file's last read."""
+    try:
+        pieces = split_documents(content.decode("utf-8"))
+    except UnicodeDecodeError:
+        pieces = None
+    read = None if pieces is None else read_pieces(path, pieces, known)
+    if read is None:
+        # Read whole: its errors with the file's own line numbers.
+        return CachedFile(content, read_file(path, content), {})
+    return replace(read, content=content)
+
+
+@dataclass(frozen=True, slots=True)
+class CachedFile:
+    """A file as last read: its bytes, what they read as, and its documents by their text."""
+
+    content: bytes
+    result: FileResult
+    pieces: PieceMap
+
+
 class FileCache:
     """Each file's result by its exact content, kept from one load to the next: a reload parses
-    and validates only the files whose bytes changed. It holds the files of the last load only."""
+    and validates only the files whose bytes changed, and of those only the documents whose
+    text changed. It holds the files of the last load only."""
 
     def __init__(self) -> None:
-        self._files: dict[Path, tuple[bytes, FileResult]] = {}
+        self._files: dict[Path, CachedFile] = {}
 
-    def read(
-        self, path: Path, content: bytes, keep: dict[Path, tuple[bytes, FileResult]]
-    ) -> FileResult:
-        """The file's result, from the cache when its bytes are the same as last time."""
+    def read(self, path: Path, content: bytes, keep: dict[Path, CachedFile]) -> FileResult:
+        """The file's result, from the cache when its bytes (or some of its documents) are the
+        same as last time."""
         known = self._files.get(path)
-        result = known[1] if known is not None and known[0] == content else read_file(path, content)
-        keep[path] = (content, result)
-        return result
+        if known is None or known.content != content:
+            known = read_changed(path, content, known.pieces if known is not None else {})
+        keep[path] = known
+        return known.result
 
     def __len__(self) -> int:
         return len(self._files)
 
-    def replace(self, kept: dict[Path, tuple[bytes, FileResult]]) -> None:
+    def replace(self, kept: dict[Path, CachedFile]) -> None:
         """Keep only the files of the load that just ended."""
         self._files = kept
 
@@ -226,7 +294,7 @@ def load_paths(paths: Sequence[str | Path], cache: FileCache | None = None) -> L
     files, errors = expand_paths(paths)
     result = LoadResult(errors=errors, files=files)
     seen: dict[tuple[str, str], Source] = {}
-    kept: dict[Path, tuple[bytes, FileResult]] = {}
+    kept: dict[Path, CachedFile] = {}
     for path in files:
         try:
             content = path.read_bytes()
