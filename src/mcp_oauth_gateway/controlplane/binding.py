@@ -217,14 +217,21 @@ def bind_routes(
 ) -> dict[str, RouteBinding]:
     """Bind every route to the Gateways and listeners its parentRefs name (in a cluster, only
     the parentRefs to Gateways this controller serves count)."""
-    bindings = {}
-    for key, entry in routes.items():
-        parents = (
-            bind_parent(entry.resource, i, gateways, cluster, context)
-            for i in range(len(entry.resource.spec.parent_refs))
-        )
-        bindings[key] = RouteBinding(tuple(p for p in parents if p is not None))
-    return bindings
+    return {key: bind_route(entry, gateways, cluster, context) for key, entry in routes.items()}
+
+
+def bind_route(
+    entry: Entry[HTTPRoute],
+    gateways: Mapping[str, Entry[Gateway]],
+    cluster: bool = False,
+    context: BindingContext = NO_CONTEXT,
+) -> RouteBinding:
+    """Bind one route to the Gateways and listeners its parentRefs name."""
+    parents = (
+        bind_parent(entry.resource, i, gateways, cluster, context)
+        for i in range(len(entry.resource.spec.parent_refs))
+    )
+    return RouteBinding(tuple(p for p in parents if p is not None))
 
 
 def binding_errors(

@@ -8,7 +8,7 @@ later step can depend on the order they arrived in.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -147,8 +147,19 @@ def _sorted(entries: dict[str, Entry[R]]) -> dict[str, Entry[R]]:
     return dict(sorted(entries.items()))
 
 
-def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
-    """Index the objects by kind and `namespace/name`; raises ValueError on a duplicate."""
+def indexed(item: Loaded | Resource) -> tuple[ObjectKey, Entry[Any]]:
+    """An object's identity and its entry (a file's resource with where it was read)."""
+    if isinstance(item, Loaded):
+        return object_key(item.resource), Entry(item.resource, str(item.source))
+    return object_key(item), Entry(item)
+
+
+def index_objects(
+    objects: Iterable[ResourceObject],
+    entry_of: Callable[[Loaded | Resource], tuple[ObjectKey, Entry[Any]]] = indexed,
+) -> ObjectIndex:
+    """Index the objects by kind and `namespace/name` (`entry_of`: how an object's identity and
+    entry are made); raises ValueError on a duplicate."""
     by_kind: dict[str, dict[str, Entry[Any]]] = defaultdict(dict)
     refused: dict[str, RefusedPolicy] = {}
     refused_gateways: dict[str, RefusedGateway] = {}
@@ -161,18 +172,16 @@ def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
         if isinstance(item, RefusedGateway):
             refused_gateways[item.key] = item
             continue
-        resource = item.resource if isinstance(item, Loaded) else item
-        source = str(item.source) if isinstance(item, Loaded) else None
-        identity = object_key(resource)
+        identity, entry = entry_of(item)
         # The loader reports duplicates and the API server cannot hold two: keeping either one
         # would make the result depend on input order.
         if identity in seen:
-            raise ValueError(f"{resource.kind} {resource.metadata.key} is given twice")
+            raise ValueError(f"{identity.kind} {entry.key} is given twice")
         seen.add(identity)
-        if isinstance(resource, Namespace):
-            namespaces[resource.metadata.key] = resource.metadata.labels
+        if isinstance(entry.resource, Namespace):
+            namespaces[entry.key] = entry.resource.metadata.labels
         else:
-            by_kind[resource.kind][resource.metadata.key] = Entry(resource, source)
+            by_kind[identity.kind][entry.key] = entry
     return ObjectIndex(
         gateways=_sorted(by_kind["Gateway"]),
         routes=_sorted(by_kind["HTTPRoute"]),

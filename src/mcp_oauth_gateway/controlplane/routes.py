@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
@@ -98,10 +98,30 @@ def resolve_backends(
 ) -> dict[RuleKey, Targets | MissingBackend]:
     """Resolve the backend of every rule of every route."""
     return {
-        (key, rule_index): resolve_backend(entry, rule_index, backends, grants)
+        (key, rule_index): found
         for key, entry in routes.items()
-        for rule_index in range(len(entry.resource.spec.rules))
+        for rule_index, found in enumerate(resolve_rules(entry, backends, grants))
     }
+
+
+def resolve_rules(
+    entry: Entry[HTTPRoute],
+    backends: Mapping[str, BackendTargets],
+    grants: Mapping[str, Entry[ReferenceGrant]] | None = None,
+) -> tuple[Targets | MissingBackend, ...]:
+    """Resolve the backend of each rule of one route, in rule order."""
+    return tuple(
+        resolve_backend(entry, rule_index, backends, grants)
+        for rule_index in range(len(entry.resource.spec.rules))
+    )
+
+
+def backend_keys(route: HTTPRoute) -> tuple[str, ...]:
+    """The GatewayBackend (`namespace/name`) each rule of a route names, in rule order."""
+    return tuple(
+        f"{rule.backend_refs[0].namespace or route.metadata.namespace}/{rule.backend_refs[0].name}"
+        for rule in route.spec.rules
+    )
 
 
 def missing_backends(
@@ -181,15 +201,28 @@ def compile_routes(
 ) -> dict[str, tuple[CompiledRoute, ...]]:
     """Compile every route (`policies`: route key → the policy governing it)."""
     return {
-        key: tuple(
-            compiled
-            for rule_index in range(len(entry.resource.spec.rules))
-            for compiled in compile_rule(
-                key, entry.resource, rule_index, resolved[key, rule_index], policies.get(key)
-            )
+        key: compile_route(
+            key,
+            entry,
+            tuple(resolved[key, i] for i in range(len(entry.resource.spec.rules))),
+            policies.get(key),
         )
         for key, entry in routes.items()
     }
+
+
+def compile_route(
+    key: str,
+    entry: Entry[HTTPRoute],
+    rules: tuple[Targets | MissingBackend, ...],
+    policy: CompiledPolicy | None,
+) -> tuple[CompiledRoute, ...]:
+    """Compile one route: its rules (`rules`: each one's backend) under its policy."""
+    return tuple(
+        compiled
+        for rule_index, targets in enumerate(rules)
+        for compiled in compile_rule(key, entry.resource, rule_index, targets, policy)
+    )
 
 
 def listener_tables(
@@ -197,23 +230,36 @@ def listener_tables(
     bindings: Mapping[str, RouteBinding],
     compiled: Mapping[str, tuple[CompiledRoute, ...]],
     created: Mapping[str, str] = MappingProxyType({}),
+    rows: Callable[[str], Rows] | None = None,
 ) -> MappingProxyType[int, tuple[CompiledRoute, ...]]:
     """Each served port (`ports`: port → its listeners' hostnames) → the routes bound to its
     listeners, best match first (ties: the oldest route by `created`, its creation timestamp,
     then route name). A route is listed once per listener it is bound to, with the hostnames
-    it serves there (its own within the listener's) and that listener's hostname."""
+    it serves there (its own within the listener's) and that listener's hostname (`rows`: a
+    route's listings by its key, `listener_rows` unless given)."""
     created = {key: created.get(key, "") for key in compiled}
+    listed = rows or (lambda key: listener_rows(bindings[key], compiled[key]))
     tables: dict[int, list[CompiledRoute]] = {port: [] for port in sorted(ports)}
     # Gateway API: among equal matches the oldest route wins, then namespace/name; the rules
     # of one route keep their order. Added in that order, the stable sort keeps it for ties.
     for key in sorted(compiled, key=lambda k: (created[k], k)):
-        for (port, listener), hostnames in sorted(bindings[key].served_on.items()):
-            tables[port].extend(
-                replace(route, hostnames=hostnames, listener_hostname=listener)
-                for route in compiled[key]
-            )
+        for port, routes in listed(key):
+            tables[port].extend(routes)
     return MappingProxyType(
         {port: tuple(sorted(routes, key=route_sort_key)) for port, routes in tables.items()}
+    )
+
+
+# A route's listings: each port it is served on, with its compiled rules as served there.
+Rows = tuple[tuple[int, tuple[CompiledRoute, ...]], ...]
+
+
+def listener_rows(binding: RouteBinding, compiled: tuple[CompiledRoute, ...]) -> Rows:
+    """A route's rules as each listener it is bound to serves them: with the hostnames it is
+    served for there and the listener's hostname."""
+    return tuple(
+        (port, tuple(replace(r, hostnames=hostnames, listener_hostname=listener) for r in compiled))
+        for (port, listener), hostnames in sorted(binding.served_on.items())
     )
 
 

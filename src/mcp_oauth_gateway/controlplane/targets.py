@@ -109,3 +109,13 @@ def compile_backends(
 ) -> dict[str, BackendTargets]:
     """Every backend's targets, by `namespace/name`."""
     return {key: compile_targets(entry, refs) for key, entry in backends.items()}
+
+
+def reads_files(backend: GatewayBackend) -> bool:
+    """Whether resolving the backend reads a file no object holds (a target's `caFile`, read
+    again at each build)."""
+    return any(
+        address is not None and address.tls is not None and address.tls.ca_file is not None
+        for target in backend.spec.mcp.targets
+        for address in (target.static, target.service)
+    )
