@@ -12,9 +12,11 @@ import asyncio
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..resources.loader import FileCache, expand_paths, load_paths
+from .build_cache import BuildCache
 from .builder import build_snapshot
 from .collector import collector_paused
 from .control import ControlPlane
@@ -43,6 +45,25 @@ def fingerprint(paths: Sequence[str | Path]) -> Fingerprint:
             continue
         out.append((str(path), os.path.realpath(path), stat.st_mtime_ns, stat.st_size))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class ReloadCaches:
+    """What a reload starts from: each file's resources by its content (only the documents that
+    changed are parsed again) and what the last build computed (only what they reach is
+    compiled again). The load that starts the gateway fills them, so the first reload costs
+    what it changed too."""
+
+    files: FileCache = field(default_factory=FileCache)
+    builds: BuildCache = field(default_factory=BuildCache)
+
+
+def load_into(
+    paths: Sequence[str | Path], caches: ReloadCaches, deployment: Deployment | None = None
+) -> Snapshot:
+    """Load and build the files under `paths` through `caches` (the collector paused)."""
+    with collector_paused():
+        return build_snapshot(load_paths(paths, caches.files), deployment, caches.builds)
 
 
 def reload_problems(current: Snapshot, candidate: Snapshot) -> list[str]:
@@ -78,6 +99,7 @@ class ConfigWatcher:
         interval: float = 1.0,
         deployment: Deployment | None = None,
         writers: OpenWrites | None = None,
+        caches: ReloadCaches | None = None,
     ):
         self.paths = list(paths)
         self.deployment = deployment
@@ -89,8 +111,7 @@ class ConfigWatcher:
         self.waiting: tuple[str, ...] = ()
         self._seen = fingerprint(self.paths)
         self._writers = writers if writers is not None else OpenWrites()
-        # Each file's resources by its content: a reload parses only the files that changed.
-        self._files = FileCache()
+        self._caches = caches or ReloadCaches()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -153,8 +174,7 @@ class ConfigWatcher:
         return bool(busy)
 
     def _build(self) -> Snapshot:
-        with collector_paused():
-            return build_snapshot(load_paths(self.paths, self._files), self.deployment)
+        return load_into(self.paths, self._caches, self.deployment)
 
     async def reload(self, expected: Fingerprint | None = None) -> bool:
         """Load, validate and (if valid) install; True when the new snapshot is serving.
