@@ -173,20 +173,23 @@ class ConfigWatcher:
         self.waiting = busy
         return bool(busy)
 
-    def _build(self) -> Snapshot:
-        return load_into(self.paths, self._caches, self.deployment)
+    def _judged(self, current: Snapshot) -> tuple[Snapshot, list[str]]:
+        """The files built, and why they cannot replace `current` (none: they can)."""
+        candidate = load_into(self.paths, self._caches, self.deployment)
+        with collector_paused():
+            return candidate, reload_problems(current, candidate)
 
     async def reload(self, expected: Fingerprint | None = None) -> bool:
         """Load, validate and (if valid) install; True when the new snapshot is serving.
         With `expected`, a change while the files were read drops what was read: the next poll
         reads them again."""
-        # Parsing YAML and compiling CEL take milliseconds: off the event loop.
-        candidate = await asyncio.to_thread(self._build)
+        # Parsing, compiling and judging the change take milliseconds: off the event loop (only
+        # this task installs snapshots, so the one judged against is still serving after).
+        candidate, problems = await asyncio.to_thread(self._judged, self.control.snapshot)
         if expected is not None and await asyncio.to_thread(fingerprint, self.paths) != expected:
             log.info("the files changed while they were read; reading them again")
             self._seen = ()
             return False
-        problems = reload_problems(self.control.snapshot, candidate)
         if problems:
             self.last_error = "; ".join(problems)
             log.error(
