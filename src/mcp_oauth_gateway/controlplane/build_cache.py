@@ -17,15 +17,22 @@ Each step is given exactly what it reads, and its inputs are exactly that:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Set
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..resources.loader import Loaded
 from ..resources.models import GatewayBackend, GatewayPolicy, HTTPRoute, ReferenceGrant, Resource
 from . import status
 from .admission import Admission, admit
-from .binding import Attachment, BindingContext, RouteBinding, bind_route
+from .binding import (
+    Attachment,
+    BindingContext,
+    RouteBinding,
+    attach_policies,
+    bind_route,
+    policy_targets,
+)
 from .cluster import Cluster
 from .cluster_secrets import ClusterSecrets
 from .deployment import Deployment
@@ -44,7 +51,7 @@ from .routes import (
 )
 from .secret_sources import policy_secret_refs, reads_outside
 from .service_refs import ServiceRefs, backend_services, policy_services
-from .snapshot import CompiledPolicy, CompiledRoute, PolicyReport
+from .snapshot import CompiledPolicy, PolicyReport
 from .target_credentials import check_target_names
 from .targets import BackendTargets, compile_targets, reads_files
 
@@ -58,19 +65,17 @@ class BuildCache:
 
     def __init__(self) -> None:
         self.tokens = Tokens()
-        self.entries: Memo[int, tuple[ObjectKey, Entry[Any]]] = Memo()
+        self.entries: Memo[int, tuple[ObjectKey, Entry[Any], Facts]] = Memo()
+        # This build's facts of each entry (by the entry's id: the entries live as long).
+        self._facts: dict[int, Facts] = {}
         self.admitted: Memo[str, Admitted] = Memo()
         self.bindings: Memo[str, RouteBinding] = Memo()
         self.policies: Memo[str, PolicyResult] = Memo()
         self.refused: Memo[str, PolicyResult] = Memo()
         self.checked: Memo[str, PolicyResult] = Memo()
         self.backends: Memo[str, BackendTargets] = Memo()
-        self.backend_keys: Memo[str, tuple[str, ...]] = Memo()
-        self.policy_facts: Memo[str, PolicyFacts] = Memo()
-        self.backend_facts: Memo[str, BackendFacts] = Memo()
         self.resolved: Memo[str, tuple[Targets | MissingBackend, ...]] = Memo()
-        self.routes: Memo[str, tuple[CompiledRoute, ...]] = Memo()
-        self.rows: Memo[str, Rows] = Memo()
+        self.routes: Memo[str, Rows] = Memo()
         self.conditions: Memo[str, tuple[status.Condition, ...]] = Memo()
         self.reports: Memo[str, PolicyReport] = Memo()
         self.statuses: Memo[ObjectKey, status.ObjectStatus] = Memo()
@@ -80,6 +85,7 @@ class BuildCache:
         self.tokens.end(keep)
         for memo in self.memos():
             memo.end(keep)
+        self._facts = {}
 
     def memos(self) -> tuple[Memo[Any, Any], ...]:
         """Every step's memo."""
@@ -88,8 +94,11 @@ class BuildCache:
     # --- the objects -------------------------------------------------------------------------
 
     def entry_of(self, item: Loaded | Resource) -> tuple[ObjectKey, Entry[Any]]:
-        """An object's identity and entry, the same entry while it is the same object."""
-        return self.entries.get(id(item), (item,), indexed)
+        """An object's identity and entry, the same entry while it is the same object (and what
+        its steps read besides it, as far as it says: `facts_of`)."""
+        identity, entry, facts = self.entries.get(id(item), (item,), indexed_with_facts)
+        self._facts[id(entry)] = facts
+        return identity, entry
 
     def admit(self, index: ObjectIndex, cluster: Cluster | None) -> tuple[ObjectIndex, Admission]:
         """`admission.admit`, which reads the classes, their parameters, the Gateways (and
@@ -143,8 +152,10 @@ class BuildCache:
         narrow = self.tokens.of_value("deployment without secrets", sealed)
         out = {}
         for key in sorted(index.policies):
-            policy = index.policies[key].resource
-            secrets, named, outside = self.policy_facts.get(key, (policy,), policy_facts)
+            entry = index.policies[key]
+            policy = entry.resource
+            facts = self._facts[id(entry)]
+            secrets, named, outside = facts.secrets, facts.services, facts.outside
             given = deployment if secrets else sealed
 
             def compiled(
@@ -181,7 +192,8 @@ class BuildCache:
         token = self.tokens.of_value("cluster without secrets", sealed)
         out = {}
         for key, entry in index.backends.items():
-            named, outside = self.backend_facts.get(key, (entry.resource,), backend_facts)
+            facts = self._facts[id(entry)]
+            named, outside = facts.services, facts.outside
 
             def resolved(
                 entry: Entry[GatewayBackend], *_: object, named: Names = named
@@ -194,6 +206,19 @@ class BuildCache:
             out[key] = self.backends.get(key, inputs, resolved)
         return out
 
+    def attach(
+        self, index: ObjectIndex, valid: Set[str], bindings: Mapping[str, RouteBinding]
+    ) -> Attachment:
+        """`binding.attach_policies`, each policy's targets as its facts say."""
+        targets = self._facts
+        return attach_policies(
+            index.policies, valid, bindings, index.refused, lambda e: targets[id(e)].targets
+        )
+
+    def created(self, routes: Mapping[str, Entry[HTTPRoute]]) -> dict[str, str]:
+        """Each route's creation timestamp ("" for none)."""
+        return {key: self._facts[id(entry)].created for key, entry in routes.items()}
+
     def check_target_names(
         self,
         results: dict[str, PolicyResult],
@@ -202,7 +227,10 @@ class BuildCache:
         resolved: Mapping[RuleKey, Targets | MissingBackend],
     ) -> None:
         """`target_credentials.check_target_names`, each policy it makes invalid the same
-        result while the same problems make it so."""
+        result while the same problems make it so (none to check: no policy lists credentials
+        per target)."""
+        if not any(self._facts[id(entry)].per_target for entry in index.policies.values()):
+            return
         before = dict(results)
         check_target_names(results, index.policies, attachment, index.routes, resolved)
         for key, result in results.items():
@@ -223,7 +251,7 @@ class BuildCache:
         token = None if grants is None else self.tokens.of("grants", tuple(grants.values()))
         out: dict[RuleKey, Targets | MissingBackend] = {}
         for key, entry in routes.items():
-            names = self.backend_keys.get(key, (entry,), lambda e: backend_keys(e.resource))
+            names = self._facts[id(entry)].backends
 
             def rules_of(
                 entry: Entry[HTTPRoute], _: object, names: Names, *named: BackendTargets | None
@@ -241,42 +269,71 @@ class BuildCache:
         routes: Mapping[str, Entry[HTTPRoute]],
         resolved: Mapping[RuleKey, Targets | MissingBackend],
         governed: Mapping[str, CompiledPolicy],
-    ) -> dict[str, tuple[CompiledRoute, ...]]:
-        """`routes.compile_route` for every route."""
+        bindings: Mapping[str, RouteBinding],
+    ) -> dict[str, Rows]:
+        """`routes.compile_route` for every route, as `routes.listener_rows` lists it."""
         out = {}
         for key, entry in routes.items():
             rules = (resolved[key, i] for i in range(len(entry.resource.spec.rules)))
-            out[key] = self.routes.get(
-                key,
-                (entry, governed.get(key), *rules),
-                lambda e, p, *r, key=key: compile_route(key, e, r, p),
-            )
+
+            def listed(
+                entry: Entry[HTTPRoute],
+                binding: RouteBinding,
+                policy: CompiledPolicy | None,
+                *rules: Targets | MissingBackend,
+                key: str = key,
+            ) -> Rows:
+                return listener_rows(binding, compile_route(key, entry, rules, policy))
+
+            inputs = (entry, bindings[key], governed.get(key), *rules)
+            out[key] = self.routes.get(key, inputs, listed)
         return out
 
-    def rows_of(
-        self,
-        bindings: Mapping[str, RouteBinding],
-        compiled: Mapping[str, tuple[CompiledRoute, ...]],
-    ) -> Callable[[str], Rows]:
-        """`routes.listener_rows` by route key, for `routes.listener_tables`."""
-        return lambda key: self.rows.get(key, (bindings[key], compiled[key]), listener_rows)
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What the steps that read an object read besides it, as far as the object says."""
+
+    # The Services it names (a policy's keysets, a backend's targets).
+    services: Names = ()
+    # A policy names a Secret.
+    secrets: bool = False
+    # It reads a file or an environment variable (read again at every build).
+    outside: bool = False
+    # The backends a route's rules name.
+    backends: Names = ()
+    # The routes a policy's targetRefs name.
+    targets: Names = ()
+    # A policy lists credentials per target (their names are checked against its backends).
+    per_target: bool = False
+    # A route's creation timestamp ("" for none).
+    created: str = ""
 
 
-# Of a policy: whether it names a Secret, the Services it names, whether it reads a file or an
-# environment variable.
-PolicyFacts = tuple[bool, Names, bool]
-# Of a backend: the Services it names, whether it reads a file.
-BackendFacts = tuple[Names, bool]
+def indexed_with_facts(item: Loaded | Resource) -> tuple[ObjectKey, Entry[Any], Facts]:
+    """`objects.indexed`, and what the object's steps read besides it, as far as it says."""
+    identity, entry = indexed(item)
+    return identity, entry, facts_of(entry.resource)
 
 
-def policy_facts(policy: GatewayPolicy) -> PolicyFacts:
-    """What compiling a policy reads besides the policy, as far as the policy says."""
-    return any(policy_secret_refs(policy)), policy_services(policy), reads_outside(policy)
-
-
-def backend_facts(backend: GatewayBackend) -> BackendFacts:
-    """What resolving a backend reads besides the backend, as far as the backend says."""
-    return backend_services(backend), reads_files(backend)
+def facts_of(resource: Resource) -> Facts:
+    """What the steps that read a resource read besides it, as far as it says."""
+    if isinstance(resource, GatewayPolicy):
+        backend = resource.spec.backend
+        credentials = backend.credentials if backend is not None else None
+        return Facts(
+            policy_services(resource),
+            secrets=any(policy_secret_refs(resource)),
+            outside=reads_outside(resource),
+            targets=policy_targets(resource),
+            per_target=credentials is not None and bool(credentials.targets),
+        )
+    if isinstance(resource, GatewayBackend):
+        return Facts(backend_services(resource), outside=reads_files(resource))
+    if isinstance(resource, HTTPRoute):
+        created = resource.metadata.creation_timestamp or ""
+        return Facts(backends=backend_keys(resource), created=created)
+    return Facts()
 
 
 def without_secrets(deployment: Deployment) -> Deployment:

@@ -23,7 +23,6 @@ from .binding import (
     Attachment,
     BindingContext,
     RouteBinding,
-    attach_policies,
     binding_errors,
 )
 from .build_cache import BuildCache
@@ -42,13 +41,14 @@ from .objects import (
 from .policies import PolicyResult, fetch_targets, uses_discovery
 from .routes import (
     MissingBackend,
+    Rows,
     RuleKey,
     Targets,
     backend_errors,
     listener_tables,
     shadowed_matches,
 )
-from .snapshot import CompiledPolicy, CompiledRoute, PolicyReport, Snapshot
+from .snapshot import CompiledPolicy, PolicyReport, Snapshot
 from .targets import BackendTargets
 
 
@@ -152,7 +152,8 @@ class _Decided:
     attachment: Attachment
     backends: Mapping[str, BackendTargets]
     resolved: Mapping[RuleKey, Targets | MissingBackend]
-    compiled: Mapping[str, tuple[CompiledRoute, ...]]
+    # Each route's rules, compiled, as each listener it is bound to serves them.
+    listed: Mapping[str, Rows]
 
 
 def _decide(
@@ -169,7 +170,7 @@ def _decide(
         )
     results = cache.compile_policies(index, deployment)
     valid = {key for key, result in results.items() if result.valid}
-    attachment = attach_policies(index.policies, valid, bindings, index.refused)
+    attachment = cache.attach(index, valid, bindings)
     results.update(cache.refused_results(index.refused, refused_result))
     backends = cache.compile_backends(index, cluster)
     resolved = cache.resolve(index.routes, backends, index.grants if cluster is not None else None)
@@ -177,8 +178,8 @@ def _decide(
     # its policy invalid (its routes fail closed).
     cache.check_target_names(results, index, attachment, resolved)
     governed = {route: results[key].compiled for route, key in attachment.governing.items()}
-    compiled = cache.compile_routes(index.routes, resolved, governed)
-    return _Decided(index, admission, bindings, results, attachment, backends, resolved, compiled)
+    listed = cache.compile_routes(index.routes, resolved, governed, bindings)
+    return _Decided(index, admission, bindings, results, attachment, backends, resolved, listed)
 
 
 def _build(
@@ -205,11 +206,8 @@ def _build(
     keysets, discovery_urls = fetch_targets(fetched)
     ancestors = policy_ancestors(attachment, bindings)
     errors = admission_errors(index, admission) + binding_errors(index.routes, bindings)
-    rows = cache.rows_of(bindings, decided.compiled)
     snapshot = Snapshot(
-        listeners=listener_tables(
-            admission.ports, bindings, decided.compiled, creation_times(index), rows
-        ),
+        listeners=listener_tables(admission.ports, decided.listed, cache.created(index.routes)),
         policies=policy_reports(index.policies, results, conditions, ancestors, cache.reports.get),
         errors=tuple(errors + backend_errors(decided.resolved)),
         keysets=MappingProxyType(keysets),
@@ -231,13 +229,6 @@ def _build(
         cache.statuses.get,
     )
     return BuildResult(snapshot, derived)
-
-
-def creation_times(index: ObjectIndex) -> dict[str, str]:
-    """Route → its creation timestamp (empty when it has none, as in files)."""
-    return {
-        key: entry.resource.metadata.creation_timestamp or "" for key, entry in index.routes.items()
-    }
 
 
 def refused_result(stand_in: RefusedPolicy) -> PolicyResult:

@@ -77,15 +77,16 @@ class Memo(Generic[K, V]):
 
     def get(self, key: K, inputs: Inputs, compute: Callable[..., V]) -> V:
         """Last build's result for `key` when its inputs are the same, else `compute(*inputs)`."""
-        # Asked for again within one build (a token many steps share): this build's result.
-        known = self._next.get(key) or self._last.get(key)
-        if known is not None and same_inputs(known[0], inputs):
-            value = known[1]
-        else:
-            value = compute(*inputs)
+        known = self._last.get(key)
+        if known is None or not (
+            # Mostly the very same objects: checked first, in C.
+            (all(map(is_, known[0], inputs)) and len(known[0]) == len(inputs))
+            or same_inputs(known[0], inputs)
+        ):
+            known = (inputs, compute(*inputs))
             self.computed += 1
-        self._next[key] = (inputs, value)
-        return value
+        self._next[key] = known
+        return known[1]
 
     def end(self, keep: bool) -> None:
         """The build ended: keep what it used (`keep`), or forget it (it failed)."""
@@ -105,16 +106,21 @@ class Tokens:
 
     def __init__(self) -> None:
         self._memo: Memo[str, object] = Memo()
+        self._made: dict[str, object] = {}
 
     def of(self, name: str, inputs: Inputs) -> object:
-        """The token of `inputs` under `name`."""
-        return self._memo.get(name, inputs, lambda *_: object())
+        """The token of `inputs` under `name` (the same within one build, however often asked)."""
+        if name in self._made:
+            return self._made[name]
+        token = self._made[name] = self._memo.get(name, inputs, lambda *_: object())
+        return token
 
     def of_value(self, name: str, value: object) -> object:
         """The token of a value compared by equality (a frozen settings object whose equality
         is its whole value)."""
-        return self._memo.get(name, (_Equal(value),), lambda _: object())
+        return self.of(name, (_Equal(value),))
 
     def end(self, keep: bool) -> None:
         """As `Memo.end`."""
         self._memo.end(keep)
+        self._made = {}

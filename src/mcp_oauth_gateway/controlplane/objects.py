@@ -21,7 +21,6 @@ from ..resources.models import (
     GatewayClassParameters,
     GatewayPolicy,
     HTTPRoute,
-    Namespace,
     ReferenceGrant,
     Resource,
     Service,
@@ -97,11 +96,11 @@ class Entry(Generic[R]):
 
     resource: R
     source: str | None = None
+    # `namespace/name`, the identity used in references (read often: made once).
+    key: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> str:
-        """`namespace/name`, the identity used in references."""
-        return self.resource.metadata.key
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", self.resource.metadata.key)
 
     @property
     def generation(self) -> int:
@@ -144,7 +143,7 @@ class ObjectIndex:
 
 
 def _sorted(entries: dict[str, Entry[R]]) -> dict[str, Entry[R]]:
-    return dict(sorted(entries.items()))
+    return {key: entries[key] for key in sorted(entries)}
 
 
 def indexed(item: Loaded | Resource) -> tuple[ObjectKey, Entry[Any]]:
@@ -163,8 +162,6 @@ def index_objects(
     by_kind: dict[str, dict[str, Entry[Any]]] = defaultdict(dict)
     refused: dict[str, RefusedPolicy] = {}
     refused_gateways: dict[str, RefusedGateway] = {}
-    namespaces: dict[str, Mapping[str, str]] = {}
-    seen: set[ObjectKey] = set()
     for item in objects:
         if isinstance(item, RefusedPolicy):
             refused[item.key] = item
@@ -173,15 +170,13 @@ def index_objects(
             refused_gateways[item.key] = item
             continue
         identity, entry = entry_of(item)
+        bucket = by_kind[identity.kind]
         # The loader reports duplicates and the API server cannot hold two: keeping either one
         # would make the result depend on input order.
-        if identity in seen:
+        if entry.key in bucket:
             raise ValueError(f"{identity.kind} {entry.key} is given twice")
-        seen.add(identity)
-        if isinstance(entry.resource, Namespace):
-            namespaces[entry.key] = entry.resource.metadata.labels
-        else:
-            by_kind[identity.kind][entry.key] = entry
+        bucket[entry.key] = entry
+    namespaces = {key: e.resource.metadata.labels for key, e in by_kind["Namespace"].items()}
     return ObjectIndex(
         gateways=_sorted(by_kind["Gateway"]),
         routes=_sorted(by_kind["HTTPRoute"]),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
@@ -89,19 +89,6 @@ def resolve_backend(
         why = f"GatewayBackend {key} is not served: " + "; ".join(backend.problems)
         return MissingBackend(entry.prefix, field_path, key, why)
     return backend.targets
-
-
-def resolve_backends(
-    routes: Mapping[str, Entry[HTTPRoute]],
-    backends: Mapping[str, BackendTargets],
-    grants: Mapping[str, Entry[ReferenceGrant]] | None = None,
-) -> dict[RuleKey, Targets | MissingBackend]:
-    """Resolve the backend of every rule of every route."""
-    return {
-        (key, rule_index): found
-        for key, entry in routes.items()
-        for rule_index, found in enumerate(resolve_rules(entry, backends, grants))
-    }
 
 
 def resolve_rules(
@@ -194,23 +181,6 @@ def compile_rule(
     )
 
 
-def compile_routes(
-    routes: Mapping[str, Entry[HTTPRoute]],
-    resolved: Mapping[RuleKey, Targets | MissingBackend],
-    policies: Mapping[str, CompiledPolicy],
-) -> dict[str, tuple[CompiledRoute, ...]]:
-    """Compile every route (`policies`: route key → the policy governing it)."""
-    return {
-        key: compile_route(
-            key,
-            entry,
-            tuple(resolved[key, i] for i in range(len(entry.resource.spec.rules))),
-            policies.get(key),
-        )
-        for key, entry in routes.items()
-    }
-
-
 def compile_route(
     key: str,
     entry: Entry[HTTPRoute],
@@ -225,33 +195,27 @@ def compile_route(
     )
 
 
+# A route's listings: each port it is served on, with its compiled rules as served there.
+Rows = tuple[tuple[int, tuple[CompiledRoute, ...]], ...]
+
+
 def listener_tables(
     ports: Mapping[int, tuple[str, ...]],
-    bindings: Mapping[str, RouteBinding],
-    compiled: Mapping[str, tuple[CompiledRoute, ...]],
+    listed: Mapping[str, Rows],
     created: Mapping[str, str] = MappingProxyType({}),
-    rows: Callable[[str], Rows] | None = None,
 ) -> MappingProxyType[int, tuple[CompiledRoute, ...]]:
     """Each served port (`ports`: port → its listeners' hostnames) → the routes bound to its
-    listeners, best match first (ties: the oldest route by `created`, its creation timestamp,
-    then route name). A route is listed once per listener it is bound to, with the hostnames
-    it serves there (its own within the listener's) and that listener's hostname (`rows`: a
-    route's listings by its key, `listener_rows` unless given)."""
-    created = {key: created.get(key, "") for key in compiled}
-    listed = rows or (lambda key: listener_rows(bindings[key], compiled[key]))
+    listeners (`listed`: each route's rules as `listener_rows` lists them), best match first
+    (ties: the oldest route by `created`, its creation timestamp, then route name)."""
     tables: dict[int, list[CompiledRoute]] = {port: [] for port in sorted(ports)}
     # Gateway API: among equal matches the oldest route wins, then namespace/name; the rules
     # of one route keep their order. Added in that order, the stable sort keeps it for ties.
-    for key in sorted(compiled, key=lambda k: (created[k], k)):
-        for port, routes in listed(key):
+    for key in sorted(listed, key=lambda k: (created.get(k, ""), k)):
+        for port, routes in listed[key]:
             tables[port].extend(routes)
     return MappingProxyType(
         {port: tuple(sorted(routes, key=route_sort_key)) for port, routes in tables.items()}
     )
-
-
-# A route's listings: each port it is served on, with its compiled rules as served there.
-Rows = tuple[tuple[int, tuple[CompiledRoute, ...]], ...]
 
 
 def listener_rows(binding: RouteBinding, compiled: tuple[CompiledRoute, ...]) -> Rows:

@@ -9,7 +9,6 @@ targets of a federated backend and not others.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..resources.models import POLICY_API_GROUP, GatewayBackend, McpTarget, parse_duration
@@ -102,13 +101,6 @@ def compile_targets(entry: Entry[GatewayBackend], refs: ServiceRefs) -> BackendT
     if found.problems:
         return BackendTargets((), tuple(found.problems), tuple(found.unresolved))
     return BackendTargets(tuple(targets), unresolved=tuple(found.unresolved))
-
-
-def compile_backends(
-    backends: Mapping[str, Entry[GatewayBackend]], refs: ServiceRefs
-) -> dict[str, BackendTargets]:
-    """Every backend's targets, by `namespace/name`."""
-    return {key: compile_targets(entry, refs) for key, entry in backends.items()}
 
 
 def reads_files(backend: GatewayBackend) -> bool:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -35,6 +36,12 @@ class Source:
 class Loaded:
     resource: Resource
     source: Source
+    # (kind, `namespace/name`): no two resources loaded together may share it (made once).
+    identity: tuple[str, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        identity = (self.resource.kind, self.resource.metadata.key)
+        object.__setattr__(self, "identity", identity)
 
     @property
     def label(self) -> str:
@@ -113,18 +120,32 @@ def directory_files(root: Path) -> tuple[list[Path], list[str]]:
             continue
         seen.add(real)
         try:
-            entries = list(directory.iterdir())
+            with os.scandir(directory) as listing:
+                entries = list(listing)
         except OSError as exc:
             errors.append(f"{directory}: cannot read the directory: {exc.strerror or exc}")
             continue
         for entry in entries:
             if entry.name.startswith(KUBELET_RESERVED):
                 continue
-            if entry.is_dir():
-                todo.append(entry)
-            elif entry.is_file() and entry.suffix.lower() in YAML_SUFFIXES:
-                found.append(entry)
-    return sorted(found), errors
+            if _is(entry.is_dir):
+                todo.append(directory / entry.name)
+            elif _is(entry.is_file) and os.path.splitext(entry.name)[1].lower() in YAML_SUFFIXES:
+                found.append(directory / entry.name)
+    # Path order (by parts), with the parts as the key: comparing Paths costs ten times more.
+    found.sort(key=lambda path: path.parts)
+    return found, errors
+
+
+def _is(test: Callable[[], bool]) -> bool:
+    """An entry's type test as `Path.is_dir`/`is_file` answer it: False for a link that leads
+    nowhere (or in a loop), any other error raised."""
+    try:
+        return test()
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP):
+            return False
+        raise
 
 
 def expand_paths(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
@@ -288,6 +309,12 @@ class FileCache:
         self._files = kept
 
 
+def read_content(path: Path) -> bytes:
+    """A file's bytes (unbuffered: one file read whole needs no buffer of its own)."""
+    with open(path, "rb", buffering=0) as handle:
+        return handle.readall()
+
+
 def load_paths(paths: Sequence[str | Path], cache: FileCache | None = None) -> LoadResult:
     """Load every resource under `paths`; problems are collected, never raised. With `cache`,
     files whose content did not change since its last load are not parsed again."""
@@ -297,7 +324,7 @@ def load_paths(paths: Sequence[str | Path], cache: FileCache | None = None) -> L
     kept: dict[Path, CachedFile] = {}
     for path in files:
         try:
-            content = path.read_bytes()
+            content = read_content(path)
         except OSError as exc:
             result.errors.append(f"{path}: cannot read: {exc}")
             continue
@@ -309,7 +336,7 @@ def load_paths(paths: Sequence[str | Path], cache: FileCache | None = None) -> L
             if isinstance(parsed, list):
                 result.errors.extend(parsed)
                 continue
-            identity = (parsed.resource.kind, parsed.resource.metadata.key)
+            identity = parsed.identity
             if identity in seen:
                 result.errors.append(
                     f"{parsed.source}: {parsed.label}: defined twice (first in {seen[identity]})"
