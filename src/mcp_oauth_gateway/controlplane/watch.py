@@ -37,13 +37,21 @@ def fingerprint(paths: Sequence[str | Path]) -> Fingerprint:
     The real path is where a symlink leads: in a ConfigMap volume, into the directory `..data`
     names, so kubelet's swap of `..data` changes every file at once."""
     files, _ = expand_paths(paths)
+    directories: dict[str, str] = {}  # directory → its real path
     out = []
     for path in files:
+        name = str(path)
         try:
-            stat = path.stat()
+            stat = os.stat(name)
+            linked = os.path.islink(name)
         except OSError:
             continue
-        out.append((str(path), os.path.realpath(path), stat.st_mtime_ns, stat.st_size))
+        parent = os.path.dirname(name)
+        if parent not in directories:
+            directories[parent] = os.path.realpath(parent)
+        # A file that is no link is where its directory really is (one lstat, not one a part).
+        real = os.path.realpath(name) if linked else os.path.join(directories[parent], path.name)
+        out.append((name, real, stat.st_mtime_ns, stat.st_size))
     return tuple(out)
 
 
