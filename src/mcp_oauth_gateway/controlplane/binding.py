@@ -311,3 +311,14 @@ def policy_targets(policy: GatewayPolicy) -> tuple[str, ...]:
     """The routes (`namespace/name`) a policy's targetRefs name."""
     namespace = policy.metadata.namespace
     return tuple(f"{namespace}/{ref.name}" for ref in policy.spec.target_refs)
+
+
+def policy_ancestors(
+    attachment: Attachment, bindings: Mapping[str, RouteBinding]
+) -> dict[str, tuple[str, ...]]:
+    """Policy → the Gateways its attached routes are served by (GEP-713 ancestors)."""
+    ancestors: dict[str, set[str]] = {}
+    for route, policy in attachment.governing.items():
+        gateways = {parent.gateway for parent in bindings[route].parents if parent.accepted}
+        ancestors.setdefault(policy, set()).update(gateways)
+    return {policy: tuple(sorted(gateways)) for policy, gateways in ancestors.items()}

@@ -18,7 +18,7 @@ Each step is given exactly what it reads, and its inputs are exactly that:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Set
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from ..resources.loader import Loaded
@@ -31,32 +31,30 @@ from .binding import (
     RouteBinding,
     attach_policies,
     bind_route,
-    policy_targets,
+    policy_ancestors,
 )
 from .cluster import Cluster
 from .cluster_secrets import ClusterSecrets
 from .deployment import Deployment
 from .memo import Memo, Tokens
-from .objects import Entry, ObjectIndex, ObjectKey, RefusedPolicy, indexed
+from .object_facts import Facts, Names, indexed_with_facts
+from .objects import Entry, ObjectIndex, ObjectKey, RefusedPolicy
 from .policies import PolicyResult, compile_policy
 from .routes import (
     MissingBackend,
     Rows,
     RuleKey,
     Targets,
-    backend_keys,
     compile_route,
     listener_rows,
     resolve_rules,
 )
-from .secret_sources import policy_secret_refs, reads_outside
-from .service_refs import ServiceRefs, backend_services, policy_services
+from .service_refs import ServiceRefs
 from .snapshot import CompiledPolicy, PolicyReport
 from .target_credentials import check_target_names
-from .targets import BackendTargets, compile_targets, reads_files
+from .targets import BackendTargets, compile_targets
 
 Admitted = tuple[Mapping[str, Any], Mapping[str, Any], Admission]
-Names = tuple[str, ...]
 
 
 class BuildCache:
@@ -76,6 +74,12 @@ class BuildCache:
         self.backends: Memo[str, BackendTargets] = Memo()
         self.resolved: Memo[str, tuple[Targets | MissingBackend, ...]] = Memo()
         self.routes: Memo[str, Rows] = Memo()
+        # Whole steps, kept when none of their inputs changed.
+        self.all_bindings: Memo[str, dict[str, RouteBinding]] = Memo()
+        self.all_backends: Memo[str, dict[str, BackendTargets]] = Memo()
+        self.all_resolved: Memo[str, dict[RuleKey, Targets | MissingBackend]] = Memo()
+        self.attachments: Memo[str, Attachment] = Memo()
+        self.all_ancestors: Memo[str, dict[str, tuple[str, ...]]] = Memo()
         self.conditions: Memo[str, tuple[status.Condition, ...]] = Memo()
         self.reports: Memo[str, PolicyReport] = Memo()
         self.statuses: Memo[ObjectKey, status.ObjectStatus] = Memo()
@@ -135,10 +139,13 @@ class BuildCache:
         def bound(entry: Entry[HTTPRoute], _: object) -> RouteBinding:
             return bind_route(entry, index.gateways, cluster, context)
 
-        return {
-            key: self.bindings.get(key, (entry, token), bound)
-            for key, entry in index.routes.items()
-        }
+        routes = index.routes
+        return self.all_bindings.whole(
+            "bind",
+            (token, *routes.values()),
+            lambda: {key: self.bindings.get(key, (e, token), bound) for key, e in routes.items()},
+            (self.bindings,),
+        )
 
     # --- policies and backends -----------------------------------------------------------------
 
@@ -190,6 +197,19 @@ class BuildCache:
         grants = self.tokens.of("grants", tuple(index.grants.values()))
         sealed = None if cluster is None else replace(cluster, secrets=ClusterSecrets())
         token = self.tokens.of_value("cluster without secrets", sealed)
+        backends, services = index.backends.values(), index.services.values()
+        # A backend that reads a file reads it at every build: no build is the same as the last.
+        fresh = object() if any(self._facts[id(e)].outside for e in backends) else None
+        return self.all_backends.whole(
+            "backends",
+            (grants, token, fresh, *backends, "services:", *services),
+            lambda: self._compile_backends(index, sealed, grants, token),
+            (self.backends,),
+        )
+
+    def _compile_backends(
+        self, index: ObjectIndex, sealed: Cluster | None, grants: object, token: object
+    ) -> dict[str, BackendTargets]:
         out = {}
         for key, entry in index.backends.items():
             facts = self._facts[id(entry)]
@@ -209,10 +229,31 @@ class BuildCache:
     def attach(
         self, index: ObjectIndex, valid: Set[str], bindings: Mapping[str, RouteBinding]
     ) -> Attachment:
-        """`binding.attach_policies`, each policy's targets as its facts say."""
-        targets = self._facts
-        return attach_policies(
-            index.policies, valid, bindings, index.refused, lambda e: targets[id(e)].targets
+        """`binding.attach_policies`, each policy's targets as its facts say; last build's
+        attachment while every policy names the same routes and is as valid, every route is
+        bound the same, and the same policies are refused."""
+        facts = self._facts
+        claims = (
+            part
+            for key, entry in index.policies.items()
+            for part in (key, facts[id(entry)].targets, key in valid)
+        )
+        refused = tuple((r.key, r.targets) for r in index.refused.values())
+        return self.attachments.whole(
+            "attach",
+            (bindings, refused, *claims),
+            lambda: attach_policies(
+                index.policies, valid, bindings, index.refused, lambda e: facts[id(e)].targets
+            ),
+            (),
+        )
+
+    def ancestors(
+        self, attachment: Attachment, bindings: Mapping[str, RouteBinding]
+    ) -> dict[str, tuple[str, ...]]:
+        """`binding.policy_ancestors`, last build's for the same inputs."""
+        return self.all_ancestors.whole(
+            "ancestors", (attachment, bindings), lambda: policy_ancestors(attachment, bindings), ()
         )
 
     def created(self, routes: Mapping[str, Entry[HTTPRoute]]) -> dict[str, str]:
@@ -249,6 +290,20 @@ class BuildCache:
     ) -> dict[RuleKey, Targets | MissingBackend]:
         """`routes.resolve_rules` for every route, by (route, rule)."""
         token = None if grants is None else self.tokens.of("grants", tuple(grants.values()))
+        return self.all_resolved.whole(
+            "resolve",
+            (token, backends, *routes.values()),
+            lambda: self._resolve(routes, backends, grants, token),
+            (self.resolved,),
+        )
+
+    def _resolve(
+        self,
+        routes: Mapping[str, Entry[HTTPRoute]],
+        backends: Mapping[str, BackendTargets],
+        grants: Mapping[str, Entry[ReferenceGrant]] | None,
+        token: object,
+    ) -> dict[RuleKey, Targets | MissingBackend]:
         out: dict[RuleKey, Targets | MissingBackend] = {}
         for key, entry in routes.items():
             names = self._facts[id(entry)].backends
@@ -288,52 +343,6 @@ class BuildCache:
             inputs = (entry, bindings[key], governed.get(key), *rules)
             out[key] = self.routes.get(key, inputs, listed)
         return out
-
-
-@dataclass(frozen=True, slots=True)
-class Facts:
-    """What the steps that read an object read besides it, as far as the object says."""
-
-    # The Services it names (a policy's keysets, a backend's targets).
-    services: Names = ()
-    # A policy names a Secret.
-    secrets: bool = False
-    # It reads a file or an environment variable (read again at every build).
-    outside: bool = False
-    # The backends a route's rules name.
-    backends: Names = ()
-    # The routes a policy's targetRefs name.
-    targets: Names = ()
-    # A policy lists credentials per target (their names are checked against its backends).
-    per_target: bool = False
-    # A route's creation timestamp ("" for none).
-    created: str = ""
-
-
-def indexed_with_facts(item: Loaded | Resource) -> tuple[ObjectKey, Entry[Any], Facts]:
-    """`objects.indexed`, and what the object's steps read besides it, as far as it says."""
-    identity, entry = indexed(item)
-    return identity, entry, facts_of(entry.resource)
-
-
-def facts_of(resource: Resource) -> Facts:
-    """What the steps that read a resource read besides it, as far as it says."""
-    if isinstance(resource, GatewayPolicy):
-        backend = resource.spec.backend
-        credentials = backend.credentials if backend is not None else None
-        return Facts(
-            policy_services(resource),
-            secrets=any(policy_secret_refs(resource)),
-            outside=reads_outside(resource),
-            targets=policy_targets(resource),
-            per_target=credentials is not None and bool(credentials.targets),
-        )
-    if isinstance(resource, GatewayBackend):
-        return Facts(backend_services(resource), outside=reads_files(resource))
-    if isinstance(resource, HTTPRoute):
-        created = resource.metadata.creation_timestamp or ""
-        return Facts(backends=backend_keys(resource), created=created)
-    return Facts()
 
 
 def without_secrets(deployment: Deployment) -> Deployment:

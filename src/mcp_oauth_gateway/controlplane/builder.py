@@ -60,17 +60,6 @@ class BuildResult:
     statuses: MappingProxyType[ObjectKey, status.ObjectStatus]
 
 
-def policy_ancestors(
-    attachment: Attachment, bindings: Mapping[str, RouteBinding]
-) -> dict[str, tuple[str, ...]]:
-    """Policy → the Gateways its attached routes are served by (GEP-713 ancestors)."""
-    ancestors: dict[str, set[str]] = {}
-    for route, policy in attachment.governing.items():
-        gateways = {parent.gateway for parent in bindings[route].parents if parent.accepted}
-        ancestors.setdefault(policy, set()).update(gateways)
-    return {policy: tuple(sorted(gateways)) for policy, gateways in ancestors.items()}
-
-
 def policy_reports(
     policies: Mapping[str, Entry[GatewayPolicy]],
     results: Mapping[str, PolicyResult],
@@ -204,7 +193,7 @@ def _build(
     if deployment.cluster is not None:
         fetched = {key: results[key] for key in set(attachment.governing.values())}
     keysets, discovery_urls = fetch_targets(fetched)
-    ancestors = policy_ancestors(attachment, bindings)
+    ancestors = cache.ancestors(attachment, bindings)
     errors = admission_errors(index, admission) + binding_errors(index.routes, bindings)
     snapshot = Snapshot(
         listeners=listener_tables(admission.ports, decided.listed, cache.created(index.routes)),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from operator import is_
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -85,6 +85,21 @@ class Memo(Generic[K, V]):
         ):
             known = (inputs, compute(*inputs))
             self.computed += 1
+        self._next[key] = known
+        return known[1]
+
+    def whole(
+        self, key: K, inputs: Inputs, compute: Callable[[], V], parts: tuple[Memo[Any, Any], ...]
+    ) -> V:
+        """A step's whole result, last build's when all its inputs are the same (then the memos
+        of the results it is made of, `parts`, keep theirs as they are, none of them asked),
+        else `compute()`. The result is shared by the builds: never changed in place."""
+        known = self._last.get(key)
+        if known is not None and same_inputs(known[0], inputs):
+            for part in parts:
+                part._next = dict(part._last)
+        else:
+            known = (inputs, compute())
         self._next[key] = known
         return known[1]
 

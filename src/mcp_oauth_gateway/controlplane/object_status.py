@@ -12,7 +12,7 @@ from .admission import Admission
 from .binding import Attachment, RouteBinding
 from .gateway_status import class_status, gateway_status
 from .memo import Keep, computed
-from .objects import Entry, ObjectIndex, ObjectKey, object_key
+from .objects import Entry, ObjectIndex, ObjectKey
 from .policies import PolicyResult
 from .routes import MissingBackend, RuleKey, Targets, missing_backends
 from .snapshot import service_address
@@ -138,11 +138,11 @@ def derive_statuses(
     out: dict[ObjectKey, status.ObjectStatus] = {}
     attached = attached_routes(bindings)
     for gateway in index.gateways.values():
-        out[object_key(gateway.resource)] = gateway_status(gateway, attached, admission, at)
+        out[gateway.identity] = gateway_status(gateway, attached, admission, at)
     missing = missing_backends(resolved)
     for key, route in index.routes.items():
         lost, hidden = tuple(missing.get(key, ())), shadowed.get(key, ())
-        identity = object_key(route.resource)
+        identity = route.identity
         out[identity] = keep(
             identity,
             (route, bindings[key], lost, hidden),
@@ -151,18 +151,18 @@ def derive_statuses(
             ),
         )
     for key, backend in index.backends.items():
-        identity, targets = object_key(backend.resource), backends.get(key)
+        identity, targets = backend.identity, backends.get(key)
         out[identity] = keep(
             identity,
             (backend, targets),
             lambda backend, targets: backend_status(backend, targets, at),
         )
     for service in index.services.values():
-        identity = object_key(service.resource)
+        identity = service.identity
         out[identity] = keep(identity, (service,), lambda service: service_status(service, at))
     for key, policy in index.policies.items():
-        out[object_key(policy.resource)] = status.ObjectStatus(policies[key])
+        out[policy.identity] = status.ObjectStatus(policies[key])
     for name, gateway_class in index.classes.items():
         rule = admission.classes.get(name)
-        out[object_key(gateway_class.resource)] = class_status(gateway_class, rule, at)
+        out[gateway_class.identity] = class_status(gateway_class, rule, at)
     return MappingProxyType(dict(sorted(out.items())))

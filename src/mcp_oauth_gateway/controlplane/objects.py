@@ -96,11 +96,14 @@ class Entry(Generic[R]):
 
     resource: R
     source: str | None = None
-    # `namespace/name`, the identity used in references (read often: made once).
+    # `namespace/name`, the identity used in references, and (kind, namespace, name), the one
+    # statuses are keyed by (read often: made once).
     key: str = field(init=False, repr=False, compare=False)
+    identity: ObjectKey = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", self.resource.metadata.key)
+        object.__setattr__(self, "identity", object_key(self.resource))
 
     @property
     def generation(self) -> int:
@@ -148,9 +151,10 @@ def _sorted(entries: dict[str, Entry[R]]) -> dict[str, Entry[R]]:
 
 def indexed(item: Loaded | Resource) -> tuple[ObjectKey, Entry[Any]]:
     """An object's identity and its entry (a file's resource with where it was read)."""
-    if isinstance(item, Loaded):
-        return object_key(item.resource), Entry(item.resource, str(item.source))
-    return object_key(item), Entry(item)
+    entry: Entry[Any] = (
+        Entry(item.resource, str(item.source)) if isinstance(item, Loaded) else Entry(item)
+    )
+    return entry.identity, entry
 
 
 def index_objects(

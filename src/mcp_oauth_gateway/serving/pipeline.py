@@ -28,18 +28,21 @@ def pipeline_inputs(
 ) -> Inputs:
     """Everything a rule's pipeline is built from that can change between builds: the compiled
     rule (its policy, backend, CORS, timeouts), the other protected resources on a host it
-    serves, and what its stages hold of the control plane (the keyset holder of each of its
-    providers and workload issuers, each provider's discovery cache; None where there is
-    none). The control plane's session is read at request time."""
+    serves, and what its stages hold of the control plane: the keyset holder of each of its
+    providers and workload issuers and each provider's discovery cache (None where there is
+    none; how many of each is the rule's own). The control plane's session is read at request
+    time."""
     policy = route.policy
-    providers = policy.providers if policy is not None else ()
-    issuers = policy.workload_issuers if policy is not None else ()
-    urls = [p.keyset.url for p in providers] + [w.provider.keyset.url for w in issuers]
+    if policy is None:
+        return (route, shared_with)
+    keysets, discoveries = control.keysets, control.discoveries
+    providers = policy.providers
     return (
         route,
         shared_with,
-        tuple(control.keysets.get(url) for url in urls),
-        tuple(control.discoveries.get(p.discovery_url) for p in providers),
+        *(keysets.get(p.keyset.url) for p in providers),
+        *(keysets.get(w.provider.keyset.url) for w in policy.workload_issuers),
+        *(discoveries.get(p.discovery_url) for p in providers),
     )
 
 
