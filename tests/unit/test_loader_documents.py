@@ -1,14 +1,18 @@
 """A file of many documents, reloaded: only the documents whose text changed are parsed and
 validated again, and whatever the text, the cached read says exactly what a read of the whole
-file says (the same resources from the same places, the same errors)."""
+file says (the same resources from the same places, the same errors). A file whose status
+(inode, size, modification and change times) is the one it had when read, long after its last
+change, is not read again."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mcp_oauth_gateway.resources import loader
 from mcp_oauth_gateway.resources.documents import split_documents
 from mcp_oauth_gateway.resources.loader import FileCache, LoadResult, load_paths
 
@@ -120,3 +124,45 @@ def test_what_is_never_cut():
     assert split_documents("---x\n--- \n") == ["---x\n", "--- \n"]
     for whole in ("%YAML 1.1\n---\na: 1\n", "a: 1\n...\n", "a: 1\r\n---\nb: 2\r\n", "a\u2028b"):
         assert split_documents(whole) is None
+
+
+def counting_reads(monkeypatch) -> list[str]:
+    """The files the loader reads from now on (the real reads, counted)."""
+    read: list[str] = []
+    real = loader.read_content
+
+    def counted(path: Path) -> bytes:
+        read.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(loader, "read_content", counted)
+    return read
+
+
+def test_a_file_whose_status_did_not_change_is_not_read_again(tmp_path, monkeypatch):
+    for i in range(3):
+        (tmp_path / f"b{i}.yaml").write_text(backend(f"b{i}"))
+    cache = FileCache(settled_after_ns=0)  # every status trusted at once (no waiting here)
+    first = load_paths([tmp_path], cache)
+    read = counting_reads(monkeypatch)
+    again = load_paths([tmp_path], cache)
+    assert read == []
+    assert again.resources == first.resources
+    # The same size, and the modification time set back: the change time still tells.
+    path = tmp_path / "b1.yaml"
+    before = path.stat()
+    path.write_text(backend("b1", port=8))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
+    changed = load_paths([tmp_path], cache)
+    assert read == ["b1.yaml"]
+    assert changed.of_kind("GatewayBackend")[1].resource.spec.mcp.targets[0].static.port == 8
+
+
+def test_a_file_changed_moments_ago_is_read_again_whatever_its_status(tmp_path, monkeypatch):
+    (tmp_path / "b.yaml").write_text(backend("b"))
+    cache = FileCache()  # a status is trusted seconds after the file's last change
+    load_paths([tmp_path], cache)
+    read = counting_reads(monkeypatch)
+    load_paths([tmp_path], cache)
+    assert read == ["b.yaml"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -277,11 +278,33 @@ def read_changed(path: Path, content: bytes, known: PieceMap) -> CachedFile:
 
 @dataclass(frozen=True, slots=True)
 class CachedFile:
-    """A file as last read: its bytes, what they read as, and its documents by their text."""
+    """A file as last read: its bytes, what they read as, its documents by their text, and its
+    status when read (None: changed too recently for its status to tell a later change)."""
 
     content: bytes
     result: FileResult
     pieces: PieceMap
+    status: FileStatus | None = None
+
+
+# A file's device, inode, size, modification and change times (ns): any write, rename onto it
+# or change of its times changes its change time, which nothing can set back.
+FileStatus = tuple[int, int, int, int, int]
+# How long after its last change a file's status is trusted to tell the next one: a write
+# within the same tick of a coarse file-system clock (2 s on some) could leave it the same.
+SETTLED_NS = 3_000_000_000
+
+
+def status_of(stat: os.stat_result) -> FileStatus:
+    """The parts of a file's status that any change to it changes."""
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+def settled(status: FileStatus, now_ns: int, margin_ns: int) -> bool:
+    """Whether a file last changed long enough ago (and has times at all) for its status to
+    tell whether it changed since."""
+    changed = max(status[3], status[4])
+    return changed > 0 and now_ns - changed > margin_ns
 
 
 class FileCache:
@@ -289,15 +312,37 @@ class FileCache:
     and validates only the files whose bytes changed, and of those only the documents whose
     text changed. It holds the files of the last load only."""
 
-    def __init__(self) -> None:
+    def __init__(self, settled_after_ns: int = SETTLED_NS) -> None:
         self._files: dict[Path, CachedFile] = {}
+        self.settled_after_ns = settled_after_ns
 
-    def read(self, path: Path, content: bytes, keep: dict[Path, CachedFile]) -> FileResult:
+    def unchanged(
+        self, path: Path, status: FileStatus, keep: dict[Path, CachedFile]
+    ) -> FileResult | None:
+        """The file's result when its status is the one it had when read, long after its last
+        change (then it was not written since: it is not even read); else None."""
+        known = self._files.get(path)
+        if known is None or known.status is None or known.status != status:
+            return None
+        keep[path] = known
+        return known.result
+
+    def read(
+        self,
+        path: Path,
+        content: bytes,
+        keep: dict[Path, CachedFile],
+        status: FileStatus | None = None,
+    ) -> FileResult:
         """The file's result, from the cache when its bytes (or some of its documents) are the
-        same as last time."""
+        same as last time; `status`: the file's, taken before it was read."""
         known = self._files.get(path)
         if known is None or known.content != content:
             known = read_changed(path, content, known.pieces if known is not None else {})
+        margin = self.settled_after_ns
+        trusted = status if status and settled(status, time.time_ns(), margin) else None
+        if known.status != trusted:
+            known = replace(known, status=trusted)
         keep[path] = known
         return known.result
 
@@ -315,6 +360,18 @@ def read_content(path: Path) -> bytes:
         return handle.readall()
 
 
+def _read(path: Path, cache: FileCache | None, kept: dict[Path, CachedFile]) -> FileResult:
+    """One file's result: through `cache`, not read at all when its status says it did not
+    change (taken before reading: a write after it shows next time)."""
+    if cache is None:
+        return read_file(path, read_content(path))
+    status = status_of(os.stat(path))
+    known = cache.unchanged(path, status, kept)
+    if known is not None:
+        return known
+    return cache.read(path, read_content(path), kept, status)
+
+
 def load_paths(paths: Sequence[str | Path], cache: FileCache | None = None) -> LoadResult:
     """Load every resource under `paths`; problems are collected, never raised. With `cache`,
     files whose content did not change since its last load are not parsed again."""
@@ -324,11 +381,10 @@ def load_paths(paths: Sequence[str | Path], cache: FileCache | None = None) -> L
     kept: dict[Path, CachedFile] = {}
     for path in files:
         try:
-            content = read_content(path)
+            read = _read(path, cache, kept)
         except OSError as exc:
             result.errors.append(f"{path}: cannot read: {exc}")
             continue
-        read = read_file(path, content) if cache is None else cache.read(path, content, kept)
         if isinstance(read, str):
             result.errors.append(read)
             continue
