@@ -121,13 +121,16 @@ class Tokens:
 
     def __init__(self) -> None:
         self._memo: Memo[str, object] = Memo()
-        self._made: dict[str, object] = {}
+        self._made: dict[str, tuple[Inputs, object]] = {}
 
     def of(self, name: str, inputs: Inputs) -> object:
-        """The token of `inputs` under `name` (the same within one build, however often asked)."""
-        if name in self._made:
-            return self._made[name]
-        token = self._made[name] = self._memo.get(name, inputs, lambda *_: object())
+        """The token of `inputs` under `name` (the same within one build, however often asked
+        for the same inputs)."""
+        made = self._made.get(name)
+        if made is not None and same_inputs(made[0], inputs):
+            return made[1]
+        token = self._memo.get(name, inputs, lambda *_: object())
+        self._made[name] = (inputs, token)
         return token
 
     def of_value(self, name: str, value: object) -> object:
