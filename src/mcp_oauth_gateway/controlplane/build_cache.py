@@ -13,6 +13,8 @@ Each step is given exactly what it reads, and its inputs are exactly that:
 - a route's rules: the route, the backends they name (and in a cluster the ReferenceGrants);
   its compiled rules: the route, those backends' targets and the policy that governs it; as
   listed per listener: those and its binding.
+A step none of whose inputs changed (the bindings, backends, resolved rules, the attachment,
+the policies' Gateways) gives its last result whole, without asking each object.
 """
 
 from __future__ import annotations
