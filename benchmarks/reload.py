@@ -1,79 +1,110 @@
-"""Micro-benchmark: loading and reloading R routes, in process, and the memory across reloads.
+"""Benchmark: one policy changed among R routes, in process, through the gateway's own reload
+paths, and the memory across reloads.
 
 Each of the R routes is an HTTPRoute (`/r{i}`), a GatewayPolicy (JWT from one shared remote
-keyset, and a CEL rule of its own) and a GatewayBackend, all on one listener of one Gateway,
-one file per route in a directory (as `kubectl apply -f dir/` reads). Measured for each R:
+keyset, and an Allow rule of its own) and a GatewayBackend, all on one listener of one Gateway.
+Three ways the objects come in:
 
-- load: read, parse and validate every file (`load_paths`);
-- build: the snapshot from the loaded resources (`build_snapshot`);
-- assemble: every route's pipeline and the route tables (`Assembly.tables`);
-- reload: one policy's rule changed on disk, then load + build + assemble again, as the file
-  watcher and the app do;
-- RSS: the resident set after the first assembly and after N more reloads (each changing one
-  policy), and what `tracemalloc` still holds after 10 more than after two (0: flat).
+- files: one file per route in a directory (as `kubectl apply -f dir/` reads);
+- one file: every route in one file;
+- controller: the objects as an API server returns them (server-filled metadata), the change a
+  watch event, built as the controller builds (no API server: the objects are handed over).
 
-Loads go through one `FileCache`, as the file watcher's do.
+The change: the middle route's policy drops one of its Allow rules, a change the file watcher
+accepts (a reload may narrow). Files: the watcher's own `reload()` (read, build, judge against
+the running configuration, install, build the route tables); controller: the watch event, then
+the controller's own `rebuild()` (build, install, route tables). Not counted: the watcher's
+polling (`--watch-interval`, 1 s by default, then 0.1 s of settling) and the controller's
+settling (0.1 s after the last event).
 
-Usage: python benchmarks/reload.py [--reloads N] [--profile FILE] [R ...]
+Reported per way and R: the first load (what start-up pays: read, build, route tables); per
+reload the wall time and the process's CPU time (median and slowest of N); RSS added by the
+first load and after the N reloads. The collector is tuned after the first load as `serve`
+does. Run at an earlier commit (PYTHONPATH=that checkout's src) for a "before" table.
+
+Usage: python benchmarks/reload.py [--reloads N] [--ways files,one-file,controller] [R ...]
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
+import asyncio
 import os
+import statistics
 import sys
 import tempfile
 import time
-import tracemalloc
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
-from configs import route_yaml
+from configs import AUDIENCE, ISSUER
 
-from mcp_oauth_gateway.asgi import Limits
-from mcp_oauth_gateway.controlplane.builder import build_snapshot
-from mcp_oauth_gateway.controlplane.collector import collector_paused
 from mcp_oauth_gateway.controlplane.control import ControlPlane
 from mcp_oauth_gateway.controlplane.snapshot import Snapshot
-from mcp_oauth_gateway.dataplane.routing import RouteTable
-from mcp_oauth_gateway.proxy.pool import RawUpstream
-from mcp_oauth_gateway.resources.loader import FileCache, load_paths
+from mcp_oauth_gateway.controlplane.watch import ConfigWatcher
 from mcp_oauth_gateway.server import tune_gc
-from mcp_oauth_gateway.serving.pipeline import Assembly
-from mcp_oauth_gateway.serving.runtime import BrokerRuntime
+from mcp_oauth_gateway.serving.app import GatewayApp
+from mcp_oauth_gateway.serving.options import ServeOptions
 
-SIZES = (10, 100, 1_000, 5_000)
-# Every policy reads one remote keyset (never fetched: the benchmark does not serve).
-REMOTE_JWKS = '{remote: {url: "https://idp.bench.example/certs"}}'
-T = TypeVar("T")
-
+SIZES = (1_000, 5_000)
+WAYS = ("files", "one-file", "controller")
+# Rules of the changed policy: each reload drops one.
+RULES = 64
+JWKS = "https://idp.bench.example/certs"  # never fetched: nothing is started
 GATEWAY = """apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
-metadata: {name: gw}
-spec: {listeners: [{name: http, port: 8080}]}
+metadata: {name: gw, namespace: apps}
+spec:
+  gatewayClassName: mcp
+  listeners: [{name: http, port: 8080, allowedRoutes: {namespaces: {from: All}}}]
+"""
+CLASS = """apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: mcp}
+spec: {controllerName: mcp-oauth-gateway.dev/gateway-controller}
 """
 
 
-def write_config(directory: Path, count: int) -> None:
-    """The Gateway and `count` routes, one file each."""
-    (directory / "gateway.yaml").write_text(GATEWAY)
-    for i in range(count):
-        write_route(directory, i, f"team-{i}")
+def route_text(i: int, rules: Sequence[str]) -> str:
+    """Route `i`, its backend and its policy (Allow `rules`), as YAML documents."""
+    allowed = ", ".join(f"'{rule}'" for rule in rules)
+    return f"""apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: r{i}, namespace: apps}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+    - matches: [{{path: {{type: PathPrefix, value: /r{i}}}}}]
+      backendRefs: [{{name: b{i}}}]
+---
+apiVersion: mcp-oauth-gateway.dev/v1alpha1
+kind: GatewayBackend
+metadata: {{name: b{i}, namespace: apps}}
+spec: {{mcp: {{targets: [{{name: t, static: {{host: 127.0.0.1, port: 9000}}}}]}}}}
+---
+apiVersion: mcp-oauth-gateway.dev/v1alpha1
+kind: GatewayPolicy
+metadata: {{name: p{i}, namespace: apps}}
+spec:
+  targetRefs: [{{kind: HTTPRoute, name: r{i}}}]
+  traffic:
+    jwtAuthentication:
+      providers:
+        - issuer: {ISSUER}
+          audiences: [{AUDIENCE}]
+          jwks: {{remote: {{url: "{JWKS}"}}}}
+    authorization:
+      action: Allow
+      policy: {{matchExpressions: [{allowed}]}}
+"""
 
 
-def write_route(directory: Path, i: int, group: str) -> None:
-    """Route `i`'s file, its policy allowing `group`."""
-    route = route_yaml(i, 9000, REMOTE_JWKS, f'"{group}" in jwt.groups')
-    (directory / f"route-{i:05d}.yaml").write_text(route)
-
-
-def timed(call: Callable[[], T]) -> tuple[T, float]:
-    """The call's result and its duration in seconds."""
-    started = time.perf_counter()
-    result = call()
-    return result, time.perf_counter() - started
+def rules_of(i: int, count: int, dropped: int) -> list[str]:
+    """Route `i`'s rules after `dropped` reloads: the middle route's lose one each."""
+    if i != count // 2:
+        return [f'"team-{i}" in jwt.groups']
+    return [f'"group-{k}" in jwt.groups' for k in range(dropped, RULES)]
 
 
 def rss_mb() -> float:
@@ -82,130 +113,193 @@ def rss_mb() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
-def assembly() -> Assembly:
-    """What the app builds route pipelines with (no fetches happen: nothing is started)."""
-    control = ControlPlane(Snapshot.empty())
-    return Assembly(control, RawUpstream(), False, BrokerRuntime(), Limits())
+class FileWay:
+    """Routes in files, reloaded by the file watcher."""
 
+    def __init__(self, directory: Path, count: int, one_file: bool):
+        self.directory, self.count, self.one_file = directory, count, one_file
+        self.write(0)
+        self.app: GatewayApp | None = None
+        self.watcher: ConfigWatcher | None = None
 
-def reload(
-    directory: Path, parts: Assembly, cache: FileCache
-) -> tuple[Snapshot, dict[int, RouteTable]]:
-    """What a file-mode reload does: load, build, install (the control plane's fetcher
-    reconciliation, then the app's route tables)."""
-    with collector_paused():  # as the watcher's thread does
-        snapshot = build_snapshot(load_paths([directory], cache))
-    assert snapshot.ok, snapshot.errors[:3]
-    parts.control.install(snapshot)
-    with collector_paused():  # as the app does
-        return snapshot, parts.tables(snapshot)
-
-
-def profiled(call: Callable[[], T], into: str) -> T:
-    """`call` under cProfile, its statistics written to `into`."""
-    # benchmarks/profile.py hides the standard library's `profile`, which cProfile imports.
-    here = Path(__file__).parent.resolve()
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
-    sys.modules.pop("profile", None)
-    import cProfile
-
-    profiler = cProfile.Profile()
-    result = profiler.runcall(call)
-    profiler.dump_stats(into)
-    return result
-
-
-def first_load(directory: Path, parts: Assembly, cache: FileCache) -> dict[str, float]:
-    """Seconds to load, build and assemble, as `check` and start-up do."""
-    with collector_paused():  # as `check` and `serve` load
-        loaded, load_s = timed(lambda: load_paths([directory], cache))
-        snapshot, build_s = timed(lambda: build_snapshot(loaded))
-    assert snapshot.ok, snapshot.errors[:3]
-    parts.control.install(snapshot)
-    with collector_paused():
-        _, assemble_s = timed(lambda: parts.tables(snapshot))
-    return {"load": load_s, "build": build_s, "assemble": assemble_s}
-
-
-def traced_growth(directory: Path, parts: Assembly, cache: FileCache, count: int) -> float:
-    """MB still allocated after 10 more reloads, against after two (`tracemalloc`; the first
-    ones resize a few process-wide tables)."""
-    tracemalloc.start()
-    for n in range(2):
-        write_route(directory, count // 2, f"warm-{n}")
-        current = reload(directory, parts, cache)
-    del current
-    gc.collect()
-    before = tracemalloc.get_traced_memory()[0]
-    for n in range(1, 11):
-        write_route(directory, count // 2, f"traced-{n}")
-        current = reload(directory, parts, cache)
-    del current
-    gc.collect()
-    growth = tracemalloc.get_traced_memory()[0] - before
-    tracemalloc.stop()
-    return growth / 1e6
-
-
-def measure(
-    count: int, reloads: int, profile: str | None, server_gc: bool = False
-) -> dict[str, float]:
-    """Seconds for load, build, assemble and a one-policy reload; RSS in MB."""
-    with tempfile.TemporaryDirectory(prefix="reload-bench-") as tmp:
-        directory = Path(tmp)
-        write_config(directory, count)
-        gc.collect()
-        rss_start = rss_mb()
-        parts, cache = assembly(), FileCache()
-        out = first_load(directory, parts, cache)
-        if server_gc:
-            tune_gc()
-        gc.collect()
-        out["rss first"] = rss_mb() - rss_start
-        write_route(directory, count // 2, "changed-0")
-        started = time.perf_counter()
-        if profile is None:
-            reload(directory, parts, cache)
+    def write(self, dropped: int) -> None:
+        """The resources after `dropped` reloads (at the start: all of them)."""
+        if self.one_file:
+            documents = [route_text(i, rules_of(i, self.count, dropped)) for i in range(self.count)]
+            (self.directory / "all.yaml").write_text("---\n".join([GATEWAY, *documents]))
+            return
+        if dropped == 0:
+            (self.directory / "gateway.yaml").write_text(GATEWAY)
+            for i in range(self.count):
+                self._route_file(i, 0)
         else:
-            profiled(lambda: reload(directory, parts, cache), profile)
-        out["reload"] = time.perf_counter() - started
-        for n in range(1, reloads + 1):
-            write_route(directory, count // 2, f"changed-{n}")
-            reload(directory, parts, cache)
-        gc.collect()
-        out["rss after"] = rss_mb() - rss_start
-        out["traced growth"] = traced_growth(directory, parts, cache, count)
+            self._route_file(self.count // 2, dropped)
+
+    def _route_file(self, i: int, dropped: int) -> None:
+        text = route_text(i, rules_of(i, self.count, dropped))
+        (self.directory / f"route-{i:05d}.yaml").write_text(text)
+
+    async def start(self) -> None:
+        """Load as `serve` does (through the watcher's caches where it has them)."""
+        paths = [str(self.directory)]
+        snapshot, caches = first_load(paths)
+        control = ControlPlane(snapshot)
+        extra: dict[str, Any] = {} if caches is None else {"caches": caches}
+        self.watcher = ConfigWatcher(paths, control, **extra)
+        self.app = GatewayApp(control, watcher=self.watcher)
+
+    async def change(self, dropped: int) -> None:
+        """One policy narrowed on disk, and the watcher's reload."""
+        assert self.watcher is not None
+        self.write(dropped)
+        assert await self.watcher.reload(), self.watcher.last_error
+
+
+def first_load(paths: list[str]) -> tuple[Snapshot, Any]:
+    """The snapshot `serve` starts from, and the caches the watcher is given (None before the
+    incremental build)."""
+    try:
+        from mcp_oauth_gateway.controlplane.watch import ReloadCaches, load_into
+    except ImportError:
+        from mcp_oauth_gateway.cli.common import load
+
+        return load(paths), None
+    caches = ReloadCaches()
+    return load_into(paths, caches), caches
+
+
+class ControllerWay:
+    """Routes from an API server's objects, rebuilt by the controller after a watch event."""
+
+    def __init__(self, count: int):
+        import yaml
+
+        from mcp_oauth_gateway.kube.kinds import WATCHED
+
+        self.count = count
+        self.kinds = {kind.kind: kind for kind in WATCHED}
+        text = "---\n".join(
+            [CLASS, GATEWAY, *(route_text(i, rules_of(i, count, 0)) for i in range(count))]
+        )
+        self.objects = [served(document, n) for n, document in enumerate(yaml.safe_load_all(text))]
+        self.controller: Any = None
+        self.app: GatewayApp | None = None
+
+    async def start(self) -> None:
+        """Every kind listed, then the first build, as the controller starts."""
+        from mcp_oauth_gateway.controlplane.cluster import Cluster
+        from mcp_oauth_gateway.controlplane.deployment import Deployment
+        from mcp_oauth_gateway.controlplane.egress import EgressRules
+        from mcp_oauth_gateway.kube.controller import Controller, ControllerOptions
+
+        egress = EgressRules.of(["127.0.0.0/8", "idp.bench.example"])
+        deployment = Deployment(processes=1, cluster=Cluster(egress=egress))
+        control = ControlPlane(Snapshot.empty())
+        options = ControllerOptions(None, "bench", "default", egress=egress)
+        self.controller = Controller(_NoClient(), control, options, deployment)
+        for kind in self.kinds.values():
+            items = [raw for raw in self.objects if raw["kind"] == kind.kind]
+            self.controller.cache.replace_all(kind, items, "1")
+        self.app = GatewayApp(control, ServeOptions(deployment=deployment))
+        await self.controller.rebuild()
+
+    async def change(self, dropped: int) -> None:
+        """The watch event of one policy narrowed, and the controller's rebuild."""
+        import copy
+
+        i = self.count // 2
+        raw = copy.deepcopy(next(o for o in self.objects if o["metadata"]["name"] == f"p{i}"))
+        policy = raw["spec"]["traffic"]["authorization"]["policy"]
+        policy["matchExpressions"] = rules_of(i, self.count, dropped)
+        raw["metadata"]["generation"] += dropped
+        raw["metadata"]["resourceVersion"] = str(10_000 + dropped)
+        self.controller.cache.apply(self.kinds["GatewayPolicy"], "MODIFIED", raw)
+        await self.controller.rebuild()
+
+
+class _NoClient:
+    """The controller's API client, never called here (no watch, lease or status write runs)."""
+
+    server = "none"
+    calls: tuple[()] = ()
+
+
+def served(document: dict[str, Any], number: int) -> dict[str, Any]:
+    """A document as an API server returns it: server-filled metadata."""
+    document["metadata"].update(
+        uid=f"uid-{number}",
+        resourceVersion=str(number + 1),
+        generation=1,
+        creationTimestamp="2026-12-01T00:00:00Z",
+        managedFields=[{"manager": "kubectl", "operation": "Apply"}],
+    )
+    return document
+
+
+def served_routes(app: GatewayApp, count: int) -> None:
+    """Every route is served, each with its policy, the changed one's with its last rules."""
+    entries = [entry for table in app.tables.values() for entry in table.entries]
+    assert len(entries) == count, (len(entries), count)
+    assert all(entry.route.policy is not None for entry in entries)
+    assert all(entry.route.policy.invalid is None for entry in entries if entry.route.policy)
+
+
+async def timed(call: Callable[[], Awaitable[None]]) -> tuple[float, float]:
+    """Wall and CPU seconds of one awaited call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    await call()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+async def measure(way: str, count: int, reloads: int) -> dict[str, float]:
+    """First load, reloads and RSS of one way at `count` routes."""
+    with tempfile.TemporaryDirectory(prefix="reload-bench-") as tmp:
+        start = rss_mb()
+        subject: FileWay | ControllerWay = (
+            ControllerWay(count)
+            if way == "controller"
+            else FileWay(Path(tmp), count, way == "one-file")
+        )
+        first, _ = await timed(subject.start)
+        assert subject.app is not None
+        served_routes(subject.app, count)
+        tune_gc()  # as `serve` does once started
+        out = {"first": first, "rss first": rss_mb() - start}
+        walls, cpus = [], []
+        for dropped in range(1, reloads + 1):
+            wall, cpu = await timed(lambda d=dropped: subject.change(d))
+            walls.append(wall)
+            cpus.append(cpu)
+        served_routes(subject.app, count)
+        out.update(
+            wall=statistics.median(walls),
+            slowest=max(walls),
+            cpu=statistics.median(cpus),
+            rss=rss_mb() - start,
+        )
         return out
 
 
 def main(argv: Sequence[str]) -> None:
-    """Print a Markdown table of load and reload time and RSS against R."""
+    """Print a Markdown table: first load, reload wall and CPU time, RSS, per way and R."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sizes", nargs="*", type=int, default=list(SIZES))
-    parser.add_argument("--reloads", type=int, default=20)
-    parser.add_argument("--profile", help="cProfile the first reload of the last R into FILE")
-    parser.add_argument(
-        "--server-gc",
-        action="store_true",
-        help="after the first load, tune the collector as `serve` does after start-up (freeze "
-        "what exists, collect less often)",
-    )
+    parser.add_argument("--reloads", type=int, default=20, help=f"at most {RULES - 1}")
+    parser.add_argument("--ways", default=",".join(WAYS), help=f"some of {', '.join(WAYS)}")
     args = parser.parse_args(argv)
     print(
-        f"| R | load s | build s | assemble s | reload (one policy changed) s "
-        f"| RSS after first load MB | RSS after {args.reloads} more reloads MB "
-        f"| traced growth over 10 more MB |"
+        "| way | R | first load s | reload s (median) | slowest s | reload CPU s (median) "
+        f"| RSS after first load MB | RSS after {args.reloads} reloads MB |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for count in args.sizes:
-        profile = args.profile if count == args.sizes[-1] else None
-        m = measure(count, args.reloads, profile, args.server_gc)
-        print(
-            f"| {count:,} | {m['load']:.3f} | {m['build']:.3f} | {m['assemble']:.3f} "
-            f"| {m['reload']:.3f} | {m['rss first']:.1f} | {m['rss after']:.1f} "
-            f"| {m['traced growth']:.2f} |",
-            flush=True,
-        )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for way in args.ways.split(","):
+        for count in args.sizes:
+            m = asyncio.run(measure(way, count, min(args.reloads, RULES - 1)))
+            print(
+                f"| {way} | {count:,} | {m['first']:.2f} | {m['wall']:.3f} | {m['slowest']:.3f} "
+                f"| {m['cpu']:.3f} | {m['rss first']:.1f} | {m['rss']:.1f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

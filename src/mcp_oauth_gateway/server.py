@@ -229,7 +229,9 @@ def _run_worker(
     tracer = otlp_tracer() if options.tracing else None
     watch = options.watch
     watcher = (
-        ConfigWatcher(list(watch.paths), control, watch.interval, options.deployment)
+        ConfigWatcher(
+            list(watch.paths), control, watch.interval, options.deployment, caches=watch.caches
+        )
         if watch
         else None
     )

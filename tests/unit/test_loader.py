@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from mcp_oauth_gateway.resources import load_paths
-from mcp_oauth_gateway.resources.loader import field_path
+from mcp_oauth_gateway.resources.loader import directory_files, field_path
 from mcp_oauth_gateway.resources.models import parse_duration
 
 from .resources_fixture import BASE, policy, write
@@ -88,3 +88,12 @@ def test_cors_origins_must_be_origins_as_browsers_send_them(tmp_path):
         assert any("allowOrigins[0]" in e and hint in e for e in errors), (given, errors)
     fine = BASE.replace('allowOrigins: ["*"]', 'allowOrigins: ["https://app.example"]')
     assert load_paths([write(tmp_path, fine + policy())]).errors == []
+
+
+def test_files_are_read_in_path_order(tmp_path):
+    names = ["a-b/x.yaml", "a/x.yaml", "a/b/c.yml", "a.yaml", "B.json", "a/b-c.yaml", "a0.yaml"]
+    for name in names:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    files, _ = directory_files(tmp_path)
+    assert files == sorted(tmp_path / name for name in names)

@@ -90,3 +90,25 @@ def test_hidden_kubelet_entries_are_skipped_but_symlinked_directories_are_read(t
     files, errors = expand_paths([volume])
     assert errors == []
     assert [str(f.relative_to(volume)) for f in files] == ["gateway.yaml", "sub/policy.yaml"]
+
+
+def test_the_fingerprint_names_where_each_file_really_is(tmp_path):
+    real = tmp_path / "real"
+    (real / "nested").mkdir(parents=True)
+    (real / "plain.yaml").write_text(BASE)
+    (real / "nested" / "deep.yaml").write_text(policy())
+    (tmp_path / "elsewhere.yaml").write_text("")
+    (real / "linked.yaml").symlink_to(tmp_path / "elsewhere.yaml")
+    (tmp_path / "through").symlink_to(real, target_is_directory=True)
+    found = fingerprint([tmp_path / "through"])
+    assert [(name, where) for name, where, *_ in found] == [
+        (str(path), os.path.realpath(path)) for path in expand_paths([tmp_path / "through"])[0]
+    ]
+    assert {where for _, where, *_ in found} == {
+        os.path.realpath(path)
+        for path in (
+            tmp_path / "elsewhere.yaml",
+            real / "nested" / "deep.yaml",
+            real / "plain.yaml",
+        )
+    }

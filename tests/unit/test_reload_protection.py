@@ -9,9 +9,11 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mcp_oauth_gateway.controlplane import protection
 from mcp_oauth_gateway.controlplane.cel import compile_expression
 from mcp_oauth_gateway.controlplane.protection import _Served, lost_protection
 from mcp_oauth_gateway.controlplane.reload_guard import policy_widening
@@ -209,3 +211,38 @@ def test_the_lookup_chooses_the_first_matching_route(routes, host, requests):
         expected = first_match(routes, host, path)
         found = served.first(host, path)
         assert found is (routes[expected] if expected is not None else None), (host, path)
+
+
+@FUZZ
+@given(reloads(), st.booleans())
+def test_trying_only_what_changed_rows_reach_finds_what_trying_every_request_finds(
+    reload, shuffled
+):
+    before, after = reload
+    if shuffled:
+        after = list(reversed(after))  # the rows both have in another order: all tried
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(protection, "FEW_CHANGED", -1)  # every class of request, always
+        everything = lost_protection(snapshot(*before), snapshot(*after))
+    assert lost_protection(snapshot(*before), snapshot(*after)) == everything
+
+
+def test_a_reload_that_changes_no_row_tries_no_request():
+    rows = (rule("default/a", "/a"), rule("default/open", "/", policy=None))
+    assert protection.tried_paths(rows, rows, (("",), ("",))) == []
+    changed = (rows[0], replace(rows[1]))
+    assert protection.tried_paths(rows, changed, (("",), ("",))) == protection.paths(rows)
+
+
+def test_unchanged_rows_in_another_order_are_tried():
+    protected, everything = rule("default/a", "/a"), rule("default/open", "/", policy=None)
+    assert lost_protection(snapshot(protected, everything), snapshot(everything, protected))
+
+
+def test_a_changed_prefix_is_tried_under_it_too():
+    exact = rule("default/exact", "/a", match_type="Exact")
+    prefix = rule("default/prefix", "/a")
+    opened = replace(prefix, policy=None)
+    # `/a` itself is the exact route's, before and after; below it the prefix is opened.
+    (problem,) = lost_protection(snapshot(exact, prefix), snapshot(exact, opened))
+    assert problem.startswith("*/a/* would be served without a token by HTTPRoute default/prefix")

@@ -14,6 +14,7 @@ from ..asgi import (
     Limits,
 )
 from ..controlplane import Deployment, Snapshot
+from ..controlplane.watch import load_into
 from ..redis_targets import parse_redis_url
 from ..serving.options import ServeOptions, Watch, own_ports
 from .common import EXIT_INVALID, REDIS_ENV, Refused, load, print_problems
@@ -144,8 +145,11 @@ def _audit_log(args: argparse.Namespace) -> str | None:
 
 def _servable(files: Sequence[str], options: ServeOptions) -> Snapshot:
     """The resources as a snapshot that can be served; Refused (after printing every problem)
-    when they cannot."""
-    snapshot = load(files, options.deployment)
+    when they cannot. Read through the watcher's caches, when it watches."""
+    if options.watch is not None:
+        snapshot = load_into(files, options.watch.caches, options.deployment)
+    else:
+        snapshot = load(files, options.deployment)
     if not snapshot.ok:
         print_problems(snapshot)
         raise Refused("not starting: fix the resources above and run again")

@@ -3,7 +3,7 @@ which policy governs which route."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -217,14 +217,21 @@ def bind_routes(
 ) -> dict[str, RouteBinding]:
     """Bind every route to the Gateways and listeners its parentRefs name (in a cluster, only
     the parentRefs to Gateways this controller serves count)."""
-    bindings = {}
-    for key, entry in routes.items():
-        parents = (
-            bind_parent(entry.resource, i, gateways, cluster, context)
-            for i in range(len(entry.resource.spec.parent_refs))
-        )
-        bindings[key] = RouteBinding(tuple(p for p in parents if p is not None))
-    return bindings
+    return {key: bind_route(entry, gateways, cluster, context) for key, entry in routes.items()}
+
+
+def bind_route(
+    entry: Entry[HTTPRoute],
+    gateways: Mapping[str, Entry[Gateway]],
+    cluster: bool = False,
+    context: BindingContext = NO_CONTEXT,
+) -> RouteBinding:
+    """Bind one route to the Gateways and listeners its parentRefs name."""
+    parents = (
+        bind_parent(entry.resource, i, gateways, cluster, context)
+        for i in range(len(entry.resource.spec.parent_refs))
+    )
+    return RouteBinding(tuple(p for p in parents if p is not None))
 
 
 def binding_errors(
@@ -282,18 +289,36 @@ def attach_policies(
     valid: Set[str],
     bindings: Mapping[str, RouteBinding],
     refused: Mapping[str, RefusedPolicy] = MappingProxyType({}),
+    targets_of: Callable[[Entry[GatewayPolicy]], Sequence[str]] | None = None,
 ) -> Attachment:
     """Attach policies to routes: the first by namespace/name wins, later ones conflict. A
-    policy the models refused (`refused`) claims its routes like an invalid one."""
+    policy the models refused (`refused`) claims its routes like an invalid one. (`targets_of`:
+    a policy's target routes, `policy_targets` unless given.)"""
+    targets_of = targets_of or (lambda entry: policy_targets(entry.resource))
     governing: dict[str, str] = {}
     missing: dict[str, tuple[str, ...]] = {}
     conflicts: dict[str, tuple[str, ...]] = {}
     for key in sorted({*policies, *refused}):
         if key in policies:
-            policy = policies[key].resource
-            namespace, names = policy.metadata.namespace, [r.name for r in policy.spec.target_refs]
+            targets = targets_of(policies[key])
         else:
-            namespace, names = refused[key].namespace, list(refused[key].targets)
-        targets = [f"{namespace}/{name}" for name in names]
+            targets = [f"{refused[key].namespace}/{name}" for name in refused[key].targets]
         missing[key], conflicts[key] = _claim(key, targets, key in valid, bindings, governing)
     return Attachment(governing, missing, conflicts)
+
+
+def policy_targets(policy: GatewayPolicy) -> tuple[str, ...]:
+    """The routes (`namespace/name`) a policy's targetRefs name."""
+    namespace = policy.metadata.namespace
+    return tuple(f"{namespace}/{ref.name}" for ref in policy.spec.target_refs)
+
+
+def policy_ancestors(
+    attachment: Attachment, bindings: Mapping[str, RouteBinding]
+) -> dict[str, tuple[str, ...]]:
+    """Policy → the Gateways its attached routes are served by (GEP-713 ancestors)."""
+    ancestors: dict[str, set[str]] = {}
+    for route, policy in attachment.governing.items():
+        gateways = {parent.gateway for parent in bindings[route].parents if parent.accepted}
+        ancestors.setdefault(policy, set()).update(gateways)
+    return {policy: tuple(sorted(gateways)) for policy, gateways in ancestors.items()}

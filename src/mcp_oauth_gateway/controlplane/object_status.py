@@ -11,7 +11,8 @@ from . import status
 from .admission import Admission
 from .binding import Attachment, RouteBinding
 from .gateway_status import class_status, gateway_status
-from .objects import Entry, ObjectIndex, ObjectKey, object_key
+from .memo import Keep, computed
+from .objects import Entry, ObjectIndex, ObjectKey
 from .policies import PolicyResult
 from .routes import MissingBackend, RuleKey, Targets, missing_backends
 from .snapshot import service_address
@@ -23,20 +24,21 @@ def policy_conditions(
     results: Mapping[str, PolicyResult],
     attachment: Attachment,
     at: str,
+    keep: Keep[str, tuple[status.Condition, ...]] = computed,
 ) -> dict[str, tuple[status.Condition, ...]]:
-    """Each policy's `Accepted` and `Attached` (DESIGN §3)."""
+    """Each policy's `Accepted` and `Attached` (DESIGN §3). Through `keep` a condition that says
+    what it said before keeps the time it first said it (Kubernetes' `lastTransitionTime`)."""
     out: dict[str, tuple[status.Condition, ...]] = {}
     for key in sorted(policies):
         generation = policies[key].generation
-        problems = list(results[key].problems)
-        out[key] = (
-            status.accepted(problems, generation, at),
-            status.attached(
-                not problems,
-                list(attachment.missing[key]),
-                list(attachment.conflicts[key]),
-                generation,
-                at,
+        problems = results[key].problems
+        missing, conflicts = attachment.missing[key], attachment.conflicts[key]
+        out[key] = keep(
+            key,
+            (generation, problems, missing, conflicts),
+            lambda generation, problems, missing, conflicts: (
+                status.accepted(list(problems), generation, at),
+                status.attached(not problems, list(missing), list(conflicts), generation, at),
             ),
         )
     return out
@@ -127,26 +129,40 @@ def derive_statuses(
     shadowed: Mapping[str, tuple[str, ...]] = MappingProxyType({}),
     admission: Admission | None = None,
     backends: Mapping[str, BackendTargets] = MappingProxyType({}),
+    keep: Keep[ObjectKey, status.ObjectStatus] = computed,
 ) -> MappingProxyType[ObjectKey, status.ObjectStatus]:
     """The status of every input object, keyed by (kind, namespace, name); `shadowed`: the
-    matches of each route that an older route takes; `admission`: what is not served."""
+    matches of each route that an older route takes; `admission`: what is not served. Through
+    `keep` a status that says what it said before keeps its conditions' times."""
     admission = admission or Admission()
     out: dict[ObjectKey, status.ObjectStatus] = {}
     attached = attached_routes(bindings)
     for gateway in index.gateways.values():
-        out[object_key(gateway.resource)] = gateway_status(gateway, attached, admission, at)
+        out[gateway.identity] = gateway_status(gateway, attached, admission, at)
     missing = missing_backends(resolved)
     for key, route in index.routes.items():
-        out[object_key(route.resource)] = route_status(
-            route, bindings[key], missing.get(key, []), at, shadowed.get(key, ())
+        lost, hidden = tuple(missing.get(key, ())), shadowed.get(key, ())
+        identity = route.identity
+        out[identity] = keep(
+            identity,
+            (route, bindings[key], lost, hidden),
+            lambda route, binding, lost, hidden: route_status(
+                route, binding, list(lost), at, hidden
+            ),
         )
     for key, backend in index.backends.items():
-        out[object_key(backend.resource)] = backend_status(backend, backends.get(key), at)
+        identity, targets = backend.identity, backends.get(key)
+        out[identity] = keep(
+            identity,
+            (backend, targets),
+            lambda backend, targets: backend_status(backend, targets, at),
+        )
     for service in index.services.values():
-        out[object_key(service.resource)] = service_status(service, at)
+        identity = service.identity
+        out[identity] = keep(identity, (service,), lambda service: service_status(service, at))
     for key, policy in index.policies.items():
-        out[object_key(policy.resource)] = status.ObjectStatus(policies[key])
+        out[policy.identity] = status.ObjectStatus(policies[key])
     for name, gateway_class in index.classes.items():
         rule = admission.classes.get(name)
-        out[object_key(gateway_class.resource)] = class_status(gateway_class, rule, at)
+        out[gateway_class.identity] = class_status(gateway_class, rule, at)
     return MappingProxyType(dict(sorted(out.items())))

@@ -8,7 +8,7 @@ later step can depend on the order they arrived in.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -21,7 +21,6 @@ from ..resources.models import (
     GatewayClassParameters,
     GatewayPolicy,
     HTTPRoute,
-    Namespace,
     ReferenceGrant,
     Resource,
     Service,
@@ -97,11 +96,14 @@ class Entry(Generic[R]):
 
     resource: R
     source: str | None = None
+    # `namespace/name`, the identity used in references, and (kind, namespace, name), the one
+    # statuses are keyed by (read often: made once).
+    key: str = field(init=False, repr=False, compare=False)
+    identity: ObjectKey = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> str:
-        """`namespace/name`, the identity used in references."""
-        return self.resource.metadata.key
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", self.resource.metadata.key)
+        object.__setattr__(self, "identity", object_key(self.resource))
 
     @property
     def generation(self) -> int:
@@ -144,16 +146,26 @@ class ObjectIndex:
 
 
 def _sorted(entries: dict[str, Entry[R]]) -> dict[str, Entry[R]]:
-    return dict(sorted(entries.items()))
+    return {key: entries[key] for key in sorted(entries)}
 
 
-def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
-    """Index the objects by kind and `namespace/name`; raises ValueError on a duplicate."""
+def indexed(item: Loaded | Resource) -> tuple[ObjectKey, Entry[Any]]:
+    """An object's identity and its entry (a file's resource with where it was read)."""
+    entry: Entry[Any] = (
+        Entry(item.resource, str(item.source)) if isinstance(item, Loaded) else Entry(item)
+    )
+    return entry.identity, entry
+
+
+def index_objects(
+    objects: Iterable[ResourceObject],
+    entry_of: Callable[[Loaded | Resource], tuple[ObjectKey, Entry[Any]]] = indexed,
+) -> ObjectIndex:
+    """Index the objects by kind and `namespace/name` (`entry_of`: how an object's identity and
+    entry are made); raises ValueError on a duplicate."""
     by_kind: dict[str, dict[str, Entry[Any]]] = defaultdict(dict)
     refused: dict[str, RefusedPolicy] = {}
     refused_gateways: dict[str, RefusedGateway] = {}
-    namespaces: dict[str, Mapping[str, str]] = {}
-    seen: set[ObjectKey] = set()
     for item in objects:
         if isinstance(item, RefusedPolicy):
             refused[item.key] = item
@@ -161,18 +173,14 @@ def index_objects(objects: Iterable[ResourceObject]) -> ObjectIndex:
         if isinstance(item, RefusedGateway):
             refused_gateways[item.key] = item
             continue
-        resource = item.resource if isinstance(item, Loaded) else item
-        source = str(item.source) if isinstance(item, Loaded) else None
-        identity = object_key(resource)
+        identity, entry = entry_of(item)
+        bucket = by_kind[identity.kind]
         # The loader reports duplicates and the API server cannot hold two: keeping either one
         # would make the result depend on input order.
-        if identity in seen:
-            raise ValueError(f"{resource.kind} {resource.metadata.key} is given twice")
-        seen.add(identity)
-        if isinstance(resource, Namespace):
-            namespaces[resource.metadata.key] = resource.metadata.labels
-        else:
-            by_kind[resource.kind][resource.metadata.key] = Entry(resource, source)
+        if entry.key in bucket:
+            raise ValueError(f"{identity.kind} {entry.key} is given twice")
+        bucket[entry.key] = entry
+    namespaces = {key: e.resource.metadata.labels for key, e in by_kind["Namespace"].items()}
     return ObjectIndex(
         gateways=_sorted(by_kind["Gateway"]),
         routes=_sorted(by_kind["HTTPRoute"]),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from types import MappingProxyType
 from urllib.parse import urlsplit
 
 from ..resources.models import (
@@ -16,8 +15,6 @@ from ..resources.models import (
     JwtAuthenticationSpec,
     JwtProvider,
     RateLimitSpec,
-    ReferenceGrant,
-    Service,
     Transformation,
     parse_duration,
 )
@@ -28,7 +25,6 @@ from .deployment import Deployment
 from .issuers import issuer_problems
 from .keyset_sources import KeysetPlace, compile_keyset
 from .mcp_settings import PROVIDERS_PATH, compile_mcp, several_providers_problems
-from .objects import Entry
 from .policy_egress import egress_problems, reads_discovery
 from .scopes import compile_scopes
 from .secret_sources import SecretScope
@@ -311,21 +307,6 @@ def compile_policy(
         target_credentials,
     )
     return PolicyResult(compiled, tuple(problems), tuple(unresolved))
-
-
-def compile_policies(
-    policies: Mapping[str, Entry[GatewayPolicy]],
-    services: Mapping[str, Entry[Service]],
-    deployment: Deployment,
-    grants: Mapping[str, Entry[ReferenceGrant]] = MappingProxyType({}),
-) -> dict[str, PolicyResult]:
-    """Compile every policy, in `namespace/name` order."""
-    refs = ServiceRefs(
-        {key: entry.resource for key, entry in services.items()}, grants, deployment.cluster
-    )
-    return {
-        key: compile_policy(policies[key].resource, refs, deployment) for key in sorted(policies)
-    }
 
 
 def fetch_targets(

@@ -14,6 +14,7 @@ Where a GatewayPolicy decides it now, the route that would serve it must have a 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from operator import is_
 
 from .hostnames import request_name, serving_listener
 from .reload_guard import policy_widening
@@ -145,7 +146,7 @@ def _listener(
     found: dict[tuple[str, str, str | None], str] = {}
     # Many routes share a policy: each pair of policies is compared once.
     compared: dict[tuple[int, int], list[str]] = {}
-    for path in paths([*current, *candidate]):
+    for path in tried_paths(current, candidate, listeners):
         # Only the hostnames of the routes this path reaches tell its hosts apart.
         was_rows, now_rows = before.matching(path), after.matching(path)
         for host in hosts((r for _, r in [*was_rows, *now_rows]), names):
@@ -167,6 +168,48 @@ def _listener(
             if compared[policies]:
                 found[key] = _wider(_where(host, path), now, was.policy, compared[policies])
     return list(found.values())
+
+
+# Past this many rows changed, every class of request is tried (finding the ones they reach
+# would cost more).
+FEW_CHANGED = 32
+
+
+def tried_paths(
+    current: Rows, candidate: Rows, listeners: tuple[Sequence[str], Sequence[str]]
+) -> list[str]:
+    """The paths whose requests may be served otherwise: one of each class, as `paths` gives
+    them, less those no changed row matches. A request that only rows of both tables match,
+    in the same order, is served by the same row (the same object: the same policy) before
+    and after, on the same listeners: it cannot be served more openly."""
+    every = paths([*current, *candidate])
+    changed = changed_rows(current, candidate)
+    if changed is None or len(changed) > FEW_CHANGED or list(listeners[0]) != list(listeners[1]):
+        return every
+    reached: set[str] = set()
+    for row in changed:
+        if row.match_type == "Exact":
+            reached.add(row.match_value)
+            continue
+        prefix = row.match_value.rstrip("/")
+        if not prefix:
+            return every  # `/` takes every path
+        under = prefix + "/"
+        reached.update(p for p in every if p == prefix or p.startswith(under))
+    return [p for p in every if p in reached]
+
+
+def changed_rows(current: Rows, candidate: Rows) -> list[CompiledRoute] | None:
+    """The rows only one of the tables has (by identity: a row compiled again is changed), or
+    None when the rows both have are not in the same order."""
+    before, after = {id(r) for r in current}, {id(r) for r in candidate}
+    kept_before = [r for r in current if id(r) in after]
+    kept_after = [r for r in candidate if id(r) in before]
+    if len(kept_before) != len(kept_after) or not all(map(is_, kept_before, kept_after)):
+        return None
+    return [r for r in current if id(r) not in after] + [
+        r for r in candidate if id(r) not in before
+    ]
 
 
 def lost_protection(current: Snapshot, candidate: Snapshot) -> list[str]:

@@ -91,17 +91,24 @@ def resolve_backend(
     return backend.targets
 
 
-def resolve_backends(
-    routes: Mapping[str, Entry[HTTPRoute]],
+def resolve_rules(
+    entry: Entry[HTTPRoute],
     backends: Mapping[str, BackendTargets],
     grants: Mapping[str, Entry[ReferenceGrant]] | None = None,
-) -> dict[RuleKey, Targets | MissingBackend]:
-    """Resolve the backend of every rule of every route."""
-    return {
-        (key, rule_index): resolve_backend(entry, rule_index, backends, grants)
-        for key, entry in routes.items()
+) -> tuple[Targets | MissingBackend, ...]:
+    """Resolve the backend of each rule of one route, in rule order."""
+    return tuple(
+        resolve_backend(entry, rule_index, backends, grants)
         for rule_index in range(len(entry.resource.spec.rules))
-    }
+    )
+
+
+def backend_keys(route: HTTPRoute) -> tuple[str, ...]:
+    """The GatewayBackend (`namespace/name`) each rule of a route names, in rule order."""
+    return tuple(
+        f"{rule.backend_refs[0].namespace or route.metadata.namespace}/{rule.backend_refs[0].name}"
+        for rule in route.spec.rules
+    )
 
 
 def missing_backends(
@@ -174,46 +181,49 @@ def compile_rule(
     )
 
 
-def compile_routes(
-    routes: Mapping[str, Entry[HTTPRoute]],
-    resolved: Mapping[RuleKey, Targets | MissingBackend],
-    policies: Mapping[str, CompiledPolicy],
-) -> dict[str, tuple[CompiledRoute, ...]]:
-    """Compile every route (`policies`: route key → the policy governing it)."""
-    return {
-        key: tuple(
-            compiled
-            for rule_index in range(len(entry.resource.spec.rules))
-            for compiled in compile_rule(
-                key, entry.resource, rule_index, resolved[key, rule_index], policies.get(key)
-            )
-        )
-        for key, entry in routes.items()
-    }
+def compile_route(
+    key: str,
+    entry: Entry[HTTPRoute],
+    rules: tuple[Targets | MissingBackend, ...],
+    policy: CompiledPolicy | None,
+) -> tuple[CompiledRoute, ...]:
+    """Compile one route: its rules (`rules`: each one's backend) under its policy."""
+    return tuple(
+        compiled
+        for rule_index, targets in enumerate(rules)
+        for compiled in compile_rule(key, entry.resource, rule_index, targets, policy)
+    )
+
+
+# A route's listings: each port it is served on, with its compiled rules as served there.
+Rows = tuple[tuple[int, tuple[CompiledRoute, ...]], ...]
 
 
 def listener_tables(
     ports: Mapping[int, tuple[str, ...]],
-    bindings: Mapping[str, RouteBinding],
-    compiled: Mapping[str, tuple[CompiledRoute, ...]],
+    listed: Mapping[str, Rows],
     created: Mapping[str, str] = MappingProxyType({}),
 ) -> MappingProxyType[int, tuple[CompiledRoute, ...]]:
     """Each served port (`ports`: port → its listeners' hostnames) → the routes bound to its
-    listeners, best match first (ties: the oldest route by `created`, its creation timestamp,
-    then route name). A route is listed once per listener it is bound to, with the hostnames
-    it serves there (its own within the listener's) and that listener's hostname."""
-    created = {key: created.get(key, "") for key in compiled}
+    listeners (`listed`: each route's rules as `listener_rows` lists them), best match first
+    (ties: the oldest route by `created`, its creation timestamp, then route name)."""
     tables: dict[int, list[CompiledRoute]] = {port: [] for port in sorted(ports)}
     # Gateway API: among equal matches the oldest route wins, then namespace/name; the rules
     # of one route keep their order. Added in that order, the stable sort keeps it for ties.
-    for key in sorted(compiled, key=lambda k: (created[k], k)):
-        for (port, listener), hostnames in sorted(bindings[key].served_on.items()):
-            tables[port].extend(
-                replace(route, hostnames=hostnames, listener_hostname=listener)
-                for route in compiled[key]
-            )
+    for key in sorted(listed, key=lambda k: (created.get(k, ""), k)):
+        for port, routes in listed[key]:
+            tables[port].extend(routes)
     return MappingProxyType(
         {port: tuple(sorted(routes, key=route_sort_key)) for port, routes in tables.items()}
+    )
+
+
+def listener_rows(binding: RouteBinding, compiled: tuple[CompiledRoute, ...]) -> Rows:
+    """A route's rules as each listener it is bound to serves them: with the hostnames it is
+    served for there and the listener's hostname."""
+    return tuple(
+        (port, tuple(replace(r, hostnames=hostnames, listener_hostname=listener) for r in compiled))
+        for (port, listener), hostnames in sorted(binding.served_on.items())
     )
 
 

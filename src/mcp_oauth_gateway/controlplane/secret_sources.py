@@ -279,16 +279,27 @@ def credential_sources(spec: BackendCredentialsSpec | TargetCredentials) -> Iter
             yield header.identity.signing_key
 
 
-def policy_secret_refs(policy: GatewayPolicy) -> Iterator[SecretKeyRef]:
-    """Every `secretRef` of a policy's credentials (the default mode and each target's)."""
+def policy_secret_sources(policy: GatewayPolicy) -> Iterator[SecretSource]:
+    """Every secret of a policy's credentials (the default mode and each target's)."""
     backend = policy.spec.backend
     spec = backend.credentials if backend is not None else None
     if spec is None:
         return
     for mode in (spec, *(spec.targets or ())):
-        for source in credential_sources(mode):
-            if source.secret_ref is not None:
-                yield source.secret_ref
+        yield from credential_sources(mode)
+
+
+def reads_outside(policy: GatewayPolicy) -> bool:
+    """Whether compiling the policy reads what no object holds: a file, an environment
+    variable (each build reads it again)."""
+    return any(s.file is not None or s.env is not None for s in policy_secret_sources(policy))
+
+
+def policy_secret_refs(policy: GatewayPolicy) -> Iterator[SecretKeyRef]:
+    """Every `secretRef` of a policy's credentials (the default mode and each target's)."""
+    for source in policy_secret_sources(policy):
+        if source.secret_ref is not None:
+            yield source.secret_ref
 
 
 def wanted_secrets(

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..resources.models import ReferenceGrant, Service
+from ..resources.models import GatewayBackend, GatewayPolicy, ReferenceGrant, RemoteJwks, Service
 from .cluster import Cluster, Reference, missing_service, service_host
 from .objects import Entry
 from .snapshot import service_address
@@ -93,4 +93,32 @@ def _in_cluster(
     return ServiceHost(
         service_host(name, namespace, cluster),
         unresolved=missing_service(refs.services, key, port, cluster),
+    )
+
+
+def policy_services(policy: GatewayPolicy) -> tuple[str, ...]:
+    """Every Service (`namespace/name`) a policy's keysets name: its providers' and its
+    workload issuers'."""
+    jwt = policy.spec.traffic.jwt_authentication
+    if jwt is None:
+        return ()
+    remotes: list[RemoteJwks | None] = [p.jwks.remote for p in jwt.providers]
+    workload = jwt.mcp.workload_identity if jwt.mcp is not None else None
+    if workload is not None:
+        remotes += [issuer.jwks.remote for issuer in workload.issuers]
+    namespace = policy.metadata.namespace
+    return tuple(
+        f"{remote.backend_ref.namespace or namespace}/{remote.backend_ref.name}"
+        for remote in remotes
+        if remote is not None and remote.backend_ref is not None
+    )
+
+
+def backend_services(backend: GatewayBackend) -> tuple[str, ...]:
+    """Every Service (`namespace/name`) a backend's targets name."""
+    namespace = backend.metadata.namespace
+    return tuple(
+        f"{target.service.namespace or namespace}/{target.service.name}"
+        for target in backend.spec.mcp.targets
+        if target.service is not None
     )

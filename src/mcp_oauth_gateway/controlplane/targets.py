@@ -9,7 +9,6 @@ targets of a federated backend and not others.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..resources.models import POLICY_API_GROUP, GatewayBackend, McpTarget, parse_duration
@@ -104,8 +103,11 @@ def compile_targets(entry: Entry[GatewayBackend], refs: ServiceRefs) -> BackendT
     return BackendTargets(tuple(targets), unresolved=tuple(found.unresolved))
 
 
-def compile_backends(
-    backends: Mapping[str, Entry[GatewayBackend]], refs: ServiceRefs
-) -> dict[str, BackendTargets]:
-    """Every backend's targets, by `namespace/name`."""
-    return {key: compile_targets(entry, refs) for key, entry in backends.items()}
+def reads_files(backend: GatewayBackend) -> bool:
+    """Whether resolving the backend reads a file no object holds (a target's `caFile`, read
+    again at each build)."""
+    return any(
+        address is not None and address.tls is not None and address.tls.ca_file is not None
+        for target in backend.spec.mcp.targets
+        for address in (target.static, target.service)
+    )

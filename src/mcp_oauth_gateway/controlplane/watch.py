@@ -12,9 +12,11 @@ import asyncio
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..resources.loader import FileCache, expand_paths, load_paths
+from .build_cache import BuildCache
 from .builder import build_snapshot
 from .collector import collector_paused
 from .control import ControlPlane
@@ -35,14 +37,41 @@ def fingerprint(paths: Sequence[str | Path]) -> Fingerprint:
     The real path is where a symlink leads: in a ConfigMap volume, into the directory `..data`
     names, so kubelet's swap of `..data` changes every file at once."""
     files, _ = expand_paths(paths)
+    directories: dict[str, str] = {}  # directory → its real path
     out = []
     for path in files:
+        name = str(path)
         try:
-            stat = path.stat()
+            stat = os.stat(name)
+            linked = os.path.islink(name)
         except OSError:
             continue
-        out.append((str(path), os.path.realpath(path), stat.st_mtime_ns, stat.st_size))
+        parent = os.path.dirname(name)
+        if parent not in directories:
+            directories[parent] = os.path.realpath(parent)
+        # A file that is no link is where its directory really is (one lstat, not one a part).
+        real = os.path.realpath(name) if linked else os.path.join(directories[parent], path.name)
+        out.append((name, real, stat.st_mtime_ns, stat.st_size))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class ReloadCaches:
+    """What a reload starts from: each file's resources by its content (only the documents that
+    changed are parsed again) and what the last build computed (only what they reach is
+    compiled again). The load that starts the gateway fills them, so the first reload costs
+    what it changed too."""
+
+    files: FileCache = field(default_factory=FileCache)
+    builds: BuildCache = field(default_factory=BuildCache)
+
+
+def load_into(
+    paths: Sequence[str | Path], caches: ReloadCaches, deployment: Deployment | None = None
+) -> Snapshot:
+    """Load and build the files under `paths` through `caches` (the collector paused)."""
+    with collector_paused():
+        return build_snapshot(load_paths(paths, caches.files), deployment, caches.builds)
 
 
 def reload_problems(current: Snapshot, candidate: Snapshot) -> list[str]:
@@ -78,6 +107,7 @@ class ConfigWatcher:
         interval: float = 1.0,
         deployment: Deployment | None = None,
         writers: OpenWrites | None = None,
+        caches: ReloadCaches | None = None,
     ):
         self.paths = list(paths)
         self.deployment = deployment
@@ -89,8 +119,7 @@ class ConfigWatcher:
         self.waiting: tuple[str, ...] = ()
         self._seen = fingerprint(self.paths)
         self._writers = writers if writers is not None else OpenWrites()
-        # Each file's resources by its content: a reload parses only the files that changed.
-        self._files = FileCache()
+        self._caches = caches or ReloadCaches()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -152,21 +181,23 @@ class ConfigWatcher:
         self.waiting = busy
         return bool(busy)
 
-    def _build(self) -> Snapshot:
+    def _judged(self, current: Snapshot) -> tuple[Snapshot, list[str]]:
+        """The files built, and why they cannot replace `current` (none: they can)."""
+        candidate = load_into(self.paths, self._caches, self.deployment)
         with collector_paused():
-            return build_snapshot(load_paths(self.paths, self._files), self.deployment)
+            return candidate, reload_problems(current, candidate)
 
     async def reload(self, expected: Fingerprint | None = None) -> bool:
         """Load, validate and (if valid) install; True when the new snapshot is serving.
         With `expected`, a change while the files were read drops what was read: the next poll
         reads them again."""
-        # Parsing YAML and compiling CEL take milliseconds: off the event loop.
-        candidate = await asyncio.to_thread(self._build)
+        # Parsing, compiling and judging the change take milliseconds: off the event loop (only
+        # this task installs snapshots, so the one judged against is still serving after).
+        candidate, problems = await asyncio.to_thread(self._judged, self.control.snapshot)
         if expected is not None and await asyncio.to_thread(fingerprint, self.paths) != expected:
             log.info("the files changed while they were read; reading them again")
             self._seen = ()
             return False
-        problems = reload_problems(self.control.snapshot, candidate)
         if problems:
             self.last_error = "; ".join(problems)
             log.error(

@@ -16,7 +16,7 @@ from typing import Any
 from ..controlplane.objects import RefusedGateway, RefusedPolicy
 from ..resources.models import Resource
 from .kinds import Kind
-from .objects import Invalid, from_server, identity, refused_gateway, refused_policy
+from .objects import Invalid, document_of, from_server, identity, refused_gateway, refused_policy
 
 Json = dict[str, Any]
 Name = tuple[str, str]  # (namespace, name); "" namespace for cluster-scoped kinds
@@ -65,6 +65,14 @@ def trimmed(raw: Json) -> Json:
     return raw
 
 
+def _parsed(raw: Json, known: Cached | None) -> Cached:
+    """The object as listed, the same model as before when the models read the same of it
+    (a relist then rebuilds only what changed while the watch was away)."""
+    if known is not None and document_of(known.raw) == document_of(raw):
+        return Cached(raw, known.parsed)
+    return Cached(raw, from_server(raw))
+
+
 def _name(raw: Json) -> Name:
     _, namespace, name = identity(raw)
     return namespace, name
@@ -88,9 +96,10 @@ class ObjectCache:
     def replace_all(self, kind: Kind, items: list[Json], resource_version: str) -> None:
         """Install a fresh list of `kind` (objects missing from it were deleted meanwhile)."""
         state = self.kinds[kind.kind]
-        before = {name: content(cached.raw) for name, cached in state.objects.items()}
+        known = state.objects
+        before = {name: content(cached.raw) for name, cached in known.items()}
         items = [trimmed(raw) for raw in items]
-        state.objects = {_name(raw): Cached(raw, from_server(raw)) for raw in items}
+        state.objects = {_name(raw): _parsed(raw, known.get(_name(raw))) for raw in items}
         state.resource_version = resource_version
         first = not state.synced or not state.available
         state.synced, state.available, state.last_error = True, True, None

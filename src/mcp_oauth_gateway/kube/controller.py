@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from ..controlplane.build_cache import BuildCache
 from ..controlplane.builder import BuildResult, build_from_objects
 from ..controlplane.cluster import CONTROLLER_NAME, Cluster
 from ..controlplane.control import ControlPlane
@@ -109,6 +110,8 @@ class Controller:
         )
         self.writer = StatusWriter(client)
         self.result: BuildResult | None = None
+        # What the last build computed: a rebuild compiles only what the changed objects reach.
+        self.builds = BuildCache()
         self.swaps = 0
         self._built_version: tuple[int, tuple[int, ...]] | None = None
         self._problems: set[str] = set()
@@ -234,7 +237,9 @@ class Controller:
         deployment = replace(self.deployment, cluster=cluster)
         resources = self.cache.resources()
         result = await asyncio.to_thread(
-            lambda: build_from_objects(resources, at=now_iso(), deployment=deployment)
+            lambda: build_from_objects(
+                resources, at=now_iso(), deployment=deployment, cache=self.builds
+            )
         )
         self.control.install(result.snapshot)
         first = self.result is None

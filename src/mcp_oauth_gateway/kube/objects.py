@@ -36,18 +36,22 @@ def identity(raw: dict[str, Any]) -> tuple[str, str, str]:
     return str(raw.get("kind")), str(metadata.get("namespace") or ""), str(metadata.get("name"))
 
 
+def document_of(raw: dict[str, Any]) -> dict[str, Any]:
+    """What the models read of a raw API object (all `from_server` reads)."""
+    metadata = raw.get("metadata") or {}
+    return {
+        "apiVersion": raw.get("apiVersion"),
+        "kind": identity(raw)[0],
+        "metadata": {key: metadata[key] for key in _METADATA if metadata.get(key) is not None},
+        "spec": raw.get("spec") or {},
+    }
+
+
 def from_server(raw: dict[str, Any]) -> Resource | Invalid:
     """The resource model of a raw API object, or why it cannot be one."""
     kind, namespace, name = identity(raw)
-    metadata = raw.get("metadata") or {}
-    generation = metadata.get("generation")
-    kept = {key: metadata[key] for key in _METADATA if metadata.get(key) is not None}
-    document = {
-        "apiVersion": raw.get("apiVersion"),
-        "kind": kind,
-        "metadata": kept,
-        "spec": raw.get("spec") or {},
-    }
+    generation = (raw.get("metadata") or {}).get("generation")
+    document = document_of(raw)
     model = KINDS.get((str(raw.get("apiVersion")), kind))
     if model is None:
         problems: tuple[str, ...] = (f"unsupported apiVersion {raw.get('apiVersion')}",)

@@ -6,14 +6,17 @@ from dataclasses import dataclass, field
 
 from ..asgi import Limits
 from ..controlplane.deployment import Deployment
+from ..controlplane.watch import ReloadCaches
 
 
 @dataclass(frozen=True)
 class Watch:
-    """Resource paths to watch for changes, and how often to look."""
+    """Resource paths to watch for changes, how often to look, and what the load that started
+    the gateway read and built (the first reload starts from there)."""
 
     paths: tuple[str, ...]
     interval: float
+    caches: ReloadCaches = field(default_factory=ReloadCaches, compare=False)
 
 
 @dataclass(frozen=True)

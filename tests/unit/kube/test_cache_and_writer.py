@@ -262,3 +262,21 @@ def test_an_invalid_gateway_of_our_class_is_neither_accepted_nor_programmed() ->
     }
     assert "spec.listeners[0].protocol" in by_label["Gateway apps/gw"]["conditions"][0]["message"]
     assert "Gateway apps/not-ours" not in by_label
+
+
+def test_a_relist_keeps_the_model_of_every_object_it_finds_unchanged() -> None:
+    objects = server_objects()
+    cache = filled(objects)
+    before = {type(r).__name__: r for r in cache.resources()}
+    relisted = copy.deepcopy(objects)
+    for raw in relisted:
+        raw["metadata"]["resourceVersion"] = "500"  # bookkeeping the models do not read
+        if raw["kind"] == "GatewayBackend":
+            raw["spec"]["mcp"]["targets"][0]["static"]["port"] = 8001
+        if raw["kind"] == "HTTPRoute":  # deleted and created again while the watch was away
+            raw["metadata"]["creationTimestamp"] = "2026-02-01T00:00:00Z"
+    for kind in WATCHED:
+        cache.replace_all(kind, [o for o in relisted if o["kind"] == kind.kind], "2")
+    after = {type(r).__name__: r for r in cache.resources()}
+    changed = {name for name, model in after.items() if model is not before[name]}
+    assert changed == {"GatewayBackend", "HTTPRoute"}
