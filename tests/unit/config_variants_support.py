@@ -4,10 +4,27 @@ The secrets they name are read from the environment variables in `SECRETS`."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from mcp_oauth_gateway.controlplane import Deployment
+from mcp_oauth_gateway.serving.runtime import BrokerRuntime, UserTokenSettings
+from mcp_oauth_gateway.usertokens.keys import TokenKeys
 from unit.broker.workload_support import policy_yaml as workload_policy
 from unit.resources_fixture import BASE, policy
 
 SECRETS = {"VARIANT_SECRET": "s3cret", "VARIANT_KEY": "k-1"}
+# userOAuth is served only by a gateway with a user-token key and store.
+DEPLOYMENT = Deployment(user_token_store="sqlite")
+
+
+def runtime(directory: Path) -> BrokerRuntime:
+    """A process's shared state, its user-token store a SQLite file in `directory`."""
+    brokers = BrokerRuntime()
+    brokers.user_tokens = UserTokenSettings(
+        f"sqlite://{directory / 'tokens.db'}", TokenKeys.of([b"k" * 32])
+    )
+    return brokers
+
 
 # Broker mode with every traffic stage, tool rules, a backend secret and DPoP with nonces.
 EVERY_STAGE = (

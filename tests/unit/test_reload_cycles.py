@@ -15,17 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from mcp_oauth_gateway.controlplane import ControlPlane, Deployment, build_snapshot
+from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
 from mcp_oauth_gateway.controlplane.snapshot import Snapshot
 from mcp_oauth_gateway.resources import load_paths
 from mcp_oauth_gateway.serving.app import GatewayApp
 from mcp_oauth_gateway.serving.options import ServeOptions
-from mcp_oauth_gateway.serving.runtime import BrokerRuntime, UserTokenSettings
-from mcp_oauth_gateway.usertokens.keys import TokenKeys
 
-from .config_variants_support import SECRETS, VARIANTS
-
-DEPLOYMENT = Deployment(user_token_store="sqlite")
+from .config_variants_support import DEPLOYMENT, SECRETS, VARIANTS, runtime
 
 
 def serving(tmp_path: Path, text: str) -> tuple[GatewayApp, Callable[[], Snapshot]]:
@@ -38,12 +34,8 @@ def serving(tmp_path: Path, text: str) -> tuple[GatewayApp, Callable[[], Snapsho
         assert snapshot.errors == (), snapshot.errors
         return snapshot
 
-    brokers = BrokerRuntime()
-    brokers.user_tokens = UserTokenSettings(
-        f"sqlite://{tmp_path / 'tokens.db'}", TokenKeys.of([b"k" * 32])
-    )
     options = ServeOptions(status_port=1, audit_log=str(tmp_path / "audit.log"))
-    app = GatewayApp(ControlPlane(load()), options, brokers=brokers)
+    app = GatewayApp(ControlPlane(load()), options, brokers=runtime(tmp_path))
     return app, load
 
 

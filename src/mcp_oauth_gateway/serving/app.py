@@ -155,6 +155,8 @@ class GatewayApp:
         # One assignment: requests in flight keep the tables they started with.
         with collector_paused():
             self.tables = self.assembly.tables(snapshot)
+        # What outlives reloads keeps only what the running configuration can use.
+        self.brokers.retain(snapshot)
         if self.audit is not None:
             self.audit.forget_routes()
         if self.metrics is not None:
