@@ -16,8 +16,9 @@ from mcp_oauth_gateway.resources import load_paths
 from mcp_oauth_gateway.serving.app import GatewayApp
 from mcp_oauth_gateway.serving.options import ServeOptions
 
-from .config_variants_support import DEPLOYMENT, FEDERATED, SECRETS, runtime
+from .config_variants_support import DEPLOYMENT, FEDERATED, OTHER_ROUTE, SECRETS, runtime
 from .resources_fixture import BASE, policy
+from .stages.harness import drive
 
 
 def test_a_rule_no_configuration_holds_is_freed_and_compiled_anew():
@@ -50,12 +51,17 @@ def route(snapshot: Snapshot) -> CompiledRoute:
     return snapshot.listeners[8080][0]
 
 
-def limited(requests: int) -> str:
-    return BASE + policy().replace(
+def limited_policy(target: str = "mcp", requests: int = 5) -> str:
+    """A policy for `target` with a rate limit of `requests` a minute."""
+    return policy(name=target, target=target).replace(
         "    authorization:\n",
         f"    rateLimit: {{key: 'jwt.sub', requests: {requests}, window: 1m}}\n"
         "    authorization:\n",
     )
+
+
+def limited(requests: int) -> str:
+    return BASE + limited_policy(requests=requests)
 
 
 def test_an_edited_rate_limit_forgets_the_old_buckets(tmp_path):
@@ -94,3 +100,26 @@ def test_edited_federation_targets_forget_the_old_sessions(tmp_path, monkeypatch
         install(FEDERATED.replace("port: 9003", f"port: {port}"))
     gc.collect()
     assert old() is None, "the sessions of targets no configuration has are kept"
+
+
+async def test_the_metrics_of_a_route_and_policy_that_left_are_dropped(tmp_path):
+    path = tmp_path / "resources.yaml"
+
+    def load(text: str) -> Snapshot:
+        path.write_text(text)
+        return build_snapshot(load_paths([path]))
+
+    both = BASE + OTHER_ROUTE + policy() + limited_policy("other")
+    app = GatewayApp(ControlPlane(load(both)), ServeOptions(status_port=1))
+    assert app.metrics is not None
+    for where in ("/mcp", "/other"):
+        assert (await drive(app, "POST", where)).status == 401
+    app.metrics.rejection_counter("default/other")()  # as a refused request would count
+    before = app.metrics.render().decode()
+    assert 'route="default/other"' in before
+    assert 'policy="default/other"' in before
+    app.control.install(load(BASE + policy()))
+    after = app.metrics.render().decode()
+    assert 'route="default/other"' not in after
+    assert 'policy="default/other"' not in after
+    assert 'route="default/mcp"' in after  # a route still served keeps its counts
