@@ -20,6 +20,7 @@ from mcp_oauth_gateway.controlplane.snapshot import Snapshot
 from mcp_oauth_gateway.resources import load_paths
 from mcp_oauth_gateway.serving.app import GatewayApp
 from mcp_oauth_gateway.serving.options import ServeOptions
+from mcp_oauth_gateway.serving.route_context import RouteContext
 
 from .config_variants_support import DEPLOYMENT, SECRETS, VARIANTS, runtime
 
@@ -69,3 +70,15 @@ def test_a_reload_leaves_no_cyclic_garbage(tmp_path, monkeypatch, name):
 
     left = cyclic_garbage(reload_twice)
     assert not left, f"cycles kept the replaced configuration: {left.most_common(12)}"
+
+
+def test_no_route_context_outlives_its_assembly(tmp_path, monkeypatch):
+    """What a stage keeps is what it needs, never the context it was built from: the context
+    holds its configuration's route, and what the process keeps for good (the user-OAuth
+    runtime) would hold that configuration's route for good."""
+    for variable, value in SECRETS.items():
+        monkeypatch.setenv(variable, value)
+    app, load = serving(tmp_path, VARIANTS["federated"])
+    app.control.install(load())
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, RouteContext)]

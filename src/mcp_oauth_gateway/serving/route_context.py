@@ -204,11 +204,14 @@ class RouteContext:
             return None
         listed = dict(policy.target_credentials)
         sources: dict[str, HeaderSource | None] = {}
+        control = self.shared.control
         for target in self.route.targets:
             chosen = listed.get(target.name, policy.credentials)
             if target.name in users:
                 key, upstream = users[target.name]
-                runtime = self.shared.brokers.user_oauth(lambda: self.shared.control.session)
+                # The process keeps what it is given: the control plane, not this route's
+                # context (which would keep the first configuration's route alive for good).
+                runtime = self.shared.brokers.user_oauth(lambda: control.session)
                 assert runtime is not None, "userOAuth policies are refused without a key"
                 sources[target.name] = UserOAuthCredential(upstream, key, runtime)
             else:
