@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import signal
 import subprocess
 import sys
@@ -193,6 +194,7 @@ class Settings:
     routes: int
     changes: int
     src: Path
+    label: str
     checkpoints: tuple[int, ...]
     malloc_trim: bool = False
     arena_max: int | None = None
@@ -281,7 +283,7 @@ def file_mode(settings: Settings, work: Path) -> Run:
     args = ["-f", str(config), "--watch-interval", "0.05"]
     with serving(args, settings, work / "serve-file.log", {}) as process:
         wait_for_port(port, timeout=CHANGE_WAIT)
-        return measure(Run("file", ""), settings, process.pid, port, write)
+        return measure(Run("file", settings.label), settings, process.pid, port, write)
 
 
 def routes_text(i: int, port: int, scope: str) -> str:
@@ -428,11 +430,9 @@ def main(argv: Sequence[str]) -> None:
     for mode in args.modes.split(","):
         if args.before is not None:
             runs.append(
-                labelled(
-                    one(mode, settings(args, args.before, args.before_changes)), args.before_label
-                )
+                one(mode, settings(args, args.before, args.before_label, args.before_changes))
             )
-        runs.append(labelled(one(mode, settings(args, ROOT / "src", args.changes)), args.label))
+        runs.append(one(mode, settings(args, ROOT / "src", args.label, args.changes)))
     text = table(runs, args.routes)
     print(text)
     if args.write is not None:
@@ -440,20 +440,15 @@ def main(argv: Sequence[str]) -> None:
         arena = f", MALLOC_ARENA_MAX={args.arena_max}" if args.arena_max else ""
         args.write.write_text(
             f"Machine at start: {started}\nat the end: {machine()}\n\n"
-            f"`{' '.join(['python', 'benchmarks/reload_memory.py', *argv])}`{note}{arena}\n\n"
+            f"`{shlex.join(['python', 'benchmarks/reload_memory.py', *argv])}`{note}{arena}\n\n"
             f"{text}\n"
         )
 
 
-def settings(args: argparse.Namespace, src: Path, changes: int) -> Settings:
+def settings(args: argparse.Namespace, src: Path, label: str, changes: int) -> Settings:
     """One run's settings from the command line."""
     points = (*(n for n in CHECKPOINTS if n < changes), changes)
-    return Settings(args.routes, changes, src, points, args.malloc_trim, args.arena_max)
-
-
-def labelled(run: Run, label: str) -> Run:
-    run.src = label
-    return run
+    return Settings(args.routes, changes, src, label, points, args.malloc_trim, args.arena_max)
 
 
 if __name__ == "__main__":
