@@ -117,7 +117,7 @@ lint-imports: install-test
 
 test: install-test node-peers mcp1-client system-deps lint docs apiserver-build cluster-build \
 	keycloak-fetch
-	$(PY) -m pytest -m "not contracts"
+	$(PY) -m pytest -m "not contracts" --durations=25
 
 # The documentation site (mkdocs.yml, docs/): built into site/ (git-ignored) by
 # `mkdocs build --strict`, so a broken link or anchor, or a page missing from the nav, fails it.

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,10 +157,17 @@ class Stack:
 
 @contextmanager
 def dpop_stack(
-    logs: Path, directory: Path, idp_key: tuple[RSAKey, Path], redis: str
+    logs: Path,
+    directory: Path,
+    idp_key: tuple[RSAKey, Path],
+    redis: str,
+    make_config: Callable[[int, int, str, str], str] = config,
+    idp_env: dict[str, str] | None = None,
 ) -> Iterator[Stack]:
-    """Start the provider, an MCP server of its own (what it received is this module's
-    alone), the load balancer and two replicas; stop them all afterwards."""
+    """Start the provider (`idp_env`: more of its settings), an MCP server of its own (what it
+    received is this module's alone), the load balancer and two replicas (configured by
+    `make_config(gateway port, provider port, backend, public MCP URL)`); stop them all
+    afterwards."""
     with ExitStack() as stack:
         backend_port = free_port()
         server = Process(
@@ -180,6 +187,7 @@ def dpop_stack(
             "KEY_FILE": str(idp_key[1]),
             "CLIENT_ID": CLIENT_ID,
             "RESOURCE": public,
+            **(idp_env or {}),
         }
         idp = Process("idp-dpop", [node(), str(NODE_DIR / "idp.mjs")], logs, env=env)
         stack.callback(idp.stop)
@@ -190,7 +198,7 @@ def dpop_stack(
             port = free_port()
             folder = directory / f"replica-{index}"
             folder.mkdir()
-            (folder / "gateway.yaml").write_text(config(port, idp_port, backend, public))
+            (folder / "gateway.yaml").write_text(make_config(port, idp_port, backend, public))
             replica = Process(
                 f"gateway-dpop-{index}",
                 [*gateway_cmd(folder), "--audit-log", str(audits[index])],
@@ -208,10 +216,11 @@ def dpop_stack(
         yield Stack(issuer, public, replicas, balancer, audits, backend)
 
 
-def run_dpop_client(mcp_url: str, user: str = "alice") -> dict[str, Any]:
-    """Run tests/node/ts_dpop_client.mjs and return its JSON report."""
+def run_dpop_client(mcp_url: str, user: str = "alice", *more: str) -> dict[str, Any]:
+    """Run tests/node/ts_dpop_client.mjs and return its JSON report (`more`: its client id,
+    algorithm and `--refresh`, in place of the pre-registered client's)."""
     done = subprocess.run(
-        [node(), str(NODE_DIR / "ts_dpop_client.mjs"), mcp_url, user, CLIENT_ID],
+        [node(), str(NODE_DIR / "ts_dpop_client.mjs"), mcp_url, user, *(more or (CLIENT_ID,))],
         capture_output=True,
         text=True,
         timeout=120,

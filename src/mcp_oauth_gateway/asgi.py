@@ -25,6 +25,10 @@ Headers = list[tuple[bytes, bytes]]
 # Scope keys the pipeline stages hand to each other.
 CLAIMS_KEY = "mcp_oauth_gateway.jwt"
 TOKEN_KEY = "mcp_oauth_gateway.token"
+# Set when the token presented holds another (a Broker's DPoP-bound token holds the provider's):
+# the one inside, which is what the backend may be given. TOKEN_KEY stays the one presented,
+# which names the claims (they say it is bound) in every memo keyed by it.
+PROVIDER_TOKEN_KEY = "mcp_oauth_gateway.provider_token"
 # Set when the token came with the DPoP scheme (RFC 9449): the algorithms the route's DPoP
 # challenge offers, so that a later refusal puts its error on that challenge.
 DPOP_KEY = "mcp_oauth_gateway.dpop"

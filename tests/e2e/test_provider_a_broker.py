@@ -19,13 +19,9 @@ the difference is named next to it.
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +35,6 @@ from inspector_support import (
     STEP_TIMEOUT_MS,
     call_add,
     chromium_page,
-    gateway_requests,
     running_inspector,
     watch_gateway,
 )
@@ -51,8 +46,14 @@ from keycloak_support import (
     idp_keycloak,
 )
 from node_clients import run_ts_client
+from provider_a_broker_support import (
+    GATEWAY_CLIENT,
+    Broker,
+    assert_providers_token,
+    audit_lines,
+    python_sdk_signs_in,
+)
 from support import (
-    PEERS,
     Process,
     free_port,
     gateway_cmd,
@@ -62,48 +63,11 @@ from support import (
 )
 
 REALM = {"keycloak": "broker", "dev-idp": "master"}  # the dev IdP serves master only
-GATEWAY_CLIENT = "mcp-gateway"  # what idp keycloak --mode Broker creates at the provider
 # Parametrises a test over real Keycloak alone (the module-scoped fixtures are reused).
 KEYCLOAK_ONLY = pytest.mark.parametrize("provider", ["keycloak"], indirect=True)
 
 
 provider = pytest.fixture(scope="module", params=FLAVOURS, name="provider")(either_provider)
-
-
-@dataclass
-class Broker:
-    """The gateway in Broker mode in front of `provider`'s `realm`."""
-
-    provider: Provider
-    realm: str
-    gateway: str
-    process: Process
-    redis_url: str
-    # The gateway's audit trail (`serve --audit-log`).
-    audit: Path
-
-    @property
-    def mcp(self) -> str:
-        return f"{self.gateway}/mcp"
-
-    @property
-    def issuer(self) -> str:
-        """The provider's issuer (the realm's)."""
-        return self.provider.issuer(self.realm)
-
-    def discovery(self) -> dict[str, object]:
-        found: dict[str, object] = httpx.get(
-            f"{self.issuer}/.well-known/openid-configuration"
-        ).json()
-        return found
-
-    def client(self) -> BrokerClient:
-        return BrokerClient(self.mcp).register()
-
-    def callbacks(self) -> int:
-        """How many times the provider sent a signed-in user back to the gateway so far."""
-        answered = gateway_requests(self.process.log())
-        return sum(line.startswith("GET /mcp/oauth/callback 302 ") for line in answered)
 
 
 @pytest.fixture(scope="module")
@@ -140,34 +104,7 @@ def broker(
         process.stop()
 
 
-def audiences(claims: dict[str, object]) -> list[object]:
-    aud = claims["aud"]
-    return aud if isinstance(aud, list) else [aud]
-
-
-def assert_providers_token(broker: Broker, token: str) -> None:
-    """A token the provider issued to the gateway's client for alice, for this resource."""
-    claims = unverified_claims(token)
-    assert claims["iss"] == broker.issuer
-    assert claims["azp"] == GATEWAY_CLIENT
-    assert broker.mcp in audiences(claims)
-    assert claims["groups"] == ["users"]
-    assert claims["preferred_username"] == "alice"
-
-
 # --- clients signing in on the provider's own pages -----------------------------------------
-
-
-def python_sdk_signs_in(broker: Broker) -> dict[str, Any]:
-    """The report of the Python SDK 2.x client signing in as alice and calling a tool."""
-    done = subprocess.run(
-        [sys.executable, str(PEERS / "py_client.py"), broker.mcp, "alice", USER_PASSWORD],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_python_sdk_2_signs_in_and_calls_a_tool(broker):
@@ -180,12 +117,6 @@ def test_python_sdk_2_signs_in_and_calls_a_tool(broker):
     assert report["result"] == "5"
     # It signed in at the provider, which sent it back through the gateway's callback.
     wait_until(lambda: broker.callbacks() == before + 1, 10, "the callback in the access log")
-
-
-def audit_lines(broker: Broker) -> list[dict[str, Any]]:
-    """The whole lines of the audit trail written so far."""
-    text = broker.audit.read_text() if broker.audit.exists() else ""
-    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines()]
 
 
 def test_the_audit_trail_names_the_provider_s_user_line_by_line(broker):

@@ -6,10 +6,8 @@ session's server: its master realm (the dev IdP has no other), a user and client
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import math
-import secrets
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,17 +15,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-import headless_login
 import httpx
 import pytest
 
 from keycloak_support import FLAVOURS, USER_PASSWORD, Provider, either_provider
+from provider_parity_support import APP, CALLBACK, USER, Browser, code_form
 from support import unverified_claims
 
 POLICY_TYPE = "org.keycloak.services.clientregistration.policy.ClientRegistrationPolicy"
-USER = "parity-ann"
-APP = "http://127.0.0.1:9999"
-CALLBACK = f"{APP}/cb"
 EVIL = "http://evil.example"
 BUILTIN = {"openid", "profile", "email", "roles", "web-origins", "acr", "basic", "phone"}
 REALM_DEFAULTS = {"acr", "basic", "email", "profile", "roles", "web-origins"}
@@ -83,46 +78,6 @@ def answer_of(response: httpx.Response) -> tuple[int, Any]:
 def jose_header(jwt: str) -> dict[str, Any]:
     segment = jwt.split(".")[0]
     return dict(json.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))))
-
-
-class Browser:
-    """Signs in on the provider's own pages (headless_login), noting them; consent yes or no."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, consent: str = "yes") -> None:
-        self.pages: list[str] = []
-        self.consent = consent
-        real = headless_login.submission
-
-        def noted(page: str, user: str, password: str, decision: str):
-            action, form = real(page, user, password, decision)
-            login = 'type="password"' in page
-            self.pages.append("login" if login else "consent")
-            if not login and self.consent == "no":  # Keycloak's No button, the dev IdP's Deny
-                form |= (
-                    {"cancel": "No"}
-                    if form.pop("accept", None) is not None
-                    else {"decision": "deny"}
-                )
-            return action, form
-
-        monkeypatch.setattr(headless_login, "submission", noted)
-
-    async def sign_in(self, provider: Provider, client_id: str, scope: str):
-        self.pages = []
-        verifier = secrets.token_urlsafe(32)
-        digest = hashlib.sha256(verifier.encode()).digest()
-        challenge = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-        params = {"response_type": "code", "client_id": client_id, "redirect_uri": CALLBACK}
-        params |= {"scope": scope, "state": "st-1", "nonce": "n-1", "code_challenge": challenge}
-        params |= {"code_challenge_method": "S256"}
-        url = f"{provider.issuer()}/protocol/openid-connect/auth?{httpx.QueryParams(params)}"
-        query = await headless_login.sign_in(url, USER, USER_PASSWORD, CALLBACK)
-        return query, verifier
-
-
-def code_form(client_id: str, code: str, verifier: str) -> dict[str, str]:
-    form = {"grant_type": "authorization_code", "client_id": client_id, "code": code}
-    return form | {"redirect_uri": CALLBACK, "code_verifier": verifier}
 
 
 # --- the token endpoint's refusals ------------------------------------------------------------

@@ -2,7 +2,8 @@
 service-account tokens minted with `kubectl create token --audience …`, exchanged at the Broker's
 token endpoint with the jwt-bearer grant, the cluster's keys read by the controller from the API
 server's own `/openid/v1/jwks` (the server's `--service-account-issuer` is https, so it serves
-its discovery), and the issued token used to call a tool of the real MCP backend.
+its discovery), and the issued token used to call a tool of the real MCP backend (with a DPoP
+proof at the token endpoint, a token bound to the agent's key).
 
 The controller runs as deploy/rbac.yaml's ServiceAccount: reading the issuer's keys needs nothing
 more than the API server grants every ServiceAccount by default. Not tried here: an assertion
@@ -22,11 +23,22 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from joserfc.jwk import ECKey
 
 from devcluster.apiserver import CRDS
 from devcluster.cluster import DevCluster
+from dpop_rs_support import proof_for, thumbprint
 from kube_support import ACCEPT, INITIALIZE, WAIT, service_account_kubeconfig, start_controller
-from support import ROOT, Process, free_port, jwks_of, mint, new_key, wait_for_port
+from support import (
+    ROOT,
+    Process,
+    free_port,
+    jwks_of,
+    mint,
+    new_key,
+    unverified_claims,
+    wait_for_port,
+)
 
 INSTALL_NS = "mcp-oauth-gateway"
 ACCOUNT = "mcp-oauth-gateway"
@@ -329,3 +341,22 @@ def test_a_forged_token_is_refused(served: Served) -> None:
     answer = served.exchange(forged)
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"] == "invalid_grant"
+
+
+def test_an_agent_holding_a_dpop_key_gets_a_token_bound_to_it(served: Served) -> None:
+    key = ECKey.generate_key("P-256")
+    form = {"grant_type": JWT_BEARER, "assertion": served.sa_token(AGENTS, "reader")}
+    proof = proof_for(key, None, served.token_endpoint)
+    answer = httpx.post(served.token_endpoint, data=form, headers={"DPoP": proof}, timeout=10)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["token_type"] == "DPoP"
+    token = answer.json()["access_token"]
+    assert unverified_claims(token)["cnf"] == {"jkt": thumbprint(key)}
+    mcp = f"{served.gateway}/mcp"
+    with httpx.Client(timeout=10) as http:
+        bound = {"Authorization": f"DPoP {token}", "DPoP": proof_for(key, token, mcp), **ACCEPT}
+        assert http.post(mcp, json=INITIALIZE, headers=bound).status_code == 200
+        # Copied without the key: as a Bearer token it is refused.
+        bearer = http.post(mcp, json=INITIALIZE, headers={"Authorization": f"Bearer {token}"})
+        assert bearer.status_code == 401, bearer.text
+        assert "DPoP-bound" in bearer.json()["error_description"]

@@ -8,6 +8,8 @@
 // Users: alice (GROUPS_ALICE, comma separated) and bob (no groups). Any password is accepted.
 // CALLBACK_PATHS (comma separated): more loopback callback paths the client may use, e.g. the
 // Broker callbacks of routes at other paths than /mcp (any port, as for every loopback one).
+// REFRESH_ALWAYS=1: a refresh token with every code exchange, offline_access or not, as
+// Keycloak issues one for every session (oidc-provider's default asks for offline_access).
 import express from 'express';
 import Provider from 'oidc-provider';
 import { readFileSync } from 'node:fs';
@@ -55,6 +57,9 @@ const provider = new Provider(ISSUER, {
   scopes: ['openid', 'profile', 'email', 'offline_access', ...EXTRA_SCOPES],
   routes,
   pkce: { required: () => true },
+  ...(process.env.REFRESH_ALWAYS === '1'
+    ? { issueRefreshToken: async (ctx, client) => client.grantTypeAllowed('refresh_token') }
+    : {}),
   features: {
     devInteractions: { enabled: true },
     clientCredentials: { enabled: true },

@@ -3,10 +3,13 @@
 // so it sends a proof with the token request (the authorization server binds the token to its
 // key and answers `token_type: DPoP`) and `Authorization: DPoP` with a fresh proof on every call,
 // retrying once with the server's nonce when asked (`use_dpop_nonce`).
-// Usage: node ts_dpop_client.mjs <mcp url> <username> <client id> [alg]. Prints JSON.
+// Usage: node ts_dpop_client.mjs <mcp url> <username> <client id> [alg] [--refresh]. Prints JSON.
 // The client is pre-registered at the provider (a public client, PKCE, a loopback redirect URI:
-// any port). Its key pair is made extractable so that the test can play the key holder too
-// (`privateJwk`): this client's own proofs are the SDK's.
+// any port); with client id `-` it registers itself (the gateway in Broker mode: its consent
+// page is allowed as a person would). With `--refresh` its access token is then spoiled, so the
+// next call is refused and the SDK refreshes (with a proof) and calls again. Its key pair is
+// made extractable so that the test can play the key holder too (`privateJwk`): this client's
+// own proofs are the SDK's.
 // `requests` lists what went to the MCP URL: method, scheme, whether a proof and which nonce it
 // carried, and the answer's status and DPoP-Nonce; `usedProof` is a proof of a POST the gateway
 // accepted.
@@ -14,7 +17,8 @@ import { Client, DpopSession, StreamableHTTPClientTransport, UnauthorizedError, 
   from '@modelcontextprotocol/client';
 import { decodeJwt, exportJWK } from 'jose';
 
-const [url, username, clientId, alg = 'ES256'] = process.argv.slice(2);
+const [url, username, clientId, alg = 'ES256', refresh] = process.argv.slice(2);
+const registers = clientId === '-';
 const REDIRECT = 'http://127.0.0.1:53682/callback';
 const keyPair = await generateDpopKeyPair({ alg, extractable: true });
 const session = await DpopSession.create({ keyPair });
@@ -27,10 +31,10 @@ class Provider {
              grant_types: ['authorization_code', 'refresh_token'], response_types: ['code'],
              token_endpoint_auth_method: 'none' };
   }
-  clientInformation() { return this.store.client ?? { client_id: clientId }; }
+  clientInformation() { return this.store.client ?? (registers ? undefined : { client_id: clientId }); }
   // The SDK stamps the issuer on it; a registration would change the client id (and fail).
   saveClientInformation(info) {
-    if (info.client_id !== clientId) throw new Error('the client is pre-registered: no registration');
+    if (!registers && info.client_id !== clientId) throw new Error('the client is pre-registered: no registration');
     this.store.client = info;
   }
   tokens() { return this.store.tokens; }
@@ -50,8 +54,13 @@ async function recording(input, init) {
   const response = await fetch(input, init);
   if (String(input).startsWith(url)) {
     const authorization = headers.get('authorization') ?? '';
+    const body = init?.body;
+    const form = body instanceof URLSearchParams ? body
+      : typeof body === 'string' && !body.startsWith('{') ? new URLSearchParams(body) : null;
     requests.push({
       method: init?.method ?? 'GET',
+      path: new URL(String(input)).pathname,
+      grant: form?.get('grant_type') ?? null,
       scheme: authorization.split(' ')[0] || null,
       proof: Boolean(proof),
       nonce: proof ? decodeJwt(proof).nonce ?? null : null,
@@ -94,10 +103,13 @@ async function signIn(start) {
       const value = input.match(/value="([^"]*)"/i)?.[1] ?? '';
       fields.set(name, name === 'login' ? username : name === 'password' ? 'any' : value);
     }
+    if (fields.has('request')) fields.set('decision', 'allow');  // the gateway's consent page
     const target = new URL(form[1].replaceAll('&amp;', '&'), next);
+    // What a browser sends with a same-origin form post (the gateway's consent page checks it).
+    const origin = target.origin === new URL(next).origin ? { origin: target.origin } : {};
     const posted = await fetch(target, {
       method: 'POST', redirect: 'manual', body: fields,
-      headers: { cookie: cookieHeader(), 'content-type': 'application/x-www-form-urlencoded' },
+      headers: { cookie: cookieHeader(), 'content-type': 'application/x-www-form-urlencoded', ...origin },
     });
     keep(posted);
     const location = posted.headers.get('location');
@@ -137,6 +149,14 @@ try {
     onprogress: (p) => progress.push(p.progress),
   })).content[0].text;
   out.progress = progress;
+  if (refresh === '--refresh') {
+    // A token the server refuses (as an expired one): the SDK refreshes and calls again.
+    const tokens = provider.store.tokens;
+    provider.store.tokens = { ...tokens, access_token: `${tokens.access_token.slice(0, -8)}AAAAAAAA` };
+    out.afterRefresh = (await client.callTool({ name: 'add', arguments: { a: 4, b: 5 } })).content[0].text;
+    out.refreshed = provider.store.tokens;
+  }
+  out.clientId = provider.store.client?.client_id;
   await connected.terminateSession();
   await client.close();
   out.thumbprint = session.thumbprint;

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from mcp_oauth_gateway.devidp import oidc
 
 # Property tests without settings of their own would run under hypothesis' defaults: a 200 ms
 # deadline per example (250 ms while generating) and a health check failing slow generation.
@@ -37,3 +40,21 @@ def access_log_info() -> Iterator[None]:
     logger.setLevel(logging.INFO)
     yield
     logger.setLevel(before)
+
+
+class ServerTime:
+    """The dev IdP's wall clock (token expiry), moved forward instead of waited for."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.offset
+
+
+@pytest.fixture
+def server_time(monkeypatch: pytest.MonkeyPatch) -> ServerTime:
+    """The dev IdP's clock, for tests that move it forward."""
+    shifted = ServerTime()
+    monkeypatch.setattr(oidc, "time", shifted)
+    return shifted

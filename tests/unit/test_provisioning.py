@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from starlette.testclient import TestClient
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import AUTHENTIK, KEYCLOAK, Recorder, validate
-from mcp_oauth_gateway.devidp import DevIdpSettings, create_app, oidc
+from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
 from mcp_oauth_gateway.idp import authentik, keycloak
 from mcp_oauth_gateway.idp.exchange import ExchangeOptions
 from mcp_oauth_gateway.idp.steps import Progress, StepError
@@ -44,23 +43,6 @@ def step_names(log: str, tool: str) -> list[str]:
         if name not in seen:
             seen.append(name)
     return seen
-
-
-class ServerTime:
-    """The dev IdP's wall clock (token expiry), moved forward instead of waited for."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def time(self) -> float:
-        return time.time() + self.offset
-
-
-@pytest.fixture
-def server_time(monkeypatch: pytest.MonkeyPatch) -> ServerTime:
-    shifted = ServerTime()
-    monkeypatch.setattr(oidc, "time", shifted)
-    return shifted
 
 
 # --- Keycloak -------------------------------------------------------------------------------

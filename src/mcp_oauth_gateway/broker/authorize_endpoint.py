@@ -6,6 +6,7 @@ another program on the device could receive). The consent page posts back here
 
 from __future__ import annotations
 
+import re
 import secrets
 
 from .. import audit
@@ -21,6 +22,10 @@ from .identity import pick_by_hint
 from .requests import cookies, query_params, scope_param
 from .state import PENDING_TTL, PendingAuthorization
 from .upstream import to_provider
+
+# RFC 9449 §10: base64url (no padding) of a SHA-256 digest, so 43 characters whose last
+# carries 4 bits of the digest and two zero bits.
+_JKT = re.compile(r"[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]")
 
 
 async def authorize(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) -> None:
@@ -133,4 +138,31 @@ async def _authorization_request(
         browser=cookies(scope).get(browser_name) or secrets.token_urlsafe(24),
         provider=pick_by_hint(ctx.providers, params.get("login_hint")),
         login_hint=params.get("login_hint"),
+        dpop_jkt=_dpop_jkt(ctx, params.get("dpop_jkt"), requested.href, state),
     )
+
+
+def _dpop_jkt(
+    ctx: BrokerContext, given: str | None, redirect_href: str, state: str | None
+) -> str | None:
+    """The DPoP key thumbprint the code is to be bound to (RFC 9449 §10), checked."""
+    if given is None:
+        return None
+    if not _JKT.fullmatch(given):
+        raise OAuthError(
+            400,
+            "invalid_request",
+            f"dpop_jkt {given[:60]!r} is not a key thumbprint: it must be the base64url "
+            "SHA-256 thumbprint (RFC 7638) of the client's DPoP public key, 43 characters",
+            redirect_href=redirect_href,
+            state=state,
+        )
+    if not any(provider.dpop.enabled for provider in ctx.providers):
+        raise OAuthError(
+            400,
+            "invalid_request",
+            "this MCP server issues no DPoP-bound tokens (dpop: Disabled); leave dpop_jkt out",
+            redirect_href=redirect_href,
+            state=state,
+        )
+    return given

@@ -69,6 +69,7 @@ async def callback(ctx: BrokerContext, scope: Scope, receive: Receive, send: Sen
             pending.challenge,
             tokens,
             upstream.provider,
+            pending.dpop_jkt,
         ),
     )
     why = f"signed in at provider {signin}; authorization code issued to the client"

@@ -16,6 +16,7 @@ import aiohttp
 from ..asgi import Scope, request_origin
 from ..controlplane.fetch import FetchError
 from ..controlplane.snapshot import CompiledMcp
+from ..dpop import MemoryReplayCache, ProofCheck, ReplayCache, TokenSeal, nonce_context
 from .binding import RouteStore, route_key
 from .clients import BrokerClient, ClientError, MetadataDocuments, read_client_id
 from .errors import OAuthError
@@ -41,6 +42,10 @@ class BrokerContext:
     documents: MetadataDocuments
     session: Callable[[], aiohttp.ClientSession | None]
     policy: str  # the policy's key (`namespace/name`)
+    # The token endpoint's DPoP proofs: one rule set per provider, then the workloads'.
+    proofs: ProofCheck
+    # Seals the access tokens bound to a client's key (the store's secret, the route's key).
+    seal: TokenSeal
     route: str = ""
     origin: str = ""  # the gateway's origin as the bound request's client sees it
     # The `jwt-bearer` grant of workloadIdentity (None: not configured).
@@ -56,10 +61,18 @@ class BrokerContext:
         session: Callable[[], aiohttp.ClientSession | None],
         policy: str,
         workload: WorkloadGrant | None = None,
+        replay: Callable[[], ReplayCache] = MemoryReplayCache,
     ) -> BrokerContext:
         """A context for `at` to bind to requests: bound to its route already when the policy
-        names its resource (the key is then known at load time, as workloadIdentity needs)."""
+        names its resource (the key is then known at load time, as workloadIdentity needs).
+        `replay`: where the token endpoint's proofs are remembered (the route's resource
+        server's cache: their `htu` tells them apart)."""
         route = route_key(policy, mcp.resource) if mcp.resource else ""
+        settings = [p.dpop for p in providers]
+        if workload is not None:
+            settings.append(workload.spec.token_provider.dpop)
+        # Nonces keyed as the route's resource server's: one server, one origin, one nonce.
+        proofs = ProofCheck(settings, replay, store.secret, nonce_context(policy))
         refresh = RefreshTokens(RouteStore(store, route))
         state = BrokerState(refresh.store)
         revocation = Revocation(refresh.store, refresh)
@@ -73,6 +86,8 @@ class BrokerContext:
             documents,
             session,
             policy,
+            proofs,
+            TokenSeal(store.secret),
             route,
             workload=workload,
         )
@@ -83,7 +98,7 @@ class BrokerContext:
         origin = request_origin(scope)
         if self.mcp.resource:
             return replace(self, origin=origin)
-        route = route_key(self.policy, origin + self.mcp.mcp_path)
+        route = self.route_for(scope)
         records = RouteStore(self.store, route)
         refresh = RefreshTokens(records)
         return replace(
@@ -94,6 +109,17 @@ class BrokerContext:
             route=route,
             origin=origin,
         )
+
+    def route_for(self, scope: Scope) -> str:
+        """The route key of a request of this route (`binding`)."""
+        if self.mcp.resource:
+            return self.route
+        return route_key(self.policy, request_origin(scope) + self.mcp.mcp_path)
+
+    @property
+    def workload_index(self) -> int:
+        """Where the workloads' proof rules are among `proofs` (after the providers')."""
+        return len(self.providers)
 
     @property
     def authorize_path(self) -> str:

@@ -26,10 +26,12 @@ import aiohttp
 from .. import audit
 from ..asgi import ASGIApp, Receive, Scope, Send, send_error
 from ..controlplane.snapshot import CompiledMcp
+from ..dpop import MemoryReplayCache, ReplayCache
 from ..redis_clients import RedisUnavailable
 from ..urls import with_query
 from . import pages
 from .authorize_endpoint import authorize
+from .bound_tokens import RouteTokens
 from .callback_endpoint import callback
 from .clients import MetadataDocuments
 from .context import BrokerContext
@@ -61,10 +63,12 @@ class Broker:
         session: Callable[[], aiohttp.ClientSession | None],
         policy: str,
         workload: WorkloadGrant | None = None,
+        replay: Callable[[], ReplayCache] = MemoryReplayCache,
     ):
         self.context = BrokerContext.create(
-            mcp, providers, store, documents, session, policy, workload
+            mcp, providers, store, documents, session, policy, workload, replay
         )
+        self.bound_tokens = RouteTokens(self.context)
 
     @property
     def workload_keys(self) -> WorkloadKeys | None:

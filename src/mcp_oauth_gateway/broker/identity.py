@@ -4,9 +4,10 @@ consent page."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..controlplane.discovery import DiscoveryCache
+from ..controlplane.snapshot import CompiledDpop
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +22,9 @@ class SignInProvider:
     forwards_resource: bool = True
     login_hint_domains: tuple[str, ...] = ()
     issuer: str = ""  # its `iss`: remembered consent names it beside the index
+    # Whether the tokens of a sign-in here are bound to the client's DPoP key, and the proofs
+    # the token endpoint takes for them (the provider's `dpop`, `dpopProofs`).
+    dpop: CompiledDpop = field(default_factory=CompiledDpop)
 
     @property
     def identity(self) -> tuple[int, str]:

@@ -1,11 +1,14 @@
-"""The Broker's authorization server metadata (RFC 8414): the gateway's own endpoints; and,
-with workloadIdentity, the key of the tokens it issues to workloads (its `jwks_uri`)."""
+"""The Broker's authorization server metadata (RFC 8414): the gateway's own endpoints; the
+algorithms its token endpoint takes DPoP proofs in (RFC 9449 §5.1: every algorithm of every
+provider whose tokens it binds, and the workloads'; absent when none is bound); and, with
+workloadIdentity, the key of the tokens it issues to workloads (its `jwks_uri`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..asgi import Receive, Scope, Send, request_origin, send_json
+from ..dpop import offered_algorithms
 from .context import BrokerContext
 from .errors import method_not_allowed
 from .workload_grant import JWT_BEARER
@@ -33,6 +36,9 @@ async def metadata(ctx: BrokerContext, scope: Scope, receive: Receive, send: Sen
     }
     if ctx.mcp.scopes_supported:
         document["scopes_supported"] = list(ctx.mcp.scopes_supported)
+    algorithms = offered_algorithms(ctx.proofs.settings)
+    if algorithms:
+        document["dpop_signing_alg_values_supported"] = list(algorithms)
     if ctx.workload is not None:
         document["grant_types_supported"].append(JWT_BEARER)
         document["jwks_uri"] = origin + ctx.jwks_path

@@ -8,6 +8,10 @@ rotates). A token that was rotated away and comes back means two parties hold it
 
 Only SHA-256 digests of gateway tokens are used as store keys, so a store dump reveals no token
 that a client could present.
+
+A refresh token issued in answer to a request with a DPoP proof is bound to its key (`jkt`,
+RFC 9449 §5: every Broker client is a public client), and so is every token it is rotated into:
+each refresh must then carry a proof by that key (`grant_proofs`).
 """
 
 from __future__ import annotations
@@ -39,17 +43,23 @@ class RefreshGrant:
     # Who signed in (`iss`, `sub`), for the audit lines of a refresh, a reuse or a revocation,
     # whose requests carry no token naming them. None for records stored before it was kept.
     user: dict[str, str] | None = None
+    # The thumbprint of the DPoP key the token is bound to (None: not bound).
+    jkt: str | None = None
 
     def as_record(self) -> dict[str, Any]:
         """The stored form."""
-        record = {
+        record: dict[str, Any] = {
             "client_id": self.client_id,
             "provider": self.provider_token,
             "family": self.family,
             "expires_at": self.expires_at,
             "idp": self.idp,
         }
-        return record if self.user is None else {**record, "user": self.user}
+        if self.user is not None:
+            record["user"] = self.user
+        if self.jkt is not None:
+            record["jkt"] = self.jkt
+        return record
 
     @classmethod
     def of(cls, key: str, record: dict[str, Any]) -> RefreshGrant:
@@ -62,6 +72,7 @@ class RefreshGrant:
             float(record["expires_at"]),
             int(record.get("idp", 0)),
             user_of(record),
+            jkt_of(record),
         )
 
 
@@ -72,6 +83,15 @@ def user_of(record: dict[str, Any]) -> dict[str, str] | None:
         return None
     kept = {k: v for k, v in user.items() if k in ("iss", "sub") and isinstance(v, str)}
     return kept or None
+
+
+def jkt_of(record: dict[str, Any]) -> str | None:
+    """The key a stored record's token is bound to. A value that is not a thumbprint's string
+    binds it to a key no proof has, rather than to none."""
+    if "jkt" not in record:
+        return None
+    jkt = record["jkt"]
+    return jkt if isinstance(jkt, str) and jkt else "unreadable"
 
 
 class RefreshReused(Exception):
@@ -108,10 +128,11 @@ class RefreshTokens:
         family: str | None = None,
         idp: int = 0,
         user: dict[str, str] | None = None,
+        jkt: str | None = None,
     ) -> dict[str, Any]:
-        """`tokens` with the provider's refresh token replaced by a new gateway token; `user`
-        is who signed in when the provider's answer does not say (a refresh without tokens
-        naming a subject)."""
+        """`tokens` with the provider's refresh token replaced by a new gateway token (bound
+        to DPoP key `jkt`, when given); `user` is who signed in when the provider's answer
+        does not say (a refresh without tokens naming a subject)."""
         provider_token = tokens.get("refresh_token")
         if not isinstance(provider_token, str) or not provider_token:
             return tokens
@@ -125,6 +146,7 @@ class RefreshTokens:
             time.time() + ttl,
             idp,
             identity(tokens) or user,
+            jkt,
         )
         await self.store.put("refresh", grant.digest, grant.as_record(), ttl)
         await self.store.put("refresh-family", grant.family, {"current": grant.digest}, ttl)
@@ -155,14 +177,19 @@ class RefreshTokens:
             lambda: self.store.put("refresh", grant.digest, record, ttl), "a refresh token"
         )
 
-    async def rotate(self, grant: RefreshGrant, tokens: dict[str, Any]) -> dict[str, Any]:
+    async def rotate(
+        self, grant: RefreshGrant, tokens: dict[str, Any], jkt: str | None = None
+    ) -> dict[str, Any]:
         """The provider's answer to a refresh, with a new gateway token in the same family
-        (carrying the provider's new refresh token, or the old one if it did not rotate)."""
+        (carrying the provider's new refresh token, or the old one if it did not rotate),
+        bound to the key the old one was bound to, else to `jkt` (the refresh's proof's)."""
         if not isinstance(tokens.get("refresh_token"), str):
             tokens = {**tokens, "refresh_token": grant.provider_token}
             if "refresh_expires_in" not in tokens:
                 tokens["refresh_expires_in"] = max(1, int(grant.expires_at - time.time()))
-        answer = await self.issue(grant.client_id, tokens, grant.family, grant.idp, grant.user)
+        answer = await self.issue(
+            grant.client_id, tokens, grant.family, grant.idp, grant.user, grant.jkt or jkt
+        )
         # Remembered as long as the old token could have lived, to recognise it if it returns.
         ttl = int(grant.expires_at - time.time())
         if ttl > 0:

@@ -1,10 +1,12 @@
 """The Broker's revocation endpoint (RFC 7009): a token the client holds revoked at the gateway,
-then what it stood for at the provider (`revocation` says how)."""
+then what it stood for at the provider (`revocation` says how). A DPoP-bound access token is
+the provider's token it holds (`bound_tokens`); one that does not open here is unknown."""
 
 from __future__ import annotations
 
 from .. import audit
 from ..asgi import Receive, Scope, Send, read_body, send_json
+from .bound_tokens import provider_token
 from .context import BrokerContext
 from .errors import OAuthError, method_not_allowed
 from .requests import MAX_FORM, form_params
@@ -28,7 +30,9 @@ async def revoke(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send)
     token = form.get("token")
     if not token:
         raise OAuthError(400, "invalid_request", "token is required")
-    upstream = await ctx.revocation.revoke(client_id, token, form.get("token_type_hint"))
+    # A sealed token that does not open here was never stored here either: nothing is found.
+    held = await provider_token(ctx, token) or token
+    upstream = await ctx.revocation.revoke(client_id, held, form.get("token_type_hint"))
     what = "unknown or expired token (nothing to revoke)" if upstream is None else upstream.kind
     audit.event(scope, "token-revoked", detail=f"revoked: {what}")
     if upstream is not None:

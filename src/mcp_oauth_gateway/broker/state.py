@@ -33,6 +33,8 @@ class PendingAuthorization:
     # The provider (its providers[] index) the user signs in at; None: the user chooses it.
     provider: int | None = None
     login_hint: str | None = None  # passed on to the provider
+    # RFC 9449 §10: the thumbprint of the DPoP key the code may be redeemed with only.
+    dpop_jkt: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,7 @@ class IssuedCode:
     challenge: str
     tokens: dict[str, Any]
     provider: int = 0  # whose tokens they are: refreshes and revocations go there
+    dpop_jkt: str | None = None  # the authorization request's: the redemption's proof's key
 
 
 def _pending(record: dict[str, Any]) -> PendingAuthorization:

@@ -1,18 +1,25 @@
 """The Broker's token endpoint: the gateway's one-time code redeemed (PKCE checked) for the
 provider's tokens, a gateway refresh token rotated through a refresh at the provider, or (with
-workloadIdentity) a workload's assertion for a token of the gateway's own (`workload_grant`)."""
+workloadIdentity) a workload's assertion for a token of the gateway's own (`workload_grant`).
+
+With a DPoP proof (`grant_proofs`) the access token is handed out bound to its key
+(`bound_tokens`: `token_type: DPoP`), and so is the gateway refresh token."""
 
 from __future__ import annotations
 
 import hmac
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from .. import audit, pkce
-from ..asgi import Receive, Scope, Send, read_body, send_json
+from ..asgi import Headers, Receive, Scope, Send, read_body, send_json
+from ..dpop import Proof
 from ..redis_clients import RedisUnavailable
+from .bound_tokens import bound_answer
 from .context import BrokerContext
 from .errors import OAuthError, method_not_allowed
+from .grant_proofs import binds, grant_proof, record_proof
 from .refresh import RefreshGrant, RefreshReused
 from .requests import MAX_FORM, form_params, scope_param
 from .store import give_back
@@ -20,6 +27,18 @@ from .upstream import post_token
 from .workload_grant import JWT_BEARER, issue
 
 log = logging.getLogger("mcp_oauth_gateway.broker")
+NO_CACHE = (b"pragma", b"no-cache")
+
+
+@dataclass(frozen=True, slots=True)
+class Granted:
+    """A grant's outcome: the provider's tokens (with the gateway's refresh token), the
+    provider, the request's proof (None: none, or not read) and a nonce to hand out."""
+
+    tokens: dict[str, Any]
+    idp: int
+    proof: Proof | None = None
+    fresh_nonce: str | None = None
 
 
 async def token(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) -> None:
@@ -32,15 +51,15 @@ async def token(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) 
     grant = form.get("grant_type")
     if grant == JWT_BEARER and ctx.workload is not None:
         # The workload's own identity is recorded (`issue`), not the issued token's.
-        answer = await issue(ctx.workload, ctx.store, scope, form)
-        await send_json(send, 200, answer, [(b"pragma", b"no-cache")])
+        answer = await issue(ctx.workload, ctx.store, scope, form, ctx.proofs, ctx.workload_index)
+        await send_json(send, 200, answer, [NO_CACHE])
         return
     if grant == "authorization_code":
-        tokens, _ = await _redeem(ctx, form)
-        audit.event(scope, "token-issued", detail="authorization code redeemed (PKCE checked)")
+        granted = await _redeem(ctx, scope, form)
+        event, detail = "token-issued", "authorization code redeemed (PKCE checked)"
     elif grant == "refresh_token":
-        tokens, _ = await _refresh(ctx, scope, form)
-        audit.event(scope, "token-refreshed", detail="refresh token rotated")
+        granted = await _refresh(ctx, scope, form)
+        event, detail = "token-refreshed", "refresh token rotated"
     else:
         supported = "authorization_code, refresh_token"
         if ctx.workload is not None:
@@ -48,15 +67,27 @@ async def token(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) 
         raise OAuthError(
             400, "unsupported_grant_type", f"grant_type {grant!r} is not supported ({supported})"
         )
-    audit.signed_in(scope, tokens)
-    await send_json(send, 200, tokens, [(b"pragma", b"no-cache")])
+    audit.signed_in(scope, granted.tokens)
+    answer = granted.tokens
+    if granted.proof is not None:
+        # Both tokens are bound to the key (the refresh token whatever the provider's mode).
+        audit.dpop_bound(scope, granted.proof.jkt)
+        if binds(ctx.proofs, granted.proof, granted.idp):
+            answer = await bound_answer(ctx, answer, granted.idp, granted.proof.jkt)
+            detail += "; the access token is DPoP-bound"
+    audit.event(scope, event, detail=detail)
+    headers: Headers = [NO_CACHE]
+    if granted.fresh_nonce is not None:
+        headers.append((b"dpop-nonce", granted.fresh_nonce.encode("ascii")))
+    await send_json(send, 200, answer, headers)
 
 
-async def _redeem(ctx: BrokerContext, form: dict[str, str]) -> tuple[dict[str, Any], int]:
+async def _redeem(ctx: BrokerContext, scope: Scope, form: dict[str, str]) -> Granted:
     # A client of this route's (invalid_client naming the fix for one registered elsewhere),
     # checked before the code is used up.
     await ctx.client(form.get("client_id", ""))
-    issued = await ctx.state.take_code(form.get("code", ""))
+    code = form.get("code", "")
+    issued = await ctx.state.take_code(code)
     if issued is None:
         raise OAuthError(
             400, "invalid_grant", "unknown, expired or already used authorization code"
@@ -73,22 +104,26 @@ async def _redeem(ctx: BrokerContext, form: dict[str, str]) -> tuple[dict[str, A
             "invalid_grant",
             "PKCE verification failed (code_verifier does not match the code_challenge)",
         )
+    index = issued.provider
     try:
+        proof, fresh = await grant_proof(ctx.proofs, scope, index, dpop_jkt=issued.dpop_jkt)
+        if proof is not None:
+            await record_proof(ctx.proofs, proof, index)
         # The access token's holder bound before the client can have it (it is revocable).
-        await ctx.revocation.bind(issued.client_id, issued.tokens, issued.provider)
-        tokens = await ctx.refresh.issue(issued.client_id, issued.tokens, idp=issued.provider)
-    except RedisUnavailable as exc:
-        # Not acknowledged: the code stands again, so trying again loses nothing.
-        code = form.get("code", "")
+        await ctx.revocation.bind(issued.client_id, issued.tokens, index)
+        tokens = await ctx.refresh.issue(
+            issued.client_id, issued.tokens, idp=index, jkt=proof.jkt if proof else None
+        )
+    except (OAuthError, RedisUnavailable) as exc:
+        # Not acknowledged, or a proof to make again: the code stands again, so that the
+        # client's next try (a new proof, a nonce) loses nothing.
         if not await give_back(lambda: ctx.state.put_code(code, issued), "an authorization code"):
             raise lost("authorization code") from exc
         raise
-    return tokens, issued.provider
+    return Granted(tokens, index, proof, fresh)
 
 
-async def _refresh(
-    ctx: BrokerContext, scope: Scope, form: dict[str, str]
-) -> tuple[dict[str, Any], int]:
+async def _refresh(ctx: BrokerContext, scope: Scope, form: dict[str, str]) -> Granted:
     client_id = form.get("client_id", "")
     if not client_id:
         raise OAuthError(
@@ -103,9 +138,13 @@ async def _refresh(
     narrowed = scope_param(form.get("scope"))  # refused before the refresh token is taken
     grant = await _claim(ctx, scope, form["refresh_token"], client_id)
     try:
+        proof, fresh = await grant_proof(ctx.proofs, scope, grant.idp, refresh_jkt=grant.jkt)
+        if proof is not None:
+            await record_proof(ctx.proofs, proof, grant.idp)
         provider = await ctx.provider(grant.idp)
-    except OAuthError:
-        await ctx.refresh.put_back(grant)  # the provider's fault: the token stays valid
+    except (OAuthError, RedisUnavailable):
+        # Not the holder's fault (the provider's), or a proof to make again: the token stays.
+        await ctx.refresh.put_back(grant)
         raise
     upstream = {"grant_type": "refresh_token", "refresh_token": grant.provider_token}
     if narrowed:
@@ -124,13 +163,14 @@ async def _refresh(
         raise await _refused_refresh(ctx, grant, status, body)
     try:
         await ctx.revocation.bind(client_id, body, grant.idp)
-        return await ctx.refresh.rotate(grant, body), grant.idp
+        tokens = await ctx.refresh.rotate(grant, body, proof.jkt if proof else None)
     except RedisUnavailable as exc:
         # The provider refreshed, the store did not take the new token: the client's token
         # goes on standing for the provider's newest, so trying again loses nothing.
         if not await ctx.refresh.restore(grant, body):
             raise lost("refresh token") from exc
         raise
+    return Granted(tokens, grant.idp, proof, fresh)
 
 
 def lost(what: str) -> OAuthError:

@@ -28,8 +28,10 @@ credential it was issued for. No refresh token: a workload asks again with a fre
 The route's JWT stage trusts these tokens beside its providers', so its CEL rules, scopes and
 tool rules apply to them as to any other caller's.
 
-DPoP-bound tokens are not issued at this grant: a proof sent with the request is not read,
-and the token is a Bearer token (`token_type: Bearer`)."""
+With a DPoP proof (`grant_proofs`, checked before the assertion is used up and recorded
+just before) the token is bound to the proof's key: it carries `cnf: {"jkt": …}` (RFC 9449
+§6.1) and the answer says `token_type: DPoP`; the route's JWT stage then takes it only with
+proofs by that key. Without one it is a Bearer token."""
 
 from __future__ import annotations
 
@@ -46,9 +48,11 @@ from joserfc import jwt
 from .. import audit
 from ..asgi import Scope
 from ..controlplane.snapshot import CompiledWorkloadIdentity, CompiledWorkloadIssuer
+from ..dpop import ProofCheck
 from ..oauth_scopes import scope_tokens
 from ..urls import shown_url
 from .errors import OAuthError
+from .grant_proofs import grant_proof, record_proof
 from .requests import scope_param
 from .store import BrokerStore
 from .workload_keys import ALGORITHM, WorkloadKeys
@@ -177,9 +181,15 @@ def token_claims(
 
 
 async def issue(
-    grant: WorkloadGrant, store: BrokerStore, scope: Scope, form: Mapping[str, str]
+    grant: WorkloadGrant,
+    store: BrokerStore,
+    scope: Scope,
+    form: Mapping[str, str],
+    proofs: ProofCheck,
+    index: int,
 ) -> dict[str, Any]:
-    """The token response for a `jwt-bearer` request, or OAuthError saying what to fix."""
+    """The token response for a `jwt-bearer` request, or OAuthError saying what to fix;
+    `proofs` checks its DPoP proof with the rules at `index` (the gateway's as issuer)."""
     assertion = form.get("assertion", "")
     if not assertion:
         raise OAuthError(
@@ -188,41 +198,53 @@ async def issue(
             "assertion is required: the workload's JWT from a trusted issuer (RFC 7523), "
             "e.g. its Kubernetes service account token",
         )
+    proof, _ = await grant_proof(proofs, scope, index)
     now = time.time()
+    verified, sub, lifetime = await _verified(grant, assertion, now)
+    issuer = verified.issuer
+    who = {"iss": audit.capped_id(issuer.provider.issuer), "sub": audit.capped_id(sub)}
+    audit.acting_user(scope, who)
+    _authorize(grant, verified, scope)
+    scopes = granted_scopes(form.get("scope"), issuer)
+    if proof is not None:
+        await record_proof(proofs, proof, index)
+    await _first_use(store, assertion, verified, now)
+    signing = await grant.keys.signing()
+    claims = token_claims(grant.spec, verified, scopes, int(now), lifetime)
+    if proof is not None:
+        claims["cnf"] = {"jkt": proof.jkt}
+        audit.dpop_bound(scope, proof.jkt)
+    header = {"alg": ALGORITHM, "typ": "at+jwt", "kid": signing.kid}
+    token = jwt.encode(header, claims, signing.key, algorithms=[ALGORITHM])
+    bound = "; DPoP-bound" if proof is not None else ""
+    audit.event(
+        scope,
+        "workload-token-issued",
+        detail=f"jwt-bearer assertion of issuer {shown_url(issuer.provider.issuer)} for "
+        f"{audit.capped_id(sub)}: scopes [{' '.join(scopes)}], expires in {lifetime} s{bound}",
+    )
+    answer: dict[str, Any] = {
+        "access_token": token,
+        "token_type": "DPoP" if proof is not None else "Bearer",
+        "expires_in": lifetime,
+    }
+    if scopes:
+        answer["scope"] = " ".join(scopes)
+    return answer
+
+
+async def _verified(grant: WorkloadGrant, assertion: str, now: float) -> tuple[Verified, str, int]:
+    """The assertion verified, its workload (`sub`) and the issued token's lifetime;
+    OAuthError saying what is wrong."""
     try:
         verified = await grant.judge.verify(assertion)
-        sub = subject_of(verified.claims)
-        lifetime = lifetime_of(verified.claims, now)
+        return verified, subject_of(verified.claims), lifetime_of(verified.claims, now)
     except AssertionRefused as exc:
         raise OAuthError(400, "invalid_grant", f"the assertion is not accepted: {exc}") from None
     except IssuerKeysPending as exc:
         raise OAuthError(
             503, "temporarily_unavailable", str(exc), headers=[(b"retry-after", b"1")]
         ) from None
-    issuer = verified.issuer
-    who = {"iss": audit.capped_id(issuer.provider.issuer), "sub": audit.capped_id(sub)}
-    audit.acting_user(scope, who)
-    _authorize(grant, verified, scope)
-    scopes = granted_scopes(form.get("scope"), issuer)
-    await _first_use(store, assertion, verified, now)
-    signing = await grant.keys.signing()
-    claims = token_claims(grant.spec, verified, scopes, int(now), lifetime)
-    header = {"alg": ALGORITHM, "typ": "at+jwt", "kid": signing.kid}
-    token = jwt.encode(header, claims, signing.key, algorithms=[ALGORITHM])
-    audit.event(
-        scope,
-        "workload-token-issued",
-        detail=f"jwt-bearer assertion of issuer {shown_url(issuer.provider.issuer)} for "
-        f"{audit.capped_id(sub)}: scopes [{' '.join(scopes)}], expires in {lifetime} s",
-    )
-    answer: dict[str, Any] = {
-        "access_token": token,
-        "token_type": "Bearer",
-        "expires_in": lifetime,
-    }
-    if scopes:
-        answer["scope"] = " ".join(scopes)
-    return answer
 
 
 def _authorize(grant: WorkloadGrant, verified: Verified, scope: Scope) -> None:

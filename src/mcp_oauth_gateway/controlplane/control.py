@@ -19,7 +19,7 @@ from .egress import EgressRules
 from .egress_resolver import guarded_session
 from .fetch import FetchError
 from .jwks import CLUSTER_JWKS_PATH, CLUSTER_JWKS_URL, InlineKeyset, RemoteKeyset
-from .snapshot import PolicyReport, Snapshot
+from .snapshot import KeysetSource, PolicyReport, Snapshot
 
 Keyholder = RemoteKeyset | InlineKeyset
 
@@ -77,6 +77,12 @@ class ControlPlane:
 
     def _sync(self) -> list[Keyholder]:
         for url, source in self.snapshot.keysets.items():
+            held = self.keysets.get(url)
+            if held is not None and replaced_inline(held, source):
+                # An inline keyset is kept under its policy's name: a reload that drops a key
+                # (a revoked one) must not leave the old holder verifying with it. (Nothing
+                # of an inline holder runs: it needs no stopping.)
+                del self.keysets[url]
             if url not in self.keysets:
                 holder: Keyholder
                 if source.inline is not None:
@@ -142,3 +148,12 @@ class ControlPlane:
             )
         )
         return conditions
+
+
+def replaced_inline(held: Keyholder, source: KeysetSource) -> bool:
+    """Whether the holder of an inline keyset holds other keys than the snapshot gives (the
+    policy's `jwks.inline` was edited): compiled keysets are compared by identity, so an
+    unchanged policy keeps its holder and any recompiled one gets a new holder."""
+    return source.inline is not None and (
+        not isinstance(held, InlineKeyset) or held.keyset is not source.inline
+    )

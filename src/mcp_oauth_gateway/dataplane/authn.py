@@ -14,6 +14,7 @@ from ..asgi import (
     CLAIMS_KEY,
     DEFAULT_TOKEN_CACHE_ENTRIES,
     DPOP_KEY,
+    PROVIDER_TOKEN_KEY,
     TOKEN_KEY,
     ASGIApp,
     Headers,
@@ -25,7 +26,14 @@ from ..asgi import (
 )
 from ..controlplane.keys import Keyset
 from ..controlplane.snapshot import CompiledMcp, CompiledProvider
-from ..dpop import USE_DPOP_NONCE, DpopError, MemoryReplayCache, ReplayCacheFull
+from ..dpop import (
+    SEALED_PREFIX,
+    USE_DPOP_NONCE,
+    DpopError,
+    MemoryReplayCache,
+    ReplayCacheFull,
+    SealError,
+)
 from ..providers.access_tokens import access_token_rule
 from ..redis_clients import RedisUnavailable
 from ..urls import shown_url
@@ -34,6 +42,7 @@ from .challenge import Challenger, Refusal
 from .dpop_binding import (
     DPOP,
     ProofCheck,
+    SealedTokens,
     bound_key,
     mode_refusal,
     offered_algorithms,
@@ -93,7 +102,11 @@ class Issuer:
 
 class JwtAuthentication:
     """Verifies the bearer token; on success the claims go to `scope[CLAIMS_KEY]`. In Optional
-    and Permissive modes a caller without a (valid) token goes on without claims: anonymous."""
+    and Permissive modes a caller without a (valid) token goes on without claims: anonymous.
+
+    On a Broker route (`sealed`), a DPoP-bound token the Broker sealed is opened: the
+    provider's token inside is verified as any, and the claims say it is bound to the sealed
+    key (`cnf.jkt`), so that it is held to that key exactly as a provider's bound token is."""
 
     def __init__(
         self,
@@ -106,8 +119,10 @@ class JwtAuthentication:
         cache_entries: int = DEFAULT_TOKEN_CACHE_ENTRIES,
         counts: CacheCounts | None = None,
         proofs: ProofCheck | None = None,
+        sealed: SealedTokens | None = None,
     ):
         self.app = app
+        self.sealed = sealed
         self.issuers = tuple(
             Issuer(
                 TokenRules(
@@ -153,7 +168,7 @@ class JwtAuthentication:
             return
         scheme, token = credentials
         try:
-            claims, issuer = await self._verify(token)
+            claims, issuer, held = await self._presented(scope, token)
             fresh_nonce = await self._bound(scope, scheme, token, claims, issuer, proofs)
         except (KeysetPending, ReplayCacheFull, RedisUnavailable) as exc:
             await _unavailable(scope, send, exc)
@@ -168,11 +183,15 @@ class JwtAuthentication:
             return
         scope[CLAIMS_KEY] = claims
         scope[TOKEN_KEY] = token
+        if held is not token:
+            scope[PROVIDER_TOKEN_KEY] = held
         if scheme == DPOP:
             scope[DPOP_KEY] = self.challenger.dpop_algs
         if self.forward_token:
             assert raw is not None  # credentials were read from it
-            scope["headers"].insert(at, (b"authorization", raw))
+            # A sealed token's backend gets the provider's token inside, never the seal.
+            value = raw if held is token else b"Bearer " + held.encode("latin-1")
+            scope["headers"].insert(at, (b"authorization", value))
         await self.app(
             scope, receive, send if fresh_nonce is None else _with_nonce(send, fresh_nonce)
         )
@@ -207,6 +226,26 @@ class JwtAuthentication:
         _, fresh = await self.proofs.check(scope, proofs, issuer.index, token, jkt)
         audit.dpop_bound(scope, jkt)
         return fresh
+
+    async def _presented(self, scope: Scope, token: str) -> tuple[dict[str, object], Issuer, str]:
+        """The claims of the token presented, its provider, and the token the backend may be
+        given: the token itself, or the provider's token a Broker-sealed one holds (its
+        claims then bound to the sealed key)."""
+        if self.sealed is None or not token.startswith(SEALED_PREFIX):
+            claims, issuer = await self._verify(token)
+            return claims, issuer, token
+        try:
+            bound = await self.sealed.open(scope, token)
+        except SealError as exc:
+            raise TokenError(str(exc)) from None
+        claims, issuer = await self._verify(bound.token)
+        if issuer.index != bound.idp or "cnf" in claims:
+            # Never sealed so by the Broker (its upstream requests carry no proof).
+            raise TokenError(
+                "the DPoP-bound access token holds a token of another provider, or one bound "
+                "to a key of its own; sign in again"
+            )
+        return {**claims, "cnf": {"jkt": bound.jkt}}, issuer, bound.token
 
     async def verify(self, token: str) -> dict[str, object]:
         """The claims of a token this route accepts (its binding aside: for a token the

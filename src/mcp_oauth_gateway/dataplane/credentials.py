@@ -16,7 +16,17 @@ from joserfc import jwt
 from joserfc.jwk import OctKey
 
 from .. import audit
-from ..asgi import CLAIMS_KEY, TOKEN_KEY, ASGIApp, Headers, Receive, Scope, Send, send_error
+from ..asgi import (
+    CLAIMS_KEY,
+    PROVIDER_TOKEN_KEY,
+    TOKEN_KEY,
+    ASGIApp,
+    Headers,
+    Receive,
+    Scope,
+    Send,
+    send_error,
+)
 from ..controlplane.snapshot import CompiledCredentials, CompiledIdentity
 from .token_exchange import ExchangeError, TokenExchanger
 
@@ -57,7 +67,8 @@ class Credential:
     async def headers(self, scope: Scope) -> Headers:
         """The headers for the backend; ExchangeError when the exchange gave no token."""
         mode = self.credentials.mode
-        token = scope.get(TOKEN_KEY)
+        # The provider's token a Broker-sealed one holds: the seal is the gateway's alone.
+        token = scope.get(PROVIDER_TOKEN_KEY) or scope.get(TOKEN_KEY)
         claims = scope.get(CLAIMS_KEY)
         if mode == "SecretHeader":
             return self._secret_headers(claims)

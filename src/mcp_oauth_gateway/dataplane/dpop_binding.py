@@ -9,39 +9,45 @@ on every request: the verified-token cache spares the token's signature, never t
 
 The decisions are pure functions (`parse_credentials`, `bound_key`, `mode_refusal`); the one
 I/O, remembering each proof's `jti` (and, with nonces, reading the key every replica shares),
-is `ProofCheck`'s.
+is `dpop.ProofCheck`'s (the Broker's token endpoint checks its proofs with one too).
 """
 
 from __future__ import annotations
 
-import secrets
-import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
-from ..asgi import Scope, request_origin
+from ..asgi import Scope
 from ..controlplane.snapshot import CompiledDpop
-from ..dpop import (
-    DpopNonces,
-    Proof,
-    ProofRules,
-    ReplayCache,
-    check_replay,
-    htu_of,
-    verify_proof,
-)
+from ..dpop import BoundToken, ProofCheck, offered_algorithms, request_htu
 from .tokens import TokenError
 
 BEARER = "Bearer"
 DPOP = "DPoP"
 _SCHEMES = {b"bearer": BEARER, b"dpop": DPOP}
 
+__all__ = [
+    "BEARER",
+    "DPOP",
+    "ProofCheck",
+    "SealedTokens",
+    "bound_key",
+    "mode_refusal",
+    "offered_algorithms",
+    "parse_credentials",
+    "request_htu",
+    "resource_metadata",
+]
 
-def offered_algorithms(settings: Sequence[CompiledDpop]) -> tuple[str, ...]:
-    """Every algorithm a proof may use with a token of any of these providers, in the order
-    offered to clients (`algs`, `dpop_signing_alg_values_supported`); empty when none takes
-    DPoP tokens."""
-    algorithms = frozenset().union(*(s.algorithms for s in settings if s.enabled))
-    return ProofRules(algorithms).offered if algorithms else ()
+
+class SealedTokens(Protocol):
+    """The DPoP-bound tokens a Broker route issued for its providers' bearer tokens
+    (`dpop.bound_tokens`): opened with the route's key, given by the Broker."""
+
+    async def open(self, scope: Scope, token: str) -> BoundToken:
+        """What a sealed token presented with this request holds; SealError (or
+        RedisUnavailable while the key cannot be had) otherwise."""
+        ...
 
 
 def resource_metadata(settings: Sequence[CompiledDpop]) -> dict[str, object]:
@@ -128,73 +134,3 @@ def mode_refusal(mode: str, scheme: str, jkt: str | None) -> str | None:
             "send it as 'Authorization: Bearer <token>'"
         )
     return None
-
-
-def request_htu(scope: Scope) -> str:
-    """The URL the client sent the request to, as a proof's `htu` names it: scheme and host as
-    the client used them (through trusted forwarded headers), the path as received."""
-    scheme, _, host = request_origin(scope).partition("://")
-    raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")
-    # raw_path never holds the query (ASGI); some servers leave it in: cut it off here.
-    path = raw_path.partition(b"?")[0].decode("latin-1")
-    return htu_of(scheme, host, path)
-
-
-NonceKey = Callable[[], Awaitable[bytes]]
-
-
-class ProofCheck:
-    """The proofs of one route's requests: each provider's rules, the replay cache, and the
-    nonces (their key read once, from where every replica reads it). The cache is asked for
-    when the first proof comes (`replay`): a route that never sees one opens no connection."""
-
-    def __init__(
-        self,
-        settings: Sequence[CompiledDpop],
-        replay: Callable[[], ReplayCache],
-        nonce_key: NonceKey | None = None,
-        context: str = "",
-        clock: Callable[[], float] = time.time,
-    ):
-        self.settings = tuple(settings)
-        self._replay_source = replay
-        self._replay: ReplayCache | None = None
-        self.nonce_key = nonce_key
-        self.context = context
-        self.clock = clock
-        # Built at once where no nonce is needed; with nonces, once the key is read.
-        self._rules: list[ProofRules | None] = [
-            None if s.require_nonce or not s.enabled else ProofRules(s.algorithms, s.max_age)
-            for s in self.settings
-        ]
-
-    async def rules(self, index: int) -> ProofRules:
-        """Provider `index`'s proof rules (its nonces made the first time they are needed)."""
-        rules = self._rules[index]
-        if rules is None:
-            settings = self.settings[index]
-            # Without a key every replica shares, this stage's own (its nonces hold here only).
-            key = await self.nonce_key() if self.nonce_key else secrets.token_bytes(32)
-            nonces = DpopNonces(key, period=settings.max_age, context=self.context)
-            rules = self._rules[index] = ProofRules(settings.algorithms, settings.max_age, nonces)
-        return rules
-
-    async def check(
-        self, scope: Scope, values: Sequence[bytes], index: int, token: str, jkt: str
-    ) -> tuple[Proof, str | None]:
-        """The request's proof, checked against provider `index`'s rules, `token` and its key
-        `jkt`, and recorded as used; with it, a fresh nonce to hand the client when the one it
-        used is about to expire. DpopError (or ReplayCacheFull, RedisUnavailable) otherwise."""
-        rules = await self.rules(index)
-        now = self.clock()
-        proof = verify_proof(
-            values, scope["method"], request_htu(scope), now, rules, access_token=token, jkt=jkt
-        )
-        if self._replay is None:
-            self._replay = self._replay_source()
-        await check_replay(self._replay, proof, now, rules.iat_window)
-        fresh = None
-        if rules.nonces is not None:
-            current = rules.nonces.issue(now)
-            fresh = current if proof.nonce != current else None
-        return proof, fresh

@@ -65,7 +65,8 @@ class DpopProofs(StrictModel):
     """The JWS algorithms a proof may be signed with, asymmetric only (`none` and HMAC never
     are): `ES256`, `ES384`, `ES512`, `EdDSA`, `Ed25519`, `PS256`, `PS384`, `PS512`, `RS256`,
     `RS384`, `RS512`. Default: all of them. Advertised in the 401 challenge (`algs`) and the
-    protected resource metadata (`dpop_signing_alg_values_supported`)."""
+    protected resource metadata (`dpop_signing_alg_values_supported`), and in Broker mode in
+    the gateway's authorization server metadata."""
     max_age: Duration = "5m"
     """How far a proof's `iat` may be from the gateway's clock, either way, as a duration from
     `1s` to `1h`: default `5m` (the MCP DPoP profile's window). A proof is also remembered (its
@@ -73,9 +74,10 @@ class DpopProofs(StrictModel):
     require_nonce: bool = False
     """Require a server nonce in every proof (RFC 9449 §9): a proof without the current one is
     answered 401 `use_dpop_nonce` with a fresh nonce in `DPoP-Nonce`, which the client signs
-    into its next proof. Proves a proof was made after the gateway asked, not in advance by
-    someone who held the key for a while. Every replica accepts another's nonces when they
-    share a Redis (`mcp.broker.redisUrl` or the gateway's MCP_OAUTH_GATEWAY_REDIS_URL)."""
+    into its next proof (in Broker mode also at the token endpoint: 400 `use_dpop_nonce`).
+    Proves a proof was made after the gateway asked, not in advance by someone who held the
+    key for a while. Every replica accepts another's nonces when they share a Redis
+    (`mcp.broker.redisUrl` or the gateway's MCP_OAUTH_GATEWAY_REDIS_URL)."""
 
     @field_validator("max_age")
     @classmethod
@@ -124,7 +126,9 @@ class JwtProvider(StrictModel):
     request. `Allowed` (default): bound tokens with a proof, and unbound tokens as `Bearer`.
     `Required`: bound tokens only, so a copied token is useless without its key. `Disabled`:
     `Bearer` only; a bound token is refused (accepting it as a bearer token would undo its
-    binding)."""
+    binding). Broker mode: the gateway binds the tokens it hands out for this provider to the
+    key of a proof sent to its token endpoint (`token_type: DPoP`); under `Required` a token
+    request without a proof is refused, under `Disabled` a proof is not read."""
     dpop_proofs: DpopProofs | None = None
     """What a DPoP proof must be: algorithms, age, server nonces. Refused with
     `dpop: Disabled`."""

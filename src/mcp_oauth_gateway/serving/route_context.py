@@ -102,14 +102,17 @@ class RouteContext:
         if not is_broker(self.route):
             return None
         control = self.shared.control
+        mcp = policy.mcp
         return Broker(
-            policy.mcp,
+            mcp,
             self.sign_in_providers(policy),
             self.shared.brokers.store(policy.mcp.redis_url),
             self.shared.brokers.documents,
             lambda: control.session,
             policy.key,
             self.workload_grant(policy),
+            # The route's resource server's cache: a proof is accepted once, wherever.
+            lambda: self.shared.brokers.dpop_replay(policy.key, mcp.redis_url),
         )
 
     def workload_grant(self, policy: CompiledPolicy) -> WorkloadGrant | None:
@@ -140,6 +143,7 @@ class RouteContext:
                     else True,
                     login_hint_domains=provider.login_hint_domains,
                     issuer=provider.issuer,
+                    dpop=provider.dpop,
                 )
             )
         return tuple(out)

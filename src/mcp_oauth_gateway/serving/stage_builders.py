@@ -9,13 +9,13 @@ from ..dataplane.authn import JwtAuthentication, KeySource, challenger_for
 from ..dataplane.authz import CelAuthorization
 from ..dataplane.cors import CorsFilter, with_dpop
 from ..dataplane.credentials import BackendCredentials, OwnedRemoved
-from ..dataplane.dpop_binding import ProofCheck
 from ..dataplane.headers import OwnedHeaders
 from ..dataplane.mcp_authz import McpAuthorization
 from ..dataplane.oauth_endpoints import OAuthEndpoints, PathDispatch
 from ..dataplane.ratelimit import RateLimit
 from ..dataplane.scopes import RequiredScopes
 from ..dataplane.transform import HeaderTransformation
+from ..dpop import ProofCheck, nonce_context
 from ..providers import adapter_for
 from ..proxy.federation.stage import Federation
 from ..proxy.federation.target import TargetLink
@@ -101,8 +101,8 @@ def jwt_authentication(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
         [p.dpop for p, _ in issuers],
         lambda: brokers.dpop_replay(policy.key, redis_url),
         lambda: brokers.store(redis_url).secret(),
-        # Each policy's nonces its own (RFC 9449 §9: a nonce is one resource server's).
-        context=f"resource-server {policy.key}",
+        # Each policy's nonces its own, shared with its Broker's token endpoint.
+        context=nonce_context(policy.key),
     )
     return JwtAuthentication(
         app,
@@ -114,6 +114,8 @@ def jwt_authentication(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
         ctx.shared.limits.token_cache_entries,
         ctx.shared.token_cache,
         proofs,
+        # The DPoP-bound tokens the route's Broker seals, opened with its key.
+        ctx.broker.bound_tokens if ctx.broker is not None else None,
     )
 
 

@@ -33,6 +33,7 @@ from mcp_oauth_gateway.broker.endpoints import Broker
 from mcp_oauth_gateway.broker.identity import SignInProvider
 from mcp_oauth_gateway.broker.store import MemoryStore
 from mcp_oauth_gateway.controlplane.fetch import FetchError
+from mcp_oauth_gateway.controlplane.snapshot import CompiledDpop
 from unit.stages.harness import Response, drive
 from unit.tokens_support import compiled_mcp
 
@@ -190,11 +191,13 @@ async def started_rig(
     forwards_resource: bool = True,
     domains: Sequence[tuple[str, ...]] = (),
     local_documents: bool = False,
+    dpop: Sequence[CompiledDpop] = (),
 ) -> AsyncIterator[Rig]:
     """A Broker signing users in at one provider per name (`domains` their login_hint
-    domains), with the stand-in provider listening on loopback until the block ends.
-    `local_documents`: client metadata documents may be fetched from loopback (the stand-in
-    serves one, `Provider.document_client`)."""
+    domains, `dpop` their DPoP settings: `Allowed` where none is given), with the stand-in
+    provider listening on loopback until the block ends. `local_documents`: client metadata
+    documents may be fetched from loopback (the stand-in serves one,
+    `Provider.document_client`)."""
     provider = Provider()
     app = web.Application()
     app.router.add_get("/client.json", provider.document)
@@ -215,6 +218,7 @@ async def started_rig(
             forwards_resource=forwards_resource,
             login_hint_domains=domains[i] if i < len(domains) else (),
             issuer=provider_issuer(i),
+            dpop=dpop[i] if i < len(dpop) else CompiledDpop(),
         )
         for i, name in enumerate(names)
     )
@@ -356,8 +360,17 @@ async def client_code(rig: Rig, client_id: str, **changes: str | None) -> str:
     return params["code"]
 
 
-async def redeem(rig: Rig, client_id: str, code: str, /, **changes: str) -> Response:
-    """The client redeeming `code` at the token endpoint."""
+async def redeem(
+    rig: Rig,
+    client_id: str,
+    code: str,
+    /,
+    proofs: Sequence[bytes] = (),
+    audited: object = None,
+    **changes: str,
+) -> Response:
+    """The client redeeming `code` at the token endpoint (with a `DPoP` header per proof);
+    `audited`: the request's audit record, when the test reads what its line would say."""
     form = {
         "grant_type": "authorization_code",
         "client_id": client_id,
@@ -367,7 +380,9 @@ async def redeem(rig: Rig, client_id: str, code: str, /, **changes: str) -> Resp
         "resource": rig.resource,
         **changes,
     }
-    return await rig.post_form(rig.paths.token_path, form)
+    headers = [(b"dpop", proof) for proof in proofs]
+    request: dict[str, Any] = {} if audited is None else {"scope": {AUDIT_KEY: audited}}
+    return await rig.post_form(rig.paths.token_path, form, headers=headers, **request)
 
 
 async def signed_in(rig: Rig) -> tuple[str, dict[str, Any]]:
@@ -379,13 +394,22 @@ async def signed_in(rig: Rig) -> tuple[str, dict[str, Any]]:
 
 
 async def refresh(
-    rig: Rig, client_id: str, token: str, /, audited: object = None, **changes: str
+    rig: Rig,
+    client_id: str,
+    token: str,
+    /,
+    audited: object = None,
+    proofs: Sequence[bytes] = (),
+    **changes: str,
 ) -> Response:
-    """The client exchanging its gateway refresh token; `audited`: the request's audit
-    record, when the test reads what its line would say."""
+    """The client exchanging its gateway refresh token (with a `DPoP` header per proof);
+    `audited`: the request's audit record, when the test reads what its line would say."""
     form = {"grant_type": "refresh_token", "client_id": client_id, "refresh_token": token}
-    request = {} if audited is None else {"scope": {AUDIT_KEY: audited}}
-    return await rig.post_form(rig.paths.token_path, {**form, **changes}, **request)
+    request: dict[str, Any] = {} if audited is None else {"scope": {AUDIT_KEY: audited}}
+    headers = [(b"dpop", proof) for proof in proofs]
+    return await rig.post_form(
+        rig.paths.token_path, {**form, **changes}, headers=headers, **request
+    )
 
 
 async def revoke(rig: Rig, client_id: str, token: str, **changes: str) -> Response:

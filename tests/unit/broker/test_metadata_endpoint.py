@@ -7,8 +7,10 @@ import dataclasses
 
 from mcp_oauth_gateway.asgi import TRUST_FORWARDED_KEY
 from mcp_oauth_gateway.broker.endpoints import Broker
+from mcp_oauth_gateway.controlplane.snapshot import CompiledDpop
+from unit.tokens_support import ALL_DPOP_ALGS
 
-from .broker_support import ASM, Rig, error_of
+from .broker_support import ASM, Rig, error_of, started_rig
 
 
 async def test_the_document_names_the_gateway_as_issuer_and_its_endpoints(rig: Rig):
@@ -30,6 +32,7 @@ async def test_the_document_names_the_gateway_as_issuer_and_its_endpoints(rig: R
         "authorization_response_iss_parameter_supported": True,
         "client_id_metadata_document_supported": True,
         "scopes_supported": ["openid", "profile"],
+        "dpop_signing_alg_values_supported": ALL_DPOP_ALGS,
     }
 
 
@@ -59,3 +62,20 @@ async def test_other_methods_are_405_naming_get(rig: Rig):
     response = await rig.call("POST", ASM)
     assert error_of(response) == (405, "invalid_request", "use GET")
     assert response.header(b"allow") == b"GET"
+
+
+async def test_the_dpop_algorithms_are_those_of_every_provider_whose_tokens_are_bound():
+    es256 = CompiledDpop("Allowed", frozenset({"ES256"}))
+    required = CompiledDpop("Required", frozenset({"PS256", "ES256", "EdDSA"}))
+    disabled = CompiledDpop("Disabled", frozenset({"RS256"}))
+    async with started_rig(("A", "B", "C"), dpop=(es256, required, disabled)) as rig:
+        document = (await rig.call("GET", ASM)).json()
+    # In the order offered (elliptic curves first), the Disabled provider's RS256 left out.
+    assert document["dpop_signing_alg_values_supported"] == ["ES256", "EdDSA", "PS256"]
+
+
+async def test_no_dpop_algorithms_are_advertised_when_every_provider_is_disabled():
+    disabled = CompiledDpop("Disabled")
+    async with started_rig(("A", "B"), dpop=(disabled, disabled)) as rig:
+        document = (await rig.call("GET", ASM)).json()
+    assert "dpop_signing_alg_values_supported" not in document

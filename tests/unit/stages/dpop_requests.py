@@ -18,7 +18,7 @@ from mcp_oauth_gateway.controlplane.snapshot import (
     KeysetSource,
 )
 from mcp_oauth_gateway.dataplane.authn import JwtAuthentication
-from mcp_oauth_gateway.dataplane.dpop_binding import ProofCheck
+from mcp_oauth_gateway.dataplane.dpop_binding import ProofCheck, SealedTokens
 from mcp_oauth_gateway.dpop import MemoryReplayCache, ReplayCache, access_token_hash
 from support import mint
 from unit.dpop.dpop_support import KEYS, NOW, header, public_jwk, rfc7638, sign
@@ -96,9 +96,11 @@ def stage(
     mcp: CompiledMcp | None = None,
     forward_token: bool = False,
     context: str = "resource-server default/policy",
+    sealed: SealedTokens | None = None,
 ) -> JwtAuthentication:
     """The stage for `providers` (default: one Allowed), with its own replay cache unless
-    one is shared, nonces keyed by NONCE_SECRET, and the proofs judged at `clock`."""
+    one is shared, nonces keyed by NONCE_SECRET, and the proofs judged at `clock`; `sealed`:
+    the Broker's DPoP-bound tokens it opens."""
     chosen = providers or (provider(),)
     cache = replay if replay is not None else MemoryReplayCache()
 
@@ -117,4 +119,5 @@ def stage(
         None,
         mode,
         proofs=check,
+        sealed=sealed,
     )

@@ -11,7 +11,7 @@ from joserfc import jwt
 from joserfc.errors import BadSignatureError
 from joserfc.jwk import OctKey
 
-from mcp_oauth_gateway.asgi import CLAIMS_KEY, TOKEN_KEY
+from mcp_oauth_gateway.asgi import CLAIMS_KEY, PROVIDER_TOKEN_KEY, TOKEN_KEY
 from mcp_oauth_gateway.controlplane.credentials import (
     SecretError,
     SecretScope,
@@ -105,6 +105,15 @@ async def test_passthrough_hands_the_verified_token_on():
     stage = Stage(inner, compiled({"passthrough": True}), "default/mcp")
     await drive(stage, "POST", scope=CALLER, inner=inner)
     assert inner.last.header(b"authorization") == b"Bearer caller-token"
+
+
+async def test_passthrough_hands_on_the_providers_token_a_broker_sealed_one_holds():
+    # A Broker's DPoP-bound token is the gateway's own wrapper: the backend gets what it holds.
+    inner = Inner()
+    stage = Stage(inner, compiled({"passthrough": True}), "default/mcp")
+    caller = {**CALLER, TOKEN_KEY: "mcpgw-dpop.sealed", PROVIDER_TOKEN_KEY: "provider-token"}
+    await drive(stage, "POST", scope=caller, inner=inner)
+    assert inner.last.header(b"authorization") == b"Bearer provider-token"
 
 
 async def test_an_anonymous_caller_gets_no_token_passed_on():
