@@ -295,6 +295,7 @@ def controller_mode(settings: Settings, work: Path) -> Run:
     """Every change is a merge patch of one policy on a real API server."""
     from devcluster.apiserver import CRDS, DevApiServer
 
+    DevApiServer.build(echo=True)  # once, into the cache (instant when built)
     server = DevApiServer.start(work / "apiserver")
     try:
         server.apply_crds(
