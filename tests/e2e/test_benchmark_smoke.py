@@ -52,3 +52,25 @@ def test_benchmark_smoke_run_writes_a_report(tmp_path):
     assert "entry header check, 10 headers" in text
     assert "SSE: worst extra delay per event (ms), median of 1 stream (" in text
     assert "| 0 |" in text  # scenarios ran without errors
+
+
+def test_the_reload_memory_benchmark_runs_both_modes(tmp_path, apiserver):
+    """benchmarks/reload_memory.py, a few changes: each served, RSS read, the table written
+    (`apiserver`: the API server the controller mode starts a copy of is built)."""
+    report = tmp_path / "reload-memory.md"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "reload_memory.py"),
+            *("--routes", "3", "--changes", "3", "--write", str(report)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = report.read_text()
+    assert "Machine at start: " in text
+    for mode in ("file", "controller"):
+        row = next(line for line in text.splitlines() if line.startswith(f"| {mode} | "))
+        assert row.count("|") == 10, row  # start, after 1 and 3, growth, rate, seconds

@@ -7,9 +7,9 @@ so a rule holds only when its result `is True`.
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 
 from cel_expr_python import cel
 
@@ -31,7 +31,7 @@ _CLAIM = re.compile(r"\bjwt\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)|\[\s*[\"']([^\"']
 _JWT = re.compile(r"\bjwt\b")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class CompiledExpression:
     source: str
     program: cel.Expression
@@ -66,18 +66,26 @@ def visible_claims(claims: dict[str, object], read: frozenset[str] | None) -> di
     return {name: claims[name] for name in read if name in claims}
 
 
-# Distinct expressions kept compiled in a process (~5 KB each): a reload compiles only new ones.
-COMPILED_KEPT = 8_192
+# Compiled expressions (~5 KB each, outside Python's heap) by source and environment, for as
+# long as a configuration holds them: a reload finds every rule of the running configuration
+# compiled, and a rule no configuration uses any more is freed with the last one that did. (A
+# cache of the last N sources seen kept each edit's rules, so memory grew with every change.)
+_COMPILED: weakref.WeakValueDictionary[tuple[str, bool], CompiledExpression] = (
+    weakref.WeakValueDictionary()
+)
 
 
 def compile_expression(source: str, mcp: bool = False) -> CompiledExpression:
     """Parse and type-check `source` against `jwt` and `request` (and `mcp` when asked). The
-    result depends only on the two (the environments are fixed), so it is compiled once per
-    process while it is among the last `COMPILED_KEPT` distinct ones asked for."""
-    return _compiled(source, mcp)
+    result depends only on the two (the environments are fixed), so it is compiled once while
+    any configuration (the running one, the one being built) holds it."""
+    key = (source, mcp)
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        compiled = _COMPILED[key] = _compiled(source, mcp)
+    return compiled
 
 
-@lru_cache(maxsize=COMPILED_KEPT)
 def _compiled(source: str, mcp: bool) -> CompiledExpression:
     try:
         program = (_MCP_ENV if mcp else _ENV).compile(source)

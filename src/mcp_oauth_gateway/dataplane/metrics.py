@@ -134,6 +134,9 @@ class Metrics:
             authorization_cache if authorization_cache is not None else CacheCounts()
         )
         self._keysets: list[tuple[str, object]] = []
+        # The routes and policies of the running configuration (`keep`).
+        self._routes: frozenset[str] = frozenset()
+        self._policies: frozenset[str] = frozenset()
         self._federation: Callable[[], Iterable[TargetRow]] = list
         self._redis: Callable[[], Iterable[RedisRow]] = list
         self.registry = CollectorRegistry()
@@ -169,6 +172,19 @@ class Metrics:
     def latency_observer(self, route: str) -> Callable[[float], None]:
         """A function recording one upstream latency for `route`."""
         return self.latency.setdefault(route, _Latency()).observe
+
+    def keep(self, routes: frozenset[str], policies: frozenset[str]) -> None:
+        """A new configuration: drop the series of the routes and policies the previous one
+        had and this one has not (else every route or policy ever served would stay, and its
+        series with it); requests that are not a route's keep theirs."""
+        gone_routes, gone_policies = self._routes - routes, self._policies - policies
+        self._routes, self._policies = routes, policies
+        if gone_routes:
+            self.requests = {k: n for k, n in self.requests.items() if k[0] not in gone_routes}
+            self.exchanges = {k: n for k, n in self.exchanges.items() if k[0] not in gone_routes}
+            self.latency = {k: h for k, h in self.latency.items() if k not in gone_routes}
+        if gone_policies:
+            self.rejections = {k: n for k, n in self.rejections.items() if k not in gone_policies}
 
     def watch_keysets(self, keysets: list[tuple[str, object]]) -> None:
         """The keyset holders whose fetch count and age are reported, labelled by URL."""

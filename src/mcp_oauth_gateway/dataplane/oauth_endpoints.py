@@ -5,7 +5,7 @@ document) and the client-registration shim (RFC 7591)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import aiohttp
 import orjson
@@ -87,8 +87,27 @@ def protected_resource_metadata(
     return document
 
 
+# What answers one endpoint path: a function of the class, given the stage, or one made by
+# `_answered_by` for another app (the Broker's endpoints).
+Handler = Callable[["OAuthEndpoints", Scope, Receive, Send], Awaitable[None]]
+
+
+def _answered_by(app: ASGIApp) -> Handler:
+    """A handler that hands the request to `app`."""
+
+    async def handle(_: OAuthEndpoints, scope: Scope, receive: Receive, send: Send) -> None:
+        await app(scope, receive, send)
+
+    return handle
+
+
 class OAuthEndpoints:
-    """Answers the three MCP OAuth paths of the policy; everything else goes on down the line."""
+    """Answers the three MCP OAuth paths of the policy; everything else goes on down the line.
+
+    Its handlers are the class's functions, never methods bound to the stage: a table of bound
+    methods that the stage holds is a reference cycle, and a cycle keeps the route's whole
+    pipeline (keys, CEL programs, caches, the next stages) alive after a reload replaced it,
+    until a full collection, which `serve`'s collector settings make rare."""
 
     def __init__(
         self,
@@ -113,19 +132,19 @@ class OAuthEndpoints:
         self.discovery = discovery
         self.session = session
         self.shared_with = shared_with
-        self.paths: dict[str, ASGIApp] = {
-            mcp.prm_path: self._prm,
-            mcp.asm_path: self._asm,
-            mcp.registration_path: self._register,
+        self.paths: dict[str, Handler] = {
+            mcp.prm_path: OAuthEndpoints._prm,
+            mcp.asm_path: OAuthEndpoints._asm,
+            mcp.registration_path: OAuthEndpoints._register,
         }
         if extra:
             # Broker mode: the gateway's own AS metadata, registration and token endpoints.
-            self.paths.update(extra)
+            self.paths.update({path: _answered_by(app) for path, app in extra.items()})
         # The root forms (RFC 9728 §3.1 without a path; 2025-03-26 clients look for the
         # authorization server at the origin): only while this is the host's one resource.
-        root = self.paths[mcp.asm_path], self._prm
+        root = self.paths[mcp.asm_path], OAuthEndpoints._prm
         if shared_with:
-            root = self._ambiguous_root, self._ambiguous_root
+            root = OAuthEndpoints._ambiguous_root, OAuthEndpoints._ambiguous_root
         self.paths[ASM_PREFIX], self.paths[PRM_PREFIX] = root
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -135,7 +154,7 @@ class OAuthEndpoints:
             await self.app(scope, receive, send)
             return
         audit.allow(scope, STAGE, f"OAuth endpoint {path} answered")
-        await handler(scope, receive, send)
+        await handler(self, scope, receive, send)
 
     @staticmethod
     async def _method_not_allowed(scope: Scope, send: Send, allowed: str, method: str) -> None:

@@ -155,10 +155,13 @@ class GatewayApp:
         # One assignment: requests in flight keep the tables they started with.
         with collector_paused():
             self.tables = self.assembly.tables(snapshot)
+        # What outlives reloads keeps only what the running configuration can use.
+        self.brokers.retain(snapshot)
         if self.audit is not None:
             self.audit.forget_routes()
         if self.metrics is not None:
             self.metrics.watch_keysets(list(self.control.keysets.items()))
+            self.metrics.keep(*_names(snapshot))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -439,6 +442,15 @@ class _Exchange:
                     self.send({"type": "http.response.body", "body": body, "more_body": False}),
                     SHUTDOWN_END_WAIT,
                 )
+
+
+def _names(snapshot: Snapshot) -> tuple[frozenset[str], frozenset[str]]:
+    """The routes and policies a snapshot serves, as the metrics label them."""
+    routes = [route for rows in snapshot.listeners.values() for route in rows]
+    return (
+        frozenset(route.route for route in routes),
+        frozenset(route.policy.key for route in routes if route.policy is not None),
+    )
 
 
 def _is_event_stream(start: Message) -> bool:

@@ -101,18 +101,20 @@ class RouteContext:
             return None
         if not is_broker(self.route):
             return None
-        control = self.shared.control
+        control, brokers = self.shared.control, self.shared.brokers
         mcp = policy.mcp
+        # What the Broker keeps must not hold this context: the context keeps the Broker
+        # (cached), and the cycle would keep the route's pipeline after a reload.
         return Broker(
             mcp,
             self.sign_in_providers(policy),
-            self.shared.brokers.store(policy.mcp.redis_url),
-            self.shared.brokers.documents,
+            brokers.store(policy.mcp.redis_url),
+            brokers.documents,
             lambda: control.session,
             policy.key,
             self.workload_grant(policy),
             # The route's resource server's cache: a proof is accepted once, wherever.
-            lambda: self.shared.brokers.dpop_replay(policy.key, mcp.redis_url),
+            lambda: brokers.dpop_replay(policy.key, mcp.redis_url),
         )
 
     def workload_grant(self, policy: CompiledPolicy) -> WorkloadGrant | None:
@@ -208,11 +210,14 @@ class RouteContext:
             return None
         listed = dict(policy.target_credentials)
         sources: dict[str, HeaderSource | None] = {}
+        control = self.shared.control
         for target in self.route.targets:
             chosen = listed.get(target.name, policy.credentials)
             if target.name in users:
                 key, upstream = users[target.name]
-                runtime = self.shared.brokers.user_oauth(lambda: self.shared.control.session)
+                # The process keeps what it is given: the control plane, not this route's
+                # context (which would keep the first configuration's route alive for good).
+                runtime = self.shared.brokers.user_oauth(lambda: control.session)
                 assert runtime is not None, "userOAuth policies are refused without a key"
                 sources[target.name] = UserOAuthCredential(upstream, key, runtime)
             else:

@@ -11,7 +11,7 @@ import aiohttp
 from ..broker.clients import MetadataDocuments
 from ..broker.store import BrokerStore, MemoryStore, RedisStore
 from ..broker.workload_keys import WorkloadKeys
-from ..controlplane.snapshot import CompiledRateLimit, CompiledRoute, CompiledTarget
+from ..controlplane.snapshot import CompiledRateLimit, CompiledRoute, CompiledTarget, Snapshot
 from ..dataplane.ratelimit import Limiter, LocalLimiter, RedisLimiter
 from ..dpop import MemoryReplayCache, RedisReplayCache, ReplayCache
 from ..proxy.federation.shared import SharedSessions
@@ -20,6 +20,16 @@ from ..redis_clients import RedisConnections
 from ..useroauth.runtime import UserOAuthRuntime
 from ..usertokens.keys import TokenKeys
 from ..usertokens.store import open_store
+
+# What a policy's rate limit and a federated route rule's sessions are found by: values of the
+# configuration, so that an edit of them starts afresh.
+LimitIdentity = tuple[str, str | None, int, float]
+FederationIdentity = tuple[str, int, tuple[CompiledTarget, ...], str | None]
+
+
+def limit_identity(policy: str, limit: CompiledRateLimit) -> LimitIdentity:
+    """What a policy's token buckets are kept by: the policy, its Redis, its numbers."""
+    return (policy, limit.redis_url, limit.capacity, limit.per_second)
 
 
 @dataclass(frozen=True)
@@ -42,10 +52,8 @@ class BrokerRuntime:
         # One connection per Redis URL, for every user of it in this process.
         self.redis = RedisConnections()
         self._stores: dict[str, BrokerStore] = {}
-        self._limiters: dict[tuple[str, str | None, int, float], Limiter] = {}
-        self._federations: dict[
-            tuple[str, int, tuple[CompiledTarget, ...], str | None], FederationState
-        ] = {}
+        self._limiters: dict[LimitIdentity, Limiter] = {}
+        self._federations: dict[FederationIdentity, FederationState] = {}
         self._replays: dict[str, ReplayCache] = {}
         # Per (store, route): the key of the tokens issued to workloads, derived once.
         self._workload_keys: dict[tuple[str, str], WorkloadKeys] = {}
@@ -66,7 +74,7 @@ class BrokerRuntime:
 
     def limiter(self, policy: str, limit: CompiledRateLimit) -> Limiter:
         """The buckets of a policy's rate limit (kept across reloads while unchanged)."""
-        identity = (policy, limit.redis_url, limit.capacity, limit.per_second)
+        identity = limit_identity(policy, limit)
         if identity not in self._limiters:
             self._limiters[identity] = (
                 RedisLimiter(
@@ -101,9 +109,28 @@ class BrokerRuntime:
     def federation_of(self, route: CompiledRoute) -> FederationState:
         """A federated route rule's state, its sessions shared where the Broker's state is: the
         policy's Redis (`mcp.broker.redisUrl`), or the environment's."""
+        return self.federation(*self._federation_identity(route))
+
+    def _federation_identity(self, route: CompiledRoute) -> FederationIdentity:
         mcp = route.policy.mcp if route.policy is not None else None
         redis_url = (mcp.redis_url if mcp is not None else None) or self.default_redis_url
-        return self.federation(route.route, route.rule, route.targets, redis_url)
+        return (route.route, route.rule, route.targets, redis_url)
+
+    def retain(self, snapshot: Snapshot) -> None:
+        """Forget the token buckets and federated sessions no route of `snapshot` can use: they
+        are found by values an edit changes (a limit's numbers, a rule's targets), so each such
+        edit would otherwise leave one more behind for good. Requests still in flight on an
+        older configuration keep theirs until they end."""
+        limits: set[LimitIdentity] = set()
+        federations: set[FederationIdentity] = set()
+        for routes in snapshot.listeners.values():
+            for route in routes:
+                federations.add(self._federation_identity(route))
+                policy = route.policy
+                if policy is not None and policy.rate_limit is not None:
+                    limits.add(limit_identity(policy.key, policy.rate_limit))
+        self._limiters = {k: v for k, v in self._limiters.items() if k in limits}
+        self._federations = {k: v for k, v in self._federations.items() if k in federations}
 
     def dpop_replay(self, policy: str, redis_url: str | None) -> ReplayCache:
         """Where a policy's DPoP proofs are remembered, kept across reloads (a reload must not
