@@ -6,6 +6,14 @@ over once it has not changed for its `leaseDurationSeconds` as measured by their
 `renew_deadline` stops writing before anyone may take over, and a holder that stops releases
 the Lease so the next one takes over at once. Updates are conditional on `resourceVersion`, so
 two replicas can never both win.
+
+Why not `kubernetes_asyncio.leaderelection` (the client library we already use ships one)? Its
+leader checks its renew deadline only between Lease calls, so one call that hangs keeps it
+leading, and writing status, with no timer left that could stop it: client-go bounds each
+renewal by the deadline, and so does `run` here. It also never gives the Lease up when
+stopped (the next replica waits out the whole Lease), judges expiry by the wall clock, and
+refuses periods under a second. `tests/unit/kube/test_leader_library.py` shows each on the
+library itself; `tests/unit/kube/test_leader.py` shows ours stepping down.
 """
 
 from __future__ import annotations
