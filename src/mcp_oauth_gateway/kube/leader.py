@@ -11,9 +11,10 @@ Why not `kubernetes_asyncio.leaderelection` (the client library we already use s
 leader checks its renew deadline only between Lease calls, so one call that hangs keeps it
 leading, and writing status, with no timer left that could stop it: client-go bounds each
 renewal by the deadline, and so does `run` here. It also never gives the Lease up when
-stopped (the next replica waits out the whole Lease), judges expiry by the wall clock, and
-refuses periods under a second. `tests/unit/kube/test_leader_library.py` shows each on the
-library itself; `tests/unit/kube/test_leader.py` shows ours stepping down.
+stopped (the next replica waits out the whole Lease), and refuses periods under a second
+(the end-to-end tests run 3-second Leases, read every 0.6 s).
+`tests/unit/kube/test_leader_library.py` shows each on the library itself;
+`tests/unit/kube/test_leader.py` shows ours stepping down.
 """
 
 from __future__ import annotations
