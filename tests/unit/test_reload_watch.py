@@ -174,3 +174,28 @@ async def test_without_inotify_a_paused_writer_may_be_read_early_and_opens_nothi
             assert watcher.control.snapshot is serving
     finally:
         await watcher.stop()
+
+
+NARROWER = HALF + FULL[len(HALF) :].replace("[", "['jwt.sub == \"alice\"', ").replace(
+    "Allow", "Require"
+)
+
+
+@pytest.mark.parametrize("how", ["written", "renamed into place"])
+async def test_a_closed_or_renamed_file_is_read_at_once_not_at_the_next_interval(tmp_path, how):
+    # An hour between polls: only inotify's report of the close (or the rename) can wake it.
+    watcher, config = configured(tmp_path)
+    watcher.interval = 3600
+    serving = watcher.control.snapshot
+    watcher.start()
+    try:
+        await until(lambda: watcher.state()["openWrites"] == "inotify", "inotify to watch")
+        if how == "written":
+            (config / "policy.yaml").write_text(NARROWER)
+        else:
+            (tmp_path / "policy.yaml").write_text(NARROWER)
+            (tmp_path / "policy.yaml").rename(config / "policy.yaml")
+        await until(lambda: watcher.control.snapshot is not serving, "the change to apply")
+        assert rules(watcher.control.snapshot).action == "Require"  # type: ignore[attr-defined]
+    finally:
+        await watcher.stop()

@@ -83,7 +83,8 @@ def _serve_parser(commands: Commands) -> None:
         type=float,
         default=1.0,
         metavar="SECONDS",
-        help="how often to look for changed resource files (default 1; 0 turns watching off)",
+        help="how often to look for changed resource files inotify does not report "
+        "(default 1; 0 turns watching off)",
     )
     _serve_operation_flags(serve)
     _serve_audit_flags(serve)

@@ -9,6 +9,7 @@ it was read. Whatever a file read too early lacks, the reload rules refuse what 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ log = logging.getLogger("mcp_oauth_gateway.reload")
 Fingerprint = tuple[tuple[str, str, int, int], ...]
 # How long a changed file must stay unchanged before it is read.
 SETTLE_SECONDS = 0.1
+MIN_POLL_GAP = 0.05
 
 
 def fingerprint(paths: Sequence[str | Path]) -> Fingerprint:
@@ -121,6 +123,7 @@ class ConfigWatcher:
         self._writers = writers if writers is not None else OpenWrites()
         self._caches = caches or ReloadCaches()
         self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
 
     def start(self) -> None:
         """Start polling (idempotent)."""
@@ -153,10 +156,22 @@ class ConfigWatcher:
                 why,
                 SETTLE_SECONDS,
             )
+        # A writer's close or rename wakes the next poll at once; the interval is for what
+        # inotify cannot see (other systems, network filesystems, a writer that never closes).
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(self._wake.set)
+
+        self._writers.on_done = wake
         while True:
-            await asyncio.sleep(self.interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+            self._wake.clear()
             self.polls += 1
             await self._poll()
+            # Bounds the polls a directory busy with other files' writes could wake.
+            await asyncio.sleep(min(self.interval, MIN_POLL_GAP))
 
     async def _poll(self) -> None:
         current = await asyncio.to_thread(fingerprint, self.paths)

@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler, FileSystemMovedEvent
@@ -67,6 +67,8 @@ class OpenWrites(FileSystemEventHandler):
         self._open: set[str] = set()
         self._observer: BaseObserver | None = None
         self._stopped = False
+        # Called (from the observer's thread) when a file may have become complete.
+        self.on_done: Callable[[], None] | None = None
 
     @property
     def active(self) -> bool:
@@ -151,3 +153,5 @@ class OpenWrites(FileSystemEventHandler):
             for path in paths:
                 if path:
                     self._open.discard(_real(path))
+        if self.on_done is not None:
+            self.on_done()
