@@ -185,15 +185,22 @@ class Controller:
         """Wait until changes stop arriving (or for at most SETTLE_AT_MOST)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + SETTLE_AT_MOST
+        quiet_until = loop.time() + QUIET
+        seen = self._version()
         while True:
             self.cache.changed.clear()
-            remaining = min(QUIET, deadline - loop.time())
+            remaining = min(quiet_until, deadline) - loop.time()
             if remaining <= 0:
                 return
             try:
                 await asyncio.wait_for(self.cache.changed.wait(), remaining)
             except TimeoutError:
                 return
+            # Only what the builder reads restarts the quiet time: the events of this
+            # replica's own status writes (hundreds after a start) held every change a second.
+            if self._version() != seen:
+                seen = self._version()
+                quiet_until = loop.time() + QUIET
 
     async def _rebuilds(self) -> None:
         while True:
