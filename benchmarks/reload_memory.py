@@ -198,6 +198,8 @@ class Settings:
     checkpoints: tuple[int, ...]
     malloc_trim: bool = False
     arena_max: int | None = None
+    # None: serve's own default, as a user runs it.
+    watch_interval: float | None = 0.05
 
 
 @dataclass
@@ -280,7 +282,9 @@ def file_mode(settings: Settings, work: Path) -> Run:
         os.replace(staged, config)
 
     write(0)
-    args = ["-f", str(config), "--watch-interval", "0.05"]
+    args = ["-f", str(config)]
+    if settings.watch_interval is not None:
+        args += ["--watch-interval", str(settings.watch_interval)]
     with serving(args, settings, work / "serve-file.log", {}) as process:
         wait_for_port(port, timeout=CHANGE_WAIT)
         return measure(Run("file", settings.label), settings, process.pid, port, write)
