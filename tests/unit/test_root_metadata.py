@@ -5,8 +5,12 @@ browser page that a CORS policy of the listener allows."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
 from mcp_oauth_gateway.controlplane.snapshot import CompiledRoute
@@ -142,3 +146,50 @@ def test_only_routes_with_a_protected_resource_are_counted(tmp_path):
     routes: list[CompiledRoute] = [r for rs in snapshot.listeners.values() for r in rs]
     assert {r.route for r in routes} == {"default/mcp", "default/other"}
     assert shared_hosts(snapshot.listeners) == {}
+
+
+def _protected(i: int, hostnames: tuple[str, ...], path: str) -> SimpleNamespace:
+    """What `shared_hosts` reads of a route rule with a protected resource."""
+    mcp = SimpleNamespace(mcp_path=path)
+    return SimpleNamespace(
+        route=f"ns/r{i}", rule=0, hostnames=hostnames, policy=SimpleNamespace(key=f"p{i}", mcp=mcp)
+    )
+
+
+def _pairwise(routes: list[SimpleNamespace]) -> dict[tuple[str, int], set[tuple[str, str]]]:
+    """Every pair compared: the other resources each rule shares a host with."""
+    out = {}
+    for route in routes:
+        mine = (route.policy.key, route.policy.mcp.mcp_path)
+        others = {
+            (o.policy.key, o.policy.mcp.mcp_path)
+            for o in routes
+            if (o.policy.key, o.policy.mcp.mcp_path) != mine
+            and hosts_overlap(route.hostnames, o.hostnames)
+        }
+        if others:
+            out[(route.route, route.rule)] = others
+    return out
+
+
+HOSTNAMES = [(), ("a.example",), ("A.example", "b.example"), ("b.example",), ("*.example",)]
+
+
+@given(st.lists(st.tuples(st.sampled_from(HOSTNAMES), st.sampled_from(["/m", "/n"])), max_size=9))
+def test_grouping_by_host_finds_what_comparing_every_pair_finds(made):
+    routes = [_protected(i, hosts, path) for i, (hosts, path) in enumerate(made)]
+    expected = _pairwise(routes)
+    shared = shared_hosts({8080: routes})  # type: ignore[dict-item]
+    assert shared.keys() == expected.keys()
+    for key, shown in shared.items():
+        names, more = (shown[:-1], int(shown[-1].split()[0])) if "more" in shown[-1] else (shown, 0)
+        assert set(names) <= {path for _, path in expected[key]}
+        assert len(names) + more == len(expected[key])
+
+
+def test_thousands_of_resources_on_one_host_name_a_few_and_count_the_rest():
+    routes = [_protected(i, ("mcp.example",), f"/t{i:04d}") for i in range(5000)]
+    shared = shared_hosts({8080: routes})  # type: ignore[dict-item]
+    assert len(shared) == 5000
+    assert shared[("ns/r0", 0)] == ("/t0001", "/t0002", "/t0003", "4996 more")
+    assert shared[("ns/r2", 0)] == ("/t0000", "/t0001", "/t0003", "4996 more")

@@ -49,22 +49,68 @@ def hosts_overlap(a: Sequence[str], b: Sequence[str]) -> bool:
     return not {h.lower() for h in a}.isdisjoint(h.lower() for h in b)
 
 
+# How many of the other resources on a host the ambiguous root answer names.
+SHOWN_OTHERS = 3
+# A route with no hostnames, or a wildcard one, may share a host with any route.
+_ANY_HOST: frozenset[str] = frozenset()
+
+
 def shared_hosts(
     listeners: Mapping[int, Iterable[CompiledRoute]],
 ) -> dict[tuple[str, int], tuple[str, ...]]:
     """For each route rule with a protected resource: the other resources (their MCP paths)
-    served on a host it shares. The root well-known forms name one resource per host, so a
-    rule listed here with any must not answer them."""
-    out: dict[tuple[str, int], set[str]] = {}
+    served on a host it shares, as its answer names them (the first few, then how many more).
+    The root well-known forms name one resource per host, so a rule listed here with any must
+    not answer them. Routes are grouped by their hostnames, so thousands of resources on one
+    host cost one sort, not one comparison per pair."""
+    out: dict[tuple[str, int], tuple[str, ...]] = {}
     for routes in listeners.values():
         protected = [r for r in routes if r.policy is not None and r.policy.mcp is not None]
+        by_host: dict[str, set[tuple[str, str]]] = {}
+        anywhere: set[tuple[str, str]] = set()
         for route in protected:
-            mine = _resource(route)
-            others = out.setdefault((route.route, route.rule), set())
-            for other in protected:
-                if _resource(other) != mine and hosts_overlap(route.hostnames, other.hostnames):
-                    others.add(_resource(other)[1])
-    return {key: tuple(sorted(v)) for key, v in out.items() if v}
+            key = _host_key(route.hostnames)
+            if key is _ANY_HOST:
+                anywhere.add(_resource(route))
+            for host in key:
+                by_host.setdefault(host, set()).add(_resource(route))
+        everything = anywhere.union(*by_host.values())
+        reachable: dict[frozenset[str], tuple[set[tuple[str, str]], list[tuple[str, str]]]] = {}
+        for route in protected:
+            key = _host_key(route.hostnames)
+            if key not in reachable:
+                near = (
+                    everything if key is _ANY_HOST else anywhere.union(*(by_host[h] for h in key))
+                )
+                reachable[key] = near, sorted(near, key=lambda r: (r[1], r[0]))
+            shown = _others(*reachable[key], _resource(route))
+            if shown:
+                out[(route.route, route.rule)] = shown
+    return out
+
+
+def _host_key(hostnames: Sequence[str]) -> frozenset[str]:
+    """The hosts a route serves (lower case), or `_ANY_HOST` when it may serve any."""
+    if not hostnames or any("*" in h for h in hostnames):
+        return _ANY_HOST
+    return frozenset(h.lower() for h in hostnames)
+
+
+def _others(
+    reachable: set[tuple[str, str]], in_order: Sequence[tuple[str, str]], mine: tuple[str, str]
+) -> tuple[str, ...]:
+    """The first SHOWN_OTHERS resources reachable that are not `mine`, and the rest as a
+    count; empty when there are none."""
+    count = len(reachable) - (1 if mine in reachable else 0)
+    if count <= 0:
+        return ()
+    names: list[str] = []
+    for resource in in_order:
+        if resource != mine and resource[1] not in names:
+            names.append(resource[1])
+            if len(names) == SHOWN_OTHERS:
+                break
+    return (*names, f"{count - len(names)} more") if count > len(names) else tuple(names)
 
 
 def _resource(route: CompiledRoute) -> tuple[str, str]:
