@@ -75,15 +75,16 @@ def shared_hosts(
             for host in key:
                 by_host.setdefault(host, set()).add(_resource(route))
         everything = anywhere.union(*by_host.values())
-        reachable: dict[frozenset[str], tuple[set[tuple[str, str]], list[tuple[str, str]]]] = {}
+        groups: dict[frozenset[str], _HostGroup] = {}
         for route in protected:
             key = _host_key(route.hostnames)
-            if key not in reachable:
+            group = groups.get(key)
+            if group is None:
                 near = (
                     everything if key is _ANY_HOST else anywhere.union(*(by_host[h] for h in key))
                 )
-                reachable[key] = near, sorted(near, key=lambda r: (r[1], r[0]))
-            shown = _others(*reachable[key], _resource(route))
+                group = groups[key] = _HostGroup(near)
+            shown = group.others(_resource(route))
             if shown:
                 out[(route.route, route.rule)] = shown
     return out
@@ -96,20 +97,47 @@ def _host_key(hostnames: Sequence[str]) -> frozenset[str]:
     return frozenset(h.lower() for h in hostnames)
 
 
-def _others(
-    reachable: set[tuple[str, str]], in_order: Sequence[tuple[str, str]], mine: tuple[str, str]
-) -> tuple[str, ...]:
-    """The first SHOWN_OTHERS resources reachable that are not `mine`, and the rest as a
-    count; empty when there are none."""
-    count = len(reachable) - (1 if mine in reachable else 0)
-    if count <= 0:
-        return ()
-    names: list[str] = []
-    for resource in in_order:
-        if resource != mine and resource[1] not in names:
-            names.append(resource[1])
-            if len(names) == SHOWN_OTHERS:
-                break
+Resource = tuple[str, str]
+
+
+class _HostGroup:
+    """The resources routes with the same hostnames can reach. Only a resource among the first
+    few named needs an answer of its own; every other route shares one tuple, so the cost per
+    route is a lookup however many resources a host has."""
+
+    def __init__(self, reachable: set[Resource]):
+        self.reachable = reachable
+        self.in_order = sorted(reachable, key=lambda r: (r[1], r[0]))
+        names, walked = self._walk(None)
+        self.head = set(self.in_order[:walked])
+        self.names = tuple(names)
+        self.shared: dict[int, tuple[str, ...]] = {}
+
+    def others(self, mine: Resource) -> tuple[str, ...]:
+        """The first SHOWN_OTHERS other resources' paths, then how many more; () if none."""
+        count = len(self.reachable) - (1 if mine in self.reachable else 0)
+        if count <= 0:
+            return ()
+        if mine in self.head:
+            return _shown(self._walk(mine)[0], count)
+        if count not in self.shared:
+            self.shared[count] = _shown(list(self.names), count)
+        return self.shared[count]
+
+    def _walk(self, mine: Resource | None) -> tuple[list[str], int]:
+        """The paths named for `mine`, and how many resources in order were looked at."""
+        names: list[str] = []
+        walked = 0
+        for resource in self.in_order:
+            walked += 1
+            if resource != mine and resource[1] not in names:
+                names.append(resource[1])
+                if len(names) == SHOWN_OTHERS:
+                    break
+        return names, walked
+
+
+def _shown(names: list[str], count: int) -> tuple[str, ...]:
     return (*names, f"{count - len(names)} more") if count > len(names) else tuple(names)
 
 
