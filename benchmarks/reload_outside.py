@@ -6,7 +6,8 @@ GatewayBackend and a GatewayPolicy; change n rewrites one policy's metadata scop
 its protected resource metadata answers them), with `serve`'s own defaults: in file mode every
 resource in one file (the layout with the least help), written beside it and renamed over it,
 and no `--watch-interval` flag; in controller mode a merge patch on a real Kubernetes API
-server. Reports the median, 90th percentile and worst time of N changes.
+server. Reports the median, 90th percentile and worst time of N changes, and the resident
+set at the first answer and after the last change.
 
 Usage: python benchmarks/reload_outside.py [--routes 5000] [--changes 20]
            [--modes file,controller] [--write FILE]
@@ -29,7 +30,7 @@ def row(run: Run, routes: int) -> str:
     p90 = times[min(len(times) - 1, int(len(times) * 0.9))]
     return (
         f"| {run.mode} | {routes:,} | {len(times)} | {statistics.median(times):.2f} "
-        f"| {p90:.2f} | {times[-1]:.2f} |"
+        f"| {p90:.2f} | {times[-1]:.2f} | {run.rss[0]:.0f} | {run.rss[max(run.rss)]:.0f} |"
     )
 
 
@@ -43,12 +44,17 @@ def main(argv: Sequence[str]) -> None:
     args = parser.parse_args(argv)
     started = machine()
     lines = [
-        "| mode | routes | changes | median s | p90 s | worst s |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| mode | routes | changes | median s | p90 s | worst s | RSS at start MB | at the end |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for mode in args.modes.split(","):
         settings = Settings(
-            args.routes, args.changes, ROOT / "src", "this tree", (), watch_interval=None
+            args.routes,
+            args.changes,
+            ROOT / "src",
+            "this tree",
+            (args.changes,),
+            watch_interval=None,
         )
         lines.append(row(one(mode, settings), args.routes))
         print(lines[-1], file=sys.stderr, flush=True)
