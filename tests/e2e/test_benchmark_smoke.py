@@ -74,3 +74,24 @@ def test_the_reload_memory_benchmark_runs_both_modes(tmp_path, apiserver):
     for mode in ("file", "controller"):
         row = next(line for line in text.splitlines() if line.startswith(f"| {mode} | "))
         assert row.count("|") == 10, row  # start, after 1 and 3, growth, rate, seconds
+
+
+def test_the_outside_reload_benchmark_times_both_modes(tmp_path, apiserver):
+    """benchmarks/reload_outside.py, a few changes with serve's defaults: each served and timed,
+    the table written."""
+    report = tmp_path / "reload-outside.md"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "reload_outside.py"),
+            *("--routes", "3", "--changes", "2", "--write", str(report)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = report.read_text()
+    for mode in ("file", "controller"):
+        row = next(line for line in text.splitlines() if line.startswith(f"| {mode} | 3 | 2 | "))
+        assert row.count("|") == 9, row  # median, p90, worst, RSS at start and at the end
