@@ -131,7 +131,8 @@ def mcp_proxy_toml(port: int, backend_port: int, tool: str, groups: str, admin_t
     backend's JWKS (RS256, iss, aud, exp), and one role allowed `tool` alone (namespaced
     `bench/`), given to a caller whose `groups` claim is, as text, exactly `groups`: its role
     mapping reads a claim as one string (or space-separated words), so a list claim matches
-    only as its whole JSON text; a caller mapped to no role is refused (default_deny)."""
+    only as its whole JSON text; a caller mapped to no role is refused (default_deny). Its
+    audience is its own URL (`mcp_proxy_audience`): it requires that one in every token."""
     backend = f"http://127.0.0.1:{backend_port}"
     return f"""
 [proxy]
@@ -148,7 +149,7 @@ url = "{backend}/mcp"
 [auth]
 type = "jwt"
 issuer = "{ISSUER}"
-audience = "{AUDIENCE}"
+audience = "{mcp_proxy_audience(port)}"
 jwks_uri = "{backend}/.well-known/jwks.json"
 
 [[auth.roles]]
@@ -162,7 +163,19 @@ mapping = {{ '{groups}' = "agent" }}
 
 [security]
 admin_token = "{admin_token}"
+
+# Its documented default, said: without this table the level is empty and tower-mcp logs every
+# backend request at DEBUG (mcp-proxy 0.6's ObservabilityConfig::default).
+[observability]
+log_level = "info"
 """
+
+
+def mcp_proxy_audience(port: int) -> str:
+    """The audience mcp-proxy requires in a token besides its configured one: the MCP resource,
+    built from its listen address (tower-mcp's OAuth layer, RFC 8707), so it is configured as
+    the one audience, and its tokens carry it."""
+    return f"http://127.0.0.1:{port}"
 
 
 def nginx_conf(prefix: Path, port: int, backend_port: int) -> str:
