@@ -17,6 +17,7 @@ each proxy at 1, 16 and 512 connections.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from datetime import UTC, datetime
@@ -139,6 +140,7 @@ def main() -> int:
             print(f"error: {tool} is required (apt-get install wrk haproxy)", file=sys.stderr)
             return 2
     binary = mcp_proxy_binary(args.mcp_proxy) if "mcp-proxy" in args.proxies else None
+    args.load_start = os.getloadavg()[0]
     bench = PeerBench(args, binary)
     print(f"[peers] minting {args.tokens} tokens", file=sys.stderr, flush=True)
     tokens = bench.tokens_file(args.tokens)
@@ -147,7 +149,7 @@ def main() -> int:
         print(f"[peers] round {i + 1}/{args.rounds}", file=sys.stderr, flush=True)
         done, cells = run_round(bench, i, tokens)
         rounds.append(done)
-    version = installed_version(binary) if binary else None
+    version = f"{installed_version(binary)} ({binary})" if binary else None
     text = peers_report(args, medians(rounds), cells, version)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)

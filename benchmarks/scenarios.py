@@ -25,6 +25,10 @@ SSE_STREAMS = 5
 class Bench(Servers):
     """The measurements of a run, on the servers `Servers` starts."""
 
+    # wrk's answer timeout (its default, 2 s, when None): an answer later than it is counted as
+    # a socket error and left out of the latencies.
+    wrk_timeout: str | None = None
+
     def wrk(
         self,
         url: str,
@@ -50,6 +54,7 @@ class Bench(Servers):
                 f"-c{conns}",
                 f"-d{max(1, round(seconds))}s",
                 "--latency",
+                *(["--timeout", self.wrk_timeout] if self.wrk_timeout else []),
                 "-s",
                 str(HERE / "post.lua"),
                 url,
