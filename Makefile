@@ -24,7 +24,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CONTRACTS_DIR ?= ../shared/contracts
 
 .PHONY: install install-test node-peers mcp1-client system-deps demo test test-unit \
-	test-contracts contracts-dir bench lint lint-imports typecheck clean
+	test-contracts contracts-dir bench bench-env bench-peers lint lint-imports typecheck clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -94,14 +94,24 @@ $(VENV_BENCH)/.installed: pyproject.toml
 # Which interpreter an environment runs on (a venv reports its base's prefix and version).
 PYTHON_ID := import sys; print(sys.base_prefix, sys.version)
 
-bench: system-deps
+bench-env: system-deps
 	@[ ! -x $(VENV_BENCH)/bin/python ] \
 	  || [ "$$($(VENV_BENCH)/bin/python -c '$(PYTHON_ID)')" \
 	    = "$$($(BENCH_PYTHON) -c '$(PYTHON_ID)')" ] \
-	  || { echo "make bench: $(VENV_BENCH) runs on another Python than $(BENCH_PYTHON);" \
-	    "making it again"; rm -rf $(VENV_BENCH); }
+	  || { echo "make $(MAKECMDGOALS): $(VENV_BENCH) runs on another Python than" \
+	    "$(BENCH_PYTHON); making it again"; rm -rf $(VENV_BENCH); }
 	@$(MAKE) --no-print-directory $(VENV_BENCH)/.installed
+
+bench: bench-env
 	$(VENV_BENCH)/bin/python benchmarks/run.py
+
+# Beside the peers (under 10 minutes, both cores): our gateway, mcp-proxy 0.6.0 (the Rust MCP
+# proxy, installed the first time by `cargo install --locked` into ~/.cache/mcp-oauth-gateway, or
+# $$MCP_OAUTH_GATEWAY_PEERS_CACHE: a few minutes; needs Rust 1.90+) and HAProxy jwt_verify, each
+# checked to enforce the JWT and the tool rule before it is measured; report in
+# benchmarks/results/. `make bench-peers PEERS_ARGS=--quick`: one short round.
+bench-peers: bench-env
+	$(VENV_BENCH)/bin/python benchmarks/peers.py $(PEERS_ARGS)
 
 lint: install-test lint-imports typecheck
 	$(VENV)/bin/ruff check .

@@ -63,15 +63,21 @@ def stage_yaml(names: set[str]) -> tuple[str, str]:
             "        remove: [X-Internal-Secret]\n"
         )
     if "tool authorization" in names:
-        backend = (
-            "  backend:\n    mcp:\n      authorization:\n        action: Allow\n"
-            '        policy: {matchExpressions: [\'mcp.tool.name in ["add", "search"]\']}\n'
-        )
+        backend = tool_rule_yaml('mcp.tool.name in ["add", "search"]')
     return traffic, backend
 
 
-def haproxy_cfg(port: int, backend_port: int, pem: Path) -> str:
-    """HAProxy checking the token as the gateway does: RS256 signature, iss, aud, exp, group."""
+def tool_rule_yaml(expression: str) -> str:
+    """The policy's tool-level authorization (under `spec`): the one CEL `expression`."""
+    return (
+        "  backend:\n    mcp:\n      authorization:\n        action: Allow\n"
+        f"        policy: {{matchExpressions: ['{expression}']}}\n"
+    )
+
+
+def haproxy_cfg(port: int, backend_port: int, pem: Path, tool: str | None = None) -> str:
+    """HAProxy checking the token as the gateway does: RS256 signature, iss, aud, exp, group;
+    with `tool`, also a tool rule on the JSON-RPC body (`haproxy_tool_rule`)."""
     return f"""
 global
     maxconn 4000
@@ -95,15 +101,81 @@ frontend fe
     http-request deny deny_status 401 unless {{ var(txn.aud) -m str {AUDIENCE} }}
     http-request set-var(txn.exp) var(txn.bearer),jwt_payload_query('$.exp','int')
     http-request set-var(txn.now) date()
+    http-request deny deny_status 401 unless {{ var(txn.exp) -m found }}
     http-request deny deny_status 401 if {{ var(txn.exp),sub(txn.now) -m int le 0 }}
     http-request set-var(txn.group) var(txn.bearer),jwt_payload_query('$.groups[0]')
     http-request deny deny_status 403 unless {{ var(txn.group) -m str mcp-agent }}
-    http-request del-header Authorization
+{haproxy_tool_rule(tool) if tool else ""}    http-request del-header Authorization
     default_backend be
 backend be
     http-reuse always
     server s1 127.0.0.1:{backend_port}
 """
+
+
+def haproxy_tool_rule(tool: str) -> str:
+    """HAProxy lines letting a POST through only as one JSON-RPC object with a method, and a
+    `tools/call` only of `tool` (the body read by HAProxy's own JSON query, whole)."""
+    return f"""    option http-buffer-request
+    http-request set-var(txn.rpc) req.body,json_query('$.method') if METH_POST
+    http-request deny deny_status 400 if METH_POST !{{ var(txn.rpc) -m found }}
+    http-request set-var(txn.tool) req.body,json_query('$.params.name') if METH_POST
+    acl tools_call var(txn.rpc) -m str tools/call
+    acl allowed_tool var(txn.tool) -m str {tool}
+    http-request deny deny_status 403 if tools_call !allowed_tool
+"""
+
+
+def mcp_proxy_toml(port: int, backend_port: int, tool: str, groups: str, admin_token: str) -> str:
+    """mcp-proxy 0.6 terminating MCP in front of the backend's /mcp: JWT checked against the
+    backend's JWKS (RS256, iss, aud, exp), and one role allowed `tool` alone (namespaced
+    `bench/`), given to a caller whose `groups` claim is, as text, exactly `groups`: its role
+    mapping reads a claim as one string (or space-separated words), so a list claim matches
+    only as its whole JSON text; a caller mapped to no role is refused (default_deny). Its
+    audience is its own URL (`mcp_proxy_audience`): it requires that one in every token."""
+    backend = f"http://127.0.0.1:{backend_port}"
+    return f"""
+[proxy]
+name = "peers-bench"
+[proxy.listen]
+host = "127.0.0.1"
+port = {port}
+
+[[backends]]
+name = "bench"
+transport = "http"
+url = "{backend}/mcp"
+
+[auth]
+type = "jwt"
+issuer = "{ISSUER}"
+audience = "{mcp_proxy_audience(port)}"
+jwks_uri = "{backend}/.well-known/jwks.json"
+
+[[auth.roles]]
+name = "agent"
+allow_tools = ["bench/{tool}"]
+
+[auth.role_mapping]
+claim = "groups"
+default_deny = true
+mapping = {{ '{groups}' = "agent" }}
+
+[security]
+admin_token = "{admin_token}"
+
+# Its documented default, said: without this table the level is empty and tower-mcp logs every
+# backend request at DEBUG (mcp-proxy 0.6's ObservabilityConfig::default).
+[observability]
+log_level = "info"
+"""
+
+
+def mcp_proxy_audience(port: int) -> str:
+    """The audience mcp-proxy requires in a token besides its configured one: the MCP resource,
+    built from its listen address (tower-mcp's OAuth layer, RFC 8707), so it is configured as
+    the one audience, and its tokens carry it."""
+    return f"http://127.0.0.1:{port}"
 
 
 def nginx_conf(prefix: Path, port: int, backend_port: int) -> str:

@@ -20,7 +20,8 @@ class Result:
 
 
 def parse_wrk(text: str) -> tuple[float, float, float, int, int]:
-    """req/s, p50 ms, p99 ms, requests, non-2xx/3xx + socket errors."""
+    """req/s, p50 ms, p99 ms, requests, non-2xx/3xx + socket errors (+ JSON-RPC errors, when
+    post.lua checked the answers)."""
 
     def ms(value: str) -> float:
         number, unit = re.match(r"([\d.]+)(\w+)", value).groups()  # type: ignore[union-attr]
@@ -33,7 +34,9 @@ def parse_wrk(text: str) -> tuple[float, float, float, int, int]:
     requests = int(re.search(r"(\d+) requests in", text).group(1))  # type: ignore[union-attr]
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
     sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    rpc = re.search(r"JSON-RPC errors: (\d+)", text)
     errors = (int(bad.group(1)) if bad else 0) + (sum(map(int, sock.groups())) if sock else 0)
+    errors += int(rpc.group(1)) if rpc else 0
     return rps, p50, p99, requests, errors
 
 

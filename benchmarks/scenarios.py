@@ -25,6 +25,10 @@ SSE_STREAMS = 5
 class Bench(Servers):
     """The measurements of a run, on the servers `Servers` starts."""
 
+    # wrk's answer timeout (its default, 2 s, when None): an answer later than it is counted as
+    # a socket error and left out of the latencies.
+    wrk_timeout: str | None = None
+
     def wrk(
         self,
         url: str,
@@ -32,9 +36,16 @@ class Bench(Servers):
         seconds: float,
         token: str | None = None,
         tokens: Path | None = None,
+        lua: dict[str, str] | None = None,
     ) -> tuple[float, float, float, int, int]:
-        """One wrk run on the load core (post.lua); wrk's figures (`parse_wrk`)."""
-        env = {**os.environ, "TOKEN": token or "", "TOKENS_FILE": str(tokens or "")}
+        """One wrk run on the load core (post.lua, with `lua`'s settings); wrk's figures
+        (`parse_wrk`)."""
+        env = {
+            **os.environ,
+            "TOKEN": token or "",
+            "TOKENS_FILE": str(tokens or ""),
+            **(lua or {}),
+        }
         cmd = pinned(
             LOAD_CORE,
             [
@@ -43,6 +54,7 @@ class Bench(Servers):
                 f"-c{conns}",
                 f"-d{max(1, round(seconds))}s",
                 "--latency",
+                *(["--timeout", self.wrk_timeout] if self.wrk_timeout else []),
                 "-s",
                 str(HERE / "post.lua"),
                 url,
@@ -65,13 +77,17 @@ class Bench(Servers):
         token: str | None = None,
         tokens: Path | None = None,
         also: Server | None = None,
+        lua: dict[str, str] | None = None,
     ) -> Result:
-        """One scenario: a warm-up, then wrk's run with the server's CPU and peak RSS (and the
-        CPU of `also`, the server behind it)."""
-        self.wrk(url, conns, self.args.warmup, token, tokens)
+        """One scenario: a warm-up (unless --warmup is 0), then wrk's run with the server's CPU
+        and peak RSS (and the CPU of `also`, the server behind it)."""
+        if self.args.warmup > 0:
+            self.wrk(url, conns, self.args.warmup, token, tokens, lua)
         before = cpu_seconds(measured.popen.pid)
         before_also = cpu_seconds(also.popen.pid) if also else 0.0
-        rps, p50, p99, requests, errors = self.wrk(url, conns, self.args.duration, token, tokens)
+        rps, p50, p99, requests, errors = self.wrk(
+            url, conns, self.args.duration, token, tokens, lua
+        )
         cpu = cpu_seconds(measured.popen.pid) - before
         result = Result(
             scenario,

@@ -10,11 +10,22 @@ import os
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import processes
-from configs import AUDIENCE, ISSUER, STAGES, gateway_yaml, haproxy_cfg, nginx_conf, stage_yaml
+from configs import (
+    AUDIENCE,
+    ISSUER,
+    STAGES,
+    gateway_yaml,
+    haproxy_cfg,
+    nginx_conf,
+    stage_yaml,
+    tool_rule_yaml,
+)
 from joserfc import jwt
 from joserfc.jwk import RSAKey
 from processes import HERE, LOAD_CORE, PY, SERVER_CORE, free_port, pinned
@@ -50,8 +61,13 @@ class Servers:
 
     def mint(self, i: int) -> str:
         """A valid RS256 token with realistic claims (11 claims, about 800 bytes)."""
+        header = {"alg": "RS256", "kid": "bench", "typ": "at+jwt"}
+        return jwt.encode(header, self.claims(i), self.key)
+
+    def claims(self, i: int) -> dict[str, Any]:
+        """The claims of token `i` (`mint`)."""
         now = int(time.time())
-        claims = {
+        return {
             "iss": ISSUER,
             "aud": AUDIENCE,
             "sub": f"user-{i}",
@@ -64,7 +80,6 @@ class Servers:
             "scope": "openid profile email",
             "azp": AUDIENCE,
         }
-        return jwt.encode({"alg": "RS256", "kid": "bench", "typ": "at+jwt"}, claims, self.key)
 
     def tokens_file(self, count: int) -> Path:
         """A file of `count` distinct tokens, one a line (written once), for post.lua."""
@@ -96,14 +111,24 @@ class Servers:
         port = free_port()
         return self.spawn("backend", [PY, str(HERE / "backend.py"), str(port)], core, port)
 
-    def gateway(self, backend_port: int, core: str = SERVER_CORE, stage: str = "plain") -> Server:
-        """The gateway in front of `backend_port`, with the optional `stage` on."""
+    def gateway(
+        self,
+        backend_port: int,
+        core: str = SERVER_CORE,
+        stage: str = "plain",
+        tool_rule: str | None = None,
+        flags: Sequence[str] = (),
+    ) -> Server:
+        """The gateway in front of `backend_port`, with the optional `stage` on, or a tool rule
+        (one CEL expression), and more `serve` flags."""
         port = free_port()
-        traffic, backend, flags, env = self.stage_settings(stage)
+        traffic, backend, stage_flags, env = self.stage_settings(stage)
+        if tool_rule is not None:
+            backend = tool_rule_yaml(tool_rule)
         config = self.work / f"gateway-{port}.yaml"
         jwks = json.dumps({"keys": [self.key.as_dict(private=False)]})
         config.write_text(gateway_yaml(port, backend_port, jwks, traffic, backend))
-        cmd = [PY, "-m", "mcp_oauth_gateway", "serve", "-f", str(config), *flags]
+        cmd = [PY, "-m", "mcp_oauth_gateway", "serve", "-f", str(config), *stage_flags, *flags]
         return self.spawn("gateway", cmd, core, port, env)
 
     def stage_settings(self, stage: str) -> tuple[str, str, list[str], dict[str, str]]:
@@ -124,13 +149,14 @@ class Servers:
             env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{sink.port}"
         return traffic, backend, flags, env
 
-    def haproxy(self, backend_port: int) -> Server:
-        """HAProxy checking the token with jwt_verify in front of `backend_port`."""
+    def haproxy(self, backend_port: int, tool: str | None = None) -> Server:
+        """HAProxy checking the token with jwt_verify in front of `backend_port` (with `tool`,
+        letting only that tool be called)."""
         port = free_port()
         pem = self.work / "rsa_pub.pem"
         pem.write_bytes(self.key.as_pem(private=False))
         cfg = self.work / f"haproxy-{port}.cfg"
-        cfg.write_text(haproxy_cfg(port, backend_port, pem))
+        cfg.write_text(haproxy_cfg(port, backend_port, pem, tool))
         return self.spawn("haproxy", ["haproxy", "-f", str(cfg), "-db"], SERVER_CORE, port)
 
     def nginx(self, backend_port: int) -> Server:
