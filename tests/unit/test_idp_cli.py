@@ -12,6 +12,7 @@ import yaml
 from starlette.testclient import TestClient
 
 from mcp_oauth_gateway import cli
+from mcp_oauth_gateway.authorization_server_modes import AuthorizationServerMode
 from mcp_oauth_gateway.cli.flags import parser
 from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
 from mcp_oauth_gateway.resources import load_paths
@@ -58,7 +59,7 @@ def test_the_mode_defaults_to_broker_for_both_tools():
         args = parser().parse_args(
             ["idp", tool, "--url", KC_URL, "--resource", RESOURCE, "--output-dir", "out"]
         )
-        assert args.mode == "Broker", tool
+        assert args.mode is AuthorizationServerMode.BROKER, tool
 
 
 def test_idp_keycloak_without_mode_writes_a_broker_policy(dev_idp, tmp_path, capsys):

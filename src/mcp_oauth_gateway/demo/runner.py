@@ -16,6 +16,7 @@ from types import FrameType
 
 import httpx
 
+from ..authorization_server_modes import AuthorizationServerMode
 from ..idp import authentik, keycloak, resources
 from ..idp.steps import Progress, StepError
 from ..usertokens import new_key_line
@@ -248,7 +249,7 @@ For development only. Ctrl-C stops everything.
                     resource=resource,
                     backend=backend,
                     wait=120,
-                    mode="Broker",
+                    mode=AuthorizationServerMode.BROKER,
                     redirect_uris=authentik.broker_redirects(resource)
                     + tuple(("strict", uri) for uri in notes_uris),
                 )
@@ -263,7 +264,7 @@ For development only. Ctrl-C stops everything.
                 users=[("alice", "alice@example.com")],
                 user_password=creds["password"],
                 backend=backend,
-                mode="Broker",
+                mode=AuthorizationServerMode.BROKER,
                 extra_redirect_uris=notes_uris,
             )
             return keycloak.provision(kc, http, Progress("keycloak", len(keycloak.STEPS)))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from ..authorization_server_modes import AuthorizationServerMode
 from ..urls import shown_url
 from . import authentik, exchange, keycloak, resources
 from .steps import Progress, StepError
@@ -164,10 +165,20 @@ def _exchange_flags(parser: argparse.ArgumentParser, client: str, audience: str)
     )
 
 
+def _mode(word: str) -> AuthorizationServerMode | str:
+    """The mode `--mode` names; another word stays as it is, for `choices` to refuse in
+    argparse's own words."""
+    try:
+        return AuthorizationServerMode(word)
+    except ValueError:
+        return word
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mode",
-        choices=["Broker", "Facade"],
+        type=_mode,
+        choices=[AuthorizationServerMode.BROKER.value, AuthorizationServerMode.FACADE.value],
         default="Broker",
         help="authorizationServerMode of the generated policy (default Broker: the gateway "
         "is the authorization server MCP clients see; Facade, the spec's layout, serves "
@@ -214,7 +225,7 @@ def _keycloak(args: argparse.Namespace) -> tuple[Tool, Progress]:
             f"no admin password: set {KEYCLOAK_ADMIN_PASSWORD} or pass "
             "--password-stdin and write it to stdin"
         )
-    if args.allow_anonymous_dcr and args.mode == "Broker":
+    if args.allow_anonymous_dcr and args.mode is AuthorizationServerMode.BROKER:
         raise _Usage(
             "--allow-anonymous-dcr opens Keycloak's registration to MCP clients, which only "
             "Facade mode uses: in Broker mode (the default) they register with the gateway. "
@@ -299,7 +310,7 @@ def _authentik(args: argparse.Namespace) -> tuple[Tool, Progress]:
 def _authentik_redirects(
     args: argparse.Namespace, given: list[tuple[str, str]]
 ) -> tuple[tuple[str, str], ...]:
-    if args.mode != "Broker":
+    if args.mode is not AuthorizationServerMode.BROKER:
         return tuple(given) or authentik.DEFAULT_REDIRECTS
     (callback,) = (url for _, url in authentik.broker_redirects(args.resource))
     if given and not any(_allows_callback(mode, url, callback) for mode, url in given):
@@ -347,6 +358,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"client_id: {values.client_id or '(registered by each MCP client through DCR)'}")
     print(f"resources: {target}")
     print(f"mode: {args.mode}")
-    if args.mode == "Facade":
+    if args.mode is AuthorizationServerMode.FACADE:
         print(f"hint: Facade mode serves only {FACADE_CLIENTS}; --mode Broker serves them all")
     return 0

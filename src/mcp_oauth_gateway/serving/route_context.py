@@ -9,6 +9,7 @@ from functools import cached_property
 
 from .. import audit
 from ..asgi import ASGIApp, Headers, Limits, Receive, Scope, Send, send_error
+from ..authorization_server_modes import AuthorizationServerMode
 from ..broker.binding import route_key
 from ..broker.endpoints import Broker
 from ..broker.identity import SignInProvider
@@ -248,7 +249,7 @@ def is_broker(route: CompiledRoute) -> bool:
     policy = route.policy
     if policy is None or policy.provider is None or policy.mcp is None:
         return False
-    return policy.mcp.mode == "Broker" and failure_of(route) is None
+    return policy.mcp.mode is AuthorizationServerMode.BROKER and failure_of(route) is None
 
 
 def set_headers(policy: CompiledPolicy | None) -> tuple[frozenset[bytes], frozenset[bytes]]:
