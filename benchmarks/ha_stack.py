@@ -24,6 +24,7 @@ from mcp_oauth_gateway.authorization_server_modes import AuthorizationServerMode
 from mcp_oauth_gateway.idp import keycloak
 from mcp_oauth_gateway.idp.resources import GatewayValues, render
 from mcp_oauth_gateway.idp.steps import Progress
+from mcp_oauth_gateway.provider_kinds import ProviderKind
 
 HERE = Path(__file__).resolve().parent
 ADMIN_PASSWORD = "bench-admin"
@@ -134,7 +135,9 @@ def _provision(idp: str, public: str, backend: str) -> GatewayValues:
         mode=AuthorizationServerMode.BROKER,
     )
     with httpx.Client(timeout=30) as http:
-        return keycloak.provision(options, http, Progress("keycloak", len(keycloak.STEPS)))
+        return keycloak.provision(
+            options, http, Progress(ProviderKind.KEYCLOAK.flavour, len(keycloak.STEPS))
+        )
 
 
 def _federated(documents: list[dict[str, Any]], targets: dict[str, int]) -> list[dict[str, Any]]:

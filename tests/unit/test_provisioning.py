@@ -21,6 +21,7 @@ from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
 from mcp_oauth_gateway.idp import authentik, keycloak
 from mcp_oauth_gateway.idp.exchange import ExchangeOptions
 from mcp_oauth_gateway.idp.steps import Progress, StepError
+from mcp_oauth_gateway.provider_kinds import ProviderKind
 
 from .provisioning_support import (
     AK_URL,
@@ -66,7 +67,7 @@ def kc_options(**overrides: object) -> keycloak.KeycloakOptions:
 @pytest.fixture
 def kc_app(tmp_path: Path):
     settings = DevIdpSettings(
-        flavour="keycloak", admin_password="admin-pw", state=tmp_path / "kc.json"
+        kind=ProviderKind.KEYCLOAK, admin_password="admin-pw", state=tmp_path / "kc.json"
     )
     return create_app(settings), settings
 
@@ -158,7 +159,7 @@ def test_keycloak_broker_client_gets_the_extra_redirect_uris_asked_for(kc_app):
 
 
 def test_keycloak_broker_client_is_created_with_the_extra_redirect_uris(tmp_path):
-    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="admin-pw"))
+    app = create_app(DevIdpSettings(kind=ProviderKind.KEYCLOAK, admin_password="admin-pw"))
     extra = (f"{RESOURCE}/connect/signed-in",)
     _, log = run_kc(
         app, kc_options(mode=AuthorizationServerMode.BROKER, extra_redirect_uris=extra), Recorder()
@@ -168,7 +169,7 @@ def test_keycloak_broker_client_is_created_with_the_extra_redirect_uris(tmp_path
 
 
 def test_keycloak_token_is_refreshed_after_a_401(server_time):
-    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="admin-pw"))
+    app = create_app(DevIdpSettings(kind=ProviderKind.KEYCLOAK, admin_password="admin-pw"))
     stream = io.StringIO()
     with client(app, Recorder(), KC_URL) as http:
         admin = keycloak.KeycloakAdmin(http, kc_options(), Progress("keycloak", 9, stream))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import assert_never
+
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from ..provider_kinds import ProviderKind
 from .authentik import AuthentikFlavour
 from .authentik_startup import starting_response
 from .keycloak import KeycloakFlavour
@@ -46,14 +49,14 @@ def create_app(settings: DevIdpSettings) -> Preflight | _Startup:
     async def live(request: Request) -> Response:
         return Response(status_code=200)
 
-    if settings.flavour == "keycloak":
+    if settings.kind is ProviderKind.KEYCLOAK:
         flavour = KeycloakFlavour(store, settings)
         kc = Starlette(routes=[*flavour.routes(), Route("/health/live", live)])
         return Preflight(kc, flavour.preflight_methods())
-    if settings.flavour == "authentik":
+    if settings.kind is ProviderKind.AUTHENTIK:
         ak = AuthentikFlavour(store, settings)
         app = Starlette(
             routes=[*ak.routes(), Route("/-/health/live/", live), Route("/-/health/ready/", live)]
         )
         return _Startup(app, ak)
-    raise ValueError(f"unknown flavour {settings.flavour!r}; use keycloak or authentik")
+    assert_never(settings.kind)

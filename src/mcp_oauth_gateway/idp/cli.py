@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 
 from ..authorization_server_modes import AuthorizationServerMode
+from ..provider_kinds import ProviderKind
 from ..urls import shown_url
 from . import authentik, exchange, keycloak, resources
 from .steps import Progress, StepError
@@ -39,7 +40,7 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 def _add_keycloak_parser(tools: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     kc = tools.add_parser(
-        "keycloak",
+        ProviderKind.KEYCLOAK.flavour,
         help="set up Keycloak (provider A) through its admin REST API",
         description="Creates the client scope with the audience and group mappers, makes it a "
         "default scope, creates the group and users, adds them to the group, reads "
@@ -97,7 +98,7 @@ def _add_keycloak_parser(tools: argparse._SubParsersAction[argparse.ArgumentPars
 
 def _add_authentik_parser(tools: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ak = tools.add_parser(
-        "authentik",
+        ProviderKind.AUTHENTIK.flavour,
         help="set up authentik (provider B) through its API v3",
         description="Waits for the API, resolves flows, signing key and the openid/profile/"
         "email scope mappings, creates the public OAuth2 provider, the application "
@@ -248,7 +249,7 @@ def _keycloak(args: argparse.Namespace) -> tuple[Tool, Progress]:
         exchange=_exchange_options(args),
         realm=_realm_name(args.realm),
     )
-    progress = Progress("keycloak", len(keycloak.STEPS))
+    progress = Progress(ProviderKind.KEYCLOAK.flavour, len(keycloak.STEPS))
     return functools.partial(keycloak.provision, options, progress=progress), progress
 
 
@@ -303,7 +304,7 @@ def _authentik(args: argparse.Namespace) -> tuple[Tool, Progress]:
         mode=args.mode,
         redirect_uris=_authentik_redirects(args, redirects),
     )
-    progress = Progress("authentik", len(authentik.STEPS))
+    progress = Progress(ProviderKind.AUTHENTIK.flavour, len(authentik.STEPS))
     return functools.partial(authentik.provision, options, progress=progress), progress
 
 
@@ -332,10 +333,16 @@ def _allows_callback(mode: str, url: str, callback: str) -> bool:
         raise _Usage(f"--redirect-uri regex:{url}: not a regular expression: {exc}") from None
 
 
+_TOOLS: dict[ProviderKind, Callable[[argparse.Namespace], tuple[Tool, Progress]]] = {
+    ProviderKind.KEYCLOAK: _keycloak,
+    ProviderKind.AUTHENTIK: _authentik,
+}
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the chosen provisioning tool."""
     try:
-        tool, progress = (_keycloak if args.idp == "keycloak" else _authentik)(args)
+        tool, progress = _TOOLS[ProviderKind.from_flavour(args.idp)](args)
     except _Usage as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

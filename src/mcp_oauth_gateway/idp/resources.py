@@ -75,7 +75,7 @@ def render(values: GatewayValues) -> list[dict[str, object]]:
     resource = urlsplit(values.resource)
     backend = urlsplit(values.backend)
     idp = urlsplit(values.idp_url)
-    service = "keycloak" if values.provider is ProviderKind.KEYCLOAK else "authentik"
+    service = values.provider.flavour
     return [
         _gateway(resource),
         _http_route(resource.path.rstrip("/") or "/mcp"),
