@@ -3,7 +3,9 @@ how configuration spells it, the word the tools name it by, how it registers MCP
 what it needs at load time.
 
 Every layer keys its per-kind behaviour by `ProviderKind` (the access-token rule and the adapter
-in `providers/`); a new kind is a member, a profile here, and those two entries there."""
+in `providers/`); a new kind is a member, a profile here, and those two entries there. The tools
+name kinds by their lower-case word (`flavour`): the dev identity provider and the provisioning
+tools serve the kinds they have a flavour and a tool for."""
 
 from __future__ import annotations
 

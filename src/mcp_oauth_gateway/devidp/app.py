@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import assert_never
-
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -59,4 +57,4 @@ def create_app(settings: DevIdpSettings) -> Preflight | _Startup:
             routes=[*ak.routes(), Route("/-/health/live/", live), Route("/-/health/ready/", live)]
         )
         return _Startup(app, ak)
-    assert_never(settings.kind)
+    raise ValueError(f"the dev identity provider has no {settings.kind.flavour} flavour")
