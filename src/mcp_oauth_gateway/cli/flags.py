@@ -18,7 +18,8 @@ from .common import LOCAL_CIMD_ENV, TRUST_ENV, env_flag
 from .user_token_flags import add_user_token_flags
 
 if TYPE_CHECKING:
-    # argparse names the type of `add_subparsers()`'s result only privately.
+    # argparse names the type of `argparse.ArgumentParser.add_subparsers()`'s result only
+    # privately.
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 

@@ -109,7 +109,7 @@ class GatewayApp:
         self.request_ids = logs.json_enabled() or self.audit is not None
         # An audit line's request id must name one request: a caller's own X-Request-Id (which
         # anyone may set to another request's id, or to the ids the gateway hands out next) is
-        # kept only from the proxy in front (--trust-forwarded), else replaced.
+        # kept only from the proxy in front (--trust-forwarded-headers), else replaced.
         self.caller_ids = self.audit is None or options.trust_forwarded
         self.access_log = AccessLog(json_lines=self.request_ids)
         self.watcher = watcher
