@@ -20,9 +20,11 @@ import httpx
 import yaml
 from ha_parts import ROOT, Process, free_port, wait_for_port, wait_until
 
+from mcp_oauth_gateway.authorization_server_modes import AuthorizationServerMode
 from mcp_oauth_gateway.idp import keycloak
 from mcp_oauth_gateway.idp.resources import GatewayValues, render
 from mcp_oauth_gateway.idp.steps import Progress
+from mcp_oauth_gateway.provider_kinds import ProviderKind
 
 HERE = Path(__file__).resolve().parent
 ADMIN_PASSWORD = "bench-admin"
@@ -130,10 +132,12 @@ def _provision(idp: str, public: str, backend: str) -> GatewayValues:
         users=[(USER, f"{USER}@example.com")],
         user_password=PASSWORD,
         backend=backend,
-        mode="Broker",
+        mode=AuthorizationServerMode.BROKER,
     )
     with httpx.Client(timeout=30) as http:
-        return keycloak.provision(options, http, Progress("keycloak", len(keycloak.STEPS)))
+        return keycloak.provision(
+            options, http, Progress(ProviderKind.KEYCLOAK.flavour, len(keycloak.STEPS))
+        )
 
 
 def _federated(documents: list[dict[str, Any]], targets: dict[str, int]) -> list[dict[str, Any]]:

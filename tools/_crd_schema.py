@@ -12,6 +12,7 @@ import types
 import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import annotated_types
@@ -110,6 +111,8 @@ def schema_for(tp: Any, walk: Walk, where: str) -> Schema:
         return object_schema(tp, walk, where)
     if tp in _SCALARS:
         return dict(_SCALARS[tp])
+    if isinstance(tp, type) and issubclass(tp, StrEnum):
+        return _literal(tuple(member.value for member in tp), where)
     raise GeneratorError(f"{where}: no schema for the type {tp!r}")
 
 
@@ -139,6 +142,8 @@ def _default(info: FieldInfo) -> object:
     stored objects as close as possible to what was applied.
     """
     value = info.get_default(call_default_factory=True)
+    if isinstance(value, StrEnum):
+        return value.value
     if isinstance(value, bool | int | str):
         return value
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):

@@ -2,7 +2,7 @@
 the request's public origin, request size limits.
 
 A leaf: it imports nothing of ours, so the stages, the proxy and the Broker can all speak it
-without depending on each other (the way Starlette's `types.py` is a leaf).
+without depending on each other (the way `starlette.types` is a leaf).
 """
 
 from __future__ import annotations

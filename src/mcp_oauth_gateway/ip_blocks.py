@@ -74,7 +74,7 @@ IPV4_BLOCKS = _blocks(
 
 # IANA IPv6 Special-Purpose Address Registry, same rule. ::ffff:0:0/96 (IPv4-mapped),
 # ::/96 (IPv4-compatible) and 64:ff9b::/96 (NAT64 well-known prefix) are not listed: they are
-# judged by the IPv4 address they carry (see `_embedded`). Deliberately absent (globally
+# judged by the IPv4 address they carry (see `embedded_ipv4`). Deliberately absent (globally
 # reachable): 2620:4f:8000::/48 AS112 direct delegation (RFC 7534).
 IPV6_BLOCKS = _blocks(
     ("::1/128", "Loopback Address, RFC 4291 §2.5.3"),

@@ -1,8 +1,11 @@
 """The identity-provider products the gateway adapts to, as a type, and one profile per kind:
-how configuration spells it, how it registers MCP clients, and what it needs at load time.
+how configuration spells it, the word the tools name it by, how it registers MCP clients, and
+what it needs at load time.
 
 Every layer keys its per-kind behaviour by `ProviderKind` (the access-token rule and the adapter
-in `providers/`); a new kind is a member, a profile here, and those two entries there."""
+in `providers/`); a new kind is a member, a profile here, and those two entries there. The tools
+name kinds by their lower-case word (`flavour`): the dev identity provider and the provisioning
+tools serve the kinds they have a flavour and a tool for."""
 
 from __future__ import annotations
 
@@ -17,6 +20,20 @@ class ProviderKind(StrEnum):
     KEYCLOAK = "Keycloak"
     # The specification calls authentik "provider B"; configuration takes both names.
     AUTHENTIK = "ProviderB"
+
+    @property
+    def flavour(self) -> str:
+        """The lower-case word the tools name it by (`--flavour`, `idp keycloak|authentik`,
+        the dev identity provider's flavours)."""
+        return PROFILES[self].flavour
+
+    @classmethod
+    def from_flavour(cls, word: str) -> ProviderKind:
+        """The kind a tool's word names; ValueError listing the words otherwise."""
+        kind = FLAVOURS.get(word)
+        if kind is None:
+            raise ValueError(f"{word!r}; allowed values: {', '.join(FLAVOURS)}")
+        return kind
 
 
 @dataclass(frozen=True)
@@ -39,6 +56,8 @@ class ProviderProfile:
     kind: ProviderKind
     # Every spelling configuration accepts for it.
     aliases: tuple[str, ...]
+    # The word the command line and the dev identity provider name it by.
+    flavour: str
     # Registration: forwarded to the provider's own endpoint (its discovery document names it),
     # or answered by the gateway with the pre-registered public client.
     forwards_registration: bool
@@ -78,6 +97,7 @@ PROFILES: dict[ProviderKind, ProviderProfile] = {
     ProviderKind.AUTHENTIK: ProviderProfile(
         ProviderKind.AUTHENTIK,
         aliases=("ProviderB", "Authentik"),
+        flavour="authentik",
         forwards_registration=False,
         forwards_resource=True,
         problems=_authentik_problems,
@@ -85,6 +105,7 @@ PROFILES: dict[ProviderKind, ProviderProfile] = {
     ProviderKind.KEYCLOAK: ProviderProfile(
         ProviderKind.KEYCLOAK,
         aliases=("Keycloak",),
+        flavour="keycloak",
         forwards_registration=True,
         forwards_resource=True,
         problems=_no_problems,
@@ -95,6 +116,9 @@ PROFILES: dict[ProviderKind, ProviderProfile] = {
 ALIASES: dict[str, ProviderKind] = {
     alias: profile.kind for profile in PROFILES.values() for alias in profile.aliases
 }
+
+# The tools' word → kind.
+FLAVOURS: dict[str, ProviderKind] = {profile.flavour: profile.kind for profile in PROFILES.values()}
 
 
 def profile(kind: ProviderKind) -> ProviderProfile:

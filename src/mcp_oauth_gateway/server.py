@@ -37,7 +37,7 @@ from .listeners import DynamicListeners, open_socket
 from .serving.app import SHUTDOWN_END_WAIT, GatewayApp
 from .serving.drain import Drain
 from .serving.options import ServeOptions, own_ports
-from .serving.runtime import BrokerRuntime
+from .serving.process_state import ProcessState
 
 log = logging.getLogger("mcp_oauth_gateway")
 # How often a drain looks whether what is in flight has finished (as uvicorn's own shutdown).
@@ -218,7 +218,7 @@ def _run_worker(
     snapshot: Snapshot,
     sockets: list[socket.socket],
     options: ServeOptions,
-    brokers: BrokerRuntime | None,
+    process_state: ProcessState | None,
 ) -> None:
     control = ControlPlane(snapshot)
     if options.audit_log is not None:
@@ -235,7 +235,7 @@ def _run_worker(
         if watch
         else None
     )
-    app = GatewayApp(control, options, brokers=brokers, watcher=watcher, tracer=tracer)
+    app = GatewayApp(control, options, process_state=process_state, watcher=watcher, tracer=tracer)
     # Without an admin listener nothing exports the counts, but the cap still needs them.
     counts = app.metrics.connections if app.metrics is not None else ConnectionCounts()
     guard = ConnectionGuard(options.limits, counts, own_ports(options))
@@ -248,11 +248,11 @@ def _worker_main(
     snapshot: Snapshot,
     sockets: list[socket.socket],
     options: ServeOptions,
-    brokers: BrokerRuntime | None,
+    process_state: ProcessState | None,
 ) -> None:
     # A forked child has no logging thread of its own: start one.
     logs.configure(options.log_level, options.log_format)
-    _run_worker(snapshot, sockets, options, brokers)
+    _run_worker(snapshot, sockets, options, process_state)
 
 
 def connection_limits(limits: Limits) -> Limits:
@@ -282,7 +282,9 @@ def connection_limits(limits: Limits) -> Limits:
     return limits
 
 
-def serve(snapshot: Snapshot, options: ServeOptions, brokers: BrokerRuntime | None = None) -> int:
+def serve(
+    snapshot: Snapshot, options: ServeOptions, process_state: ProcessState | None = None
+) -> int:
     """Serve until SIGTERM/SIGINT; in-flight requests get the grace period to finish. With
     several workers, that many processes accept on the same listening sockets."""
     options = replace(options, limits=connection_limits(options.limits))
@@ -292,13 +294,15 @@ def serve(snapshot: Snapshot, options: ServeOptions, brokers: BrokerRuntime | No
         address = sock.getsockname()
         log.info("listening on http://%s:%d", address[0], address[1])
     if options.workers <= 1:
-        _run_worker(snapshot, sockets, options, brokers)
+        _run_worker(snapshot, sockets, options, process_state)
         log.info("stopped")
         return 0
     context = multiprocessing.get_context("fork")
     children = [
         context.Process(
-            target=_worker_main, name=f"worker-{i}", args=(snapshot, sockets, options, brokers)
+            target=_worker_main,
+            name=f"worker-{i}",
+            args=(snapshot, sockets, options, process_state),
         )
         for i in range(options.workers)
     ]
@@ -454,7 +458,7 @@ class _ClusterServer(_Server):
 
 
 def serve_cluster(
-    options: ServeOptions, controller_options: ControllerOptions, brokers: BrokerRuntime
+    options: ServeOptions, controller_options: ControllerOptions, process_state: ProcessState
 ) -> int:
     """Serve what the API server describes until SIGTERM/SIGINT (controller mode)."""
     options = replace(options, limits=connection_limits(options.limits))
@@ -466,7 +470,7 @@ def serve_cluster(
     control = ControlPlane(Snapshot.empty(), cluster.egress if cluster else None)
     view = _ClusterView()
     tracer = otlp_tracer() if options.tracing else None
-    app = GatewayApp(control, options, brokers=brokers, tracer=tracer, controller=view)
+    app = GatewayApp(control, options, process_state=process_state, tracer=tracer, controller=view)
     counts = app.metrics.connections if app.metrics is not None else ConnectionCounts()
     guard = ConnectionGuard(options.limits, counts, own_ports(options))
     config = _uvicorn_config(app, guard, options)

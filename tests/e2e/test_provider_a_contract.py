@@ -14,6 +14,7 @@ import pytest
 
 from contracts import KEYCLOAK, Recorder, require, validate
 from keycloak_support import USER_PASSWORD, RealKeycloak
+from mcp_oauth_gateway.authorization_server_modes import AuthorizationServerMode
 from mcp_oauth_gateway.idp import keycloak
 from mcp_oauth_gateway.idp.exchange import ExchangeOptions
 from mcp_oauth_gateway.idp.steps import Progress
@@ -33,7 +34,7 @@ def test_every_admin_exchange_with_real_keycloak_follows_the_contract(
         users=[("alice", "alice@example.com")],
         user_password=USER_PASSWORD,
         allow_anonymous_dcr=True,
-        mode="Broker",
+        mode=AuthorizationServerMode.BROKER,
         realm="contract",
         exchange=ExchangeOptions("gateway-exchange", "mcp-backend", tmp_path / "secret"),
     )

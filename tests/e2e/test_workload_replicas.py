@@ -2,7 +2,7 @@
 assertion exchanged at one replica is a replay at every other, also when they race; and a token
 one replica issued verifies at another that never issued one (the key is derived from the
 store's secret, the same on every replica). Each replica is a whole gateway in this process with
-its own Broker runtime and its own connection to Redis, as separate processes have."""
+its own process state and its own connection to Redis, as separate processes have."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ async def test_a_token_issued_at_one_replica_works_at_another(redis_url, tmp_pat
     assert issued.status == 200, issued.body
     # The second never issued a token: it derives the same key from the shared secret, once
     # it has read that secret (until then such tokens are answered 503 with Retry-After).
-    keys = second.brokers.workload_keys(redis_url, route_key("default/auth", RESOURCE))
+    keys = second.process_state.workload_keys(redis_url, route_key("default/auth", RESOURCE))
     await wait_until_async(lambda: keys.available, what="the second replica's key")
     reached = await call(second, issued.json()["access_token"])
     assert reached.status == 200, reached.body

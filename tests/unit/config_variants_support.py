@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mcp_oauth_gateway.controlplane import Deployment
-from mcp_oauth_gateway.serving.runtime import BrokerRuntime, UserTokenSettings
+from mcp_oauth_gateway.serving.process_state import ProcessState, UserTokenSettings
 from mcp_oauth_gateway.usertokens.keys import TokenKeys
 from unit.broker.workload_support import policy_yaml as workload_policy
 from unit.resources_fixture import BASE, policy
@@ -17,13 +17,13 @@ SECRETS = {"VARIANT_SECRET": "s3cret", "VARIANT_KEY": "k-1"}
 DEPLOYMENT = Deployment(user_token_store="sqlite")
 
 
-def runtime(directory: Path) -> BrokerRuntime:
+def process_state_in(directory: Path) -> ProcessState:
     """A process's shared state, its user-token store a SQLite file in `directory`."""
-    brokers = BrokerRuntime()
-    brokers.user_tokens = UserTokenSettings(
+    process_state = ProcessState()
+    process_state.user_tokens = UserTokenSettings(
         f"sqlite://{directory / 'tokens.db'}", TokenKeys.of([b"k" * 32])
     )
-    return brokers
+    return process_state
 
 
 # Broker mode with every traffic stage, tool rules, a backend secret and DPoP with nonces.

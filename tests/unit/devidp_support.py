@@ -17,6 +17,7 @@ from contracts import Recorder
 from mcp_oauth_gateway.controlplane.keys import parse_jwks
 from mcp_oauth_gateway.dataplane.tokens import TokenRules, verify_token
 from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
+from mcp_oauth_gateway.provider_kinds import ProviderKind
 from mcp_oauth_gateway.providers.access_tokens import access_token_rule
 
 KC = "http://127.0.0.1:8180"
@@ -30,7 +31,7 @@ TOKEN = "/realms/master/protocol/openid-connect/token"
 def open_keycloak() -> Iterator[tuple[TestClient, dict[str, str]]]:
     """(client, the admin's Authorization header) of a dev IdP (admin password `pw`) whose
     trusted-hosts registration policies are gone, so clients register anonymously."""
-    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="pw"))
+    app = create_app(DevIdpSettings(kind=ProviderKind.KEYCLOAK, admin_password="pw"))
     with TestClient(app, base_url=KC, follow_redirects=False) as http:
         grant = {"grant_type": "password", "client_id": "admin-cli"}
         answer = http.post(TOKEN, data={**grant, "username": "admin", "password": "pw"})

@@ -14,6 +14,7 @@ from contracts import Recorder
 from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
 from mcp_oauth_gateway.idp import authentik
 from mcp_oauth_gateway.idp.steps import Progress
+from mcp_oauth_gateway.provider_kinds import ProviderKind
 
 AK_URL = "http://127.0.0.1:9000"
 
@@ -55,7 +56,7 @@ def ak_options(**overrides: object) -> authentik.AuthentikOptions:
 def ak_app(tmp_path: Path, migrations: float = 0.0, worker: float = 0.0) -> tuple:
     """The dev IdP's authentik flavour on a clock the tool's waits advance."""
     settings = DevIdpSettings(
-        flavour="authentik",
+        kind=ProviderKind.AUTHENTIK,
         bootstrap_token="test-token",
         seed_users=["alice", "bob"],
         state=tmp_path / "ak.json",

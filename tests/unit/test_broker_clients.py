@@ -17,7 +17,7 @@ from mcp_oauth_gateway.broker.clients import (
 )
 from mcp_oauth_gateway.broker.store import MemoryStore
 from mcp_oauth_gateway.registration import application_type_problem
-from mcp_oauth_gateway.serving.runtime import BrokerRuntime
+from mcp_oauth_gateway.serving.process_state import ProcessState
 from mcp_oauth_gateway.urls import parse_redirect_uri, redirect_matches
 
 from .fake_dns import FakeLookup
@@ -238,16 +238,16 @@ async def test_allow_private_still_refuses_unspecified_and_multicast(url, addres
     assert no_sockets == []
 
 
-async def test_broker_runtime_close_closes_the_documents_session(local_documents):
+async def test_process_state_close_closes_the_documents_session(local_documents):
     port, served, _ = local_documents
     url = f"http://127.0.0.1:{port}/c.json"
     served["/c.json"] = {"client_id": url, "redirect_uris": ["http://127.0.0.1/cb"]}
-    runtime = BrokerRuntime(allow_local_client_metadata=True)
-    await runtime.documents.resolve(url)
-    session = runtime.documents._session
+    process_state = ProcessState(allow_local_client_metadata=True)
+    await process_state.documents.resolve(url)
+    session = process_state.documents._session
     assert session is not None
     assert not session.closed
-    await runtime.close()
+    await process_state.close()
     assert session.closed
 
 

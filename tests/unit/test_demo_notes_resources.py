@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mcp_oauth_gateway.authorization_server_modes import AuthorizationServerMode
 from mcp_oauth_gateway.controlplane import build_snapshot
 from mcp_oauth_gateway.controlplane.deployment import Deployment
 from mcp_oauth_gateway.demo import notes_resources
@@ -42,7 +43,7 @@ def main_values(provider: ProviderKind) -> resources.GatewayValues:
         resource=f"{GATEWAY}/mcp",
         backend="http://127.0.0.1:8000/mcp",
         group=group,
-        mode="Broker",
+        mode=AuthorizationServerMode.BROKER,
     )
 
 

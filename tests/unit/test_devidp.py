@@ -11,13 +11,14 @@ from starlette.testclient import TestClient
 from contracts import KEYCLOAK, Recorder, validate
 from mcp_oauth_gateway.dataplane.tokens import TokenError
 from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
+from mcp_oauth_gateway.provider_kinds import ProviderKind
 from support import unverified_claims
 from unit.devidp_support import KC, REDIRECT, gateway_verify, make, redeem, sign_in
 
 
 @pytest.fixture
 def kc():
-    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="pw"))
+    app = create_app(DevIdpSettings(kind=ProviderKind.KEYCLOAK, admin_password="pw"))
     recorder = Recorder()
     with make(app, KC, recorder) as http:
         token = http.post(
@@ -90,7 +91,7 @@ def test_keycloak_create_and_duplicate_exchanges_follow_the_contract(kc):
 
 
 def test_keycloak_admin_auth_errors(server_time):
-    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="pw"))
+    app = create_app(DevIdpSettings(kind=ProviderKind.KEYCLOAK, admin_password="pw"))
     with make(app, KC) as http:
         assert http.get("/admin/realms/master/groups").json() == {"error": "HTTP 401 Unauthorized"}
         token = http.post(

@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 from contracts import AUTHENTIK, Recorder, validate
 from mcp_oauth_gateway.dataplane.tokens import TokenError
 from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
+from mcp_oauth_gateway.provider_kinds import ProviderKind
 from support import unverified_claims
 from unit.devidp_support import AK, REDIRECT, gateway_verify, make, pkce, redeem, sign_in
 
@@ -20,7 +21,7 @@ from unit.devidp_support import AK, REDIRECT, gateway_verify, make, pkce, redeem
 def ak_app(**settings: object):
     return create_app(
         DevIdpSettings(
-            flavour="authentik",
+            kind=ProviderKind.AUTHENTIK,
             bootstrap_token="tok",
             seed_users=["alice", "bob"],
             access_token_ttl=3600,

@@ -9,6 +9,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
+from mcp_oauth_gateway.provider_kinds import ProviderKind
 from unit.devidp_support import TOKEN, open_keycloak
 
 AK = "http://127.0.0.1:9000"
@@ -110,7 +111,7 @@ def test_keycloak_registration_from_a_browser_needs_the_web_origins_policy(kc):
 
 @pytest.fixture
 def ak():
-    app = create_app(DevIdpSettings(flavour="authentik", bootstrap_token="tok"))
+    app = create_app(DevIdpSettings(kind=ProviderKind.AUTHENTIK, bootstrap_token="tok"))
     with TestClient(app, base_url=AK, follow_redirects=False) as http:
         http.headers["Authorization"] = "Bearer tok"
         flows = {f["slug"]: f["pk"] for f in http.get("/api/v3/flows/instances/").json()["results"]}

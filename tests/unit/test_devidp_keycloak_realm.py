@@ -8,6 +8,7 @@ from starlette.testclient import TestClient
 
 from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
 from mcp_oauth_gateway.devidp.keycloak_realm import read_update
+from mcp_oauth_gateway.provider_kinds import ProviderKind
 
 KC = "http://127.0.0.1:8180"
 TOKEN = "/realms/master/protocol/openid-connect/token"
@@ -30,7 +31,7 @@ def admin_token(http: TestClient) -> dict:
 
 @pytest.fixture
 def http():
-    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="pw"))
+    app = create_app(DevIdpSettings(kind=ProviderKind.KEYCLOAK, admin_password="pw"))
     with TestClient(app, base_url=KC, follow_redirects=False) as client:
         yield client
 

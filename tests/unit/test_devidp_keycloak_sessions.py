@@ -8,6 +8,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
+from mcp_oauth_gateway.provider_kinds import ProviderKind
 
 KC = "http://127.0.0.1:8180"
 OIDC = "/realms/master/protocol/openid-connect"
@@ -16,7 +17,7 @@ ADMIN = "/admin/realms/master"
 
 @pytest.fixture
 def kc():
-    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="pw"))
+    app = create_app(DevIdpSettings(kind=ProviderKind.KEYCLOAK, admin_password="pw"))
     with TestClient(app, base_url=KC, follow_redirects=False) as http:
         yield http
 

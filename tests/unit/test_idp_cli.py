@@ -12,8 +12,10 @@ import yaml
 from starlette.testclient import TestClient
 
 from mcp_oauth_gateway import cli
+from mcp_oauth_gateway.authorization_server_modes import AuthorizationServerMode
 from mcp_oauth_gateway.cli.flags import parser
 from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
+from mcp_oauth_gateway.provider_kinds import ProviderKind
 from mcp_oauth_gateway.resources import load_paths
 from support import ROOT
 
@@ -31,15 +33,15 @@ def policy_mcp(out: Path) -> dict:
 
 @pytest.fixture
 def dev_idp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    """Route the tool's HTTP client to a dev IdP of the asked flavour, in process."""
+    """Route the tool's HTTP client to a dev IdP of the asked kind, in process."""
 
-    def use(flavour: str) -> None:
+    def use(kind: ProviderKind) -> None:
         settings = DevIdpSettings(
-            flavour=flavour,
+            kind=kind,
             admin_password="admin-pw",
             bootstrap_token="test-token",
             seed_users=["alice"],
-            state=tmp_path / f"{flavour}.json",
+            state=tmp_path / f"{kind.flavour}.json",
         )
         app = create_app(settings)
         monkeypatch.setattr(
@@ -58,11 +60,11 @@ def test_the_mode_defaults_to_broker_for_both_tools():
         args = parser().parse_args(
             ["idp", tool, "--url", KC_URL, "--resource", RESOURCE, "--output-dir", "out"]
         )
-        assert args.mode == "Broker", tool
+        assert args.mode is AuthorizationServerMode.BROKER, tool
 
 
 def test_idp_keycloak_without_mode_writes_a_broker_policy(dev_idp, tmp_path, capsys):
-    dev_idp("keycloak")
+    dev_idp(ProviderKind.KEYCLOAK)
     out = tmp_path / "out"
     argv = ["idp", "keycloak", "--url", KC_URL, "--resource", RESOURCE]
     assert cli.main([*argv, "--user", "alice:alice@example.com", "--output-dir", str(out)]) == 0
@@ -76,7 +78,7 @@ def test_idp_keycloak_without_mode_writes_a_broker_policy(dev_idp, tmp_path, cap
 
 
 def test_idp_authentik_without_mode_allows_the_gateway_callback(dev_idp, tmp_path, capsys):
-    dev_idp("authentik")
+    dev_idp(ProviderKind.AUTHENTIK)
     out = tmp_path / "out"
     argv = ["idp", "authentik", "--url", AK_URL, "--resource", RESOURCE, "--user", "alice"]
     assert cli.main([*argv, "--wait", "5", "--output-dir", str(out)]) == 0
@@ -85,7 +87,7 @@ def test_idp_authentik_without_mode_allows_the_gateway_callback(dev_idp, tmp_pat
 
 
 def test_facade_when_asked_for_says_which_clients_it_serves(dev_idp, tmp_path, capsys):
-    dev_idp("authentik")
+    dev_idp(ProviderKind.AUTHENTIK)
     out = tmp_path / "out"
     argv = ["idp", "authentik", "--url", AK_URL, "--user", "alice", "--mode", "Facade"]
     assert cli.main([*argv, "--wait", "5", "--output-dir", str(out)]) == 0
@@ -96,7 +98,7 @@ def test_facade_when_asked_for_says_which_clients_it_serves(dev_idp, tmp_path, c
 
 
 def test_allow_anonymous_dcr_in_broker_mode_is_a_usage_error(dev_idp, tmp_path, capsys):
-    dev_idp("keycloak")
+    dev_idp(ProviderKind.KEYCLOAK)
     argv = ["idp", "keycloak", "--url", KC_URL, "--resource", RESOURCE, "--allow-anonymous-dcr"]
     assert cli.main([*argv, "--output-dir", str(tmp_path / "out")]) == 2
     error = capsys.readouterr().err
@@ -118,7 +120,7 @@ def test_allow_anonymous_dcr_in_broker_mode_is_a_usage_error(dev_idp, tmp_path, 
 def test_broker_redirect_uris_must_allow_the_gateway_callback(
     dev_idp, tmp_path, capsys, redirect, status
 ):
-    dev_idp("authentik")
+    dev_idp(ProviderKind.AUTHENTIK)
     argv = ["idp", "authentik", "--url", AK_URL, "--resource", RESOURCE, "--wait", "5"]
     done = cli.main([*argv, "--redirect-uri", redirect, "--output-dir", str(tmp_path / "out")])
     assert done == status

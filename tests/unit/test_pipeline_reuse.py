@@ -19,7 +19,7 @@ from mcp_oauth_gateway.proxy.pool import RawUpstream
 from mcp_oauth_gateway.resources import load_paths
 from mcp_oauth_gateway.serving import pipeline
 from mcp_oauth_gateway.serving.pipeline import Assembly
-from mcp_oauth_gateway.serving.runtime import BrokerRuntime
+from mcp_oauth_gateway.serving.process_state import ProcessState
 from support import new_key
 from unit.reload_support import GATEWAY, apps_by_route, call_as, tenant, watched_app
 from unit.resources_fixture import BASE, policy, write
@@ -51,7 +51,7 @@ async def test_a_reload_builds_again_only_the_pipeline_of_the_route_it_changes(t
 
 
 def assembly(control: ControlPlane) -> Assembly:
-    return Assembly(control, RawUpstream(), False, BrokerRuntime(), Limits())
+    return Assembly(control, RawUpstream(), False, ProcessState(), Limits())
 
 
 def facade(tmp_path: Path, text: str = BASE + policy()) -> tuple[ControlPlane, Assembly]:
@@ -124,10 +124,10 @@ def test_another_protected_resource_on_the_host_builds_the_pipeline_again(tmp_pa
 
 
 # What the stages read of the process, besides the compiled route: the control plane's
-# holders (in `pipeline_inputs`) and session (read at request time), and the Broker runtime's
-# parts, each kept by the runtime under values of the route (the same values, the same part).
+# holders (in `pipeline_inputs`) and session (read at request time), and the process state's
+# parts, each kept by it under values of the route (the same values, the same part).
 CONTROL_READS = {"keysets", "discoveries", "session"}
-RUNTIME_READS = {
+PROCESS_STATE_READS = {
     "documents",
     "dpop_replay",
     "federation_of",
@@ -157,4 +157,4 @@ def attributes_of(name: str) -> set[str]:
 
 def test_the_stages_read_of_the_process_only_what_the_pipeline_inputs_cover():
     assert attributes_of("control") <= CONTROL_READS
-    assert attributes_of("brokers") <= RUNTIME_READS
+    assert attributes_of("process_state") <= PROCESS_STATE_READS

@@ -8,6 +8,7 @@ import pytest
 
 from mcp_oauth_gateway.provider_kinds import (
     ALIASES,
+    FLAVOURS,
     PROFILES,
     ProviderFacts,
     ProviderKind,
@@ -89,3 +90,19 @@ def test_authentik_checks_its_client_audience_and_issuer():
 
 def test_keycloak_has_no_checks_of_its_own():
     assert profile(ProviderKind.KEYCLOAK).problems(_facts(client_id=None, issuer="http://x")) == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "word"), [(ProviderKind.KEYCLOAK, "keycloak"), (ProviderKind.AUTHENTIK, "authentik")]
+)
+def test_each_kind_has_the_tools_lower_case_word(kind, word):
+    assert kind.flavour == word
+    assert ProviderKind.from_flavour(word) is kind
+    assert FLAVOURS[word] is kind
+    assert set(FLAVOURS.values()) == set(ProviderKind)
+
+
+@pytest.mark.parametrize("word", ["Keycloak", "ProviderB", "Authentik", "okta", ""])
+def test_configuration_spellings_are_not_flavours(word):
+    with pytest.raises(ValueError, match="allowed values: authentik, keycloak"):
+        ProviderKind.from_flavour(word)

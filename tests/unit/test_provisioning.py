@@ -16,10 +16,12 @@ from starlette.testclient import TestClient
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import AUTHENTIK, KEYCLOAK, Recorder, validate
+from mcp_oauth_gateway.authorization_server_modes import AuthorizationServerMode
 from mcp_oauth_gateway.devidp import DevIdpSettings, create_app
 from mcp_oauth_gateway.idp import authentik, keycloak
 from mcp_oauth_gateway.idp.exchange import ExchangeOptions
 from mcp_oauth_gateway.idp.steps import Progress, StepError
+from mcp_oauth_gateway.provider_kinds import ProviderKind
 
 from .provisioning_support import (
     AK_URL,
@@ -65,7 +67,7 @@ def kc_options(**overrides: object) -> keycloak.KeycloakOptions:
 @pytest.fixture
 def kc_app(tmp_path: Path):
     settings = DevIdpSettings(
-        flavour="keycloak", admin_password="admin-pw", state=tmp_path / "kc.json"
+        kind=ProviderKind.KEYCLOAK, admin_password="admin-pw", state=tmp_path / "kc.json"
     )
     return create_app(settings), settings
 
@@ -109,11 +111,11 @@ def test_keycloak_provisioning_is_idempotent_and_prints_no_secret(kc_app):
 
 def test_keycloak_broker_client_is_created_once(kc_app):
     app, _ = kc_app
-    values, log = run_kc(app, kc_options(mode="Broker"), Recorder())
+    values, log = run_kc(app, kc_options(mode=AuthorizationServerMode.BROKER), Recorder())
     assert values.client_id == "mcp-gateway"
     assert "created public client 'mcp-gateway'" in log
     second = Recorder()
-    _, log2 = run_kc(app, kc_options(mode="Broker"), second)
+    _, log2 = run_kc(app, kc_options(mode=AuthorizationServerMode.BROKER), second)
     assert "public client 'mcp-gateway' exists; unchanged" in log2
     assert writes(second) == []
 
@@ -141,27 +143,33 @@ def kc_redirect_uris(app) -> list[str]:
 
 def test_keycloak_broker_client_gets_the_extra_redirect_uris_asked_for(kc_app):
     app, _ = kc_app
-    run_kc(app, kc_options(mode="Broker"), Recorder())
+    run_kc(app, kc_options(mode=AuthorizationServerMode.BROKER), Recorder())
     extra = (f"{RESOURCE}/connect/signed-in", "http://127.0.0.1:8080/notes/mcp/oauth/callback")
-    _, log = run_kc(app, kc_options(mode="Broker", extra_redirect_uris=extra), Recorder())
+    _, log = run_kc(
+        app, kc_options(mode=AuthorizationServerMode.BROKER, extra_redirect_uris=extra), Recorder()
+    )
     assert "public client 'mcp-gateway' exists; added redirect URIs" in log
     assert kc_redirect_uris(app) == [f"{RESOURCE}/oauth/callback", *extra]
     again = Recorder()
-    _, log2 = run_kc(app, kc_options(mode="Broker", extra_redirect_uris=extra), again)
+    _, log2 = run_kc(
+        app, kc_options(mode=AuthorizationServerMode.BROKER, extra_redirect_uris=extra), again
+    )
     assert "public client 'mcp-gateway' exists; unchanged" in log2
     assert writes(again) == []
 
 
 def test_keycloak_broker_client_is_created_with_the_extra_redirect_uris(tmp_path):
-    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="admin-pw"))
+    app = create_app(DevIdpSettings(kind=ProviderKind.KEYCLOAK, admin_password="admin-pw"))
     extra = (f"{RESOURCE}/connect/signed-in",)
-    _, log = run_kc(app, kc_options(mode="Broker", extra_redirect_uris=extra), Recorder())
+    _, log = run_kc(
+        app, kc_options(mode=AuthorizationServerMode.BROKER, extra_redirect_uris=extra), Recorder()
+    )
     assert "created public client 'mcp-gateway' for the gateway, redirect URIs" in log
     assert kc_redirect_uris(app) == [f"{RESOURCE}/oauth/callback", *extra]
 
 
 def test_keycloak_token_is_refreshed_after_a_401(server_time):
-    app = create_app(DevIdpSettings(flavour="keycloak", admin_password="admin-pw"))
+    app = create_app(DevIdpSettings(kind=ProviderKind.KEYCLOAK, admin_password="admin-pw"))
     stream = io.StringIO()
     with client(app, Recorder(), KC_URL) as http:
         admin = keycloak.KeycloakAdmin(http, kc_options(), Progress("keycloak", 9, stream))
@@ -188,7 +196,7 @@ def test_keycloak_provisioning_exchanges_follow_the_contract(kc_app, tmp_path):
     app, _ = kc_app
     recorder = Recorder()
     run_kc(app, kc_options(), recorder)
-    run_kc(app, kc_options(mode="Broker"), recorder)
+    run_kc(app, kc_options(mode=AuthorizationServerMode.BROKER), recorder)
     exchange = ExchangeOptions("gateway-exchange", "mcp-backend", tmp_path / "secret")
     for _ in range(2):  # creates, then finds everything in place
         run_kc(app, kc_options(exchange=exchange), recorder)
@@ -426,7 +434,8 @@ def test_authentik_adds_missing_redirect_uris_to_an_existing_provider(tmp_path):
     app, _, clock = ak_app(tmp_path)
     run_ak(app, clock, ak_options(), Recorder())
     moved = ak_options(
-        mode="Broker", redirect_uris=authentik.broker_redirects("http://127.0.0.1:9999/mcp")
+        mode=AuthorizationServerMode.BROKER,
+        redirect_uris=authentik.broker_redirects("http://127.0.0.1:9999/mcp"),
     )
     recorder = Recorder()
     _, log = run_ak(app, clock, moved, recorder)
@@ -448,7 +457,7 @@ def test_authentik_provisioning_exchanges_follow_the_contract(tmp_path):
         ak_options(
             slug="mcp-b",
             name="mcp-b",
-            mode="Broker",
+            mode=AuthorizationServerMode.BROKER,
             redirect_uris=authentik.broker_redirects(RESOURCE),
         ),
         recorder,

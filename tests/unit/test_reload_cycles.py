@@ -22,7 +22,7 @@ from mcp_oauth_gateway.serving.app import GatewayApp
 from mcp_oauth_gateway.serving.options import ServeOptions
 from mcp_oauth_gateway.serving.route_context import RouteContext
 
-from .config_variants_support import DEPLOYMENT, SECRETS, VARIANTS, runtime
+from .config_variants_support import DEPLOYMENT, SECRETS, VARIANTS, process_state_in
 
 
 def serving(tmp_path: Path, text: str) -> tuple[GatewayApp, Callable[[], Snapshot]]:
@@ -36,7 +36,7 @@ def serving(tmp_path: Path, text: str) -> tuple[GatewayApp, Callable[[], Snapsho
         return snapshot
 
     options = ServeOptions(status_port=1, audit_log=str(tmp_path / "audit.log"))
-    app = GatewayApp(ControlPlane(load()), options, brokers=runtime(tmp_path))
+    app = GatewayApp(ControlPlane(load()), options, process_state=process_state_in(tmp_path))
     return app, load
 
 

@@ -16,7 +16,7 @@ from mcp_oauth_gateway.resources import load_paths
 from mcp_oauth_gateway.serving.app import GatewayApp
 from mcp_oauth_gateway.serving.options import ServeOptions
 
-from .config_variants_support import DEPLOYMENT, FEDERATED, OTHER_ROUTE, SECRETS, runtime
+from .config_variants_support import DEPLOYMENT, FEDERATED, OTHER_ROUTE, SECRETS, process_state_in
 from .resources_fixture import BASE, policy
 from .stages.harness import drive
 
@@ -43,7 +43,9 @@ def serving(tmp_path: Path) -> tuple[GatewayApp, Callable[[str], Snapshot]]:
         return snapshot
 
     app: GatewayApp | None = None
-    app = GatewayApp(ControlPlane(install(BASE)), ServeOptions(), brokers=runtime(tmp_path))
+    app = GatewayApp(
+        ControlPlane(install(BASE)), ServeOptions(), process_state=process_state_in(tmp_path)
+    )
     return app, install
 
 
@@ -66,13 +68,13 @@ def limited(requests: int) -> str:
 
 def test_an_edited_rate_limit_forgets_the_old_buckets(tmp_path):
     app, install = serving(tmp_path)
-    brokers = app.brokers
+    process_state = app.process_state
 
     def limiter(snapshot: Snapshot) -> object:
         policy = route(snapshot).policy
         assert policy is not None
         assert policy.rate_limit is not None
-        return brokers.limiter(policy.key, policy.rate_limit)
+        return process_state.limiter(policy.key, policy.rate_limit)
 
     first = limiter(install(limited(5)))
     assert limiter(install(limited(5))) is first  # unchanged: the same buckets
@@ -89,11 +91,11 @@ def test_edited_federation_targets_forget_the_old_sessions(tmp_path, monkeypatch
     for variable, value in SECRETS.items():
         monkeypatch.setenv(variable, value)
     app, install = serving(tmp_path)
-    brokers = app.brokers
+    process_state = app.process_state
     snapshot = install(FEDERATED)
     assert route(snapshot).federated
-    first = brokers.federation_of(route(snapshot))
-    assert brokers.federation_of(route(install(FEDERATED))) is first
+    first = process_state.federation_of(route(snapshot))
+    assert process_state.federation_of(route(install(FEDERATED))) is first
     old = weakref.ref(first)
     del first
     for port in range(9100, 9106):

@@ -24,7 +24,7 @@ from mcp_oauth_gateway.controlplane.snapshot import (
 from mcp_oauth_gateway.proxy.pool import RawUpstream
 from mcp_oauth_gateway.resources.loader import FileCache, load_paths
 from mcp_oauth_gateway.serving.pipeline import Assembly
-from mcp_oauth_gateway.serving.runtime import BrokerRuntime
+from mcp_oauth_gateway.serving.process_state import ProcessState
 
 from .resources_fixture import policy
 
@@ -80,7 +80,7 @@ def write_routes(directory: Path, count: int, rule: str = '"team" in jwt.groups'
 
 
 def assembly(snapshot: Snapshot) -> Assembly:
-    return Assembly(ControlPlane(snapshot), RawUpstream(), False, BrokerRuntime(), Limits())
+    return Assembly(ControlPlane(snapshot), RawUpstream(), False, ProcessState(), Limits())
 
 
 def test_a_cached_load_equals_a_load_from_scratch(tmp_path):

@@ -145,7 +145,7 @@ async def test_the_assembly_nests_the_declared_stages_in_order(full, full_route)
     try:
         app = gateway.assembly.route_app(full_route)
     finally:
-        await gateway.brokers.close()
+        await gateway.process_state.close()
     assert _chain(app) == [
         "PathDispatch",
         "CorsFilter",

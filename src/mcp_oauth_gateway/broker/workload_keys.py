@@ -8,7 +8,7 @@ minted for one route never verifies at another), and the private key never leave
 public half is the route's JWKS (`<mcp path>/oauth/jwks`), and the keyset the route's own JWT
 stage checks these tokens with, beside its providers'.
 
-The key is derived once per process and route (`serving.runtime` keeps it across reloads), as
+The key is derived once per process and route (`serving.process_state` keeps it across reloads), as
 soon as the event loop runs: at once with an in-memory store, after one read of Redis otherwise.
 Until then a workload token waits as one whose provider's keys are not yet fetched does (503
 with `Retry-After`), and the wait starts the derivation if nothing did."""

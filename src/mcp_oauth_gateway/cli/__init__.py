@@ -23,12 +23,13 @@ def cmd_dev_idp(args: argparse.Namespace) -> int:
 
     from .. import logs
     from ..devidp import BANNER, DevIdpSettings, create_app
+    from ..provider_kinds import ProviderKind
 
     logs.configure("info")
-    keycloak = args.flavour == "keycloak"
+    keycloak = args.kind is ProviderKind.KEYCLOAK
     port = args.port if args.port is not None else (8180 if keycloak else 9000)
     settings = DevIdpSettings(
-        flavour=args.flavour,
+        kind=args.kind,
         host=args.host,
         port=port,
         state=Path(args.state) if args.state else None,
@@ -39,7 +40,7 @@ def cmd_dev_idp(args: argparse.Namespace) -> int:
     )
     app = create_app(settings)
     print(
-        BANNER.format(flavour=args.flavour, url=f"http://{args.host}:{port}"),
+        BANNER.format(flavour=args.kind.flavour, url=f"http://{args.host}:{port}"),
         file=sys.stderr,
         flush=True,
     )
@@ -57,7 +58,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     return run_demo(
         DemoOptions(
-            flavour=args.flavour,
+            kind=args.kind,
             directory=Path(args.dir).resolve(),
             gateway_port=args.port,
             idp_port=args.idp_port,

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Awaitable
 from typing import Any
 
+from ..authorization_server_modes import AuthorizationServerMode
 from ..controlplane import ControlPlane, Deployment, Snapshot
 from ..controlplane.fetch import FetchError
 from ..controlplane.jwks import RemoteKeyset
@@ -53,7 +54,7 @@ def _facade_policies(snapshot: Snapshot) -> set[str]:
         for route in routes
         if route.policy is not None
         and route.policy.mcp is not None
-        and route.policy.mcp.mode == "Facade"
+        and route.policy.mcp.mode is AuthorizationServerMode.FACADE
     }
 
 

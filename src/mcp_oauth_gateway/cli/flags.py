@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ..asgi import (
@@ -12,12 +13,35 @@ from ..asgi import (
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_TOKEN_CACHE_ENTRIES,
 )
+from ..provider_kinds import FLAVOURS, ProviderKind
 from .common import LOCAL_CIMD_ENV, TRUST_ENV, env_flag
 from .user_token_flags import add_user_token_flags
 
 if TYPE_CHECKING:
-    # argparse names the type of `add_subparsers()`'s result only privately.
+    # argparse names the type of `argparse.ArgumentParser.add_subparsers()`'s result only
+    # privately.
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+class _Flavours:
+    """`--flavour`'s choices: the words, in this order, in help and refusals; what they hold
+    is the kinds the words parse to (`_flavour`)."""
+
+    def __init__(self, *kinds: ProviderKind):
+        self.kinds = kinds
+
+    def __contains__(self, value: object) -> bool:
+        # A kind is equal to its configuration spelling ("Keycloak"): that word is no flavour.
+        return isinstance(value, ProviderKind) and value in self.kinds
+
+    def __iter__(self) -> Iterator[str]:
+        return (kind.flavour for kind in self.kinds)
+
+
+def _flavour(word: str) -> ProviderKind | str:
+    """The kind a `--flavour` word names; another word stays as it is, for `_Flavours` to refuse
+    in argparse's own words."""
+    return FLAVOURS.get(word, word)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -261,9 +285,10 @@ def _demo_parser(commands: Commands) -> None:
     demo.add_argument(
         "--flavor",
         "--flavour",
-        dest="flavour",
+        dest="kind",
+        type=_flavour,
         default="authentik",
-        choices=["authentik", "keycloak"],
+        choices=_Flavours(ProviderKind.AUTHENTIK, ProviderKind.KEYCLOAK),
     )
     demo.add_argument(
         "--dir",
@@ -295,7 +320,12 @@ def _dev_idp_parser(commands: Commands) -> None:
         "password: $DEV_IDP_USER_PASSWORD.",
     )
     dev.add_argument(
-        "--flavor", "--flavour", dest="flavour", required=True, choices=["keycloak", "authentik"]
+        "--flavor",
+        "--flavour",
+        dest="kind",
+        type=_flavour,
+        required=True,
+        choices=_Flavours(ProviderKind.KEYCLOAK, ProviderKind.AUTHENTIK),
     )
     dev.add_argument("--host", default="127.0.0.1")
     dev.add_argument(

@@ -223,7 +223,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Validate, then serve until SIGTERM."""
     from .. import logs, server
     from ..kube.options import in_cluster_mode
-    from ..serving.runtime import BrokerRuntime
+    from ..serving.process_state import ProcessState
 
     cluster: ControllerOptions | None = None
     try:
@@ -254,13 +254,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except Refused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    brokers = BrokerRuntime(args.allow_local_client_metadata, os.environ.get(REDIS_ENV) or None)
-    brokers.user_tokens = user_tokens
+    process_state = ProcessState(
+        args.allow_local_client_metadata, os.environ.get(REDIS_ENV) or None
+    )
+    process_state.user_tokens = user_tokens
     try:
         if cluster is not None:
-            return server.serve_cluster(options, cluster, brokers)
+            return server.serve_cluster(options, cluster, process_state)
         assert snapshot is not None
-        return server.serve(snapshot, options, brokers)
+        return server.serve(snapshot, options, process_state)
     except OSError as exc:
         print(
             f"error: {exc} (is another process using the port? change the Gateway listener port)",

@@ -13,7 +13,7 @@ from ..redis_targets import parse_redis_url
 from .common import Refused
 
 if TYPE_CHECKING:
-    from ..serving.runtime import UserTokenSettings
+    from ..serving.process_state import UserTokenSettings
 
 STATE_DIR_ENV = "XDG_STATE_HOME"
 
@@ -46,7 +46,7 @@ def default_store() -> str:
 
 def user_token_settings(args: argparse.Namespace) -> UserTokenSettings | None:
     """The flags as settings (None: no key); Refused naming the flag and the fix."""
-    from ..serving.runtime import UserTokenSettings
+    from ..serving.process_state import UserTokenSettings
     from ..usertokens.keys import KeyFileError, load_keys
     from ..usertokens.store import sqlite_path
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from ..authorization_server_modes import AuthorizationServerMode
 from ..provider_kinds import ProviderFacts, profile
 from ..resources.models import JwtAuthenticationSpec, JwtProvider, McpAuthentication
 from ..urls import shown_url
@@ -62,13 +63,13 @@ def several_providers_problems(jwt_spec: JwtAuthenticationSpec, problems: list[s
     mcp = jwt_spec.mcp
     if len(providers) < 2 or mcp is None:
         return
-    if mcp.authorization_server_mode == "Facade" and mcp.provider is not None:
+    if mcp.authorization_server_mode is AuthorizationServerMode.FACADE and mcp.provider is not None:
         problems.append(
             f"{MCP_PATH}.provider: Facade mode serves one provider's metadata, but the policy "
             f"has {len(providers)} providers; use authorizationServerMode: Broker (users pick "
             "the provider), or leave mcp.provider unset (the metadata lists every issuer)"
         )
-    if mcp.authorization_server_mode == "Broker":
+    if mcp.authorization_server_mode is AuthorizationServerMode.BROKER:
         for i, provider in enumerate(providers):
             if not (provider.client_id or mcp.client_id):
                 problems.append(
@@ -82,7 +83,7 @@ def _broker_problems(
 ) -> None:
     """Broker mode needs a provider, a client, and state every process sees; `broker`
     settings need Broker mode."""
-    if spec.authorization_server_mode == "Broker":
+    if spec.authorization_server_mode is AuthorizationServerMode.BROKER:
         redis_url = spec.broker.redis_url if spec.broker else None
         if not deployment.shares_memory and not redis_url and not deployment.default_redis_url:
             problems.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..authorization_server_modes import AuthorizationServerMode
 from ..redis_targets import CLUSTER, SENTINEL, shown_redis_url
 from ..resources.models import GatewayPolicy
 from .egress import EgressRules
@@ -22,7 +23,9 @@ def reads_discovery(mcp: CompiledMcp | None, credentials: Iterable[CompiledCrede
     token exchange at their token endpoints, userOAuth's sign-in of who opens a connect link)."""
     if any(c.token_exchange is not None or c.user_oauth is not None for c in credentials):
         return True
-    return mcp is not None and (mcp.provider is not None or mcp.mode == "Broker")
+    return mcp is not None and (
+        mcp.provider is not None or mcp.mode is AuthorizationServerMode.BROKER
+    )
 
 
 def _fetched_urls(policy: GatewayPolicy, discovers: bool) -> list[tuple[str, str]]:

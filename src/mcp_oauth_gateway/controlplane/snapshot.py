@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Literal
 from urllib.parse import urlsplit
 
+from ..authorization_server_modes import AuthorizationServerMode
 from ..provider_kinds import ProviderKind
 from ..resources.models import CorsPolicy, Service
 from ..urls import shown_url
@@ -194,7 +195,7 @@ class CompiledMcp:
     scopes_supported: tuple[str, ...]
     bearer_methods_supported: tuple[str, ...]
     extra_metadata: tuple[tuple[str, str], ...]
-    mode: Literal["Facade", "Broker"] = "Facade"
+    mode: AuthorizationServerMode = AuthorizationServerMode.FACADE
     redis_url: str | None = None
     workload: CompiledWorkloadIdentity | None = None
 

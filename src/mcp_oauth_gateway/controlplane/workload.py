@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from ..authorization_server_modes import AuthorizationServerMode
 from ..resources.models import GatewayPolicy, McpAuthentication, WorkloadIssuer
 from ..urls import shown_url
 from .authorization import compile_authorization
@@ -42,7 +43,7 @@ def workload_problems(
             f"{shown_url(own)}, which is also a provider's issuer; the route could not tell "
             "its tokens from the provider's"
         )
-    if spec.authorization_server_mode != "Broker":
+    if spec.authorization_server_mode is not AuthorizationServerMode.BROKER:
         problems.append(
             f"{WORKLOAD_PATH} is only used when authorizationServerMode is Broker (the "
             "gateway's own token endpoint takes the workloads' assertions); set "

@@ -43,9 +43,9 @@ class CacheCounts:
 
 class BoundedCache(Generic[K, V]):
     """Forgets its least recently used entry once `size` are held: a hot token stays while a
-    crowd of tokens seen once passes through. An OrderedDict: `move_to_end` and dropping the
-    oldest entry are constant time. Its users count their hits and misses in `counts` (what
-    is a hit is theirs to say: an expired entry found is a miss)."""
+    crowd of tokens seen once passes through. An OrderedDict: `OrderedDict.move_to_end` and
+    dropping the oldest entry are constant time. Its users count their hits and misses in
+    `counts` (what is a hit is theirs to say: an expired entry found is a miss)."""
 
     __slots__ = ("__weakref__", "_entries", "counts", "size")
 

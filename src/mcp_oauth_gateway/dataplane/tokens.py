@@ -177,7 +177,7 @@ def decode_header(segment: bytes) -> Header:
 
 
 class CompactToken(NamedTuple):
-    """A JWS compact token split and decoded as joserfc's `extract_compact` would, the
+    """A JWS compact token split and decoded as `joserfc.jws.extract_compact` would, the
     signature kept encoded until it is checked. A named tuple: as immutable as a frozen
     dataclass, built without its four `object.__setattr__` calls (one per cache miss)."""
 
@@ -235,7 +235,7 @@ def parse_unverified(token: str) -> ParsedToken:
 
 
 def signature_verifies(compact: CompactToken, check: SignatureCheck) -> bool:
-    """What joserfc's `validate_compact` decides, with its header rules applied once per header
+    """What `joserfc.jws.validate_compact` decides, with its header rules applied once per header
     (`decode_header`) and the algorithm's check prepared at load (`VerificationKey.checks`):
     the header rules, strict base64url for the signature, and the signature check."""
     if compact.header.problem is not None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from ..authorization_server_modes import AuthorizationServerMode
 from ..idp import keycloak
 from ..idp.steps import Progress
 
@@ -82,7 +83,8 @@ def provision(options: NotesIdpOptions, http: httpx.Client) -> NotesIdp:
         user_password=options.user_password,
         scope=SCOPE,
         backend=options.resource,
-        mode="Facade",  # no Broker client: the gateway's client here is the one below
+        # No Broker client: the gateway's client here is the one below.
+        mode=AuthorizationServerMode.FACADE,
     )
     values = keycloak.provision(kc, http, progress)
     progress.begin("gateway's client")

@@ -16,8 +16,10 @@ from types import FrameType
 
 import httpx
 
+from ..authorization_server_modes import AuthorizationServerMode
 from ..idp import authentik, keycloak, resources
 from ..idp.steps import Progress, StepError
+from ..provider_kinds import ProviderKind
 from ..usertokens import new_key_line
 from . import notes_idp, notes_resources
 from .processes import Children, port_free, tail
@@ -27,7 +29,7 @@ BOOTSTRAP_TOKEN = "demo-bootstrap-token"
 
 @dataclass
 class DemoOptions:
-    flavour: str
+    kind: ProviderKind
     directory: Path
     gateway_port: int
     idp_port: int
@@ -119,7 +121,7 @@ class Demo:
                 return False
         return True
 
-    def _dev_idp(self, name: str, flavour: str, port: int, extra: list[str]) -> None:
+    def _dev_idp(self, name: str, kind: ProviderKind, port: int, extra: list[str]) -> None:
         creds = self.credentials()
         env = {
             "DEV_IDP_USER_PASSWORD": creds["password"],
@@ -127,17 +129,17 @@ class Demo:
             "DEV_IDP_BOOTSTRAP_TOKEN": BOOTSTRAP_TOKEN,
         }
         state = self.options.directory / f"{name.removeprefix('dev-')}-state.json"
-        args = ["-m", "mcp_oauth_gateway", "dev-idp", "--flavor", flavour, "--port", str(port)]
+        args = ["-m", "mcp_oauth_gateway", "dev-idp", "--flavor", kind.flavour, "--port", str(port)]
         self.children.spawn(name, [*args, "--state", str(state), *extra], env)
 
     def _start_idps(self, idp_url: str, notes_idp_url: str, creds: dict[str, str]) -> None:
         o = self.options
-        say(f"starting the dev identity provider ({o.flavour} flavour) on {idp_url}")
+        say(f"starting the dev identity provider ({o.kind.flavour} flavour) on {idp_url}")
         # Keycloak provisioning creates its users itself; authentik's only adds existing ones.
-        seed = ["--user", "alice", "--user", "bob"] if o.flavour == "authentik" else []
-        self._dev_idp("dev-idp", o.flavour, o.idp_port, seed)
+        seed = ["--user", "alice", "--user", "bob"] if o.kind is ProviderKind.AUTHENTIK else []
+        self._dev_idp("dev-idp", o.kind, o.idp_port, seed)
         say(f"starting the notes server's own authorization server on {notes_idp_url}")
-        self._dev_idp("dev-notes-idp", "keycloak", o.notes_idp_port, [])
+        self._dev_idp("dev-notes-idp", ProviderKind.KEYCLOAK, o.notes_idp_port, [])
         for port, (_, proc, _) in zip(
             (o.idp_port, o.notes_idp_port), self.children.running, strict=True
         ):
@@ -207,7 +209,7 @@ class Demo:
     def _print_connection_help(self, creds: dict[str, str], target: Path) -> None:
         gateway, password = self.gateway, creds["password"]
         # Only the authentik flavour seeds a user outside the group, to show the 403.
-        outsider = "bob" if self.options.flavour == "authentik" else None
+        outsider = "bob" if self.options.kind is ProviderKind.AUTHENTIK else None
         print(
             f"""
 MCP server URL:   {gateway}/mcp
@@ -240,7 +242,7 @@ For development only. Ctrl-C stops everything.
         # its connect pages' sign-in come back to the gateway too.
         notes_uris = notes_resources.redirect_uris(self.gateway)
         with httpx.Client(timeout=30) as http:
-            if o.flavour == "authentik":
+            if o.kind is ProviderKind.AUTHENTIK:
                 options = authentik.AuthentikOptions(
                     url=idp_url,
                     token=BOOTSTRAP_TOKEN,
@@ -248,12 +250,12 @@ For development only. Ctrl-C stops everything.
                     resource=resource,
                     backend=backend,
                     wait=120,
-                    mode="Broker",
+                    mode=AuthorizationServerMode.BROKER,
                     redirect_uris=authentik.broker_redirects(resource)
                     + tuple(("strict", uri) for uri in notes_uris),
                 )
                 return authentik.provision(
-                    options, http, Progress("authentik", len(authentik.STEPS))
+                    options, http, Progress(o.kind.flavour, len(authentik.STEPS))
                 )
             kc = keycloak.KeycloakOptions(
                 url=idp_url,
@@ -263,10 +265,10 @@ For development only. Ctrl-C stops everything.
                 users=[("alice", "alice@example.com")],
                 user_password=creds["password"],
                 backend=backend,
-                mode="Broker",
+                mode=AuthorizationServerMode.BROKER,
                 extra_redirect_uris=notes_uris,
             )
-            return keycloak.provision(kc, http, Progress("keycloak", len(keycloak.STEPS)))
+            return keycloak.provision(kc, http, Progress(o.kind.flavour, len(keycloak.STEPS)))
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + 30

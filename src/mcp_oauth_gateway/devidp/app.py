@@ -8,6 +8,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from ..provider_kinds import ProviderKind
 from .authentik import AuthentikFlavour
 from .authentik_startup import starting_response
 from .keycloak import KeycloakFlavour
@@ -46,14 +47,14 @@ def create_app(settings: DevIdpSettings) -> Preflight | _Startup:
     async def live(request: Request) -> Response:
         return Response(status_code=200)
 
-    if settings.flavour == "keycloak":
+    if settings.kind is ProviderKind.KEYCLOAK:
         flavour = KeycloakFlavour(store, settings)
         kc = Starlette(routes=[*flavour.routes(), Route("/health/live", live)])
         return Preflight(kc, flavour.preflight_methods())
-    if settings.flavour == "authentik":
+    if settings.kind is ProviderKind.AUTHENTIK:
         ak = AuthentikFlavour(store, settings)
         app = Starlette(
             routes=[*ak.routes(), Route("/-/health/live/", live), Route("/-/health/ready/", live)]
         )
         return _Startup(app, ak)
-    raise ValueError(f"unknown flavour {settings.flavour!r}; use keycloak or authentik")
+    raise ValueError(f"the dev identity provider has no {settings.kind.flavour} flavour")

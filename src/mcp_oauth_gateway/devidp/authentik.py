@@ -19,6 +19,7 @@ from joserfc.jwk import RSAKey
 from starlette.routing import Route
 
 from ..oauth_scopes import whitespace_tokens
+from ..provider_kinds import ProviderKind
 from . import authentik_exchange, authentik_tokens
 from .authentik_api import AuthentikApi
 from .authentik_cors import AuthentikCors
@@ -34,7 +35,7 @@ from .store import Store, check_password
 class AuthentikFlavour:
     """authentik's objects, its API subset and its token contents."""
 
-    name = "authentik"
+    kind = ProviderKind.AUTHENTIK
     interaction_prefix = "/if/flow/authorize"
     grant_not_allowed_error = (400, "invalid_grant")
     # authentik's authorize and token views split `scope` on any whitespace (`str.split()`):

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from ..oauth_scopes import scope_tokens
+from ..provider_kinds import ProviderKind
 from . import keycloak_exchange, keycloak_tokens
 from .keycloak_admin import Admin
 from .keycloak_authorize import KeycloakAuthorize
@@ -41,7 +42,7 @@ from .store import Record, Store
 class KeycloakFlavour:
     """Realm state, the admin API and the token contents of a Keycloak `master` realm."""
 
-    name = "keycloak"
+    kind = ProviderKind.KEYCLOAK
     interaction_prefix = f"{REALM_PATH}/login-actions"
     grant_not_allowed_error = (400, "unauthorized_client")
     # TokenManager.parseScopeParameter: `scope.split(" ")`, U+0020 alone.

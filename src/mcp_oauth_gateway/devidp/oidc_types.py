@@ -8,6 +8,8 @@ from typing import Any, Protocol
 
 from joserfc.jwk import RSAKey
 
+from ..provider_kinds import ProviderKind
+
 
 @dataclass(frozen=True)
 class OAuthClient:
@@ -32,7 +34,7 @@ class Subject:
 
 
 class Flavour(Protocol):
-    name: str
+    kind: ProviderKind
     interaction_prefix: str
     grant_not_allowed_error: tuple[int, str]
 

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..provider_kinds import ProviderKind
+
 ADMIN_PASSWORD_ENV = "DEV_IDP_ADMIN_PASSWORD"
 BOOTSTRAP_TOKEN_ENV = "DEV_IDP_BOOTSTRAP_TOKEN"
 USER_PASSWORD_ENV = "DEV_IDP_USER_PASSWORD"
@@ -13,7 +15,7 @@ USER_PASSWORD_ENV = "DEV_IDP_USER_PASSWORD"
 
 @dataclass
 class DevIdpSettings:
-    flavour: str
+    kind: ProviderKind
     host: str = "127.0.0.1"
     port: int = 0
     state: Path | None = None

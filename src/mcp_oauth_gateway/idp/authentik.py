@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from ..authorization_server_modes import AuthorizationServerMode
 from ..provider_kinds import ProviderKind
 from ..urls import shown_url
 from . import authentik_exchange
@@ -60,7 +61,7 @@ class AuthentikOptions:
     resource: str = "http://127.0.0.1:8080/mcp"
     backend: str = "http://127.0.0.1:8000/mcp"
     wait: float = 300.0
-    mode: str = "Facade"
+    mode: AuthorizationServerMode = AuthorizationServerMode.FACADE
     # --token-exchange-client / --token-exchange-audience (docs/token-exchange.md §2.5)
     exchange: ExchangeOptions | None = None
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import httpx
 
+from ..authorization_server_modes import AuthorizationServerMode
+from ..provider_kinds import ProviderKind
 from ..urls import shown_url
 from . import authentik, exchange, keycloak, resources
 from .steps import Progress, StepError
@@ -38,7 +40,7 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 def _add_keycloak_parser(tools: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     kc = tools.add_parser(
-        "keycloak",
+        ProviderKind.KEYCLOAK.flavour,
         help="set up Keycloak (provider A) through its admin REST API",
         description="Creates the client scope with the audience and group mappers, makes it a "
         "default scope, creates the group and users, adds them to the group, reads "
@@ -96,7 +98,7 @@ def _add_keycloak_parser(tools: argparse._SubParsersAction[argparse.ArgumentPars
 
 def _add_authentik_parser(tools: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ak = tools.add_parser(
-        "authentik",
+        ProviderKind.AUTHENTIK.flavour,
         help="set up authentik (provider B) through its API v3",
         description="Waits for the API, resolves flows, signing key and the openid/profile/"
         "email scope mappings, creates the public OAuth2 provider, the application "
@@ -164,10 +166,20 @@ def _exchange_flags(parser: argparse.ArgumentParser, client: str, audience: str)
     )
 
 
+def _mode(word: str) -> AuthorizationServerMode | str:
+    """The mode `--mode` names; another word stays as it is, for `choices` to refuse in
+    argparse's own words."""
+    try:
+        return AuthorizationServerMode(word)
+    except ValueError:
+        return word
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mode",
-        choices=["Broker", "Facade"],
+        type=_mode,
+        choices=[AuthorizationServerMode.BROKER.value, AuthorizationServerMode.FACADE.value],
         default="Broker",
         help="authorizationServerMode of the generated policy (default Broker: the gateway "
         "is the authorization server MCP clients see; Facade, the spec's layout, serves "
@@ -214,7 +226,7 @@ def _keycloak(args: argparse.Namespace) -> tuple[Tool, Progress]:
             f"no admin password: set {KEYCLOAK_ADMIN_PASSWORD} or pass "
             "--password-stdin and write it to stdin"
         )
-    if args.allow_anonymous_dcr and args.mode == "Broker":
+    if args.allow_anonymous_dcr and args.mode is AuthorizationServerMode.BROKER:
         raise _Usage(
             "--allow-anonymous-dcr opens Keycloak's registration to MCP clients, which only "
             "Facade mode uses: in Broker mode (the default) they register with the gateway. "
@@ -237,7 +249,7 @@ def _keycloak(args: argparse.Namespace) -> tuple[Tool, Progress]:
         exchange=_exchange_options(args),
         realm=_realm_name(args.realm),
     )
-    progress = Progress("keycloak", len(keycloak.STEPS))
+    progress = Progress(ProviderKind.KEYCLOAK.flavour, len(keycloak.STEPS))
     return functools.partial(keycloak.provision, options, progress=progress), progress
 
 
@@ -292,14 +304,14 @@ def _authentik(args: argparse.Namespace) -> tuple[Tool, Progress]:
         mode=args.mode,
         redirect_uris=_authentik_redirects(args, redirects),
     )
-    progress = Progress("authentik", len(authentik.STEPS))
+    progress = Progress(ProviderKind.AUTHENTIK.flavour, len(authentik.STEPS))
     return functools.partial(authentik.provision, options, progress=progress), progress
 
 
 def _authentik_redirects(
     args: argparse.Namespace, given: list[tuple[str, str]]
 ) -> tuple[tuple[str, str], ...]:
-    if args.mode != "Broker":
+    if args.mode is not AuthorizationServerMode.BROKER:
         return tuple(given) or authentik.DEFAULT_REDIRECTS
     (callback,) = (url for _, url in authentik.broker_redirects(args.resource))
     if given and not any(_allows_callback(mode, url, callback) for mode, url in given):
@@ -321,10 +333,16 @@ def _allows_callback(mode: str, url: str, callback: str) -> bool:
         raise _Usage(f"--redirect-uri regex:{url}: not a regular expression: {exc}") from None
 
 
+_TOOLS: dict[ProviderKind, Callable[[argparse.Namespace], tuple[Tool, Progress]]] = {
+    ProviderKind.KEYCLOAK: _keycloak,
+    ProviderKind.AUTHENTIK: _authentik,
+}
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the chosen provisioning tool."""
     try:
-        tool, progress = (_keycloak if args.idp == "keycloak" else _authentik)(args)
+        tool, progress = _TOOLS[ProviderKind.from_flavour(args.idp)](args)
     except _Usage as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -347,6 +365,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"client_id: {values.client_id or '(registered by each MCP client through DCR)'}")
     print(f"resources: {target}")
     print(f"mode: {args.mode}")
-    if args.mode == "Facade":
+    if args.mode is AuthorizationServerMode.FACADE:
         print(f"hint: Facade mode serves only {FACADE_CLIENTS}; --mode Broker serves them all")
     return 0

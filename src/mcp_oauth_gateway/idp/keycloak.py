@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from ..authorization_server_modes import AuthorizationServerMode
 from ..provider_kinds import ProviderKind
 from ..urls import shown_url
 from . import exchange, keycloak_exchange
@@ -43,7 +44,7 @@ class KeycloakOptions:
     group: str = "users"
     allow_anonymous_dcr: bool = False
     backend: str = "http://127.0.0.1:8000/mcp"
-    mode: str = "Facade"
+    mode: AuthorizationServerMode = AuthorizationServerMode.FACADE
     gateway_client_id: str = "mcp-gateway"
     # Broker: more redirect URIs for the gateway's client than its sign-in callback (another
     # route's callback, the connect pages' `<MCP path>/connect/signed-in`); missing ones are
@@ -389,7 +390,7 @@ def _add_redirects(run: _Run, client: dict[str, Any], missing: list[str]) -> Non
 
 def _gateway_client(run: _Run) -> None:
     options = run.options
-    if options.mode != "Broker":
+    if options.mode is not AuthorizationServerMode.BROKER:
         run.progress.say("not needed in Facade mode (MCP clients register through DCR)")
         return
     client_id = run.client_id = options.gateway_client_id

@@ -9,6 +9,7 @@ from urllib.parse import SplitResult, urlsplit
 
 import yaml
 
+from ..authorization_server_modes import AuthorizationServerMode
 from ..provider_kinds import ProviderKind
 from ..resources.models import GATEWAY_API_GROUP, GATEWAY_API_VERSION, POLICY_API_VERSION
 from ..urls import shown_url
@@ -59,7 +60,7 @@ class GatewayValues:
     backend: str
     group: str
     scopes: tuple[str, ...] = ("openid", "profile")
-    mode: str = "Facade"
+    mode: AuthorizationServerMode = AuthorizationServerMode.FACADE
     exchange: TokenExchangeValues | None = None
 
 
@@ -74,7 +75,7 @@ def render(values: GatewayValues) -> list[dict[str, object]]:
     resource = urlsplit(values.resource)
     backend = urlsplit(values.backend)
     idp = urlsplit(values.idp_url)
-    service = "keycloak" if values.provider is ProviderKind.KEYCLOAK else "authentik"
+    service = values.provider.flavour
     return [
         _gateway(resource),
         _http_route(resource.path.rstrip("/") or "/mcp"),
@@ -229,10 +230,12 @@ def _policy_document(values: GatewayValues, service: str, idp: SplitResult) -> d
 
 def _mcp_settings(values: GatewayValues) -> dict[str, object]:
     mcp: dict[str, object] = {"provider": values.provider.value}
-    if values.mode == "Broker":
-        mcp["authorizationServerMode"] = "Broker"
+    if values.mode is AuthorizationServerMode.BROKER:
+        mcp["authorizationServerMode"] = AuthorizationServerMode.BROKER.value
     # With Keycloak in Facade mode each MCP client registers itself through DCR: none is pinned.
-    if values.client_id and (values.provider is ProviderKind.AUTHENTIK or values.mode == "Broker"):
+    if values.client_id and (
+        values.provider is ProviderKind.AUTHENTIK or values.mode is AuthorizationServerMode.BROKER
+    ):
         mcp["clientId"] = values.client_id
     mcp["resourceMetadata"] = {
         "resource": values.resource,

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from ..authorization_server_modes import AuthorizationServerMode
 from ..provider_kinds import ProviderKind
 from .fields import (
     GATEWAY_API_GROUP,
@@ -210,7 +211,7 @@ class McpAuthentication(StrictModel):
     """The protected resource metadata (RFC 9728) served at
     `/.well-known/oauth-protected-resource<resource path>`: what MCP clients read first to find
     where to sign in."""
-    authorization_server_mode: Literal["Facade", "Broker"] = "Facade"
+    authorization_server_mode: AuthorizationServerMode = AuthorizationServerMode.FACADE
     """`Facade` (default): clients get the provider's own authorization server metadata, with
     the gateway's registration endpoint, and sign in at the provider. `Broker`: the gateway is
     the authorization server clients see and signs users in at the provider itself; needed by

@@ -139,7 +139,7 @@ def directory_files(root: Path) -> tuple[list[Path], list[str]]:
 
 
 def _is(test: Callable[[], bool]) -> bool:
-    """An entry's type test as `Path.is_dir`/`is_file` answer it: False for a link that leads
+    """An entry's type test as `Path.is_dir`/`Path.is_file` answer it: False for a link that leads
     nowhere (or in a loop), any other error raised."""
     try:
         return test()

@@ -16,7 +16,7 @@ from ..dataplane.metrics import Metrics
 from ..urls import shown_url
 from .drain import Drain
 from .federation_status import federation_rows, federation_status, refresh_federation
-from .runtime import BrokerRuntime
+from .process_state import ProcessState
 from .stages import PIPELINE, stages_for
 
 
@@ -41,7 +41,7 @@ class AdminApp:
         metrics: Metrics | None,
         watcher: ConfigWatcher | None,
         controller: ControllerView | None = None,
-        brokers: BrokerRuntime | None = None,
+        process_state: ProcessState | None = None,
         drain: Drain | None = None,
     ):
         self.control = control
@@ -50,10 +50,12 @@ class AdminApp:
         self.watcher = watcher
         self.controller = controller
         # Where federated routes keep their targets' health (with their sessions).
-        self.brokers = brokers
-        if metrics is not None and brokers is not None:
-            metrics.watch_federation(lambda: federation_rows(self.control.snapshot, brokers))
-            metrics.watch_redis(lambda: [(c.shown, c.up, c.failures) for c in brokers.redis.all()])
+        self.process_state = process_state
+        if metrics is not None and process_state is not None:
+            metrics.watch_federation(lambda: federation_rows(self.control.snapshot, process_state))
+            metrics.watch_redis(
+                lambda: [(c.shown, c.up, c.failures) for c in process_state.redis.all()]
+            )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"].rstrip("/") or "/"
@@ -77,8 +79,8 @@ class AdminApp:
         elif path == "/config":
             await send_json(send, 200, config_dump(self.control.snapshot))
         elif path in ("/", "/status"):
-            if self.brokers is not None:
-                await refresh_federation(self.control.snapshot, self.brokers)
+            if self.process_state is not None:
+                await refresh_federation(self.control.snapshot, self.process_state)
             await send_json(send, 200, self.status())
         else:
             await send_error(
@@ -102,10 +104,10 @@ class AdminApp:
             body["draining"] = True
         if detailed:
             body["waitingFor"] = waiting
-            if self.brokers is not None:
+            if self.process_state is not None:
                 # Shown, not a reason to leave the balancer: every replica shares the Redis,
                 # and routes that do not need it serve on (those that do answer 503).
-                body["degraded"] = self.brokers.redis.down()
+                body["degraded"] = self.process_state.redis.down()
         return 503 if waiting else 200, body
 
     def not_ready(self) -> list[str]:
@@ -143,10 +145,10 @@ class AdminApp:
                 for report in snapshot.policies
             ],
         }
-        if self.brokers is not None:
+        if self.process_state is not None:
             # Route → rule → target: up or down as last seen, the last failure, its counts.
-            out["federation"] = federation_status(snapshot, self.brokers)
-            out["redis"] = [c.view() for c in self.brokers.redis.all()]
+            out["federation"] = federation_status(snapshot, self.process_state)
+            out["redis"] = [c.view() for c in self.process_state.redis.all()]
         if self.controller is not None:
             out["controller"] = self.controller.state()
         return out

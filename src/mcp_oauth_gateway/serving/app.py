@@ -43,7 +43,7 @@ from .audit_trail import AuditLine, AuditTrail
 from .drain import RETRY, Drain, Stream
 from .options import ServeOptions
 from .pipeline import Assembly, FailClosed
-from .runtime import BrokerRuntime
+from .process_state import ProcessState
 
 log = logging.getLogger("mcp_oauth_gateway")
 # Ids from callers are kept only when short and plain, so they cannot forge log structure.
@@ -90,7 +90,7 @@ class GatewayApp:
         control: ControlPlane,
         options: ServeOptions | None = None,
         upstream: Upstream | None = None,
-        brokers: BrokerRuntime | None = None,
+        process_state: ProcessState | None = None,
         watcher: ConfigWatcher | None = None,
         tracer: object | None = None,
         controller: ControllerView | None = None,
@@ -102,14 +102,14 @@ class GatewayApp:
         cluster = options.deployment.cluster
         # In a cluster the objects are tenants': connect only where the egress rules allow.
         self.upstream = upstream or RawUpstream(egress=cluster.egress if cluster else None)
-        self.brokers = brokers or BrokerRuntime()
+        self.process_state = process_state or ProcessState()
         self.audit = AuditTrail.of(options) if options.audit_log is not None else None
         # With JSON logs or an audit trail every request gets an id: logged, forwarded and
         # returned, so an audit line and the answer the client got name the same request.
         self.request_ids = logs.json_enabled() or self.audit is not None
         # An audit line's request id must name one request: a caller's own X-Request-Id (which
         # anyone may set to another request's id, or to the ids the gateway hands out next) is
-        # kept only from the proxy in front (--trust-forwarded), else replaced.
+        # kept only from the proxy in front (--trust-forwarded-headers), else replaced.
         self.caller_ids = self.audit is None or options.trust_forwarded
         self.access_log = AccessLog(json_lines=self.request_ids)
         self.watcher = watcher
@@ -122,7 +122,9 @@ class GatewayApp:
             Metrics(token_cache, authorization_cache) if options.status_port is not None else None
         )
         self.tracing = RequestTracing(tracer) if tracer is not None else None
-        self.admin = AdminApp(control, self.metrics, watcher, controller, self.brokers, self.drain)
+        self.admin = AdminApp(
+            control, self.metrics, watcher, controller, self.process_state, self.drain
+        )
         self.own = self._own_listeners(options)
         # From files, one listener's table also answers requests whose port the server did not
         # report; in a cluster, listeners come and go, and a connection left open on a port no
@@ -132,7 +134,7 @@ class GatewayApp:
             control,
             self.upstream,
             self.trust_forwarded,
-            self.brokers,
+            self.process_state,
             self.limits,
             self.metrics,
             token_cache,
@@ -156,7 +158,7 @@ class GatewayApp:
         with collector_paused():
             self.tables = self.assembly.tables(snapshot)
         # What outlives reloads keeps only what the running configuration can use.
-        self.brokers.retain(snapshot)
+        self.process_state.retain(snapshot)
         if self.audit is not None:
             self.audit.forget_routes()
         if self.metrics is not None:
@@ -180,14 +182,14 @@ class GatewayApp:
                 await self.control.start()
                 if self.watcher is not None:
                     self.watcher.start()
-                self.brokers.start()
+                self.process_state.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if self.watcher is not None:
                     await self.watcher.stop()
                 await self.control.stop()
                 await self.upstream.close()
-                await self.brokers.close()
+                await self.process_state.close()
                 self.access_log.stop()
                 if self.audit is not None:
                     self.audit.stop()

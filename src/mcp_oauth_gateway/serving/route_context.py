@@ -9,6 +9,7 @@ from functools import cached_property
 
 from .. import audit
 from ..asgi import ASGIApp, Headers, Limits, Receive, Scope, Send, send_error
+from ..authorization_server_modes import AuthorizationServerMode
 from ..broker.binding import route_key
 from ..broker.endpoints import Broker
 from ..broker.identity import SignInProvider
@@ -28,7 +29,7 @@ from ..provider_kinds import profile
 from ..proxy.federation.target import CredentialHeaders, NoCredential
 from ..proxy.upstream import Upstream
 from ..useroauth.target_credential import NotConnected, UserOAuthCredential
-from .runtime import BrokerRuntime
+from .process_state import ProcessState
 from .user_oauth_targets import by_target
 from .workload import WorkloadAssertions
 
@@ -40,7 +41,7 @@ class Shared:
     control: ControlPlane
     upstream: Upstream
     trust_forwarded: bool
-    brokers: BrokerRuntime
+    process_state: ProcessState
     limits: Limits
     metrics: Metrics | None = None
     # The process-wide budgets of the verified-token cache and the authorization memos, shared
@@ -101,20 +102,20 @@ class RouteContext:
             return None
         if not is_broker(self.route):
             return None
-        control, brokers = self.shared.control, self.shared.brokers
+        control, process_state = self.shared.control, self.shared.process_state
         mcp = policy.mcp
         # What the Broker keeps must not hold this context: the context keeps the Broker
         # (cached), and the cycle would keep the route's pipeline after a reload.
         return Broker(
             mcp,
             self.sign_in_providers(policy),
-            brokers.store(policy.mcp.redis_url),
-            brokers.documents,
+            process_state.store(policy.mcp.redis_url),
+            process_state.documents,
             lambda: control.session,
             policy.key,
             self.workload_grant(policy),
             # The route's resource server's cache: a proof is accepted once, wherever.
-            lambda: brokers.dpop_replay(policy.key, mcp.redis_url),
+            lambda: process_state.dpop_replay(policy.key, mcp.redis_url),
         )
 
     def workload_grant(self, policy: CompiledPolicy) -> WorkloadGrant | None:
@@ -125,7 +126,7 @@ class RouteContext:
         if mcp is None or mcp.workload is None or mcp.resource is None:
             return None
         route = route_key(policy.key, mcp.resource)
-        keys = self.shared.brokers.workload_keys(mcp.redis_url, route)
+        keys = self.shared.process_state.workload_keys(mcp.redis_url, route)
         judge = WorkloadAssertions(mcp.workload, self.shared.control.keysets)
         return WorkloadGrant(mcp.workload, judge, keys)
 
@@ -217,7 +218,7 @@ class RouteContext:
                 key, upstream = users[target.name]
                 # The process keeps what it is given: the control plane, not this route's
                 # context (which would keep the first configuration's route alive for good).
-                runtime = self.shared.brokers.user_oauth(lambda: control.session)
+                runtime = self.shared.process_state.user_oauth(lambda: control.session)
                 assert runtime is not None, "userOAuth policies are refused without a key"
                 sources[target.name] = UserOAuthCredential(upstream, key, runtime)
             else:
@@ -248,7 +249,7 @@ def is_broker(route: CompiledRoute) -> bool:
     policy = route.policy
     if policy is None or policy.provider is None or policy.mcp is None:
         return False
-    return policy.mcp.mode == "Broker" and failure_of(route) is None
+    return policy.mcp.mode is AuthorizationServerMode.BROKER and failure_of(route) is None
 
 
 def set_headers(policy: CompiledPolicy | None) -> tuple[frozenset[bytes], frozenset[bytes]]:

@@ -95,12 +95,12 @@ def jwt_authentication(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
     keys = ctx.broker.workload_keys if ctx.broker is not None else None
     if workload is not None and keys is not None:
         issuers.append((workload.token_provider, keys))
-    brokers = ctx.shared.brokers
+    process_state = ctx.shared.process_state
     redis_url = policy.mcp.redis_url if policy.mcp is not None else None
     proofs = ProofCheck(
         [p.dpop for p, _ in issuers],
-        lambda: brokers.dpop_replay(policy.key, redis_url),
-        lambda: brokers.store(redis_url).secret(),
+        lambda: process_state.dpop_replay(policy.key, redis_url),
+        lambda: process_state.store(redis_url).secret(),
         # Each policy's nonces its own, shared with its Broker's token endpoint.
         context=nonce_context(policy.key),
     )
@@ -150,7 +150,7 @@ def rate_limit(ctx: RouteContext, app: ASGIApp) -> ASGIApp:
     """The policy's token buckets (kept across reloads while unchanged)."""
     policy = _policy(ctx)
     assert policy.rate_limit is not None
-    limiter = ctx.shared.brokers.limiter(policy.key, policy.rate_limit)
+    limiter = ctx.shared.process_state.limiter(policy.key, policy.rate_limit)
     return RateLimit(app, policy.rate_limit, limiter, policy.key, ctx.shared.metrics)
 
 
@@ -227,5 +227,5 @@ def federation(ctx: RouteContext) -> ASGIApp:
         credentials,
         owned,
     )
-    state = shared.brokers.federation_of(route)
+    state = shared.process_state.federation_of(route)
     return Federation(route.targets, link, shared.limits.max_body_bytes, state)

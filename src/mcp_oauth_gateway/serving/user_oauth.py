@@ -33,7 +33,7 @@ __all__ = [
 def runtime_of(ctx: RouteContext) -> UserOAuthRuntime:
     """The process's runtime (a userOAuth policy compiles only when the gateway has a key)."""
     control = ctx.shared.control
-    runtime = ctx.shared.brokers.user_oauth(lambda: control.session)
+    runtime = ctx.shared.process_state.user_oauth(lambda: control.session)
     assert runtime is not None, "userOAuth policies are refused without --user-token-key"
     return runtime
 

@@ -26,6 +26,7 @@ from aiohttp import web
 
 from mcp_oauth_gateway import pkce
 from mcp_oauth_gateway.asgi import AUDIT_KEY
+from mcp_oauth_gateway.authorization_server_modes import AuthorizationServerMode
 from mcp_oauth_gateway.broker import consent
 from mcp_oauth_gateway.broker.clients import MetadataDocuments
 from mcp_oauth_gateway.broker.context import BrokerContext
@@ -225,7 +226,9 @@ async def started_rig(
     store = MemoryStore()
     documents = MetadataDocuments(allow_private=local_documents)
     mcp = dataclasses.replace(
-        compiled_mcp("Keycloak"), mode="Broker", scopes_supported=("openid", "profile")
+        compiled_mcp("Keycloak"),
+        mode=AuthorizationServerMode.BROKER,
+        scopes_supported=("openid", "profile"),
     )
     session = aiohttp.ClientSession()
     try:

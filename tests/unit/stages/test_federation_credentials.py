@@ -22,8 +22,8 @@ from mcp_oauth_gateway.controlplane.snapshot import CompiledRoute, Snapshot
 from mcp_oauth_gateway.resources import load_paths
 from mcp_oauth_gateway.serving import stage_builders
 from mcp_oauth_gateway.serving.admin import config_dump
+from mcp_oauth_gateway.serving.process_state import ProcessState
 from mcp_oauth_gateway.serving.route_context import RouteContext, Shared
-from mcp_oauth_gateway.serving.runtime import BrokerRuntime
 from unit.resources_fixture import BASE, policy, write
 
 from . import federation_targets
@@ -110,7 +110,7 @@ def context(route: CompiledRoute, provider, targets: Targets) -> RouteContext:
     assert route.policy is not None
     for p in route.policy.providers:
         control.discoveries[p.discovery_url] = Discovery(endpoint)  # type: ignore[assignment]
-    return RouteContext(route, Shared(control, targets, False, BrokerRuntime(), Limits()))
+    return RouteContext(route, Shared(control, targets, False, ProcessState(), Limits()))
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from mcp_oauth_gateway.proxy.federation.rewrite import foreign_progress
 from mcp_oauth_gateway.proxy.federation.session import SessionTable, new_session
 from mcp_oauth_gateway.proxy.federation.stage import Federation
 from mcp_oauth_gateway.proxy.federation.target import TargetLink
-from mcp_oauth_gateway.serving.runtime import BrokerRuntime
+from mcp_oauth_gateway.serving.process_state import ProcessState
 
 from .federation_targets import INIT, PORTS, Targets, open_session, rpc, stage
 from .harness import drive
@@ -253,13 +253,13 @@ async def test_a_slow_target_is_left_out_of_lists_and_its_calls_fail_in_time():
 
 
 def test_sessions_outlive_a_reload_while_the_targets_stay_the_same():
-    runtime = BrokerRuntime()
+    process_state = ProcessState()
     targets = tuple(CompiledTarget("127.0.0.1", port, "/mcp", n) for port, n in PORTS.items())
-    state = runtime.federation("default/mcp", 0, targets)
-    assert runtime.federation("default/mcp", 0, targets) is state
+    state = process_state.federation("default/mcp", 0, targets)
+    assert process_state.federation("default/mcp", 0, targets) is state
     moved = (targets[0], CompiledTarget("127.0.0.1", 9003, "/mcp", "b"))
-    assert runtime.federation("default/mcp", 0, moved) is not state
-    assert runtime.federation("default/mcp", 1, targets) is not state
+    assert process_state.federation("default/mcp", 0, moved) is not state
+    assert process_state.federation("default/mcp", 1, targets) is not state
 
 
 async def test_delete_ends_every_targets_session_and_the_clients():

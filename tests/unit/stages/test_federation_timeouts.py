@@ -13,7 +13,7 @@ from mcp_oauth_gateway.controlplane.snapshot import CompiledTarget
 from mcp_oauth_gateway.proxy.federation.stage import FederationState
 from mcp_oauth_gateway.resources import load_paths
 from mcp_oauth_gateway.serving.app import GatewayApp
-from mcp_oauth_gateway.serving.runtime import BrokerRuntime
+from mcp_oauth_gateway.serving.process_state import ProcessState
 from unit.resources_fixture import BASE, write
 
 from .federation_targets import PORTS, Targets, open_session, rpc, stage
@@ -71,11 +71,11 @@ async def test_a_slow_target_fails_within_its_own_timeout_and_the_others_keep_th
 
 
 def test_a_reload_changing_only_a_timeout_keeps_the_sessions():
-    runtime = BrokerRuntime()
+    process_state = ProcessState()
     targets = tuple(CompiledTarget("127.0.0.1", port, "/mcp", n) for port, n in PORTS.items())
-    state = runtime.federation("default/mcp", 0, targets)
+    state = process_state.federation("default/mcp", 0, targets)
     timed = (CompiledTarget("127.0.0.1", 9001, "/mcp", "a", 2.0), targets[1])
-    assert runtime.federation("default/mcp", 0, timed) is state
+    assert process_state.federation("default/mcp", 0, timed) is state
 
 
 async def test_sessions_made_before_a_reload_get_the_new_timeout():

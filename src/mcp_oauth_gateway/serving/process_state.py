@@ -1,5 +1,6 @@
-"""What outlives configuration reloads: broker state stores, the CIMD cache, rate-limit buckets,
-federated routes' sessions, users' upstream grants."""
+"""What a process keeps across configuration reloads, for every route it serves: its Redis
+connections, the Broker's state stores, the CIMD cache, rate-limit buckets, federated routes'
+sessions, DPoP replay caches, workload-token keys, users' upstream grants."""
 
 from __future__ import annotations
 
@@ -41,8 +42,10 @@ class UserTokenSettings:
     keys: TokenKeys
 
 
-class BrokerRuntime:
-    """One store per Redis URL (or one in-memory store), shared by every broker of a process."""
+class ProcessState:
+    """What one process keeps across reloads, made once per process and shared by every route:
+    each part is found by the configuration values it depends on (one store per Redis URL, one
+    set of token buckets per rate limit, ...), so an unchanged value finds the same part."""
 
     def __init__(
         self, allow_local_client_metadata: bool = False, default_redis_url: str | None = None
