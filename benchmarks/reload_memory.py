@@ -187,6 +187,12 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"process {pid} has no VmRSS")
 
 
+def cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time so far (all its threads), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Settings:
     """What one run serves and how."""
@@ -210,6 +216,8 @@ class Run:
     src: str
     rss: dict[int, float] = field(default_factory=dict)
     seconds: list[float] = field(default_factory=list)
+    # The gateway process's CPU seconds (all threads) from each change to its answer.
+    cpu: list[float] = field(default_factory=list)
 
 
 @contextmanager
@@ -253,10 +261,11 @@ def measure(
     wait_until(answers(port, 0, 0), CHANGE_WAIT, "the first answer")
     run.rss[0] = rss_mb(pid)
     for n in range(1, settings.changes + 1):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), cpu_seconds(pid)
         change(n)
         wait_until(answers(port, n % settings.routes, n), CHANGE_WAIT, f"change {n} served")
         run.seconds.append(time.perf_counter() - started)
+        run.cpu.append(cpu_seconds(pid) - cpu)
         if n in settings.checkpoints:
             run.rss[n] = rss_mb(pid)
             print(

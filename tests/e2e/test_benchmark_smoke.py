@@ -94,4 +94,4 @@ def test_the_outside_reload_benchmark_times_both_modes(tmp_path, apiserver):
     text = report.read_text()
     for mode in ("file", "controller"):
         row = next(line for line in text.splitlines() if line.startswith(f"| {mode} | 3 | 2 | "))
-        assert row.count("|") == 9, row  # median, p90, worst, RSS at start and at the end
+        assert row.count("|") == 10, row  # median, p90, worst, CPU, RSS at start and at the end
