@@ -8,8 +8,7 @@ resource in one file (the layout with the least help), written beside it and ren
 and no `--watch-interval` flag; in controller mode a merge patch on a real Kubernetes API
 server. Reports the median, 90th percentile and worst time of N changes, the gateway
 process's CPU time from the change to its answer (median; a busy machine bends it less than
-the wall time),
-and the resident set at the first answer and after the last change.
+the wall time), and the resident set at the first answer and after the last change.
 
 Usage: python benchmarks/reload_outside.py [--routes 5000] [--changes 20]
            [--modes file,controller] [--write FILE]
