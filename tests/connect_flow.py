@@ -223,9 +223,16 @@ def _button(buttons: list[dict[str, str]], words: tuple[str, ...]) -> dict[str, 
     return None
 
 
+def _under(url: str, at: str) -> bool:
+    """Whether `url` is `at` or a page below it. Not a bare string prefix: the login for
+    `http://127.0.0.1:1` is no login for `http://127.0.0.1:13967/`."""
+    base = at.rstrip("/")
+    return url in (at, base) or url.startswith((f"{base}/", f"{base}?"))
+
+
 def login_for(url: str, logins: list[Login]) -> Login | None:
     """The login whose pages `url` is under (the longest prefix wins)."""
-    matching = [login for login in logins if url.startswith(login.at)]
+    matching = [login for login in logins if _under(url, login.at)]
     return max(matching, key=lambda login: len(login.at)) if matching else None
 
 

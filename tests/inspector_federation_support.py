@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from joserfc.jwk import RSAKey
-from playwright.async_api import Page, expect
+from playwright.async_api import Page
 
-from inspector_support import STEP_TIMEOUT_MS, Inspector
+from inspector_support import Inspector, expect_connected
 from support import (
     EXAMPLES,
     NODE_DIR,
@@ -128,5 +128,5 @@ async def sign_in(page: Page, inspector: Inspector, gateway: str) -> None:
     await page.click("button[type=submit]")
     await page.wait_for_selector("input[name=prompt][value=consent]", state="attached")
     await page.click("button[type=submit]")
-    await expect(page.get_by_text("Connected", exact=True)).to_be_visible(timeout=STEP_TIMEOUT_MS)
+    await expect_connected(page)
     assert page.url.startswith(inspector.ui), page.url

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
-from playwright.async_api import Page, Request, Response, async_playwright, expect
+from playwright.async_api import Locator, Page, Request, Response, async_playwright, expect
 
 from browser_support import CHROMIUM_FLAGS
 from support import ROOT, Process, free_port, wait_for_port
@@ -119,9 +119,36 @@ async def chromium_page() -> AsyncIterator[Page]:
         try:
             page = await browser.new_page(viewport={"width": 1280, "height": 1000})
             page.set_default_timeout(STEP_TIMEOUT_MS)
+            # What the page's own code says (its errors among it): printed by pytest on failure.
+            page.on("console", lambda message: print(f"console {message.type}: {message.text}"))
             yield page
         finally:
             await browser.close()
+
+
+# Inspector 1.0.3 makes its OAuth callback's handler anew at each render of its app (a React.lazy
+# created while rendering). When the app renders again while the callback is handled, as a busy
+# machine makes likely, the second handler clears the saved connection the first one was to
+# reconnect with: the Inspector keeps the tokens and asks the user to connect again.
+ASKED_TO_CONNECT_AGAIN = "Connect again from the sidebar"
+
+
+def asked_to_connect_again(page: Page) -> Locator:
+    """The Inspector's notice that it signed in but did not reconnect."""
+    return page.get_by_text(ASKED_TO_CONNECT_AGAIN).first
+
+
+async def expect_connected(page: Page) -> None:
+    """Wait until the Inspector is connected after a sign-in; when it asks for it, connect again
+    as a user would, with the tokens it holds (a second sign-in would stop at a consent page)."""
+    connected = page.get_by_text("Connected", exact=True)
+    await expect(connected.or_(asked_to_connect_again(page)).first).to_be_visible(
+        timeout=STEP_TIMEOUT_MS
+    )
+    if not await connected.is_visible():
+        print("the Inspector asked to connect again after the sign-in")  # shown on failure
+        await page.get_by_role("button", name="Connect", exact=True).click()
+    await expect(connected).to_be_visible(timeout=STEP_TIMEOUT_MS)
 
 
 async def broker_sign_in(
@@ -139,7 +166,7 @@ async def broker_sign_in(
     await page.click("button[type=submit]")
     await page.wait_for_selector("input[name=prompt][value=consent]", state="attached")
     await page.click("button[type=submit]")
-    await expect(page.get_by_text("Connected", exact=True)).to_be_visible(timeout=STEP_TIMEOUT_MS)
+    await expect_connected(page)
     callbacks = [url for url in navigations if url.startswith(f"{inspector.ui}/oauth/callback?")]
     assert callbacks, navigations
     assert "code=" in callbacks[0], callbacks

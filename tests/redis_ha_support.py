@@ -6,7 +6,6 @@ Debian's `redis-server` (`--sentinel` is what the `redis-sentinel` command runs)
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -140,32 +139,13 @@ class RedisClusterSet:
         return f"redis+cluster://:{CLUSTER_PASSWORD}@{seeds}/"
 
 
-def _cluster_port() -> int:
-    """A free port whose cluster bus port (10000 higher) is free too."""
-    while True:
-        port = free_port()
-        if port + 10000 > 65535:
-            port -= 20000
-        if port > 1024 and _free(port) and _free(port + 10000):
-            return port
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 @contextmanager
 def redis_cluster(logs: Path, directory: Path) -> Iterator[RedisClusterSet]:
     """Six cluster-enabled servers joined by `redis-cli --cluster create`; stopped on exit."""
     binary, cli = shutil.which("redis-server"), shutil.which("redis-cli")
     assert binary, "redis-server is required: `make test` installs the Debian package"
     assert cli, "redis-cli is required: `make test` installs the Debian package"
-    ports = tuple(_cluster_port() for _ in range(6))
+    ports = tuple(free_port() for _ in range(6))
     with ExitStack() as running:
         processes = []
         for port in ports:
@@ -180,6 +160,9 @@ def redis_cluster(logs: Path, directory: Path) -> Iterator[RedisClusterSet]:
                 str(node_dir),
                 "--cluster-enabled",
                 "yes",
+                # Its own free port: the default (the port + 10000) may be another's.
+                "--cluster-port",
+                str(free_port()),
                 "--cluster-config-file",
                 "nodes.conf",
                 "--cluster-node-timeout",

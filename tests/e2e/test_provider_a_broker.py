@@ -33,8 +33,10 @@ from broker_flow import REDIRECT, BrokerClient, deny_at_provider, provider_refre
 from browser_support import ARTIFACTS
 from inspector_support import (
     STEP_TIMEOUT_MS,
+    asked_to_connect_again,
     call_add,
     chromium_page,
+    expect_connected,
     running_inspector,
     watch_gateway,
 )
@@ -179,10 +181,11 @@ async def provider_pages(page: Page, provider: Provider) -> None:
     consent = page.locator(
         "input[name=accept], form:has(input[name=prompt][value=consent]) button[value=allow]"
     )
-    await expect(connected.or_(consent).first).to_be_visible(timeout=STEP_TIMEOUT_MS)
+    shown = connected.or_(consent).or_(asked_to_connect_again(page))
+    await expect(shown.first).to_be_visible(timeout=STEP_TIMEOUT_MS)
     if await consent.count():
         await consent.first.click()
-    await expect(connected).to_be_visible(timeout=STEP_TIMEOUT_MS)
+    await expect_connected(page)
 
 
 async def test_inspector_signs_in_and_calls_a_tool(broker, logs):
