@@ -8,6 +8,8 @@ instructions executed between the two are divided by the requests.
     python benchmarks/instructions.py --stage "tool authorization"   # with an optional stage on
     python benchmarks/instructions.py --cache-sim    # and simulated cache misses per request
     python benchmarks/instructions.py --haproxy --cache-sim   # the same for HAProxy jwt_verify
+    python benchmarks/instructions.py --no-policy    # plain forwarding: the route without a policy
+    python benchmarks/instructions.py --floor        # the HTTP server alone: a static ASGI app
 
 Needs valgrind (Debian package). Counts are user-space instructions only (no kernel time), and
 OpenSSL may take other code paths under valgrind than on the bare CPU (HAProxy links the
@@ -25,9 +27,11 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import processes
+import servers
 from configs import STAGES
 from processes import LOAD_CORE
 from scenarios import Bench
@@ -97,6 +101,17 @@ def _parser() -> argparse.ArgumentParser:
         "--haproxy", action="store_true", help="measure HAProxy jwt_verify instead (scenario d)"
     )
     parser.add_argument(
+        "--no-policy",
+        action="store_true",
+        help="the gateway's route without its GatewayPolicy (plain forwarding)",
+    )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="measure the benchmark's backend instead: a static ASGI app on uvicorn (uvloop, "
+        "httptools), what the HTTP server alone costs",
+    )
+    parser.add_argument(
         "--stage",
         choices=("plain", *STAGES, "all"),
         default="plain",
@@ -125,12 +140,14 @@ def main() -> int:
             print(annotate(dump, args.top))
     total = totals.get("Ir", 0)
     scenario = (
-        "d (HAProxy jwt_verify, one token)"
+        "floor (a static ASGI app on uvicorn)"
+        if args.floor
+        else "d (HAProxy jwt_verify, one token)"
         if args.haproxy
         else "c (a new token per request)"
         if args.new_tokens
         else "b (one token)"
-    )
+    ) + (", route without a policy" if args.no_policy else "")
     print(
         f"scenario {scenario}: {total / count / 1000:.1f} k instructions per request "
         f"({count} requests, {failed} not 200)"
@@ -147,7 +164,7 @@ def _under_callgrind(bench: Bench, args: argparse.Namespace, tokens: list[str], 
     spawn, wait_port = bench.spawn, processes.wait_port
     processes.wait_port = lambda port, timeout=20: wait_port(port, 600)  # start-up under valgrind
 
-    measured = "haproxy" if args.haproxy else "gateway"
+    measured = "haproxy" if args.haproxy else "floor" if args.floor else "gateway"
     cache = ["--cache-sim=yes", "--LL=1048576,16,64"] if args.cache_sim else []
     tool = ["valgrind", "--tool=callgrind", *cache, f"--callgrind-out-file={out}.%p"]
 
@@ -159,11 +176,16 @@ def _under_callgrind(bench: Bench, args: argparse.Namespace, tokens: list[str], 
     bench.spawn = under_valgrind  # type: ignore[method-assign]
     try:
         backend = bench.backend(LOAD_CORE)
-        server = (
-            bench.haproxy(backend.port)
-            if args.haproxy
-            else bench.gateway(backend.port, stage=args.stage)
-        )
+        if args.no_policy:
+            servers.gateway_yaml = _without_policy(servers.gateway_yaml)
+        if args.floor:
+            port = processes.free_port()
+            command = [processes.PY, str(processes.HERE / "backend.py"), str(port)]
+            server = bench.spawn("floor", command, processes.SERVER_CORE, port)
+        elif args.haproxy:
+            server = bench.haproxy(backend.port)
+        else:
+            server = bench.gateway(backend.port, stage=args.stage)
         warm = tokens[count:] if args.new_tokens else tokens
         asyncio.run(load(server.port, warm, 200, args.conns))
         pid = str(server.popen.pid)
@@ -173,6 +195,16 @@ def _under_callgrind(bench: Bench, args: argparse.Namespace, tokens: list[str], 
     finally:
         bench.stop_all()
     return failed
+
+
+def _without_policy(make: Callable[..., str]) -> Callable[..., str]:
+    """`gateway_yaml` without the GatewayPolicy document: the route forwards unauthenticated."""
+
+    def yaml(*args: object) -> str:
+        documents = make(*args).split("---\n")
+        return "---\n".join(d for d in documents if "kind: GatewayPolicy" not in d)
+
+    return yaml
 
 
 def dumps(out: Path) -> list[Path]:

@@ -17,6 +17,7 @@ FLUSH_INTERVAL = 0.2
 MAX_PENDING = 100_000  # beyond this, lines are dropped (and counted) rather than hoarded
 FIELD_MEMO = 4096  # escaped request and caller fields remembered (all forgotten when full)
 PIPE_BUF = 4096  # the longest write a pipe keeps whole (Linux)
+_MILLISECONDS = tuple(f"{ms:03d}" for ms in range(1000))
 
 log = logging.getLogger("mcp_oauth_gateway.access")
 
@@ -37,8 +38,8 @@ class AccessLog:
         self._wake = threading.Event()
         self._stopped = False
         self._thread: threading.Thread | None = None
-        # Escaped "method path" and "sub=… iss=…" fields, by their values.
-        self._requests: dict[tuple[str, str], str] = {}
+        # The escaped " INFO …: method path status " and "sub=… iss=…" parts, by their values.
+        self._requests: dict[tuple[str, str, int], str] = {}
         self._callers: dict[tuple[object, object], str] = {}
 
     def start(self) -> None:
@@ -122,20 +123,25 @@ class AccessLog:
     ) -> str:
         """A text access line. Every value a request carried is escaped, spaces included: one
         field each, one line; `sub` is unique only within its issuer, so both name the caller."""
-        request = self._requests.get((method, path))
-        if request is None:
-            request = f"{escape_field(method)} {escape_field(path)}"
-            _remember(self._requests, (method, path), request)
+        # Everything between the time and the duration, by its values: escaping and formatting
+        # it per line cost as much as the rest of the line (method, path and status repeat).
+        middle = self._requests.get((method, path, status))
+        if middle is None:
+            middle = (
+                f" INFO mcp_oauth_gateway.access: {escape_field(method)} {escape_field(path)} "
+                f"{status} "
+            )
+            _remember(self._requests, (method, path, status), middle)
         # Only text claims are remembered: 1 and True are one key to a dict.
-        known = isinstance(sub, str | None) and isinstance(iss, str | None)
+        known = (sub is None or type(sub) is str) and (iss is None or type(iss) is str)
         caller = self._callers.get((sub, iss)) if known else None
         if caller is None:
             caller = _caller(sub, iss)
             if known:
                 _remember(self._callers, (sub, iss), caller)
         return (
-            f"{self._stamp},{int((now - int(now)) * 1000):03d} INFO mcp_oauth_gateway.access: "
-            f"{request} {status} {seconds * 1000:.1f}ms {caller}\n"
+            f"{self._stamp},{_MILLISECONDS[int((now - int(now)) * 1000)]}{middle}"
+            f"{seconds * 1000:.1f}ms {caller}\n"
         )
 
     def _run(self) -> None:
@@ -221,7 +227,7 @@ def _caller(sub: object, iss: object) -> str:
     return who if iss is None else f"{who} iss={escape_field(str(iss))}"
 
 
-def _remember(memo: dict[tuple[Any, Any], str], key: tuple[Any, Any], shown: str) -> None:
+def _remember(memo: dict[Any, str], key: tuple[Any, ...], shown: str) -> None:
     # Methods, paths, subjects and issuers repeat: escaping each character every time would
     # cost more than a lookup. Forgotten all at once when full.
     if len(memo) >= FIELD_MEMO:

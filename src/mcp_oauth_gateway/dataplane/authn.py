@@ -40,6 +40,7 @@ from ..urls import shown_url
 from .bounded import BoundedCache, CacheCounts
 from .challenge import Challenger, Refusal
 from .dpop_binding import (
+    BEARER,
     DPOP,
     ProofCheck,
     SealedTokens,
@@ -168,8 +169,17 @@ class JwtAuthentication:
             return
         scheme, token = credentials
         try:
-            claims, issuer, held = await self._presented(scope, token)
-            fresh_nonce = await self._bound(scope, scheme, token, claims, issuer, proofs)
+            if self.sealed is None:
+                # No token here holds another: its own claims, without a layer to get them.
+                claims, issuer = await self._verify(token)
+                held = token
+            else:
+                claims, issuer, held = await self._presented(scope, token)
+            if scheme == BEARER and "cnf" not in claims and issuer.dpop_mode != "Required":
+                # An unbound bearer token under a mode that takes it: nothing to bind or prove.
+                fresh_nonce = None
+            else:
+                fresh_nonce = await self._bound(scope, scheme, token, claims, issuer, proofs)
         except (KeysetPending, ReplayCacheFull, RedisUnavailable) as exc:
             await _unavailable(scope, send, exc)
             return

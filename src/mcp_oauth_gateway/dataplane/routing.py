@@ -11,6 +11,10 @@ from ..controlplane.snapshot import CompiledCors, CompiledRoute
 from .cors import origin_allowed
 from .route_index import RouteIndex
 
+# Answers remembered per table, for hosts and paths this short together (a megabyte at most).
+MAX_SEEN = 4096
+MAX_SEEN_LENGTH = 256
+
 
 @dataclass(frozen=True, slots=True)
 class RouteEntry:
@@ -26,6 +30,9 @@ class RouteTable:
     def __init__(self, entries: Sequence[RouteEntry], listeners: Sequence[str] = ("",)):
         self.entries = tuple(entries)
         self.index = RouteIndex([entry.route for entry in self.entries], listeners)
+        # The answers for the hosts and paths requests name, which repeat: one dict lookup
+        # instead of the index's walk (bounded: a crowd of paths forgets them all at once).
+        self._seen: dict[tuple[str, str], RouteEntry | None] = {}
 
     def cors_for(self, host: str, origin: str) -> CompiledCors | None:
         """The first CORS policy on this listener (for `host`) that lets `origin` read answers:
@@ -37,8 +44,17 @@ class RouteTable:
 
     def match(self, host: str, path: str) -> RouteEntry | None:
         """The entry serving `host` + `path`, or None."""
+        seen = self._seen
+        key = (host, path)
+        if key in seen:
+            return seen[key]
         position = self.index.first(host, path)
-        return None if position is None else self.entries[position]
+        entry = None if position is None else self.entries[position]
+        if len(host) + len(path) <= MAX_SEEN_LENGTH:
+            if len(seen) >= MAX_SEEN:
+                seen.clear()
+            seen[key] = entry
+        return entry
 
 
 def hosts_overlap(a: Sequence[str], b: Sequence[str]) -> bool:

@@ -28,6 +28,7 @@ from ..asgi import Headers
 from ..controlplane.egress import EgressRules
 from ..controlplane.egress_resolver import checked_address
 from ..controlplane.snapshot import TargetTls
+from .deadlines import HeadDeadlines
 from .request_head import request_head
 from .upstream import UpstreamError, UpstreamTlsError
 
@@ -121,6 +122,8 @@ class _Connection(asyncio.Protocol):
         self.headers_ready: asyncio.Future[None] | None = None
         self.closed = False
         self.keep_alive = True
+        # Whether the parser reached the end of the last response (so it can read the next).
+        self.parsed_whole = False
         self.idle_since = time.monotonic()
         self._buffered = 0
         self._paused = False
@@ -217,8 +220,11 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         response = self.response
-        if response is not None and response.status >= 200 and not response._done:
-            response.finish()
+        if response is not None and response.status >= 200:
+            # The parser read the final response to its end: it is ready for the next one.
+            self.parsed_whole = True
+            if not response._done:
+                response.finish()
 
     # pool bookkeeping
 
@@ -239,7 +245,10 @@ class _Connection(asyncio.Protocol):
         self.headers_ready = None
         pool = self.pool
         if clean and self.keep_alive and not self.closed and len(pool.idle) < pool.max_idle:
-            self.parser = httptools.HttpResponseParser(self)
+            if not self.parsed_whole:
+                # Stopped inside a message (a HEAD's announced body): a fresh parser.
+                self.parser = httptools.HttpResponseParser(self)
+            self.parsed_whole = False
             self.idle_since = time.monotonic()
             pool.idle.append(self)
             if pool.sweep is None:
@@ -338,11 +347,6 @@ class _HostPool:
         return conn
 
 
-def _expire(ready: asyncio.Future[None], timeout: float) -> None:
-    if not ready.done():
-        ready.set_exception(TimeoutError(f"no response headers within {timeout:g}s"))
-
-
 class RawUpstream:
     """The `Upstream` for the hot path: pooled keep-alive connections per backend."""
 
@@ -359,6 +363,7 @@ class RawUpstream:
         # name is never handed to a target that trusts others.
         self._pools: dict[tuple[str, int, TargetTls | None], _HostPool] = {}
         self._targets: dict[tuple[str, TargetTls | None], tuple[_HostPool, bytes]] = {}
+        self._deadlines: HeadDeadlines | None = None
 
     def _resolve(self, url: str, tls: TargetTls | None) -> tuple[_HostPool, bytes]:
         cached = self._targets.get((url, tls))
@@ -390,7 +395,7 @@ class RawUpstream:
         tls: TargetTls | None = None,
     ) -> _Response:
         """Send the request; return once the response headers are in (TimeoutError after
-        `headers_within` seconds: one timer, cheaper than a timeout context)."""
+        `headers_within` seconds: one deadline, cheaper than a timeout context)."""
         pool, target = self._resolve(url, tls)
         streamed = not isinstance(body, bytes)
         head = request_head(method, target, headers, len(body) if isinstance(body, bytes) else None)
@@ -418,7 +423,10 @@ class RawUpstream:
             await self._write(conn, head, body, ready)
             # The wait for the head starts once the request is out; any failure (timeout,
             # broken connection, cancellation) closes the connection.
-            timer = loop.call_later(headers_within, _expire, ready, headers_within)
+            deadlines = self._deadlines
+            if deadlines is None or deadlines.loop is not loop:
+                deadlines = self._deadlines = HeadDeadlines(loop)
+            deadlines.add(ready, headers_within)
             try:
                 await ready
             except BaseException as exc:
@@ -430,7 +438,7 @@ class RawUpstream:
                     continue
                 raise
             finally:
-                timer.cancel()
+                deadlines.discard(ready)
             return response
         raise UpstreamError("the backend closed the connection twice")
 
