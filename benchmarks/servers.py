@@ -1,13 +1,17 @@
 """The servers a benchmark run starts, each pinned to a core and logged in a work directory: the
 static backend, the gateway (with an optional stage on), HAProxy and nginx; and the RS256 tokens
-they are sent."""
+they are sent. The work directory (logs, configurations, token files: about 100 MB after a long
+run) is removed when the benchmark ends; BENCH_KEEP_WORK=1 keeps it and prints where."""
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -47,12 +51,21 @@ class Server:
                 self.popen.kill()
 
 
+def leave_work(work: Path) -> None:
+    """Remove a run's work directory, or say where it stays (BENCH_KEEP_WORK=1)."""
+    if os.environ.get("BENCH_KEEP_WORK") == "1":
+        print(f"[bench] logs and configurations kept in {work}", file=sys.stderr)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 class Servers:
     """Starts the servers of a run and stops them all; mints the tokens."""
 
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.work = Path(tempfile.mkdtemp(prefix="mcp-gw-bench-"))
+        atexit.register(leave_work, self.work)
         self.key = RSAKey.generate_key(
             2048, parameters={"kid": "bench", "alg": "RS256", "use": "sig"}
         )

@@ -11,15 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Callable
 
+from .acceptor import Acceptor, ProtocolFactory
 from .controlplane.snapshot import Snapshot
 
 log = logging.getLogger("mcp_oauth_gateway")
 
 RETRY_INTERVAL = 5.0
-
-ProtocolFactory = Callable[[], asyncio.Protocol]
 
 
 def open_socket(host: str, port: int) -> socket.socket:
@@ -44,7 +42,7 @@ class DynamicListeners:
         self,
         host: str,
         factory: ProtocolFactory,
-        servers: list[asyncio.Server],
+        servers: list[Acceptor],
         reserved: dict[int, str] | None = None,
     ):
         self.host = host
@@ -52,7 +50,7 @@ class DynamicListeners:
         # The list the HTTP server closes on shutdown: listeners added here close with it.
         self.servers = servers
         self.reserved = reserved or {}
-        self.bound: dict[int, asyncio.Server] = {}
+        self.bound: dict[int, Acceptor] = {}
         self.unbound: dict[int, str] = {}
         self.wanted: frozenset[int] = frozenset()
         self._retry: asyncio.Task[None] | None = None
@@ -95,10 +93,10 @@ class DynamicListeners:
             return
         try:
             sock = open_socket(self.host, port)
-            server = await asyncio.get_running_loop().create_server(self.factory, sock=sock)
         except OSError as exc:
             self._unbound(port, str(exc))
             return
+        server = Acceptor(sock, self.factory, asyncio.get_running_loop())
         self.bound[port] = server
         self.servers.append(server)
         self.unbound.pop(port, None)

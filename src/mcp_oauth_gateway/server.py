@@ -20,6 +20,7 @@ from typing import Any
 import uvicorn
 
 from . import logs
+from .acceptor import Acceptor
 from .asgi import Limits
 from .connections import (
     ConnectionGuard,
@@ -45,7 +46,8 @@ DRAIN_POLL = 0.1
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, draining the gateway's way on SIGTERM/SIGINT (`shutdown`)."""
+    """uvicorn's server, accepting in batches (acceptor.py) and draining the gateway's way on
+    SIGTERM/SIGINT (`shutdown`)."""
 
     def __init__(
         self, config: uvicorn.Config, drain: Drain, guard: ConnectionGuard, options: ServeOptions
@@ -55,6 +57,21 @@ class _Server(uvicorn.Server):
         self.guard = guard
         # The admin and health listeners answer (readiness: draining) until the drain is over.
         self.own_ports = frozenset(own_ports(options))
+        # Every listening socket, in place of uvicorn's `servers` (which stays empty).
+        self.acceptors: list[Acceptor] = []
+
+    def _protocol(self) -> asyncio.Protocol:
+        protocol: asyncio.Protocol = self.config.http_protocol_class(  # type: ignore[call-arg]
+            config=self.config, server_state=self.server_state, app_state=self.lifespan.state
+        )
+        return protocol
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's start-up (the lifespan), then accept on `sockets`."""
+        # An empty list: uvicorn binds nothing of its own and logs no address.
+        await super().startup([])
+        loop = asyncio.get_running_loop()
+        self.acceptors = [Acceptor(sock, self._protocol, loop) for sock in sockets or []]
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -83,20 +100,17 @@ class _Server(uvicorn.Server):
             streams,
             self.drain.grace,
         )
-        own = [server for server in self.servers if _ports(server) & self.own_ports]
-        doomed = [s for s in sockets or [] if s.getsockname()[1] not in self.own_ports]
-        for server in self.servers:
-            if server not in own:
-                server.close()
-        for sock in doomed:
-            sock.close()  # as uvicorn does: the server may hold it until its handle closes
+        own = [acceptor for acceptor in self.acceptors if acceptor.port in self.own_ports]
+        for acceptor in self.acceptors:
+            if acceptor not in own:
+                acceptor.close()
         for connection in list(self.server_state.connections):
             connection.shutdown()
         await self.release()
         cut = await self._finish_in_flight(began + self.drain.grace)
         self.drain.stop()
-        for server in own:
-            server.close()
+        for acceptor in own:
+            acceptor.close()
         for connection in list(self.server_state.connections):
             connection.shutdown()
         if not self.force_exit:
@@ -142,11 +156,6 @@ def _local_port(connection: object) -> int | None:
     """The port a client connection came in on (None: unknown)."""
     address = getattr(connection, "server", None)
     return address[1] if address else None
-
-
-def _ports(server: asyncio.Server) -> set[int]:
-    """The ports an asyncio server listens on."""
-    return {sock.getsockname()[1] for sock in server.sockets}
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -415,12 +424,6 @@ class _ClusterServer(_Server):
         self.view = view
         self.failed = False
 
-    def _protocol(self) -> asyncio.Protocol:
-        protocol: asyncio.Protocol = self.config.http_protocol_class(  # type: ignore[call-arg]
-            config=self.config, server_state=self.server_state, app_state=self.lifespan.state
-        )
-        return protocol
-
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         """Serve the admin listener, connect, then start the controller and the listeners."""
         await super().startup(sockets)
@@ -433,7 +436,7 @@ class _ClusterServer(_Server):
         # The cluster's own service-account keys (workloadIdentity's `jwks.kubernetes`).
         self.control.cluster_documents = client.document
         reserved = reserved_ports(self.options)
-        listeners = DynamicListeners(self.options.host, self._protocol, self.servers, reserved)
+        listeners = DynamicListeners(self.options.host, self._protocol, self.acceptors, reserved)
         controller = Controller(
             client,
             self.control,
