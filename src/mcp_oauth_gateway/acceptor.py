@@ -10,8 +10,8 @@ open connection took under 0.3 s. Here a readable listening socket is accepted f
 is empty, at most `ACCEPT_BATCH` connections a turn, so that with several workers on one
 socket the first to wake does not take a whole burst.
 
-Each accepted socket becomes a connection of the same protocol, through the loop's
-`connect_accepted_socket`, as a server's own would.
+Each accepted socket is handed to the event loop's call for sockets accepted elsewhere, and
+becomes a connection of the same protocol as a server's own would.
 """
 
 from __future__ import annotations

@@ -15,16 +15,17 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import aiohttp
 import yaml
-from kubernetes_asyncio.client import ApiClient, Configuration
-from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
 
 from ..urls import shown_url
 from .kinds import Kind
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client import ApiClient, Configuration
 
 log = logging.getLogger("mcp_oauth_gateway.kube")
 
@@ -297,6 +298,11 @@ def _kubeconfig_shape(path: str) -> None:
 
 
 async def _configuration(kubeconfig: str | None) -> tuple[Configuration, str]:
+    # Loaded on first use: the Kubernetes client is a thousand modules (a second of start-up
+    # and 35 MB) that a file-mode gateway, which imports this module's flags, never needs.
+    from kubernetes_asyncio.client import Configuration
+    from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
+
     if kubeconfig is not None:
         _kubeconfig_shape(kubeconfig)
     configuration = Configuration()
@@ -328,6 +334,8 @@ async def connect(kubeconfig: str | None) -> KubeClient:
     # Shown in logs and /status only; the ApiClient connects with the configuration itself.
     server = shown_url(str(configuration.host))
     log.info("API server %s (credentials from %s)", server, where)
+    from kubernetes_asyncio.client import ApiClient
+
     api = ApiClient(configuration)
     # Named in the objects' managedFields and the API server's audit log.
     api.user_agent = f"mcp-oauth-gateway/{version('mcp-oauth-gateway')}"

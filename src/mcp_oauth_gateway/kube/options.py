@@ -10,12 +10,15 @@ import re
 import socket
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..controlplane.cluster import CONTROLLER_NAME
 from ..controlplane.egress import EgressRules
 from ..ip_blocks import IPAddress, parse
-from .controller import ControllerOptions
 from .leader import DEFAULT_DURATION, DEFAULT_LEASE_NAME
+
+if TYPE_CHECKING:
+    from .controller import ControllerOptions
 
 # Set in every pod (the API server's Service); how in-cluster configuration is recognised.
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
@@ -211,6 +214,10 @@ def controller_options(args: argparse.Namespace) -> ControllerOptions:
     """The controller's settings from `serve`'s flags; ValueError naming a bad flag."""
     _check_sources(args)
     _check_names(args)
+    # The controller (and with it the Kubernetes client) is loaded in controller mode only:
+    # these flags are parsed for every `serve`.
+    from .controller import ControllerOptions
+
     return ControllerOptions(
         kubeconfig=args.kubeconfig or None,
         identity=os.environ.get("POD_NAME") or socket.gethostname(),

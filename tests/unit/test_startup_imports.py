@@ -1,0 +1,50 @@
+"""What a file-mode `serve` loads: not the Kubernetes client (a thousand modules, about 35 MB
+of every gateway process and a second of its start), nor what only `check` uses."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+PROBE = """
+import sys
+from mcp_oauth_gateway.cli.flags import parser
+import mcp_oauth_gateway.cli
+import mcp_oauth_gateway.cli.serve
+import mcp_oauth_gateway.server
+from mcp_oauth_gateway.kube.options import in_cluster_mode
+args = parser().parse_args(["serve", "-f", "gateway.yaml"])
+assert not in_cluster_mode(args)
+loaded = sorted({m.split(".")[0] for m in sys.modules} & {"kubernetes_asyncio"})
+loaded += sorted(m for m in sys.modules if m in {
+    "mcp_oauth_gateway.cli.check",
+    "mcp_oauth_gateway.kube.controller", "mcp_oauth_gateway.devidp",
+})
+print(",".join(loaded))
+"""
+
+
+def test_a_file_mode_gateway_does_not_load_the_kubernetes_client_or_other_commands():
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""
+
+
+def test_controller_mode_loads_it_when_it_connects():
+    probe = (
+        "import sys, asyncio\n"
+        "from mcp_oauth_gateway.kube.client import ConnectError, connect\n"
+        "try:\n"
+        "    asyncio.run(connect('/nonexistent/kubeconfig'))\n"
+        "except ConnectError as exc:\n"
+        "    print(exc)\n"
+        "print('kubernetes_asyncio' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--kubeconfig /nonexistent/kubeconfig" in done.stdout
+    assert done.stdout.strip().endswith("True")
