@@ -22,8 +22,6 @@ from pydantic.fields import FieldInfo
 
 from mcp_oauth_gateway.provider_kinds import ProviderKind
 
-RESOURCES_PACKAGE = "mcp_oauth_gateway.resources."
-
 
 class GeneratorError(Exception):
     """The models use something this generator does not know how to express."""
@@ -175,15 +173,20 @@ def _field_docstrings(module: types.ModuleType) -> dict[tuple[str, str], str]:
 
 @functools.cache
 def _docstrings_of(module_name: str) -> dict[tuple[str, str], str]:
-    """The field docstrings of one module of the resources package."""
+    """The field docstrings of one module (the resources package's, or a test's own models)."""
     return _field_docstrings(sys.modules[module_name])
 
 
 def field_text(model: type[BaseModel], name: str) -> str | None:
-    """What describes a field: its `Field(description=...)`, else its docstring."""
+    """What describes a field: its `Field(description=...)`, else the docstring under it in the
+    class that declares it last (a subclass that only narrows a field's type keeps the text of
+    the model it extends)."""
     text = model.model_fields[name].description
-    if text is None and model.__module__.startswith(RESOURCES_PACKAGE):
-        text = _docstrings_of(model.__module__).get((model.__qualname__, name))
+    for owner in model.__mro__:
+        if text is not None or owner is BaseModel:
+            break
+        if issubclass(owner, BaseModel) and name in inspect.get_annotations(owner):
+            text = _docstrings_of(owner.__module__).get((owner.__qualname__, name))
     return text
 
 
@@ -247,18 +250,20 @@ def _apply_decorators(model: type[BaseModel], schema: Schema, walk: Walk, where:
     if decorators.validators or decorators.root_validators:
         raise GeneratorError(f"{where}: {model.__name__} uses pydantic v1 validators")
     for name, decorator in decorators.field_validators.items():
-        rule = _rule_for(model, name, where)
+        key, rule = _rule_for(model, name, where)
         for field_name in decorator.info.fields:
-            walk.apply(schema["properties"][aliases[field_name]], (model, name), rule)
+            walk.apply(schema["properties"][aliases[field_name]], key, rule)
     for name in decorators.model_validators:
-        walk.apply(schema, (model, name), _rule_for(model, name, where))
+        walk.apply(schema, *_rule_for(model, name, where))
 
 
-def _rule_for(model: type[BaseModel], name: str, where: str) -> Rule:
-    rule = DECORATED.get((model, name))
-    if rule is None:
-        raise GeneratorError(
-            f"{where}: {model.__name__}.{name} has no entry in DECORATED in tools/gen_crds.py; "
-            "express it there (schema keywords or CEL), or describe it as a controller check"
-        )
-    return rule
+def _rule_for(model: type[BaseModel], name: str, where: str) -> tuple[object, Rule]:
+    """The entry of a validator, under the model that defines it (a subclass inherits it)."""
+    for owner in model.__mro__:
+        rule = DECORATED.get((owner, name))
+        if rule is not None:
+            return (owner, name), rule
+    raise GeneratorError(
+        f"{where}: {model.__name__}.{name} has no entry in DECORATED in tools/_crd_rules.py; "
+        "express it there (schema keywords or CEL), or describe it as a controller check"
+    )

@@ -393,9 +393,10 @@ def _controller_checks(text: str) -> list[str]:
     return items
 
 
-def crd_page(kind: str, file: str) -> str:
-    """The reference page of a custom resource, from its CRD."""
-    text = (CRD_DIR / file).read_text(encoding="utf-8")
+def crd_page(kind: str, file: str, text: str | None = None) -> str:
+    """The reference page of a custom resource, from its CRD file (or that file's `text`)."""
+    if text is None:
+        text = (CRD_DIR / file).read_text(encoding="utf-8")
     crd = next(
         d for d in yaml.safe_load_all(text) if d and d.get("kind") == "CustomResourceDefinition"
     )

@@ -47,6 +47,29 @@ from .workload import compile_workload, workload_problems
 
 NEEDS_JWT = "(rules are evaluated against the verified token)"
 
+# What `compile_policy` refuses beyond the models, in words: the CRD's header and the reference
+# page list it (tools/gen_crds.py). The loader and the API server accept what fails these, and
+# the controller reports it as Accepted=False; a check added here is listed there too.
+CONTROLLER_CHECKS = (
+    "every CEL expression compiles (authorization and backend.mcp.authorization "
+    "matchExpressions, backend.mcp.scopes[].match, transformation.request.set[].value, "
+    "rateLimit.key)",
+    "jwks.inline is a JWKS document; jwks.remote.backendRef names a Service the gateway "
+    "can resolve",
+    "several providers: distinct issuers, a loginHintDomains domain in one provider only, no "
+    "mcp.provider in Facade mode, a clientId for each in Broker mode, and iss beside sub in what "
+    "the backend is told (secretHeader.identity.claims, headers set from jwt.sub)",
+    "traffic sets jwtAuthentication; authorization, scopes, backend.mcp, backend.credentials "
+    "and a transformation that reads jwt need it",
+    "backend.credentials: its secrets can be read, jwtAuthentication.forwardToken is not "
+    "set beside it, and each targets[].name is a target of the backend of every route the "
+    "policy governs",
+    "provider ProviderB (Authentik): clientId is set and is one of the audiences, and the "
+    "issuer ends with '/'",
+    "authorizationServerMode Broker: provider and clientId are set, and broker.redisUrl when "
+    "several processes serve; broker is set only in Broker mode",
+)
+
 
 @dataclass(frozen=True, slots=True)
 class PolicyResult:

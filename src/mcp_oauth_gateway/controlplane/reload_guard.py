@@ -18,13 +18,17 @@ at the gateway."""
 
 from __future__ import annotations
 
+from typing import get_args
+
+from ..resources.models import JwtMode
 from .keys import Keyset
 from .narrowing import rules_widening, scopes_widening
 from .snapshot import CompiledPolicy, CompiledProvider, CompiledTransformation, KeysetSource
 
 JWT = "spec.traffic.jwtAuthentication"
-# How much each mode lets in: a token is needed, may be left out, may also be bad.
-MODE_RANK = {"Strict": 0, "Optional": 1, "Permissive": 2}
+# How much each mode lets in (the model lists them in that order): a token is needed, may be
+# left out, may also be bad.
+MODE_RANK = {mode: rank for rank, mode in enumerate(get_args(JwtMode))}
 MODE_LETS_IN = {"Optional": "requests without a token", "Permissive": "requests with a bad token"}
 
 Finding = tuple[str, str]

@@ -11,12 +11,12 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, get_args
 from urllib.parse import urlsplit
 
 from ..authorization_server_modes import AuthorizationServerMode
 from ..provider_kinds import ProviderKind
-from ..resources.models import CorsPolicy, Service
+from ..resources.models import CorsPolicy, DpopAlgorithm, DpopMode, JwtMode, RuleAction, Service
 from ..urls import shown_url
 from . import status
 from .cel import CompiledExpression
@@ -93,11 +93,8 @@ class KeysetSource:
     inline: Keyset | None = None
 
 
-# Every algorithm a DPoP proof may be signed with (resources.authentication.DpopAlgorithm).
-DPOP_ALGORITHMS = frozenset(
-    {"ES256", "ES384", "ES512", "EdDSA", "Ed25519", "PS256", "PS384", "PS512"}
-    | {"RS256", "RS384", "RS512"}
-)
+# Every algorithm a DPoP proof may be signed with: the model's list, so the two cannot differ.
+DPOP_ALGORITHMS: frozenset[str] = frozenset(get_args(DpopAlgorithm))
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +103,7 @@ class CompiledDpop:
     far a proof's `iat` may be from now (seconds, either way), and whether nonces are
     required."""
 
-    mode: Literal["Disabled", "Allowed", "Required"] = "Allowed"
+    mode: DpopMode = "Allowed"
     algorithms: frozenset[str] = DPOP_ALGORITHMS
     max_age: float = 300.0
     require_nonce: bool = False
@@ -140,7 +137,7 @@ class CompiledProvider:
 
 @dataclass(frozen=True, slots=True)
 class CompiledAuthorization:
-    action: Literal["Allow", "Deny", "Require"]
+    action: RuleAction
     expressions: tuple[CompiledExpression, ...]
 
 
@@ -308,7 +305,7 @@ class CompiledPolicy:
     invalid: str | None = None
     mcp_authorization: CompiledAuthorization | None = None
     scopes: CompiledScopes | None = None
-    jwt_mode: Literal["Strict", "Optional", "Permissive"] = "Strict"
+    jwt_mode: JwtMode = "Strict"
     credentials: CompiledCredentials | None = None
     # `spec.backend.credentials.targets`: (target name, its credential), in the policy's order;
     # a target not listed gets `credentials`. Empty on a single-target route (resolved at load).

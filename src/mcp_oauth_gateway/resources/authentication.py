@@ -57,6 +57,10 @@ DpopAlgorithm = Literal[
     "RS384",
     "RS512",
 ]
+# A provider's DPoP mode (`providers[].dpop`).
+DpopMode = Literal["Disabled", "Allowed", "Required"]
+# How a route treats a missing or bad token, in the order of how much each lets in.
+JwtMode = Literal["Strict", "Optional", "Permissive"]
 
 
 class DpopProofs(StrictModel):
@@ -121,7 +125,7 @@ class JwtProvider(StrictModel):
     (`alice@corp.example`) picks this provider without asking. A domain belongs to one provider
     at most."""
 
-    dpop: Literal["Disabled", "Allowed", "Required"] = "Allowed"
+    dpop: DpopMode = "Allowed"
     """DPoP (RFC 9449), sender-constrained tokens: a token bound to a key (`cnf.jkt`) is
     accepted only as `Authorization: DPoP` with a proof signed by that key, made for this
     request. `Allowed` (default): bound tokens with a proof, and unbound tokens as `Bearer`.
@@ -230,7 +234,7 @@ class McpAuthentication(StrictModel):
 
 
 class JwtAuthenticationSpec(StrictModel):
-    mode: Literal["Strict", "Optional", "Permissive"] = "Strict"
+    mode: JwtMode = "Strict"
     """`Strict` (default): a valid token or 401. `Optional`: a request without a token goes on
     as an anonymous caller (`jwt` is an empty map), a bad token is 401. `Permissive`: a bad
     token also goes on as anonymous, and why is logged and counted."""

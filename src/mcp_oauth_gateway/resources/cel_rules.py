@@ -9,6 +9,9 @@ from pydantic import Field
 
 from .fields import StrictModel
 
+# What a rule block does with its expressions' results.
+RuleAction = Literal["Allow", "Deny", "Require"]
+
 
 class AuthorizationRules(StrictModel):
     match_expressions: Annotated[
@@ -22,7 +25,7 @@ class AuthorizationRules(StrictModel):
 
 
 class Authorization(StrictModel):
-    action: Literal["Allow", "Deny", "Require"] = "Allow"
+    action: RuleAction = "Allow"
     """`Allow` (default): allowed when any expression is true. `Deny`: refused when any is
     true. `Require`: allowed when all are true. An expression that cannot be evaluated (a
     missing claim, not a boolean) never lets a request through."""

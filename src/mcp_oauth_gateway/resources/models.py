@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from .authentication import (
     BrokerSettings,
+    DpopAlgorithm,
+    DpopMode,
     DpopProofs,
     JwtAuthenticationSpec,
+    JwtMode,
     JwtProvider,
     McpAuthentication,
     PolicyTargetRef,
@@ -30,7 +33,7 @@ from .backend import (
     ServiceTarget,
     StaticTarget,
 )
-from .cel_rules import Authorization, AuthorizationRules
+from .cel_rules import Authorization, AuthorizationRules, RuleAction
 from .cluster_kinds import (
     ClusterMeta,
     GatewayClass,
@@ -169,6 +172,8 @@ __all__ = [
     "BrokerSettings",
     "ClusterMeta",
     "CorsPolicy",
+    "DpopAlgorithm",
+    "DpopMode",
     "DpopProofs",
     "Duration",
     "Gateway",
@@ -190,6 +195,7 @@ __all__ = [
     "IdentityHeader",
     "Jwks",
     "JwtAuthenticationSpec",
+    "JwtMode",
     "JwtProvider",
     "KubernetesJwks",
     "LabelSelector",
@@ -222,6 +228,7 @@ __all__ = [
     "RouteNamespaces",
     "RouteRule",
     "RouteTimeouts",
+    "RuleAction",
     "ScopeList",
     "ScopeToken",
     "Scopes",
