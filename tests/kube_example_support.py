@@ -33,7 +33,6 @@ EXAMPLE = ROOT / "examples" / "kubernetes"
 POLICY_CRDS = sorted((ROOT / "deploy" / "crds").glob("*.yaml"))
 # In the gateway's environment, as a Deployment's secretKeyRef would put a key there.
 BACKEND_API_KEY = "k8s-backend-api-key-7"
-BACKEND_GROUP = "mcp-oauth-gateway.dev"
 # The module fixture's parameters: the project's own Gateway API CRDs (what `make test` uses) or
 # the official v1.6.1 experimental ones from CONTRACTS_DIR (`make test-contracts`).
 GATEWAY_API_CRDS = ["project-crds", pytest.param("official-crds", marks=pytest.mark.contracts)]
@@ -46,54 +45,6 @@ class Site:
     namespace: str
     gateway_class: str = "mcp-oauth-gateway"
     controller: str = "mcp-oauth-gateway.dev/gateway-controller"
-
-
-def backend_object(name: str, namespace: str, backend: str) -> dict[str, Any]:
-    """A GatewayBackend with one static target: the MCP server at `backend` (`host:port`)."""
-    host, port = backend.rsplit(":", 1)
-    target = {"name": "t", "static": {"host": host, "port": int(port)}}
-    return {
-        "apiVersion": f"{BACKEND_GROUP}/v1alpha1",
-        "kind": "GatewayBackend",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"mcp": {"targets": [target]}},
-    }
-
-
-def backend_ref(name: str, namespace: str | None = None) -> dict[str, str]:
-    """A route's reference to a GatewayBackend (in the route's namespace unless named)."""
-    ref = {"group": BACKEND_GROUP, "kind": "GatewayBackend", "name": name}
-    return {**ref, "namespace": namespace} if namespace else ref
-
-
-def route_object(
-    name: str,
-    namespace: str,
-    parent: dict[str, str],
-    backend: dict[str, str],
-    path_prefix: str | None = None,
-) -> dict[str, Any]:
-    """An HTTPRoute with one rule: `parent` its Gateway, `backend` its only backendRef."""
-    rule: dict[str, Any] = {"backendRefs": [backend]}
-    if path_prefix is not None:
-        rule = {"matches": [{"path": {"type": "PathPrefix", "value": path_prefix}}], **rule}
-    return {
-        "apiVersion": "gateway.networking.k8s.io/v1",
-        "kind": "HTTPRoute",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"parentRefs": [parent], "rules": [rule]},
-    }
-
-
-def reference_grant(namespace: str, routes_from: str) -> dict[str, Any]:
-    """Lets the HTTPRoutes of `routes_from` name the GatewayBackends of `namespace`."""
-    routes = {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": routes_from}
-    return {
-        "apiVersion": "gateway.networking.k8s.io/v1beta1",
-        "kind": "ReferenceGrant",
-        "metadata": {"name": "routes-from-mcp", "namespace": namespace},
-        "spec": {"from": [routes], "to": [{"group": BACKEND_GROUP, "kind": "GatewayBackend"}]},
-    }
 
 
 def _example_docs() -> list[dict[str, Any]]:

@@ -21,11 +21,10 @@ from kube_example_support import (
     GATEWAY_API_CRDS,
     ClusterStack,
     Site,
-    backend_object,
     gateway_api,
     serve_example,
 )
-from kube_support import ACCEPT, INITIALIZE, WAIT
+from kube_support import ACCEPT, INITIALIZE, WAIT, backend_object
 from mcp_oauth_gateway.kube.controller import QUIET, SETTLE_AT_MOST
 from support import wait_until
 

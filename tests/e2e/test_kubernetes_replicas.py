@@ -20,12 +20,19 @@ import pytest
 from kube_example_support import (
     GATEWAY_API_CRDS,
     POLICY_CRDS,
+    gateway_api,
+)
+from kube_support import (
+    WAIT,
+    Api,
     backend_object,
     backend_ref,
-    gateway_api,
+    controller_cmd,
+    gateway_class,
+    gateway_object,
+    listener,
     route_object,
 )
-from kube_support import WAIT, Api, controller_cmd
 from support import Process, free_port, wait_until
 
 FAILOVER_NS = "mcp-e2e-failover"
@@ -42,25 +49,11 @@ def api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         yield Api(server)
 
 
-def listener(port: int, **extra: str) -> dict[str, Any]:
-    return {"name": "http", "port": port, "protocol": "HTTP", **extra}
-
-
 def failover_objects(port: int, backend: str) -> list[dict[str, Any]]:
     """The replicas' own class, Gateway (listening on `port`), route and backend."""
     return [
-        {
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "GatewayClass",
-            "metadata": {"name": "failover"},
-            "spec": {"controllerName": CONTROLLER},
-        },
-        {
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "Gateway",
-            "metadata": {"name": "gw", "namespace": FAILOVER_NS},
-            "spec": {"gatewayClassName": "failover", "listeners": [listener(port)]},
-        },
+        gateway_class("failover", CONTROLLER),
+        gateway_object("gw", FAILOVER_NS, "failover", [listener(port)]),
         backend_object("b", FAILOVER_NS, backend),
         route_object("r", FAILOVER_NS, {"name": "gw"}, backend_ref("b")),
     ]

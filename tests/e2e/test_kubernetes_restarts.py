@@ -19,14 +19,17 @@ from kube_example_support import (
     GATEWAY_API_CRDS,
     ClusterStack,
     Site,
-    backend_object,
-    backend_ref,
     gateway_api,
-    reference_grant,
-    route_object,
     serve_example,
 )
-from kube_support import WAIT, controller_cmd
+from kube_support import (
+    WAIT,
+    backend_object,
+    backend_ref,
+    controller_cmd,
+    reference_grant,
+    route_object,
+)
 from support import Process, free_port, wait_for_port, wait_until
 
 NS = "k8s-restarts"

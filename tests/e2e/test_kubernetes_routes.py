@@ -19,14 +19,10 @@ from kube_example_support import (
     GATEWAY_API_CRDS,
     ClusterStack,
     Site,
-    backend_object,
-    backend_ref,
     gateway_api,
-    reference_grant,
-    route_object,
     serve_example,
 )
-from kube_support import WAIT
+from kube_support import WAIT, backend_object, backend_ref, reference_grant, route_object
 from support import wait_until
 
 NS = "k8s-routes"
