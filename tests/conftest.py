@@ -139,6 +139,40 @@ def use_broker(config: Path) -> Path:
     return config
 
 
+def _example_for_stack(
+    example: str,
+    target: Path,
+    ports: dict[str, int],
+    broker: bool,
+    policy_extra: str,
+    policy_edit: tuple[str, str],
+    route_edits: tuple[tuple[str, str], ...],
+) -> Path:
+    """`example` copied with the test's ports, its route and policy edited as asked."""
+    config = write_example(example, target, ports)
+    if broker:
+        use_broker(config)
+    route = config / "gateway.yaml"
+    for before, after in route_edits:
+        assert before in route.read_text(), before
+        route.write_text(route.read_text().replace(before, after))
+    policy = config / "policy.yaml"
+    if policy_edit[0]:
+        assert policy_edit[0] in policy.read_text(), policy_edit
+        policy.write_text(policy.read_text().replace(*policy_edit))
+    if policy_extra:
+        policy.write_text(policy.read_text() + policy_extra)
+    return config
+
+
+def _issuer_and_audience(flavour: str, idp: str, resource: str) -> tuple[str, str]:
+    """What the flavour's tokens carry: Keycloak's realm and the resource, or authentik's
+    application and the client id."""
+    if flavour == "keycloak":
+        return f"{idp}/realms/master", resource
+    return f"{idp}/application/o/mcp/", CLIENT_ID
+
+
 def _start_stack(
     flavour: str,
     example: str,
@@ -156,9 +190,8 @@ def _start_stack(
     policy_edit: tuple[str, str] = ("", ""),
     route_edits: tuple[tuple[str, str], ...] = (),
 ) -> Iterator[Stack]:
-    gw_port, idp_port = free_port(), free_port()
-    backend_port = backend.rsplit(":", 1)[1]
-    gateway = f"http://127.0.0.1:{gw_port}"
+    gw_port, idp_port, status_port = free_port(), free_port(), free_port()
+    gateway, idp_url = f"http://127.0.0.1:{gw_port}", f"http://127.0.0.1:{idp_port}"
     resource = f"{gateway}/mcp"
     idp_env = {
         "IDP_PORT": str(idp_port),
@@ -170,50 +203,20 @@ def _start_stack(
         **(idp_extra or {}),
     }
     idp = Process(f"idp-{flavour}", [node(), str(NODE_DIR / "idp.mjs")], logs, env=idp_env)
-    config = write_example(
-        example,
-        tmp / example,
-        {"8080": str(gw_port), idp_port_in_example: str(idp_port), "8000": backend_port},
+    ports = {"8080": gw_port, idp_port_in_example: idp_port, "8000": int(backend.rsplit(":", 1)[1])}
+    config = _example_for_stack(
+        example, tmp / example, ports, broker, policy_extra, policy_edit, route_edits
     )
-    if broker:
-        use_broker(config)
-    route = config / "gateway.yaml"
-    for before, after in route_edits:
-        assert before in route.read_text(), before
-        route.write_text(route.read_text().replace(before, after))
-    policy = config / "policy.yaml"
-    if policy_edit[0]:
-        assert policy_edit[0] in policy.read_text(), policy_edit
-        policy.write_text(policy.read_text().replace(*policy_edit))
-    if policy_extra:
-        policy.write_text(policy.read_text() + policy_extra)
     gw = None
     try:
         wait_for_port(idp_port, idp)
         name = name or f"gateway-{flavour}{'-broker' if broker else ''}"
-        status_port = free_port()
-        gw = Process(
-            name,
-            [*gateway_cmd(config), "--status-port", str(status_port), *gateway_args],
-            logs,
-            env=gateway_env,
-        )
+        command = [*gateway_cmd(config), "--status-port", str(status_port), *gateway_args]
+        gw = Process(name, command, logs, env=gateway_env)
         wait_for_port(gw_port, gw)
-        if flavour == "keycloak":
-            issuer, audience = f"http://127.0.0.1:{idp_port}/realms/master", resource
-        else:
-            issuer, audience = f"http://127.0.0.1:{idp_port}/application/o/mcp/", CLIENT_ID
-        stack = Stack(
-            gateway,
-            f"http://127.0.0.1:{idp_port}",
-            issuer,
-            audience,
-            key[0],
-            config,
-            gw,
-            backend,
-            f"http://127.0.0.1:{status_port}/",
-        )
+        issuer, audience = _issuer_and_audience(flavour, idp_url, resource)
+        status = f"http://127.0.0.1:{status_port}/"
+        stack = Stack(gateway, idp_url, issuer, audience, key[0], config, gw, backend, status)
         wait_for_keyset(gateway, stack.token())
         yield stack
     finally:

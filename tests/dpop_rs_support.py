@@ -50,22 +50,9 @@ INITIALIZE = {
 ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
-def config(
-    gateway_port: int,
-    idp_port: int,
-    backend: str,
-    public: str,
-    realm: str = "master",
-    provider: str = "audiences: [{public}]\n          dpopProofs: {proofs}",
-) -> str:
-    """The gateway's resources: one route to the backend, a policy whose provider (a realm of a
-    Keycloak-shaped issuer; `provider`: more of its fields) requires DPoP-bound tokens, and its
-    resource metadata naming the provider itself (the client signs in there directly, as MCP
-    clients that check the metadata's issuer do)."""
+def _routing(gateway_port: int, backend: str) -> str:
+    """The Gateway, its route (with CORS for a browser app) and the backend it leads to."""
     host, port = backend.rsplit(":", 1)
-    issuer = f"http://127.0.0.1:{idp_port}/realms/{realm}"
-    proofs = json.dumps({"algorithms": ALGORITHMS, "requireNonce": True})
-    more = provider.format(public=public, proofs=proofs)
     return f"""\
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -97,7 +84,13 @@ metadata: {{name: mcp, namespace: default}}
 spec:
   mcp:
     targets: [{{name: mcp, static: {{host: {host}, port: {port}, path: /mcp}}}}]
----
+"""
+
+
+def _policy(idp_port: int, realm: str, public: str, more: str) -> str:
+    """The provider's Service and the policy requiring DPoP-bound tokens from it."""
+    issuer = f"http://127.0.0.1:{idp_port}/realms/{realm}"
+    return f"""\
 apiVersion: v1
 kind: Service
 metadata: {{name: idp, namespace: default}}
@@ -123,6 +116,23 @@ spec:
           resource: {public}
           scopesSupported: [openid, profile]
 """
+
+
+def config(
+    gateway_port: int,
+    idp_port: int,
+    backend: str,
+    public: str,
+    realm: str = "master",
+    provider: str = "audiences: [{public}]\n          dpopProofs: {proofs}",
+) -> str:
+    """The gateway's resources: one route to the backend, a policy whose provider (a realm of a
+    Keycloak-shaped issuer; `provider`: more of its fields) requires DPoP-bound tokens, and its
+    resource metadata naming the provider itself (the client signs in there directly, as MCP
+    clients that check the metadata's issuer do)."""
+    proofs = json.dumps({"algorithms": ALGORITHMS, "requireNonce": True})
+    more = provider.format(public=public, proofs=proofs)
+    return _routing(gateway_port, backend) + "---\n" + _policy(idp_port, realm, public, more)
 
 
 @dataclass

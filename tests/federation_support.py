@@ -56,26 +56,14 @@ def kill(process: Process) -> None:
     process.stop()
 
 
-def resources(
-    gateway_port: int,
-    targets: dict[str, int],
-    key: RSAKey,
-    rules: list[str] = RULES,
-    cors_origin: str | None = None,
-) -> str:
-    """The Gateway, route (with a CORS filter for `cors_origin`), federated GatewayBackend and
-    policy, as YAML."""
+def _gateway_and_route(gateway_port: int, cors_origin: str | None) -> str:
+    """The Gateway and the route to the federated backend (CORS for `cors_origin`, if any)."""
     cors = (
         f"      filters: [{{type: CORS, cors: {{allowOrigins: ['{cors_origin}'], "
         "allowMethods: [POST]}}]\n"
         if cors_origin
         else ""
     )
-    listed = "\n".join(
-        f"      - {{name: {name}, static: {{host: 127.0.0.1, port: {port}}}}}"
-        for name, port in targets.items()
-    )
-    listed_rules = "\n".join(f"            - '{rule}'" for rule in rules)
     return f"""\
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -92,7 +80,18 @@ spec:
     - matches: [{{path: {{type: PathPrefix, value: /mcp}}}}]
       backendRefs: [{{group: mcp-oauth-gateway.dev, kind: GatewayBackend, name: federated}}]
       timeouts: {{backendRequest: 5s}}
-{cors}---
+{cors}"""
+
+
+def _backend_and_policy(targets: dict[str, int], key: RSAKey, rules: list[str]) -> str:
+    """The federated GatewayBackend (one static target per name) and its policy: tokens
+    verified against `key`, calls held to `rules`."""
+    listed = "\n".join(
+        f"      - {{name: {name}, static: {{host: 127.0.0.1, port: {port}}}}}"
+        for name, port in targets.items()
+    )
+    listed_rules = "\n".join(f"            - '{rule}'" for rule in rules)
+    return f"""\
 apiVersion: mcp-oauth-gateway.dev/v1alpha1
 kind: GatewayBackend
 metadata: {{name: federated}}
@@ -121,6 +120,22 @@ spec:
           matchExpressions:
 {listed_rules}
 """
+
+
+def resources(
+    gateway_port: int,
+    targets: dict[str, int],
+    key: RSAKey,
+    rules: list[str] = RULES,
+    cors_origin: str | None = None,
+) -> str:
+    """The Gateway, route (with a CORS filter for `cors_origin`), federated GatewayBackend and
+    policy, as YAML."""
+    return (
+        _gateway_and_route(gateway_port, cors_origin)
+        + "---\n"
+        + _backend_and_policy(targets, key, rules)
+    )
 
 
 @dataclass

@@ -102,6 +102,85 @@ class Api:
         return seen
 
 
+# The objects tests create, as small builders.
+BACKEND_GROUP = "mcp-oauth-gateway.dev"
+
+
+def gateway_class(name: str, controller: str) -> dict[str, Any]:
+    """A GatewayClass naming `controller`."""
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "GatewayClass",
+        "metadata": {"name": name},
+        "spec": {"controllerName": controller},
+    }
+
+
+def listener(port: int, **extra: Any) -> dict[str, Any]:
+    """A Gateway's HTTP listener `http` on `port` (`extra`: hostname, allowedRoutes...)."""
+    return {"name": "http", "port": port, "protocol": "HTTP", **extra}
+
+
+def gateway_object(
+    name: str, namespace: str, class_name: str, listeners: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A Gateway of class `class_name`."""
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"gatewayClassName": class_name, "listeners": listeners},
+    }
+
+
+def backend_object(name: str, namespace: str, backend: str) -> dict[str, Any]:
+    """A GatewayBackend with one static target: the MCP server at `backend` (`host:port`)."""
+    host, port = backend.rsplit(":", 1)
+    target = {"name": "t", "static": {"host": host, "port": int(port)}}
+    return {
+        "apiVersion": f"{BACKEND_GROUP}/v1alpha1",
+        "kind": "GatewayBackend",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"mcp": {"targets": [target]}},
+    }
+
+
+def backend_ref(name: str, namespace: str | None = None) -> dict[str, str]:
+    """A route's reference to a GatewayBackend (in the route's namespace unless named)."""
+    ref = {"group": BACKEND_GROUP, "kind": "GatewayBackend", "name": name}
+    return {**ref, "namespace": namespace} if namespace else ref
+
+
+def route_object(
+    name: str,
+    namespace: str,
+    parent: dict[str, str],
+    backend: dict[str, str],
+    path_prefix: str | None = None,
+) -> dict[str, Any]:
+    """An HTTPRoute with one rule: `parent` its Gateway, `backend` its only backendRef."""
+    rule: dict[str, Any] = {"backendRefs": [backend]}
+    if path_prefix is not None:
+        rule = {"matches": [{"path": {"type": "PathPrefix", "value": path_prefix}}], **rule}
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"parentRefs": [parent], "rules": [rule]},
+    }
+
+
+def reference_grant(namespace: str, routes_from: str) -> dict[str, Any]:
+    """Lets the HTTPRoutes of `routes_from` name the GatewayBackends of `namespace`."""
+    routes = {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": routes_from}
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1beta1",
+        "kind": "ReferenceGrant",
+        "metadata": {"name": "routes-from-mcp", "namespace": namespace},
+        "spec": {"from": [routes], "to": [{"group": BACKEND_GROUP, "kind": "GatewayBackend"}]},
+    }
+
+
 # Every peer of the tests listens on loopback, which an operator allows tenants to name only by
 # saying so (`--allow-hosts` with a loopback network), as on a laptop.
 LOOPBACK_HOSTS = ("127.0.0.0/8",)

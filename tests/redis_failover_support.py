@@ -68,27 +68,18 @@ class Gateway:
         return [float(m) for m in re.findall(rf"^{name}{{[^}}]*}} (\S+)$", text, re.MULTILINE)]
 
 
-def resources(port: int, public: str, idp_port: int, backend_port: int, limited: str) -> str:
-    """A Broker route on /mcp whose public address is `public`, and a route on /limited whose
-    rate limit keeps its buckets in the Redis at `limited`; both in front of one MCP server."""
-    issuer = f"http://127.0.0.1:{idp_port}/application/o/mcp/"
-    authn = f"""\
-    jwtAuthentication:
-      mode: Strict
-      providers:
-        - issuer: {issuer}
-          audiences: [mcp-public]
-          jwks:
-            remote:
-              backendRef: {{kind: Service, name: idp, namespace: default, port: {idp_port}}}
-              jwksPath: /application/o/mcp/jwks/
-"""
-    allow = """\
+# Both policies' rule.
+_ALLOW = """\
     authorization:
       action: Allow
       policy:
         matchExpressions: ['"mcp-agent" in jwt.groups']
 """
+
+
+def _routes(port: int, backend_port: int, idp_port: int) -> str:
+    """The Gateway, the Broker route (/mcp and its metadata), the rate-limited route
+    (/limited), the MCP server behind both and the identity provider's Service."""
     return f"""\
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -134,7 +125,30 @@ spec:
   type: ExternalName
   externalName: 127.0.0.1
   ports: [{{port: {idp_port}}}]
----
+"""
+
+
+def _authn(idp_port: int) -> str:
+    """Both policies' sign-in: the dev identity provider's tokens, keys through its Service."""
+    issuer = f"http://127.0.0.1:{idp_port}/application/o/mcp/"
+    return f"""\
+    jwtAuthentication:
+      mode: Strict
+      providers:
+        - issuer: {issuer}
+          audiences: [mcp-public]
+          jwks:
+            remote:
+              backendRef: {{kind: Service, name: idp, namespace: default, port: {idp_port}}}
+              jwksPath: /application/o/mcp/jwks/
+"""
+
+
+def _policies(public: str, idp_port: int, limited: str) -> str:
+    """The Broker policy on /mcp (public address `public`) and the rate limit on /limited
+    (its buckets in the Redis at `limited`)."""
+    authn = _authn(idp_port)
+    return f"""\
 apiVersion: mcp-oauth-gateway.dev/v1alpha1
 kind: GatewayPolicy
 metadata: {{name: broker, namespace: default}}
@@ -149,7 +163,7 @@ spec:
         resourceMetadata:
           resource: {public}/mcp
           scopesSupported: [openid, profile]
-{allow}\
+{_ALLOW}\
 ---
 apiVersion: mcp-oauth-gateway.dev/v1alpha1
 kind: GatewayPolicy
@@ -163,7 +177,13 @@ spec:
       requests: {LIMITED_REQUESTS}
       window: 1m
       redisUrl: '{limited}'
-{allow}"""
+{_ALLOW}"""
+
+
+def resources(port: int, public: str, idp_port: int, backend_port: int, limited: str) -> str:
+    """A Broker route on /mcp whose public address is `public`, and a route on /limited whose
+    rate limit keeps its buckets in the Redis at `limited`; both in front of one MCP server."""
+    return _routes(port, backend_port, idp_port) + "---\n" + _policies(public, idp_port, limited)
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,30 @@ class RedisClusterSet:
         return f"redis+cluster://:{CLUSTER_PASSWORD}@{seeds}/"
 
 
+def _cluster_node_args(port: int, node_dir: Path) -> list[str]:
+    """A cluster-enabled server on `port`, keeping nothing on disk but its cluster state."""
+    return [
+        *("--port", str(port), "--bind", "127.0.0.1", "--dir", str(node_dir)),
+        *("--cluster-enabled", "yes"),
+        # Its own free port: the default (the port + 10000) may be another's.
+        *("--cluster-port", str(free_port())),
+        *("--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"),
+        *("--requirepass", CLUSTER_PASSWORD, "--masterauth", CLUSTER_PASSWORD),
+        *("--save", "", "--appendonly", "no", "--daemonize", "no"),
+    ]
+
+
+def _cli(cli: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """`redis-cli` with the cluster's password."""
+    return subprocess.run(
+        [cli, "-a", CLUSTER_PASSWORD, "--no-auth-warning", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 @contextmanager
 def redis_cluster(logs: Path, directory: Path) -> Iterator[RedisClusterSet]:
     """Six cluster-enabled servers joined by `redis-cli --cluster create`; stopped on exit."""
@@ -151,74 +175,18 @@ def redis_cluster(logs: Path, directory: Path) -> Iterator[RedisClusterSet]:
         for port in ports:
             node_dir = directory / str(port)
             node_dir.mkdir(parents=True, exist_ok=True)
-            args = [
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(node_dir),
-                "--cluster-enabled",
-                "yes",
-                # Its own free port: the default (the port + 10000) may be another's.
-                "--cluster-port",
-                str(free_port()),
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "2000",
-                "--requirepass",
-                CLUSTER_PASSWORD,
-                "--masterauth",
-                CLUSTER_PASSWORD,
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-            ]
+            args = _cluster_node_args(port, node_dir)
             process = Process(f"redis-cluster-{port}", [binary, *args], logs)
             running.callback(process.stop)
             wait_for_port(port, process)
             processes.append(process)
-        created = subprocess.run(
-            [
-                cli,
-                "-a",
-                CLUSTER_PASSWORD,
-                "--no-auth-warning",
-                "--cluster",
-                "create",
-                *(f"127.0.0.1:{p}" for p in ports),
-                "--cluster-replicas",
-                "1",
-                "--cluster-yes",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        nodes = [f"127.0.0.1:{p}" for p in ports]
+        create = ("--cluster", "create", *nodes, "--cluster-replicas", "1", "--cluster-yes")
+        created = _cli(cli, *create, timeout=60)
         assert created.returncode == 0, created.stdout + created.stderr
 
         def ready() -> bool:
-            info = subprocess.run(
-                [
-                    cli,
-                    "-a",
-                    CLUSTER_PASSWORD,
-                    "--no-auth-warning",
-                    "-p",
-                    str(ports[0]),
-                    "cluster",
-                    "info",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=False,
-            )
+            info = _cli(cli, "-p", str(ports[0]), "cluster", "info", timeout=10)
             return "cluster_state:ok" in info.stdout
 
         wait_until(ready, 30, "the cluster to cover every slot")

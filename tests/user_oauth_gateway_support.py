@@ -95,21 +95,11 @@ def write_key_file(path: Path, *lines: str) -> Path:
     return path
 
 
-def resources(
-    gateway_port: int,
-    idp_port: int,
-    upstream: Upstream,
-    secret_file: Path,
-    local: str | None = None,
-) -> str:
-    """The gateway's resources: one route to the upstream, its policy with userOAuth; with
-    `local` (host:port of a plain MCP server), a federated backend of both, userOAuth for the
-    upstream's target only."""
-    issuer = f"http://127.0.0.1:{idp_port}/realms/master"
-    resource = f"http://127.0.0.1:{gateway_port}/mcp"
-    target = upstream.server.url.removeprefix("http://")
-    host_port, _, path = target.partition("/")
-    host, _, port = host_port.partition(":")
+def _targets_and_credentials(
+    upstream: Upstream, secret_file: Path, local: str | None
+) -> tuple[str, str]:
+    """The backend's target lines after the upstream's (`local`'s, if any) and its credentials:
+    userOAuth for the whole backend, or with `local` for the upstream's target only."""
     client = upstream.auth.confidential
     scopes = ", ".join(upstream.auth.scopes)
     fields = [
@@ -119,18 +109,24 @@ def resources(
         "displayName: Upstream Notes",
     ]
     if local is None:
-        second = ""
-        credentials = "      userOAuth:\n" + "".join(f"        {f}\n" for f in fields)
-    else:
-        local_host, _, local_port = local.partition(":")
-        second = (
-            f"      - name: local\n        static: {{host: {local_host}, port: {local_port}, "
-            "path: /mcp}\n"
-        )
-        credentials = (
-            f"      targets:\n        - name: {upstream.name}\n          userOAuth:\n"
-            + "".join(f"            {f}\n" for f in fields)
-        )
+        return "", "      userOAuth:\n" + "".join(f"        {f}\n" for f in fields)
+    local_host, _, local_port = local.partition(":")
+    second = (
+        f"      - name: local\n        static: {{host: {local_host}, port: {local_port}, "
+        "path: /mcp}\n"
+    )
+    credentials = (
+        f"      targets:\n        - name: {upstream.name}\n          userOAuth:\n"
+        + "".join(f"            {f}\n" for f in fields)
+    )
+    return second, credentials
+
+
+def _routing(gateway_port: int, upstream: Upstream, second: str) -> str:
+    """The Gateway, the route and the backend: the upstream's target, then `second`."""
+    target = upstream.server.url.removeprefix("http://")
+    host_port, _, path = target.partition("/")
+    host, _, port = host_port.partition(":")
     return f"""\
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -159,7 +155,15 @@ spec:
     targets:
       - name: {upstream.name}
         static: {{host: {host}, port: {port}, path: /{path}}}
-{second}---
+{second}"""
+
+
+def _policy(gateway_port: int, idp_port: int, credentials: str) -> str:
+    """The route's policy: the route IdP's tokens for the gateway's resource, then
+    `credentials` for the backend."""
+    issuer = f"http://127.0.0.1:{idp_port}/realms/master"
+    resource = f"http://127.0.0.1:{gateway_port}/mcp"
+    return f"""\
 apiVersion: mcp-oauth-gateway.dev/v1alpha1
 kind: GatewayPolicy
 metadata: {{name: upstream-users, namespace: default}}
@@ -179,6 +183,24 @@ spec:
     credentials:
 {credentials}
 """
+
+
+def resources(
+    gateway_port: int,
+    idp_port: int,
+    upstream: Upstream,
+    secret_file: Path,
+    local: str | None = None,
+) -> str:
+    """The gateway's resources: one route to the upstream, its policy with userOAuth; with
+    `local` (host:port of a plain MCP server), a federated backend of both, userOAuth for the
+    upstream's target only."""
+    second, credentials = _targets_and_credentials(upstream, secret_file, local)
+    return (
+        _routing(gateway_port, upstream, second)
+        + "---\n"
+        + _policy(gateway_port, idp_port, credentials)
+    )
 
 
 @dataclass
@@ -271,36 +293,19 @@ def user_oauth_gateway(
     store = store or f"sqlite://{directory / 'user-tokens.db'}"
     status_port = free_port()
     command = [
-        sys.executable,
-        "-m",
-        "mcp_oauth_gateway",
-        "serve",
-        "-f",
-        str(config),
-        "--status-port",
-        str(status_port),
-        "--user-token-key",
-        str(key_file),
-        "--user-token-store",
-        store,
-        "--audit-log",
-        str(directory / "audit.jsonl"),
+        *(sys.executable, "-m", "mcp_oauth_gateway", "serve", "-f", str(config)),
+        *("--status-port", str(status_port)),
+        *("--user-token-key", str(key_file), "--user-token-store", store),
+        *("--audit-log", str(directory / "audit.jsonl")),
         *extra_args,
     ]
     process = Process(name, command, logs)
     try:
         wait_for_port(gateway_port, process)
+        gateway, status = f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{status_port}"
+        issuer = f"{idp}/realms/master"
         setup = UserOAuthGateway(
-            f"http://127.0.0.1:{gateway_port}",
-            idp,
-            f"{idp}/realms/master",
-            idp_key[0],
-            upstream,
-            process,
-            config,
-            key_file,
-            store,
-            f"http://127.0.0.1:{status_port}",
+            gateway, idp, issuer, idp_key[0], upstream, process, config, key_file, store, status
         )
         wait_for_keyset(setup.gateway, setup.token())
         yield setup

@@ -58,6 +58,48 @@ def demo(tmp_path):
         yield running
 
 
+class Memory:
+    """The client's token storage, in memory."""
+
+    tokens = client_info = None
+
+    async def get_tokens(self):
+        return self.tokens
+
+    async def set_tokens(self, tokens):
+        self.tokens = tokens
+
+    async def get_client_info(self):
+        return self.client_info
+
+    async def set_client_info(self, info):
+        self.client_info = info
+
+
+async def sign_in_with_chromium(
+    authorization_url: str, password: str, callback: CallbackServer, seen: dict[str, str]
+) -> None:
+    """What a person does in the browser the client opened: allow on the consent page, sign
+    in as alice, land on the client's callback; what they saw goes into `seen`."""
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS
+        )
+        page = await browser.new_page()
+        await page.goto(authorization_url)
+        seen["consent_title"] = await page.title()
+        seen["consent_text"] = await page.inner_text("body")
+        await page.screenshot(path=str(ARTIFACTS / "consent-page.png"), full_page=True)
+        await page.click("button[value=allow]")
+        await page.fill("input[name=login]", "alice")
+        await page.fill("input[name=password]", password)
+        await page.screenshot(path=str(ARTIFACTS / "login-page.png"))
+        await page.click("button[type=submit]")
+        await page.wait_for_url(f"{callback.url}*")
+        seen["landing"] = await page.inner_text("h1")
+        await browser.close()
+
+
 async def test_browser_sign_in_through_the_demo(demo):
     import httpx2
     from mcp.client import Client
@@ -70,23 +112,7 @@ async def test_browser_sign_in_through_the_demo(demo):
     seen: dict[str, str] = {}
 
     async def redirect_handler(authorization_url: str) -> None:
-        async with async_playwright() as playwright:
-            browser = await playwright.chromium.launch(
-                executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS
-            )
-            page = await browser.new_page()
-            await page.goto(authorization_url)
-            seen["consent_title"] = await page.title()
-            seen["consent_text"] = await page.inner_text("body")
-            await page.screenshot(path=str(ARTIFACTS / "consent-page.png"), full_page=True)
-            await page.click("button[value=allow]")
-            await page.fill("input[name=login]", "alice")
-            await page.fill("input[name=password]", demo.password)
-            await page.screenshot(path=str(ARTIFACTS / "login-page.png"))
-            await page.click("button[type=submit]")
-            await page.wait_for_url(f"{callback.url}*")
-            seen["landing"] = await page.inner_text("h1")
-            await browser.close()
+        await sign_in_with_chromium(authorization_url, demo.password, callback, seen)
 
     async def callback_handler() -> AuthorizationCodeResult:
         await asyncio.get_running_loop().run_in_executor(None, callback.arrived.wait, 30)
@@ -95,21 +121,6 @@ async def test_browser_sign_in_through_the_demo(demo):
             state=callback.query.get("state"),
             iss=callback.query.get("iss"),
         )
-
-    class Memory:
-        tokens = client_info = None
-
-        async def get_tokens(self):
-            return self.tokens
-
-        async def set_tokens(self, tokens):
-            self.tokens = tokens
-
-        async def get_client_info(self):
-            return self.client_info
-
-        async def set_client_info(self, info):
-            self.client_info = info
 
     oauth = OAuthClientProvider(
         server_url=demo.url,

@@ -155,6 +155,26 @@ def test_examples_load_cleanly():
         assert "Attached      True" in done.stdout
 
 
+def count_to_20(token: str, probe: str) -> tuple[dict[str, str], dict[str, object]]:
+    """Headers and body of a stateless (2026-07-28) call of the backend's `count` tool, which
+    runs about a second; `probe` marks it in the backend's record of requests."""
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "count",
+        "Mcp-Param-Probe": probe,
+    }
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+    }
+    params = {"name": "count", "arguments": {"n": 20}, "_meta": meta}
+    return headers, {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+
+
 def test_sigterm_drains_in_flight_requests_and_exits_zero(stack_b, tmp_path, logs):
     port = free_port()
     ports = {
@@ -168,28 +188,7 @@ def test_sigterm_drains_in_flight_requests_and_exits_zero(stack_b, tmp_path, log
     base = f"http://127.0.0.1:{port}"
     token = stack_b.token()
     wait_for_keyset(base, token)
-    headers = {
-        "Authorization": f"Bearer {token}",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2026-07-28",
-        "Mcp-Method": "tools/call",
-        "Mcp-Name": "count",
-        "Mcp-Param-Probe": uuid.uuid4().hex,
-    }
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {
-            "name": "count",
-            "arguments": {"n": 20},
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {},
-                "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
-            },
-        },
-    }
+    headers, body = count_to_20(token, probe=uuid.uuid4().hex)
     result: dict[str, object] = {}
 
     def long_call() -> None:

@@ -25,7 +25,19 @@ import httpx
 import pytest
 from joserfc.jwk import RSAKey
 
-from kube_support import ACCEPT, INITIALIZE, WAIT, Api, controller_cmd
+from kube_support import (
+    ACCEPT,
+    INITIALIZE,
+    WAIT,
+    Api,
+    backend_object,
+    backend_ref,
+    controller_cmd,
+    gateway_class,
+    gateway_object,
+    listener,
+    route_object,
+)
 from support import (
     NODE_DIR,
     ROOT,
@@ -43,7 +55,6 @@ CONTROLLER = "mcp-oauth-gateway.dev/robust-e2e"
 CLIENT_ID = "mcp-public"
 HOSTS = ("127.0.0.2", "127.0.0.3")
 LEASE_SECONDS = "3"
-BACKEND_REF = {"group": "mcp-oauth-gateway.dev", "kind": "GatewayBackend", "name": "b"}
 POLICY_CRDS = sorted((ROOT / "deploy" / "crds").glob("*.yaml"))
 # benchmarks/controller_recovery.py sets this: each recovery's measured seconds are appended.
 TIMES = os.environ.get("CONTROLLER_RECOVERY_TIMES")
@@ -120,86 +131,45 @@ def _serves(url: str, token: str) -> bool:
     return answer.status_code == 200
 
 
-def objects(port: int, idp: str, backend: str, gateway: str) -> list[dict[str, Any]]:
-    host, backend_port = backend.rsplit(":", 1)
+def policy(idp: str, gateway: str) -> dict[str, Any]:
+    """Provider B's sign-in in front of route `mcp`, for members of the group mcp-agent."""
     issuer = f"{idp}/application/o/mcp/"
-    return [
-        {
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "GatewayClass",
-            "metadata": {"name": "robust"},
-            "spec": {"controllerName": CONTROLLER},
-        },
-        {
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "Gateway",
-            "metadata": {"name": "gw", "namespace": NS},
-            "spec": {
-                "gatewayClassName": "robust",
-                "listeners": [{"name": "http", "port": port, "protocol": "HTTP"}],
-            },
-        },
-        {
-            "apiVersion": "mcp-oauth-gateway.dev/v1alpha1",
-            "kind": "GatewayBackend",
-            "metadata": {"name": "b", "namespace": NS},
-            "spec": {
-                "mcp": {
-                    "targets": [{"name": "t", "static": {"host": host, "port": int(backend_port)}}]
-                }
-            },
-        },
-        {
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "HTTPRoute",
-            "metadata": {"name": "mcp", "namespace": NS},
-            "spec": {
-                "parentRefs": [{"name": "gw"}],
-                "rules": [
-                    {
-                        "matches": [{"path": {"type": "PathPrefix", "value": "/mcp"}}],
-                        "backendRefs": [
-                            {
-                                "group": "mcp-oauth-gateway.dev",
-                                "kind": "GatewayBackend",
-                                "name": "b",
-                            }
-                        ],
-                    }
-                ],
-            },
-        },
-        {
-            "apiVersion": "mcp-oauth-gateway.dev/v1alpha1",
-            "kind": "GatewayPolicy",
-            "metadata": {"name": "auth", "namespace": NS},
-            "spec": {
-                "targetRefs": [
-                    {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "mcp"}
-                ],
-                "traffic": {
-                    "jwtAuthentication": {
-                        "mode": "Strict",
-                        "providers": [
-                            {
-                                "issuer": issuer,
-                                "audiences": [CLIENT_ID],
-                                "jwks": {"remote": {"url": f"{issuer}jwks/"}},
-                            }
-                        ],
-                        "mcp": {
-                            "provider": "ProviderB",
-                            "clientId": CLIENT_ID,
-                            "resourceMetadata": {"resource": f"{gateway}/mcp"},
-                        },
-                    },
-                    "authorization": {
-                        "action": "Allow",
-                        "policy": {"matchExpressions": ['"mcp-agent" in jwt.groups']},
-                    },
+    provider = {
+        "issuer": issuer,
+        "audiences": [CLIENT_ID],
+        "jwks": {"remote": {"url": f"{issuer}jwks/"}},
+    }
+    mcp = {
+        "provider": "ProviderB",
+        "clientId": CLIENT_ID,
+        "resourceMetadata": {"resource": f"{gateway}/mcp"},
+    }
+    return {
+        "apiVersion": "mcp-oauth-gateway.dev/v1alpha1",
+        "kind": "GatewayPolicy",
+        "metadata": {"name": "auth", "namespace": NS},
+        "spec": {
+            "targetRefs": [
+                {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "mcp"}
+            ],
+            "traffic": {
+                "jwtAuthentication": {"mode": "Strict", "providers": [provider], "mcp": mcp},
+                "authorization": {
+                    "action": "Allow",
+                    "policy": {"matchExpressions": ['"mcp-agent" in jwt.groups']},
                 },
             },
         },
+    }
+
+
+def objects(port: int, idp: str, backend: str, gateway: str) -> list[dict[str, Any]]:
+    return [
+        gateway_class("robust", CONTROLLER),
+        gateway_object("gw", NS, "robust", [listener(port)]),
+        backend_object("b", NS, backend),
+        route_object("mcp", NS, {"name": "gw"}, backend_ref("b"), "/mcp"),
+        policy(idp, gateway),
     ]
 
 

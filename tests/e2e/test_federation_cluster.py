@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from joserfc.jwk import RSAKey
 
 from federation_support import asking_server, start_gateway
 from mcp_oauth_gateway.proxy.federation.backlog import EventLog
@@ -23,7 +24,7 @@ from mcp_oauth_gateway.proxy.federation.health import Seen
 from mcp_oauth_gateway.proxy.federation.shared import SharedSessions
 from mcp_oauth_gateway.redis_clients import RedisConnection
 from redis_ha_support import RedisClusterSet, redis_cluster
-from support import INITIALIZE, claims_for, free_port, mcp_headers, mint, new_key
+from support import INITIALIZE, Process, claims_for, free_port, mcp_headers, mint, new_key
 
 ALICE = ("https://idp", "alice")
 
@@ -105,6 +106,32 @@ async def test_a_callers_sessions_are_counted_and_the_health_added_up(stores):
     assert seen["b"].failures == {"refused": 2}
 
 
+def tool_call(call_id: int | str, name: str, arguments: dict[str, str]) -> dict[str, object]:
+    return {
+        "jsonrpc": "2.0",
+        "id": call_id,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments},
+    }
+
+
+def replica_on(
+    cluster: RedisClusterSet,
+    gateways: list[Process],
+    directory: Path,
+    logs: Path,
+    ports: dict[str, int],
+    key: RSAKey,
+    rules: list[str],
+) -> str:
+    """A federating gateway sharing `cluster`, added to `gateways` to be stopped; its MCP URL."""
+    gateway_port = free_port()
+    directory.mkdir()
+    env = {"MCP_OAUTH_GATEWAY_REDIS_URL": cluster.url}
+    gateways.append(start_gateway(directory, logs, gateway_port, ports, key, rules, env=env))
+    return f"http://127.0.0.1:{gateway_port}/mcp"
+
+
 def test_two_gateways_on_the_cluster_resume_a_stream_and_take_an_answer(
     cluster: RedisClusterSet, logs: Path, tmp_path: Path
 ):
@@ -113,17 +140,12 @@ def test_two_gateways_on_the_cluster_resume_a_stream_and_take_an_answer(
     targets.append(asking_server("q", ports["q"], logs))
     key = new_key("federation-cluster-key")
     rules = ['mcp.target == "p" || mcp.target == "q"']
-    gateways, urls = [], []
+    gateways: list[Process] = []
     try:
-        for replica in ("one", "two"):
-            gateway_port = free_port()
-            directory = tmp_path / replica
-            directory.mkdir()
-            env = {"MCP_OAUTH_GATEWAY_REDIS_URL": cluster.url}
-            gateways.append(
-                start_gateway(directory, logs, gateway_port, ports, key, rules, env=env)
-            )
-            urls.append(f"http://127.0.0.1:{gateway_port}/mcp")
+        urls = [
+            replica_on(cluster, gateways, tmp_path / name, logs, ports, key, rules)
+            for name in ("one", "two")
+        ]
         token = mint(key, claims_for("http://idp.federation.test/", "mcp-federation"))
         headers = mcp_headers(token)
         init = {**INITIALIZE, "params": {**INITIALIZE["params"], "capabilities": {"sampling": {}}}}
@@ -132,12 +154,7 @@ def test_two_gateways_on_the_cluster_resume_a_stream_and_take_an_answer(
         headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
 
         def told(url: str, text: str) -> None:
-            call = {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "tools/call",
-                "params": {"name": "p_tell", "arguments": {"text": text}},
-            }
+            call = tool_call(1, "p_tell", {"text": text})
             assert httpx.post(url, headers=headers, json=call, timeout=30).status_code == 200
 
         with httpx.stream("GET", urls[0], headers=headers, timeout=30) as stream:
@@ -154,12 +171,7 @@ def test_two_gateways_on_the_cluster_resume_a_stream_and_take_an_answer(
             said = next(line for line in stream.iter_lines() if "while away" in line)
         assert said.startswith("data:")
         # A target's request relayed at one replica, answered at the other.
-        body = {
-            "jsonrpc": "2.0",
-            "id": "s-1",
-            "method": "tools/call",
-            "params": {"name": "q_sample", "arguments": {"prompt": "ping"}},
-        }
+        body = tool_call("s-1", "q_sample", {"prompt": "ping"})
         with httpx.stream("POST", urls[0], headers=headers, json=body, timeout=30) as running:
             data = (json.loads(line[5:]) for line in running.iter_lines() if line[5:].strip())
             asked = next(data)

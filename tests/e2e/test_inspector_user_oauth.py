@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import re
 
-from playwright.async_api import Page, expect
+from playwright.async_api import BrowserContext, Locator, Page, expect
 
 from browser_support import ARTIFACTS
+from connect_flow import Login
 from demo_support import RunningDemo, grants, remove_grants, running_demo
 from inspector2_support import (
     LINK,
@@ -50,6 +51,39 @@ async def expect_own_whoami(page: Page, demo: RunningDemo) -> None:
     await expect(result).to_contain_text('"client": "mcp-oauth-gateway"', timeout=STEP_TIMEOUT_MS)
 
 
+async def connect_by_the_message(
+    page: Page, browser: BrowserContext, demo: RunningDemo, route: Login, upstream: Login
+) -> None:
+    """Inspector shows "Re-authentication required" with the gateway's message; the link in
+    it, followed in a new page, connects the notes server."""
+    asked = page.get_by_text("Re-authentication required")
+    await expect(asked).to_be_visible(timeout=STEP_TIMEOUT_MS)
+    found = LINK.search(await page.inner_text("body"))
+    assert found, await page.inner_text("body")
+    link = found.group(1)
+    assert link.startswith(f"{demo.notes_url}/connect?id="), link
+    tab = await browser.new_page()
+    await tab.goto(link)
+    assert "Demo Notes is connected" in await follow_connect_link(tab, route, upstream)
+    await tab.close()
+
+
+async def connect_by_the_elicitation(
+    dialog: Locator, browser: BrowserContext, demo: RunningDemo, route: Login, upstream: Login
+) -> None:
+    """Inspector's URL elicitation dialog carries the link; "Open in Browser" opens it in a
+    new page, which connects the notes server."""
+    await expect(dialog).to_contain_text("Elicitation Request", timeout=STEP_TIMEOUT_MS)
+    await expect(dialog).to_contain_text(
+        re.compile(re.escape(demo.notes_url) + r"/connect\?id="), timeout=STEP_TIMEOUT_MS
+    )
+    async with browser.expect_page() as opened:
+        await dialog.get_by_role("button", name="Open in Browser").click()
+    popup = await opened.value
+    assert popup.url.startswith(route.at) or popup.url.startswith(demo.notes_url), popup.url
+    assert "Demo Notes is connected" in await follow_connect_link(popup, route, upstream)
+
+
 async def test_inspector_is_given_the_link_and_then_calls_with_the_users_own_token(tmp_path, logs):
     ARTIFACTS.mkdir(exist_ok=True)
     with (
@@ -65,16 +99,7 @@ async def test_inspector_is_given_the_link_and_then_calls_with_the_users_own_tok
                 await broker_sign_in(page, demo.notes_url, route)
 
                 # 1. initialize answered -32042: the gateway's message, link included.
-                asked = page.get_by_text("Re-authentication required")
-                await expect(asked).to_be_visible(timeout=STEP_TIMEOUT_MS)
-                found = LINK.search(await page.inner_text("body"))
-                assert found, await page.inner_text("body")
-                link = found.group(1)
-                assert link.startswith(f"{demo.notes_url}/connect?id="), link
-                tab = await browser.new_page()
-                await tab.goto(link)
-                assert "Demo Notes is connected" in await follow_connect_link(tab, route, upstream)
-                await tab.close()
+                await connect_by_the_message(page, browser, demo, route, upstream)
                 await page.get_by_role("button", name="Dismiss").click()
                 await switch_connection(page)
                 await expect(page.get_by_text("Connected", exact=True)).to_be_visible(
@@ -90,20 +115,7 @@ async def test_inspector_is_given_the_link_and_then_calls_with_the_users_own_tok
                 assert grants(demo) == []
                 await execute_tool(page, "whoami")
                 dialog = page.get_by_role("dialog")
-                await expect(dialog).to_contain_text("Elicitation Request", timeout=STEP_TIMEOUT_MS)
-                await expect(dialog).to_contain_text(
-                    re.compile(re.escape(demo.notes_url) + r"/connect\?id="),
-                    timeout=STEP_TIMEOUT_MS,
-                )
-                async with browser.expect_page() as opened:
-                    await dialog.get_by_role("button", name="Open in Browser").click()
-                popup = await opened.value
-                assert popup.url.startswith(route.at) or popup.url.startswith(demo.notes_url), (
-                    popup.url
-                )
-                assert "Demo Notes is connected" in await follow_connect_link(
-                    popup, route, upstream
-                )
+                await connect_by_the_elicitation(dialog, browser, demo, route, upstream)
                 # No "I've completed it": the completion notification retries the call.
                 await expect(dialog).to_have_count(0, timeout=STEP_TIMEOUT_MS)
                 await expect_own_whoami(page, demo)

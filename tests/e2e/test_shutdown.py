@@ -18,6 +18,49 @@ from support import PEERS, Process, free_port, gateway_cmd, wait_for_port, wait_
 STREAMS = 3
 
 
+def write_config(path: Path, port: int, backend: str) -> Path:
+    """A Gateway on `port` with two routes to the fault backend: a GET stream that only waits
+    for events and a POST stream that stops inside one."""
+    path.write_text(
+        f"""
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw}}
+spec: {{listeners: [{{name: http, port: {port}}}]}}
+"""
+        + route("forever", "/sse-forever", backend)
+        + route("partial", "/sse-partial", backend)
+    )
+    return path
+
+
+def flowing_streams(port: int, ended: dict[str, list[bytes]]) -> list[threading.Thread]:
+    """STREAMS clients of each route, returned once every stream has begun to flow; each puts
+    the last bytes it got into `ended[method]` when its stream ends."""
+    flowing = threading.Semaphore(0)
+
+    def listen(method: str, path: str) -> None:
+        tail = b""
+        with httpx.stream(method, f"http://127.0.0.1:{port}{path}", timeout=30) as response:
+            assert response.status_code == 200
+            for chunk in response.iter_raw():
+                if not tail:
+                    flowing.release()
+                tail = (tail + chunk)[-64:]
+        ended[method].append(tail)
+
+    clients = [
+        threading.Thread(target=listen, args=(method, path), daemon=True)
+        for method, path in [("GET", "/sse-forever"), ("POST", "/sse-partial")]
+        for _ in range(STREAMS)
+    ]
+    for client in clients:
+        client.start()
+    for _ in clients:
+        assert flowing.acquire(timeout=20), "a stream never started"
+    return clients
+
+
 def test_streams_cut_at_shutdown_are_logged_once_each(logs: Path, tmp_path):
     backend_port, port = free_port(), free_port()
     backend = Process(
@@ -25,45 +68,13 @@ def test_streams_cut_at_shutdown_are_logged_once_each(logs: Path, tmp_path):
         [sys.executable, str(PEERS / "fault_backend.py"), str(backend_port)],
         logs,
     )
-    config = tmp_path / "gateway.yaml"
-    config.write_text(
-        f"""
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw}}
-spec: {{listeners: [{{name: http, port: {port}}}]}}
-"""
-        + route("forever", "/sse-forever", f"127.0.0.1:{backend_port}")
-        + route("partial", "/sse-partial", f"127.0.0.1:{backend_port}")
-    )
+    config = write_config(tmp_path / "gateway.yaml", port, f"127.0.0.1:{backend_port}")
     gateway = Process("gateway-shutdown", [*gateway_cmd(config), "--grace-period", "1"], logs)
     try:
         wait_for_port(backend_port, backend)
         wait_for_port(port, gateway)
-        flowing = threading.Semaphore(0)
         ended: dict[str, list[bytes]] = {"GET": [], "POST": []}
-
-        def listen(method: str, path: str) -> None:
-            tail = b""
-            with httpx.stream(method, f"http://127.0.0.1:{port}{path}", timeout=30) as response:
-                assert response.status_code == 200
-                for chunk in response.iter_raw():
-                    if not tail:
-                        flowing.release()
-                    tail = (tail + chunk)[-64:]
-            ended[method].append(tail)
-
-        clients = [
-            threading.Thread(target=listen, args=("GET", "/sse-forever"), daemon=True)
-            for _ in range(STREAMS)
-        ] + [
-            threading.Thread(target=listen, args=("POST", "/sse-partial"), daemon=True)
-            for _ in range(STREAMS)
-        ]
-        for client in clients:
-            client.start()
-        for _ in clients:
-            assert flowing.acquire(timeout=20), "a stream never started"
+        clients = flowing_streams(port, ended)
         gateway.popen.send_signal(signal.SIGTERM)
         assert gateway.popen.wait(30) == 0
         for client in clients:

@@ -28,7 +28,19 @@ from joserfc.jwk import ECKey
 from devcluster.apiserver import CRDS
 from devcluster.cluster import DevCluster
 from dpop_rs_support import proof_for, thumbprint
-from kube_support import ACCEPT, INITIALIZE, WAIT, service_account_kubeconfig, start_controller
+from kube_support import (
+    ACCEPT,
+    INITIALIZE,
+    WAIT,
+    backend_object,
+    backend_ref,
+    gateway_class,
+    gateway_object,
+    listener,
+    route_object,
+    service_account_kubeconfig,
+    start_controller,
+)
 from support import (
     ROOT,
     Process,
@@ -53,115 +65,65 @@ GATEWAY_API_CRDS = sorted(CRDS.glob("*.gateway.networking.k8s.io.yaml"))
 USER_KEY = new_key("users")
 
 
+def workload_issuer(gateway: str) -> dict[str, Any]:
+    """The cluster as a workload issuer: its own keys, tokens minted for the Broker's token
+    endpoint, accepted from the namespace AGENTS only."""
+    same_namespace = f'jwt["kubernetes.io"].namespace == "{AGENTS}"'
+    return {
+        "issuer": ISSUER,
+        "jwks": {"kubernetes": {}},
+        "audiences": [f"{gateway}/mcp/oauth/token"],
+        "authorization": {"policy": {"matchExpressions": [same_namespace]}},
+        "scopes": ["mcp:tools"],
+    }
+
+
+def broker_policy(gateway: str) -> dict[str, Any]:
+    """A Broker policy trusting the cluster's workloads, and the route's and tool's rules."""
+    users = {
+        "issuer": "http://127.0.0.1:9/application/o/users/",
+        "audiences": ["mcp-public"],
+        "jwks": {"inline": json.dumps(jwks_of(USER_KEY))},
+    }
+    mcp = {
+        "provider": "ProviderB",
+        "clientId": "mcp-public",
+        "authorizationServerMode": "Broker",
+        "resourceMetadata": {"resource": f"{gateway}/mcp"},
+        "workloadIdentity": {"issuers": [workload_issuer(gateway)]},
+    }
+    agents_only = f'jwt.sub.startsWith("system:serviceaccount:{AGENTS}:")'
+    tools = {"policy": {"matchExpressions": ['mcp.tool.name == "add"']}}
+    return {
+        "apiVersion": f"{POLICY_GROUP}/v1alpha1",
+        "kind": "GatewayPolicy",
+        "metadata": {"name": "agents", "namespace": NS},
+        "spec": {
+            "targetRefs": [{"kind": "HTTPRoute", "name": "mcp"}],
+            "traffic": {
+                "jwtAuthentication": {"providers": [users], "mcp": mcp},
+                # The route's own rule: the agents' workloads (no user of the provider).
+                "authorization": {"policy": {"matchExpressions": [agents_only]}},
+            },
+            # Its tool rule: `add` only.
+            "backend": {"mcp": {"authorization": tools}},
+        },
+    }
+
+
 def objects(gateway_port: int, backend: str) -> list[dict[str, Any]]:
     """The Gateway, route, backend and a Broker policy trusting the cluster's workloads."""
     gateway = f"http://127.0.0.1:{gateway_port}"
-    host, port = backend.rsplit(":", 1)
-    meta = {"namespace": NS}
-    static = {"host": host, "port": int(port)}
-    tools = {"policy": {"matchExpressions": ['mcp.tool.name == "add"']}}
+    route = route_object("mcp", NS, {"name": "gw"}, backend_ref("b"), "/mcp")
+    # The Broker answers its authorization server metadata on this route too.
+    metadata = "/.well-known/oauth-authorization-server/mcp"
+    route["spec"]["rules"][0]["matches"].append({"path": {"type": "PathPrefix", "value": metadata}})
     return [
-        {
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "GatewayClass",
-            "metadata": {"name": "mcp-oauth-gateway"},
-            "spec": {"controllerName": "mcp-oauth-gateway.dev/gateway-controller"},
-        },
-        {
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "Gateway",
-            "metadata": {"name": "gw", **meta},
-            "spec": {
-                "gatewayClassName": "mcp-oauth-gateway",
-                "listeners": [{"name": "http", "port": gateway_port, "protocol": "HTTP"}],
-            },
-        },
-        {
-            "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": "HTTPRoute",
-            "metadata": {"name": "mcp", **meta},
-            "spec": {
-                "parentRefs": [{"name": "gw"}],
-                "rules": [
-                    {
-                        "matches": [
-                            {"path": {"type": "PathPrefix", "value": "/mcp"}},
-                            {
-                                "path": {
-                                    "type": "PathPrefix",
-                                    "value": "/.well-known/oauth-authorization-server/mcp",
-                                }
-                            },
-                        ],
-                        "backendRefs": [
-                            {
-                                "group": "mcp-oauth-gateway.dev",
-                                "kind": "GatewayBackend",
-                                "name": "b",
-                            }
-                        ],
-                    }
-                ],
-            },
-        },
-        {
-            "apiVersion": "mcp-oauth-gateway.dev/v1alpha1",
-            "kind": "GatewayBackend",
-            "metadata": {"name": "b", **meta},
-            "spec": {"mcp": {"targets": [{"name": "t", "static": static}]}},
-        },
-        {
-            "apiVersion": "mcp-oauth-gateway.dev/v1alpha1",
-            "kind": "GatewayPolicy",
-            "metadata": {"name": "agents", **meta},
-            "spec": {
-                "targetRefs": [{"kind": "HTTPRoute", "name": "mcp"}],
-                "traffic": {
-                    "jwtAuthentication": {
-                        "providers": [
-                            {
-                                "issuer": "http://127.0.0.1:9/application/o/users/",
-                                "audiences": ["mcp-public"],
-                                "jwks": {"inline": json.dumps(jwks_of(USER_KEY))},
-                            }
-                        ],
-                        "mcp": {
-                            "provider": "ProviderB",
-                            "clientId": "mcp-public",
-                            "authorizationServerMode": "Broker",
-                            "resourceMetadata": {"resource": f"{gateway}/mcp"},
-                            "workloadIdentity": {
-                                "issuers": [
-                                    {
-                                        "issuer": ISSUER,
-                                        "jwks": {"kubernetes": {}},
-                                        "audiences": [f"{gateway}/mcp/oauth/token"],
-                                        "authorization": {
-                                            "policy": {
-                                                "matchExpressions": [
-                                                    f'jwt["kubernetes.io"].namespace == "{AGENTS}"'
-                                                ]
-                                            }
-                                        },
-                                        "scopes": ["mcp:tools"],
-                                    }
-                                ]
-                            },
-                        },
-                    },
-                    # The route's own rule: the agents' workloads (no user of the provider).
-                    "authorization": {
-                        "policy": {
-                            "matchExpressions": [
-                                f'jwt.sub.startsWith("system:serviceaccount:{AGENTS}:")'
-                            ]
-                        }
-                    },
-                },
-                # Its tool rule: `add` only.
-                "backend": {"mcp": {"authorization": tools}},
-            },
-        },
+        gateway_class("mcp-oauth-gateway", "mcp-oauth-gateway.dev/gateway-controller"),
+        gateway_object("gw", NS, "mcp-oauth-gateway", [listener(gateway_port)]),
+        route,
+        backend_object("b", NS, backend),
+        broker_policy(gateway),
     ]
 
 

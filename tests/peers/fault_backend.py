@@ -22,6 +22,54 @@ STATS = {"disconnects": 0, "forever_started": 0}
 PLAIN = json.dumps({"plain": True}).encode()
 
 
+JSON = [(b"content-type", b"application/json")]
+
+
+async def _answer(send, status: int, headers: list, body: bytes = b"") -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _whole_answer(scope, send) -> bool:
+    """Answer the paths whose answer is whole at once; False for a path that streams."""
+    path = scope["path"]
+    if path == "/stats":
+        await _answer(send, 200, JSON, json.dumps(STATS).encode())
+    elif path == "/plain":
+        # For HEAD uvicorn sends these headers (length included) and no body.
+        length = (b"content-length", str(len(PLAIN)).encode())
+        await _answer(send, 200, [*JSON, length, (b"x-backend", b"fault")], PLAIN)
+    elif path == "/no-content":
+        await _answer(send, 204, [(b"x-backend", b"fault")])
+    elif path == "/echo-headers":
+        seen = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]]
+        await _answer(send, 200, JSON, json.dumps(seen).encode())
+    elif path == "/slow":
+        await asyncio.sleep(3)
+        await _answer(send, 200, [], b"late")
+    else:
+        return False
+    return True
+
+
+async def _event(send, body: bytes) -> None:
+    await send({"type": "http.response.body", "body": body, "more_body": True})
+
+
+async def _forever(receive, send) -> None:
+    """Events until the client goes away, which is counted."""
+    STATS["forever_started"] += 1
+    waiter = asyncio.ensure_future(receive())
+    i = 0
+    while True:
+        await _event(send, f"data: {i}\n\n".encode())
+        i += 1
+        done, _ = await asyncio.wait({waiter}, timeout=0.05)
+        if done and waiter.result()["type"] == "http.disconnect":
+            STATS["disconnects"] += 1
+            return
+
+
 async def app(scope, receive, send):
     if scope["type"] != "http":
         return
@@ -29,88 +77,22 @@ async def app(scope, receive, send):
     more = True
     while more:  # the request body first, so the next receive() can only be the disconnect
         more = (await receive()).get("more_body", False)
-    if path == "/stats":
-        body = json.dumps(STATS).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+    if await _whole_answer(scope, send):
         return
-    if path == "/plain":
-        # For HEAD uvicorn sends these headers (length included) and no body.
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(PLAIN)).encode()),
-                    (b"x-backend", b"fault"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": PLAIN})
-        return
-    if path == "/no-content":
-        await send(
-            {"type": "http.response.start", "status": 204, "headers": [(b"x-backend", b"fault")]}
-        )
-        await send({"type": "http.response.body", "body": b""})
-        return
-    if path == "/echo-headers":
-        body = json.dumps(
-            [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]]
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
-        return
-    if path == "/slow":
-        await asyncio.sleep(3)
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"late"})
-        return
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [(b"content-type", b"text/event-stream")],
-        }
-    )
+    event_stream = [(b"content-type", b"text/event-stream")]
+    await send({"type": "http.response.start", "status": 200, "headers": event_stream})
     if path == "/sse-break":
         for i in range(2):
-            await send(
-                {"type": "http.response.body", "body": f"data: {i}\n\n".encode(), "more_body": True}
-            )
+            await _event(send, f"data: {i}\n\n".encode())
         raise RuntimeError("the backend dies in the middle of the stream")
     if path == "/sse-partial":
         # One whole event, then half of one, then nothing until the client goes away.
         for piece in (b"data: 0\n\n", b"data: half"):
-            await send({"type": "http.response.body", "body": piece, "more_body": True})
+            await _event(send, piece)
         while (await receive())["type"] != "http.disconnect":
             pass
         return
-    STATS["forever_started"] += 1
-    waiter = asyncio.ensure_future(receive())
-    i = 0
-    while True:
-        await send(
-            {"type": "http.response.body", "body": f"data: {i}\n\n".encode(), "more_body": True}
-        )
-        i += 1
-        done, _ = await asyncio.wait({waiter}, timeout=0.05)
-        if done and waiter.result()["type"] == "http.disconnect":
-            STATS["disconnects"] += 1
-            return
+    await _forever(receive, send)
 
 
 @dataclass

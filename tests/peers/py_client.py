@@ -73,6 +73,67 @@ async def session(url: str, oauth, report: dict, step_up: str | None) -> None:
     report["result"] = called.content[0].text
 
 
+class SignIns:
+    """The user at one browser for every sign-in: the pages each met and its answer go into
+    `report`, the answer's code to the SDK's callback handler."""
+
+    def __init__(self, user: str, password: str, report: dict):
+        self.user, self.password, self.report = user, password, report
+        self.result: dict = {}
+        self.browser = Jar()
+
+    async def redirect_handler(self, authorization_url: str) -> None:
+        self.report["authorize"] = authorization_url.split("?")[0]
+        query = parse_qs(urlsplit(authorization_url).query)
+        self.report.setdefault("sign_ins", []).append(query.get("scope", [""])[0])
+        # Each sign-in's answer replaces the last: an error answer must not leave an old code.
+        self.result.clear()
+        met: list[str] = []
+        self.report["met"].append(met)
+        answer = await sign_in(
+            authorization_url, self.user, self.password, CALLBACK, jar=self.browser, met=met
+        )
+        self.result.update(answer)
+
+    async def callback_handler(self):
+        result = self.result
+        if MAJOR < 2:
+            return result["code"], result.get("state")
+        from mcp.client.auth import AuthorizationCodeResult
+
+        if "code" not in result:
+            raise RuntimeError(f"the sign-in ended with {result}")
+        return AuthorizationCodeResult(
+            code=result["code"], state=result.get("state"), iss=result.get("iss")
+        )
+
+
+def oauth_provider(url: str, storage: Memory, sign_ins: SignIns):
+    """The SDK's OAuth client for `url`, registering as py-mcp-MAJOR."""
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.shared.auth import OAuthClientMetadata
+
+    return OAuthClientProvider(
+        server_url=url,
+        client_metadata=OAuthClientMetadata(
+            client_name=f"py-mcp-{MAJOR}", redirect_uris=[CALLBACK]
+        ),
+        storage=storage,
+        redirect_handler=sign_ins.redirect_handler,
+        callback_handler=sign_ins.callback_handler,
+    )
+
+
+def failure(exc: BaseException) -> str:
+    """The exception and, for a group, the first of each level inside it."""
+    said = f"{type(exc).__name__}: {exc}"
+    inner = getattr(exc, "exceptions", None)
+    while inner:
+        said += f" <- {type(inner[0]).__name__}: {inner[0]}"
+        inner = getattr(inner[0], "exceptions", None)
+    return said
+
+
 async def main(
     url: str,
     user: str,
@@ -80,77 +141,25 @@ async def main(
     step_up: str | None = None,
     again: bool = False,
 ) -> dict:
-    from mcp.client.auth import OAuthClientProvider
-    from mcp.shared.auth import OAuthClientMetadata
-
     report: dict = {"sdk": f"mcp {version('mcp')}", "met": []}
-    result: dict = {}
-    browser = Jar()  # one browser for every sign-in
-
-    async def redirect_handler(authorization_url: str) -> None:
-        report["authorize"] = authorization_url.split("?")[0]
-        query = parse_qs(urlsplit(authorization_url).query)
-        report.setdefault("sign_ins", []).append(query.get("scope", [""])[0])
-        # Each sign-in's answer replaces the last: an error answer must not leave an old code.
-        result.clear()
-        met: list[str] = []
-        report["met"].append(met)
-        answer = await sign_in(authorization_url, user, password, CALLBACK, jar=browser, met=met)
-        result.update(answer)
-
-    if MAJOR >= 2:
-        from mcp.client.auth import AuthorizationCodeResult
-
-        async def callback_handler():
-            if "code" not in result:
-                raise RuntimeError(f"the sign-in ended with {result}")
-            return AuthorizationCodeResult(
-                code=result["code"], state=result.get("state"), iss=result.get("iss")
-            )
-    else:
-
-        async def callback_handler():
-            return result["code"], result.get("state")
-
+    sign_ins = SignIns(user, password, report)
     storage = Memory()
-    oauth = OAuthClientProvider(
-        server_url=url,
-        client_metadata=OAuthClientMetadata(
-            client_name=f"py-mcp-{MAJOR}", redirect_uris=[CALLBACK]
-        ),
-        storage=storage,
-        redirect_handler=redirect_handler,
-        callback_handler=callback_handler,
-    )
 
     def client_id() -> str | None:
         return storage.client.client_id if storage.client else None
 
     try:
-        await session(url, oauth, report, step_up)
+        await session(url, oauth_provider(url, storage, sign_ins), report, step_up)
         report["client_ids"] = [client_id()]
         if again:  # as after a restart that kept the registration but not the tokens
             storage.tokens = None
-            oauth = OAuthClientProvider(
-                server_url=url,
-                client_metadata=OAuthClientMetadata(
-                    client_name=f"py-mcp-{MAJOR}", redirect_uris=[CALLBACK]
-                ),
-                storage=storage,
-                redirect_handler=redirect_handler,
-                callback_handler=callback_handler,
-            )
-            await session(url, oauth, report, None)
+            await session(url, oauth_provider(url, storage, sign_ins), report, None)
             report["client_ids"].append(client_id())
         report["client_id"] = client_id()
         report["ok"] = True
     except BaseException as exc:  # report every failure, including exception groups
         report["ok"] = False
-        report["error"] = f"{type(exc).__name__}: {exc}"
-        inner = getattr(exc, "exceptions", None)
-        while inner:
-            report["error"] += f" <- {type(inner[0]).__name__}: {inner[0]}"
-            inner = getattr(inner[0], "exceptions", None)
+        report["error"] = failure(exc)
     return report
 
 

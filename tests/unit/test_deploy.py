@@ -2,8 +2,8 @@
 arguments they give are ones `serve` accepts, the probes reach the health listener on the pod's
 address while the admin listener stays on loopback, selectors select the pods, the
 NetworkPolicy admits the listener ports alone, and the RBAC rules name exactly the calls the
-controller's code can make (tests/e2e/test_kubernetes.py compares them with the calls a running
-replica made)."""
+controller's code can make (tests/e2e/test_kubernetes_example.py compares them with the calls a
+running replica made)."""
 
 from __future__ import annotations
 

@@ -19,67 +19,54 @@ from mcp_oauth_gateway.proxy.upstream import UpstreamError
 from support import free_port
 
 
-async def backend_app(scope, receive, send):
-    if scope["type"] != "http":
-        return
-    body, chunks = b"", 0
+async def _read_body(receive) -> bytes:
+    body = b""
     while True:
         message = await receive()
         body += message.get("body", b"")
-        chunks += 1
         if not message.get("more_body"):
-            break
+            return body
+
+
+async def _start(send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+
+
+async def _body(send, body: bytes, more: bool = False) -> None:
+    await send({"type": "http.response.body", "body": body, "more_body": more})
+
+
+async def backend_app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    body = await _read_body(receive)
     headers = {k.decode(): v.decode() for k, v in scope["headers"]}
     if scope["path"] == "/slow":
         await asyncio.sleep(0.5)
     if scope["path"] == "/stream":
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"text/event-stream")],
-            }
-        )
+        await _start(send, 200, [(b"content-type", b"text/event-stream")])
         for i in range(3):
-            await send(
-                {"type": "http.response.body", "body": f"data: {i}\n\n".encode(), "more_body": True}
-            )
+            await _body(send, f"data: {i}\n\n".encode(), more=True)
             await asyncio.sleep(0.02)
-        await send({"type": "http.response.body", "body": b""})
+        await _body(send, b"")
         return
     if scope["path"] == "/sized":
         # For HEAD uvicorn sends the length and no body.
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-length", b"11"), (b"x-test", b"sized")],
-            }
-        )
-        await send({"type": "http.response.body", "body": b"hello world"})
+        await _start(send, 200, [(b"content-length", b"11"), (b"x-test", b"sized")])
+        await _body(send, b"hello world")
         return
     if scope["path"] == "/broken":
-        await send(
-            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"100")]}
-        )
-        await send({"type": "http.response.body", "body": b"short", "more_body": True})
+        await _start(send, 200, [(b"content-length", b"100")])
+        await _body(send, b"short", more=True)
         raise RuntimeError("backend dies mid-body")
-    payload = json.dumps(
-        {
-            "length": len(body),
-            "te": headers.get("transfer-encoding"),
-            "cl": headers.get("content-length"),
-            "client": scope["client"][1],
-        }
-    ).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 201,
-            "headers": [(b"content-type", b"application/json"), (b"x-test", b"yes")],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
+    payload = {
+        "length": len(body),
+        "te": headers.get("transfer-encoding"),
+        "cl": headers.get("content-length"),
+        "client": scope["client"][1],
+    }
+    await _start(send, 201, [(b"content-type", b"application/json"), (b"x-test", b"yes")])
+    await _body(send, json.dumps(payload).encode())
 
 
 async def served(keep_alive: float) -> AsyncIterator[str]:

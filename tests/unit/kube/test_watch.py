@@ -1,6 +1,6 @@
 """The list-and-watch loop of one kind, driven by a stand-in for the API client that replays
-what the real server does (tests/e2e/test_kubernetes.py runs the real one): events after a
-resourceVersion, `410 Gone` when that version is compacted away, a dropped connection."""
+what the real server does (tests/e2e/test_kubernetes_restarts.py runs the real one): events
+after a resourceVersion, `410 Gone` when that version is compacted away, a dropped connection."""
 
 from __future__ import annotations
 

@@ -81,28 +81,7 @@ class Targets:
             self.deleted.append((name, dict(headers).get(b"mcp-session-id")))
             return MemoryResponse(200, [], b"")
         if method == "GET":
-            self.seen.append((name, headers, {}))
-            if name not in self.streams:
-                return MemoryResponse(405, [], b"")
-            if self.busy.get(name):
-                self.busy[name] -= 1
-                return MemoryResponse(409, [], b"only one stream")
-            sent = self.streams[name]
-            last = dict(headers).get(b"last-event-id")
-            if last is not None and name in self.resumable:
-                sent = _after(sent, last)
-            fail_after = 1 if name in self.broken else None
-            stream = MemoryResponse(
-                200,
-                SSE,
-                None,
-                sent,
-                fail_after=fail_after,
-                hold=self.holding,
-                after_stream=self.streamed,
-            )
-            self.gets.append(stream)
-            return stream
+            return self._get(name, headers)
         message = orjson.loads(body) if body else {}
         self.seen.append((name, headers, message))
         if name in self.slow and message.get("method") == "tools/call":
@@ -110,42 +89,80 @@ class Targets:
         if name in self.slow and message.get("method") == "tools/list":
             return MemoryResponse(200, [(b"content-type", b"text/event-stream")], None, hold=True)
         if message.get("method") == "initialize":
-            result = {"protocolVersion": self.version, "capabilities": {"tools": {}}}
-            session = [(b"mcp-session-id", f"sess-{name}".encode())]
-            if self.priming:
-                answer = orjson.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
-                events = [b"id: 0\ndata: \n\n", b"id: 1\ndata: " + answer + b"\n\n"]
-                return MemoryResponse(200, [*SSE, *session], None, events)
-            return _answer(message, result, session)
-        if message.get("method") == "tools/call" and message["params"]["name"] == "wait":
+            return self._initialized(name, message)
+        if message.get("method") == "tools/call":
+            return self._call(name, message)
+        if message.get("method") == "tools/list":
+            return _tools_page(name, message)
+        return MemoryResponse(202, [], b"")
+
+    def _get(self, name: str, headers: Headers) -> MemoryResponse:
+        """A GET: the target's stream, if it offers one (after `Last-Event-ID` if it keeps
+        its events), or a refusal."""
+        self.seen.append((name, headers, {}))
+        if name not in self.streams:
+            return MemoryResponse(405, [], b"")
+        if self.busy.get(name):
+            self.busy[name] -= 1
+            return MemoryResponse(409, [], b"only one stream")
+        sent = self.streams[name]
+        last = dict(headers).get(b"last-event-id")
+        if last is not None and name in self.resumable:
+            sent = _after(sent, last)
+        fail_after = 1 if name in self.broken else None
+        stream = MemoryResponse(
+            200,
+            SSE,
+            None,
+            sent,
+            fail_after=fail_after,
+            hold=self.holding,
+            after_stream=self.streamed,
+        )
+        self.gets.append(stream)
+        return stream
+
+    def _initialized(self, name: str, message: dict) -> MemoryResponse:
+        """initialize's answer with a session, as JSON or (`priming`) as an event stream."""
+        result = {"protocolVersion": self.version, "capabilities": {"tools": {}}}
+        session = [(b"mcp-session-id", f"sess-{name}".encode())]
+        if self.priming:
+            answer = orjson.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
+            events = [b"id: 0\ndata: \n\n", b"id: 1\ndata: " + answer + b"\n\n"]
+            return MemoryResponse(200, [*SSE, *session], None, events)
+        return _answer(message, result, session)
+
+    def _call(self, name: str, message: dict) -> MemoryResponse:
+        """A tool call's event stream: `wait` never answers, `ask` asks for a sample first,
+        every other answers after a progress event."""
+        if message["params"]["name"] == "wait":
             call = MemoryResponse(200, SSE, None, [], hold=True, after_stream=self.waiting)
             self.calls.append(call)
             return call
-        if message.get("method") == "tools/call":
-            events = [_progress(message)]
-            if message["params"]["name"] == "ask":
-                events.insert(0, ASK)
-            events.append(
-                b'data: {"jsonrpc":"2.0","id":1,"result":{"by":"%s"}}\n\n' % name.encode()
-            )
-            held = self.left is not None
-            call = MemoryResponse(200, SSE, None, events, hold=held, after_stream=self.left)
-            self.calls.append(call)
-            return call
-        if message.get("method") == "tools/list":
-            start = int(message.get("params", {}).get("cursor", "0"))
-            page = TOOLS[name][start : start + 2]
-            result: dict[str, object] = {"tools": [{"name": n} for n in page]}
-            if start + 2 < len(TOOLS[name]):
-                result["nextCursor"] = str(start + 2)
-            return _answer(message, result)
-        return MemoryResponse(202, [], b"")
+        events = [_progress(message)]
+        if message["params"]["name"] == "ask":
+            events.insert(0, ASK)
+        events.append(b'data: {"jsonrpc":"2.0","id":1,"result":{"by":"%s"}}\n\n' % name.encode())
+        held = self.left is not None
+        call = MemoryResponse(200, SSE, None, events, hold=held, after_stream=self.left)
+        self.calls.append(call)
+        return call
 
     async def close(self) -> None:
         """Nothing to close."""
 
 
 SSE = [(b"content-type", b"text/event-stream")]
+
+
+def _tools_page(name: str, message: dict) -> MemoryResponse:
+    """The target's tools two to a page, from the request's cursor."""
+    start = int(message.get("params", {}).get("cursor", "0"))
+    page = TOOLS[name][start : start + 2]
+    result: dict[str, object] = {"tools": [{"name": n} for n in page]}
+    if start + 2 < len(TOOLS[name]):
+        result["nextCursor"] = str(start + 2)
+    return _answer(message, result)
 
 
 def _after(events: list[bytes], last: bytes) -> list[bytes]:

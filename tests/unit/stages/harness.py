@@ -57,6 +57,83 @@ class Response:
         return [m.get("body", b"") for m in self.messages if m["type"] == "http.response.body"]
 
 
+def _scope(
+    method: str,
+    path: str,
+    query: bytes,
+    headers: Sequence[tuple[bytes, bytes]],
+    host: bytes | None,
+    scope: dict[str, Any] | None,
+) -> Scope:
+    """The request's HTTP scope as uvicorn builds it, `scope` laid over it."""
+    request_headers: Headers = ([(b"host", host)] if host is not None else []) + list(headers)
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query,
+        "root_path": "",
+        "headers": request_headers,
+        "client": CLIENT,
+        "server": ("gw.test", 80),
+        **(scope or {}),
+    }
+
+
+def _request_messages(body: bytes | Sequence[bytes]) -> list[Message]:
+    """The body as `http.request` messages (`more_body` on all but the last)."""
+    chunks = [body] if isinstance(body, bytes) else list(body) or [b""]
+    return [
+        {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
+        for i, chunk in enumerate(chunks)
+    ]
+
+
+class _Connection:
+    """The server's side of one request: hands out the request's messages, then
+    `http.disconnect` once the response is complete or the client left; records what the app
+    sent, checked as uvicorn checks it."""
+
+    def __init__(self, pending: list[Message], left: asyncio.Event):
+        self.pending = pending
+        self.left = left
+        self.complete = asyncio.Event()
+        self.messages: list[Message] = []
+
+    async def receive(self) -> Message:
+        if self.pending:
+            return self.pending.pop(0)
+        # Nothing more to read: like a server, wait until the response ends or the client goes.
+        waits = [
+            asyncio.ensure_future(self.complete.wait()),
+            asyncio.ensure_future(self.left.wait()),
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        assert not self.complete.is_set(), f"sent after the response ended: {message}"
+        if message["type"] == "http.response.start":
+            assert not self.messages, "http.response.start sent twice or after the body"
+            for name, value in message.get("headers", ()):
+                # uvicorn refuses these (the client would get a 500 instead).
+                assert not HEADER_RE.search(name), f"response header name {name!r}"
+                assert not HEADER_VALUE_RE.search(value), f"response header {name!r}: {value!r}"
+        else:
+            assert self.messages, "body sent before http.response.start"
+        self.messages.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.complete.set()
+
+
 async def drive(
     app: ASGIApp,
     method: str = "GET",
@@ -77,66 +154,15 @@ async def drive(
     or overrides scope keys (claims under CLAIMS_KEY, TRUST_FORWARDED_KEY…). Setting
     `client_left` makes a pending `receive()` return `http.disconnect`; `disconnect_first` makes
     the very first one do so (the client went away before sending its body)."""
-    request_headers: Headers = ([(b"host", host)] if host is not None else []) + list(headers)
-    full: Scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": query,
-        "root_path": "",
-        "headers": request_headers,
-        "client": CLIENT,
-        "server": ("gw.test", 80),
-        **(scope or {}),
-    }
-    chunks = [body] if isinstance(body, bytes) else list(body) or [b""]
-    pending: list[Message] = (
-        []
-        if disconnect_first
-        else [
-            {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
-            for i, chunk in enumerate(chunks)
-        ]
-    )
-    messages: list[Message] = []
-    complete = asyncio.Event()
+    full = _scope(method, path, query, headers, host, scope)
     left = client_left or asyncio.Event()
     if disconnect_first:
         left.set()
+    connection = _Connection([] if disconnect_first else _request_messages(body), left)
     calls_before = len(inner.seen) if inner is not None else 0
-
-    async def receive() -> Message:
-        if pending:
-            return pending.pop(0)
-        # Nothing more to read: like a server, wait until the response ends or the client goes.
-        waits = [asyncio.ensure_future(complete.wait()), asyncio.ensure_future(left.wait())]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in waits:
-                waiting.cancel()
-        return {"type": "http.disconnect"}
-
-    async def send(message: Message) -> None:
-        assert not complete.is_set(), f"sent after the response ended: {message}"
-        if message["type"] == "http.response.start":
-            assert not messages, "http.response.start sent twice or after the body"
-            for name, value in message.get("headers", ()):
-                # uvicorn refuses these (the client would get a 500 instead).
-                assert not HEADER_RE.search(name), f"response header name {name!r}"
-                assert not HEADER_VALUE_RE.search(value), f"response header {name!r}: {value!r}"
-        else:
-            assert messages, "body sent before http.response.start"
-        messages.append(message)
-        if message["type"] == "http.response.body" and not message.get("more_body", False):
-            complete.set()
-
     async with asyncio.timeout(GUARD_SECONDS):
-        await app(full, receive, send)
+        await app(full, connection.receive, connection.send)
+    messages = connection.messages
     start = messages[0] if messages else {"status": 0, "headers": []}
     return Response(
         status=start["status"],

@@ -1,0 +1,119 @@
+"""The spec's example (examples/kubernetes) served in controller mode against a real Kubernetes
+API server, as shipped (its GatewayClass and controller name): the status it comes up with, a
+real MCP client signing in through it, and the API calls the replica made
+(tests/kube_example_support.py says how the example is applied).
+
+Tests in this module share one gateway and run in file order: the calls are compared last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from joserfc.jwk import RSAKey
+
+from kube_example_support import (
+    CLIENT_ID,
+    GATEWAY_API_CRDS,
+    ClusterStack,
+    Site,
+    gateway_api,
+    serve_example,
+)
+from kube_support import WAIT
+from node_clients import run_ts_client
+from support import deploy_rbac_rules, wait_until
+
+NS = "mcp-e2e"
+
+
+@pytest.fixture(scope="module", params=GATEWAY_API_CRDS)
+def cluster(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    logs: Path,
+    idp_key: tuple[RSAKey, Path],
+    backend: str,
+) -> Iterator[ClusterStack]:
+    """The example as shipped, in namespace NS, and a gateway serving it in controller mode."""
+    with (
+        gateway_api(request, tmp_path_factory) as server,
+        serve_example(server, Site(NS), logs, idp_key, backend) as stack,
+    ):
+        yield stack
+
+
+def test_status_comes_up_true_with_the_observed_generation(cluster: ClusterStack) -> None:
+    api = cluster.api
+    policy = api.get("GatewayPolicy", NS, "mcp-authn")
+    generation = policy["metadata"]["generation"]
+    every = {"Accepted": "True", "Attached": "True", "ResolvedRefs": "True"}
+    conditions = api.wait_conditions("GatewayPolicy", NS, "mcp-authn", every, generation)
+    assert conditions["Accepted"]["reason"] == "Valid"
+    status = api.get("GatewayPolicy", NS, "mcp-authn")["status"]
+    (ancestor,) = status["ancestors"]
+    assert ancestor["ancestorRef"] == {
+        "group": "gateway.networking.k8s.io",
+        "kind": "Gateway",
+        "namespace": NS,
+        "name": "mcp-gateway",
+    }
+    assert ancestor["controllerName"] == "mcp-oauth-gateway.dev/gateway-controller"
+    assert {c["type"]: c["status"] for c in ancestor["conditions"]} == every
+
+    api.wait_conditions("GatewayClass", None, "mcp-oauth-gateway", {"Accepted": "True"}, 1)
+    gateway = api.wait_conditions(
+        "Gateway", NS, "mcp-gateway", {"Accepted": "True", "Programmed": "True"}, 1
+    )
+    assert gateway["Programmed"]["observedGeneration"] == 1
+    (listener,) = api.get("Gateway", NS, "mcp-gateway")["status"]["listeners"]
+    assert listener["name"] == "http"
+    assert listener["attachedRoutes"] == 1
+    assert {c["type"]: c["status"] for c in listener["conditions"]}["Programmed"] == "True"
+    (parent,) = api.get("HTTPRoute", NS, "mcp")["status"]["parents"]
+    assert parent["controllerName"] == "mcp-oauth-gateway.dev/gateway-controller"
+    assert parent["parentRef"]["name"] == "mcp-gateway"
+    assert {c["type"]: c["status"] for c in parent["conditions"]} == {
+        "Accepted": "True",
+        "ResolvedRefs": "True",
+    }
+    api.wait_conditions("GatewayBackend", NS, "mcp-backend", {"Accepted": "True"}, 1)
+    ready = httpx.get(f"{cluster.admin}/readyz", timeout=5)
+    assert ready.status_code == 200, ready.text
+
+
+def test_status_is_written_only_when_it_changes(cluster: ClusterStack) -> None:
+    before = cluster.api.get("GatewayPolicy", NS, "mcp-authn")
+    writes = cluster.status()["controller"]["statusWrites"]
+    # Counted before the change: its rebuild comes 0.1 s after it arrives, which a count read
+    # after the patch on a loaded machine could already include (then no rebuild is "next").
+    swaps = cluster.status()["controller"]["snapshotSwaps"]
+    # An unrelated change (a label: generation unchanged) rebuilds nothing worth writing.
+    cluster.api.patch("GatewayBackend", NS, "mcp-backend", {"metadata": {"labels": {"a": "b"}}})
+    wait_until(lambda: cluster.status()["controller"]["snapshotSwaps"] > swaps, WAIT, "a rebuild")
+    after = cluster.api.get("GatewayPolicy", NS, "mcp-authn")
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert cluster.status()["controller"]["statusWrites"] == writes
+
+
+def test_a_real_mcp_client_signs_in_through_controller_mode(cluster: ClusterStack) -> None:
+    report = run_ts_client(f"{cluster.gateway}/mcp", "alice")
+    assert report["ok"], report
+    assert report["clientId"] == CLIENT_ID
+    assert report["authorizationUrl"].startswith(f"{cluster.idp}/application/o/mcp/authorize/")
+
+
+def test_the_calls_a_replica_made_are_exactly_what_the_install_grants(
+    cluster: ClusterStack,
+) -> None:
+    calls = {
+        (c["verb"], c["apiGroup"], c["resource"])
+        for c in cluster.status()["controller"]["apiCalls"]
+    }
+    # The test server serves no core kinds: the controller asked to list Services and
+    # Namespaces (404) and so never watched them; every other rule was used, and nothing beyond
+    # the rules was asked for.
+    assert calls == deploy_rbac_rules() - {("watch", "", "services"), ("watch", "", "namespaces")}
