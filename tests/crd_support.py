@@ -46,6 +46,14 @@ def schema(kind: str) -> Schema:
     return root
 
 
+def node_at(kind: str, path: str) -> Schema:
+    """The schema node of a field path (`[...]`, index or filter, steps into items)."""
+    node = schema(kind)
+    for part in re.sub(r"\[[^\]]*\]", ".[]", path).strip(".").split("."):
+        node = node["items"] if part == "[]" else node["properties"][part]
+    return node
+
+
 # --- the API server, replayed -------------------------------------------------------------------
 
 

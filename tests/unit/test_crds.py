@@ -20,22 +20,16 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from pydantic import BaseModel, Field, field_validator
-from pydantic import ValidationError as PydanticError
+from pydantic import Field, field_validator
 
 from crd_cases import (
     ACCEPTED,
     CONTROLLER_ONLY,
     CR,
     DIVERGENCES,
-    URL,
     Case,
     Divergence,
-    L,
     P,
-    R,
     X,
     example_documents,
 )
@@ -52,6 +46,7 @@ from crd_support import (
     compile_rule,
     crd,
     join_path,
+    node_at,
     rules,
     schema,
     subschemas,
@@ -162,14 +157,6 @@ def structural_problems(node: Schema, path: str = "", in_junctor: bool = False) 
     yield from _node_problems(node, path)
     for sub, sub_path, junctor in subschemas(node, path):
         yield from structural_problems(sub, sub_path, in_junctor or junctor)
-
-
-def node_at(kind: str, path: str) -> Schema:
-    """The schema node of a field path (`[...]`, index or filter, steps into items)."""
-    node = schema(kind)
-    for part in re.sub(r"\[[^\]]*\]", ".[]", path).strip(".").split("."):
-        node = node["items"] if part == "[]" else node["properties"][part]
-    return node
 
 
 def undescribed(node: Schema, path: str = "") -> Iterator[str]:
@@ -443,60 +430,3 @@ def test_case_names_are_unique_object_names() -> None:
     names = [(c.kind, c.name) for c in cases]
     assert len(names) == len(set(names))
     assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", c.name) for c in cases)
-
-
-# --- one validator, two languages: the schema's reading equals the model's ----------------------
-
-FUZZ = settings(max_examples=300, deadline=None)
-
-
-def node_admits(node: Schema, value: object) -> bool:
-    return Validator(node).is_valid(value) and not list(cel_refusals(node, value))
-
-
-def model_accepts(model: type[BaseModel], data: Mapping[str, object]) -> bool:
-    try:
-        model.model_validate(data)
-    except PydanticError:
-        return False
-    return True
-
-
-# Letters and signs of other duration syntaxes too (days, microseconds, fractions), so a model
-# that starts accepting them fails here until the schema does as well.
-durations = st.text(alphabet="0123456789hmsdwu.+- ", max_size=26) | st.sampled_from(
-    ["1s", "999ms", "1000ms", "0h0m1s", "5m", "1h30m", "0s", "1ms", "99999h99999m99999s99999ms"]
-)
-
-
-@FUZZ
-@given(durations)
-def test_cache_duration_rules_read_durations_as_the_model_does(text: str) -> None:
-    node = node_at("GatewayPolicy", f"{R}.cacheDuration")
-    remote = {"url": URL, "cacheDuration": text}
-    assert node_admits(node, text) is model_accepts(m.RemoteJwks, remote), text
-
-
-@FUZZ
-@given(durations)
-def test_window_rules_read_durations_as_the_model_does(text: str) -> None:
-    node = node_at("GatewayPolicy", f"{L}.window")
-    limit = {"key": "jwt.sub", "requests": 1, "window": text}
-    assert node_admits(node, text) is model_accepts(m.RateLimitSpec, limit), text
-
-
-header_names = st.text(
-    alphabet=st.characters(min_codepoint=32, max_codepoint=126), min_size=0, max_size=20
-) | st.sampled_from(sorted(fields._PROTECTED)).map(lambda s: "".join(random_case(s)))
-
-
-def random_case(text: str) -> Iterator[str]:
-    for index, char in enumerate(text):
-        yield char.upper() if index % 2 else char
-
-
-@FUZZ
-@given(header_names)
-def test_header_name_rules_read_names_as_the_model_does(name: str) -> None:
-    node = node_at("GatewayPolicy", f"{X}.set[].name")
-    assert node_admits(node, name) is model_accepts(m.HeaderValue, {"name": name, "value": "x"})
