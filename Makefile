@@ -125,9 +125,15 @@ typecheck: install-test
 lint-imports: install-test
 	$(VENV)/bin/lint-imports
 
+# The suite runs on pytest-xdist workers, each module whole on one worker and the modules using
+# real Keycloak or the apiextensions API server on one worker each (tests/xdist_scheduling.py).
+# `auto` is two workers a core: most tests wait on the servers and browsers they start.
+# `make test PYTEST_WORKERS=1` runs the tests one at a time (PYTEST_WORKERS=0: without xdist).
+PYTEST_WORKERS ?= auto
+
 test: install-test node-peers mcp1-client system-deps lint docs apiserver-build cluster-build \
 	keycloak-fetch
-	$(PY) -m pytest -m "not contracts" --durations=25
+	$(PY) -m pytest -m "not contracts" -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 
 # The documentation site (mkdocs.yml, docs/): built into site/ (git-ignored) by
 # `mkdocs build --strict`, so a broken link or anchor, or a page missing from the nav, fails it.

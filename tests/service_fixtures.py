@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from support import NODE_DIR, PEERS, Process, free_port, node, wait_for_port
+from xdist_scheduling import require_group
 
 
 @pytest.fixture(scope="session")
@@ -121,6 +122,7 @@ def apiserver(
     # Imported here: only the tests that need a cluster load its support.
     from devcluster.apiserver import CRDS, DevApiServer, DevApiServerError
 
+    require_group(request, "apiserver")
     server = _built_and_started(
         request,
         lambda: DevApiServer.build(echo=True),
@@ -167,6 +169,7 @@ def real_keycloak(
     first fetch downloads from Maven Central."""
     from keycloak_support import KeycloakError, RealKeycloak
 
+    require_group(request, "real_keycloak")
     server = _built_and_started(
         request,
         lambda: RealKeycloak.fetch(echo=True),

@@ -43,6 +43,10 @@ from support import (
     wait_for_port,
     wait_until,
 )
+from xdist_scheduling import APISERVER
+
+# Every test reaches the session's API server by parameter (`gateway_api`): its xdist group.
+pytestmark = APISERVER
 
 NS = "mcp-e2e"
 TOOLS_NS = "mcp-e2e-tools"
