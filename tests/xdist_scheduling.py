@@ -6,7 +6,7 @@
   screenshot) keeps working as it does in one process.
 - The session-scoped servers that cost most to start each belong to one worker: the tests using
   real Keycloak (`real_keycloak`: about a minute of CPU to start) form the group `keycloak`, the
-  tests using the apiextensions API server (`apiserver`) the group `apiserver`, so that each is
+  tests using the session's kube-apiserver (`apiserver`) the group `apiserver`, so that each is
   started once per run instead of once per worker. They are not shared between workers through
   a file lock instead: those tests were written to take turns on the server (they share
   Keycloak's master realm and count what is in it; one module restarts the API server), so using

@@ -1,10 +1,10 @@
-"""Controller mode against a real Kubernetes API server (apiextensions-apiserver v1.36.4 + etcd).
+"""Controller mode against a real Kubernetes API server (kube-apiserver v1.36.4 + etcd, the
+session's `apiserver`: admin credentials, namespaces used without being created).
 
 The spec's example (examples/kubernetes) is applied with local addresses: the gateway's listener
 on a free port, the MCP backend and the OpenID provider on loopback, and the provider's keys
-fetched from `jwks.remote.url` (the test server serves no core Services, and a Service name
-would send the gateway to DNS). Leases are served by a CRD with the coordination.k8s.io/v1
-schema (tests/devcluster/crds), because the test server serves no core kinds.
+fetched from `jwks.remote.url` (no kube-proxy or DNS runs: a Service name would send the gateway
+to DNS).
 
 Tests in this module share one gateway and run in file order; the API server restart is last.
 """
@@ -130,13 +130,13 @@ def gateway_api(
         yield request.getfixturevalue("apiserver")
         return
     from contracts import CONTRACTS, require
-    from devcluster.apiserver import CRDS, DevApiServer
+    from devcluster.cluster import DevCluster
 
     official = sorted((CONTRACTS / "gateway-api-v1.6.1-experimental").glob("*.yaml"))
     require(CONTRACTS / "gateway-api-v1.6.1-experimental" / "httproutes.yaml")
-    server = DevApiServer.start(tmp_path_factory.mktemp("apiserver-official"))
+    server = DevCluster.start(tmp_path_factory.mktemp("apiserver-official"), any_namespace=True)
     try:
-        server.apply_crds([*official, CRDS / "leases.coordination.k8s.io.yaml"])
+        server.apply_crds(official)
         yield server
     finally:
         server.stop()
@@ -868,8 +868,8 @@ def test_reference_grants_are_not_forgotten_while_the_api_server_restarts(
 ) -> None:
     # A starting kube-apiserver answers 404 for CRD kinds for a moment; that once dropped every
     # ReferenceGrant for minutes (a permitted cross-namespace route answered 503). The test
-    # server here (apiextensions-apiserver) serves its CRDs at once after a restart, so this
-    # guards the whole path; the 404 itself is replayed by
+    # server here is kube-apiserver itself, so this guards the whole path; the 404 itself is
+    # replayed by
     # tests/unit/kube/test_watch.py::test_a_refused_list_never_forgets_what_was_listed.
     api = cluster.api
     host, port = cluster.backend.rsplit(":", 1)
