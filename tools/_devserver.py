@@ -1,10 +1,8 @@
 """What the dev-server tools share: messages, build bookkeeping, processes.
 
-`dev_apiserver.py` (the standalone apiextensions-apiserver from Debian's Go sources) and
-`dev_cluster.py` (kube-apiserver, kubectl and Helm from the Go module proxy) both build once
-into a cache, issue a CA and certificates for 127.0.0.1 (`_devcerts.py`), and start servers on
-free loopback ports that only they may stop. Those parts live here; each tool keeps its own
-steps.
+`dev_cluster.py` (kube-apiserver, kubectl and Helm from the Go module proxy, `_gobuild.py`)
+builds once into a cache, issues a CA and certificates for 127.0.0.1 (`_devcerts.py`), and
+starts servers on free loopback ports that only it may stop. The shared parts live here.
 """
 
 from __future__ import annotations
@@ -48,11 +46,6 @@ def say(message: str) -> None:
 def elapsed(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-
-
-def tenth_done(done: int, total: int, parts: int) -> bool:
-    """Whether `done` of `total` just crossed one of `parts` equal steps (the last is total)."""
-    return done * parts // total > (done - 1) * parts // total
 
 
 def tail(path: Path, lines: int = 15) -> str:
