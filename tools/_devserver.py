@@ -1,8 +1,9 @@
 """What the dev-server tools share: messages, build bookkeeping, processes.
 
-`dev_cluster.py` (kube-apiserver, kubectl and Helm from the Go module proxy, `_gobuild.py`)
-builds once into a cache, issues a CA and certificates for 127.0.0.1 (`_devcerts.py`), and
-starts servers on free loopback ports that only it may stop. The shared parts live here.
+`dev_cluster.py` (kube-apiserver, kubectl and Helm from the Go module proxy, `_gobuild.py`;
+certificates for 127.0.0.1 from `_devcerts.py`) and `dev_keycloak.py` build or fetch once into
+a cache and start servers on free loopback ports that only they may stop. The shared parts
+live here; each tool keeps its own steps.
 """
 
 from __future__ import annotations
@@ -197,7 +198,12 @@ def terminate(pid: int, program_name: str, root: Path) -> None:
 
 
 def launch(
-    title: str, command: list[str], log: Path, ready: Callable[[], bool], env: dict[str, str]
+    title: str,
+    command: list[str],
+    log: Path,
+    ready: Callable[[], bool],
+    env: dict[str, str],
+    timeout: float = START_TIMEOUT,
 ) -> subprocess.Popen[bytes]:
     """Start `command` in its own session, logging to `log`; return once `ready()` holds."""
     offset = log.stat().st_size if log.exists() else 0
@@ -225,13 +231,11 @@ def launch(
                 written,
             )
         now = time.monotonic()
-        if now - started > START_TIMEOUT:
+        if now - started > timeout:
             proc.kill()
             proc.wait()
             print(tail(log), file=sys.stderr)
-            raise ToolError(
-                f"step start: {title} was not ready after {START_TIMEOUT:.0f}s; see {log}"
-            )
+            raise ToolError(f"step start: {title} was not ready after {timeout:.0f}s; see {log}")
         if now >= next_note:
             say(f"waiting for {title} to answer ({elapsed(now - started)})")
             next_note = now + 5

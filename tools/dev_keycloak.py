@@ -53,6 +53,9 @@ PROGRAM = "keycloak"
 FETCH_TIMEOUT = 900.0
 # A line every so often while Maven downloads, so a slow fetch never looks hung.
 PROGRESS_EVERY = 20.0
+# The first start runs Quarkus's build: ~40 s alone, minutes on a machine busy with the rest
+# of a first `make test` (the Go build beside it).
+PREPARE_TIMEOUT = 600.0
 
 
 def cache_dir() -> Path:
@@ -214,7 +217,8 @@ def _prepare(prepared: Path, home: Path) -> None:
     say("step prepare: a first start of Keycloak in dev mode (~40 s, once)")
     scratch = prepared.parent / "prepare"
     scratch.mkdir()
-    server = _launch(prepared, scratch, home, "prepare", secrets.token_urlsafe(16))
+    password = secrets.token_urlsafe(16)
+    server = _launch(prepared, scratch, home, "prepare", password, timeout=PREPARE_TIMEOUT)
     common.terminate(server["pid"], PROGRAM, prepared)
     shutil.rmtree(prepared / "data", ignore_errors=True)
 
@@ -254,7 +258,13 @@ class Paths:
 
 
 def _launch(
-    home: Path, logs: Path, java: Path, title: str, password: str, port: int | None = None
+    home: Path,
+    logs: Path,
+    java: Path,
+    title: str,
+    password: str,
+    port: int | None = None,
+    timeout: float = common.START_TIMEOUT,
 ) -> dict[str, int]:
     """`kc.sh start-dev` of the distribution at `home` on `port` (default: a free one); pid and
     port once its discovery document answers."""
@@ -285,6 +295,7 @@ def _launch(
             logs / "keycloak.log",
             lambda: common.answers(plain, url, b'"issuer"'),
             env,
+            timeout,
         )
         return {"pid": proc.pid, "port": chosen}
 
