@@ -132,8 +132,9 @@ lint-imports: install-test
 PYTEST_WORKERS ?= auto
 # What the suite needs is made side by side, BUILD_JOBS at a time: the first time, the Go build
 # of the API server (minutes of CPU) runs while Keycloak, the node peers and the MCP 1.x client
-# download and lint and the docs run; each long step prints a progress line at least every
-# 30 s, prefixed with its tool's name. The Debian packages come first, one apt-get at a time.
+# download and lint and the docs run; the Go build and the Keycloak fetch print a progress line
+# at least every 30 s, prefixed with their tool's name. The Debian packages come first, one
+# apt-get at a time.
 # `make test BUILD_JOBS=1` makes them one after the other.
 BUILD_JOBS ?= 6
 TEST_NEEDS := install-test node-peers mcp1-client lint docs cluster-build keycloak-fetch
