@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+# TOOL stays importable from here: tests run the tool by its path.
+from .apiserver import TOOL as TOOL
 from .apiserver import DevApiServer
 
 # What a first build adds to a run (2 cores), for messages: tools/dev_cluster.py says more.
