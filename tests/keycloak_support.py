@@ -24,6 +24,7 @@ import pytest
 
 from idp_support import ADMIN_PASSWORD, USER_PASSWORD
 from support import ROOT, Process, free_port, wait_for_port
+from xdist_scheduling import KEYCLOAK
 
 TOOL = ROOT / "tools" / "dev_keycloak.py"
 # What a first fetch adds to a run, for messages: tools/dev_keycloak.py says more.
@@ -224,7 +225,10 @@ def idp_keycloak(
     )
 
 
-FLAVOURS = ("keycloak", "dev-idp")
+# Real Keycloak's parameter carries its xdist group: the fixture reaches it by name.
+FLAVOURS = (pytest.param("keycloak", marks=KEYCLOAK), "dev-idp")
+# Parametrises a test over real Keycloak alone (a module's `provider` fixture, reused).
+KEYCLOAK_ONLY = pytest.mark.parametrize("provider", FLAVOURS[:1], indirect=True)
 
 
 def either_provider(

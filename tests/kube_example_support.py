@@ -1,11 +1,10 @@
 """The spec's example (examples/kubernetes) served in controller mode against a real Kubernetes
-API server (apiextensions-apiserver v1.36.4 + etcd), for the test_kubernetes_* modules.
+API server (kube-apiserver v1.36.4 + etcd, the session's `apiserver`: admin credentials,
+namespaces used without being created), for the test_kubernetes_* modules.
 
 The example is applied with local addresses: the gateway's listener on a free port, the MCP
 backend and the OpenID provider on loopback, and the provider's keys fetched from
-`jwks.remote.url` (the test server serves no core Services, and a Service name would send the
-gateway to DNS). Leases are served by a CRD with the coordination.k8s.io/v1 schema
-(tests/devcluster/crds), because the test server serves no core kinds.
+`jwks.remote.url` (no kube-proxy or DNS runs: a Service name would send the gateway to DNS).
 
 Each module serves the example from a `Site` of its own (namespace, GatewayClass, controller
 name) on the session's API server, so no module's gateway reads or writes another's objects;
@@ -27,6 +26,7 @@ from joserfc.jwk import RSAKey
 
 from kube_support import ACCEPT, INITIALIZE, WAIT, Api, controller_cmd
 from support import NODE_DIR, ROOT, Process, claims_for, free_port, mint, node, wait_for_port
+from xdist_scheduling import APISERVER
 
 CLIENT_ID = "mcp-public"
 EXAMPLE = ROOT / "examples" / "kubernetes"
@@ -35,7 +35,11 @@ POLICY_CRDS = sorted((ROOT / "deploy" / "crds").glob("*.yaml"))
 BACKEND_API_KEY = "k8s-backend-api-key-7"
 # The module fixture's parameters: the project's own Gateway API CRDs (what `make test` uses) or
 # the official v1.6.1 experimental ones from CONTRACTS_DIR (`make test-contracts`).
-GATEWAY_API_CRDS = ["project-crds", pytest.param("official-crds", marks=pytest.mark.contracts)]
+# Each module reaches the session's API server by this parameter (`gateway_api`): its xdist group.
+GATEWAY_API_CRDS = [
+    pytest.param("project-crds", marks=APISERVER),
+    pytest.param("official-crds", marks=pytest.mark.contracts),
+]
 
 
 @dataclass(frozen=True)
@@ -137,13 +141,13 @@ def gateway_api(
         yield request.getfixturevalue("apiserver")
         return
     from contracts import CONTRACTS, require
-    from devcluster.apiserver import CRDS, DevApiServer
+    from devcluster.cluster import DevCluster
 
     official = sorted((CONTRACTS / "gateway-api-v1.6.1-experimental").glob("*.yaml"))
     require(CONTRACTS / "gateway-api-v1.6.1-experimental" / "httproutes.yaml")
-    server = DevApiServer.start(tmp_path_factory.mktemp("apiserver-official"))
+    server = DevCluster.start(tmp_path_factory.mktemp("apiserver-official"), any_namespace=True)
     try:
-        server.apply_crds([*official, CRDS / "leases.coordination.k8s.io.yaml"])
+        server.apply_crds(official)
         yield server
     finally:
         server.stop()

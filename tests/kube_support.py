@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from devcluster.apiserver import DevApiServer
+from devcluster.cluster import DevCluster
 from support import ROOT, Process, free_port, wait_until
 
 GROUPS = {
@@ -204,9 +204,10 @@ def controller_cmd(
 
 
 def kustomize_render(directory: Path = ROOT / "deploy") -> list[dict[str, Any]]:
-    """`directory` rendered by a real kustomize (Debian's, fetched by tools/dev_apiserver.py)."""
+    """`directory` rendered by a real kustomize: the one kubectl v1.36 carries (`kubectl
+    kustomize`, what `kubectl apply -k` runs), built by tools/dev_cluster.py."""
     done = subprocess.run(
-        [str(DevApiServer.kustomize_binary()), "build", str(directory)],
+        [str(DevCluster.cached_binary("kubectl")), "kustomize", str(directory)],
         capture_output=True,
         text=True,
         timeout=60,

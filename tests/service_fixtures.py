@@ -1,5 +1,6 @@
 """Session and module fixtures for the real services tests need beside the gateway: Redis, the
-Kubernetes API servers (an apiextensions server, a full kube-apiserver with kubectl and Helm),
+Kubernetes API server (kube-apiserver with etcd, kubectl and Helm; one for the session, fresh
+ones for modules that install things),
 Keycloak itself, MCP servers of both SDKs (and third-party ones with their own OAuth), and an
 OTLP receiver. Registered by conftest.py."""
 
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from support import NODE_DIR, PEERS, Process, free_port, node, wait_for_port
+from xdist_scheduling import require_group
 
 
 @pytest.fixture(scope="session")
@@ -115,16 +117,19 @@ def _built_and_started(
 def apiserver(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[object]:
-    """A real Kubernetes API server (standalone apiextensions-apiserver + etcd) serving the CRDs
-    of tests/devcluster/crds, as a `devcluster.apiserver.DevApiServer`; the first build
-    downloads and compiles for a few minutes."""
+    """A real Kubernetes API server for the session (kube-apiserver v1.36 + etcd, as the
+    `kube_apiserver` fixture has it) serving the Gateway API CRDs of tests/devcluster/crds, as a
+    `devcluster.cluster.DevCluster` used with the admin's certificate. NamespaceLifecycle is
+    off: its tests name namespaces they never create. The first build compiles for minutes."""
     # Imported here: only the tests that need a cluster load its support.
-    from devcluster.apiserver import CRDS, DevApiServer, DevApiServerError
+    from devcluster.apiserver import CRDS, DevApiServerError
+    from devcluster.cluster import DevCluster
 
+    require_group(request, "apiserver")
     server = _built_and_started(
         request,
-        lambda: DevApiServer.build(echo=True),
-        lambda: DevApiServer.start(tmp_path_factory.mktemp("apiserver")),
+        lambda: DevCluster.build(echo=True),
+        lambda: DevCluster.start(tmp_path_factory.mktemp("apiserver"), any_namespace=True),
         (DevApiServerError,),
     )
     try:
@@ -167,6 +172,7 @@ def real_keycloak(
     first fetch downloads from Maven Central."""
     from keycloak_support import KeycloakError, RealKeycloak
 
+    require_group(request, "real_keycloak")
     server = _built_and_started(
         request,
         lambda: RealKeycloak.fetch(echo=True),

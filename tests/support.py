@@ -6,11 +6,13 @@ import asyncio
 import base64
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -76,13 +78,53 @@ def controller_rbac_calls() -> set[tuple[str, str, str]]:
     return calls | {(verb, LEASE.group, LEASE.plural) for verb in ("get", "create", "update")}
 
 
+# Where this process hands out ports (`claim_ports`); while empty, the kernel chooses.
+_SHARE: deque[int] = deque()
 _HANDED_OUT: set[int] = set()
+# The kernel gives ports from its ephemeral range to bind(0) and to every outgoing connection,
+# so a port it chose may be taken by another process before the server binds it. Ports below
+# that range it never gives out by itself; above 10080, the last port browsers and Node's fetch
+# refuse to connect to (the Fetch standard's bad ports).
+_PRIVATE_FROM = 10100
+
+
+def claim_ports(index: int, count: int) -> None:
+    """Hand out ports from slice `index` of `count` of the loopback ports below the kernel's
+    ephemeral range: each xdist worker its own slice, so two workers never pick one port for
+    servers they start at the same time (tests/xdist_scheduling.py calls this)."""
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    low = int(ephemeral.read_text().split()[0]) if ephemeral.exists() else 32768
+    size = (low - _PRIVATE_FROM) // count
+    if size < 500:  # a system whose ephemeral range starts low: take the kernel's choice
+        return
+    start = _PRIVATE_FROM + index * size
+    # From a random place in the slice: two test runs at once rarely walk in step.
+    _SHARE.clear()
+    _SHARE.extend(range(start, start + size))
+    _SHARE.rotate(secrets.randbelow(size))
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now, and that this process has not
-    handed out before: the kernel may give a port just closed again at once (more so when
-    ephemeral ports run short), and two servers of one test would then collide."""
+    handed out lately: a port just closed may still be in use by its server's last connections,
+    and two servers of one test would then collide. From this process's share of ports when it
+    has one (`claim_ports`), in turn, else from the kernel."""
+    if _SHARE:
+        for _ in range(len(_SHARE)):
+            port = _SHARE[0]
+            _SHARE.rotate(-1)
+            if _bindable(port):
+                return port
+        raise AssertionError("no free TCP port on 127.0.0.1 in this worker's share")
     for _ in range(100):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))

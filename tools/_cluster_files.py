@@ -51,7 +51,7 @@ class Paths:
 
 
 def write_keys(paths: Paths) -> None:
-    """TLS as dev_apiserver.py has it, plus the key that signs ServiceAccount tokens."""
+    """The server's TLS (`_devcerts`), plus the key that signs ServiceAccount tokens."""
     _devcerts.write_tls(paths.tls(), "mcp-oauth-gateway dev-cluster CA")
     if paths.sa_key.is_file() and paths.sa_pub.is_file():
         return

@@ -1,8 +1,8 @@
 """Certificates for the dev servers: a CA, a serving certificate for 127.0.0.1 and a
 `system:masters` client certificate, issued with `cryptography` when a server first starts.
 
-`dev_apiserver.py` and `dev_cluster.py` both write them into a server's directory; only starting
-a server needs `cryptography`, so it is imported where it is used.
+`dev_cluster.py` writes them into a server's directory; only starting a server needs
+`cryptography`, so it is imported where it is used.
 """
 
 from __future__ import annotations

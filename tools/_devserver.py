@@ -1,10 +1,9 @@
 """What the dev-server tools share: messages, build bookkeeping, processes.
 
-`dev_apiserver.py` (the standalone apiextensions-apiserver from Debian's Go sources) and
-`dev_cluster.py` (kube-apiserver, kubectl and Helm from the Go module proxy) both build once
-into a cache, issue a CA and certificates for 127.0.0.1 (`_devcerts.py`), and start servers on
-free loopback ports that only they may stop. Those parts live here; each tool keeps its own
-steps.
+`dev_cluster.py` (kube-apiserver, kubectl and Helm from the Go module proxy, `_gobuild.py`;
+certificates for 127.0.0.1 from `_devcerts.py`) and `dev_keycloak.py` build or fetch once into
+a cache and start servers on free loopback ports that only they may stop. The shared parts
+live here; each tool keeps its own steps.
 """
 
 from __future__ import annotations
@@ -48,11 +47,6 @@ def say(message: str) -> None:
 def elapsed(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-
-
-def tenth_done(done: int, total: int, parts: int) -> bool:
-    """Whether `done` of `total` just crossed one of `parts` equal steps (the last is total)."""
-    return done * parts // total > (done - 1) * parts // total
 
 
 def tail(path: Path, lines: int = 15) -> str:
@@ -204,7 +198,12 @@ def terminate(pid: int, program_name: str, root: Path) -> None:
 
 
 def launch(
-    title: str, command: list[str], log: Path, ready: Callable[[], bool], env: dict[str, str]
+    title: str,
+    command: list[str],
+    log: Path,
+    ready: Callable[[], bool],
+    env: dict[str, str],
+    timeout: float = START_TIMEOUT,
 ) -> subprocess.Popen[bytes]:
     """Start `command` in its own session, logging to `log`; return once `ready()` holds."""
     offset = log.stat().st_size if log.exists() else 0
@@ -232,13 +231,11 @@ def launch(
                 written,
             )
         now = time.monotonic()
-        if now - started > START_TIMEOUT:
+        if now - started > timeout:
             proc.kill()
             proc.wait()
             print(tail(log), file=sys.stderr)
-            raise ToolError(
-                f"step start: {title} was not ready after {START_TIMEOUT:.0f}s; see {log}"
-            )
+            raise ToolError(f"step start: {title} was not ready after {timeout:.0f}s; see {log}")
         if now >= next_note:
             say(f"waiting for {title} to answer ({elapsed(now - started)})")
             next_note = now + 5

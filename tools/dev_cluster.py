@@ -11,7 +11,9 @@ Deployment is stored but never runs a pod, and a Namespace deleted stays Termina
     dev_cluster.py path kubectl          print a cached binary's absolute path (also:
                                          kube-apiserver, etcd, helm); exit 1 if not built yet
     dev_cluster.py start --dir D         etcd + kube-apiserver on free loopback ports, RBAC on;
-                                         D/kubeconfig is an admin's (system:masters)
+                                         D/kubeconfig is an admin's (system:masters);
+                                         --any-namespace: objects may name a namespace that
+                                         was never created (NamespaceLifecycle off)
     dev_cluster.py kubeconfig --dir D --service-account NS/NAME --out F
                                          a kubeconfig holding only that ServiceAccount's token
                                          (TokenRequest API, as `kubectl create token`)
@@ -64,12 +66,18 @@ from _devserver import STOP_TIMEOUT, ToolError, elapsed, say
 # Addresses Services get: only allocated in etcd, never connected to (there is no kube-proxy).
 SERVICE_RANGE = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+# What `start --any-namespace` turns off: the admission plugin that refuses an object in a
+# namespace that does not exist (the tests of one controller name namespaces freely, as
+# custom-resource-only servers let them).
+ANY_NAMESPACE = ("NamespaceLifecycle",)
 
 
 # --- processes ------------------------------------------------------------------------------------
 
 
-def _apiserver_command(cache: Path, paths: Paths, port: int, etcd_port: int) -> list[str]:
+def _apiserver_command(
+    cache: Path, paths: Paths, port: int, etcd_port: int, disabled: list[str]
+) -> list[str]:
     return [
         str(cache / "bin" / APISERVER),
         *("--etcd-servers", f"http://127.0.0.1:{etcd_port}"),
@@ -88,10 +96,13 @@ def _apiserver_command(cache: Path, paths: Paths, port: int, etcd_port: int) -> 
         *("--endpoint-reconciler-type", "none"),
         *("--audit-policy-file", str(paths.audit_policy)),
         *("--audit-log-path", str(paths.audit_log)),
+        *(["--disable-admission-plugins", ",".join(disabled)] if disabled else []),
     ]
 
 
-def _start_apiserver(cache: Path, paths: Paths, etcd_port: int, port: int | None) -> dict[str, int]:
+def _start_apiserver(
+    cache: Path, paths: Paths, etcd_port: int, port: int | None, disabled: list[str]
+) -> dict[str, int]:
     """Start kube-apiserver on `port` (a restart), or on a fresh free port."""
 
     def attempt() -> dict[str, int]:
@@ -109,7 +120,7 @@ def _start_apiserver(cache: Path, paths: Paths, etcd_port: int, port: int | None
 
         proc = common.launch(
             APISERVER,
-            _apiserver_command(cache, paths, chosen, etcd_port),
+            _apiserver_command(cache, paths, chosen, etcd_port, disabled),
             paths.apiserver_log,
             ready,
             common.child_env(),
@@ -154,7 +165,9 @@ def _running(paths: Paths, state: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def start(directory: Path, cache: Path, watch_pid: int | None) -> dict[str, Any]:
+def start(
+    directory: Path, cache: Path, watch_pid: int | None, any_namespace: bool = False
+) -> dict[str, Any]:
     """Start etcd and kube-apiserver for `directory`; return the recorded state."""
     build(cache)
     paths = Paths.of(directory)
@@ -168,11 +181,12 @@ def start(directory: Path, cache: Path, watch_pid: int | None) -> dict[str, Any]
     write_keys(paths)
     write_audit_policy(paths)
     etcd = common.start_etcd(cache / "bin" / ETCD, paths.etcd_data, paths.etcd_log)
-    state: dict[str, Any] = {"etcd": etcd}
+    disabled = list(ANY_NAMESPACE) if any_namespace else []
+    state: dict[str, Any] = {"etcd": etcd, "admission_disabled": disabled}
     # Recorded before the API server starts, so `stop` can end etcd if what follows fails.
     common.write_state(paths.state, state)
     try:
-        state["apiserver"] = _start_apiserver(cache, paths, etcd["port"], None)
+        state["apiserver"] = _start_apiserver(cache, paths, etcd["port"], None, disabled)
         if watch_pid is not None:
             script = Path(__file__).resolve()
             pid = common.spawn_watchdog(script, paths.root, watch_pid, paths.watchdog_log)
@@ -211,7 +225,8 @@ def restart(directory: Path, cache: Path) -> dict[str, Any]:
         if time.monotonic() > deadline:
             raise ToolError(f"step restart: port {port} is still taken after {APISERVER} stopped")
         time.sleep(0.05)
-    state["apiserver"] = _start_apiserver(cache, paths, state["etcd"]["port"], port)
+    disabled = state.get("admission_disabled", [])
+    state["apiserver"] = _start_apiserver(cache, paths, state["etcd"]["port"], port, disabled)
     common.write_state(paths.state, state)
     return state
 
@@ -296,6 +311,11 @@ def _parser() -> argparse.ArgumentParser:
                 type=int,
                 help="also stop the servers when this process exits (for test sessions)",
             )
+            command.add_argument(
+                "--any-namespace",
+                action="store_true",
+                help="let objects name namespaces never created (NamespaceLifecycle off)",
+            )
         if name == "kubeconfig":
             command.add_argument("--service-account", required=True, metavar="NAMESPACE/NAME")
             command.add_argument("--out", required=True, type=Path, help="the file to write")
@@ -330,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "path":
             print(tool_path(cache, args.tool))
         elif args.command == "start":
-            _report_start(start(args.dir, cache, args.watch_pid), started)
+            state = start(args.dir, cache, args.watch_pid, args.any_namespace)
+            _report_start(state, started)
         elif args.command == "kubeconfig":
             service_account_kubeconfig(args.dir, cache, args.service_account, args.out)
             say(f"wrote {args.out} (token of ServiceAccount {args.service_account})")

@@ -25,6 +25,7 @@ both from Debian's packages when they are missing. The cache is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import secrets
@@ -50,6 +51,13 @@ ADMIN_USER = "admin"
 HEAP = "-Xms64m -Xmx768m"
 PROGRAM = "keycloak"
 FETCH_TIMEOUT = 900.0
+# A line every so often while Maven downloads, so a slow fetch never looks hung.
+PROGRESS_EVERY = 20.0
+# How long a start may take: ~15 s alone (~40 s for the first, which runs Quarkus's build),
+# but 3 minutes were seen at load 20 on 2 cores (a test run beside other work), and the first
+# runs beside the Go build of a first `make test`. A server that fails exits, which is seen at
+# once; this only bounds one that hangs.
+START_TIMEOUT = 600.0
 
 
 def cache_dir() -> Path:
@@ -149,24 +157,49 @@ def _download(work: Path) -> Path:
         f"-Dartifact={ARTIFACT}",
         f"-DoutputDirectory={work}",
     ]
-    try:
-        result = subprocess.run(
-            command, capture_output=True, text=True, timeout=FETCH_TIMEOUT, check=False
-        )
-    except subprocess.TimeoutExpired:
-        raise ToolError(
-            f"step fetch: Maven did not finish within {FETCH_TIMEOUT:.0f}s; check the network "
-            "access to Maven Central (repo.maven.apache.org)"
-        ) from None
+    output = work / "maven.log"
+    with output.open("w") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        returncode = _wait_saying_progress(proc, work)
     archive = work / f"keycloak-quarkus-dist-{KEYCLOAK_VERSION}.tar.gz"
-    if result.returncode != 0 or not archive.is_file():
-        lines = [line for line in (result.stdout + result.stderr).splitlines() if "ERROR" in line]
+    if returncode != 0 or not archive.is_file():
+        lines = [
+            line for line in output.read_text(errors="replace").splitlines() if "ERROR" in line
+        ]
         raise ToolError(
             f"step fetch: Maven could not fetch {ARTIFACT}: "
             f"{' | '.join(lines[:3]) or 'no error printed'}; check the network access to "
             "Maven Central (repo.maven.apache.org)"
         )
     return archive
+
+
+def _wait_saying_progress(proc: subprocess.Popen[bytes], work: Path) -> int:
+    """Maven's exit code; meanwhile a line every PROGRESS_EVERY seconds with what it has
+    downloaded (the repository it fills and the archive's part file, both under `work`)."""
+    started = time.monotonic()
+    while True:
+        try:
+            return proc.wait(timeout=PROGRESS_EVERY)
+        except subprocess.TimeoutExpired:
+            taken = time.monotonic() - started
+            if taken > FETCH_TIMEOUT:
+                proc.kill()
+                proc.wait()
+                raise ToolError(
+                    f"step fetch: Maven did not finish within {FETCH_TIMEOUT:.0f}s; check the "
+                    "network access to Maven Central (repo.maven.apache.org)"
+                ) from None
+            say(f"  still downloading ({elapsed(taken)}, {_megabytes(work)} MB so far)")
+
+
+def _megabytes(directory: Path) -> int:
+    total = 0
+    for path in directory.rglob("*"):
+        # Maven renames its part files as they complete: one may be gone by now.
+        with contextlib.suppress(OSError):
+            total += path.lstat().st_size if path.is_file() else 0
+    return total // 1024**2
 
 
 def _unpack(archive: Path, work: Path) -> Path:
@@ -186,7 +219,8 @@ def _prepare(prepared: Path, home: Path) -> None:
     say("step prepare: a first start of Keycloak in dev mode (~40 s, once)")
     scratch = prepared.parent / "prepare"
     scratch.mkdir()
-    server = _launch(prepared, scratch, home, "prepare", secrets.token_urlsafe(16))
+    password = secrets.token_urlsafe(16)
+    server = _launch(prepared, scratch, home, "prepare", password)
     common.terminate(server["pid"], PROGRAM, prepared)
     shutil.rmtree(prepared / "data", ignore_errors=True)
 
@@ -226,7 +260,12 @@ class Paths:
 
 
 def _launch(
-    home: Path, logs: Path, java: Path, title: str, password: str, port: int | None = None
+    home: Path,
+    logs: Path,
+    java: Path,
+    title: str,
+    password: str,
+    port: int | None = None,
 ) -> dict[str, int]:
     """`kc.sh start-dev` of the distribution at `home` on `port` (default: a free one); pid and
     port once its discovery document answers."""
@@ -257,6 +296,7 @@ def _launch(
             logs / "keycloak.log",
             lambda: common.answers(plain, url, b'"issuer"'),
             env,
+            START_TIMEOUT,
         )
         return {"pid": proc.pid, "port": chosen}
 

@@ -1,8 +1,9 @@
-"""`DevApiServer`: a real Kubernetes API server for one test session, driven through the tool.
+"""`DevApiServer`: a real Kubernetes API server (kube-apiserver + etcd), driven through the tool.
 
-`tools/dev_apiserver.py` builds (once, cached), starts, restarts and stops the server; this class
-runs it and talks to the server over HTTPS with the client certificate the tool issued. The
-gateway's own code talks to Kubernetes through kubernetes_asyncio, never through this helper.
+`tools/dev_cluster.py` builds (once, cached), starts, restarts and stops the server; this class
+runs it and talks to the server over HTTPS with the admin's client certificate the tool issued
+(`cluster.DevCluster` adds kubectl and Helm). The gateway's own code talks to Kubernetes through
+kubernetes_asyncio, never through this helper.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-TOOL = REPO / "tools" / "dev_apiserver.py"
+TOOL = REPO / "tools" / "dev_cluster.py"
 CRDS = Path(__file__).resolve().parent / "crds"
 CRD_API = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 # How long a call keeps retrying 429 "storage is (re)initializing": after a (re)start the server
@@ -57,9 +58,8 @@ def _run_tool(*args: str, echo: bool = False, tool: Path = TOOL) -> str:
 
 
 class DevApiServer:
-    """One running server: etcd plus apiextensions-apiserver on free loopback ports."""
+    """One running server: etcd plus kube-apiserver on free loopback ports."""
 
-    # The tool that builds, starts and stops it (a subclass names another).
     tool = TOOL
 
     def __init__(self, directory: Path) -> None:
@@ -73,15 +73,18 @@ class DevApiServer:
         _run_tool("build", "--quiet", echo=echo, tool=cls.tool)
 
     @classmethod
-    def kustomize_binary(cls) -> Path:
-        """The cached `kustomize` (Debian sid's binary), built first if needed."""
+    def cached_binary(cls, name: str) -> Path:
+        """A cached binary (kube-apiserver, kubectl, etcd, helm), built first if needed."""
         cls.build(echo=True)
-        return Path(_run_tool("path", "kustomize", tool=cls.tool).splitlines()[-1])
+        return Path(_run_tool("path", name, tool=cls.tool).splitlines()[-1])
 
     @classmethod
-    def start(cls, directory: Path) -> DevApiServer:
-        """Start a server in `directory`; it is stopped also if this process dies first."""
-        _run_tool("start", "--dir", str(directory), "--watch-pid", str(os.getpid()), tool=cls.tool)
+    def start(cls, directory: Path, *, any_namespace: bool = False) -> Self:
+        """Start a server in `directory`; it is stopped also if this process dies first.
+        `any_namespace`: objects may name namespaces never created (NamespaceLifecycle off)."""
+        extra = ["--any-namespace"] if any_namespace else []
+        args = ["start", "--dir", str(directory), "--watch-pid", str(os.getpid()), *extra]
+        _run_tool(*args, tool=cls.tool)
         return cls(directory)
 
     def _reload(self) -> None:

@@ -16,17 +16,16 @@ from typing import Any
 
 import yaml
 
-from .apiserver import REPO, DevApiServer
+# TOOL stays importable from here: tests run the tool by its path.
+from .apiserver import TOOL as TOOL
+from .apiserver import DevApiServer
 
-TOOL = REPO / "tools" / "dev_cluster.py"
 # What a first build adds to a run (2 cores), for messages: tools/dev_cluster.py says more.
 FIRST_BUILD = "~7 minutes and ~6 GB of disk the first time, then cached"
 
 
 class DevCluster(DevApiServer):
     """One running kube-apiserver (RBAC on, ServiceAccount tokens, audit log) with its etcd."""
-
-    tool = TOOL
 
     def binary(self, name: str) -> Path:
         """The cached binary `name`: kube-apiserver, kubectl, etcd or helm."""

@@ -1,4 +1,4 @@
-"""`deploy/` rendered by a real kustomize (Debian's, fetched by tools/dev_apiserver.py): every
+"""`deploy/` rendered by a real kustomize (kubectl's, built by tools/dev_cluster.py): every
 object lands in the controller's namespace, the image is the one set, the roles are exactly the
 controller's calls, and the CRDs it installs are the ones a real API server accepts."""
 

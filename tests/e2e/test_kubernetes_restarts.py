@@ -98,8 +98,8 @@ def test_reference_grants_are_not_forgotten_while_the_api_server_restarts(
 ) -> None:
     # A starting kube-apiserver answers 404 for CRD kinds for a moment; that once dropped every
     # ReferenceGrant for minutes (a permitted cross-namespace route answered 503). The test
-    # server here (apiextensions-apiserver) serves its CRDs at once after a restart, so this
-    # guards the whole path; the 404 itself is replayed by
+    # server here is kube-apiserver itself, so this guards the whole path; the 404 itself is
+    # replayed by
     # tests/unit/kube/test_watch.py::test_a_refused_list_never_forgets_what_was_listed.
     api = cluster.api
     api.create(backend_object("tools", GRANTED_NS, cluster.backend))

@@ -42,6 +42,7 @@ from inspector_support import (
 )
 from keycloak_support import (
     FLAVOURS,
+    KEYCLOAK_ONLY,
     USER_PASSWORD,
     Provider,
     either_provider,
@@ -65,8 +66,6 @@ from support import (
 )
 
 REALM = {"keycloak": "broker", "dev-idp": "master"}  # the dev IdP serves master only
-# Parametrises a test over real Keycloak alone (the module-scoped fixtures are reused).
-KEYCLOAK_ONLY = pytest.mark.parametrize("provider", ["keycloak"], indirect=True)
 
 
 provider = pytest.fixture(scope="module", params=FLAVOURS, name="provider")(either_provider)

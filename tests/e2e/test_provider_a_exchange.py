@@ -37,6 +37,7 @@ from keycloak_realm_support import (
 )
 from keycloak_support import (
     FLAVOURS,
+    KEYCLOAK_ONLY,
     USER_PASSWORD,
     Provider,
     RealKeycloak,
@@ -346,7 +347,7 @@ def _client_without_the_exchange_audience(exchange: Exchange) -> str:
 
 # Real Keycloak only: the dev IdP's admin API has no client-level protocol mappers and cannot
 # take a default scope off a client, so it cannot make such a client.
-@pytest.mark.parametrize("provider", ["keycloak"], indirect=True)
+@KEYCLOAK_ONLY
 def test_a_token_that_does_not_name_the_exchange_client_is_not_exchanged(exchange):
     client = _client_without_the_exchange_audience(exchange)
     token = user_token(exchange.provider, exchange.realm, "alice", client)

@@ -26,6 +26,7 @@ from upstream_servers_support import (
     ts_whoami,
     upstream,
 )
+from xdist_scheduling import KEYCLOAK
 
 # (server, authorization server, oidc-provider's token format, its issuer's path): the two
 # pairs of the tests, an AS issuing opaque tokens (introspected), both swapped, the
@@ -39,7 +40,14 @@ PAIRS = [
 ]
 
 
-@pytest.fixture(scope="module", params=PAIRS, ids=["-".join(p[:3]) for p in PAIRS])
+# Real Keycloak's pairs carry its xdist group: the fixture reaches it by name.
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(p, id="-".join(p[:3]), marks=[KEYCLOAK] if p[1] == "keycloak" else [])
+        for p in PAIRS
+    ],
+)
 def pair(
     request: pytest.FixtureRequest, logs: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Upstream]:

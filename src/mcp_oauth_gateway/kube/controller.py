@@ -134,6 +134,13 @@ class Controller:
 
     async def stop(self) -> None:
         """Give up the Lease, stop every task, close the client."""
+        # The election's own rounds end first: a renewal in flight would race the release (a
+        # 409 that leaves the Lease held until it expires), and a round after it would take
+        # the Lease back.
+        rounds = [task for task in self._tasks if task.get_name() == "controller-lease"]
+        for task in rounds:
+            task.cancel()
+        await asyncio.gather(*rounds, return_exceptions=True)
         await self.election.release()
         for task in self._tasks:
             task.cancel()

@@ -239,9 +239,26 @@ class LeaderElection:
         # Stop writing first; nobody else is told to lead (the others take it over).
         self.leader, self.holder = False, ""
         self.on_change(False)
-        spec = {**(self._raw.get("spec") or {}), "holderIdentity": "", "leaseDurationSeconds": 1}
         try:
-            await asyncio.wait_for(self.client.replace(LEASE, {**self._raw, "spec": spec}), 5)
-            log.info("released Lease %s: another replica takes over status", self.lease)
-        except (ApiError, *CONNECTION_ERRORS) as exc:
+            if await asyncio.wait_for(self._give_up(self._raw), 5):
+                log.info("released Lease %s: another replica takes over status", self.lease)
+        except (ApiError, *CONNECTION_ERRORS, TimeoutError) as exc:
             log.warning("could not release Lease %s (%s); it expires by itself", self.lease, exc)
+
+    async def _give_up(self, raw: Json) -> bool:
+        """Write the Lease free; False if it names another holder by now."""
+        for attempt in (1, 2):
+            spec = {**(raw.get("spec") or {}), "holderIdentity": "", "leaseDurationSeconds": 1}
+            try:
+                await self.client.replace(LEASE, {**raw, "spec": spec})
+                return True
+            except ApiError as exc:
+                if exc.status != 409 or attempt == 2:
+                    raise
+            # A renewal cut short by the shutdown may have landed after all: read the Lease
+            # again and give it up only while it still names this replica.
+            fresh = await self.client.get(LEASE, self.namespace, self.name)
+            if fresh is None or (fresh.get("spec") or {}).get("holderIdentity") != self.identity:
+                return False
+            raw = fresh
+        return False

@@ -9,6 +9,7 @@ import logging
 
 import pytest
 
+from mcp_oauth_gateway.kube.client import ApiError
 from mcp_oauth_gateway.kube.leader import LeaderElection, Observed, decide, lease_spec
 
 
@@ -111,3 +112,35 @@ def test_a_holders_round_may_last_only_until_its_renew_deadline() -> None:
     election.leader, election.last_renewed = True, 100.0
     assert election.round_budget(101.0) == pytest.approx(5.0)  # 6 s deadline, 1 s gone
     assert election.round_budget(200.0) == 0.05
+
+
+class CheckedLeaseServer(LeaseServer):
+    """LeaseServer with the API server's optimistic concurrency: a replace naming a stale
+    resourceVersion is refused with 409."""
+
+    async def replace(self, kind: object, body: dict) -> dict:
+        if self.raw and body["metadata"].get("resourceVersion") != str(self.version):
+            raise ApiError(409, "Conflict", "the object has been modified", "update", "lease")
+        return await super().replace(kind, body)
+
+
+async def test_a_renewal_the_holder_never_saw_does_not_keep_it_from_giving_the_lease_up() -> None:
+    server = CheckedLeaseServer()
+    election = LeaderElection(server, "ns", "replica-a", lambda _: None, duration=9.0)  # type: ignore[arg-type]
+    await election._round()
+    assert election.leader
+    # A renewal cut short by shutdown: the server stored it, the replica never read the answer.
+    server._stored({**server.raw, "spec": {**server.raw["spec"], "renewTime": "later"}})  # type: ignore[dict-item]
+    await election.release()
+    assert server.raw is not None
+    assert server.raw["spec"]["holderIdentity"] == ""
+
+
+async def test_a_lease_taken_by_another_meanwhile_is_left_to_it() -> None:
+    server = CheckedLeaseServer()
+    election = LeaderElection(server, "ns", "replica-a", lambda _: None, duration=9.0)  # type: ignore[arg-type]
+    await election._round()
+    server._stored({**server.raw, "spec": {**server.raw["spec"], "holderIdentity": "replica-b"}})  # type: ignore[dict-item]
+    await election.release()
+    assert server.raw is not None
+    assert server.raw["spec"]["holderIdentity"] == "replica-b"
