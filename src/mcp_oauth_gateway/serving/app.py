@@ -76,6 +76,11 @@ class GatewayApp:
             token_cache,
             authorization_cache,
         )
+        self.entry = self._entry(options, request_ids, tracer)
+        control.subscribe(self._install)
+
+    def _entry(self, options: ServeOptions, request_ids: bool, tracer: object | None) -> ASGIApp:
+        """The gateway's own steps (`stages.ENTRY`) this process runs, built once."""
         entry = EntryContext(
             self.routes,
             options.trust_forwarded,
@@ -83,17 +88,16 @@ class GatewayApp:
             self.drain,
             self.access_log,
             request_ids,
-            # An audit line's request id must name one request: a caller's own id is kept
-            # only from the proxy in front (--trust-forwarded-headers), else replaced.
+            # An audit line's request id must name one request: a caller's own id is kept only
+            # from the proxy in front (--trust-forwarded-headers), else replaced.
             caller_ids=self.audit is None or options.trust_forwarded,
             own=self._own_listeners(options),
             metrics=self.metrics,
             tracing=RequestTracing(tracer) if tracer is not None else None,
             audit=self.audit,
         )
-        self.entry = assemble_entry(entry)
         self.admin.entry = tuple(stage.name for stage in entry_for(entry))
-        control.subscribe(self._install)
+        return assemble_entry(entry)
 
     @property
     def tables(self) -> dict[int, RouteTable]:
