@@ -141,6 +141,7 @@ def _chain(app: object) -> list[str]:
     """The class names from the outermost app inwards, following each stage's `app`."""
     out = []
     while app is not None:
+        app = getattr(app, "__self__", app)  # a bound `__call__`: its step
         out.append(type(app).__name__)
         app = getattr(app, "app", None)
     return out

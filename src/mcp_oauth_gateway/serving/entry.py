@@ -288,7 +288,8 @@ class ServerError:
                     "the gateway failed to handle this request; see its log",
                 )
         finally:
-            send.finish()
+            if send.stream is not None or send.audit is not None:
+                send.finish()
 
 
 def server_error(ctx: EntryContext, app: ASGIApp) -> ASGIApp:
@@ -366,7 +367,12 @@ class Routing:
         self.routes = ctx.routes
 
     def __call__(self, scope: Scope, receive: Receive, send: Exchange) -> Awaitable[None]:
-        table = self.routes.of(scope)
+        # RouteTables.of, inline: this runs for every request.
+        routes = self.routes
+        port = (scope.get("server") or (None, None))[1]
+        table = routes.by_port.get(port) if port is not None else None
+        if table is None:
+            table = routes.of(scope)
         host = header(scope, b"host")
         entry = (
             table.match(host.decode("latin-1") if host else "", scope["path"]) if table else None

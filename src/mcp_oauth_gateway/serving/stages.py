@@ -308,7 +308,18 @@ def assemble_entry(ctx: EntryContext) -> ASGIApp:
     stages = entry_for(ctx)
     last = stages[-1]
     assert last.answer is not None, "the entry ends with a stage that answers"
-    return _fold(stages[:-1], ctx, last.answer(ctx))
+    app = _bound(last.answer(ctx))
+    for stage in reversed(stages[:-1]):
+        assert stage.wrap is not None
+        app = _bound(stage.wrap(ctx, app))
+    return app
+
+
+def _bound(step: ASGIApp) -> ASGIApp:
+    """The step's bound `__call__`, for the step before it to hold: every request takes this
+    way, and a method is called without the tuple of arguments calling an instance costs."""
+    call: ASGIApp = step.__call__  # type: ignore[operator]
+    return call
 
 
 def passed(route: CompiledRoute) -> tuple[str, str]:
