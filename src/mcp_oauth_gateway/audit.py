@@ -6,11 +6,11 @@ A stage calls one helper at its decision point (`deny`, `allow`, `mcp_request`, 
 `client`); each does nothing when the audit trail is off (no record in the scope), so the
 stages cost one dict lookup more on the paths they decide on, and nothing else.
 
-Decisions: `deny` names the stage that refused (the names of `serving.stages.PIPELINE`, or one
-of `ENTRY_RULES`, `ROUTING`, `AUDIT` before any route's stage, `CONNECTION` or `GATEWAY` when
-none decided) and why; the first refusal recorded is the one that answered. `allow` names the
-stage that answered: `reverse-proxy` when the request passed every stage to the backend, or the
-stage that answered it itself (the OAuth endpoints, a CORS preflight, the Broker's pages).
+Decisions: `deny` names the stage that refused (a name of `serving.stages.ENTRY` or `PIPELINE`,
+or `CONNECTION` or `GATEWAY` when none decided) and why; the first refusal recorded is the one
+that answered. `allow` names the stage that answered: `reverse-proxy` when the request passed
+every stage to the backend, or the stage that answered it itself (the OAuth endpoints, a CORS
+preflight, the Broker's pages).
 Nothing here ever holds a token, a code or a secret: stages hand over their reasons in words,
 every value is capped in length, and a JWT's signature is removed wherever one appears."""
 
@@ -27,10 +27,6 @@ from .asgi import AUDIT_KEY, ASGIApp, Receive, Scope, Send
 
 ALLOW = "allow"
 DENY = "deny"
-# Refusals before any route's stage runs (the pipeline's stages use their PIPELINE names).
-ENTRY_RULES = "entry-rules"
-ROUTING = "routing"
-AUDIT = "audit"
 # Lines no stage decided: the client went away first (`connection`), or the gateway answered
 # without a stage's word (`gateway`: an error of its own).
 CONNECTION = "connection"

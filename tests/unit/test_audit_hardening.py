@@ -11,6 +11,7 @@ import pytest
 from mcp_oauth_gateway import audit
 from mcp_oauth_gateway.asgi import AUDIT_KEY
 from mcp_oauth_gateway.cli import main
+from mcp_oauth_gateway.dataplane.routing import RouteEntry, RouteTable
 from mcp_oauth_gateway.serving.app import new_request_id
 from unit.audit_support import ISSUER, audited_app, call, line_for, lines, request, token
 from unit.resources_fixture import BASE, policy, write
@@ -171,11 +172,14 @@ def test_two_long_resource_uris_that_differ_at_the_end_are_told_apart():
 async def test_a_request_the_gateway_fails_on_is_a_deny_whatever_a_stage_allowed(gateway):
     app, _, path = gateway
 
-    async def failing(scope, receive, send, port):
+    async def failing(scope, receive, send):
         audit.allow(scope, "reverse-proxy")  # a stage let it through, then the gateway failed
         raise ConnectionError("redis://:hunter2@cache:6379 is unreachable")
 
-    app._dispatch = failing  # type: ignore[method-assign]
+    app.routes.by_port = {
+        port: RouteTable([RouteEntry(entry.route, failing) for entry in table.entries])
+        for port, table in app.tables.items()
+    }
     response = await request(app, body=call("echo"))
     assert response.status_code == 500
     line = line_for(app, path, response)

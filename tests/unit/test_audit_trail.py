@@ -13,7 +13,7 @@ import time
 import pytest
 
 from mcp_oauth_gateway.cli import main
-from mcp_oauth_gateway.serving.stages import PIPELINE
+from mcp_oauth_gateway.serving.stages import ENTRY, PIPELINE
 from unit.audit_support import (
     BACKEND_SECRET,
     ISSUER,
@@ -43,7 +43,7 @@ FIELDS = {
     "path",
     "status",
 }
-STAGES = {stage.name for stage in PIPELINE} | {"entry-rules", "routing", "audit"}
+STAGES = {stage.name for stage in (*ENTRY, *PIPELINE)}
 
 
 @pytest.fixture

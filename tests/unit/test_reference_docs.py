@@ -66,17 +66,23 @@ def test_every_field_of_the_gateway_api_kinds_is_described() -> None:
 
 
 def test_the_pipeline_page_lists_every_declared_stage_in_order() -> None:
-    """docs/concepts/pipeline.md's stage list is written from serving.stages.PIPELINE."""
-    from mcp_oauth_gateway.serving.stages import PIPELINE
+    """docs/concepts/pipeline.md's diagram and stage lists are written from serving.stages:
+    the gateway's own steps (ENTRY), then the route's (PIPELINE)."""
+    from mcp_oauth_gateway.serving.stages import ENTRY, PIPELINE
 
     generator()
     doc = sys.modules["_pipeline_doc"]
     page = doc.PAGE.read_text(encoding="utf-8")
     section = page[page.index(doc.BEGIN) : page.index(doc.END)]
     listed = re.findall(r"^\| \d+ \| `([a-z-]+)` \|", section, re.M)
-    assert listed == [stage.name for stage in PIPELINE]
-    for stage in PIPELINE:
+    way = [*ENTRY, *PIPELINE]
+    assert listed == [stage.name for stage in way]
+    for stage in way:
         assert stage.does in section
+    drawing = page[page.index(doc.DIAGRAM_BEGIN) : page.index(doc.DIAGRAM_END)]
+    drawn = re.findall(r"^ ([a-z-]+) ─", drawing, re.M)
+    assert drawn == [stage.name for stage in way]
     # The markers are what the generator needs: without them it stops, naming them.
-    with pytest.raises(SystemExit, match="markers"):
-        doc.page(page.replace(doc.END, ""))
+    for marker in (doc.END, doc.DIAGRAM_END):
+        with pytest.raises(SystemExit, match="markers"):
+            doc.page(page.replace(marker, ""))

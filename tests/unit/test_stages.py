@@ -1,21 +1,27 @@
-"""The pipeline declared once (issue 27): `stages.PIPELINE` is the request's way, the assembly
-builds exactly the stages it declares for a route in that order, and `/config` shows what every
-stage reads of a policy, so a policy field no stage shows cannot be added unnoticed."""
+"""The way declared once (issues 27, 40): `stages.ENTRY` then `stages.PIPELINE` are the request's
+way, the gateway and the assembly build exactly the steps they declare in that order, every name
+the audit trail writes is declared, and `/config` shows what every stage reads of a policy, so a
+policy field no stage shows cannot be added unnoticed."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import pytest
 
+import mcp_oauth_gateway
+from mcp_oauth_gateway import audit
 from mcp_oauth_gateway.controlplane import ControlPlane, build_snapshot
 from mcp_oauth_gateway.controlplane.snapshot import CompiledPolicy, CompiledRoute, Snapshot
 from mcp_oauth_gateway.resources import load_paths
 from mcp_oauth_gateway.serving.admin import config_dump
 from mcp_oauth_gateway.serving.app import GatewayApp
-from mcp_oauth_gateway.serving.stages import PIPELINE, Stage, stages_for
+from mcp_oauth_gateway.serving.options import ServeOptions
+from mcp_oauth_gateway.serving.stages import ENTRY, PIPELINE, Stage, passed, stages_for
 
 from .resources_fixture import BASE, policy, write
 
@@ -135,6 +141,7 @@ def _chain(app: object) -> list[str]:
     """The class names from the outermost app inwards, following each stage's `app`."""
     out = []
     while app is not None:
+        app = getattr(app, "__self__", app)  # a bound `__call__`: its step
         out.append(type(app).__name__)
         app = getattr(app, "app", None)
     return out
@@ -213,3 +220,90 @@ def test_config_shows_every_policy_field(full_route, name):
 
 def test_config_shows_no_secret(full_route):
     assert "s3cret-value" not in repr(config_dump(_snapshot_of(full_route)))
+
+
+# The whole way declared once (issue 40): the gateway's own steps before the route's.
+ENTRY_STEPS = [
+    "access-line",
+    "request-id",
+    "own-listeners",
+    "tracing",
+    "server-error",
+    "audit",
+    "entry-rules",
+    "routing",
+]
+
+
+def test_the_gateways_own_steps_are_one_list_ending_in_routing():
+    assert [stage.name for stage in ENTRY] == ENTRY_STEPS
+    assert ENTRY[-1].answer is not None
+    assert all(stage.answer is None for stage in ENTRY[:-1])
+    assert all(stage.does and stage.when for stage in ENTRY)
+    # One name, one stage: no step of the gateway's shares a name with a route's stage.
+    names = [stage.name for stage in (*ENTRY, *PIPELINE)]
+    assert len(names) == len(set(names))
+
+
+async def _entry_chain(tmp_path, full, **flags: Any) -> tuple[list[str], dict[str, object]]:
+    """The entry's app from the outside in, and /config, for a gateway with `flags`."""
+    gateway = GatewayApp(ControlPlane(full), ServeOptions(**flags))
+    try:
+        chain = _chain(gateway.entry)
+        return chain, config_dump(full, gateway.admin.entry)
+    finally:
+        await gateway.process_state.close()
+
+
+async def test_the_gateway_runs_the_steps_its_options_turn_on_in_order(tmp_path, full):
+    plain, config = await _entry_chain(tmp_path, full)
+    assert plain == ["AccessLine", "ServerError", "EntryRules", "Routing"]
+    assert config["entry"] == ["access-line", "server-error", "entry-rules", "routing"]
+    audited, config = await _entry_chain(
+        tmp_path, full, audit_log=str(tmp_path / "audit.log"), status_port=9901
+    )
+    assert audited == [
+        "AccessLine",
+        "RequestId",
+        "OwnListeners",
+        "ServerError",
+        "Audit",
+        "EntryRules",
+        "Routing",
+    ]
+    assert config["entry"] == [n for n in ENTRY_STEPS if n != "tracing"]
+
+
+def test_every_stage_name_an_audit_line_can_carry_is_declared():
+    """Stages name themselves in the audit trail by a constant of their module or a literal:
+    each must be a name of ENTRY or PIPELINE (or the two lines no stage decided)."""
+    declared = {stage.name for stage in (*ENTRY, *PIPELINE)} | {audit.GATEWAY, audit.CONNECTION}
+    named: set[str] = set()
+    for path in Path(mcp_oauth_gateway.__file__).parent.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        named |= set(re.findall(r'^(?:STAGE|AUDIT|ENTRY_RULES|ROUTING) = "([^"]+)"', text, re.M))
+        named |= set(re.findall(r'audit\.(?:deny|allow)\(\s*scope,\s*"([^"]+)"', text))
+        for chosen in re.findall(r"^\s*stage = (.+)$", text, re.M):  # one of two, say
+            named |= set(re.findall(r'"([^"]+)"', chosen))
+    assert {"entry-rules", "routing", "audit", "fail-closed", "broker-pages"} <= named
+    assert named <= declared, named - declared
+
+
+def test_the_audit_pages_stage_table_names_every_stage_that_decides():
+    page = (Path(__file__).parents[2] / "docs" / "operations" / "audit.md").read_text()
+    section = page[page.index("### Stages") : page.index("## Examples")]
+    rows = section[section.index("|---") :]  # the rows below the table's head
+    cells = re.findall(r"^\| (`[^|]+) \|", rows, re.M)
+    shown = {name for cell in cells for name in re.findall(r"`([a-z-]+)`", cell)}
+    declared = {stage.name for stage in (*ENTRY, *PIPELINE)} | {audit.GATEWAY, audit.CONNECTION}
+    assert shown <= declared, shown - declared
+    deciding = {s.name for s in PIPELINE} | {"entry-rules", "routing", "audit"}
+    assert deciding <= shown, deciding - shown
+
+
+def test_an_allowed_request_names_the_checks_it_passed(full_route):
+    answering, reason = passed(full_route)
+    assert answering == "reverse-proxy"
+    # The stages that only answer requests of their own are not checks it passed.
+    assert reason == "passed " + ", ".join(POLICY_STAGES[:1] + POLICY_STAGES[2:])
+    assert [s.name for s in PIPELINE if not s.check] == ["broker-pages", "cors", "oauth-endpoints"]

@@ -45,6 +45,8 @@ class AdminApp:
         drain: Drain | None = None,
     ):
         self.control = control
+        # The gateway's own steps this process runs (`stages.ENTRY`), set once they are built.
+        self.entry: tuple[str, ...] = ()
         self.drain = drain
         self.metrics = metrics
         self.watcher = watcher
@@ -77,7 +79,7 @@ class AdminApp:
         elif path == "/readyz":
             await send_json(send, *self.readiness(detailed=True))
         elif path == "/config":
-            await send_json(send, 200, config_dump(self.control.snapshot))
+            await send_json(send, 200, config_dump(self.control.snapshot, self.entry))
         elif path in ("/", "/status"):
             if self.process_state is not None:
                 await refresh_federation(self.control.snapshot, self.process_state)
@@ -173,9 +175,10 @@ class HealthApp:
             await send_error(send, 404, "not_found", why)
 
 
-def config_dump(snapshot: Snapshot) -> dict[str, object]:
-    """Listeners, routes (with the stages each runs) and policies as the data plane uses them:
-    each policy shows what every stage of `PIPELINE` reads of it."""
+def config_dump(snapshot: Snapshot, entry: tuple[str, ...] = ()) -> dict[str, object]:
+    """The gateway's own steps (`entry`), listeners, routes (with the stages each runs) and
+    policies as the data plane uses them: each policy shows what every stage of `PIPELINE`
+    reads of it."""
     policies: dict[str, dict[str, object]] = {}
     listeners: dict[str, list[dict[str, object]]] = {}
     for port, routes in snapshot.listeners.items():
@@ -184,7 +187,12 @@ def config_dump(snapshot: Snapshot) -> dict[str, object]:
             policy = route.policy
             if policy is not None and policy.key not in policies:
                 policies[policy.key] = _policy_view(policy)
-    return {"builtAt": snapshot.built_at, "listeners": listeners, "policies": policies}
+    return {
+        "builtAt": snapshot.built_at,
+        "entry": list(entry),
+        "listeners": listeners,
+        "policies": policies,
+    }
 
 
 def _route_view(route: CompiledRoute) -> dict[str, object]:

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .. import audit
@@ -17,12 +18,10 @@ from ..controlplane.snapshot import CompiledRoute
 from ..logs import iso_second, timestamp
 from .audit_sink import AuditSink, OtlpAudit
 from .options import ServeOptions
-from .stages import stages_for
 
 log = logging.getLogger("mcp_oauth_gateway.audit")
-# Stages that answer requests of their own (pages, preflights, OAuth endpoints) and pass every
-# other one on untouched: not named among the checks an allowed request passed.
-_PASS_THROUGH = frozenset({"broker-pages", "cors", "oauth-endpoints"})
+# A route's answering stage, and the reason of an `allow` that reached it (`stages.passed`).
+Passed = Callable[[CompiledRoute], tuple[str, str]]
 CALLER_MEMO = 4096  # callers remembered by their claims (all forgotten when full)
 
 
@@ -34,9 +33,10 @@ class AuditTrail:
         "unaudited (--audit-required); try again shortly"
     )
 
-    def __init__(self, sink: AuditSink, required: bool = False):
+    def __init__(self, sink: AuditSink, passed: Passed, required: bool = False):
         self.sink = sink
         self.required = required
+        self._passed_of = passed
         # Per route (by identity, for the current tables): its answering stage, and the reason
         # of an `allow` that reached it.
         self._passed: dict[int, tuple[str, str]] = {}
@@ -48,11 +48,11 @@ class AuditTrail:
         self._callers: dict[int, tuple[object, dict[str, str] | None]] = {}
 
     @classmethod
-    def of(cls, options: ServeOptions) -> AuditTrail:
+    def of(cls, options: ServeOptions, passed: Passed) -> AuditTrail:
         """The trail `serve`'s options ask for (OTLP log records too when tracing is on)."""
         assert options.audit_log is not None
         otlp = OtlpAudit() if options.tracing else None
-        return cls(AuditSink(options.audit_log, otlp), options.audit_required)
+        return cls(AuditSink(options.audit_log, otlp), passed, options.audit_required)
 
     def start(self) -> None:
         """Start writing, and reopen the file on SIGHUP (from within the event loop)."""
@@ -84,12 +84,9 @@ class AuditTrail:
         scope[AUDIT_KEY] = record
         return AuditLine(self, scope, record, request_id, span)
 
-    def refused(self, scope: Scope) -> bool:
-        """Whether the request is refused because the audit log cannot be written."""
-        if not self.required or self.sink.healthy:
-            return False
-        audit.deny(scope, audit.AUDIT, "the audit log cannot be written (--audit-required)")
-        return True
+    def unwritable(self) -> bool:
+        """Whether requests are refused because the audit log cannot be written."""
+        return self.required and not self.sink.healthy
 
     def now(self) -> str:
         """The time of a line (RFC 3339 UTC, milliseconds), its second formatted once."""
@@ -119,13 +116,7 @@ class AuditTrail:
         that reached it was allowed: the stages it passed."""
         known = self._passed.get(id(route))
         if known is None:
-            stages = stages_for(route)
-            names = [s.name for s in stages[:-1] if s.name not in _PASS_THROUGH]
-            if route.policy is None:
-                reason = "no GatewayPolicy protects this route"
-            else:
-                reason = "passed " + (", ".join(names) if names else "no stage")
-            known = self._passed[id(route)] = (stages[-1].name, reason)
+            known = self._passed[id(route)] = self._passed_of(route)
         return known
 
 

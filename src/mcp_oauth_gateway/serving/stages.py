@@ -1,24 +1,36 @@
-"""The request's way through a route, declared once and read top to bottom: each stage, when it
-applies, how it is built (`stage_builders`) and what `/config` shows of it (`stage_views`). The
-assembly (`pipeline.py`), `/config` and the docs' stage list all read `PIPELINE`, so a new stage
-is its module in `dataplane/`, a builder, and one entry here."""
+"""A request's whole way through the gateway, declared once and read top to bottom: first the
+gateway's own steps (`ENTRY`, built once per process from the serve options), then the matched
+route's (`PIPELINE`, built per route from its configuration). Before the first, the HTTP server
+holds the connection limits (`connections.py`); after the last, the backend answers.
+
+Each stage says what it does, when it runs, and how it is built (`entry` for the gateway's,
+`stage_builders` for a route's), and for a route's what `/config` shows of it (`stage_views`).
+The entry point (`app.py`), the assembly (`pipeline.py`), `/config`, the audit trail's names
+and reasons, and the docs' diagram and stage list all read these two lists, so a new stage is
+its module, a builder, and one entry here."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from ..asgi import ASGIApp
 from ..audit import Answering
 from ..controlplane.snapshot import CompiledPolicy, CompiledRoute
+from . import entry
 from . import stage_builders as build
 from . import stage_views as views
+from .entry import EntryContext
 from .route_context import RouteContext, failure_of, is_broker, set_headers
 from .user_oauth import uses_user_oauth
 
+On = TypeVar("On")  # what `applies` decides on
+Ctx = TypeVar("Ctx")  # what the stage is built from
+
 
 @dataclass(frozen=True)
-class Stage:
+class Stage(Generic[On, Ctx]):
     """One step of the request's way. It either wraps what comes after it (`wrap`) or answers
     every request itself (`answer`: nothing after it is built or run). `view` is what `/config`
     shows of the policy for it; it has no default, so a new stage decides what it shows."""
@@ -27,14 +39,93 @@ class Stage:
     does: str
     # `applies` in words, for the docs: the configuration that turns the stage on.
     when: str
-    applies: Callable[[CompiledRoute], bool]
+    applies: Callable[[On], bool]
     view: Callable[[CompiledPolicy], dict[str, object]] | None
-    wrap: Callable[[RouteContext, ASGIApp], ASGIApp] | None = None
-    answer: Callable[[RouteContext], ASGIApp] | None = None
+    wrap: Callable[[Ctx, ASGIApp], ASGIApp] | None = None
+    answer: Callable[[Ctx], ASGIApp] | None = None
+    # Named among the checks an allowed request passed (its audit line's reason); False for a
+    # stage that answers requests of its own (pages, preflights) and passes others untouched.
+    check: bool = True
 
     def __post_init__(self) -> None:
         if (self.wrap is None) == (self.answer is None):
             raise TypeError(f"stage {self.name}: give exactly one of wrap and answer")
+
+
+# The gateway's own steps, in the request's order: every request meets those that are on.
+ENTRY: tuple[Stage[EntryContext, EntryContext], ...] = (
+    Stage(
+        "access-line",
+        "hands the request its exchange (what was answered); once it ends, one access-log line "
+        "(a warning for a stream cut at shutdown) and the request metrics",
+        "always (metrics with --admin-port)",
+        lambda ctx: True,
+        None,
+        wrap=entry.AccessLine,
+    ),
+    Stage(
+        "request-id",
+        "the caller's X-Request-Id when well-formed (audited: only from a trusted proxy), else a "
+        "new one; logged, forwarded to the backend and returned",
+        "--log-format json or --audit-log",
+        lambda ctx: ctx.request_ids,
+        None,
+        wrap=entry.request_id,
+    ),
+    Stage(
+        "own-listeners",
+        "the admin and health listeners' requests go to their own apps, behind the 500 "
+        "handler: the steps below are the Gateway listeners' only",
+        "--admin-port or --health-port",
+        lambda ctx: bool(ctx.own),
+        None,
+        wrap=entry.own_listeners,
+    ),
+    Stage(
+        "tracing",
+        "one span per request, a child of the caller's traceparent; the backend gets it as parent",
+        "--tracing otlp",
+        lambda ctx: ctx.tracing is not None,
+        None,
+        wrap=entry.tracing,
+    ),
+    Stage(
+        "server-error",
+        "an error no stage handled answers 500 (audit stage `gateway`); an answer the drain or "
+        "the end of the grace period cut is ended cleanly",
+        "always",
+        lambda ctx: True,
+        None,
+        wrap=entry.server_error,
+    ),
+    Stage(
+        "audit",
+        "begins the request's audit record, written as one line when the answer starts; 503 "
+        "while the log cannot be written and --audit-required is set",
+        "--audit-log",
+        lambda ctx: ctx.audit is not None,
+        None,
+        wrap=entry.audit_trail,
+    ),
+    Stage(
+        "entry-rules",
+        "one meaning per request: repeated or aliased headers, header size, a NUL in the path "
+        "(400, 431)",
+        "always",
+        lambda ctx: True,
+        None,
+        wrap=entry.EntryRules,
+    ),
+    Stage(
+        "routing",
+        "listener port, Host and path to the route rule through maps built at load (404 when "
+        "none matches); that rule's stages, below, take the request",
+        "always",
+        lambda ctx: True,
+        None,
+        answer=entry.routing,
+    ),
+)
 
 
 def _has(test: Callable[[CompiledPolicy], object]) -> Callable[[CompiledRoute], bool]:
@@ -42,8 +133,8 @@ def _has(test: Callable[[CompiledPolicy], object]) -> Callable[[CompiledRoute], 
     return lambda route: route.policy is not None and bool(test(route.policy))
 
 
-# In the request's order: the first stage sees the request first.
-PIPELINE: tuple[Stage, ...] = (
+# The route's stages, in the request's order: the first stage sees the request first.
+PIPELINE: tuple[Stage[CompiledRoute, RouteContext], ...] = (
     Stage(
         "broker-pages",
         "Broker mode: the sign-in and consent pages (outside CORS, never readable cross-origin)",
@@ -51,6 +142,7 @@ PIPELINE: tuple[Stage, ...] = (
         is_broker,
         None,
         wrap=build.broker_pages,
+        check=False,
     ),
     Stage(
         "connect-pages",
@@ -68,6 +160,7 @@ PIPELINE: tuple[Stage, ...] = (
         lambda route: route.cors is not None,
         None,
         wrap=build.cors,
+        check=False,
     ),
     Stage(
         "fail-closed",
@@ -92,6 +185,7 @@ PIPELINE: tuple[Stage, ...] = (
         _has(lambda p: p.provider is not None and p.mcp is not None),
         views.mcp,
         wrap=build.oauth_endpoints,
+        check=False,
     ),
     Stage(
         "jwt-authentication",
@@ -169,15 +263,34 @@ PIPELINE: tuple[Stage, ...] = (
 )
 
 
-def stages_for(route: CompiledRoute) -> tuple[Stage, ...]:
-    """The stages a route runs, in the request's order, up to the first that answers."""
-    out: list[Stage] = []
-    for stage in PIPELINE:
-        if stage.applies(route):
+def _taken(stages: tuple[Stage[On, Ctx], ...], on: On) -> tuple[Stage[On, Ctx], ...]:
+    """The stages that apply, in order, up to the first that answers."""
+    out: list[Stage[On, Ctx]] = []
+    for stage in stages:
+        if stage.applies(on):
             out.append(stage)
             if stage.answer is not None:
                 break
     return tuple(out)
+
+
+def _fold(stages: tuple[Stage[Any, Ctx], ...], ctx: Ctx, last: ASGIApp) -> ASGIApp:
+    """`stages` built innermost first, each wrapping the next, around `last`."""
+    app = last
+    for stage in reversed(stages):
+        assert stage.wrap is not None
+        app = stage.wrap(ctx, app)
+    return app
+
+
+def stages_for(route: CompiledRoute) -> tuple[Stage[CompiledRoute, RouteContext], ...]:
+    """The stages a route runs, in the request's order, up to the first that answers."""
+    return _taken(PIPELINE, route)
+
+
+def entry_for(ctx: EntryContext) -> tuple[Stage[EntryContext, EntryContext], ...]:
+    """The gateway's own steps this process runs, in the request's order."""
+    return _taken(ENTRY, ctx)
 
 
 def assemble(ctx: RouteContext) -> ASGIApp:
@@ -186,8 +299,36 @@ def assemble(ctx: RouteContext) -> ASGIApp:
     last = stages[-1]
     assert last.answer is not None, "the pipeline ends with a stage that answers"
     # Reaching the answering stage is the audit trail's `allow` (or its refusal, fail-closed).
-    app: ASGIApp = Answering(last.name, last.answer(ctx))
+    return _fold(stages[:-1], ctx, Answering(last.name, last.answer(ctx)))
+
+
+def assemble_entry(ctx: EntryContext) -> ASGIApp:
+    """The gateway's app: its own steps, the last (routing) handing each request to its
+    route's app."""
+    stages = entry_for(ctx)
+    last = stages[-1]
+    assert last.answer is not None, "the entry ends with a stage that answers"
+    app = _bound(last.answer(ctx))
     for stage in reversed(stages[:-1]):
         assert stage.wrap is not None
-        app = stage.wrap(ctx, app)
+        app = _bound(stage.wrap(ctx, app))
     return app
+
+
+def _bound(step: ASGIApp) -> ASGIApp:
+    """The step's bound `__call__`, for the step before it to hold: every request takes this
+    way, and a method is called without the tuple of arguments calling an instance costs."""
+    call: ASGIApp = step.__call__  # type: ignore[operator]
+    return call
+
+
+def passed(route: CompiledRoute) -> tuple[str, str]:
+    """The route's answering stage, and the reason of an `allow` that reached it: the checks
+    it passed."""
+    stages = stages_for(route)
+    if route.policy is None:
+        reason = "no GatewayPolicy protects this route"
+    else:
+        names = [s.name for s in stages[:-1] if s.check]
+        reason = "passed " + (", ".join(names) if names else "no stage")
+    return stages[-1].name, reason
