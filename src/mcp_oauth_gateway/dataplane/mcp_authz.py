@@ -175,9 +175,14 @@ class McpAuthorization:
                 send = ListFilter(self._allower(scope), None, None, send).send
             await self.app(scope, receive, send)
             return
-        body = await self._body(scope, receive, send)
-        if body is None:
+        try:
+            body = await read_body(receive, self.max_body_bytes)
+        except BodyTooLarge as exc:
+            audit.deny(scope, STAGE, str(exc))
+            await send_too_large(send, exc)
             return
+        if body is None:
+            return  # the client went away
         # One dict built in C: the entry check refused repeats of these headers, so its (last)
         # values are the only ones.
         values = dict(scope["headers"])
@@ -255,15 +260,6 @@ class McpAuthorization:
 
     def _allower(self, scope: Scope) -> Callable[[str, str], bool]:
         return lambda kind, name: self.allowed(scope, kind, name)
-
-    async def _body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
-        """The whole request body, or None once the client left or a 413 was answered."""
-        try:
-            return await read_body(receive, self.max_body_bytes)
-        except BodyTooLarge as exc:
-            audit.deny(scope, STAGE, str(exc))
-            await send_too_large(send, exc)
-            return None
 
 
 def _decoded(scope: Scope, values: dict[bytes, bytes], body: bytes, limit: int) -> bytes:
