@@ -1,5 +1,5 @@
-"""The HTTP vocabulary every layer shares: ASGI types, JSON and error responses, reading a body,
-the request's public origin, request size limits.
+"""The HTTP vocabulary every layer shares: ASGI types, JSON and error responses, reading a body
+(the one reader, and the one 413 answer), the request's public origin, request size limits.
 
 A leaf: it imports nothing of ours, so the stages, the proxy and the Broker can all speak it
 without depending on each other (the way `starlette.types` is a leaf).
@@ -130,8 +130,19 @@ class Limits:
     token_cache_entries: int = DEFAULT_TOKEN_CACHE_ENTRIES
 
 
+# What sets the limit of a request body that goes on to a backend (and its default).
+MAX_BODY_SETTING = "set by serve --max-body-bytes"
+# The one error code of every 413 the gateway answers.
+TOO_LARGE = "request_too_large"
+
+
 class BodyTooLarge(Exception):
-    """The request body grew past the limit while it was being forwarded."""
+    """A request body past its limit (`limit` bytes, `setting` says what sets it); answered by
+    `send_too_large`, the same everywhere."""
+
+    def __init__(self, limit: int, setting: str = MAX_BODY_SETTING):
+        super().__init__(f"the request body exceeds {limit} bytes, the limit {setting}")
+        self.limit = limit
 
 
 def header_bytes(headers: Headers) -> int:
@@ -140,21 +151,37 @@ def header_bytes(headers: Headers) -> int:
     return sum(map(len, chain.from_iterable(headers))) + 4 * len(headers)
 
 
-async def read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole request body, or None when it exceeds `limit` bytes."""
+async def read_body(receive: Receive, limit: int, setting: str = MAX_BODY_SETTING) -> bytes | None:
+    """The whole request body, or None when the client left first; BodyTooLarge once it grows
+    past `limit` bytes (nothing more is read)."""
     chunks = []
     size = 0
     while True:
         message = await receive()
-        if message["type"] == "http.disconnect":
-            return b""
+        if message["type"] != "http.request":
+            return None  # the client went away
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            return None
+            raise BodyTooLarge(limit, setting)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives the body read first, then the client's own messages (a streamed
+    answer keeps listening for the client's disconnect, which must be the real one)."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
 
 
 # --- responses ------------------------------------------------------------------------------
@@ -185,3 +212,8 @@ async def send_error(
 ) -> None:
     """Send `{"error": …, "error_description": …}` with `status`."""
     await send_json(send, status, {"error": error, "error_description": description}, headers)
+
+
+async def send_too_large(send: Send, exc: BodyTooLarge) -> None:
+    """The 413 of a request body past its limit, naming the limit and what sets it."""
+    await send_error(send, 413, TOO_LARGE, str(exc))

@@ -8,6 +8,11 @@ from .oauth_scopes import scope_problem
 from .providers.base import RegistrationError
 from .urls import InvalidUri, parse_redirect_uri
 
+# A registration body's size limit, the same at the Broker and at a provider's facade (fixed:
+# client metadata is a few hundred bytes), and what a 413 says sets it.
+MAX_REGISTRATION_BODY = 64 * 1024
+REGISTRATION_LIMIT = "of a client registration (fixed)"
+
 
 def validate_redirect_uri(uri: object) -> str | None:
     """Why `uri` is not an acceptable redirect URI, or None when it is (see `urls`)."""

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mcp_oauth_gateway.jsonrpc import INVALID_PARAMS, Malformed
 from mcp_oauth_gateway.proxy.federation import merge
 from mcp_oauth_gateway.proxy.federation.cursor import BadCursor, Cursors
-from mcp_oauth_gateway.proxy.federation.jsonrpc import INVALID_PARAMS, Malformed
 from mcp_oauth_gateway.proxy.federation.routing import routed
 from mcp_oauth_gateway.proxy.federation.sse import event_data
 from unit.fuzz_settings import FUZZ

@@ -8,11 +8,11 @@ import hmac
 from dataclasses import replace
 
 from .. import audit
-from ..asgi import Headers, Receive, Scope, Send, read_body, request_origin
+from ..asgi import Headers, Receive, Scope, Send, request_origin
 from . import consent
 from .context import BrokerContext
 from .errors import OAuthError
-from .requests import MAX_FORM, cookies, form_params
+from .requests import cookies, read_form
 from .state import PendingAuthorization
 from .upstream import to_provider
 
@@ -27,7 +27,7 @@ async def answer(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send)
     foreign = consent.cross_origin(scope)
     if foreign is not None:
         raise OAuthError(403, "access_denied", foreign)
-    form = form_params(await read_body(receive, MAX_FORM))
+    form = await read_form(receive)
     pending = await ctx.state.take_pending(form.get("request", ""))
     if pending is None:
         raise OAuthError(

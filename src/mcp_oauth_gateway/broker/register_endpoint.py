@@ -6,24 +6,22 @@ from __future__ import annotations
 import time
 
 from .. import audit
-from ..asgi import Receive, Scope, Send, read_body, send_json
+from ..asgi import Receive, Scope, Send, send_json
 from ..providers import RegistrationError
-from ..registration import parse_registration
+from ..registration import MAX_REGISTRATION_BODY, REGISTRATION_LIMIT, parse_registration
 from .clients import issue_client_id
 from .context import BrokerContext
 from .errors import OAuthError, method_not_allowed
-from .requests import MAX_FORM
+from .requests import read_limited
 
 
 async def register(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) -> None:
     """DCR: a gateway client id bound to the submitted redirect URIs."""
     if scope["method"] != "POST":
         raise method_not_allowed("POST")
-    raw = await read_body(receive, MAX_FORM * 4)
-    if raw is None:
-        raise OAuthError(413, "invalid_client_metadata", "registration body too large")
+    raw = await read_limited(receive, MAX_REGISTRATION_BODY, REGISTRATION_LIMIT)
     try:
-        metadata = parse_registration(raw)
+        metadata = parse_registration(raw or b"")
     except RegistrationError as exc:
         raise OAuthError(exc.status, exc.error, exc.description) from exc
     if metadata.get("token_endpoint_auth_method", "none") != "none":

@@ -5,11 +5,12 @@ from __future__ import annotations
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl
 
-from ..asgi import Scope, header
+from ..asgi import TOO_LARGE, BodyTooLarge, Receive, Scope, header, read_body
 from ..oauth_scopes import scope_problem, scope_tokens
 from .errors import OAuthError
 
-MAX_FORM = 16 * 1024  # bytes of a form body (a registration may be four times as long)
+MAX_FORM = 16 * 1024  # bytes of a form body
+FORM_LIMIT = "of a form the Broker reads (fixed)"
 
 
 def single_params(text: str) -> dict[str, str]:
@@ -39,6 +40,19 @@ def query_params(scope: Scope) -> dict[str, str]:
 def form_params(raw: bytes | None) -> dict[str, str]:
     """A form body's parameters."""
     return single_params((raw or b"").decode("utf-8", "replace"))
+
+
+async def read_form(receive: Receive) -> dict[str, str]:
+    """The request's form parameters; the one 413 (as an OAuthError) past MAX_FORM bytes."""
+    return form_params(await read_limited(receive, MAX_FORM, FORM_LIMIT))
+
+
+async def read_limited(receive: Receive, limit: int, setting: str) -> bytes | None:
+    """The request body (None: the client left), or the one 413 as an OAuthError."""
+    try:
+        return await read_body(receive, limit, setting)
+    except BodyTooLarge as exc:
+        raise OAuthError(413, TOO_LARGE, str(exc)) from None
 
 
 def scope_param(

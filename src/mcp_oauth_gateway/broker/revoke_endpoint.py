@@ -5,11 +5,11 @@ the provider's token it holds (`bound_tokens`); one that does not open here is u
 from __future__ import annotations
 
 from .. import audit
-from ..asgi import Receive, Scope, Send, read_body, send_json
+from ..asgi import Receive, Scope, Send, send_json
 from .bound_tokens import provider_token
 from .context import BrokerContext
 from .errors import OAuthError, method_not_allowed
-from .requests import MAX_FORM, form_params
+from .requests import read_form
 from .revocation import revoke_at_provider
 
 
@@ -17,7 +17,7 @@ async def revoke(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send)
     """RFC 7009: revoke a token this client holds, here and at the provider."""
     if scope["method"] != "POST":
         raise method_not_allowed("POST")
-    form = form_params(await read_body(receive, MAX_FORM))
+    form = await read_form(receive)
     client_id = form.get("client_id", "")
     audit.event(scope, "revocation-request", client_id)
     if not client_id:

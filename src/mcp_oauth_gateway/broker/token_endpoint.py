@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import audit, pkce
-from ..asgi import Headers, Receive, Scope, Send, read_body, send_json
+from ..asgi import Headers, Receive, Scope, Send, send_json
 from ..dpop import Proof
 from ..redis_clients import RedisUnavailable
 from .bound_tokens import bound_answer
@@ -21,7 +21,7 @@ from .context import BrokerContext
 from .errors import OAuthError, method_not_allowed
 from .grant_proofs import binds, grant_proof, record_proof
 from .refresh import RefreshGrant, RefreshReused
-from .requests import MAX_FORM, form_params, scope_param
+from .requests import read_form, scope_param
 from .store import give_back
 from .upstream import post_token
 from .workload_grant import JWT_BEARER, issue
@@ -45,7 +45,7 @@ async def token(ctx: BrokerContext, scope: Scope, receive: Receive, send: Send) 
     """Redeem the gateway's one-time code (PKCE checked) or rotate a refresh token."""
     if scope["method"] != "POST":
         raise method_not_allowed("POST")
-    form = form_params(await read_body(receive, MAX_FORM))
+    form = await read_form(receive)
     audit.event(scope, "token-request", form.get("client_id"))
     ctx.target(scope, form.get("resource"))
     grant = form.get("grant_type")

@@ -20,33 +20,25 @@ from ..asgi import (
     DEFAULT_TOKEN_CACHE_ENTRIES,
     TOKEN_KEY,
     ASGIApp,
+    BodyTooLarge,
     Headers,
-    Message,
     Receive,
     Scope,
     Send,
-    send_error,
+    read_body,
+    replay,
     send_json,
+    send_too_large,
 )
 from ..controlplane.cel import CompiledExpression, outcome
 from ..controlplane.snapshot import CompiledAuthorization, CompiledScopes
+from ..jsonrpc import INVALID_REQUEST, PARSE_ERROR, error
+from ..mcp_methods import LISTEN, LISTS
 from .authz import decide, explain, explain_allow, request_variables
 from .bounded import BoundedCache, CacheCounts
 from .content_coding import SUPPORTED, CodingError, check_codings, codings, decode
 from .mcp_list_filter import ListFilter
-from .mcp_messages import (
-    INVALID_REQUEST,
-    LISTEN,
-    LISTS,
-    PARSE_ERROR,
-    McpRequest,
-    Refusal,
-    Unreadable,
-    denied,
-    error_message,
-    item_variables,
-    read_request,
-)
+from .mcp_messages import McpRequest, Refusal, Unreadable, denied, item_variables, read_request
 from .scopes import granted_scopes, lacking, send_insufficient_scope
 
 STAGE = "mcp-authorization"
@@ -175,7 +167,7 @@ class McpAuthorization:
                 why = f"a {method} request carries a body, which is not read here; MCP sends "
                 await _refuse(scope, send, INVALID_REQUEST, why + "messages only with POST")
                 return
-            receive = _replay(b"", receive)
+            receive = replay(b"", receive)
             if method == "GET":
                 # A resumed stream (Last-Event-ID) may replay any earlier answer, lists too;
                 # and the stream carries the updates of subscribed resources.
@@ -183,9 +175,14 @@ class McpAuthorization:
                 send = ListFilter(self._allower(scope), None, None, send).send
             await self.app(scope, receive, send)
             return
-        body = await self._body(scope, receive, send)
-        if body is None:
+        try:
+            body = await read_body(receive, self.max_body_bytes)
+        except BodyTooLarge as exc:
+            audit.deny(scope, STAGE, str(exc))
+            await send_too_large(send, exc)
             return
+        if body is None:
+            return  # the client went away
         # One dict built in C: the entry check refused repeats of these headers, so its (last)
         # values are the only ones.
         values = dict(scope["headers"])
@@ -204,12 +201,12 @@ class McpAuthorization:
             self._audit_request(scope, request)
         if request is not None and not await self._may_use(scope, send, request, audited):
             return
-        replay = _replay(body, receive)
+        replayed = replay(body, receive)
         if request is not None and (request.method in LISTS or request.method == LISTEN):
             # A list's items, and a listen stream's updates, are judged one by one.
             _ask_for_identity(scope)
             send = ListFilter(self._allower(scope), request.method, request.id, send).send
-        await self.app(scope, replay, send)
+        await self.app(scope, replayed, send)
 
     async def _may_use(self, scope: Scope, send: Send, request: McpRequest, audited: bool) -> bool:
         """Whether the caller may use every item the request names (its own, and each resource
@@ -264,25 +261,6 @@ class McpAuthorization:
     def _allower(self, scope: Scope) -> Callable[[str, str], bool]:
         return lambda kind, name: self.allowed(scope, kind, name)
 
-    async def _body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
-        """The whole request body, or None once the client left or a 413 was answered."""
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return None  # the client went away
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                why = f"the request body exceeds {self.max_body_bytes} bytes"
-                audit.deny(scope, STAGE, why)
-                await send_error(send, 413, "request_entity_too_large", why)
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
-
 
 def _decoded(scope: Scope, values: dict[bytes, bytes], body: bytes, limit: int) -> bytes:
     """The body as the backend will receive it: decoded when coded (and its headers made to
@@ -317,21 +295,8 @@ async def _refuse(
     scope: Scope, send: Send, code: int, why: str, headers: Headers | None = None
 ) -> None:
     audit.deny(scope, STAGE, f"unreadable MCP request: {why}")
-    await send_json(send, 400, error_message(None, code, why), headers)
+    await send_json(send, 400, error(None, code, why), headers)
 
 
 def _matches(scopes: CompiledScopes | None) -> list[CompiledExpression]:
     return [rule.match for rule in scopes.items] if scopes else []
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay

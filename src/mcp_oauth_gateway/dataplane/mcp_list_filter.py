@@ -12,16 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..asgi import Headers, Message, Send, send_json
+from ..jsonrpc import INTERNAL_ERROR, NotJson, error, read_message, write_message
 from .content_coding import CodingError, Decoder, check_codings, codings
-from .mcp_messages import (
-    INTERNAL_ERROR,
-    Unreadable,
-    error_message,
-    filter_result,
-    hidden_update,
-    read_message,
-    write_message,
-)
+from .mcp_messages import filter_result, hidden_update
 
 # An answer (or one SSE event) is held whole to be filtered; beyond this it is refused.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
@@ -54,7 +47,7 @@ class ListFilter:
         return write_message(self._error_object(why))
 
     def _filtered(self, data: bytes, event: bool = False) -> bytes | None:
-        """`data` with denied items removed (the same object when none were); Unreadable. An
+        """`data` with denied items removed (the same object when none were); NotJson. An
         `event` of a stream that is an update of a resource the caller may not read: None."""
         message = read_message(data)
         if event and hidden_update(message, self.allowed):
@@ -75,7 +68,7 @@ class ListFilter:
             return event
         try:
             filtered = self._filtered(joined, event=True)
-        except Unreadable as exc:
+        except NotJson as exc:
             filtered = self._error(str(exc))
         if filtered is None:
             return None
@@ -172,7 +165,7 @@ class ListFilter:
         if body:
             try:
                 body = self._filtered(body) or body
-            except Unreadable as exc:
+            except NotJson as exc:
                 if self.json:
                     await send_json(self.downstream, 502, self._error_object(str(exc)))
                     return
@@ -184,4 +177,4 @@ class ListFilter:
 
     def _error_object(self, why: str) -> dict[str, object]:
         text = f"the gateway could not filter the backend's answer: {why}"
-        return error_message(self.request_id, INTERNAL_ERROR, text)
+        return error(self.request_id, INTERNAL_ERROR, text)

@@ -4,7 +4,8 @@ which items a list result carries. Pure functions; the pipeline stage does the I
 Requests are read strictly: a body is judged only when every backend would read it as the
 gateway does, and anything else is refused, never passed on unjudged (a body the backend read
 more leniently could run a tool the gateway never saw). Results are read leniently, as clients
-read them (lone surrogates included), since what a client can read is what must be filtered.
+read them (`jsonrpc.read_message`, lone surrogates included), since what a client can read is
+what must be filtered.
 
 A denied call is answered as if the item did not exist (JSON-RPC -32602, "Unknown tool: X",
 the same answer agentgateway gives), so a caller learns nothing about items it may not use."""
@@ -16,45 +17,14 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
-import orjson
-
 from ..controlplane.federation import target_of
+from ..jsonrpc import HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, error
 from ..mcp_headers import decode_name
+from ..mcp_methods import COMPLETION, ITEMS, LISTEN, LISTS, REFERENCES, UPDATED
 
-# method -> (kind as CEL sees it: mcp.<kind>.…, the params field naming the item)
-GUARDED: dict[str, tuple[str, str]] = {
-    "tools/call": ("tool", "name"),
-    "prompts/get": ("prompt", "name"),
-    "resources/read": ("resource", "uri"),
-    # A subscription would deliver a denied resource's updates.
-    "resources/subscribe": ("resource", "uri"),
-    "resources/unsubscribe": ("resource", "uri"),
-}
-# `completion/complete` names its item in `params.ref`: completions would show a denied
-# prompt's or resource template's argument values. ref type -> (kind, the ref field naming it)
-COMPLETION = "completion/complete"
-REFERENCES: dict[str, tuple[str, str]] = {
-    "ref/prompt": ("prompt", "name"),
-    "ref/resource": ("resource", "uri"),
-}
 # 2026-07-28: a listen stream delivers the updates of the resources it names, each guarded as
 # a `resources/subscribe` of it is.
-LISTEN = "subscriptions/listen"
-# The notification of a subscribed resource's change; it names the resource.
-UPDATED = "notifications/resources/updated"
 _SUBSCRIPTIONS = ("notifications", "resourceSubscriptions")
-# list method -> (result field holding the items, kind, the item field naming it)
-LISTS: dict[str, tuple[str, str, str]] = {
-    "tools/list": ("tools", "tool", "name"),
-    "prompts/list": ("prompts", "prompt", "name"),
-    "resources/list": ("resources", "resource", "uri"),
-    "resources/templates/list": ("resourceTemplates", "resource", "uriTemplate"),
-}
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-HEADER_MISMATCH = -32020  # 2026-07-28: Mcp-Method/Mcp-Name must equal the body
 
 # Fields the gateway reads, at the top of a message and in `params`. A key equal to one of them
 # but for case (`METHOD`, `Name`, `param\u017f`) is read as that field by case-insensitive decoders
@@ -75,7 +45,7 @@ _FOLDED_PARAMS = {_fold(f): f for f in (*_PARAM_FIELDS, "ref")}
 _FOLDED_REF = {_fold(f): f for f in ("type", "name", "uri")}
 # Keys that need no case check: the fields themselves, and usual ones that fold to none.
 _USUAL_KEYS = frozenset({*_TOP_FIELDS, *_PARAM_FIELDS, "ref", "type", "_meta", "argument"})
-_FOLDED_METHODS = {m.casefold(): m for m in (*GUARDED, *LISTS, COMPLETION, LISTEN)}
+_FOLDED_METHODS = {m.casefold(): m for m in (*ITEMS, *LISTS, COMPLETION, LISTEN)}
 # A `\uD800`-`\uDFFF` escape: the only way a lone surrogate gets into text decoded strictly.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 # Nesting the gateway reads: well within Python's recursion limit, wherever the parse runs (a
@@ -296,7 +266,7 @@ def read_request(
         return _completion(request_id, params)
     if method == LISTEN:
         return McpRequest(request_id, method, subscribed=_subscribed(params))
-    guarded = GUARDED.get(method)
+    guarded = ITEMS.get(method)
     if guarded is None:
         return McpRequest(request_id, method)
     name = params.get(guarded[1]) if isinstance(params, dict) else None
@@ -344,28 +314,6 @@ def _completion(request_id: object, params: object) -> McpRequest:
     kind, field = REFERENCES.get(str(ref.get("type")), ("prompt", "name"))
     name = ref.get(field) if ref.get("type") in REFERENCES else None
     return McpRequest(request_id, COMPLETION, kind, name if isinstance(name, str) else None)
-
-
-def read_message(data: bytes) -> object:
-    """A backend's JSON message read as clients read it: UTF-8 (invalid bytes replaced, a BOM
-    skipped, as browsers' `TextDecoder` does), lone surrogates kept; Unreadable otherwise."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        pass
-    text = data.decode("utf-8", "replace").removeprefix("\ufeff")
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        raise Unreadable("the backend's answer is not JSON the gateway can read") from None
-
-
-def write_message(message: object) -> bytes:
-    """JSON for a message read by `read_message` (lone surrogates written as escapes)."""
-    try:
-        return orjson.dumps(message)
-    except TypeError:
-        return json.dumps(message, separators=(",", ":")).encode("ascii")
 
 
 def filter_result(message: object, method: str | None, allowed: Callable[[str, str], bool]) -> bool:
@@ -424,18 +372,9 @@ def item_variables(kind: str, name: str, targets: tuple[str, ...]) -> dict[str, 
     return variables
 
 
-_NAME_FIELDS = {kind: field for kind, field in GUARDED.values()}
+_NAME_FIELDS = {kind: field for kind, field in ITEMS.values()}
 
 
 def denied(request: McpRequest) -> dict[str, object]:
     """The JSON-RPC error for a call to an item the caller may not use."""
-    return {
-        "jsonrpc": "2.0",
-        "id": request.id,
-        "error": {"code": INVALID_PARAMS, "message": f"Unknown {request.kind}: {request.name}"},
-    }
-
-
-def error_message(request_id: object, code: int, text: str) -> dict[str, object]:
-    """A JSON-RPC error response."""
-    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": text}}
+    return error(request.id, INVALID_PARAMS, f"Unknown {request.kind}: {request.name}")

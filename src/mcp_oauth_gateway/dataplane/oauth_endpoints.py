@@ -12,7 +12,9 @@ import orjson
 
 from .. import audit
 from ..asgi import (
+    TOO_LARGE,
     ASGIApp,
+    BodyTooLarge,
     Headers,
     Receive,
     Scope,
@@ -27,13 +29,12 @@ from ..controlplane.fetch import FetchError
 from ..controlplane.snapshot import ASM_PREFIX, PRM_PREFIX, CompiledMcp, CompiledProvider
 from ..provider_kinds import profile
 from ..providers import ProviderAdapter, RegistrationError
-from ..registration import parse_registration
+from ..registration import MAX_REGISTRATION_BODY, REGISTRATION_LIMIT, parse_registration
 from .dpop_binding import resource_metadata
 
 log = logging.getLogger("mcp_oauth_gateway.oauth")
 
 MCP_PROTOCOL_VERSION = "2025-06-18"
-MAX_REGISTRATION_BODY = 64 * 1024
 STAGE = "oauth-endpoints"
 
 
@@ -232,16 +233,13 @@ class OAuthEndpoints:
                 "client registration is not offered here (mcp.provider is not set)",
             )
             return
-        raw = await read_body(receive, MAX_REGISTRATION_BODY)
-        if raw is None:
-            await refuse(
-                scope,
-                send,
-                413,
-                "invalid_client_metadata",
-                f"registration body larger than {MAX_REGISTRATION_BODY} bytes",
-            )
+        try:
+            raw = await read_body(receive, MAX_REGISTRATION_BODY, REGISTRATION_LIMIT)
+        except BodyTooLarge as exc:
+            await refuse(scope, send, 413, TOO_LARGE, str(exc))
             return
+        if raw is None:
+            return  # the client went away
         try:
             metadata = parse_registration(raw)
             discovery = None

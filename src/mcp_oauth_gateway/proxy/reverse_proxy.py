@@ -1,8 +1,10 @@
 """Streaming reverse proxy stage: request and response bodies flow through without buffering.
 
 MCP headers (`Mcp-Session-Id`, `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`,
-`Last-Event-ID`) pass untouched because only hop-by-hop headers (and `Expect`) are dropped on the
-way in, and only hop-by-hop headers and `Date` (uvicorn writes its own) on the way out.
+`Last-Event-ID`) pass untouched: on the way in, only hop-by-hop headers (and what `Connection`
+names), `Expect`, forwarded headers the listener does not trust and the gateway's own cookies are
+dropped, and `Host` is replaced; on the way out, only hop-by-hop headers, `Date` (uvicorn writes
+its own), the gateway's own cookies and, behind a CORS filter, the backend's CORS headers.
 """
 
 from __future__ import annotations
@@ -12,7 +14,16 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
-from ..asgi import DEFAULT_MAX_BODY_BYTES, BodyTooLarge, Headers, Receive, Scope, Send, send_error
+from ..asgi import (
+    DEFAULT_MAX_BODY_BYTES,
+    BodyTooLarge,
+    Headers,
+    Receive,
+    Scope,
+    Send,
+    send_error,
+    send_too_large,
+)
 from ..controlplane.snapshot import CompiledTarget
 from ..gateway_cookies import sets_gateway_cookie, without_gateway_cookies
 from .upstream import (
@@ -42,8 +53,8 @@ HOP_BY_HOP = frozenset(
 _FORWARDED = frozenset(
     {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"forwarded"}
 )
-# The gateway reads the whole request body itself (answering a client's `Expect: 100-continue`
-# through uvicorn); passed on, it only makes the backend send an interim `100 Continue`.
+# The gateway answers a client's `Expect: 100-continue` itself (uvicorn sends the interim answer
+# when the body is first asked for); passed on, it only makes the backend send another.
 _REQUEST_ONLY = frozenset({b"host", b"expect"})
 # uvicorn writes its own `Date` on every response: the backend's would make a second one.
 _RESPONSE_DROP = HOP_BY_HOP | {b"date"}
@@ -232,7 +243,7 @@ class ReverseProxy:
         )
         declared = _value(headers, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
-            await self._too_large(send)
+            await send_too_large(send, BodyTooLarge(self.max_body))
             return
         first = await receive()
         if first["type"] == "http.disconnect":
@@ -243,7 +254,7 @@ class ReverseProxy:
         else:
             whole: bytes = first.get("body", b"")
             if len(whole) > self.max_body:
-                await self._too_large(send)
+                await send_too_large(send, BodyTooLarge(self.max_body))
                 return
             body = whole
         response = await self._forward(scope["method"], url, headers, body, send)
@@ -276,8 +287,8 @@ class ReverseProxy:
                 f"the MCP backend {backend} did not answer within {self.timeout:g}s",
             )
             return None
-        except BodyTooLarge:
-            await self._too_large(send)
+        except BodyTooLarge as exc:
+            await send_too_large(send, exc)
             return None
         except InvalidRequestHead as exc:
             # A value some stage computed (an exchanged token, a claim) would break the request
@@ -309,16 +320,13 @@ class ReverseProxy:
         else:
             await self._relay(response, send)
 
-    async def _too_large(self, send: Send) -> None:
-        await send_error(
-            send, 413, "request_too_large", f"the request body exceeds {self.max_body} bytes"
-        )
-
     @staticmethod
     async def _stream_body(first: bytes, receive: Receive, limit: int) -> AsyncIterator[bytes]:
+        # Streamed on as it arrives (`asgi.read_body` would hold it whole), counted against the
+        # same limit and answered with the same 413.
         size = len(first)
         if size > limit:
-            raise BodyTooLarge
+            raise BodyTooLarge(limit)
         if first:
             yield first
         while True:
@@ -328,7 +336,7 @@ class ReverseProxy:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                raise BodyTooLarge
+                raise BodyTooLarge(limit)
             if chunk:
                 yield chunk
             if not message.get("more_body", False):

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from html import escape
 
 from .. import audit
-from ..asgi import Receive, Scope, Send, header, read_body, request_origin
+from ..asgi import BodyTooLarge, Receive, Scope, Send, header, read_body, request_origin
 from ..gateway_cookies import CONNECTIONS_COOKIE
 from ..html_pages import html, send_page, send_redirect
 from ..usertokens.grants import Grant, GrantKey
@@ -119,7 +119,12 @@ class ConnectionsPage:
         origin = header(scope, b"origin")
         if origin is not None and origin.decode("latin-1") != request_origin(scope):
             raise PageError(403, "Refused", "This form was sent from another site.")
-        form = params_of((await read_body(receive, MAX_FORM) or b"").decode("utf-8", "replace"))
+        try:
+            raw = await read_body(receive, MAX_FORM, "of this page's form (fixed)")
+        except BodyTooLarge as exc:
+            # A page for a browser, not JSON: the same words, shown to a person.
+            raise PageError(413, "Too large", str(exc)) from None
+        form = params_of((raw or b"").decode("utf-8", "replace"))
         if not hmac.compare_digest(form.get("csrf", ""), csrf):
             raise PageError(403, "Refused", "This form is out of date: reload the page.")
         index = form.get("backend", "")

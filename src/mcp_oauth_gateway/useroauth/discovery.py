@@ -20,8 +20,9 @@ import logging
 
 import ada_url
 import aiohttp
-import orjson
 
+from .. import jsonrpc
+from ..mcp_methods import PING
 from ..oauth_scopes import scope_tokens
 from ..urls import shown_url
 from . import www_authenticate
@@ -46,7 +47,7 @@ PRM_SUFFIX = "/.well-known/oauth-protected-resource"
 RFC8414_SUFFIX = "/.well-known/oauth-authorization-server"
 OIDC_SUFFIX = "/.well-known/openid-configuration"
 FIX_SKIP = "set userOAuth.issuer, or userOAuth.authorizationEndpoint and tokenEndpoint"
-_PING = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+_PING = jsonrpc.request(1, PING, None)
 _MCP_HEADERS = {
     "Accept": "application/json, text/event-stream",
     "Content-Type": "application/json",

@@ -20,15 +20,10 @@ from dataclasses import dataclass
 
 import orjson
 
+from ..jsonrpc import CONNECT_FIRST, URL_ELICITATION_REQUIRED, error, result
+from ..mcp_methods import CREATE_ELICITATION
 from ..usertokens.keys import SealError
 
-URL_ELICITATION_REQUIRED = -32042
-# The implementation-defined server error range of JSON-RPC 2.0: the 2026-07-28 wire retired
-# -32042 and has no code for "connect first" on a method that cannot ask for input.
-CONNECT_FIRST = -32050
-INVALID_PARAMS = -32602
-# The methods the 2026-07-28 wire lets a server answer with `input_required`.
-INPUT_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
 INPUT_KEY = "connect"
 # The params the retry adds, which the backend never sees (it never saw the first request).
 _RETRY_FIELDS = frozenset({"inputResponses", "requestState"})
@@ -72,42 +67,23 @@ def url_request(elicitation: Elicitation, with_id: bool) -> dict[str, object]:
 
 def required_error(request_id: object, elicitation: Elicitation) -> dict[str, object]:
     """2025-11-25: the JSON-RPC error asking the client to open the URL and retry."""
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "error": {
-            "code": URL_ELICITATION_REQUIRED,
-            "message": f"{elicitation.message} Link: {elicitation.url}",
-            "data": {"elicitations": [url_request(elicitation, with_id=True)]},
-        },
-    }
+    text = f"{elicitation.message} Link: {elicitation.url}"
+    data = {"elicitations": [url_request(elicitation, with_id=True)]}
+    return error(request_id, URL_ELICITATION_REQUIRED, text, data)
 
 
 def connect_first_error(request_id: object, elicitation: Elicitation) -> dict[str, object]:
     """2026-07-28, a method without `input_required`: an error naming the URL."""
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "error": {
-            "code": CONNECT_FIRST,
-            "message": f"{elicitation.message} Link: {elicitation.url} (then try again)",
-            "data": {"elicitations": [url_request(elicitation, with_id=False)]},
-        },
-    }
+    text = f"{elicitation.message} Link: {elicitation.url} (then try again)"
+    data = {"elicitations": [url_request(elicitation, with_id=False)]}
+    return error(request_id, CONNECT_FIRST, text, data)
 
 
 def input_required(request_id: object, elicitation: Elicitation, state: str) -> dict[str, object]:
     """2026-07-28: the result asking the client to open the URL and retry with `state`."""
-    request = {"method": "elicitation/create", "params": url_request(elicitation, False)}
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "result": {
-            "resultType": "input_required",
-            "inputRequests": {INPUT_KEY: request},
-            "requestState": state,
-        },
-    }
+    request = {"method": CREATE_ELICITATION, "params": url_request(elicitation, False)}
+    asked = {"resultType": "input_required", "inputRequests": {INPUT_KEY: request}}
+    return result(request_id, {**asked, "requestState": state})
 
 
 def discovered(service: str, elicitation_url: str) -> dict[str, object]:

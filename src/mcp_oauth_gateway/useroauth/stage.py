@@ -9,12 +9,11 @@ import logging
 import time
 from dataclasses import dataclass
 
-import orjson
-
 from .. import audit
 from ..asgi import (
     CLAIMS_KEY,
     ASGIApp,
+    BodyTooLarge,
     Headers,
     Message,
     Receive,
@@ -22,19 +21,28 @@ from ..asgi import (
     Send,
     header,
     read_body,
+    replay,
     request_origin,
     send_error,
     send_json,
+    send_too_large,
+)
+from ..jsonrpc import (
+    CONNECT_FIRST,
+    INVALID_PARAMS,
+    Malformed,
+    error,
+    read_request,
+    result,
+    write_message,
 )
 from ..mcp_headers import is_stateless
+from ..mcp_methods import CALL_TOOL, DISCOVER, INPUT_METHODS
 from ..usertokens.grants import GrantKey
 from ..usertokens.locking import StoreError
 from .access import Unavailable, Upstream
 from .connects import Asked, elicitation
 from .elicitation import (
-    CONNECT_FIRST,
-    INPUT_METHODS,
-    INVALID_PARAMS,
     STATE_LIFETIME,
     BadState,
     RequestState,
@@ -54,14 +62,13 @@ from .runtime import UserOAuthRuntime
 
 STAGE = "backend-credentials"
 AUTHORIZATION = b"authorization"
-_DISCOVER = "server/discover"
 
 log = logging.getLogger("mcp_oauth_gateway.useroauth")
 
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One POST as this stage reads it: its JSON-RPC message (None: not a JSON object)."""
+    """One POST as this stage reads it: its JSON-RPC message (None: not one)."""
 
     body: bytes
     message: dict[str, object] | None
@@ -98,25 +105,9 @@ def caller_key(scope: Scope, backend: str) -> GrantKey | None:
 
 def _message(body: bytes) -> dict[str, object] | None:
     try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError:
+        return read_request(body)
+    except Malformed:
         return None
-    return value if isinstance(value, dict) else None
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """The body again, then the client's own messages: a streamed answer keeps listening for
-    the client's disconnect, which must be the real one."""
-    sent = False
-
-    async def replayed() -> Message:
-        nonlocal sent
-        if sent:
-            return await receive()
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replayed
 
 
 class _Refused:
@@ -200,12 +191,14 @@ class UserOAuthStage:
     async def _post(
         self, scope: Scope, receive: Receive, send: Send, key: GrantKey, token: str | None
     ) -> None:
-        body = await read_body(receive, self.max_body)
-        if body is None:
-            why = f"the request body is larger than {self.max_body} bytes"
-            audit.deny(scope, STAGE, why)
-            await send_error(send, 413, "request_too_large", why)
+        try:
+            body = await read_body(receive, self.max_body)
+        except BodyTooLarge as exc:
+            audit.deny(scope, STAGE, str(exc))
+            await send_too_large(send, exc)
             return
+        if body is None:
+            return  # the client went away
         request = Request(body, _message(body), is_stateless(scope["headers"]))
         # A state of the backend's own (its own input_required round) is its business.
         if request.stateless and is_gateway_state(request.params.get("requestState")):
@@ -215,7 +208,7 @@ class UserOAuthStage:
             if token is not None and mine:
                 assert request.message is not None
                 params = without_retry_fields(request.params)
-                body = orjson.dumps({**request.message, "params": params})
+                body = write_message({**request.message, "params": params})
                 request = Request(body, request.message, True)
             elif mine and declined(request.params):
                 await self._declined(scope, send, request)
@@ -240,12 +233,11 @@ class UserOAuthStage:
         audit.deny(scope, STAGE, why)
         request_id = request.message.get("id") if request.message else None
         text = f"{self.upstream.service} is not connected: you declined to connect it."
-        if request.method == "tools/call":
-            result = {"content": [{"type": "text", "text": text}], "isError": True}
-            await send_json(send, 200, {"jsonrpc": "2.0", "id": request_id, "result": result})
+        if request.method == CALL_TOOL:
+            failed = {"content": [{"type": "text", "text": text}], "isError": True}
+            await send_json(send, 200, result(request_id, failed))
             return
-        error = {"code": CONNECT_FIRST, "message": text}
-        await send_json(send, 200, {"jsonrpc": "2.0", "id": request_id, "error": error})
+        await send_json(send, 200, error(request_id, CONNECT_FIRST, text))
 
     async def _with_token(
         self, scope: Scope, receive: Receive, send: Send, key: GrantKey, token: str
@@ -277,7 +269,7 @@ class UserOAuthStage:
             headers.append((AUTHORIZATION, b"Bearer " + token.encode()))
         if body is not None:
             headers.append((b"content-length", str(len(body)).encode()))
-            receive = _replay(body, receive)
+            receive = replay(body, receive)
         scope["headers"] = headers
         if not self.inject:
             # The federation sets each target's token and answers for them: no 401 to catch.
@@ -305,8 +297,7 @@ class UserOAuthStage:
         except BadState as exc:
             audit.deny(scope, STAGE, str(exc))
             request_id = request.message.get("id") if request.message else None
-            error = {"code": INVALID_PARAMS, "message": str(exc)}
-            await send_json(send, 400, {"jsonrpc": "2.0", "id": request_id, "error": error})
+            await send_json(send, 400, error(request_id, INVALID_PARAMS, str(exc)))
             return None
         return found.backend == key.backend
 
@@ -338,9 +329,9 @@ class UserOAuthStage:
             if session:
                 finished = self.runtime.connects.finished
                 self.runtime.streams.arm(key.text(), session, asked.id, finished)
-        elif method == _DISCOVER:
-            result = discovered(self.upstream.service, shown.url)
-            await send_json(send, 200, {"jsonrpc": "2.0", "id": request_id, "result": result})
+        elif method == DISCOVER:
+            offered = discovered(self.upstream.service, shown.url)
+            await send_json(send, 200, result(request_id, offered))
         elif method in INPUT_METHODS:
             bound = RequestState(
                 asked.id,

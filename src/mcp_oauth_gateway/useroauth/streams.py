@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 import orjson
 
 from ..asgi import Message, Send
+from ..mcp_methods import ELICITATION_COMPLETE
 from ..usertokens.locking import StoreError
 from .connects import LIFETIME
 
@@ -33,7 +34,7 @@ def complete_event(eid: str) -> bytes:
     """The notification as one SSE event."""
     message = {
         "jsonrpc": "2.0",
-        "method": "notifications/elicitation/complete",
+        "method": ELICITATION_COMPLETE,
         "params": {"elicitationId": eid},
     }
     return b"event: message\ndata: " + orjson.dumps(message) + b"\n\n"

@@ -80,7 +80,11 @@ async def test_a_body_that_is_not_json_is_refused(rig: Rig):
 
 async def test_a_body_over_64_kib_is_413(rig: Rig):
     response = await rig.call("POST", REGISTRATION, body=[b" " * 32768, b" " * 32768, b"{}"])
-    assert error_of(response) == (413, "invalid_client_metadata", "registration body too large")
+    assert error_of(response) == (
+        413,
+        "request_too_large",
+        "the request body exceeds 65536 bytes, the limit of a client registration (fixed)",
+    )
 
 
 async def test_other_methods_are_405_naming_post(rig: Rig):

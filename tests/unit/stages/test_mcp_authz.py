@@ -101,8 +101,9 @@ async def test_a_body_over_the_limit_is_413_before_it_is_read_whole():
     assert not response.reached
     assert response.status == 413
     assert response.json() == {
-        "error": "request_entity_too_large",
-        "error_description": "the request body exceeds 10 bytes",
+        "error": "request_too_large",
+        "error_description": "the request body exceeds 10 bytes, the limit set by "
+        "serve --max-body-bytes",
     }
 
 

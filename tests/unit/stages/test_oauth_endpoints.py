@@ -294,8 +294,9 @@ async def test_a_registration_body_over_64_kib_is_413():
     )
     assert response.status == 413
     assert response.json() == {
-        "error": "invalid_client_metadata",
-        "error_description": "registration body larger than 65536 bytes",
+        "error": "request_too_large",
+        "error_description": "the request body exceeds 65536 bytes, the limit of a client "
+        "registration (fixed)",
     }
     assert adapter.calls == []
 

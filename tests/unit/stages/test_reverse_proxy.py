@@ -135,7 +135,11 @@ async def test_a_chunked_request_body_is_streamed_to_the_upstream():
 
 # --- answered here ------------------------------------------------------------------------------
 
-TOO_LARGE = {"error": "request_too_large", "error_description": "the request body exceeds 4 bytes"}
+TOO_LARGE = {
+    "error": "request_too_large",
+    "error_description": "the request body exceeds 4 bytes, the limit set by "
+    "serve --max-body-bytes",
+}
 
 
 @pytest.mark.parametrize(
@@ -200,7 +204,7 @@ async def test_a_failed_tls_handshake_is_502_saying_why():
 
 
 async def test_a_body_too_large_noticed_by_the_upstream_is_413():
-    upstream = MemoryUpstream(error=BodyTooLarge())
+    upstream = MemoryUpstream(error=BodyTooLarge(4))
     response = await drive(proxy(upstream, max_body=4), "POST", body=b"{}")
     assert (response.status, response.json()) == (413, TOO_LARGE)
 

@@ -7,10 +7,9 @@ import base64
 
 import pytest
 
+from mcp_oauth_gateway.jsonrpc import CONNECT_FIRST, URL_ELICITATION_REQUIRED
 from mcp_oauth_gateway.useroauth.elicitation import (
-    CONNECT_FIRST,
     STATE_PREFIX,
-    URL_ELICITATION_REQUIRED,
     BadState,
     Elicitation,
     RequestState,

@@ -30,8 +30,8 @@ import secrets
 from collections.abc import Awaitable, Callable, Collection
 from typing import Protocol
 
+from ... import jsonrpc
 from ...redis_clients import RedisUnavailable
-from . import jsonrpc
 
 log = logging.getLogger("mcp_oauth_gateway.federation")
 
@@ -45,7 +45,7 @@ MAX_RUNNING = 1_000
 
 def _key(request_id: object) -> bytes:
     """A JSON-RPC id as a key that keeps 1 and "1" apart (and true apart from 1)."""
-    return jsonrpc.dumps(request_id)
+    return jsonrpc.write_message(request_id)
 
 
 class ExchangeStore(Protocol):
@@ -160,7 +160,7 @@ class Exchanges:
             return local
         if found is None:
             return None
-        return found[0], jsonrpc.loads(found[1])
+        return found[0], jsonrpc.read_message(found[1])
 
     async def recall(self, target: str, own_id: object) -> None:
         """Learn from the other replicas the id `target`'s request `own_id` went to the client

@@ -12,9 +12,9 @@ import logging
 from collections.abc import Awaitable, Callable, Collection
 from typing import TypeVar
 
+from ... import jsonrpc
 from ...asgi import Scope
 from ..upstream import UpstreamResponse
-from . import jsonrpc
 from .backlog import Cursor
 from .health import Health
 from .session import ClientSession, TargetSession
@@ -91,7 +91,7 @@ class Fanout:
         message: dict[str, object],
     ) -> dict[str, object]:
         """The target's response to the request `message` (its session reopened if need be)."""
-        body = jsonrpc.dumps(message)
+        body = jsonrpc.write_message(message)
         request_id = message.get("id")
 
         async def ask() -> dict[str, object]:

@@ -23,9 +23,11 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from ... import jsonrpc
 from ...asgi import Receive, Scope, Send, send_error
+from ...jsonrpc import INVALID_REQUEST
 from ..upstream import UpstreamError, UpstreamResponse
-from . import jsonrpc
+from . import replies
 from .backlog import (
     Backlog,
     Cursor,
@@ -38,7 +40,6 @@ from .backlog import (
 )
 from .directory import Directory
 from .fanout import Fanout
-from .jsonrpc import INVALID_REQUEST
 from .rewrite import from_target, progress_of, stray_progress, withdrawn_id
 from .session import ClientSession
 from .sse import sse_events
@@ -80,7 +81,7 @@ class Listener:
         while session.listening:
             if replay is None:
                 why = self.refused(scope, "the session's GET stream is already open")
-                await jsonrpc.reply(send, 409, jsonrpc.error(None, INVALID_REQUEST, why))
+                await replies.reply(send, 409, jsonrpc.error(None, INVALID_REQUEST, why))
                 return
             # The client resumes the stream it left: the one still open here ends.
             session.stop_listening.set()
@@ -152,7 +153,7 @@ class ClientStream:
     async def forward(self, target: str, own_id: bytes | None, data: bytes) -> bool:
         """A target's event, rewritten, kept and sent; whether it reached the client."""
         try:
-            message = jsonrpc.loads(data)
+            message = jsonrpc.read_message(data)
         except ValueError:
             log.info("federated target sent an event that is not JSON")
             return False
@@ -176,7 +177,7 @@ class ClientStream:
         if out is None:
             return False
         async with self.sending:
-            body = jsonrpc.dumps(out)
+            body = jsonrpc.write_message(out)
             await self.write(await self.backlog.keep(self.session, body, target, moved), body)
         return True
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping
 
+from ... import jsonrpc
 from ...asgi import Receive, Scope, Send
 from ...controlplane.federation import offered_uri, split_uri
+from ...jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
+from ...mcp_methods import ACKNOWLEDGED
 from ..upstream import UpstreamError, UpstreamResponse
-from . import jsonrpc, merge, streams, wire
+from . import merge, replies, streams, wire
 from .exchange import Exchanges
 from .fanout import Fanout
-from .jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 from .rewrite import from_target, stray_progress
 from .session import ClientSession, TargetSession
 from .target import ErrorAnswer, Unavailable
@@ -108,7 +110,7 @@ async def listen(
     async def open_stream(target: TargetSession) -> None:
         name = target.target.name
         own = {**message, "params": {**params, "notifications": own_filter(wanted, name, names)}}
-        response = await fan.link.send(scope, target, jsonrpc.dumps(own))
+        response = await fan.link.send(scope, target, jsonrpc.write_message(own))
         if not streams.is_stream(response):
             try:
                 answer = await fan.link.answer(target, response, request_id)
@@ -130,7 +132,7 @@ async def listen(
             return
         await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
         ack = {"_meta": {wire.META_SUBSCRIPTION: request_id}, "notifications": merged_filter(acks)}
-        await _write(send, {"jsonrpc": "2.0", "method": wire.ACKNOWLEDGED, "params": ack})
+        await _write(send, {"jsonrpc": "2.0", "method": ACKNOWLEDGED, "params": ack})
         await streams.while_connected(_relay(opened, send, request_id), receive)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     finally:
@@ -152,7 +154,7 @@ async def _acknowledgement(
         raise Unavailable("its stream ended before acknowledging the subscription") from None
     params = first.get("params")
     honored = params.get("notifications") if isinstance(params, dict) else None
-    if first.get("method") != wire.ACKNOWLEDGED or not isinstance(honored, dict):
+    if first.get("method") != ACKNOWLEDGED or not isinstance(honored, dict):
         raise Unavailable("its stream did not start with the subscription's acknowledgement")
     return honored
 
@@ -161,11 +163,11 @@ async def _none_opened(send: Send, request_id: object, failures: Mapping[str, Un
     """No target opened a stream: their own refusal when each declined, else an error."""
     declined = [f for f in failures.values() if isinstance(f, Declined)]
     if declined and len(declined) == len(failures):
-        await jsonrpc.reply(send, declined[0].status, {**declined[0].answer, "id": request_id})
+        await replies.reply(send, declined[0].status, {**declined[0].answer, "id": request_id})
         return
     why = "; ".join(f"{name}: {exc}" for name, exc in failures.items())
     text = f"none of the MCP servers behind this route opened a subscription ({why})"
-    await jsonrpc.reply(send, 200, jsonrpc.error(request_id, INTERNAL_ERROR, text))
+    await replies.reply(send, 200, jsonrpc.error(request_id, INTERNAL_ERROR, text))
 
 
 async def _write(send: Send, message: object) -> None:

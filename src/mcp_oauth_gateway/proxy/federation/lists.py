@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from ... import jsonrpc
 from ...asgi import Scope
-from . import jsonrpc, merge
+from ...jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, Malformed
+from ...mcp_methods import LISTS
+from . import merge
 from .cursor import BadCursor, Cursors
 from .fanout import Fanout
-from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, Malformed
 from .session import ClientSession, TargetSession
 from .target import ErrorAnswer
 
@@ -61,7 +63,7 @@ async def merged_list(
     if not pages and failures and all(isinstance(f, NotOffered) for f in failures.values()):
         # No target has such a list: answered as a server without it answers.
         raise Malformed(METHOD_NOT_FOUND, f"Method not found: {method}")
-    field = merge.LISTS[method][0]
+    field = LISTS[method][0]
     result: dict[str, object] = {
         field: [item for name in positions if name in pages for item in pages[name][0]]
     }

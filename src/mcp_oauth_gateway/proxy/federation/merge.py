@@ -7,14 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ...controlplane.federation import offered_name, offered_uri
-
-# list method -> (result field holding the items, the item field naming it, how it is offered)
-LISTS: dict[str, tuple[str, str, str]] = {
-    "tools/list": ("tools", "name", "name"),
-    "prompts/list": ("prompts", "name", "name"),
-    "resources/list": ("resources", "uri", "uri"),
-    "resources/templates/list": ("resourceTemplates", "uriTemplate", "uri"),
-}
+from ...mcp_methods import LISTS
 
 
 def union(capabilities: Sequence[Mapping[str, object]]) -> dict[str, object]:
@@ -49,12 +42,13 @@ def offered_items(method: str, target: str, result: Mapping[str, object]) -> lis
     """A target's list items as clients see them: named `<target>_<name>` or with their URI
     under `mcp+gw://<target>/`. Items without a usable name are dropped: nothing could call
     them back."""
-    field, key, kind = LISTS[method]
+    field, kind, key = LISTS[method]
     items = result.get(field)
     out: list[object] = []
+    # Resources and resource templates are offered by URI, tools and prompts by name.
+    rename = offered_uri if kind == "resource" else offered_name
     for item in items if isinstance(items, list) else ():
         if not isinstance(item, dict) or not isinstance(item.get(key), str) or not item[key]:
             continue
-        rename = offered_uri if kind == "uri" else offered_name
         out.append({**item, key: rename(target, item[key])})
     return out

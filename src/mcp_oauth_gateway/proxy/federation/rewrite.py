@@ -8,11 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ...controlplane.federation import offered_uri
+from ...mcp_methods import CALL_TOOL, CANCELLED, GET_PROMPT, PROGRESS, READ_RESOURCE, UPDATED
 from .exchange import Exchanges
 
-UPDATED = "notifications/resources/updated"
-CANCELLED = "notifications/cancelled"
-PROGRESS = "notifications/progress"
 # Content items that carry a resource URI: a link (`uri`) or an embedded resource (`resource`).
 _LINK = "resource_link"
 _EMBEDDED = "resource"
@@ -48,11 +46,11 @@ def offered_result(method: str, target: str, result: object) -> object:
     if not isinstance(result, dict):
         return result
     out = dict(result)
-    if method == "resources/read":
+    if method == READ_RESOURCE:
         _each(out, "contents", lambda item: _wrapped(target, item, "uri"))
-    elif method == "tools/call":
+    elif method == CALL_TOOL:
         _each(out, "content", lambda item: _content_item(target, item))
-    elif method == "prompts/get":
+    elif method == GET_PROMPT:
 
         def message(held: object) -> object:
             if not isinstance(held, dict):

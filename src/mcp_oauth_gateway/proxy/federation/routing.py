@@ -6,25 +6,8 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from ...controlplane.federation import split_name, split_uri
-from .jsonrpc import INVALID_PARAMS, Malformed, params_of
-
-# method -> (item kind, the params field naming the item)
-ROUTED: dict[str, tuple[str, str]] = {
-    "tools/call": ("tool", "name"),
-    "prompts/get": ("prompt", "name"),
-    "resources/read": ("resource", "uri"),
-    "resources/subscribe": ("resource", "uri"),
-    "resources/unsubscribe": ("resource", "uri"),
-}
-COMPLETION = "completion/complete"
-# What a client sends its targets without an id: only notifications (`initialized`,
-# `cancelled`, `progress`, `roots/list_changed`), each relayed to its targets as it is.
-NOTIFICATIONS = "notifications/"
-# completion reference type -> (item kind, the ref field naming it)
-REFERENCES: dict[str, tuple[str, str]] = {
-    "ref/prompt": ("prompt", "name"),
-    "ref/resource": ("resource", "uri"),
-}
+from ...jsonrpc import INVALID_PARAMS, Malformed, params_of
+from ...mcp_methods import COMPLETION, ITEMS, NOTIFICATIONS, REFERENCES
 
 
 def _split(kind: str, offered: object, targets: Collection[str]) -> tuple[str, str]:
@@ -49,7 +32,7 @@ def routed(message: dict[str, object], targets: Collection[str]) -> tuple[str, d
         kind, field = REFERENCES[str(ref["type"])]
         target, own = _split(kind, ref.get(field), targets)
         return target, {**message, "params": {**params, "ref": {**ref, field: own}}}
-    kind, field = ROUTED[str(method)]
+    kind, field = ITEMS[str(method)]
     target, own = _split(kind, params.get(field), targets)
     return target, {**message, "params": {**params, field: own}}
 
@@ -57,5 +40,6 @@ def routed(message: dict[str, object], targets: Collection[str]) -> tuple[str, d
 def relayed_notification(method: str) -> bool:
     """Whether a message without an id may go to the targets as it is: a notification, never
     a request (which names no target, or one: relayed to every target, it would reach the
-    others' items under the offered name)."""
+    others' items under the offered name). What a client sends its targets without an id is
+    only notifications (`initialized`, `cancelled`, `progress`, `roots/list_changed`)."""
     return method.startswith(NOTIFICATIONS)

@@ -25,24 +25,34 @@ import logging
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ... import __version__, audit
-from ...asgi import Receive, Scope, Send, send_error
+from ... import __version__, audit, jsonrpc
+from ...asgi import BodyTooLarge, Receive, Scope, Send, read_body, send_error, send_too_large
 from ...controlplane.snapshot import CompiledTarget
+from ...jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Malformed
+from ...mcp_methods import (
+    CANCELLED,
+    COMPLETION,
+    INITIALIZE,
+    INITIALIZED,
+    ITEMS,
+    LISTS,
+    PING,
+    SET_LOG_LEVEL,
+)
 from ...redis_clients import RedisUnavailable
 from ..upstream import UpstreamResponse
-from . import get_stream, jsonrpc, merge, rewrite, streams, wire
+from . import get_stream, merge, replies, rewrite, streams, wire
 from .backlog import Backlog, MemoryBacklog
 from .cursor import Cursors
 from .directory import Directory
 from .fanout import Fanout
 from .health import Health
-from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Malformed
 from .lists import merged_list
-from .routing import COMPLETION, ROUTED, relayed_notification, routed
+from .routing import relayed_notification, routed
 from .session import ClientSession, SessionTable, new_session, owner_of
 from .shared import SharedSessions
 from .stateless import Stateless
-from .target import INITIALIZED, TargetLink, Unavailable, refusal_status, unavailable
+from .target import TargetLink, Unavailable, refusal_status, unavailable
 
 log = logging.getLogger("mcp_oauth_gateway.federation")
 T = TypeVar("T")
@@ -106,7 +116,12 @@ class Federation:
             why = "the 2026-07-28 wire has no GET stream and no session to end: POST only"
             await send_error(send, 405, "method_not_allowed", why, [(b"allow", b"POST")])
         elif method == "POST":
-            body = await read_body(receive, send, self.max_body)
+            try:
+                body = await read_body(receive, self.max_body)
+            except BodyTooLarge as exc:
+                refused(scope, str(exc))
+                await send_too_large(send, exc)
+                return
             if body is not None:
                 await self._post(scope, body, receive, send)
         elif method == "DELETE":
@@ -119,20 +134,20 @@ class Federation:
 
     async def _post(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
         try:
-            message = jsonrpc.read(body)
+            message = jsonrpc.read_request(body)
         except Malformed as exc:
             why = refused(scope, f"unreadable JSON-RPC message: {exc}")
-            await jsonrpc.reply(send, 400, jsonrpc.error(None, exc.code, why))
+            await replies.reply(send, 400, jsonrpc.error(None, exc.code, why))
             return
         if wire.is_stateless(scope["headers"]):
             await self.stateless.post(scope, message, receive, send)
             return
-        if message.get("method") == "initialize":
+        if message.get("method") == INITIALIZE:
             try:
                 await self._initialize(scope, message, send)
             except Malformed as exc:
                 refused(scope, f"initialize refused: {exc}")
-                await jsonrpc.reply(send, 200, jsonrpc.error(message.get("id"), exc.code, str(exc)))
+                await replies.reply(send, 200, jsonrpc.error(message.get("id"), exc.code, str(exc)))
             return
         session = await self._session(scope, send)
         if session is None:
@@ -158,7 +173,7 @@ class Federation:
                 # every target as it is, never renamed for one: the item authorization
                 # judged for one target would reach the others under its offered name.
                 why = refused(scope, f"{str(message['method'])[:100]!r} is not a notification")
-                await jsonrpc.reply(send, 400, jsonrpc.error(None, INVALID_REQUEST, why))
+                await replies.reply(send, 400, jsonrpc.error(None, INVALID_REQUEST, why))
                 return
             await self._notify(scope, session, message)
             # Stored before the answer: the client's next request may land at another replica.
@@ -169,20 +184,20 @@ class Federation:
                 await self._request(scope, session, message, receive, send)
             except Malformed as exc:
                 refused(scope, str(exc))
-                await jsonrpc.reply(send, 200, jsonrpc.error(message["id"], exc.code, str(exc)))
+                await replies.reply(send, 200, jsonrpc.error(message["id"], exc.code, str(exc)))
 
     async def _session(self, scope: Scope, send: Send) -> ClientSession | None:
         value = dict(scope["headers"]).get(_SESSION_HEADER)
         if value is None:
             why = "Mcp-Session-Id is required: send initialize first"
             refused(scope, "no Mcp-Session-Id (initialize was not sent first)")
-            await jsonrpc.reply(send, 400, jsonrpc.error(None, INVALID_REQUEST, why))
+            await replies.reply(send, 400, jsonrpc.error(None, INVALID_REQUEST, why))
             return None
         session = await self.directory.find(value.decode("latin-1"), owner_of(scope))
         if session is None:
             why = "the session is not known here (it ended): send initialize again"
             refused(scope, "unknown session: ended, forgotten, or another caller's")
-            await jsonrpc.reply(send, 404, jsonrpc.error(None, INVALID_REQUEST, why))
+            await replies.reply(send, 404, jsonrpc.error(None, INVALID_REQUEST, why))
         return session
 
     async def _request(
@@ -195,16 +210,16 @@ class Federation:
     ) -> None:
         method = str(message["method"])
         request_id = message["id"]
-        if method == "ping":
-            await jsonrpc.reply(send, 200, jsonrpc.result(request_id, {}))
-        elif method in ROUTED or method == COMPLETION:
+        if method == PING:
+            await replies.reply(send, 200, jsonrpc.result(request_id, {}))
+        elif method in ITEMS or method == COMPLETION:
             await self._call(scope, session, message, receive, send)
-        elif method in merge.LISTS or method == "logging/setLevel":
+        elif method in LISTS or method == SET_LOG_LEVEL:
             # Kept while it runs: a cancellation of it goes to every target asked.
             session.exchanges.start(request_id, session.targets, rewrite.progress_token(message))
             await session.exchanges.settle()
             try:
-                if method in merge.LISTS:
+                if method in LISTS:
                     if self.shared is not None:
                         await self.shared.share_key(self.cursors)
                     result = await merged_list(
@@ -216,7 +231,7 @@ class Federation:
             finally:
                 session.exchanges.finish(request_id)
                 await session.exchanges.settle()
-            await jsonrpc.reply(send, 200, jsonrpc.result(request_id, result))
+            await replies.reply(send, 200, jsonrpc.result(request_id, result))
         else:
             raise Malformed(METHOD_NOT_FOUND, f"Method not found: {method[:100]}")
 
@@ -236,7 +251,7 @@ class Federation:
             # that refusal, as through a single-target route, not a server error.
             status = refusal_status(failures.values())
             code = INVALID_REQUEST if status != 200 else INTERNAL_ERROR
-            await jsonrpc.reply(send, status, jsonrpc.error(request_id, code, text))
+            await replies.reply(send, status, jsonrpc.error(request_id, code, text))
             return
         session.version = merge.agreed_version([t.version for t in opened if t.version])
         result: dict[str, object] = {
@@ -258,7 +273,7 @@ class Federation:
             await send_error(send, 503, "temporarily_unavailable", why, retry)
             return
         headers = [(_SESSION_HEADER, session.id.encode())]
-        await jsonrpc.reply(send, 200, jsonrpc.result(request_id, result), headers)
+        await replies.reply(send, 200, jsonrpc.result(request_id, result), headers)
 
     async def _notify(
         self, scope: Scope, session: ClientSession, message: dict[str, object]
@@ -267,14 +282,14 @@ class Federation:
         if method == INITIALIZED:
             session.initialized = True
         only = None
-        if method == rewrite.CANCELLED:
+        if method == CANCELLED:
             # Only the targets the request went to; none once it was answered.
             params = message.get("params")
             cancelled = params.get("requestId") if isinstance(params, dict) else None
             only = await session.exchanges.cancelled(cancelled)
             if not only:
                 return
-        body = jsonrpc.dumps(message)
+        body = jsonrpc.write_message(message)
         await self.fan.each(session, lambda t: self.link.tell(scope, t, body), only=only)
 
     async def _call(
@@ -287,7 +302,7 @@ class Federation:
     ) -> None:
         name, rewritten = routed(message, self.names)
         target = session.targets[name]
-        body = jsonrpc.dumps(rewritten)
+        body = jsonrpc.write_message(rewritten)
         method, request_id = str(message["method"]), message["id"]
 
         async def forward() -> UpstreamResponse:
@@ -311,7 +326,7 @@ class Federation:
         except Unavailable as exc:
             self.health.failed(name, exc)
             text = refused(scope, unavailable(name, exc))
-            await jsonrpc.reply(send, 200, jsonrpc.error(request_id, INTERNAL_ERROR, text))
+            await replies.reply(send, 200, jsonrpc.error(request_id, INTERNAL_ERROR, text))
             return
         finally:
             session.exchanges.finish(request_id)
@@ -320,7 +335,7 @@ class Federation:
         if out is None:
             why = f"the MCP server {name!r} did not answer the request (it sent another message)"
             out = jsonrpc.error(request_id, INTERNAL_ERROR, refused(scope, why))
-        await jsonrpc.reply(send, 200, out)
+        await replies.reply(send, 200, out)
 
     async def _answered(
         self, scope: Scope, session: ClientSession, message: dict[str, object], send: Send
@@ -334,15 +349,15 @@ class Federation:
             shown = audit.capped(message.get("id"), 100)
             why = f"an answer to a request this session never sent the client (id {shown})"
             refused(scope, why)
-            await jsonrpc.reply(send, 400, jsonrpc.error(None, INVALID_REQUEST, why))
+            await replies.reply(send, 400, jsonrpc.error(None, INVALID_REQUEST, why))
             return
         name, answer = routed_to
         try:
-            await self.link.tell(scope, session.targets[name], jsonrpc.dumps(answer))
+            await self.link.tell(scope, session.targets[name], jsonrpc.write_message(answer))
         except Unavailable as exc:
             self.health.failed(name, exc)
             text = refused(scope, unavailable(name, exc))
-            await jsonrpc.reply(send, 502, jsonrpc.error(None, INTERNAL_ERROR, text))
+            await replies.reply(send, 502, jsonrpc.error(None, INTERNAL_ERROR, text))
             return
         self.health.ok(name)
         await _accepted(send)
@@ -367,21 +382,3 @@ async def _accepted(send: Send) -> None:
     """202: a notification or an answer taken on."""
     await send({"type": "http.response.start", "status": 202, "headers": []})
     await send({"type": "http.response.body", "body": b""})
-
-
-async def read_body(receive: Receive, send: Send, max_body: int) -> bytes | None:
-    """The request body (None once the client left, or a 413 was answered)."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return None  # the client went away
-        chunks.append(message.get("body", b""))
-        size += len(chunks[-1])
-        if size > max_body:
-            why = f"the request body exceeds {max_body} bytes"
-            await send_error(send, 413, "request_entity_too_large", why)
-            return None
-        if not message.get("more_body", False):
-            return b"".join(chunks)

@@ -15,26 +15,33 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from ... import __version__
+from ... import __version__, jsonrpc
 from ...asgi import Receive, Scope, Send
 from ...controlplane.snapshot import CompiledTarget
+from ...jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    UNSUPPORTED_VERSION,
+    Malformed,
+)
 from ...mcp_headers import encode_name
+from ...mcp_methods import COMPLETION, DISCOVER, ITEMS, LISTEN, LISTS, NAMED_BY, SESSION_ONLY
 from ..upstream import UpstreamResponse
-from . import jsonrpc, merge, streams, wire
+from . import merge, replies, streams, wire
 from .cursor import Cursors
 from .fanout import Fanout
-from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Malformed
 from .listen import listen
 from .lists import merged_list
 from .rewrite import call_answer, progress_token
-from .routing import COMPLETION, ROUTED, routed
+from .routing import routed
 from .session import ClientSession, Owner, TargetSession, owner_of
 from .shared import SharedSessions
 from .target import ErrorAnswer, Refused, TargetLink, Unavailable, unavailable
 from .wire import WireError, WireRequest
 
 # What this wire can ask of a federated route; anything else is unknown here (404).
-_SERVED = frozenset({wire.DISCOVER, wire.LISTEN, COMPLETION, *ROUTED, *merge.LISTS}) - wire.REMOVED
+_SERVED = frozenset({DISCOVER, LISTEN, COMPLETION, *ITEMS, *LISTS}) - SESSION_ONLY
 # The wire's results say how long a client may keep them: what the gateway answers depends on
 # who asks (denied items are filtered out) and on its targets' live state, so: not at all.
 CACHEABLE: dict[str, object] = {"cacheScope": "private", "ttlMs": 0, "resultType": "complete"}
@@ -42,12 +49,7 @@ CACHEABLE: dict[str, object] = {"cacheScope": "private", "ttlMs": 0, "resultType
 
 def wire_error(request_id: object, exc: WireError) -> dict[str, object]:
     """The JSON-RPC error of a request the wire's rules refused (with its data, if any)."""
-    message = jsonrpc.error(request_id, exc.code, str(exc))
-    if exc.data is not None:
-        error = message["error"]
-        assert isinstance(error, dict)
-        error["data"] = exc.data
-    return message
+    return jsonrpc.error(request_id, exc.code, str(exc), exc.data)
 
 
 def caller_key(owner: Owner) -> str:
@@ -88,7 +90,7 @@ class Stateless:
         request_id = message.get("id")
         if "method" not in message:
             why = self.refused(scope, "an answer on the stateless wire, which asks clients nothing")
-            await jsonrpc.reply(send, 400, jsonrpc.error(None, INVALID_REQUEST, why))
+            await replies.reply(send, 400, jsonrpc.error(None, INVALID_REQUEST, why))
             return
         if "id" not in message:
             await self._notification(scope, send)
@@ -101,11 +103,11 @@ class Stateless:
             await self._request(scope, request, message, receive, send)
         except WireError as exc:
             self.refused(scope, f"refused on the 2026-07-28 wire: {exc}")
-            await jsonrpc.reply(send, exc.status, wire_error(request_id, exc))
+            await replies.reply(send, exc.status, wire_error(request_id, exc))
         except Malformed as exc:
             self.refused(scope, str(exc))
             status = wire.STATUS_OF.get(exc.code, 200)
-            await jsonrpc.reply(send, status, jsonrpc.error(request_id, exc.code, str(exc)))
+            await replies.reply(send, status, jsonrpc.error(request_id, exc.code, str(exc)))
 
     async def _notification(self, scope: Scope, send: Send) -> None:
         """202, as a server of this wire answers the notifications clients still post: the
@@ -113,11 +115,11 @@ class Stateless:
         version = wire.header(scope["headers"], wire.VERSION)
         if version not in wire.STATELESS_VERSIONS:
             exc = WireError(
-                wire.UNSUPPORTED_VERSION,
+                UNSUPPORTED_VERSION,
                 "Unsupported protocol version",
                 {"supported": list(wire.STATELESS_VERSIONS), "requested": version},
             )
-            await jsonrpc.reply(send, exc.status, wire_error(None, exc))
+            await replies.reply(send, exc.status, wire_error(None, exc))
             return
         await send({"type": "http.response.start", "status": 202, "headers": []})
         await send({"type": "http.response.body", "body": b""})
@@ -148,14 +150,14 @@ class Stateless:
         method = str(message["method"])
         session = self._session(scope, request, method)
         request_id = message["id"]
-        if method == wire.DISCOVER:
+        if method == DISCOVER:
             await self._discover(scope, session, message, send)
-        elif method in merge.LISTS:
+        elif method in LISTS:
             if self.shared is not None:
                 await self.shared.share_key(self.cursors)
             result = await merged_list(self.fan, self.cursors, self.names, scope, session, message)
-            await jsonrpc.reply(send, 200, jsonrpc.result(request_id, {**result, **CACHEABLE}))
-        elif method == wire.LISTEN:
+            await replies.reply(send, 200, jsonrpc.result(request_id, {**result, **CACHEABLE}))
+        elif method == LISTEN:
             await listen(self.fan, scope, session, message, receive, send)
         else:
             await self._call(scope, session, message, receive, send)
@@ -181,17 +183,17 @@ class Stateless:
             self.refused(scope, why)
             supported = sorted(wire.SESSION_VERSIONS)
             data = {"supported": supported, "requested": session.version}
-            exc = WireError(wire.UNSUPPORTED_VERSION, f"Unsupported protocol version: {why}", data)
-            await jsonrpc.reply(send, exc.status, wire_error(request_id, exc))
+            exc = WireError(UNSUPPORTED_VERSION, f"Unsupported protocol version: {why}", data)
+            await replies.reply(send, exc.status, wire_error(request_id, exc))
             return
         if not answers:
             why = "; ".join(f"{name}: {exc}" for name, exc in failures.items())
             text = self.refused(
                 scope, f"none of the MCP servers behind this route answered ({why})"
             )
-            await jsonrpc.reply(send, 200, jsonrpc.error(request_id, INTERNAL_ERROR, text))
+            await replies.reply(send, 200, jsonrpc.error(request_id, INTERNAL_ERROR, text))
             return
-        await jsonrpc.reply(send, 200, jsonrpc.result(request_id, discovered(answers)))
+        await replies.reply(send, 200, jsonrpc.result(request_id, discovered(answers)))
 
     async def _call(
         self,
@@ -203,7 +205,7 @@ class Stateless:
     ) -> None:
         name, rewritten = routed(message, self.names)
         target = session.targets[name]
-        field = wire.NAMED_BY.get(str(message["method"]))
+        field = NAMED_BY.get(str(message["method"]))
         params = rewritten.get("params")
         if field is not None and isinstance(params, dict) and isinstance(params.get(field), str):
             # The target checks Mcp-Name against its own name for the item.
@@ -212,13 +214,13 @@ class Stateless:
         call = (str(message["method"]), message["id"], progress_token(message))
         request_id = call[1]
         try:
-            response = await self.link.send(scope, target, jsonrpc.dumps(rewritten))
+            response = await self.link.send(scope, target, jsonrpc.write_message(rewritten))
             self.fan.health.ok(name)
             await self._relay(scope, response, session, name, call, receive, send)
         except Unavailable as exc:
             self.fan.health.failed(name, exc)
             text = self.refused(scope, unavailable(name, exc))
-            await jsonrpc.reply(send, 200, jsonrpc.error(request_id, INTERNAL_ERROR, text))
+            await replies.reply(send, 200, jsonrpc.error(request_id, INTERNAL_ERROR, text))
 
     async def _relay(
         self,
@@ -245,9 +247,9 @@ class Stateless:
         if out is None:
             why = f"the MCP server {name!r} did not answer the request (it sent another message)"
             failed = jsonrpc.error(request_id, INTERNAL_ERROR, self.refused(scope, why))
-            await jsonrpc.reply(send, 200, failed)
+            await replies.reply(send, 200, failed)
             return
-        await jsonrpc.reply(send, response.status, out)
+        await replies.reply(send, response.status, out)
 
 
 def discovered(answers: dict[str, dict[str, object]]) -> dict[str, object]:

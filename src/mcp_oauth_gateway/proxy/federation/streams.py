@@ -16,9 +16,9 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable
 
+from ... import jsonrpc
 from ...asgi import Receive, Send
 from ..upstream import UpstreamError, UpstreamResponse
-from . import jsonrpc
 from .exchange import Exchanges
 from .rewrite import foreign_progress, from_target, is_answer, withdrawn_id
 from .sse import event_data
@@ -31,7 +31,7 @@ STREAM_HEADERS = [(b"content-type", EVENT_STREAM), (b"cache-control", b"no-cache
 
 def event(message: object) -> bytes:
     """One message as an event of the client's stream."""
-    return b"data: " + jsonrpc.dumps(message) + b"\n\n"
+    return b"data: " + jsonrpc.write_message(message) + b"\n\n"
 
 
 def is_stream(response: UpstreamResponse) -> bool:
@@ -44,7 +44,7 @@ async def messages(response: UpstreamResponse) -> AsyncIterator[dict[str, object
     """The JSON-RPC messages of a target's event stream (an event that is none is skipped)."""
     async for data in event_data(response.chunks(), MAX_ANSWER_BYTES):
         try:
-            message = jsonrpc.loads(data)
+            message = jsonrpc.read_message(data)
         except ValueError:
             log.info("federated target sent an event that is not JSON")
             continue

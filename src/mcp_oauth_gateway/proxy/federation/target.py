@@ -11,8 +11,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
-from ... import audit
+from ... import audit, jsonrpc
 from ...asgi import Headers, Scope
+from ...mcp_methods import INITIALIZE, INITIALIZED
 from ..reverse_proxy import GATEWAY_SET, dropped_request_headers, upstream_request_headers
 from ..upstream import (
     InvalidRequestHead,
@@ -21,7 +22,6 @@ from ..upstream import (
     UpstreamResponse,
     UpstreamTlsError,
 )
-from . import jsonrpc
 from .session import TargetSession
 from .sse import event_data
 
@@ -326,8 +326,8 @@ class TargetLink:
         """Open the target's session with the client's initialize params; with `notify`, tell it
         the client is initialized (a target opened after the client said so)."""
         session.close()
-        body = jsonrpc.request("initialize", "initialize", params)
-        message, headers = await self.ask(scope, session, body, "initialize")
+        body = jsonrpc.request(INITIALIZE, INITIALIZE, params)
+        message, headers = await self.ask(scope, session, body, INITIALIZE)
         result = message.get("result")
         if not isinstance(result, dict) or not isinstance(result.get("protocolVersion"), str):
             raise Unavailable(f"its initialize answer is not a result: {message.get('error')}")
@@ -339,9 +339,6 @@ class TargetLink:
         session.version = result["protocolVersion"]
         if notify:
             await self.tell(scope, session, jsonrpc.request(None, INITIALIZED, None))
-
-
-INITIALIZED = "notifications/initialized"
 
 
 async def _response_of(response: UpstreamResponse, request_id: object) -> dict[str, object]:
@@ -370,7 +367,7 @@ async def _response_of(response: UpstreamResponse, request_id: object) -> dict[s
 
 def _message(data: bytes) -> dict[str, object]:
     try:
-        message = jsonrpc.loads(data)
+        message = jsonrpc.read_message(data)
     except ValueError:
         raise Unavailable("its answer is not JSON") from None
     if not isinstance(message, dict):

@@ -10,32 +10,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ...asgi import Headers
+from ...jsonrpc import (
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    MISSING_CAPABILITY,
+    PARSE_ERROR,
+    UNSUPPORTED_VERSION,
+)
 from ...mcp_headers import SESSION_VERSIONS, STATELESS_VERSIONS, decode_name, is_stateless
-from .jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND
+from ...mcp_methods import NAMED_BY
 
 __all__ = ["SESSION_VERSIONS", "STATELESS_VERSIONS", "is_stateless"]
-HEADER_MISMATCH = -32020
-UNSUPPORTED_VERSION = -32022
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 META_SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
-DISCOVER = "server/discover"
-LISTEN = "subscriptions/listen"
-ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
-# Methods of the session era this wire removed: a server answers them as unknown (404).
-REMOVED = frozenset(
-    {"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"}
-)
-# method -> the params field the `Mcp-Name` header mirrors
-NAMED_BY: Mapping[str, str] = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 # How the wire maps its JSON-RPC errors to HTTP statuses (others: 200).
 STATUS_OF: Mapping[int, int] = {
-    -32700: 400,
-    -32600: 400,
+    PARSE_ERROR: 400,
+    INVALID_REQUEST: 400,
     INVALID_PARAMS: 400,
     HEADER_MISMATCH: 400,
-    -32021: 400,
+    MISSING_CAPABILITY: 400,
     UNSUPPORTED_VERSION: 400,
     METHOD_NOT_FOUND: 404,
 }
