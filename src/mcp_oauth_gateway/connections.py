@@ -321,10 +321,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         """A header line: the name lowercased, the value without trailing spaces or tabs
         (llhttp keeps them; RFC 9110 5.5 excludes them from the value)."""
         name = name.lower()
-        value = value.rstrip(b" \t")
-        if name == b"expect" and value.lower() == b"100-continue":
+        if name == b"expect" and value.rstrip(b" \t").lower() == b"100-continue":
             self.expect_100_continue = True
-        self.headers.append((name, value))
+        self.headers.append((name, value.rstrip(b" \t")))
 
     def on_headers_complete(self) -> None:
         """The head is complete: its timer stops, its cycle starts (or waits its turn behind

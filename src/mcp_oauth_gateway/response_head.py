@@ -133,13 +133,16 @@ def response_head(
     length = -1
     chunked = closes = False
     for name, value in headers:
-        _check_name(name)
+        if name not in _KNOWN_NAMES:
+            _check_name(name)
         if len(name) in _FRAMING_NAME_SIZES:
             lowered = name.lower()
             if lowered == b"content-length":
                 if length >= 0:
                     raise InvalidResponseHead("Content-Length given twice")
-                length = content_length(value)
+                # Plain digits, the common case, without a call.
+                fast = value.isdigit() and len(value) <= MAX_LENGTH_DIGITS
+                length = int(value) if fast else content_length(value)
             elif lowered == b"transfer-encoding":
                 if value.strip(b" \t").lower() != b"chunked" or chunked:
                     raise InvalidResponseHead(f"Transfer-Encoding {value[:40]!r} not supported")
