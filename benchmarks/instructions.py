@@ -173,7 +173,8 @@ def _under_callgrind(bench: Bench, args: argparse.Namespace, tokens: list[str], 
     dump them into `out`.<pid>; the requests not answered 200."""
     count = args.requests
     spawn, wait_port = bench.spawn, processes.wait_port
-    processes.wait_port = lambda port, timeout=20: wait_port(port, 600)  # start-up under valgrind
+    # Start-up under valgrind takes minutes, more on a busy machine.
+    processes.wait_port = lambda port, timeout=20: wait_port(port, 1800)
 
     measured = "haproxy" if args.haproxy else "floor" if args.floor else "gateway"
     cache = ["--cache-sim=yes", "--LL=1048576,16,64"] if args.cache_sim else []

@@ -15,7 +15,8 @@ from mcp_oauth_gateway.dataplane.metrics import ConnectionCounts
 
 
 def main(port: int) -> None:
-    """Serve backend.app on 127.0.0.1:`port` as the gateway's server would (uvloop, guard)."""
+    """Serve backend.app on 127.0.0.1:`port` as the gateway's server is set up (uvloop, the
+    guard, no proxy-headers middleware)."""
     guard = ConnectionGuard(Limits(), ConnectionCounts())
     config = uvicorn.Config(
         app,
@@ -28,6 +29,7 @@ def main(port: int) -> None:
         server_header=False,
         lifespan="off",
         ws="none",
+        proxy_headers=False,  # as the gateway runs it (server.py)
     )
     uvicorn.Server(config).run()
 
