@@ -10,6 +10,7 @@ instructions executed between the two are divided by the requests.
     python benchmarks/instructions.py --haproxy --cache-sim   # the same for HAProxy jwt_verify
     python benchmarks/instructions.py --no-policy    # plain forwarding: the route without a policy
     python benchmarks/instructions.py --floor        # the HTTP server alone: a static ASGI app
+    python benchmarks/instructions.py --floor --gateway-protocol   # on the gateway's protocol
 
 Needs valgrind (Debian package). Counts are user-space instructions only (no kernel time), and
 OpenSSL may take other code paths under valgrind than on the bare CPU (HAProxy links the
@@ -112,6 +113,12 @@ def _parser() -> argparse.ArgumentParser:
         "httptools), what the HTTP server alone costs",
     )
     parser.add_argument(
+        "--gateway-protocol",
+        action="store_true",
+        help="with --floor: the static app on the gateway's protocol (connections.py) instead "
+        "of uvicorn's own",
+    )
+    parser.add_argument(
         "--stage",
         choices=("plain", *STAGES, "all"),
         default="plain",
@@ -126,6 +133,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.haproxy and args.new_tokens:
         parser.error("--haproxy measures one token (scenario d); drop --new-tokens")
+    if args.gateway_protocol and not args.floor:
+        parser.error("--gateway-protocol goes with --floor (the gateway always runs on it)")
     options = argparse.Namespace(
         smoke=True, rounds=1, duration=1, warmup=1, conns=64, tokens=10, rate_seconds=1, soak=0
     )
@@ -140,7 +149,9 @@ def main() -> int:
             print(annotate(dump, args.top))
     total = totals.get("Ir", 0)
     scenario = (
-        "floor (a static ASGI app on uvicorn)"
+        "floor (a static ASGI app on the gateway's protocol)"
+        if args.floor and args.gateway_protocol
+        else "floor (a static ASGI app on uvicorn)"
         if args.floor
         else "d (HAProxy jwt_verify, one token)"
         if args.haproxy
@@ -162,7 +173,8 @@ def _under_callgrind(bench: Bench, args: argparse.Namespace, tokens: list[str], 
     dump them into `out`.<pid>; the requests not answered 200."""
     count = args.requests
     spawn, wait_port = bench.spawn, processes.wait_port
-    processes.wait_port = lambda port, timeout=20: wait_port(port, 600)  # start-up under valgrind
+    # Start-up under valgrind takes minutes, more on a busy machine.
+    processes.wait_port = lambda port, timeout=20: wait_port(port, 1800)
 
     measured = "haproxy" if args.haproxy else "floor" if args.floor else "gateway"
     cache = ["--cache-sim=yes", "--LL=1048576,16,64"] if args.cache_sim else []
@@ -180,7 +192,8 @@ def _under_callgrind(bench: Bench, args: argparse.Namespace, tokens: list[str], 
             servers.gateway_yaml = _without_policy(servers.gateway_yaml)
         if args.floor:
             port = processes.free_port()
-            command = [processes.PY, str(processes.HERE / "backend.py"), str(port)]
+            launcher = "protocol_floor.py" if args.gateway_protocol else "backend.py"
+            command = [processes.PY, str(processes.HERE / launcher), str(port)]
             server = bench.spawn("floor", command, processes.SERVER_CORE, port)
         elif args.haproxy:
             server = bench.haproxy(backend.port)

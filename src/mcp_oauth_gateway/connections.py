@@ -5,7 +5,15 @@ uvicorn's httptools protocol arms its keep-alive timer only after a first respon
 bounds how long a request head or body may take, so a client that connects and then trickles
 bytes (or sends nothing) holds a descriptor for as long as it likes. The protocol below adds
 those bounds without a timer per chunk: a head gets one timer, and a body that spans several
-reads gets one timer that re-arms itself from the time of the last read."""
+reads gets one timer that re-arms itself from the time of the last read.
+
+The protocol is uvicorn's httptools protocol (httptools parses every request; uvicorn's server
+runs listeners and lifespan) with less work per request than uvicorn's generic code: the scope
+is built once the head is complete, in one literal; each request is answered by a RequestCycle
+(request_cycle.py: one write per response, the head checked at once by response_head.py); and
+the keep-alive timer is one per connection, armed when a response ends with none armed and
+re-armed from the time of the last response when it fires early, where uvicorn arms and
+cancels one per request."""
 
 from __future__ import annotations
 
@@ -17,14 +25,16 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+import httptools
 import orjson
 from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from .asgi import Limits
-from .coalescing import CoalescingTransport
 from .dataplane.metrics import ConnectionCounts
+from .request_cycle import METHODS, RequestCycle, request_target
+from .response_head import STATUS_LINES, default_lines
 
 log = logging.getLogger("mcp_oauth_gateway")
 
@@ -34,16 +44,6 @@ MAX_TIMEOUT = 86_400.0
 # Under a flood every refusal would otherwise log a line: one warning per interval is enough.
 REFUSAL_LOG_INTERVAL = 60.0
 HEAD_LINE_ROOM = 16 * 1024
-
-# Once draining, how long a connection must have been idle before it is closed. A client may
-# write its next request on an idle connection at the very moment the server closes it, and that
-# request is lost; a client's pool no longer reuses a connection idle this long (httpx: 5 s,
-# undici, Node's fetch: 4 s), so closing it then loses nothing. A request that comes sooner is
-# answered, with `Connection: close`.
-DRAIN_IDLE_CLOSE = 6.0
-
-# Where the request parser is in the byte stream; decides which timer applies.
-_BETWEEN, _HEAD, _BODY = 0, 1, 2
 
 
 def fd_limit_target(soft: int, hard: int, bound: int = FD_LIMIT_BOUND) -> int:
@@ -110,7 +110,7 @@ def canned_response(
 ) -> bytes:
     """A complete `connection: close` JSON response, written straight to the transport."""
     body = orjson.dumps(payload)
-    head = [STATUS_LINE[status]]
+    head = [STATUS_LINES[status]]
     head.extend(b"%s: %s\r\n" % (name, value) for name, value in default_headers)
     head.append(
         b"content-type: application/json\r\ncache-control: no-store\r\n"
@@ -179,15 +179,20 @@ class ConnectionGuard:
         return canned_response(408, self._timeout, default_headers)
 
 
-# Called directly rather than through super(): these run for every request.
-_data_received = HttpToolsProtocol.data_received
-_on_message_begin = HttpToolsProtocol.on_message_begin
-_on_headers_complete = HttpToolsProtocol.on_headers_complete
-_on_message_complete = HttpToolsProtocol.on_message_complete
+# Once draining, how long a connection must have been idle before it is closed. A client may
+# write its next request on an idle connection at the very moment the server closes it, and that
+# request is lost; a client's pool no longer reuses a connection idle this long (httpx: 5 s,
+# undici, Node's fetch: 4 s), so closing it then loses nothing. A request that comes sooner is
+# answered, with `Connection: close`.
+DRAIN_IDLE_CLOSE = 6.0
+
+# Where the request parser is in the byte stream; decides which timer applies.
+BETWEEN, HEAD, BODY = 0, 1, 2
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the guard's timeouts and connection cap."""
+    """A client connection: requests parsed by httptools, each answered by a RequestCycle,
+    within the guard's limits."""
 
     guard: ConnectionGuard  # set on the subclass protocol_class() makes
 
@@ -199,12 +204,19 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self._phase = _BETWEEN
+        if config.ws_protocol_class is not None or config.limit_concurrency is not None:
+            raise ValueError("the gateway's protocol serves no WebSockets and no concurrency cap")
+        self.cycle: RequestCycle | None = None  # type: ignore[assignment]
+        self._phase = BETWEEN
         self._counted = False
         self._head_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._keep_alive_timer: asyncio.TimerHandle | None = None
+        self._idle_since = 0.0
+        self._idle_limit = float(self.timeout_keep_alive)
         self._last_read = 0.0
         self._head_bytes = 0
+        self._raw_root = self.root_path.encode("ascii")
 
     # uvicorn narrows asyncio.Protocol's BaseTransport to Transport the same way.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -220,51 +232,73 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 return
             counts.open += 1
             self._counted = True
+        self._idle_since = self.loop.time()
         self._head_timer = self.loop.call_later(guard.header_timeout, self._head_timed_out)
-        # Responses leave in one write per loop turn (head and body together).
-        self.transport = CoalescingTransport(transport, self.loop)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Uncount the connection and drop its timers."""
+        """Uncount the connection, drop its timers and tell the request in flight."""
+        self.connections.discard(self)
         if self._counted:
             self._counted = False
             self.guard.counts.open -= 1
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
-        super().connection_lost(exc)
+        for timer in (self._head_timer, self._idle_timer, self._keep_alive_timer):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._idle_timer = self._keep_alive_timer = None
+        cycle = self.cycle
+        if cycle is not None:
+            if not cycle.response_complete:
+                cycle.disconnected = True
+            cycle.wake()
+        if self.flow is not None:
+            self.flow.resume_writing()
+        if exc is None:
+            self.transport.close()
+        self.parser = None  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         """Parse, then arm whichever timer the parser's new position needs (usually none)."""
-        _data_received(self, data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            msg = "Invalid HTTP request received."
+            self.logger.warning(msg)
+            self.send_400_response(msg)
+            return
+        except httptools.HttpParserUpgrade:
+            self._unsupported_upgrade_warning()
         # The common case, a whole request in one read, ends between requests with its
         # response pending: no timer, and this is all the per-request cost.
         phase = self._phase
-        if phase == _BODY:
+        if phase == BODY:
             # Only a body still arriving needs the time of its last read (the idle timer).
             self._last_read = self.loop.time()
             if self._idle_timer is None and not self.transport.is_closing():
                 self._idle_timer = self.loop.call_later(
                     self.guard.idle_timeout, self._idle_timed_out
                 )
-        elif phase == _HEAD and self._head_grew_too_large(len(data)):
+        elif phase == HEAD:
+            # A head split over reads (a whole head in one read is checked by the application
+            # once parsed): bounded in size while it arrives, and in time by its timer.
+            if self._head_grew_too_large(len(data)):
+                return
+            if self._head_timer is None and not self.transport.is_closing():
+                self._head_timer = self.loop.call_later(
+                    self.guard.header_timeout, self._head_timed_out
+                )
+
+    def send_400_response(self, msg: str) -> None:
+        """Answer a request the parser refused with 400 and close; when it came pipelined
+        behind requests still being answered, a 400 now would land inside their answers:
+        they are answered, the last one closing the connection, and nothing more is read."""
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            super().send_400_response(msg)
             return
-        elif (
-            self._head_timer is None
-            and (phase == _HEAD or self.cycle is None or self.cycle.response_complete)
-            and not self.transport.is_closing()
-        ):
-            # A head split over reads, or bytes between requests that start no request (the
-            # parser skips empty lines): either way the keep-alive timer was just cancelled,
-            # and without this a client could hold the connection by trickling them.
-            self._head_timer = self.loop.call_later(self.guard.header_timeout, self._head_timed_out)
+        cycle.keep_alive = False
+        self.flow.pause_reading()
 
     def _head_grew_too_large(self, size: int) -> bool:
-        # Only heads split over reads get here (a whole head in one read is checked by the
-        # application once parsed), so this costs nothing on the common path.
         self._head_bytes += size
         if self._head_bytes <= self.guard.max_head_bytes or self.transport.is_closing():
             return False
@@ -273,64 +307,143 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
         return True
 
+    # httptools' callbacks (on_url is uvicorn's).
+
     def on_message_begin(self) -> None:
         """A request head starts."""
-        self._phase = _HEAD
+        self._phase = HEAD
         self._head_bytes = 0
-        _on_message_begin(self)
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """A header line: the name lowercased, the value without trailing spaces or tabs
+        (llhttp keeps them; RFC 9110 5.5 excludes them from the value)."""
+        name = name.lower()
+        if name == b"expect" and value.rstrip(b" \t").lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value.rstrip(b" \t")))
 
     def on_headers_complete(self) -> None:
-        """The head is complete: its timer stops, the body (if any) follows. While draining,
-        its response closes the connection (`Connection: close`)."""
-        self._phase = _BODY
+        """The head is complete: its timer stops, its cycle starts (or waits its turn behind
+        a response still being written), the body (if any) follows."""
+        self._phase = BODY
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
-        _on_headers_complete(self)
-        if self.guard.draining and self.cycle is not None:
-            self.cycle.keep_alive = False
+        parser = self.parser
+        method = parser.get_method()
+        version = parser.get_http_version()
+        path, raw_path, query = request_target(self.url)
+        scope = {
+            "type": "http",
+            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "http_version": version,
+            "server": self.server,
+            "client": self.client,
+            "scheme": self.scheme,
+            "root_path": self.root_path,
+            "headers": self.headers,
+            "state": self.app_state.copy(),
+            "method": METHODS.get(method) or method.decode("ascii"),
+            "path": self.root_path + path,
+            "raw_path": self._raw_root + raw_path,
+            "query_string": query,
+        }
+        # While draining, every answer closes its connection (`Connection: close`).
+        keep_alive = version == "1.1" and parser.should_keep_alive() and not self.guard.draining
+        cycle = RequestCycle(
+            scope,
+            self.transport,
+            self.flow,
+            self.loop,
+            default_lines(self.server_state.default_headers),
+            keep_alive,
+            self.expect_100_continue,
+            self.on_response_complete,
+        )
+        previous = self.cycle
+        self.cycle = cycle
+        if previous is None or previous.response_complete:
+            self._start(cycle)
+        else:
+            # A pipelined request waits for the response before it, reading paused.
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, self.app))  # type: ignore[arg-type]
+
+    def _start(self, cycle: RequestCycle) -> None:
+        task = self.loop.create_task(cycle.run_asgi(self.app))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
+    def on_body(self, body: bytes) -> None:
+        """A part of the request body (dropped once its response is complete)."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.body_received(body)
 
     def on_message_complete(self) -> None:
         """The request is complete: no client-side timer until the next one begins."""
-        self._phase = _BETWEEN
+        self._phase = BETWEEN
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
-        _on_message_complete(self)
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.more_body = False
+            cycle.wake()
+
+    def on_response_complete(self) -> None:
+        """A response ended: start the next pipelined request, or wait for one (keep-alive)."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        flow = self.flow
+        if flow.read_paused:
+            flow.resume_reading()
+        if self.pipeline:
+            cycle, _ = self.pipeline.pop()
+            self._start(cycle)  # type: ignore[arg-type]
+            return
+        self._idle_since = self.loop.time()
+        if self._keep_alive_timer is None:
+            self._keep_alive_timer = self.loop.call_later(self._idle_limit, self._keep_alive_due)
+
+    def _keep_alive_due(self) -> None:
+        """Close the connection if it has been idle for the keep-alive timeout; look again
+        then if a response ended since the timer was armed."""
+        self._keep_alive_timer = None
+        cycle = self.cycle
+        if (
+            self._phase != BETWEEN
+            or (cycle is not None and not cycle.response_complete)
+            or self.transport.is_closing()
+        ):
+            return  # a request is under way: its response arms the timer again
+        wait = self._idle_since + self._idle_limit - self.loop.time()
+        if wait > 0:
+            self._keep_alive_timer = self.loop.call_later(wait, self._keep_alive_due)
+        else:
+            self.transport.close()
 
     def shutdown(self) -> None:
         """The drain started: a request being served or arriving gets its answer, and that
         closes the connection; an idle one closes once idle for DRAIN_IDLE_CLOSE."""
         cycle = self.cycle
-        if self._phase == _HEAD or self.transport.is_closing():
+        if self._phase == HEAD or self.transport.is_closing():
             return  # its answer says `Connection: close` (the guard drains)
         if cycle is not None and not cycle.response_complete:
             cycle.keep_alive = False
             return
-        wait = DRAIN_IDLE_CLOSE - self._idle_for()
+        self._idle_limit = min(self._idle_limit, DRAIN_IDLE_CLOSE)
+        wait = self._idle_since + self._idle_limit - self.loop.time()
         if wait <= 0:
             self.transport.close()
             return
-        # The keep-alive timer, sooner (a request that comes cancels it, as it does).
-        if self.timeout_keep_alive_task is not None:
-            self.timeout_keep_alive_task.cancel()
-        self.timeout_keep_alive_task = self.loop.call_later(wait, self.timeout_keep_alive_handler)
-
-    def _idle_for(self) -> float:
-        """Seconds since the last response ended (or the connection opened), read from the
-        timer armed then."""
-        now = self.loop.time()
-        if self.timeout_keep_alive_task is not None:
-            return now - self.timeout_keep_alive_task.when() + self.timeout_keep_alive
-        if self._head_timer is not None:
-            return now - self._head_timer.when() + self.guard.header_timeout
-        return math.inf
-
-    def timeout_keep_alive_handler(self) -> None:
-        """Close an idle keep-alive connection, unless a request has begun since."""
-        # A head or body that began before the previous response ended has its own timer.
-        if self._phase == _BETWEEN:
-            super().timeout_keep_alive_handler()
+        if self._keep_alive_timer is not None:
+            self._keep_alive_timer.cancel()
+        self._keep_alive_timer = self.loop.call_later(wait, self._keep_alive_due)
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
@@ -344,13 +457,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.guard.counts.header_timeouts += 1
         # A 408 only for a request that began and when no response is being written: a client
         # that sent nothing gets nothing, and a streaming response must not be cut by one.
-        if self._phase == _HEAD and (self.cycle is None or self.cycle.response_complete):
+        if self._phase == HEAD and (self.cycle is None or self.cycle.response_complete):
             transport.write(self.guard.request_timeout(self.server_state.default_headers))
         transport.close()
 
     def _idle_timed_out(self) -> None:
         self._idle_timer = None
-        if self._phase != _BODY or self.transport.is_closing():
+        if self._phase != BODY or self.transport.is_closing():
             return
         now = self.loop.time()
         if self.flow.read_paused:
