@@ -51,12 +51,39 @@ class Site:
     controller: str = "mcp-oauth-gateway.dev/gateway-controller"
 
 
+def own_site(namespace: str) -> Site:
+    """A module's site: its namespace, a GatewayClass and a controller name of the same name."""
+    return Site(namespace, namespace, f"mcp-oauth-gateway.dev/{namespace}")
+
+
+def example_cluster(site: Site) -> Any:
+    """A module's `cluster` fixture: the example at `site` on each API server GATEWAY_API_CRDS
+    names, served in controller mode (assign it to `cluster` in the module)."""
+
+    @pytest.fixture(scope="module", params=GATEWAY_API_CRDS)
+    def cluster(
+        request: pytest.FixtureRequest,
+        tmp_path_factory: pytest.TempPathFactory,
+        logs: Path,
+        idp_key: tuple[RSAKey, Path],
+        backend: str,
+    ) -> Iterator[ClusterStack]:
+        with (
+            gateway_api(request, tmp_path_factory) as server,
+            serve_example(server, site, logs, idp_key, backend) as stack,
+        ):
+            yield stack
+
+    return cluster
+
+
 def _example_docs() -> list[dict[str, Any]]:
     """examples/kubernetes as shipped, without what the test server cannot serve or need."""
     docs = []
     for path in sorted(EXAMPLE.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
-            # The test server serves no core kinds (no Namespaces) and needs no grant here.
+            # Modules name their own namespaces, which the session's server lets objects use
+            # without creating them (--any-namespace); no grant is needed here.
             if doc and doc["kind"] not in ("ReferenceGrant", "Namespace"):
                 docs.append(doc)
     return docs

@@ -10,19 +10,13 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
-import pytest
-from joserfc.jwk import RSAKey
 
 from kube_example_support import (
-    GATEWAY_API_CRDS,
     ClusterStack,
-    Site,
-    gateway_api,
-    serve_example,
+    example_cluster,
+    own_site,
 )
 from kube_support import ACCEPT, INITIALIZE, WAIT, backend_object
 from mcp_oauth_gateway.kube.controller import QUIET, SETTLE_AT_MOST
@@ -32,21 +26,7 @@ NS = "k8s-changes"
 TOOLS_NS = "k8s-changes-tools"
 
 
-@pytest.fixture(scope="module", params=GATEWAY_API_CRDS)
-def cluster(
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
-    logs: Path,
-    idp_key: tuple[RSAKey, Path],
-    backend: str,
-) -> Iterator[ClusterStack]:
-    """The example in namespace NS, served by a gateway of a class and controller of its own."""
-    site = Site(NS, NS, f"mcp-oauth-gateway.dev/{NS}")
-    with (
-        gateway_api(request, tmp_path_factory) as server,
-        serve_example(server, site, logs, idp_key, backend) as stack,
-    ):
-        yield stack
+cluster = example_cluster(own_site(NS))
 
 
 def test_a_burst_of_changes_is_one_snapshot_swap(cluster: ClusterStack) -> None:

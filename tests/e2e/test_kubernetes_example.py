@@ -8,20 +8,13 @@ Tests in this module share one gateway and run in file order: the calls are comp
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
-import pytest
-from joserfc.jwk import RSAKey
 
 from kube_example_support import (
     CLIENT_ID,
-    GATEWAY_API_CRDS,
     ClusterStack,
     Site,
-    gateway_api,
-    serve_example,
+    example_cluster,
 )
 from kube_support import WAIT
 from node_clients import run_ts_client
@@ -30,20 +23,7 @@ from support import deploy_rbac_rules, wait_until
 NS = "mcp-e2e"
 
 
-@pytest.fixture(scope="module", params=GATEWAY_API_CRDS)
-def cluster(
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
-    logs: Path,
-    idp_key: tuple[RSAKey, Path],
-    backend: str,
-) -> Iterator[ClusterStack]:
-    """The example as shipped, in namespace NS, and a gateway serving it in controller mode."""
-    with (
-        gateway_api(request, tmp_path_factory) as server,
-        serve_example(server, Site(NS), logs, idp_key, backend) as stack,
-    ):
-        yield stack
+cluster = example_cluster(Site(NS))
 
 
 def test_status_comes_up_true_with_the_observed_generation(cluster: ClusterStack) -> None:

@@ -11,21 +11,16 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from joserfc.jwk import RSAKey
 
 from kube_example_support import (
     BACKEND_API_KEY,
-    GATEWAY_API_CRDS,
     ClusterStack,
-    Site,
-    gateway_api,
-    serve_example,
+    example_cluster,
+    own_site,
 )
 from kube_support import ACCEPT, INITIALIZE, WAIT
 from support import wait_until
@@ -33,21 +28,7 @@ from support import wait_until
 NS = "k8s-policies"
 
 
-@pytest.fixture(scope="module", params=GATEWAY_API_CRDS)
-def cluster(
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
-    logs: Path,
-    idp_key: tuple[RSAKey, Path],
-    backend: str,
-) -> Iterator[ClusterStack]:
-    """The example in namespace NS, served by a gateway of a class and controller of its own."""
-    site = Site(NS, NS, f"mcp-oauth-gateway.dev/{NS}")
-    with (
-        gateway_api(request, tmp_path_factory) as server,
-        serve_example(server, site, logs, idp_key, backend) as stack,
-    ):
-        yield stack
+cluster = example_cluster(own_site(NS))
 
 
 def test_an_invalid_cel_rule_fails_closed_and_fixing_it_restores_service(

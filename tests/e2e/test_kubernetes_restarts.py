@@ -8,19 +8,14 @@ Tests in this module share one gateway and run in file order; the API server res
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
-from joserfc.jwk import RSAKey
 
 from kube_example_support import (
-    GATEWAY_API_CRDS,
     ClusterStack,
-    Site,
-    gateway_api,
-    serve_example,
+    example_cluster,
+    own_site,
 )
 from kube_support import (
     WAIT,
@@ -36,21 +31,7 @@ NS = "k8s-restarts"
 GRANTED_NS = "k8s-restarts-granted"
 
 
-@pytest.fixture(scope="module", params=GATEWAY_API_CRDS)
-def cluster(
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
-    logs: Path,
-    idp_key: tuple[RSAKey, Path],
-    backend: str,
-) -> Iterator[ClusterStack]:
-    """The example in namespace NS, served by a gateway of a class and controller of its own."""
-    site = Site(NS, NS, f"mcp-oauth-gateway.dev/{NS}")
-    with (
-        gateway_api(request, tmp_path_factory) as server,
-        serve_example(server, site, logs, idp_key, backend) as stack,
-    ):
-        yield stack
+cluster = example_cluster(own_site(NS))
 
 
 def test_an_unreachable_api_server_is_waited_for_and_said_so(

@@ -8,19 +8,12 @@ Tests in this module share one gateway and run in file order.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-from joserfc.jwk import RSAKey
-
 from kube_example_support import (
-    GATEWAY_API_CRDS,
     ClusterStack,
-    Site,
-    gateway_api,
-    serve_example,
+    example_cluster,
+    own_site,
 )
 from kube_support import WAIT, backend_object, backend_ref, reference_grant, route_object
 from support import wait_until
@@ -31,21 +24,7 @@ TOOLS_NS = "k8s-routes-tools"
 EARLIER_NS = "aaa"
 
 
-@pytest.fixture(scope="module", params=GATEWAY_API_CRDS)
-def cluster(
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
-    logs: Path,
-    idp_key: tuple[RSAKey, Path],
-    backend: str,
-) -> Iterator[ClusterStack]:
-    """The example in namespace NS, served by a gateway of a class and controller of its own."""
-    site = Site(NS, NS, f"mcp-oauth-gateway.dev/{NS}")
-    with (
-        gateway_api(request, tmp_path_factory) as server,
-        serve_example(server, site, logs, idp_key, backend) as stack,
-    ):
-        yield stack
+cluster = example_cluster(own_site(NS))
 
 
 def route_conditions(cluster: ClusterStack, namespace: str, name: str) -> dict[str, Any]:
