@@ -19,6 +19,9 @@
 - xdist's own `loadgroup` reads `xdist_group` marks into the node ids, which pytest 9.2 no
   longer lets it change (pytest-xdist issue 1386): the first worker writes each grouped test's
   group to a file the controller hands it, and the scheduler here reads it.
+- At the end the controller prints the seconds each worker spent in tests and the longest
+  units of work: the run can be no shorter than its longest unit, so that line says what to
+  split next.
 - Each process running tests hands out loopback ports from a share of its own (`support`), so
   two workers never pick the same port for servers they start at the same time.
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +110,42 @@ def pytest_configure(config: pytest.Config) -> None:
         handle, path = tempfile.mkstemp(prefix="xdist-groups-", suffix=".json")
         os.close(handle)
         config.stash[_groups_path] = path
+
+
+# Seconds in setup, call and teardown, by worker and by node id (the controller's view).
+_by_worker: Counter[str] = Counter()
+_by_test: Counter[str] = Counter()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """In the controller: add a worker's report to the time it and its test spent."""
+    node = getattr(report, "node", None)
+    if node is not None:
+        _by_worker[str(node.gateway.id)] += report.duration
+        _by_test[report.nodeid] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The controller's lines on where the time went: per worker, and the longest units."""
+    if not _by_worker or _groups_path not in config.stash:
+        return
+    groups_file = Path(config.stash[_groups_path])
+    groups = json.loads(groups_file.read_text() or "{}") if groups_file.exists() else {}
+    for line in time_lines(_by_worker, _by_test, groups):
+        terminalreporter.write_line(line)
+
+
+def time_lines(
+    by_worker: Counter[str], by_test: Counter[str], groups: dict[str, str], longest: int = 6
+) -> list[str]:
+    """Two lines: seconds in tests per worker, and the `longest` units of work with theirs."""
+    units: Counter[str] = Counter()
+    for nodeid, seconds in by_test.items():
+        group = groups.get(nodeid)
+        units[f"group {group}" if group else nodeid.split("::", 1)[0]] += seconds
+    workers = ", ".join(f"{w} {s:.0f}" for w, s in sorted(by_worker.items()))
+    top = ", ".join(f"{u} {s:.0f}" for u, s in units.most_common(longest))
+    return [f"xdist: seconds in tests per worker: {workers}", f"xdist: longest units: {top}"]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
