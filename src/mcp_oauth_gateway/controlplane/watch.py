@@ -166,7 +166,8 @@ class ConfigWatcher:
         self._writers.on_done = wake
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
+                async with asyncio.timeout(self.interval):
+                    await self._wake.wait()
             self._wake.clear()
             self.polls += 1
             await self._poll()

@@ -200,7 +200,8 @@ class Controller:
             if remaining <= 0:
                 return
             try:
-                await asyncio.wait_for(self.cache.changed.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self.cache.changed.wait()
             except TimeoutError:
                 return
             # Only what the builder reads restarts the quiet time: the events of this
@@ -292,7 +293,8 @@ class Controller:
     async def _status_writes(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._status_due.wait(), STATUS_RESYNC)
+                async with asyncio.timeout(STATUS_RESYNC):
+                    await self._status_due.wait()
             self._status_due.clear()
             if self.election.leader and self.result is not None:
                 await self.write_status(self.result)

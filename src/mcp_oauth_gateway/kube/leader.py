@@ -117,7 +117,8 @@ class LeaderElection:
             try:
                 # As client-go does: a round may not outlast the renew deadline, whatever the
                 # client's own timeouts (a hung API server kept a holder leading for ~31 s).
-                await asyncio.wait_for(self._round(), budget)
+                async with asyncio.timeout(budget):
+                    await self._round()
                 self._last_error = None
             except TimeoutError:
                 self._failed(TimeoutError(f"the API server did not answer within {budget:.1f}s"))
@@ -240,7 +241,9 @@ class LeaderElection:
         self.leader, self.holder = False, ""
         self.on_change(False)
         try:
-            if await asyncio.wait_for(self._give_up(self._raw), 5):
+            async with asyncio.timeout(5):
+                released = await self._give_up(self._raw)
+            if released:
                 log.info("released Lease %s: another replica takes over status", self.lease)
         except (ApiError, *CONNECTION_ERRORS, TimeoutError) as exc:
             log.warning("could not release Lease %s (%s); it expires by itself", self.lease, exc)

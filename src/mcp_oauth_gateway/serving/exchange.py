@@ -121,10 +121,10 @@ class Exchange:
             body = RETRY if stream is not None and stream.between_events() else b""
             self.complete = True
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(
-                    self.send({"type": "http.response.body", "body": body, "more_body": False}),
-                    SHUTDOWN_END_WAIT,
-                )
+                async with asyncio.timeout(SHUTDOWN_END_WAIT):
+                    await self.send(
+                        {"type": "http.response.body", "body": body, "more_body": False}
+                    )
 
 
 def _is_event_stream(start: Message) -> bool:

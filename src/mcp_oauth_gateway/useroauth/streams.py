@@ -100,7 +100,8 @@ class Listener:
                 return
             self.wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), POLL)
+                async with asyncio.timeout(POLL):
+                    await self.wake.wait()
 
     def close(self) -> None:
         """The stream ended: stop waiting for it."""
