@@ -63,7 +63,7 @@ RECIPES = (
         },
         ldflags=_kubernetes_ldflags(KUBERNETES_VERSION),
         staging=True,
-        minutes={APISERVER: "~4 minutes", KUBECTL: "~20 seconds"},
+        minutes={APISERVER: "~5 minutes", KUBECTL: "~25 seconds"},
     ),
     Recipe(
         name="etcd",
@@ -71,7 +71,7 @@ RECIPES = (
         version=ETCD_VERSION,
         binaries={ETCD: "go.etcd.io/etcd/server/v3"},
         checks={ETCD: (["--version"], f"etcd Version: {ETCD_VERSION.removeprefix('v')}")},
-        minutes={ETCD: "~25 seconds"},
+        minutes={ETCD: "~30 seconds"},
     ),
     Recipe(
         name="helm",
