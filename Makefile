@@ -144,9 +144,11 @@ test:
 	$(PY) -m pytest -m "not contracts" -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 
 # The virtual environment first: both halves use it (the Go build only for pip download).
+# One apt-get at a time: two would fight over dpkg's lock.
 .PHONY: test-needs
 test-needs: | $(VENV)/bin/python
-	@$(MAKE) --no-print-directory system-deps keycloak-deps
+	@$(MAKE) --no-print-directory system-deps
+	@$(MAKE) --no-print-directory keycloak-deps
 	@$(MAKE) --no-print-directory $(TEST_NEEDS)
 
 # The documentation site (mkdocs.yml, docs/): built into site/ (git-ignored) by
