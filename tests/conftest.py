@@ -29,6 +29,7 @@ from support import (
     node,
     wait_for_keyset,
     wait_for_port,
+    with_ports,
 )
 
 # Redis, the Kubernetes API servers, Keycloak and third-party MCP servers; how xdist workers
@@ -83,10 +84,7 @@ def write_example(name: str, target: Path, ports: dict[str, int]) -> Path:
     """Copy an example with its documented ports replaced by the test's ports."""
     target.mkdir(parents=True, exist_ok=True)
     for source in sorted((EXAMPLES / name).glob("*.yaml")):
-        text = source.read_text()
-        for old, new in ports.items():
-            text = text.replace(old, str(new))
-        (target / source.name).write_text(text)
+        (target / source.name).write_text(with_ports(source.read_text(), ports))
     return target
 
 

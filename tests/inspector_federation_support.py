@@ -26,6 +26,7 @@ from support import (
     node,
     wait_for_keyset,
     wait_for_port,
+    with_ports,
 )
 
 CLIENT_ID = "mcp-public"
@@ -75,9 +76,7 @@ def write_config(directory: Path, ports: dict[str, int], targets: dict[str, int]
     }
     directory.mkdir(parents=True, exist_ok=True)
     for source in sorted((EXAMPLES / "provider-b").glob("*.yaml")):
-        text = source.read_text()
-        for old, new in (("8080", ports["gateway"]), ("9000", ports["idp"])):
-            text = text.replace(old, str(new))
+        text = with_ports(source.read_text(), {"8080": ports["gateway"], "9000": ports["idp"]})
         for before, after in edits.get(source.name, []):
             assert before in text, (source.name, before)
             text = text.replace(before, after)

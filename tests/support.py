@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -133,6 +134,14 @@ def free_port() -> int:
             _HANDED_OUT.add(port)
             return port
     raise AssertionError("no fresh TCP port on 127.0.0.1 after 100 tries")
+
+
+def with_ports(text: str, ports: Mapping[str, int]) -> str:
+    """`text` with each documented port (a key of `ports`, as a whole number) replaced by the
+    test's, in one pass: one replacement after another would also rewrite a port already put
+    in (a gateway given 18000 became 111522 once the backend's 8000 was replaced next)."""
+    pattern = re.compile(r"(?<!\d)(" + "|".join(map(re.escape, ports)) + r")(?!\d)")
+    return pattern.sub(lambda match: str(ports[match[1]]), text)
 
 
 def wait_for_port(port: int, proc: Process | None = None, timeout: float = 30.0) -> None:
