@@ -140,6 +140,8 @@ def with_ports(text: str, ports: Mapping[str, int]) -> str:
     """`text` with each documented port (a key of `ports`, as a whole number) replaced by the
     test's, in one pass: one replacement after another would also rewrite a port already put
     in (a gateway given 18000 became 111522 once the backend's 8000 was replaced next)."""
+    if not ports:
+        return text
     pattern = re.compile(r"(?<!\d)(" + "|".join(map(re.escape, ports)) + r")(?!\d)")
     return pattern.sub(lambda match: str(ports[match[1]]), text)
 

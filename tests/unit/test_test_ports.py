@@ -16,3 +16,7 @@ def test_a_port_already_put_in_is_not_rewritten_by_the_next():
 
 def test_only_whole_numbers_are_ports():
     assert with_ports("80800 18080 8080", {"8080": 12345}) == "80800 18080 12345"
+
+
+def test_no_ports_leave_the_text_as_it_is():
+    assert with_ports("port: 8080", {}) == "port: 8080"
