@@ -41,7 +41,11 @@ def program() -> str:
 
 
 def say(message: str) -> None:
-    print(f"{program()}: {message}", file=sys.stderr, flush=True)
+    """One progress line on stderr, prefixed with the tool's name."""
+    # One write per line: the build's download threads say things at the same time, and
+    # print() writes the text and its newline apart.
+    sys.stderr.write(f"{program()}: {message}\n")
+    sys.stderr.flush()
 
 
 def elapsed(seconds: float) -> str:
