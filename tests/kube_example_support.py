@@ -25,7 +25,17 @@ import yaml
 from joserfc.jwk import RSAKey
 
 from kube_support import ACCEPT, INITIALIZE, WAIT, Api, controller_cmd
-from support import NODE_DIR, ROOT, Process, claims_for, free_port, mint, node, wait_for_port
+from support import (
+    NODE_DIR,
+    ROOT,
+    Process,
+    claims_for,
+    free_port,
+    mint,
+    node,
+    wait_for_keyset,
+    wait_for_port,
+)
 from xdist_scheduling import APISERVER
 
 CLIENT_ID = "mcp-public"
@@ -224,6 +234,9 @@ def serve_example(
             api, apiserver, gateway, admin, idp, idp_key[0], process, gateway_port, backend
         )
         wait_for_port(gateway_port, process, timeout=WAIT)
+        # The port opens before the provider's keyset is fetched: until then a valid token is
+        # refused with a 503, which the first test of a module on a loaded machine met.
+        wait_for_keyset(gateway, stack.token(), timeout=WAIT)
         yield stack
     finally:
         process.stop()
