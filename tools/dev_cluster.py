@@ -22,7 +22,7 @@ Deployment is stored but never runs a pod, and a Namespace deleted stays Termina
 
 The cache is `${XDG_CACHE_HOME:-$HOME/.cache}/mcp-oauth-gateway/cluster-v1.36.4`, or
 `$MCP_OAUTH_GATEWAY_CLUSTER_CACHE`: the four binaries (~250 MB) and `versions.json`. The first
-build takes ~9 minutes on 2 cores and ~6 GB of disk while it runs (module and build caches,
+build takes ~10 minutes on 2 cores and ~6 GB of disk while it runs (module and build caches,
 deleted at the end); a build that finds everything cached returns at once.
 
 Every request a ServiceAccount makes is written to D/audit.log (audit level Metadata: who, verb,
