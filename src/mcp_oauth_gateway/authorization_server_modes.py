@@ -7,6 +7,13 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+# Facade mode hands clients the provider's own metadata, whose issuer is not the URL they
+# discovered it at: only clients without the RFC 8414 §3.3 check sign in through it.
+FACADE_CLIENTS = (
+    "clients without the RFC 8414 issuer check (the TypeScript SDK 1.x); MCP Inspector, "
+    "mcp-remote, FastMCP, Python mcp and the TypeScript client 2.x refuse it"
+)
+
 
 class AuthorizationServerMode(StrEnum):
     """`authorizationServerMode` of a policy's `mcp` block."""

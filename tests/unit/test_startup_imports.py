@@ -1,5 +1,7 @@
 """What a file-mode `serve` loads: not the Kubernetes client (a thousand modules, about 35 MB
-of every gateway process and a second of its start), nor what only `check` uses."""
+of every gateway process and a second of its start), nor what only `check` uses, nor the
+provisioning tools behind `idp` (httpx and rich with them: a tenth of a second of every start;
+the parser still lists the `idp` commands, from `idp/flags.py`)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,10 @@ import mcp_oauth_gateway.server
 from mcp_oauth_gateway.kube.options import in_cluster_mode
 args = parser().parse_args(["serve", "-f", "gateway.yaml"])
 assert not in_cluster_mode(args)
-loaded = sorted({m.split(".")[0] for m in sys.modules} & {"kubernetes_asyncio"})
+loaded = sorted({m.split(".")[0] for m in sys.modules} & {"kubernetes_asyncio", "httpx"})
 loaded += sorted(m for m in sys.modules if m in {
     "mcp_oauth_gateway.cli.check",
-    "mcp_oauth_gateway.kube.controller", "mcp_oauth_gateway.devidp",
+    "mcp_oauth_gateway.kube.controller", "mcp_oauth_gateway.devidp", "mcp_oauth_gateway.idp.cli",
 })
 print(",".join(loaded))
 """

@@ -7,9 +7,9 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from ..authorization_server_modes import FACADE_CLIENTS
 from ..controlplane import Deployment, Snapshot, build_snapshot
 from ..controlplane.collector import collector_paused
-from ..idp.cli import FACADE_CLIENTS
 from ..resources import load_paths
 
 EXIT_INVALID = 2
@@ -31,7 +31,9 @@ def load(files: Sequence[str], deployment: Deployment | None = None) -> Snapshot
         return build_snapshot(load_paths(files), deployment)
 
 
-def print_problems(snapshot: Snapshot, stream: TextIO = sys.stderr) -> None:
+def print_problems(snapshot: Snapshot, stream: TextIO | None = None) -> None:
+    """Each problem of `snapshot` as an `error:` line, on `stream` (sys.stderr as it is now)."""
+    stream = stream if stream is not None else sys.stderr
     for error in snapshot.errors:
         print(f"error: {error}", file=stream)
     for report in snapshot.policies:

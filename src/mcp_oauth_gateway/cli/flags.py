@@ -53,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _serve_parser(commands)
     _check_parser(commands)
-    from ..idp.cli import add_parsers
+    from ..idp.flags import add_parsers
 
     add_parsers(commands)
     from .grants import add_parsers as add_grants_parsers

@@ -38,10 +38,12 @@ def describe(response: httpx.Response) -> str:
 class Progress:
     """One line per step on stderr: `[tool 3/8] step: detail`."""
 
-    def __init__(self, tool: str, total: int, stream: TextIO = sys.stderr):
+    def __init__(self, tool: str, total: int, stream: TextIO | None = None):
         self.tool = tool
         self.total = total
-        self.stream = stream
+        # sys.stderr as it is when the run starts, not as it was when this module was loaded
+        # (a default argument would keep a stream since closed or replaced).
+        self.stream = stream if stream is not None else sys.stderr
         self.current = 0
         self.step = ""
         # What this run created or changed, so a failure can say what it leaves behind.
