@@ -201,13 +201,17 @@ def _write_module(chain: Toolchain, recipe: Recipe, directory: Path) -> None:
     (directory / "go.mod").write_text("\n".join(lines) + "\n")
 
 
-def fetch_recipe(chain: Toolchain, recipe: Recipe, step: str) -> Path:
-    """Resolve and download what `recipe`'s binaries need; the module directory to build in.
+def _places(chain: Toolchain, recipe: Recipe) -> tuple[Path, Path]:
+    """Where `recipe`'s throw-away module lives, and its go commands' log."""
+    return chain.work / "modules" / recipe.name, chain.work / f"{recipe.name}.log"
+
+
+def fetch_recipe(chain: Toolchain, recipe: Recipe, step: str) -> None:
+    """Resolve and download what `recipe`'s binaries need into its module.
 
     Safe to run beside another recipe's fetch or build: go commands lock the shared caches.
     """
-    directory = chain.work / "modules" / recipe.name
-    log = chain.work / f"{recipe.name}.log"
+    directory, log = _places(chain, recipe)
     say(f"{step}: {recipe.module} {recipe.version}: resolving and downloading its modules")
     _write_module(chain, recipe, directory)
     gomod = chain.work / "gomod" / "cache" / "download"
@@ -220,13 +224,11 @@ def fetch_recipe(chain: Toolchain, recipe: Recipe, step: str) -> Path:
     doing = f"downloading {recipe.name}'s modules"
     _run(chain, ["get", *packages], directory, log, doing, downloaded)
     say(f"{step}: {recipe.name}'s modules downloaded")
-    return directory
 
 
 def build_recipe(chain: Toolchain, recipe: Recipe, out: Path, step: str) -> dict[str, Path]:
     """Build the binaries of a fetched `recipe` into `out`; binary name -> path."""
-    directory = chain.work / "modules" / recipe.name
-    log = chain.work / f"{recipe.name}.log"
+    directory, log = _places(chain, recipe)
     built: dict[str, Path] = {}
     for binary, package in recipe.binaries.items():
         started = time.monotonic()
