@@ -97,6 +97,14 @@ def test_rules_refuse_algorithms_that_are_not_asymmetric_signatures(alg: str):
 def test_crit_is_refused_even_naming_a_known_member():
     assert "crit parameters" in refusal(proof(head=header(crit=["b64"], b64=False)))
     assert "crit parameters" in refusal(proof(head=header(crit=["exp"])))
+    # Present at all is enough, even empty or null (`header` drops None, so built by hand).
+    for value in ([], None, "", {}):
+        assert "crit parameters" in refusal(proof(head={**header(), "crit": value}))
+
+
+def test_b64_other_than_true_is_refused_even_null():
+    for value in (None, 0, "true", []):
+        assert "b64 is not supported" in refusal(proof(head={**header(), "b64": value}))
 
 
 def test_an_unencoded_payload_is_refused():
