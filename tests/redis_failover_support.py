@@ -22,6 +22,8 @@ from pathlib import Path
 import httpx
 import redis
 from joserfc.jwk import RSAKey
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from mcp_oauth_gateway.broker.store import TAKEN
 from redis_ha_support import SENTINEL_PASSWORD, SERVER_PASSWORD, SERVICE, SentinelSet
@@ -243,21 +245,52 @@ def gateways(
         }
 
 
-def current_primary(sentinels: SentinelSet) -> int:
-    """The port of the server the sentinels name primary now (the first that answers)."""
+def data_ports(sentinels: SentinelSet) -> list[int]:
+    """The ports of the set's data servers (the sentinels' own excluded)."""
+    others = (int(p.name.rsplit("-", 1)[1]) for p in sentinels.others)
+    return [sentinels.primary_port, sentinels.replica_port, *others]
+
+
+def settled_primary(sentinels: SentinelSet) -> int | None:
+    """The port every sentinel names primary, once that server alone of the set says it is one;
+    None while a failover settles. After a contested failover a sentinel may still name the
+    loser, and the loser may take writes for seconds after the sentinels agreed on another:
+    a test that hung or killed "the primary" then would aim at the wrong server."""
+    named: set[int] = set()
     for port in sentinels.sentinel_ports:
         try:
             with redis.Redis(port=port, password=SENTINEL_PASSWORD, socket_timeout=2) as sentinel:
                 _, primary = sentinel.sentinel_get_master_addr_by_name(SERVICE)
-                return int(primary)
         except (redis.RedisError, TypeError):
-            continue
-    raise AssertionError("no sentinel names a primary")
+            return None
+        named.add(int(primary))
+    if len(named) != 1:
+        return None
+    (primary,) = named
+    masters = [port for port in data_ports(sentinels) if role(port) == "master"]
+    return primary if masters == [primary] else None
+
+
+def current_primary(sentinels: SentinelSet) -> int:
+    """The port of the primary, once the set has settled on one (`settled_primary`)."""
+    seen: list[int | None] = []
+    wait_until(
+        lambda: seen.append(settled_primary(sentinels)) or seen[-1] is not None,
+        60,
+        "the sentinels to agree on one primary, and it alone to say it is one",
+    )
+    primary = seen[-1]
+    assert primary is not None
+    return primary
 
 
 def wait_for_new_primary(sentinels: SentinelSet, old: int) -> int:
     """The port of the server the sentinels promoted in place of `old`."""
-    wait_until(lambda: current_primary(sentinels) != old, 60, "the sentinels to promote a replica")
+    wait_until(
+        lambda: settled_primary(sentinels) not in (None, old),
+        60,
+        "the sentinels to promote a replica",
+    )
     return current_primary(sentinels)
 
 
@@ -297,9 +330,12 @@ def replicas_online(primary: int) -> int:
 
 
 def role(port: int) -> str:
-    """What a data server of the set says it is (`master`, `slave`), or `down`."""
+    """What a data server of the set says it is (`master`, `slave`), or `down` (a hung one
+    within a second: asked once, not through redis-py's retries)."""
     try:
-        with redis.Redis(port=port, password=SERVER_PASSWORD, socket_timeout=2) as server:
+        with redis.Redis(
+            port=port, password=SERVER_PASSWORD, socket_timeout=1, retry=Retry(NoBackoff(), 0)
+        ) as server:
             return str(server.execute_command("ROLE")[0], "ascii")
     except redis.RedisError:
         return "down"

@@ -43,6 +43,7 @@ from redis_failover_support import (
     replicas_online,
     replicate_through,
     role,
+    settled_primary,
     stored,
     wait_for_new_primary,
 )
@@ -291,8 +292,9 @@ async def test_the_primary_hung_then_back_loses_nothing_acknowledged(
 
 
 def in_sync(sentinels: SentinelSet) -> int:
-    """How many replicas the current primary has in sync."""
-    return replicas_online(current_primary(sentinels))
+    """How many replicas the primary has in sync (none while the set is still settling)."""
+    primary = settled_primary(sentinels)
+    return 0 if primary is None else replicas_online(primary)
 
 
 async def test_a_gateway_cut_off_from_redis_refuses_clearly_and_loses_nothing(
