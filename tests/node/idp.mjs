@@ -12,6 +12,7 @@
 // Keycloak issues one for every session (oidc-provider's default asks for offline_access).
 import express from 'express';
 import Provider from 'oidc-provider';
+import { lastingAdapter } from './lasting_adapter.mjs';
 import { readFileSync } from 'node:fs';
 
 const PORT = Number(process.env.IDP_PORT);
@@ -40,6 +41,7 @@ const routes = keycloak
       revocation: '/revoke/' };
 
 const provider = new Provider(ISSUER, {
+  adapter: lastingAdapter(),
   jwks: { keys: [jwk] },
   clients: [{
     client_id: CLIENT_ID, application_type: 'native', token_endpoint_auth_method: 'none',

@@ -26,6 +26,7 @@
 // /admin/issued lists every token it issued (to look for in what a client wrote; never logged).
 import express from 'express';
 import Provider, { errors } from 'oidc-provider';
+import { lastingAdapter } from './lasting_adapter.mjs';
 import { exportJWK, generateKeyPair } from 'jose';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -72,6 +73,7 @@ const clients = config.clients.map((c) => {
 const allScopes = new Set(Object.values(RESOURCES).flatMap((r) => r.scope.split(' ')));
 
 const provider = new Provider(ISSUER, {
+  adapter: lastingAdapter(),
   jwks: { keys: [jwk] },
   clients,
   findAccount: async (ctx, id) => (id in config.users
