@@ -20,7 +20,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.exceptions import RedisError
 
 from .redis_targets import RedisTarget, parse_redis_url
@@ -103,6 +103,8 @@ class RedisConnection:
         self.last_error_at: float | None = None
         self.last_ok_at: float | None = None
         self.failures = 0
+        # Sentinel only: the primary the sentinels named at the last health check.
+        self._primary: tuple[str, int] | None = None
 
     def ok(self) -> None:
         """An exchange with Redis went through."""
@@ -119,12 +121,30 @@ class RedisConnection:
     async def ping(self) -> bool:
         """Whether Redis answers now (recorded as its health)."""
         try:
+            await self._follow_primary()
             await self.client.ping()
         except (RedisError, OSError) as exc:
             self.failed(exc)
             return False
         self.ok()
         return True
+
+    async def _follow_primary(self) -> None:
+        """Sentinel only: ask the sentinels which server is primary, and when that changed
+        close every pooled connection, idle or in use. redis-py asks only when it opens a
+        connection, so after a failover the pool keeps talking to the old primary; after a
+        contested one that server still says it is primary, and takes (and acknowledges)
+        writes until the sentinels convert it, seconds later. Those writes are then lost."""
+        if isinstance(self.client, RedisCluster):
+            return
+        pool = self.client.connection_pool
+        if not isinstance(pool, SentinelConnectionPool):
+            return
+        # redis-py closes the idle ones itself on a change.
+        primary: tuple[str, int] = await pool.get_master_address()  # type: ignore[no-untyped-call]
+        if self._primary is not None and primary != self._primary:
+            await pool.disconnect(inuse_connections=True)
+        self._primary = primary
 
     async def clock(self, key: str) -> float:
         """The time now (seconds) by the clock of `key`'s primary: what a command sent to it

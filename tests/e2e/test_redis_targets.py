@@ -7,13 +7,22 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis
 from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from mcp_oauth_gateway.redis_clients import client_for
+from mcp_oauth_gateway.redis_clients import RedisConnection, client_for
 from mcp_oauth_gateway.redis_targets import parse_redis_url
-from redis_ha_support import RedisClusterSet, SentinelSet, redis_cluster, sentinel_set
+from redis_ha_support import (
+    SENTINEL_PASSWORD,
+    SERVICE,
+    RedisClusterSet,
+    SentinelSet,
+    redis_cluster,
+    sentinel_set,
+)
+from support import wait_until
 
 
 @pytest.fixture
@@ -51,6 +60,40 @@ async def test_a_sentinel_url_reaches_the_primary_and_follows_it_after_a_failove
         assert role[0] == b"master"
     finally:
         await client.aclose()
+
+
+def _named_by_every_sentinel(sentinels: SentinelSet) -> set[int]:
+    named = set()
+    for port in sentinels.sentinel_ports:
+        with redis.Redis(port=port, password=SENTINEL_PASSWORD, socket_timeout=2) as sentinel:
+            named.add(int(sentinel.sentinel_get_master_addr_by_name(SERVICE)[1]))
+    return named
+
+
+async def test_a_health_check_moves_the_pool_to_the_primary_the_sentinels_now_name(sentinels):
+    # redis-py asks the sentinels only when it opens a connection: after a failover the old
+    # primary is still alive and the pooled connection to it still answers (after a contested
+    # failover it even takes writes). The gateway's health check asks, and closes it.
+    connection = RedisConnection(sentinels.url)
+    try:
+        assert await connection.ping()
+        port = lambda info: int(info["tcp_port"])  # noqa: E731
+        assert port(await connection.client.info("server")) == sentinels.primary_port
+        with redis.Redis(
+            port=sentinels.sentinel_ports[0], password=SENTINEL_PASSWORD, socket_timeout=5
+        ) as sentinel:
+            sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE)
+        await asyncio.to_thread(
+            wait_until,
+            lambda: _named_by_every_sentinel(sentinels) == {sentinels.replica_port},
+            60,
+            "every sentinel to name the replica",
+        )
+        assert await connection.ping()
+        assert port(await connection.client.info("server")) == sentinels.replica_port
+        assert (await connection.client.execute_command("ROLE"))[0] == b"master"
+    finally:
+        await connection.close()
 
 
 async def test_a_wrong_sentinel_password_is_refused_naming_no_password(sentinels):
