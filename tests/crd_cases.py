@@ -9,10 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from crd_support import PLURALS
-from support import EXAMPLES, ROOT
+from support import EXAMPLES, ROOT, yaml_load_all
 
 # --- documents ------------------------------------------------------------------------------------
 
@@ -21,7 +19,7 @@ def example_documents() -> list[tuple[str, dict[str, Any]]]:
     """Every GatewayPolicy and GatewayBackend under examples/, with where it came from."""
     found = []
     for path in sorted(EXAMPLES.rglob("*.yaml")):
-        for index, document in enumerate(yaml.safe_load_all(path.read_text(encoding="utf-8"))):
+        for index, document in enumerate(yaml_load_all(path.read_text(encoding="utf-8"))):
             if isinstance(document, dict) and document.get("kind") in PLURALS:
                 found.append((f"{path.relative_to(ROOT)}#{index}", document))
     return found

@@ -12,13 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-import yaml
-
 from mcp_oauth_gateway.controlplane import Deployment
 from mcp_oauth_gateway.controlplane.cluster import CONTROLLER_NAME, Cluster
 from mcp_oauth_gateway.controlplane.cluster_secrets import ClusterSecrets
 from mcp_oauth_gateway.controlplane.egress import EgressRules
 from mcp_oauth_gateway.resources.models import KINDS, Resource
+from support import yaml_load
 
 AT = "2026-01-01T00:00:00Z"
 ISSUER = "http://authentik.example/application/o/mcp/"
@@ -238,7 +237,7 @@ class Parsed:
         out = []
         for text in state.documents.values():
             if text not in self._models:
-                document = yaml.safe_load(text)
+                document = yaml_load(text)
                 model = KINDS[document["apiVersion"], document["kind"]]
                 self._models[text] = model.model_validate(document)
             out.append(self._models[text])

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from mcp_oauth_gateway.controlplane import Deployment, build_from_objects
 from mcp_oauth_gateway.controlplane.builder import BuildResult
 from mcp_oauth_gateway.controlplane.cluster import CONTROLLER_NAME, Cluster
 from mcp_oauth_gateway.resources.models import KINDS
+from support import yaml_load_all
 
 AT = "2026-01-01T00:00:00Z"
 CLASS = f"""
@@ -72,7 +71,7 @@ def objects(text: str) -> list[Any]:
     """The documents as models (what the controller's cache holds)."""
     return [
         KINDS[document["apiVersion"], document["kind"]].model_validate(document)
-        for document in yaml.safe_load_all(text)
+        for document in yaml_load_all(text)
         if document
     ]
 
