@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
+from mcp_oauth_gateway.controller_name import CONTROLLER_NAME
 from mcp_oauth_gateway.controlplane import Deployment
-from mcp_oauth_gateway.controlplane.cluster import CONTROLLER_NAME, Cluster
+from mcp_oauth_gateway.controlplane.cluster import Cluster
 from mcp_oauth_gateway.controlplane.cluster_secrets import ClusterSecrets
 from mcp_oauth_gateway.controlplane.egress import EgressRules
 from mcp_oauth_gateway.resources.models import KINDS, Resource

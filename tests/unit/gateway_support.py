@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcp_oauth_gateway.controller_name import CONTROLLER_NAME
 from mcp_oauth_gateway.controlplane import Deployment, build_from_objects
 from mcp_oauth_gateway.controlplane.builder import BuildResult
-from mcp_oauth_gateway.controlplane.cluster import CONTROLLER_NAME, Cluster
+from mcp_oauth_gateway.controlplane.cluster import Cluster
 from mcp_oauth_gateway.resources.models import KINDS
 from support import yaml_load_all
 

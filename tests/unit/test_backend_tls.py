@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mcp_oauth_gateway.controller_name import CONTROLLER_NAME
 from mcp_oauth_gateway.controlplane import Deployment, build_from_objects
 from mcp_oauth_gateway.controlplane.backend_tls import (
     MAX_CA_BYTES,
@@ -18,7 +19,7 @@ from mcp_oauth_gateway.controlplane.backend_tls import (
     client_context,
     compile_tls,
 )
-from mcp_oauth_gateway.controlplane.cluster import CONTROLLER_NAME, Cluster
+from mcp_oauth_gateway.controlplane.cluster import Cluster
 from mcp_oauth_gateway.controlplane.egress import EgressRules
 from mcp_oauth_gateway.controlplane.snapshot import CompiledTarget
 from mcp_oauth_gateway.resources.models import KINDS, BackendTls

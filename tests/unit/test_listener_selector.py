@@ -8,8 +8,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from mcp_oauth_gateway.controller_name import CONTROLLER_NAME
 from mcp_oauth_gateway.controlplane import Deployment, build_from_objects
-from mcp_oauth_gateway.controlplane.cluster import CONTROLLER_NAME, Cluster
+from mcp_oauth_gateway.controlplane.cluster import Cluster
 from mcp_oauth_gateway.controlplane.egress import EgressRules
 from mcp_oauth_gateway.resources.label_selector import LabelSelector
 from mcp_oauth_gateway.resources.models import KINDS, RouteNamespaces

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import yaml
 
+from mcp_oauth_gateway.controller_name import CONTROLLER_NAME
 from mcp_oauth_gateway.controlplane import Deployment, build_from_objects
-from mcp_oauth_gateway.controlplane.cluster import CONTROLLER_NAME, Cluster
+from mcp_oauth_gateway.controlplane.cluster import Cluster
 from mcp_oauth_gateway.controlplane.control import ControlPlane
 from mcp_oauth_gateway.resources.models import KINDS
 

@@ -50,3 +50,21 @@ def test_controller_mode_loads_it_when_it_connects():
     assert done.returncode == 0, done.stderr
     assert "--kubeconfig /nonexistent/kubeconfig" in done.stdout
     assert done.stdout.strip().endswith("True")
+
+
+def test_the_command_line_loads_neither_the_control_plane_nor_the_kubernetes_client():
+    # `dev-idp`, `idp` and `grants` start from the same parser as `serve`: the control plane
+    # (half a second) is loaded by the commands that build a snapshot, when they do.
+    probe = (
+        "import sys\n"
+        "from mcp_oauth_gateway.cli.flags import parser\n"
+        "import mcp_oauth_gateway.cli\n"
+        "parser().parse_args(['dev-idp', '--flavor', 'keycloak'])\n"
+        "heavy = ('mcp_oauth_gateway.controlplane', 'mcp_oauth_gateway.kube.leader', 'aiohttp')\n"
+        "print(','.join(m for m in heavy if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""

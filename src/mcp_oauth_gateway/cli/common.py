@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..authorization_server_modes import FACADE_CLIENTS
-from ..controlplane import Deployment, Snapshot, build_snapshot
-from ..controlplane.collector import collector_paused
-from ..resources import load_paths
+
+if TYPE_CHECKING:
+    from ..controlplane import Deployment, Snapshot
 
 EXIT_INVALID = 2
 TRUST_ENV = "MCP_OAUTH_GATEWAY_TRUST_FORWARDED"
@@ -27,6 +27,12 @@ def env_flag(name: str) -> bool:
 
 
 def load(files: Sequence[str], deployment: Deployment | None = None) -> Snapshot:
+    """The snapshot `files` make. The control plane is imported here, not with this module:
+    `dev-idp`, `idp` and `grants` share it and need none of it (half a second of each start)."""
+    from ..controlplane import build_snapshot
+    from ..controlplane.collector import collector_paused
+    from ..resources import load_paths
+
     with collector_paused():
         return build_snapshot(load_paths(files), deployment)
 

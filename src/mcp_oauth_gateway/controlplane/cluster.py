@@ -6,12 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..controller_name import CONTROLLER_NAME
 from ..resources.models import Gateway, GatewayClass, ReferenceGrant, Service
 from .cluster_secrets import ClusterSecrets
 from .egress import EgressRules
 from .objects import Entry
-
-CONTROLLER_NAME = "mcp-oauth-gateway.dev/gateway-controller"
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,16 +17,18 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from ..controller_name import CONTROLLER_NAME
 from ..controlplane.build_cache import BuildCache
 from ..controlplane.builder import BuildResult, build_from_objects
-from ..controlplane.cluster import CONTROLLER_NAME, Cluster
+from ..controlplane.cluster import Cluster
 from ..controlplane.control import ControlPlane
 from ..controlplane.deployment import Deployment
 from ..controlplane.egress import EgressRules
 from .cache import ObjectCache
 from .client import KubeClient
 from .kinds import SERVICE, WATCHED
-from .leader import DEFAULT_DURATION, DEFAULT_LEASE_NAME, LeaderElection
+from .leader import LeaderElection
+from .lease_defaults import DEFAULT_DURATION, DEFAULT_LEASE_NAME
 from .secrets import SecretWatches, wanted_from
 from .watch import KindWatch
 from .writer import StatusWriter, updates

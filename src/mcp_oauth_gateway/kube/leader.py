@@ -29,13 +29,12 @@ from typing import Any
 
 from .client import ApiError, KubeClient
 from .kinds import LEASE
+from .lease_defaults import DEFAULT_DURATION, DEFAULT_LEASE_NAME
 from .watch import CONNECTION_ERRORS
 
 log = logging.getLogger("mcp_oauth_gateway.kube")
 
 Json = dict[str, Any]
-DEFAULT_LEASE_NAME = "mcp-oauth-gateway"
-DEFAULT_DURATION = 10.0
 
 
 def micro_time(at: float) -> str:

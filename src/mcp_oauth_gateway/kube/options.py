@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..controlplane.cluster import CONTROLLER_NAME
-from ..controlplane.egress import EgressRules
+from ..controller_name import CONTROLLER_NAME
 from ..ip_blocks import IPAddress, parse
-from .leader import DEFAULT_DURATION, DEFAULT_LEASE_NAME
+from .lease_defaults import DEFAULT_DURATION, DEFAULT_LEASE_NAME
 
 if TYPE_CHECKING:
+    from ..controlplane.egress import EgressRules
     from .controller import ControllerOptions
 
 # Set in every pod (the API server's Service); how in-cluster configuration is recognised.
@@ -204,6 +204,8 @@ def egress_rules(args: argparse.Namespace) -> EgressRules:
         for p in (getattr(args, "status_port", None), getattr(args, "health_port", None))
         if p is not None and str(p).isdigit()
     ]
+    from ..controlplane.egress import EgressRules
+
     try:
         return EgressRules.of(entries, own_addresses(), ports)
     except ValueError as exc:

@@ -8,9 +8,10 @@ from typing import Any
 
 import yaml
 
+from mcp_oauth_gateway.controller_name import CONTROLLER_NAME
 from mcp_oauth_gateway.controlplane import Deployment, build_from_objects
 from mcp_oauth_gateway.controlplane.builder import BuildResult
-from mcp_oauth_gateway.controlplane.cluster import CONTROLLER_NAME, Cluster
+from mcp_oauth_gateway.controlplane.cluster import Cluster
 from mcp_oauth_gateway.controlplane.control import ControlPlane
 from mcp_oauth_gateway.controlplane.egress import EgressRules
 from mcp_oauth_gateway.kube.cache import ObjectCache
