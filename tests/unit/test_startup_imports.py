@@ -26,12 +26,17 @@ print(",".join(loaded))
 """
 
 
-def test_a_file_mode_gateway_does_not_load_the_kubernetes_client_or_other_commands():
+def printed(probe: str) -> str:
+    """What `probe`, run by a fresh interpreter, printed (it must exit 0)."""
     done = subprocess.run(
-        [sys.executable, "-c", PROBE], capture_output=True, text=True, check=False, timeout=120
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == ""
+    return done.stdout.strip()
+
+
+def test_a_file_mode_gateway_does_not_load_the_kubernetes_client_or_other_commands():
+    assert printed(PROBE) == ""
 
 
 def test_controller_mode_loads_it_when_it_connects():
@@ -44,12 +49,9 @@ def test_controller_mode_loads_it_when_it_connects():
         "    print(exc)\n"
         "print('kubernetes_asyncio' in sys.modules)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    assert "--kubeconfig /nonexistent/kubeconfig" in done.stdout
-    assert done.stdout.strip().endswith("True")
+    out = printed(probe)
+    assert "--kubeconfig /nonexistent/kubeconfig" in out
+    assert out.endswith("True")
 
 
 def test_the_command_line_loads_neither_the_control_plane_nor_the_kubernetes_client():
@@ -63,8 +65,4 @@ def test_the_command_line_loads_neither_the_control_plane_nor_the_kubernetes_cli
         "heavy = ('mcp_oauth_gateway.controlplane', 'mcp_oauth_gateway.kube.leader', 'aiohttp')\n"
         "print(','.join(m for m in heavy if m in sys.modules))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == ""
+    assert printed(probe) == ""
