@@ -16,11 +16,10 @@ from urllib.parse import parse_qsl
 
 import httpx
 import pytest
-import yaml
 from openapi_core import Config, OpenAPI
 from openapi_core.testing import MockRequest, MockResponse
 
-from support import ROOT
+from support import ROOT, yaml_load
 
 CONTRACTS = (
     Path(os.environ.get("CONTRACTS_DIR") or ROOT.parent / "shared" / "contracts")
@@ -56,9 +55,8 @@ def openapi(path: str, token_exchange: bool = False) -> OpenAPI:
     authentik 2026.8 has it, whose schema differs for the calls we make only by the
     token-exchange grant joining the grant-type enum (the contracts' README)."""
     require(path)
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     with open(path, encoding="utf-8") as handle:
-        document = yaml.load(handle, Loader=loader)
+        document = yaml_load(handle.read())
     _fix_document(document)
     _realm_import_body(document)
     if token_exchange:
